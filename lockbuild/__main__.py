@@ -1,0 +1,3 @@
+from lockbuild.cli import main
+
+main()

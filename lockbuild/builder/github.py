@@ -1,0 +1,91 @@
+"""A thin client for GitHub's release API: each asset with the digest GitHub publishes for it."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import httpx
+
+from lockbuild.builder.fetch import Wanted
+from lockbuild.builder.http import get_json, github_api, github_download
+from lockbuild.errors import IntegrityError, RemoteError
+
+_DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+
+@dataclass(frozen=True)
+class ReleaseAsset:
+    repo: str
+    tag: str
+    name: str
+    size: int | None
+    digest: str | None  # the published "sha256:..." exactly as given, or None
+
+    @property
+    def url(self) -> str:
+        return f"{github_download()}/{self.repo}/releases/download/{self.tag}/{self.name}"
+
+    def sha256(self) -> str:
+        """The published sha256; an asset without a well-formed one is refused, never used unchecked."""
+        if self.digest is None:
+            raise IntegrityError(
+                f"{self.repo} {self.tag}: GitHub publishes no digest for {self.name}, so it cannot be verified; "
+                "refused.",
+                tip="Ask the publisher to re-upload the asset (GitHub records digests for uploads since 2025), "
+                "or ship it as a source archive pinned by sha256 in the recipe.",
+            )
+        m = _DIGEST.match(self.digest)
+        if m is None:
+            raise IntegrityError(
+                f"{self.repo} {self.tag}: the digest published for {self.name} is malformed: expected "
+                f"'sha256:' and 64 hex digits, found {self.digest[:90]!r}; refused."
+            )
+        return m[1]
+
+    def wanted(self) -> Wanted:
+        return Wanted(self.url, self.sha256(), self.size, f"{self.repo} {self.tag} {self.name}", auth_headers())
+
+
+def auth_headers() -> tuple[tuple[str, str], ...]:
+    token = os.environ.get("GITHUB_TOKEN")
+    return (("Authorization", f"Bearer {token}"),) if token else ()
+
+
+def release_assets(client: httpx.Client, repo: str, tag: str) -> dict[str, ReleaseAsset]:
+    data, _ = get_json(
+        client,
+        f"{github_api()}/repos/{repo}/releases/tags/{tag}",
+        what=f"asking GitHub for {repo} {tag}",
+        headers={"Accept": "application/vnd.github+json", **dict(auth_headers())},
+        not_found=f"GitHub has no release {tag} in {repo}.",
+    )
+    assets = data.get("assets") if isinstance(data, dict) else None
+    if not isinstance(assets, list):
+        raise RemoteError(f"GitHub's answer for {repo} {tag} has no assets list.")
+    out: dict[str, ReleaseAsset] = {}
+    for a in assets:
+        if not isinstance(a, dict) or not isinstance(a.get("name"), str):
+            raise RemoteError(f"GitHub's answer for {repo} {tag} lists an asset without a name.")
+        size = a.get("size")
+        digest = a.get("digest")
+        out[a["name"]] = ReleaseAsset(
+            repo,
+            tag,
+            a["name"],
+            size if isinstance(size, int) and not isinstance(size, bool) else None,
+            digest if isinstance(digest, str) else None,
+        )
+    return out
+
+
+def pick_wheel(assets: dict[str, ReleaseAsset], prefix: str, suffix: str, *, repo: str, tag: str) -> ReleaseAsset:
+    found = sorted(n for n in assets if n.startswith(prefix) and n.endswith(suffix))
+    if len(found) != 1:
+        listing = ", ".join(found) if found else "none"
+        raise RemoteError(
+            f"{repo} {tag}: expected exactly one asset named {prefix}…{suffix}, found {len(found)} ({listing}).",
+            tip="Make the wheel's prefix and suffix in the recipe specific enough to match one file.",
+        )
+    return assets[found[0]]

@@ -1,0 +1,162 @@
+"""From a plan and its fetched files to a signed bundle in the output directory (all or nothing)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockbuild import __version__
+from lockbuild.builder.plan import Plan
+from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
+from lockbuild.bundle.write import Entry, write_bundle
+from lockbuild.lock import bundle_pylock, bundle_requirements
+from lockbuild.progress import Progress
+from lockbuild.signing import SecretKey, format_trusted_comment, sign_prehashed
+from lockbuild.trust import digest_file, signature_path
+
+
+@dataclass(frozen=True)
+class Packed:
+    bundle: Path
+    signature: Path | None
+    manifest: Manifest
+    sha256: str
+    size: int
+
+
+def sbom(plan: Plan) -> bytes:
+    """A CycloneDX 1.5 document of every bundled file, deterministic for a given plan."""
+    b = plan.build
+    name = bundle_name(plan.recipe.engine.name, b.version, b.variant, b.platform)
+    components: list[dict[str, object]] = []
+    for f in sorted(plan.lock.files, key=lambda f: f.name):
+        purl = f"pkg:pypi/{f.name}@{f.version}?file_name={f.filename}"
+        components.append({
+            "type": "library", "bom-ref": purl, "name": f.name, "version": f.version, "purl": purl,
+            "hashes": [{"alg": "SHA-256", "content": f.sha256}],
+            "externalReferences": [{"type": "distribution", "url": f.url}],
+        })  # fmt: skip
+    for e in sorted(plan.extras, key=lambda e: e.path):
+        components.append({
+            "type": "file", "bom-ref": e.path, "name": e.path.split("/", 1)[1],
+            "hashes": [{"alg": "SHA-256", "content": e.sha256}],
+            "externalReferences": [{"type": "distribution", "url": e.url}],
+        })  # fmt: skip
+    doc = {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.5",
+        "serialNumber": f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, name + plan.as_of.isoformat())}",
+        "version": 1,
+        "metadata": {
+            "timestamp": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "tools": {"components": [{"type": "application", "name": "lockbuild", "version": __version__}]},
+            "component": {
+                "type": "application", "bom-ref": f"engine:{plan.recipe.engine.name}",
+                "name": plan.recipe.engine.name, "version": b.version,
+            },  # fmt: skip
+        },
+        "components": components,
+    }
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _bytes_member(path: str, data: bytes, kind: str) -> tuple[Member, bytes]:
+    return Member(path, len(data), hashlib.sha256(data).hexdigest(), kind, ""), data
+
+
+def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[Manifest, list[Entry]]:
+    """The manifest and the ordered entries of the bundle; ``fetched`` maps sha256 to a verified file."""
+    b = plan.build
+    generated = [
+        _bytes_member("recipe.toml", plan.resolved_recipe.encode(), "recipe"),
+        _bytes_member("lock/requirements.txt", bundle_requirements(plan.lock.files).encode(), "lock"),
+        _bytes_member("sbom.cdx.json", sbom(plan), "sbom"),
+    ]
+    if plan.lock.format == "pylock.toml":
+        generated.append(_bytes_member("lock/pylock.toml", bundle_pylock(plan.lock.files, b.target).encode(), "lock"))
+    entries: list[Entry] = [Entry(m, data) for m, data in generated]
+    for f in plan.lock.files:
+        src = fetched[f.sha256]
+        entries.append(Entry(Member(f.bundle_path, src.stat().st_size, f.sha256, f.kind, f.url), src))
+    for e in plan.extras:
+        src = fetched[e.sha256]
+        entries.append(Entry(Member(e.path, src.stat().st_size, e.sha256, e.kind, e.url), src))
+    entries.sort(key=lambda e: member_order(e.member.path))
+    manifest = Manifest(
+        engine=plan.recipe.engine.name,
+        version=b.version,
+        variant=b.variant,
+        python=b.python,
+        platform=b.platform,
+        as_of=plan.as_of,
+        serial=int(plan.as_of.timestamp()),
+        recipe_sha256=hashlib.sha256(plan.resolved_recipe.encode()).hexdigest(),
+        lockbuild_version=__version__,
+        uv_version=uv_version,
+        lock_format=plan.lock.format,
+        members=tuple(e.member for e in entries),
+    )
+    return manifest, entries
+
+
+def signature_block(
+    key: SecretKey, bundle: Path, manifest: Manifest, *, expires: dt.datetime | None = None, name: str | None = None
+) -> str:
+    """One minisign ED signature over the bundle, its trusted comment carrying the signed metadata."""
+    d = digest_file(bundle)
+    fields = {
+        "file": name or bundle.name,
+        "engine": manifest.engine,
+        "version": manifest.version,
+        "variant": manifest.variant,
+        "sha256": d.sha256,
+        "serial": str(manifest.serial),
+    }
+    if expires is not None:
+        fields["expires"] = expires.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return sign_prehashed(
+        key, d.blake2b, format_trusted_comment(fields), untrusted_comment=f"lockbuild signature {key.key_id_hex}"
+    )
+
+
+def pack(
+    plan: Plan,
+    fetched: Mapping[str, Path],
+    out_dir: Path,
+    *,
+    key: SecretKey | None,
+    uv_version: str,
+    expires: dt.datetime | None = None,
+    threads: int | None = None,
+    progress: Progress | None = None,
+) -> Packed:
+    """Write NAME.lbz (and NAME.lbz.minisig) into ``out_dir``; on failure ``out_dir`` gets nothing."""
+    manifest, entries = assemble(plan, fetched, uv_version)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / manifest.bundle_name
+    tmp = out_dir / f".{manifest.bundle_name}.{os.getpid()}.partial"
+    tmp_sig = out_dir / f".{manifest.bundle_name}.minisig.{os.getpid()}.partial"
+    try:
+        with tmp.open("wb") as out:
+            write_bundle(out, manifest, entries, threads=threads, progress=progress)
+            out.flush()
+            os.fsync(out.fileno())
+        sig_final = None
+        if key is not None:
+            block = signature_block(key, tmp, manifest, expires=expires, name=final.name)
+            tmp_sig.write_text(block, encoding="utf-8")
+            sig_final = signature_path(final)
+        os.replace(tmp, final)
+        if sig_final is not None:
+            os.replace(tmp_sig, sig_final)
+    finally:
+        tmp.unlink(missing_ok=True)
+        tmp_sig.unlink(missing_ok=True)
+    d = digest_file(final)
+    return Packed(final, sig_final, manifest, d.sha256, d.size)

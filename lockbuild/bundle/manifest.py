@@ -1,0 +1,210 @@
+"""bundle.toml: the first member of every bundle, listing every other member with its size and sha256."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import tomllib
+import unicodedata
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from lockbuild.errors import IntegrityError
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+
+FORMAT = 1
+MANIFEST = "bundle.toml"
+KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter")
+_ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
+          "source": 7, "assets": 8}  # fmt: skip
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Member:
+    path: str
+    size: int
+    sha256: str
+    kind: str
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    engine: str
+    version: str
+    variant: str
+    python: str
+    platform: str
+    as_of: dt.datetime
+    serial: int
+    recipe_sha256: str
+    lockbuild_version: str
+    uv_version: str
+    lock_format: str
+    members: tuple[Member, ...]
+    format: int = FORMAT
+
+    @property
+    def bundle_name(self) -> str:
+        return bundle_name(self.engine, self.version, self.variant, self.platform)
+
+    @property
+    def unpacked_size(self) -> int:
+        return sum(m.size for m in self.members)
+
+    def member(self, path: str) -> Member:
+        for m in self.members:
+            if m.path == path:
+                return m
+        raise IntegrityError(f"the bundle has no member {path}; expected it in the manifest.")
+
+    def to_toml(self) -> bytes:
+        q = json.dumps
+        lines = [
+            f"format = {self.format}",
+            f"engine = {q(self.engine)}",
+            f"version = {q(self.version)}",
+            f"variant = {q(self.variant)}",
+            f"as-of = {q(self.as_of.astimezone(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ'))}",
+            f"serial = {self.serial}",
+            f"recipe-sha256 = {q(self.recipe_sha256)}",
+            f"lock-format = {q(self.lock_format)}",
+            "",
+            "[target]",
+            f"python = {q(self.python)}",
+            f"platform = {q(self.platform)}",
+            "",
+            "[builder]",
+            f"lockbuild = {q(self.lockbuild_version)}",
+            f"uv = {q(self.uv_version)}",
+            "",
+        ]
+        for m in self.members:
+            lines += [
+                "[[files]]",
+                f"path = {q(m.path)}",
+                f"size = {m.size}",
+                f"sha256 = {q(m.sha256)}",
+                f"kind = {q(m.kind)}",
+                f"origin = {q(m.origin)}",
+                "",
+            ]
+        return "\n".join(lines).encode()
+
+
+def bundle_name(engine: str, version: str, variant: str, platform: str) -> str:
+    return f"{engine}-{version}-{variant}-{platform}.lbz"
+
+
+def member_order(path: str) -> tuple[int, str]:
+    """The fixed order of members: metadata first, then tools, wheels, sdists, source, assets."""
+    return (_ORDER.get(path.split("/", 1)[0], 99), path)
+
+
+def check_member_path(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """A member path must be relative, normalised, and plain; refused (never rewritten) otherwise."""
+    problem = None
+    if not path or len(path.encode("utf-8", "surrogatepass")) > limits.max_path:
+        problem = f"an empty path or one longer than {limits.max_path} bytes"
+    elif path.startswith("/") or "\\" in path or "\0" in path:
+        problem = "an absolute path, a backslash or a NUL"
+    elif any(part in ("", ".", "..") for part in path.split("/")):
+        problem = "an empty, '.' or '..' path component"
+    elif any(unicodedata.category(c).startswith("C") for c in path):
+        problem = "a control character"
+    elif path != unicodedata.normalize("NFC", path):
+        problem = "a path that is not in Unicode NFC form"
+    if problem:
+        raise IntegrityError(f"refused member path {path[:120]!r}: {problem}.", tip="The bundle is malformed; do not use it.")
+    return path
+
+
+def collision_key(path: str) -> str:
+    return unicodedata.normalize("NFKC", path).casefold()
+
+
+def _require(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = data.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise IntegrityError(f"the manifest's {where}{key} is missing or not {kind.__name__}; the bundle is malformed.")
+    return value
+
+
+def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
+    """Read bundle.toml strictly: every field typed, every path plain, no duplicates or collisions."""
+    if len(raw) > limits.max_manifest:
+        raise IntegrityError(f"the manifest is {len(raw)} bytes; expected at most {limits.max_manifest}.")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise IntegrityError(f"the manifest is not valid TOML: {exc}; the bundle is malformed.") from None
+    fmt = _require(data, "format", int, "")
+    if fmt != FORMAT:
+        raise IntegrityError(
+            f"the bundle's format is {fmt}; this lockbuild reads format {FORMAT}.",
+            tip="Install the bundle with the lockbuild version that built it, or rebuild it.",
+        )
+    target = _require(data, "target", dict, "")
+    builder = _require(data, "builder", dict, "")
+    files = _require(data, "files", list, "")
+    if len(files) > limits.max_members:
+        raise IntegrityError(f"the manifest lists {len(files)} members; expected at most {limits.max_members}.")
+    as_of_text = _require(data, "as-of", str, "")
+    try:
+        as_of = dt.datetime.fromisoformat(as_of_text.replace("Z", "+00:00")).astimezone(dt.UTC)
+    except ValueError:
+        raise IntegrityError(f"the manifest's as-of {as_of_text[:40]!r} is not a time.") from None
+    members: list[Member] = []
+    seen: set[str] = set()
+    total = 0
+    for i, f in enumerate(files):
+        if not isinstance(f, dict):
+            raise IntegrityError(f"the manifest's files[{i}] is not a table.")
+        path = check_member_path(_require(f, "path", str, f"files[{i}]."), limits)
+        size = _require(f, "size", int, f"files[{i}].")
+        sha = _require(f, "sha256", str, f"files[{i}].")
+        kind = _require(f, "kind", str, f"files[{i}].")
+        origin = f.get("origin", "")
+        if not 0 <= size <= limits.max_member:
+            raise IntegrityError(f"the manifest gives {path} a size of {size}; expected 0..{limits.max_member}.")
+        if not _SHA256.match(sha):
+            raise IntegrityError(f"the manifest's sha256 for {path} is malformed.")
+        if kind not in KINDS:
+            raise IntegrityError(f"the manifest gives {path} the unknown kind {kind!r}.")
+        key = collision_key(path)
+        if path == MANIFEST or key in seen or any(key.startswith(s + "/") or s.startswith(key + "/") for s in ()):
+            raise IntegrityError(f"the manifest lists {path} twice (or a path that collides with it).")
+        seen.add(key)
+        total += size
+        members.append(Member(path, size, sha, kind, origin if isinstance(origin, str) else ""))
+    _check_prefix_collisions(seen)
+    if total > limits.max_bundle:
+        raise IntegrityError(f"the bundle unpacks to {total} bytes; expected at most {limits.max_bundle}.")
+    return Manifest(
+        engine=_require(data, "engine", str, ""),
+        version=_require(data, "version", str, ""),
+        variant=_require(data, "variant", str, ""),
+        python=_require(target, "python", str, "target."),
+        platform=_require(target, "platform", str, "target."),
+        as_of=as_of,
+        serial=_require(data, "serial", int, ""),
+        recipe_sha256=_require(data, "recipe-sha256", str, ""),
+        lockbuild_version=_require(builder, "lockbuild", str, "builder."),
+        uv_version=_require(builder, "uv", str, "builder."),
+        lock_format=_require(data, "lock-format", str, ""),
+        members=tuple(members),
+        format=fmt,
+    )
+
+
+def _check_prefix_collisions(keys: set[str]) -> None:
+    """A file may not also be a directory of another member (a/b and a/b/c)."""
+    for key in keys:
+        parent = PurePosixPath(key).parent
+        while str(parent) != ".":
+            if str(parent) in keys:
+                raise IntegrityError(f"the manifest lists {parent} as a file and as a directory of {key}.")
+            parent = parent.parent

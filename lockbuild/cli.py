@@ -1,0 +1,454 @@
+"""The lockbuild command line: parse, call the library, render results and errors. Nothing else.
+
+Exit codes: 0 ok, 1 failure, 2 usage, 3 signature policy not met, 4 integrity (digest, size,
+layout), 5 another installer holds the engine's lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockbuild import __version__
+from lockbuild.errors import LockbuildError, SignatureError
+
+EPILOG_EXIT = "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy."
+
+
+class _Group(click.Group):
+    """Catches lockbuild's errors once, at the top: ERROR and TIP lines, a traceback only with --verbose."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LockbuildError as exc:
+            obj = ctx.obj or {}
+            if obj.get("verbose"):
+                traceback.print_exc()
+            if obj.get("json"):
+                click.echo(json.dumps({"ok": False, "error": {"type": type(exc).__name__, "message": exc.message,
+                                                             "tip": exc.tip, "exit_code": exc.exit_code}}))  # fmt: skip
+            click.echo(f"ERROR {exc.message}", err=True)
+            if exc.tip:
+                click.echo(f"TIP {exc.tip}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("ERROR interrupted", err=True)
+            ctx.exit(130)
+
+
+def _progress(ctx: click.Context) -> Any:
+    from lockbuild.progress import Progress
+
+    return Progress(enabled=not ctx.obj.get("json"))
+
+
+def _emit(ctx: click.Context, data: dict[str, Any], text: str) -> None:
+    if ctx.obj.get("json"):
+        click.echo(json.dumps({"ok": True, **data}, indent=2, default=str))
+    else:
+        click.echo(text)
+
+
+def _password(prompt: str = "Passphrase for the secret key") -> Callable[[], str]:
+    def get() -> str:
+        env = os.environ.get("LOCKBUILD_KEY_PASSWORD")
+        if env is not None:
+            return env
+        if not sys.stdin.isatty():
+            raise SignatureError(
+                "the secret key is encrypted and there is no terminal to ask for its passphrase.",
+                tip="Set LOCKBUILD_KEY_PASSWORD, or run the command in a terminal.",
+            )
+        return str(click.prompt(prompt, hide_input=True))
+
+    return get
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON result on stdout.")
+
+
+def _setup(ctx: click.Context, as_json: bool) -> None:
+    ctx.ensure_object(dict)
+    ctx.obj["json"] = ctx.obj.get("json") or as_json
+
+
+@click.group(cls=_Group, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and subprocess output on errors.")
+@click.version_option(__version__, prog_name="lockbuild")
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
+    """Build signed, hashed, reproducible bundles of inference engines, and install them offline.
+
+    \b
+    Builder (online):   lockbuild lock | fetch | build | sign
+    Node (air-gapped):  lockbuild verify | inspect | install | list | remove | doctor
+    Keys:               lockbuild keygen
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+
+
+# ---------------------------------------------------------------------------------------- builder
+build_option = click.option(
+    "--build", "build_spec", metavar="VARIANT|VERSION-VARIANT", help="Only this build of the recipe (default: all)."
+)
+jobs_option = click.option("--jobs", default=8, show_default=True, help="Files downloaded at once.")
+
+
+def _atomic_dir(out: Path, name: str) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=out)), out / name
+
+
+def _commit_dir(tmp: Path, final: Path) -> None:
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def _lock_json(plan: Any) -> dict[str, Any]:
+    return {
+        "engine": plan.recipe.engine.name, "build": plan.build.id, "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": plan.build.python, "platform": plan.build.platform, "lock_format": plan.lock.format,
+        "packages": [{"name": f.name, "version": f.version, "file": f.filename, "sha256": f.sha256, "size": f.size,
+                      "url": f.url, "origin": f.origin} for f in plan.lock.files],
+        "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
+    }  # fmt: skip
+
+
+@main.command(epilog="Example: lockbuild lock bundles/vllm.toml --build cu128 --out locks/")
+@click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
+@build_option
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the locks.")
+@json_option
+@click.pass_context
+def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as_json: bool) -> None:
+    """Resolve a recipe's builds into hashed locks, as the index stood at each build's cut-off.
+
+    Writes OUT/VERSION-VARIANT/ with requirements.txt (or pylock.toml for builds with a second index)
+    and recipe.toml with as-of filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
+    """
+    _setup(ctx, as_json)
+    from lockbuild.builder.session import session
+    from lockbuild.recipe import load_recipe
+
+    r = load_recipe(recipe)
+    results = []
+    with session(progress=_progress(ctx)) as s:
+        plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
+    for plan in plans:
+        tmp, final = _atomic_dir(out, plan.build.id)
+        try:
+            (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
+            (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
+            _commit_dir(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        results.append(_lock_json(plan))
+    text = "\n".join(
+        f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
+        f"-> {out / res['build'] / res['lock_format']}"
+        for res in results
+    )
+    _emit(ctx, {"locks": results}, text)
+
+
+@main.command(epilog="Example: lockbuild fetch bundles/demo.toml --out fetched/")
+@click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
+@build_option
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the files.")
+@jobs_option
+@json_option
+@click.pass_context
+def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, jobs: int, as_json: bool) -> None:
+    """Lock, then download and verify every file a build needs (no bundle), for inspection.
+
+    Files come through the content-addressed cache (LOCKBUILD_CACHE_DIR); each is checked against its
+    sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
+    """
+    _setup(ctx, as_json)
+    from lockbuild.builder.session import place, session
+    from lockbuild.recipe import load_recipe
+
+    r = load_recipe(recipe)
+    results = []
+    with session(progress=_progress(ctx), jobs=jobs) as s:
+        for b in r.select(build_spec):
+            plan = s.planner.plan(r, b)
+            paths, report = s.fetch(plan)
+            tmp, final = _atomic_dir(out, b.id)
+            try:
+                (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
+                (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
+                for f in plan.lock.files:
+                    place(paths[f.sha256], tmp / f.bundle_path)
+                for e in plan.extras:
+                    place(paths[e.sha256], tmp / e.path)
+                _commit_dir(tmp, final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            results.append({**_lock_json(plan), "files": len(report.files), "cached": report.cached,
+                            "downloaded_bytes": report.downloaded_bytes, "seconds": round(report.seconds, 3)})  # fmt: skip
+    text = "\n".join(f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> "
+                     f"{out / x['build']}" for x in results)  # fmt: skip
+    _emit(ctx, {"fetches": results}, text)
+
+
+def _expires(value: str | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"expected a time such as 2027-01-01T00:00:00Z, found {value!r}") from None
+    if t.tzinfo is None:
+        raise click.BadParameter("expected a time with a zone, e.g. 2027-01-01T00:00:00Z")
+    return t
+
+
+@main.command(epilog="Example: lockbuild build bundles/demo.toml --key release.key --out dist/")
+@click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
+@build_option
+@click.option("--key", type=click.Path(path_type=Path, dir_okay=False), required=True, help="minisign secret key.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for bundles.")
+@click.option("--expires", help="Signed expiry of the signature (RFC 3339); nodes refuse the bundle after it.")
+@click.option("--threads", type=int, default=None, help="zstd workers (output is identical for any number).")
+@jobs_option
+@json_option
+@click.pass_context
+def build(
+    ctx: click.Context, recipe: Path, build_spec: str | None, key: Path, out: Path, expires: str | None,
+    threads: int | None, jobs: int, as_json: bool,
+) -> None:  # fmt: skip
+    """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
+
+    The bundle is bit-for-bit reproducible: the same recipe gives the same bytes on any machine. If any
+    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt.
+    """
+    _setup(ctx, as_json)
+    from lockbuild.builder.pack import pack
+    from lockbuild.builder.session import session
+    from lockbuild.recipe import load_recipe
+    from lockbuild.signing import read_secret_key
+
+    r = load_recipe(recipe)
+    builds = r.select(build_spec)
+    secret = read_secret_key(key, _password())
+    when = _expires(expires)
+    progress = _progress(ctx)
+    results = []
+    with session(progress=progress, jobs=jobs) as s:
+        for b in builds:
+            plan = s.planner.plan(r, b)
+            paths, report = s.fetch(plan)
+            packed = pack(plan, paths, out, key=secret, uv_version=plan.uv_version, expires=when, threads=threads,
+                          progress=progress)  # fmt: skip
+            results.append({"bundle": str(packed.bundle), "signature": str(packed.signature), "sha256": packed.sha256,
+                            "size": packed.size, "members": len(packed.manifest.members), "signer": secret.key_id_hex,
+                            "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ")})  # fmt: skip
+    text = "\n".join(f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members']} files)\n  sha256 {x['sha256']}\n"
+                     f"  signed by {x['signer']} -> {x['signature']}" for x in results)  # fmt: skip
+    _emit(ctx, {"bundles": results}, text)
+
+
+@main.command(epilog="Example: lockbuild sign dist/demo-1.0-cpu-x86_64-manylinux_2_28.lbz --key second.key")
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--key", type=click.Path(path_type=Path, dir_okay=False), required=True, help="minisign secret key.")
+@click.option("--expires", help="Signed expiry of this signature (RFC 3339).")
+@json_option
+@click.pass_context
+def sign(ctx: click.Context, bundle: Path, key: Path, expires: str | None, as_json: bool) -> None:
+    """Add a signature to a bundle (appended to BUNDLE.minisig; the first stays minisign-verifiable)."""
+    _setup(ctx, as_json)
+    from lockbuild.builder.pack import signature_block
+    from lockbuild.bundle.read import read_head
+    from lockbuild.signing import parse_signatures, read_secret_key
+    from lockbuild.trust import signature_path
+
+    secret = read_secret_key(key, _password())
+    manifest, _ = read_head(bundle)
+    sig_path = signature_path(bundle)
+    existing = sig_path.read_text(encoding="utf-8") if sig_path.exists() else ""
+    if existing:
+        for s in parse_signatures(existing, source=str(sig_path)):
+            if s.key_id == secret.key_id:
+                raise SignatureError(f"{sig_path} already holds a signature by key {secret.key_id_hex}.")
+    block = signature_block(secret, bundle, manifest, expires=_expires(expires))
+    tmp = sig_path.with_name(sig_path.name + ".partial")
+    tmp.write_text(existing + block, encoding="utf-8")
+    os.replace(tmp, sig_path)
+    _emit(ctx, {"signature": str(sig_path), "signer": secret.key_id_hex},
+          f"signed {bundle.name} with key {secret.key_id_hex} -> {sig_path}")  # fmt: skip
+
+
+@main.command(epilog="Example: lockbuild keygen keys/release  (writes keys/release.key and keys/release.pub)")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--no-password", is_flag=True, help="Write the secret key unencrypted (for CI signers with a vault).")
+@json_option
+@click.pass_context
+def keygen(ctx: click.Context, path: Path, no_password: bool, as_json: bool) -> None:
+    """Write a minisign-compatible key pair: PATH.key (mode 0600) and PATH.pub."""
+    _setup(ctx, as_json)
+    from lockbuild.signing import read_public_key, write_keypair
+
+    password = None
+    if not no_password:
+        password = os.environ.get("LOCKBUILD_KEY_PASSWORD")
+        if password is None:
+            if not sys.stdin.isatty():
+                raise SignatureError("no terminal to ask for a passphrase.",
+                                     tip="Set LOCKBUILD_KEY_PASSWORD, or pass --no-password.")  # fmt: skip
+            password = str(click.prompt("Passphrase for the new key", hide_input=True, confirmation_prompt=True))
+    secret_path, public_path = write_keypair(path, password=password)
+    pub = read_public_key(public_path)
+    _emit(ctx, {"secret_key": str(secret_path), "public_key": str(public_path), "key_id": pub.key_id_hex},
+          f"wrote {secret_path} (keep it secret) and {public_path} (key id {pub.key_id_hex})")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- node
+trust_option = click.option(
+    "--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
+    help="Directory of trusted .pub keys (default: LOCKBUILD_TRUST_DIR, then /etc/lockbuild/keys).",
+)  # fmt: skip
+threshold_option = click.option("--threshold", type=click.IntRange(min=1), help="Distinct trusted signatures required.")
+
+
+@main.command(epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@trust_option
+@threshold_option
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, as_json: bool) -> None:
+    """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold."""
+    _setup(ctx, as_json)
+    from lockbuild.bundle.read import read_bundle, read_head
+    from lockbuild.install.installer import check_signed_metadata
+    from lockbuild.trust import load_trust, verify_file
+
+    trust, policy = load_trust(trust_dir)
+    verified = verify_file(bundle, trust=trust, policy=policy, threshold=threshold)
+    manifest, _ = read_head(bundle)
+    check_signed_metadata(verified, manifest)
+    read_bundle(bundle, progress=_progress(ctx), expect_sha256=verified.digests.sha256)
+    signers = [k.key_id_hex for k in verified.signers]
+    _emit(ctx, {"bundle": str(bundle), "sha256": verified.digests.sha256, "signers": signers,
+                "members": len(manifest.members)},
+          f"OK {bundle.name}: signed by {', '.join(signers)}; {len(manifest.members)} members match the manifest")  # fmt: skip
+
+
+@main.command(epilog="Example: lockbuild inspect demo.lbz --json")
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@json_option
+@click.pass_context
+def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
+    """Show a bundle's engine, build, target, as-of, signers and file table (signatures NOT checked)."""
+    _setup(ctx, as_json)
+    from lockbuild.bundle.read import read_head
+    from lockbuild.errors import SignatureError as SigErr
+    from lockbuild.trust import read_signatures, signature_path
+
+    manifest, _ = read_head(bundle)
+    try:
+        sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment}
+                for s in read_signatures(signature_path(bundle))]  # fmt: skip
+    except SigErr:
+        sigs = []
+    data = {
+        "engine": manifest.engine, "version": manifest.version, "variant": manifest.variant,
+        "python": manifest.python, "platform": manifest.platform,
+        "as_of": manifest.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"), "serial": manifest.serial,
+        "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
+        "signatures": sigs, "unpacked_size": manifest.unpacked_size,
+        "files": [{"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin}
+                  for m in manifest.members],
+    }  # fmt: skip
+    lines = [
+        f"{manifest.engine} {manifest.version} ({manifest.variant}) for Python {manifest.python} on {manifest.platform}",
+        f"as of {data['as_of']}, built by lockbuild {manifest.lockbuild_version} with uv {manifest.uv_version}",
+        f"signatures (not checked here; use verify): {', '.join(s['key_id'] for s in sigs) or 'none'}",
+        f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
+    ]
+    lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]
+    _emit(ctx, data, "\n".join(lines))
+
+
+@main.command(epilog="Example: lockbuild install demo.lbz --root /opt/engines --trust /etc/lockbuild/keys")
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False), required=True, help="Where engines live.")
+@trust_option
+@threshold_option
+@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
+@click.option("--gpu-check", type=click.Choice(["auto", "require", "skip"]), default="auto", show_default=True,
+              help="Run the GPU probe: auto = only where an NVIDIA driver is present.")  # fmt: skip
+@click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
+@click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
+@click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@json_option
+@click.pass_context
+def install(
+    ctx: click.Context, bundle: Path, root: Path, trust_dir: Path | None, threshold: int | None,
+    python: Path | None, gpu_check: str, force: bool, allow_downgrade: bool, wait: float, as_json: bool,
+) -> None:  # fmt: skip
+    """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
+
+    Signatures are checked before anything is unpacked; every file is checked against the manifest;
+    the environment is built under a .partial name with the bundled uv (no index, --require-hashes),
+    the engine's verify command and GPU probe run, and only then is it swapped into place. A failure
+    leaves the previous install untouched.
+    """
+    _setup(ctx, as_json)
+    from lockbuild.install.installer import InstallOptions, Installer
+
+    opts = InstallOptions(root=root, trust_dir=trust_dir, python=python, gpu_check=gpu_check,  # type: ignore[arg-type]
+                          force=force, allow_downgrade=allow_downgrade, threshold=threshold, wait=wait)  # fmt: skip
+    result = Installer(opts, progress=_progress(ctx)).install(bundle)
+    verb = "installed" if result.status == "installed" else "already installed"
+    _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
+
+
+@main.command("list", epilog="Example: lockbuild list --root /opt/engines --json")
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False), required=True, help="Where engines live.")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
+    """List installed engines with version, variant, installed time and bundle digest."""
+    _setup(ctx, as_json)
+    from lockbuild.install.marker import list_installed
+
+    rows = list_installed(root)
+    data = [{"path": str(p), **m.to_json()} for p, m in rows]
+    text = "\n".join(f"{m.engine:<16} {m.version}-{m.variant:<12} installed {m.installed}  "
+                     f"sha256 {m.bundle_sha256[:16]}…  {p}" for p, m in rows) or f"no engines under {root}"  # fmt: skip
+    _emit(ctx, {"installed": data}, text)
+
+
+@main.command(epilog="Example: lockbuild remove vllm 0.11.0-cu128 --root /opt/engines")
+@click.argument("engine")
+@click.argument("build_id", metavar="VERSION-VARIANT")
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False), required=True, help="Where engines live.")
+@click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@json_option
+@click.pass_context
+def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: float, as_json: bool) -> None:
+    """Remove an installed engine environment."""
+    _setup(ctx, as_json)
+    from lockbuild.install.installer import remove as do_remove
+
+    path = do_remove(root, engine, build_id, wait=wait)
+    _emit(ctx, {"removed": str(path)}, f"removed {path}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

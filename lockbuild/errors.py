@@ -1,0 +1,64 @@
+"""The one exception family lockbuild raises.
+
+Every error carries a message for a person: what was expected, what was found, and
+(in ``tip``) what to do about it. The CLI prints ``ERROR <message>`` and ``TIP <tip>``
+and exits with the class's ``exit_code``; library code never prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class LockbuildError(Exception):
+    """Root of every error lockbuild raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, tip: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tip = tip
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RecipeError(LockbuildError):
+    """A recipe is malformed; ``problems`` lists every one found."""
+
+    def __init__(self, message: str, *, problems: tuple[str, ...] = (), tip: str | None = None) -> None:
+        super().__init__(message, tip=tip)
+        self.problems = problems
+
+
+class RemoteError(LockbuildError):
+    """The package index or the release API answered something unusable."""
+
+
+class ResolveError(LockbuildError):
+    """uv could not resolve the requirements, or its lock broke a rule."""
+
+
+class FetchError(LockbuildError):
+    """A download failed after its retries."""
+
+
+class IntegrityError(LockbuildError):
+    """Bytes do not match the digest, size or layout they were promised to have."""
+
+    exit_code = 4
+
+
+class SignatureError(LockbuildError):
+    """A signature is missing, malformed, untrusted, or does not meet the policy."""
+
+    exit_code = 3
+
+
+class InstallError(LockbuildError):
+    """The installer could not place the environment; the previous one is untouched."""
+
+
+class BusyError(InstallError):
+    """Another installer holds the engine's lock."""
+
+    exit_code = 5

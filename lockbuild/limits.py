@@ -1,0 +1,19 @@
+"""Resource bounds for reading untrusted bundles and archives, as named settings with safe defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_member: int = 32 << 30  # the largest single file (the largest CUDA wheels are ~1 GB)
+    max_bundle: int = 256 << 30  # the most bytes a bundle may unpack to
+    max_members: int = 100_000  # the most files a bundle may hold
+    zstd_window: int = 1 << 27  # the largest zstd window accepted, in bytes (128 MiB)
+    max_path: int = 255  # the longest member path, in bytes
+    max_manifest: int = 16 << 20  # bundle.toml's largest size
+    max_signature_file: int = 64 << 10
+
+
+DEFAULT_LIMITS = Limits()

@@ -1,0 +1,267 @@
+"""The lock model: exactly which file of each package a node installs, from where, with which digest.
+
+Pure logic: uv's output text and index listings in, frozen records out. The builder fetches and
+bundles exactly ``Lock.files``; the bundle carries the lock rewritten to point at bundled files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.utils import canonicalize_name
+
+from lockbuild.errors import ResolveError
+from lockbuild.target import Target
+
+Origin = Literal["primary", "second", "direct"]
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class LockedFile:
+    """One file the node installs."""
+
+    name: str
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int | None
+    origin: Origin
+
+    @property
+    def kind(self) -> Literal["wheel", "sdist"]:
+        return "wheel" if self.filename.endswith(".whl") else "sdist"
+
+    @property
+    def bundle_path(self) -> str:
+        return f"{'wheels' if self.kind == 'wheel' else 'sdists'}/{self.filename}"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One line of a hashed requirements lock: a version and the digests allowed for it."""
+
+    name: str
+    version: str
+    hashes: frozenset[str]
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file an index offers for a package."""
+
+    filename: str
+    url: str
+    sha256: str | None
+    size: int | None
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The resolved lock of one build: uv's text, its format, and the exact file set."""
+
+    format: Literal["requirements.txt", "pylock.toml"]
+    text: str
+    files: tuple[LockedFile, ...]
+    as_of: dt.datetime
+
+    @property
+    def filename(self) -> str:
+        return self.format
+
+
+def safe_filename(name: str, *, what: str) -> str:
+    """A distribution file name that can be a bundle member; ResolveError otherwise."""
+    if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name or len(name) > 255:
+        raise ResolveError(f"{what}: expected a plain file name, found {name[:80]!r}.")
+    return name
+
+
+def parse_requirements_lock(text: str) -> tuple[Pin, ...]:
+    """Read ``uv pip compile --generate-hashes`` output; every entry must be pinned and hashed."""
+    logical: list[str] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0] if not raw.lstrip().startswith("--hash") else raw
+        line = line.strip()
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        if buf.strip():
+            logical.append(buf.strip())
+        buf = ""
+    if buf.strip():
+        logical.append(buf.strip())
+    pins: list[Pin] = []
+    for entry in logical:
+        tokens = entry.split()
+        hashes = {t.split(":", 1)[1].lower() for t in tokens if t.startswith("--hash=sha256:")}
+        others = [t for t in tokens if t.startswith("--") and not t.startswith("--hash=")]
+        if others:
+            raise ResolveError(f"the lock has an option lockbuild does not allow: {others[0]!r}.")
+        if any(not _SHA256.match(h) for h in hashes):
+            raise ResolveError(f"the lock has a malformed sha256 in {entry[:80]!r}.")
+        head = " ".join(t for t in tokens if not t.startswith("--"))
+        if not hashes:
+            raise ResolveError(
+                f"the lock pins {head!r} without a hash; expected every entry to carry --hash=sha256:...",
+                tip="Resolve with --generate-hashes.",
+            )
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;]+)(?:\s*;.*)?", head)
+        if m:
+            pins.append(Pin(canonicalize_name(m[1]), m[2], frozenset(hashes)))
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*@\s*(\S+)", head)
+        if m:
+            url = m[2].split("#", 1)[0]
+            pins.append(Pin(canonicalize_name(m[1]), "", frozenset(hashes), url))
+            continue
+        raise ResolveError(
+            f"the lock has an entry that is not pinned with == : {head[:80]!r}; expected NAME==VERSION.",
+        )
+    names = [p.name for p in pins]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ResolveError(f"the lock names {', '.join(dupes)} more than once; expected one pin per package.")
+    return tuple(pins)
+
+
+def choose_file(pin: Pin, candidates: Iterable[Candidate], target: Target, *, origin: Origin) -> LockedFile:
+    """The one file of ``pin`` the node installs: the best wheel for its tags, else the sdist.
+
+    Only files whose sha256 the lock allows are considered, and each must have a sha256 from the index.
+    """
+    allowed = [c for c in candidates if c.sha256 is not None and c.sha256 in pin.hashes]
+    ranked: list[tuple[int, str, Candidate]] = []
+    sdists: list[Candidate] = []
+    for c in allowed:
+        if c.filename.endswith(".whl"):
+            rank = target.wheel_rank(c.filename)
+            if rank is not None:
+                ranked.append((rank, c.filename, c))
+        elif c.filename.endswith((".tar.gz", ".zip")):
+            sdists.append(c)
+    if ranked:
+        best = min(ranked)[2]
+    elif sdists:
+        best = sorted(sdists, key=lambda c: c.filename)[0]
+    else:
+        raise ResolveError(
+            f"no file of {pin.name}=={pin.version} fits Python {target.python} on {target.platform}: "
+            f"the index offers {len(allowed)} file(s) with the locked hashes and none is a compatible wheel or sdist.",
+            tip="Check the build's python and platform, or pick a version that publishes a matching wheel.",
+        )
+    assert best.sha256 is not None
+    return LockedFile(
+        name=pin.name,
+        version=pin.version,
+        filename=safe_filename(best.filename, what=f"{pin.name}=={pin.version}"),
+        url=best.url,
+        sha256=best.sha256,
+        size=best.size,
+        origin=origin,
+    )
+
+
+def _hash_of(entry: Mapping[str, Any], what: str) -> str:
+    hashes = entry.get("hashes")
+    sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+    if not isinstance(sha, str) or not _SHA256.match(sha.lower()):
+        raise ResolveError(f"the pylock entry for {what} has no sha256; expected hashes = {{ sha256 = ... }}.")
+    return sha.lower()
+
+
+def _name_of(entry: Mapping[str, Any], what: str) -> str:
+    name = entry.get("name")
+    if not isinstance(name, str):
+        url = entry.get("url")
+        if not isinstance(url, str):
+            raise ResolveError(f"the pylock entry for {what} has neither a name nor a url.")
+        name = unquote(PurePosixPath(urlsplit(url).path).name)
+    return safe_filename(name, what=what)
+
+
+def parse_pylock(text: str, target: Target) -> tuple[Pin, ...]:
+    """The pins of a PEP 751 lock that apply to the target: each package's version and allowed hashes."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ResolveError(f"uv wrote a pylock.toml lockbuild cannot read: {exc}") from None
+    packages = data.get("packages")
+    if not isinstance(packages, list):
+        raise ResolveError("the pylock.toml has no [[packages]].")
+    env = target.marker_environment()
+    out: list[Pin] = []
+    for pkg in packages:
+        if not isinstance(pkg, dict):
+            raise ResolveError("the pylock.toml has a package entry that is not a table.")
+        name = canonicalize_name(str(pkg.get("name", "")))
+        version = str(pkg.get("version", ""))
+        what = f"{name}=={version}"
+        marker = pkg.get("marker")
+        if isinstance(marker, str):
+            try:
+                if not Marker(marker).evaluate(env):
+                    continue
+            except InvalidMarker:
+                raise ResolveError(f"the pylock entry for {what} has an invalid marker {marker!r}.") from None
+        hashes: set[str] = set()
+        entries = [w for w in pkg.get("wheels", []) or [] if isinstance(w, dict)]
+        for key in ("sdist", "archive"):
+            if isinstance(pkg.get(key), dict):
+                entries.append(pkg[key])
+        for entry in entries:
+            _name_of(entry, what)
+            hashes.add(_hash_of(entry, what))
+        if not hashes:
+            raise ResolveError(f"the pylock entry for {what} names no wheel, sdist or archive with a hash.")
+        archive = pkg.get("archive")
+        url = str(archive.get("url")) if isinstance(archive, dict) and archive.get("url") else None
+        out.append(Pin(name, version, frozenset(hashes), url))
+    return tuple(out)
+
+
+def bundle_requirements(files: Sequence[LockedFile]) -> str:
+    """The lock the installer uses: each package pinned to the one bundled file's sha256."""
+    lines = ["# Installed by lockbuild with: uv pip install --offline --no-index --require-hashes"]
+    lines.append("#   --find-links wheels --find-links sdists -r lock/requirements.txt")
+    for f in sorted(files, key=lambda f: f.name):
+        lines.append(f"{f.name}=={f.version} \\\n    --hash=sha256:{f.sha256}")
+        lines.append(f"    # {f.bundle_path}")
+    return "\n".join(lines) + "\n"
+
+
+def bundle_pylock(files: Sequence[LockedFile], target: Target) -> str:
+    """A PEP 751 lock of the bundled files, each a path relative to lock/."""
+    q = json.dumps
+    out = [
+        'lock-version = "1.0"',
+        'created-by = "lockbuild"',
+        f"requires-python = {q('==' + target.python + '.*')}",
+        "",
+    ]
+    for f in sorted(files, key=lambda f: f.name):
+        out.append("[[packages]]")
+        out.append(f"name = {q(f.name)}")
+        if f.version:
+            out.append(f"version = {q(f.version)}")
+        size = f"size = {f.size}, " if f.size is not None else ""
+        entry = f"{{ name = {q(f.filename)}, path = {q('../' + f.bundle_path)}, {size}hashes = {{ sha256 = {q(f.sha256)} }} }}"
+        if f.kind == "wheel":
+            out.append(f"wheels = [{entry}]")
+        else:
+            out.append(f"sdist = {entry}")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,153 @@
+"""Shared fixtures: local index/release servers on 127.0.0.1, a toy engine, keys and a trust dir."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from servers import FakeServer, make_wheel  # noqa: E402
+
+from lockbuild.signing import write_keypair  # noqa: E402
+from lockbuild.uvtool import uv_binary, uv_version  # noqa: E402
+
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+PLATFORM = "x86_64-manylinux_2_28"
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+def day(n: int) -> dt.datetime:
+    return T0 + dt.timedelta(days=n - 1)
+
+
+def uv_wheel() -> tuple[str, bytes]:
+    """A wheel carrying this machine's uv binary, shaped like the uv wheels on PyPI."""
+    version = uv_version(uv_binary())
+    filename = f"uv-{version}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        zi = zipfile.ZipInfo(f"uv-{version}.data/scripts/uv", (2020, 1, 1, 0, 0, 0))
+        zi.external_attr = 0o755 << 16
+        z.writestr(zi, Path(uv_binary()).read_bytes())
+        z.writestr(f"uv-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: uv\nVersion: {version}\n")
+    return filename, buf.getvalue()
+
+
+ENGINE_MODULE = '''\
+import sys
+
+__version__ = "{version}"
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--version"]:
+        print("toyengine", __version__)
+        return
+    if sys.argv[1:] == ["--fail"]:
+        raise SystemExit(3)
+    print("toyengine serving")
+'''
+
+
+def publish_toy(server: FakeServer) -> None:
+    """toyengine 1.0 (published day 5) needs toydep; toydep 2.0 appears on day 20, after the cut-off."""
+    server.publish(*uv_wheel(), uploaded=day(1))
+    server.publish(*make_wheel("toydep", "1.0"), uploaded=day(1))
+    server.publish(*make_wheel("toydep", "2.0"), uploaded=day(20))
+    for version, when in (("1.0", day(5)), ("1.1", day(30))):
+        server.publish(
+            *make_wheel(
+                "toyengine",
+                version,
+                deps=("toydep",),
+                modules={"toyengine/__init__.py": ENGINE_MODULE.format(version=version)},
+                scripts={"toyengine": "toyengine:main"},
+            ),
+            uploaded=when,
+        )
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[FakeServer]:
+    s = FakeServer()
+    publish_toy(s)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def lockbuild_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test reaches a public host: every address points at 127.0.0.1 or nowhere."""
+    monkeypatch.setenv("LOCKBUILD_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("LOCKBUILD_GITHUB_API", "http://127.0.0.1:9/api")
+    monkeypatch.setenv("LOCKBUILD_GITHUB_DOWNLOAD", "http://127.0.0.1:9/gh")
+    monkeypatch.setenv("LOCKBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LOCKBUILD_TRUST_DIR", raising=False)
+    monkeypatch.delenv("LOCKBUILD_KEY_PASSWORD", raising=False)
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+
+
+@pytest.fixture
+def env(server: FakeServer, monkeypatch: pytest.MonkeyPatch, shared_cache: Path) -> FakeServer:
+    monkeypatch.setenv("LOCKBUILD_INDEX_URL", server.index_url())
+    monkeypatch.setenv("LOCKBUILD_GITHUB_API", server.github_api)
+    monkeypatch.setenv("LOCKBUILD_GITHUB_DOWNLOAD", server.github_download)
+    return server
+
+
+@dataclass(frozen=True)
+class Keys:
+    secret: Path
+    public: Path
+    trust: Path
+
+
+def make_keys(base: Path, name: str = "release") -> Keys:
+    base.mkdir(parents=True, exist_ok=True)
+    secret, public = write_keypair(base / name, password=None)
+    trust = base / f"trust-{name}"
+    trust.mkdir()
+    (trust / public.name).write_bytes(public.read_bytes())
+    return Keys(secret, public, trust)
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+    return make_keys(tmp_path_factory.mktemp("keys"))
+
+
+TOY_RECIPE = f'''\
+[engine]
+name = "toyengine"
+pypi = "toyengine"
+binary = "toyengine"
+verify = ["toyengine", "--version"]
+gpu-probe = "torch"
+
+[[builds]]
+version = "1.0"
+variant = "cpu"
+python = "{PY}"
+platform = "{PLATFORM}"
+requirements = ["toyengine==1.0"]
+'''
+
+
+@pytest.fixture
+def toy_recipe(tmp_path: Path) -> Path:
+    p = tmp_path / "toyengine.toml"
+    p.write_text(TOY_RECIPE)
+    return p

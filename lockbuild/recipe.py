@@ -28,6 +28,10 @@ MAX_STRING = 4096
 MAX_LIST = 1000
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_PROJECT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
+_ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip", ".tar")
+_SHOWN = 80
+_COMMENT = re.compile(r"(^|\s)#.*$")
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$")
@@ -148,12 +152,16 @@ class Recipe:
         """This recipe with only ``build`` in it and its ``as-of`` filled in (comments kept)."""
         doc = tomlkit.parse(self.text)
         builds = doc["builds"]
-        assert isinstance(builds, tomlkit.items.AoT)
         keep = builds[build.position]
         keep["as-of"] = as_of.astimezone(dt.UTC)
-        new = tomlkit.aot()
-        new.append(keep)
-        doc["builds"] = new
+        if isinstance(builds, tomlkit.items.AoT):
+            new = tomlkit.aot()
+            new.append(keep)
+            doc["builds"] = new
+        else:  # builds = [ { ... }, ... ], an inline array of tables
+            for i in range(len(builds) - 1, -1, -1):
+                if i != build.position:
+                    del builds[i]
         return tomlkit.dumps(doc)
 
 
@@ -173,12 +181,19 @@ class _Problems:
     def raise_if_any(self) -> None:
         if self.items:
             n = len(self.items)
-            listing = "\n".join(f"  - {p}" for p in self.items)
+            listing = _listing(self.items)
             raise RecipeError(
                 f"{self.path}: {n} problem{'s' if n > 1 else ''} in the recipe:\n{listing}",
                 problems=tuple(self.items),
                 tip="Fix each key listed; docs/release-engineers.md describes every recipe key.",
             )
+
+
+def _listing(items: list[str], most: int = 50) -> str:
+    lines = [f"  - {x}" for x in items[:most]]
+    if len(items) > most:
+        lines.append(f"  ... and {len(items) - most} more")
+    return "\n".join(lines)
 
 
 def _describe(value: object) -> str:
@@ -210,7 +225,8 @@ class _Table:
                 self.p.add(self.key(key), f"unknown key{hint}")
 
     def key(self, name: str) -> str:
-        return f"{self.where}.{name}" if self.where else name
+        shown = name if len(name) <= _SHOWN else name[: _SHOWN - 3] + "..."
+        return f"{self.where}.{shown}" if self.where else shown
 
     def get(self, name: str, kind: type[T], expected: str, *, required: bool = True) -> T | None:
         if name not in self.data:
@@ -227,7 +243,12 @@ class _Table:
         return value
 
     def string(
-        self, name: str, expected: str = "a string", *, required: bool = True, check: Callable[[str], bool] | None = None
+        self,
+        name: str,
+        expected: str = "a string",
+        *,
+        required: bool = True,
+        check: Callable[[str], bool] | None = None,
     ) -> str | None:
         value = self.get(name, str, expected, required=required)
         if value is not None and check is not None and not check(value):
@@ -264,16 +285,26 @@ def _plain_name(value: str) -> bool:
 
 
 def _https_url(value: str) -> bool:
-    return value.startswith(("https://", "http://")) and " " not in value
+    return value.startswith(("https://", "http://")) and not any(c.isspace() or ord(c) < 32 for c in value)
+
+
+def _project(value: str) -> bool:
+    return bool(_PROJECT.match(value))
 
 
 def _requirement(value: str) -> Requirement | str:
+    """A plain requirement (name, extras, specifier, marker), or why the text is not one."""
+    if any(ord(c) < 32 and c != "\t" for c in value):
+        return "expected one requirement on one line, found a control character or line break"
     try:
         req = Requirement(value)
     except InvalidRequirement as exc:
-        return f"not a valid requirement ({exc})"
+        first = str(exc).splitlines()[0] if str(exc) else "cannot parse"
+        return f"not a valid requirement ({first})"
     if req.url:
         return "a direct URL (name @ url) would install what the lock never saw; use the `wheel` key"
+    if req.name.lower().endswith(_ARCHIVE_SUFFIXES):
+        return "uv reads a name ending in an archive suffix as a local file path; name the project instead"
     return req
 
 
@@ -312,10 +343,10 @@ _BUILD_KEYS = (
 def _engine(data: Mapping[str, Any], p: _Problems) -> Engine | None:
     t = _Table(data, "engine", p, _ENGINE_KEYS)
     name = t.string("name", "a lower-case name of letters, digits, '.', '_' or '-'", check=_plain_name)
-    pypi = t.string("pypi", "a PyPI project name")
+    pypi = t.string("pypi", "a PyPI project name", check=_project)
     repo = t.string("repo", "OWNER/NAME of a GitHub repository", required=False, check=lambda v: bool(_REPO.match(v)))
     binary = t.string("binary", "a file name in the environment's bin/", check=_plain_name_or_file)
-    verify = t.strings("verify", "a command as a list of strings, e.g. [\"vllm\", \"--version\"]")
+    verify = t.strings("verify", 'a command as a list of strings, e.g. ["vllm", "--version"]')
     if verify is not None and not verify:
         p.add("engine.verify", "expected a command of at least one word, found an empty list")
     probe = t.string("gpu-probe", '"torch", "none", or a relative path to a .py file', required=False)
@@ -347,6 +378,9 @@ def _build(data: Mapping[str, Any], i: int, p: _Problems) -> Build | None:
             p.add(f"{where}.platform", str(exc))
     reqs = t.strings("requirements", "a list of requirement strings")
     parsed: list[Requirement] = []
+    if reqs is not None and not reqs:
+        p.add(f"{where}.requirements", "expected at least one requirement, found an empty list")
+        reqs = None
     if reqs is not None:
         for j, r in enumerate(reqs):
             got = _requirement(r)
@@ -382,7 +416,10 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: _Problems) -> GpuRequire
         else:
             capability = (int(m[1]), int(m[2]))
     driver = t.string(
-        "min-driver", 'a driver version such as "580" or "570.86"', required=False, check=lambda v: bool(_DRIVER.match(v))
+        "min-driver",
+        'a driver version such as "580" or "570.86"',
+        required=False,
+        check=lambda v: bool(_DRIVER.match(v)),
     )
     return GpuRequirement(capability, driver)
 
@@ -395,21 +432,25 @@ def _index(data: Mapping[str, Any] | None, where: str, p: _Problems, reqs: list[
     packages = t.strings("packages", "a list of package names")
     if packages is not None and not packages:
         p.add(f"{where}.packages", "expected at least one package; a second index serves only the packages it names")
+    if packages is not None:
+        bad = [n for n in packages if not _project(n)]
+        if bad:
+            p.add(f"{where}.packages", f"expected package names, found {bad[0][:_SHOWN]!r}")
+            packages = None
     if url is None or packages is None:
         return None
-    by_name = {canonicalize_name(r.name): r for r in reqs}
     for name in packages:
-        req = by_name.get(canonicalize_name(name))
-        if req is None:
+        named = [r for r in reqs if canonicalize_name(r.name) == canonicalize_name(name)]
+        if not named:
             p.add(
                 f"{where}.packages",
                 f"{name!r} comes from the second index but is not in requirements; add it pinned, e.g. '{name}==X.Y.Z'",
             )
-        elif _pinned_version(req) is None:
+        elif all(_pinned_version(r) is None for r in named):
             p.add(
                 f"{where}.packages",
                 f"{name!r} comes from the second index, which publishes no upload times, so the cut-off cannot "
-                f"hold it back: it must be pinned with == in requirements, found {str(req)!r}",
+                f"hold it back: it must be pinned with == in requirements, found {str(named[0])!r}",
             )
     return SecondIndex(url.rstrip("/"), tuple(canonicalize_name(n) for n in packages))
 
@@ -437,7 +478,7 @@ def _wheel(data: Mapping[str, Any] | None, where: str, p: _Problems) -> ReleaseW
     tag = t.string("tag", "a release tag")
     prefix = t.string("prefix", "the start of the wheel's file name")
     suffix = t.string("suffix", "the end of the wheel's file name, ending in .whl", check=lambda v: v.endswith(".whl"))
-    project = t.string("project", "the wheel's project name")
+    project = t.string("project", "the wheel's project name", check=_project)
     if None in (repo, tag, prefix, suffix, project):
         return None
     assert repo is not None and tag is not None and prefix is not None and suffix is not None and project is not None
@@ -454,7 +495,9 @@ def _assets(data: Mapping[str, Any] | None, where: str, p: _Problems) -> Assets 
     if files is not None:
         for f in files:
             if not _plain_name_or_file(f):
-                p.add(f"{where}.files", f"expected plain file names, found {f[:80]!r}")
+                p.add(f"{where}.files", f"expected plain file names, found {f[:_SHOWN]!r}")
+                files = None
+                break
     if None in (tag, dest, files):
         return None
     assert tag is not None and dest is not None and files is not None
@@ -480,7 +523,10 @@ def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:
     if builds_data is not None:
         if not builds_data:
             p.add("builds", "expected one or more [[builds]] tables, found none")
-        for i, b in enumerate(builds_data[:MAX_LIST]):
+        if len(builds_data) > MAX_LIST:
+            p.add("builds", f"expected at most {MAX_LIST} builds, found {len(builds_data)}")
+            builds_data = []
+        for i, b in enumerate(builds_data):
             if not isinstance(b, dict):
                 p.add(f"builds[{i}]", f"expected a table, found {_describe(b)}")
                 continue
@@ -521,24 +567,25 @@ def source_requirements(text: str, *, skip: tuple[str, ...], where: str) -> tupl
     problems: list[str] = []
     skipped = {canonicalize_name(s) for s in skip}
     for n, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        line = _COMMENT.sub("", raw).strip()
         if not line:
             continue
+        shown = line[:_SHOWN]
         if line.startswith("-"):
-            problems.append(f"line {n}: options such as {line.split()[0]!r} are not allowed: {line[:80]!r}")
+            problems.append(f"line {n}: options such as {line.split()[0][:_SHOWN]!r} are not allowed: {shown!r}")
             continue
-        if "://" in line or line.startswith((".", "/")):
-            problems.append(f"line {n}: URLs and paths are not allowed: {line[:80]!r}")
+        if "://" in line or line.startswith((".", "/", "~")):
+            problems.append(f"line {n}: URLs and paths are not allowed: {shown!r}")
             continue
         got = _requirement(line)
         if isinstance(got, str):
-            problems.append(f"line {n}: {got}: {line[:80]!r}")
+            problems.append(f"line {n}: {got}: {shown!r}")
             continue
         if canonicalize_name(got.name) in skipped:
             continue
         out.append(line)
     if problems:
-        listing = "\n".join(f"  - {x}" for x in problems)
+        listing = _listing(problems)
         raise RecipeError(
             f"{where}: the engine's requirements file has lines lockbuild refuses:\n{listing}",
             problems=tuple(problems),

@@ -10,9 +10,11 @@ from packaging import tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 _ARCHES = ("x86_64", "aarch64")
+# The glibc versions uv 0.13's --python-platform accepts as ARCH-manylinux_2_N.
+_GLIBC_MINORS = (17, 28, *range(31, 41))
 _FORMS = (
-    "ARCH-manylinux_2_N (e.g. x86_64-manylinux_2_28), ARCH-manylinux2014, ARCH-unknown-linux-gnu, "
-    "ARCH-musllinux_1_N or ARCH-unknown-linux-musl, with ARCH x86_64 or aarch64"
+    "ARCH-manylinux_2_N with N 17, 28 or 31 to 40 (e.g. x86_64-manylinux_2_28), ARCH-manylinux2014, "
+    "ARCH-unknown-linux-gnu or ARCH-unknown-linux-musl, with ARCH x86_64 or aarch64"
 )
 
 
@@ -26,10 +28,9 @@ class Platform:
 
     def platform_tags(self) -> list[str]:
         major, newest = self.libc_version
-        out: list[str] = []
         if self.libc == "musl":
-            out = [f"musllinux_{major}_{m}_{self.arch}" for m in range(newest, -1, -1)]
-            return out
+            return [f"musllinux_{major}_{m}_{self.arch}" for m in range(newest, -1, -1)]
+        out: list[str] = []
         oldest = 5 if self.arch == "x86_64" else 17
         legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
         for minor in range(newest, oldest - 1, -1):
@@ -40,10 +41,14 @@ class Platform:
 
 
 def parse_platform(text: str) -> Platform:
-    """Read a platform in uv's ``--python-platform`` spelling; ValueError names the accepted forms."""
+    """Read a Linux platform in uv's ``--python-platform`` spelling; ValueError names the accepted forms.
+
+    ``unknown-linux-gnu`` is manylinux_2_28 and ``unknown-linux-musl`` musllinux_1_2, as uv reads them.
+    """
+    shown = text if len(text) <= 80 else text[:77] + "..."
     m = re.fullmatch(r"(x86_64|aarch64)-(.+)", text)
     if m is None:
-        raise ValueError(f"expected a platform of the form {_FORMS}; found {text!r}")
+        raise ValueError(f"expected a platform of the form {_FORMS}; found {shown!r}")
     arch, rest = m[1], m[2]
     if rest == "manylinux2014":
         return Platform(arch, "glibc", (2, 17))
@@ -52,12 +57,9 @@ def parse_platform(text: str) -> Platform:
     if rest == "unknown-linux-musl":
         return Platform(arch, "musl", (1, 2))
     mm = re.fullmatch(r"manylinux_2_(\d{1,2})", rest)
-    if mm and 17 <= int(mm[1]) <= 40:
+    if mm and int(mm[1]) in _GLIBC_MINORS:
         return Platform(arch, "glibc", (2, int(mm[1])))
-    mu = re.fullmatch(r"musllinux_1_(\d)", rest)
-    if mu and 1 <= int(mu[1]) <= 2:
-        return Platform(arch, "musl", (1, int(mu[1])))
-    raise ValueError(f"expected a platform of the form {_FORMS}; found {text!r}")
+    raise ValueError(f"expected a platform of the form {_FORMS}; found {shown!r}")
 
 
 @dataclass(frozen=True)

@@ -226,17 +226,15 @@ class Installer:
         staged = target.with_name(target.name + STAGING_SUFFIX)
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
         try:
-            _checkpoint("extract")
             unpacked.mkdir()
             read_bundle(bundle, dest=unpacked, progress=self.progress, expect_sha256=verified.digests.sha256)
-            _checkpoint("install")
+            _checkpoint("extract")
             self._install_env(unpacked, staged, manifest, recipe.engine, build, python)
             _checkpoint("verify")
             self._verify(staged, recipe.engine, build)
             self._write_records(unpacked, staged, manifest, recipe.engine, build, verified, signers)
-            _checkpoint("swap")
             self.progress.phase(f"swapping {target.name} into place")
-            swap_into_place(staged, target)
+            swap_into_place(staged, target, after_exchange=lambda: _checkpoint("swap"))
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
@@ -255,6 +253,7 @@ class Installer:
         p.phase(f"creating a Python {manifest.python} environment")
         _run([str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", str(staged)],
              env=env, timeout=600, what="uv venv")  # fmt: skip
+        _checkpoint("install")
         env_python = staged / "bin" / "python"
         argv = [
             str(uv), "pip", "install", "--python", str(env_python),
@@ -301,6 +300,7 @@ class Installer:
         p.phase(f"running the verify command: {' '.join(engine.verify)}")
         _run(argv, env=env, timeout=self.o.verify_timeout, what=f"the verify command ({' '.join(engine.verify)})",
              cwd=staged)  # fmt: skip
+        _checkpoint("verify")
         self._probe(staged, engine, build, env)
 
     def _probe(self, staged: Path, engine: Engine, build: Build, env: dict[str, str]) -> None:

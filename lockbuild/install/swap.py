@@ -9,7 +9,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -87,7 +87,7 @@ def _exchange(a: Path, b: Path) -> bool:
     raise InstallError(f"cannot swap {a} and {b}: {os.strerror(err)}.")
 
 
-def swap_into_place(staged: Path, target: Path) -> None:
+def swap_into_place(staged: Path, target: Path, *, after_exchange: Callable[[], None] | None = None) -> None:
     """Put ``staged`` at ``target``. At every instant ``target`` is the old or the new environment.
 
     With an existing target the two are exchanged atomically (renameat2); the old one, now under the
@@ -104,5 +104,7 @@ def swap_into_place(staged: Path, target: Path) -> None:
         os.rename(staged, target)
         staged = aside
     _fsync_dir(target.parent)
+    if after_exchange is not None:
+        after_exchange()
     if staged.exists():
         shutil.rmtree(staged, ignore_errors=True)

@@ -108,18 +108,21 @@ def parse_requirements_lock(text: str) -> tuple[Pin, ...]:
     for entry in logical:
         tokens = entry.split()
         hashes = {t.split(":", 1)[1].lower() for t in tokens if t.startswith("--hash=sha256:")}
-        others = [t for t in tokens if t.startswith("--") and not t.startswith("--hash=")]
+        others = [t for t in tokens if t.startswith("-") and not t.startswith("--hash=")]
         if others:
-            raise ResolveError(f"the lock has an option lockbuild does not allow: {others[0]!r}.")
+            raise ResolveError(
+                f"the lock has an option lockbuild does not allow: {others[0][:80]!r}; "
+                "expected only NAME==VERSION lines with --hash=sha256:... ."
+            )
         if any(not _SHA256.match(h) for h in hashes):
-            raise ResolveError(f"the lock has a malformed sha256 in {entry[:80]!r}.")
-        head = " ".join(t for t in tokens if not t.startswith("--"))
+            raise ResolveError(f"the lock has a malformed sha256 in {entry[:80]!r}; expected 64 hex digits.")
+        head = " ".join(t for t in tokens if not t.startswith("-"))
         if not hashes:
             raise ResolveError(
                 f"the lock pins {head!r} without a hash; expected every entry to carry --hash=sha256:...",
                 tip="Resolve with --generate-hashes.",
             )
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;]+)(?:\s*;.*)?", head)
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;=*]+)(?:\s*;.*)?", head)
         if m:
             pins.append(Pin(canonicalize_name(m[1]), m[2], frozenset(hashes)))
             continue
@@ -258,7 +261,8 @@ def bundle_pylock(files: Sequence[LockedFile], target: Target) -> str:
         if f.version:
             out.append(f"version = {q(f.version)}")
         size = f"size = {f.size}, " if f.size is not None else ""
-        entry = f"{{ name = {q(f.filename)}, path = {q('../' + f.bundle_path)}, {size}hashes = {{ sha256 = {q(f.sha256)} }} }}"
+        path = q("../" + f.bundle_path)
+        entry = f"{{ name = {q(f.filename)}, path = {path}, {size}hashes = {{ sha256 = {q(f.sha256)} }} }}"
         if f.kind == "wheel":
             out.append(f"wheels = [{entry}]")
         else:

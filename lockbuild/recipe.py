@@ -139,8 +139,7 @@ class Recipe:
         choices = ", ".join(b.id for b in self.builds)
         if by_variant:
             raise RecipeError(
-                f"{self.path}: --build {spec} matches several builds "
-                f"({', '.join(b.id for b in by_variant)}).",
+                f"{self.path}: --build {spec} matches several builds ({', '.join(b.id for b in by_variant)}).",
                 tip="Name one as VERSION-VARIANT.",
             )
         raise RecipeError(
@@ -370,12 +369,15 @@ def _build(data: Mapping[str, Any], i: int, p: _Problems) -> Build | None:
     variant = t.string("variant", "a variant name such as cu128", check=_plain_name)
     python = t.string("python", 'a Python version "3.X"', check=lambda v: bool(_PYTHON.match(v)))
     platform = t.string("platform", "a platform such as x86_64-manylinux_2_28")
-    target = None
-    if python is not None and platform is not None:
+    parsed_platform = None
+    if platform is not None:
         try:
-            target = Target(python, platform, parse_platform(platform))
+            parsed_platform = parse_platform(platform)
         except ValueError as exc:
             p.add(f"{where}.platform", str(exc))
+    target = None
+    if python is not None and platform is not None and parsed_platform is not None:
+        target = Target(python, platform, parsed_platform)
     reqs = t.strings("requirements", "a list of requirement strings")
     parsed: list[Requirement] = []
     if reqs is not None and not reqs:

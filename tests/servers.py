@@ -55,6 +55,7 @@ class FakeServer:
         self.redirects: dict[str, str] = {}
         self.raw_pages: dict[str, bytes] = {}
         self.requests: list[str] = []
+        self.request_headers: list[tuple[str, dict[str, str]]] = []  # (path, headers with lower-case names)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -166,6 +167,7 @@ class FakeServer:
             def do_GET(self) -> None:
                 path = unquote(urlsplit(self.path).path)
                 server.requests.append(path)
+                server.request_headers.append((path, {k.lower(): v for k, v in self.headers.items()}))
                 if path in server.redirects:
                     self.send_response(302)
                     self.send_header("Location", server.redirects[path])

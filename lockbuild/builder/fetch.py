@@ -2,6 +2,8 @@
 
 A file is accepted only when its bytes hash to the sha256 it was promised; it is written under a
 temporary name and renamed into the cache only once verified, so a killed fetch leaves no bad entry.
+Bodies are streamed as they arrive (``iter_raw``): memory stays flat whatever the file size, and every
+byte received before a broken transfer is kept, so the next attempt resumes exactly there with Range.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import httpx
 
@@ -24,8 +26,10 @@ from lockbuild.progress import Progress
 DEFAULT_JOBS = 8
 RETRIES = 5
 BACKOFF = 0.25
+MAX_BACKOFF = 10.0
 MAX_UNSIZED = 16 << 30  # a file whose size is not announced may still not be endless
-_RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+PROGRESS_RESETS_RETRIES = 1 << 20  # an attempt that brought this many bytes starts the retry count afresh
+_RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,54 @@ class FetchReport:
 
 
 class _Retry(Exception):
-    pass
+    """An answer worth asking again for (5xx, 429, a Range answer for the wrong bytes)."""
+
+
+class _Restart(Exception):
+    """The server cannot serve the rest of the file: start again from its first byte."""
+
+
+class _Sink:
+    """The temp file being written: bytes, their hash, and the bound on how many may come."""
+
+    def __init__(self, w: Wanted, out: BinaryIO, limit: int, progress: Progress) -> None:
+        self.w = w
+        self.out = out
+        self.limit = limit
+        self.progress = progress
+        self.hash = hashlib.sha256()
+        self.written = 0
+
+    def restart(self) -> None:
+        self.out.seek(0)
+        self.out.truncate()
+        self.hash = hashlib.sha256()
+        self.progress.advance(-self.written)
+        self.written = 0
+
+    def expect(self, announced: str | None) -> None:
+        """Refuse, before reading it, a body whose announced length cannot fit the file."""
+        if announced is not None and announced.isdigit() and self.written + int(announced) > self.limit:
+            raise _too_big(self.w, self.limit, f"announced {self.written + int(announced)}")
+
+    def write(self, chunk: bytes) -> None:
+        if self.written + len(chunk) > self.limit:
+            raise _too_big(self.w, self.limit, "sent more")
+        self.out.write(chunk)
+        self.hash.update(chunk)
+        self.written += len(chunk)
+        self.progress.advance(len(chunk))
+
+
+def _too_big(w: Wanted, limit: int, what: str) -> IntegrityError:
+    return IntegrityError(
+        f"{w.label}: expected at most {limit} bytes from {w.url}, the server {what}; refused.",
+        tip="The server sent a different or endless file; nothing was kept.",
+    )
+
+
+def _cancelled(w: Wanted) -> FetchError:
+    return FetchError(f"{w.label}: not fetched, another file failed first.")
 
 
 class Fetcher:
@@ -75,6 +126,7 @@ class Fetcher:
         retries: int = RETRIES,
         backoff: float = BACKOFF,
         sleep: Callable[[float], None] = time.sleep,
+        max_unsized: int = MAX_UNSIZED,
     ) -> None:
         self.cache = cache
         self.client = client
@@ -83,27 +135,30 @@ class Fetcher:
         self.retries = retries
         self.backoff = backoff
         self.sleep = sleep
-        self._cancel = threading.Event()
+        self.max_unsized = max_unsized
 
     def fetch_all(self, wanted: Sequence[Wanted]) -> FetchReport:
-        """Bring every file (cached ones are only re-hashed); the first failure stops the rest."""
+        """Bring every file (cached ones are only re-hashed); the first failure cancels the rest and is raised."""
         started = time.monotonic()
         unique: dict[str, Wanted] = {}
         for w in wanted:
             unique.setdefault(w.sha256, w)
         order = sorted(unique.values(), key=lambda w: -(w.size or 0))
-        total = sum(w.size or 0 for w in order)
-        self.progress.start("fetching", total_bytes=total, files=len(order))
+        self.progress.start("fetching", total_bytes=sum(w.size or 0 for w in order), files=len(order))
+        cancel = threading.Event()
         results: dict[str, Fetched] = {}
-        with ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="fetch") as pool:
-            futures = {pool.submit(self._one, w): w for w in order}
-            try:
-                for fut in futures:
-                    got = fut.result()
-                    results[got.wanted.sha256] = got
-            except BaseException:
-                self._cancel.set()
-                raise
+        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="lockbuild-fetch")
+        try:
+            futures = [pool.submit(self._one, w, cancel) for w in order]
+            for fut in as_completed(futures):
+                got = fut.result()
+                results[got.wanted.sha256] = got
+        except BaseException:
+            cancel.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            self.progress.finish()
+            raise
+        pool.shutdown(wait=True)
         report = FetchReport(tuple(results[w.sha256] for w in unique.values()), time.monotonic() - started)
         self.progress.finish(
             f"fetched {len(report.files) - report.cached} file(s), {report.cached} from the cache, "
@@ -111,94 +166,110 @@ class Fetcher:
         )
         return report
 
-    def _one(self, w: Wanted) -> Fetched:
-        if self._cancel.is_set():
-            raise FetchError(f"{w.label}: not fetched, another file failed first.")
+    def _one(self, w: Wanted, cancel: threading.Event) -> Fetched:
+        if cancel.is_set():
+            raise _cancelled(w)
         hit = self.cache.lookup(w.sha256, w.size)
         if hit is not None:
             self.progress.advance(w.size or 0)
             self.progress.file_done()
             return Fetched(w, hit, downloaded=False)
-        path = self.download(w)
+        path = self.download(w, cancel)
         self.progress.file_done()
         return Fetched(w, path, downloaded=True)
 
-    def download(self, w: Wanted) -> Path:
+    def download(self, w: Wanted, cancel: threading.Event | None = None) -> Path:
         """Download one file into the cache, resuming with Range after a broken transfer."""
-        temp = self.cache.new_temp(w.sha256)
+        cancel = cancel or threading.Event()
+        temp: Path | None = None
         try:
+            temp = self.cache.new_temp(w.sha256)
             with temp.open("w+b") as out:
-                h = self._transfer(w, out)
-                out.flush()
-                written = out.tell()
-            if w.size is not None and written != w.size:
-                raise IntegrityError(
-                    f"{w.label}: expected {w.size} bytes from {w.url}, received {written}.",
-                    tip="The server sent a different file than the lock names; nothing was kept.",
-                )
-            got = h.hexdigest()
-            if got != w.sha256:
-                raise IntegrityError(
-                    f"{w.label}: sha256 mismatch for {w.url}: expected {w.sha256}, found {got}. The file was refused "
-                    "and nothing was cached.",
-                    tip="The file changed since it was locked, or the transfer was tampered with; do not use it.",
-                )
+                sink = _Sink(w, out, w.size if w.size is not None else self.max_unsized, self.progress)
+                self._transfer(w, sink, cancel)
+            _check(w, sink)
             return self.cache.commit(temp, w.sha256)
+        except OSError as exc:
+            raise FetchError(
+                f"{w.label}: cannot write to the cache at {self.cache.root}: {exc.strerror or exc}.",
+                tip="Check the free space and permissions there, or set LOCKBUILD_CACHE_DIR.",
+            ) from None
         finally:
-            temp.unlink(missing_ok=True)
+            if temp is not None:
+                temp.unlink(missing_ok=True)
 
-    def _transfer(self, w: Wanted, out: BinaryIO) -> Any:
-        h = hashlib.sha256()
-        attempt = 0
-        limit = w.size if w.size is not None else MAX_UNSIZED
+    def _transfer(self, w: Wanted, sink: _Sink, cancel: threading.Event) -> None:
+        failures = 0
         while True:
-            if self._cancel.is_set():
-                raise FetchError(f"{w.label}: cancelled.")
-            offset = out.tell()
-            headers = dict(w.headers)
-            if offset:
-                headers["Range"] = f"bytes={offset}-"
+            if cancel.is_set():
+                raise _cancelled(w)
+            before = sink.written
             try:
-                with self.client.stream("GET", w.url, headers=headers) as resp:
-                    if resp.status_code in _RETRY_STATUS:
-                        raise _Retry(f"HTTP {resp.status_code}")
-                    if offset and resp.status_code == 206:
-                        if not resp.headers.get("content-range", "").startswith(f"bytes {offset}-"):
-                            raise _Retry("a Range answer for the wrong bytes")
-                    elif resp.status_code == 200:
-                        if offset:  # the server ignored Range: start again cleanly
-                            out.seek(0)
-                            out.truncate()
-                            h = hashlib.sha256()
-                    else:
-                        raise FetchError(
-                            f"{w.label}: {w.url} answered HTTP {resp.status_code}; expected 200.",
-                            tip="Check that the file still exists at that address.",
-                        )
-                    for chunk in resp.iter_raw(1 << 20):
-                        if out.tell() + len(chunk) > limit:
-                            raise IntegrityError(
-                                f"{w.label}: {w.url} sent more than the {limit} bytes expected; refused.",
-                                tip="The server sent a different or endless file; nothing was kept.",
-                            )
-                        out.write(chunk)
-                        h.update(chunk)
-                        self.progress.advance(len(chunk))
-                return h
-            except (httpx.TransportError, _Retry) as exc:
-                attempt += 1
-                if attempt > self.retries:
+                self._attempt(w, sink, cancel)
+                return
+            except (_Retry, _Restart, httpx.TransportError) as exc:
+                if isinstance(exc, httpx.UnsupportedProtocol):
+                    raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc}") from None
+                if isinstance(exc, _Restart):
+                    sink.restart()
+                failures = 1 if sink.written - before >= PROGRESS_RESETS_RETRIES else failures + 1
+                if failures > self.retries:
+                    last = str(exc) if isinstance(exc, (_Retry, _Restart)) else f"{exc.__class__.__name__}: {exc}"
                     raise FetchError(
-                        f"{w.label}: {w.url} failed {attempt} times; last: {exc.__class__.__name__}: {exc}",
+                        f"{w.label}: {w.url} failed {failures} times in a row; last: {last}.",
                         tip="Check the network; a re-run resumes from the cache for files already fetched.",
                     ) from None
-                self.sleep(min(self.backoff * 2 ** (attempt - 1), 10.0))
-            except httpx.HTTPError as exc:
+                self.sleep(min(self.backoff * 2 ** (failures - 1), MAX_BACKOFF))
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise FetchError(f"{w.label}: {w.url}: {exc.__class__.__name__}: {exc}") from None
+
+    def _attempt(self, w: Wanted, sink: _Sink, cancel: threading.Event) -> None:
+        """One request: from the first byte, or from the first byte not yet received."""
+        offset = sink.written
+        headers = {"Accept-Encoding": "identity", **dict(w.headers)}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        with self.client.stream("GET", w.url, headers=headers) as resp:
+            status = resp.status_code
+            if status in _RETRY_STATUS:
+                raise _Retry(f"HTTP {status}")
+            if offset and status == 416:
+                raise _Restart(f"HTTP 416 for bytes={offset}-")
+            if offset and status == 206:
+                if not resp.headers.get("content-range", "").startswith(f"bytes {offset}-"):
+                    raise _Restart(f"a Range answer for other bytes ({resp.headers.get('content-range')})")
+            elif status == 200:
+                if offset:  # the server ignored Range: start again cleanly
+                    sink.restart()
+            else:
+                raise FetchError(
+                    f"{w.label}: {w.url} answered HTTP {status}; expected 200.",
+                    tip="Check that the file still exists at that address"
+                    + (" and that GITHUB_TOKEN may read it." if status in (401, 403) else "."),
+                )
+            sink.expect(resp.headers.get("content-length"))
+            for chunk in resp.iter_raw():
+                if cancel.is_set():
+                    raise _cancelled(w)
+                sink.write(chunk)
+
+
+def _check(w: Wanted, sink: _Sink) -> None:
+    if w.size is not None and sink.written != w.size:
+        raise IntegrityError(
+            f"{w.label}: expected {w.size} bytes from {w.url}, received {sink.written}.",
+            tip="The server sent a different file than the lock names; nothing was kept.",
+        )
+    got = sink.hash.hexdigest()
+    if got != w.sha256:
+        raise IntegrityError(
+            f"{w.label}: sha256 mismatch for {w.url}: expected {w.sha256}, found {got}. The file was refused "
+            "and nothing was cached.",
+            tip="The file changed since it was locked, or the transfer was tampered with; do not use it.",
+        )
 
 
 def fetch_one(fetcher: Fetcher, w: Wanted) -> Path:
     """One file through the cache (used for source archives and release assets)."""
     hit = fetcher.cache.lookup(w.sha256, w.size)
     return hit if hit is not None else fetcher.download(w)
-

@@ -12,7 +12,8 @@ from lockbuild.builder.fetch import Wanted
 from lockbuild.builder.http import get_json, github_api, github_download
 from lockbuild.errors import IntegrityError, RemoteError
 
-_DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+_BAD_NAME = re.compile(r"[/\\\x00-\x20\x7f]")  # an asset name is one plain file name
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class ReleaseAsset:
                 tip="Ask the publisher to re-upload the asset (GitHub records digests for uploads since 2025), "
                 "or ship it as a source archive pinned by sha256 in the recipe.",
             )
-        m = _DIGEST.match(self.digest)
+        m = _DIGEST.fullmatch(self.digest)
         if m is None:
             raise IntegrityError(
                 f"{self.repo} {self.tag}: the digest published for {self.name} is malformed: expected "
@@ -68,6 +69,11 @@ def release_assets(client: httpx.Client, repo: str, tag: str) -> dict[str, Relea
     for a in assets:
         if not isinstance(a, dict) or not isinstance(a.get("name"), str):
             raise RemoteError(f"GitHub's answer for {repo} {tag} lists an asset without a name.")
+        if a["name"] in ("", ".", "..") or _BAD_NAME.search(a["name"]):
+            raise RemoteError(
+                f"GitHub's answer for {repo} {tag} lists an asset named {a['name'][:90]!r}; expected a plain file "
+                "name (no slashes, spaces or control characters)."
+            )
         size = a.get("size")
         digest = a.get("digest")
         out[a["name"]] = ReleaseAsset(
@@ -83,7 +89,7 @@ def release_assets(client: httpx.Client, repo: str, tag: str) -> dict[str, Relea
 def pick_wheel(assets: dict[str, ReleaseAsset], prefix: str, suffix: str, *, repo: str, tag: str) -> ReleaseAsset:
     found = sorted(n for n in assets if n.startswith(prefix) and n.endswith(suffix))
     if len(found) != 1:
-        listing = ", ".join(found) if found else "none"
+        listing = ", ".join(found) if found else f"none; the release has {', '.join(sorted(assets)) or 'no assets'}"
         raise RemoteError(
             f"{repo} {tag}: expected exactly one asset named {prefix}…{suffix}, found {len(found)} ({listing}).",
             tip="Make the wheel's prefix and suffix in the recipe specific enough to match one file.",

@@ -49,10 +49,11 @@ def get_json(
     what: str,
     headers: dict[str, str] | None = None,
     not_found: str | None = None,
+    limit: int = MAX_JSON_BYTES,
 ) -> tuple[Any, str]:
     """GET a JSON document, following redirects only on the same host; returns (data, final URL).
 
-    The body is read up to MAX_JSON_BYTES: an endless or oversized answer is refused.
+    The body is read up to ``limit`` bytes: an endless or oversized answer is refused.
     """
     current = url
     for _ in range(MAX_REDIRECTS + 1):
@@ -75,14 +76,8 @@ def get_json(
                         f"{what}: {current} answered HTTP {resp.status_code}; expected 200.",
                         tip="Check the address, and that the server is reachable from this machine.",
                     )
-                body = bytearray()
-                for chunk in resp.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_JSON_BYTES:
-                        raise RemoteError(
-                            f"{what}: {current} sent more than {MAX_JSON_BYTES >> 20} MiB; expected a JSON document."
-                        )
-        except httpx.HTTPError as exc:
+                body = _read_bounded(resp, limit, what=what, url=current)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
                 tip="Check the network, the proxy settings and the address.",
@@ -92,3 +87,17 @@ def get_json(
         except (ValueError, UnicodeDecodeError) as exc:
             raise RemoteError(f"{what}: {current} did not answer valid JSON ({exc}).") from None
     raise RemoteError(f"{what}: {url} redirected more than {MAX_REDIRECTS} times.")
+
+
+def _read_bounded(resp: httpx.Response, limit: int, *, what: str, url: str) -> bytearray:
+    """The whole body, refused (before reading, when its length is announced) if over ``limit`` bytes."""
+    too_big = RemoteError(f"{what}: {url} sent more than {limit} bytes; expected a JSON document of at most that.")
+    announced = resp.headers.get("content-length", "")
+    if announced.isdigit() and int(announced) > limit:
+        raise too_big
+    body = bytearray()
+    for chunk in resp.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise too_big
+    return body

@@ -143,7 +143,9 @@ class Index:
             if not isinstance(key, str) or canonicalize_version(key) != version or not isinstance(files, list):
                 continue
             for f in files:
-                t = parse_time(f.get("upload_time_iso_8601")) if isinstance(f, dict) else None
+                if not isinstance(f, dict):
+                    continue
+                t = parse_time(f.get("upload_time_iso_8601")) or parse_time(f.get("upload_time"))
                 if t is not None:
                     out.append(t)
         return out

@@ -65,10 +65,13 @@ class Plan:
 
 
 def cut_off(recipe: Recipe, build: Build, index: Index) -> dt.datetime:
-    """``as-of`` when set, else the release's publication time plus 24 hours."""
-    if build.as_of is not None:
-        return build.as_of
-    return index.publication_time(recipe.engine.pypi, build.version) + CUT_OFF_DELAY
+    """``as-of`` when set, else the release's publication time plus 24 hours.
+
+    Whole seconds (rounded down), in UTC: uv, the lock, the resolved recipe and the manifest all
+    record the same instant, and nothing uploaded after the named time can slip in.
+    """
+    when = build.as_of or index.publication_time(recipe.engine.pypi, build.version) + CUT_OFF_DELAY
+    return when.astimezone(dt.UTC).replace(microsecond=0)
 
 
 def _candidates(files: Sequence[IndexFile]) -> list[Candidate]:
@@ -213,4 +216,3 @@ class Planner:
 
 def _wheel_version(filename: str) -> str:
     return str(parse_wheel_filename(filename)[1])
-

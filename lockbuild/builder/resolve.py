@@ -33,7 +33,7 @@ def second_index_project(requirements: Sequence[str], second: SecondIndex) -> st
     """A pyproject.toml in which the second index is explicit and named only for its packages."""
     q = json.dumps
     deps = "".join(f"    {q(r)},\n" for r in requirements)
-    sources = "".join(f"{q(name)} = {{ index = \"lockbuild-second\" }}\n" for name in second.packages)
+    sources = "".join(f'{q(name)} = {{ index = "lockbuild-second" }}\n' for name in second.packages)
     return (
         '[project]\nname = "lockbuild-resolve"\nversion = "0"\n'
         f"dependencies = [\n{deps}]\n\n"
@@ -85,10 +85,19 @@ def compile_lock(
     env = clean_env(cache_dir)
     try:
         proc = subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, env=env, cwd=workdir, timeout=RESOLVE_TIMEOUT, check=False
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=workdir,
+            timeout=RESOLVE_TIMEOUT,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise ResolveError(f"uv pip compile did not finish within {RESOLVE_TIMEOUT} s.") from None
+    except OSError as exc:
+        raise ResolveError(f"cannot run uv at {argv[0]}: {exc.strerror}") from None
     if proc.returncode != 0:
         raise ResolveError(
             f"uv could not resolve the requirements for Python {target.python} on {target.platform} "
@@ -97,4 +106,3 @@ def compile_lock(
             "cut-off), or set as-of on the build.",
         )
     return Resolution("pylock.toml" if second else "requirements.txt", out.read_text(encoding="utf-8"), tuple(argv))
-

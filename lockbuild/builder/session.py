@@ -30,6 +30,7 @@ class Session:
 @contextmanager
 def session(*, progress: Progress, jobs: int = DEFAULT_JOBS, cache_dir: Path | None = None) -> Iterator[Session]:
     cache = Cache(cache_dir or default_cache_dir())
+    cache.sweep()  # temp files of fetches killed long ago
     with make_client(connections=max(jobs, 8)) as api, make_client(connections=jobs) as downloads:
         downloads.follow_redirects = True
         fetcher = Fetcher(cache, downloads, jobs=jobs, progress=progress)

@@ -8,6 +8,7 @@ old environment working and is cleaned up by the next run.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -175,7 +176,7 @@ def _free_space(engine_dir: Path, manifest: Manifest, build: Build) -> None:
 
 class Installer:
     def __init__(self, options: InstallOptions, *, progress: Progress | None = None, node: Node | None = None):
-        self.o = options
+        self.o = dataclasses.replace(options, root=options.root.absolute())
         self.progress = progress or Progress.quiet()
         self.node = node
 
@@ -362,6 +363,7 @@ class Installer:
 
 def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path:
     """Remove an installed environment; the removal is atomic from the outside (rename, then delete)."""
+    root = root.absolute()
     engine_dir = root / engine
     target = engine_dir / build_id
     if not (target / MARKER).is_file():

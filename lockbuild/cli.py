@@ -247,7 +247,7 @@ def build(
     secret = read_secret_key(key, _password())
     when = _expires(expires)
     progress = _progress(ctx)
-    results = []
+    results: list[dict[str, Any]] = []
     with session(progress=progress, jobs=jobs) as s:
         for b in builds:
             plan = s.planner.plan(r, b)
@@ -448,6 +448,24 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
 
     path = do_remove(root, engine, build_id, wait=wait)
     _emit(ctx, {"removed": str(path)}, f"removed {path}")
+
+
+@main.command(epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
+@click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=Path("/opt/engines"),
+              show_default=True, help="Where engines live.")  # fmt: skip
+@click.option("--catalogue", type=click.Path(path_type=Path, file_okay=False), default=Path("bundles"),
+              show_default=True, help="Directory of recipes to check against this node.")  # fmt: skip
+@trust_option
+@json_option
+@click.pass_context
+def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool) -> None:
+    """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
+    engines, and which catalogue builds fit it (and why the others don't)."""
+    _setup(ctx, as_json)
+    from lockbuild.install.doctor import examine, render
+
+    report = examine(root, catalogue=catalogue, trust=trust_dir)
+    _emit(ctx, report, render(report))
 
 
 if __name__ == "__main__":  # pragma: no cover

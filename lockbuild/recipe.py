@@ -219,7 +219,9 @@ class _Table:
         self.p = problems
         for key in data:
             if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
+                close = difflib.get_close_matches(key.lower(), known, n=1) or [
+                    k for k in known if sorted(k) == sorted(key.lower())
+                ]
                 hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
                 self.p.add(self.key(key), f"unknown key{hint}")
 

@@ -1,10 +1,11 @@
 """The safe streaming bundle reader.
 
 Before anything is decompressed, the zstd frame's structure is walked (one frame, a bounded window,
-a checksum, complete, nothing after it). Then the tar stream is read member by member: each must be
-a regular file named exactly as the manifest's next entry, of the listed size and sha256. Links,
-devices, FIFOs, directories, unlisted, missing, duplicate, reordered or oversized members fail the
-whole read; paths are refused, never rewritten.
+a checksum, complete, nothing after it). Then the tar stream is read member by member by a strict
+reader of its own: each member must be a regular file named exactly as the manifest's next entry, of
+the listed size and sha256. Links, devices, FIFOs, directories, unlisted, missing, duplicate,
+reordered or oversized members, damaged headers, non-zero padding and data after the archive's end
+fail the whole read; paths are refused, never rewritten. docs/bundle-format.md describes the format.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import hashlib
 import io
 import os
 import struct
-import tarfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO, cast
 
 import zstandard
 
@@ -120,13 +121,12 @@ class _Hashing(io.RawIOBase):
 class _Stream(io.RawIOBase):
     """Decompressed bytes as a file, produced in bounded pieces and counted against a limit."""
 
-    def __init__(self, chunks: Iterator[bytes], limit: int, progress: Progress) -> None:
+    def __init__(self, chunks: Iterator[bytes], limit: int) -> None:
         self.chunks = chunks
-        self.buf = b""
+        self.buf = memoryview(b"")
         self.pos = 0
         self.total = 0
         self.limit = limit
-        self.progress = progress
 
     def readable(self) -> bool:
         return True
@@ -134,13 +134,13 @@ class _Stream(io.RawIOBase):
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         while self.pos >= len(self.buf):
             try:
-                self.buf = next(self.chunks)
+                chunk = next(self.chunks)
             except StopIteration:
                 return 0
             except zstandard.ZstdError as exc:
                 raise _bad(f"the bundle's zstd stream is corrupt: {exc}.") from None
-            self.pos = 0
-            self.total += len(self.buf)
+            self.buf, self.pos = memoryview(chunk), 0
+            self.total += len(chunk)
             if self.total > self.limit:
                 raise _bad(f"the bundle decompresses to more than {self.limit} bytes; refused.")
         n = min(len(b), len(self.buf) - self.pos)
@@ -149,58 +149,205 @@ class _Stream(io.RawIOBase):
         return n
 
 
-def _open_tar(f: BinaryIO | _Hashing, limits: Limits, progress: Progress) -> tuple[tarfile.TarFile, _Stream]:
+# --- the tar stream ---------------------------------------------------------------------------
+# A strict reader of exactly what the writer writes (POSIX ustar headers, pax 'x' headers for long or
+# non-ASCII names): every header checksummed, every byte of padding zero, the archive closed by two
+# zero blocks followed by at most MAX_TRAILER bytes of zeros and then the end of the zstd frame.
+# Python's tarfile is not used here: it treats a damaged header after the first as the end of the
+# archive and never looks at what follows it, which would let bytes hide in a signed bundle.
+
+BLOCK = 512
+MAX_PAX = 64 << 10  # the largest pax extended header accepted
+MAX_TRAILER = 1 << 20  # the most zero bytes accepted after the end-of-archive marker
+_ZERO = bytes(BLOCK)
+_MAGIC_USTAR = b"ustar\x0000"
+_REGULAR = (b"0", b"\0")
+_KINDS = {
+    b"1": "a hard link", b"2": "a symbolic link", b"3": "a character device", b"4": "a block device",
+    b"5": "a directory", b"6": "a FIFO", b"7": "a contiguous file", b"g": "a pax global header",
+    b"x": "a pax extended header", b"L": "a GNU long name", b"K": "a GNU long link name",
+    b"S": "a GNU sparse file", b"V": "a GNU volume header", b"M": "a GNU multi-volume continuation",
+}  # fmt: skip
+_PAX_USED = ("path", "size")
+_PAX_IGNORED = ("mtime", "atime", "ctime", "uid", "gid", "uname", "gname")
+
+
+@dataclass(frozen=True)
+class TarHeader:
+    name: str
+    size: int
+    mode: int
+    type: bytes
+    offset: int  # where the header starts in the tar stream
+
+
+def _number(field: bytes, what: str, offset: int) -> int:
+    text = field.split(b"\0", 1)[0].strip(b" ")
+    if not text.isdigit() or b"8" in text or b"9" in text:
+        if not text:
+            return 0
+        raise _bad(f"the tar header at offset {offset} has a malformed {what} field {bytes(field)!r}.")
+    return int(text, 8)
+
+
+def _text(field: bytes, what: str, offset: int) -> str:
+    try:
+        return field.split(b"\0", 1)[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise _bad(f"the tar header at offset {offset} has a {what} that is not UTF-8.") from None
+
+
+def parse_header(block: bytes, offset: int = 0) -> TarHeader:
+    """One 512-byte POSIX ustar header, strictly: checksum, magic, octal fields, UTF-8 names."""
+    stored = _number(block[148:156], "checksum", offset)
+    if stored != sum(block[:148]) + 8 * 0x20 + sum(block[156:]):
+        raise _bad(f"the tar header at offset {offset} fails its checksum.")
+    if block[257:265] != _MAGIC_USTAR:
+        raise _bad(f"the tar header at offset {offset} is not POSIX ustar (magic {bytes(block[257:265])!r}).")
+    name = _text(block[0:100], "name", offset)
+    prefix = _text(block[345:500], "name prefix", offset)
+    return TarHeader(
+        name=f"{prefix}/{name}" if prefix else name,
+        size=_number(block[124:136], "size", offset),
+        mode=_number(block[100:108], "mode", offset),
+        type=bytes(block[156:157]),
+        offset=offset,
+    )
+
+
+def parse_pax(data: bytes, offset: int = 0) -> dict[str, str]:
+    """The records of a pax extended header ("LEN key=value\\n"); only path and size are used,
+    a few descriptive keys are ignored, and any other key is refused."""
+    records: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.find(b" ", pos, pos + 20)
+        length_text = data[pos:space] if space > pos else b""
+        if not length_text.isdigit() or (length_text.startswith(b"0")):
+            raise _bad(f"the pax header at offset {offset} has a malformed record length.")
+        end = pos + int(length_text)
+        if end > len(data) or end <= space + 1 or data[end - 1] != 0x0A:
+            raise _bad(f"the pax header at offset {offset} has a record that overruns it.")
+        key_b, eq, value_b = data[space + 1 : end - 1].partition(b"=")
+        try:
+            key, value = key_b.decode("utf-8"), value_b.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(f"the pax header at offset {offset} has a record that is not UTF-8.") from None
+        if not eq or key in records:
+            raise _bad(f"the pax header at offset {offset} has a malformed or repeated record {key[:40]!r}.")
+        if key not in _PAX_USED + _PAX_IGNORED:
+            raise _bad(f"the pax header at offset {offset} has the record {key[:40]!r}; expected only path or size.")
+        records[key] = value
+        pos = end
+    size = records.get("size")
+    if size is not None and not (size.isascii() and size.isdigit()):
+        raise _bad(f"the pax header at offset {offset} gives the size {size[:40]!r}; expected a number.")
+    return records
+
+
+class TarReader:
+    """Headers and data from a tar stream, read forwards once."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.offset = 0
+
+    def _exact(self, n: int, what: str) -> bytes:
+        data = self.f.read(n)
+        if len(data) != n:
+            raise _bad(f"the bundle is truncated: its tar stream ends inside {what} (offset {self.offset}).")
+        self.offset += n
+        return data
+
+    def next(self) -> TarHeader | None:
+        """The next member's header (pax records applied), or None at a well-formed end of archive."""
+        start = self.offset
+        block = self._exact(BLOCK, "a tar header")
+        if block == _ZERO:
+            self._end()
+            return None
+        header = parse_header(block, start)
+        if header.type != b"x":
+            return header
+        if header.size > MAX_PAX:
+            raise _bad(f"the pax header at offset {start} is {header.size} bytes; expected at most {MAX_PAX}.")
+        pax = parse_pax(self._data(header.size, "a pax header"), start)
+        start = self.offset
+        block = self._exact(BLOCK, "a tar header")
+        if block == _ZERO:
+            raise _bad(f"the pax header at offset {header.offset} is followed by the end of the archive.")
+        header = parse_header(block, start)
+        if header.type == b"x":
+            raise _bad(f"the tar stream has two pax headers in a row at offset {start}.")
+        return TarHeader(
+            name=pax.get("path", header.name),
+            size=int(pax["size"]) if "size" in pax else header.size,
+            mode=header.mode,
+            type=header.type,
+            offset=start,
+        )
+
+    def _data(self, size: int, what: str) -> bytes:
+        data = self._exact(size, what)
+        self.padding(size, what)
+        return data
+
+    def padding(self, size: int, what: str) -> None:
+        """The zero bytes that round a member's data up to a whole block."""
+        pad = -size % BLOCK
+        if pad and any(self._exact(pad, f"the padding after {what}")):
+            raise _bad(f"the padding after {what} holds data (offset {self.offset - pad}); expected zeros.")
+
+    def _end(self) -> None:
+        """A second zero block, then at most MAX_TRAILER zero bytes, then the end of the stream."""
+        if self._exact(BLOCK, "the end-of-archive marker") != _ZERO:
+            raise _bad(f"the tar stream has a lone zero block at offset {self.offset - 2 * BLOCK}; "
+                       "expected two at its end.")  # fmt: skip
+        rest = 0
+        while data := self.f.read(CHUNK):
+            if data.count(0) != len(data):
+                raise _bad("the bundle has data after the end of its tar archive; expected only zero padding.")
+            rest += len(data)
+            if rest > MAX_TRAILER:
+                raise _bad(f"the bundle has more than {MAX_TRAILER} bytes of padding after its tar archive.")
+
+
+def _open_tar(f: BinaryIO | _Hashing, limits: Limits) -> TarReader:
+    """The decompressed tar stream (``max_window_size`` is in bytes), as a strict tar reader."""
     dctx = zstandard.ZstdDecompressor(max_window_size=limits.zstd_window)
-    stream = _Stream(dctx.read_to_iter(f, read_size=CHUNK, write_size=CHUNK), limits.max_bundle + (64 << 20), progress)
-    buffered = io.BufferedReader(stream, buffer_size=CHUNK)
-    try:
-        tf = tarfile.open(fileobj=buffered, mode="r|", bufsize=CHUNK)
-    except tarfile.TarError as exc:
-        raise _bad(f"the bundle is not a tar archive: {exc}.") from None
-    return tf, stream
+    chunks = dctx.read_to_iter(cast(IO[bytes], f), read_size=CHUNK, write_size=CHUNK)
+    return TarReader(io.BufferedReader(_Stream(chunks, limits.max_bundle + (64 << 20)), buffer_size=CHUNK))
 
 
-def _next(tf: tarfile.TarFile) -> tarfile.TarInfo | None:
-    try:
-        return tf.next()
-    except tarfile.TarError as exc:
-        raise _bad(f"the bundle's tar stream is malformed: {exc}.") from None
+def _check_header(h: TarHeader, limits: Limits) -> None:
+    check_member_path(h.name, limits)
+    if h.type not in _REGULAR:
+        kind = _KINDS.get(h.type, f"of tar type {h.type!r}")
+        raise _bad(f"refused member {h.name!r}: it is {kind}; bundles hold only regular files.")
+    if h.mode & 0o7000:
+        raise _bad(f"refused member {h.name!r}: it has setuid, setgid or sticky bits ({h.mode:o}).")
+    if h.size > limits.max_member:
+        raise _bad(f"refused member {h.name!r}: {h.size} bytes is over the limit of {limits.max_member}.")
 
 
-def _check_header(ti: tarfile.TarInfo, limits: Limits) -> None:
-    check_member_path(ti.name, limits)
-    if not ti.isreg():
-        kind = (
-            "a symbolic link" if ti.issym() else "a hard link" if ti.islnk() else "a directory" if ti.isdir()
-            else "a device" if ti.isdev() else "a FIFO" if ti.isfifo() else f"type {ti.type!r}"
-        )  # fmt: skip
-        raise _bad(f"refused member {ti.name!r}: it is {kind}; bundles hold only regular files.")
-    if ti.mode & 0o7000:
-        raise _bad(f"refused member {ti.name!r}: it has setuid, setgid or sticky bits ({ti.mode:o}).")
-    if ti.size > limits.max_member:
-        raise _bad(f"refused member {ti.name!r}: {ti.size} bytes is over the limit of {limits.max_member}.")
-
-
-def _copy(tf: tarfile.TarFile, ti: tarfile.TarInfo, dst: BinaryIO | None, progress: Progress) -> str:
-    src = tf.extractfile(ti)
-    assert src is not None
-    h = hashlib.sha256()
+def _copy(tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress) -> str:
+    """Stream one member's data (and its padding), hashing it and writing it to ``dst``."""
+    h_sha = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
-    left = ti.size
-    try:
-        while left:
-            n = src.readinto(view[: min(CHUNK, left)])
-            if not n:
-                raise _bad(f"the bundle is truncated inside {ti.name!r}.")
-            h.update(view[:n])
-            if dst is not None:
-                dst.write(view[:n])
-            progress.advance(n)
-            left -= n
-    except tarfile.TarError as exc:
-        raise _bad(f"the bundle's tar stream is malformed inside {ti.name!r}: {exc}.") from None
-    return h.hexdigest()
+    left = h.size
+    while left:
+        n = tar.f.readinto(view[: min(CHUNK, left)])  # type: ignore[attr-defined]
+        if not n:
+            raise _bad(f"the bundle is truncated inside {h.name!r}.")
+        h_sha.update(view[:n])
+        if dst is not None:
+            dst.write(view[:n])
+        progress.advance(n)
+        left -= n
+    tar.offset += h.size
+    tar.padding(h.size, repr(h.name))
+    return h_sha.hexdigest()
 
 
 def _create(dest: Path, path: str) -> BinaryIO:
@@ -211,6 +358,19 @@ def _create(dest: Path, path: str) -> BinaryIO:
         raise _bad(f"refused member {path!r}: its directory resolves outside the destination.")
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
     return os.fdopen(fd, "wb")
+
+
+def _read_manifest(tar: TarReader, limits: Limits) -> Manifest:
+    first = tar.next()
+    if first is None or first.name != MANIFEST:
+        found = repr(first.name) if first else "missing"
+        raise _bad(f"the bundle's first member is {found}; expected {MANIFEST}.")
+    _check_header(first, limits)
+    if first.size > limits.max_manifest:
+        raise _bad(f"the manifest is {first.size} bytes; expected at most {limits.max_manifest}.")
+    raw = io.BytesIO()
+    _copy(tar, first, raw, Progress.quiet())
+    return parse_manifest(raw.getvalue(), limits)
 
 
 def read_bundle(
@@ -233,41 +393,30 @@ def read_bundle(
     with path.open("rb") as raw_file:
         check_zstd_frame(raw_file, limits)
         f = _Hashing(raw_file)
-        tf, stream = _open_tar(f, limits, progress)
-        first = _next(tf)
-        if first is None or first.name != MANIFEST:
-            raise _bad(f"the bundle's first member is {first.name if first else 'missing'!r}; expected {MANIFEST}.")
-        _check_header(first, limits)
-        if first.size > limits.max_manifest:
-            raise _bad(f"the manifest is {first.size} bytes; expected at most {limits.max_manifest}.")
-        raw = io.BytesIO()
-        _copy(tf, first, raw, Progress.quiet())
-        manifest = parse_manifest(raw.getvalue(), limits)
+        tar = _open_tar(f, limits)
+        manifest = _read_manifest(tar, limits)
         if on_manifest is not None:
             on_manifest(manifest)
         progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
                        files=len(manifest.members))  # fmt: skip
-        listed = {m.path: m for m in manifest.members}
+        listed = {m.path for m in manifest.members}
+        done = {MANIFEST}
         for i, member in enumerate(manifest.members):
-            ti = _next(tf)
-            if ti is None:
+            h = tar.next()
+            if h is None:
                 missing = ", ".join(m.path for m in manifest.members[i : i + 3])
                 raise _bad(f"the bundle ends before {len(manifest.members) - i} listed member(s): {missing}.")
-            _check_header(ti, limits)
-            if ti.name != member.path:
-                if ti.name == MANIFEST or ti.name in [m.path for m in manifest.members[:i]]:
-                    raise _bad(f"refused member {ti.name!r}: it appears twice in the bundle.")
-                if ti.name not in listed:
-                    raise _bad(f"refused member {ti.name!r}: it is not listed in the manifest.")
-                raise _bad(f"member {ti.name!r} is out of order: expected {member.path!r} next.")
-            if ti.size != member.size:
-                raise _bad(f"member {ti.name!r} is {ti.size} bytes; the manifest says {member.size}.")
-            _extract_one(tf, ti, member, dest, progress)
+            _check_header(h, limits)
+            if h.name != member.path:
+                raise _bad(_misplaced(h.name, done, listed, f"expected {member.path!r} next"))
+            if h.size != member.size:
+                raise _bad(f"member {h.name!r} is {h.size} bytes; the manifest says {member.size}.")
+            _extract_one(tar, h, member, dest, progress)
+            done.add(h.name)
             progress.file_done()
-        extra = _next(tf)
+        extra = tar.next()
         if extra is not None:
-            raise _bad(f"refused member {extra.name!r}: it is not listed in the manifest.")
-        _drain(stream)
+            raise _bad(_misplaced(extra.name, done, listed, "expected the end of the archive"))
         got = f.finish()
     if expect_sha256 is not None and got != expect_sha256:
         raise _bad(f"the bundle changed while it was read: sha256 {got}, signed {expect_sha256}.")
@@ -275,25 +424,22 @@ def read_bundle(
     return manifest
 
 
-def _extract_one(tf: tarfile.TarFile, ti: tarfile.TarInfo, member: Member, dest: Path | None, progress: Progress) -> None:
+def _misplaced(name: str, done: set[str], listed: set[str], expected: str) -> str:
+    if name in done:
+        return f"refused member {name!r}: it appears twice in the bundle ({expected})."
+    if name not in listed:
+        return f"refused member {name!r}: it is not listed in the manifest ({expected})."
+    return f"member {name!r} is out of order: {expected}."
+
+
+def _extract_one(tar: TarReader, h: TarHeader, member: Member, dest: Path | None, progress: Progress) -> None:
     if dest is None:
-        digest = _copy(tf, ti, None, progress)
+        digest = _copy(tar, h, None, progress)
     else:
         with _create(dest, member.path) as out:
-            digest = _copy(tf, ti, out, progress)
+            digest = _copy(tar, h, out, progress)
     if digest != member.sha256:
         raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.")
-
-
-def _drain(stream: _Stream) -> None:
-    """After the tar's end: only zero padding may remain, and the zstd frame must end cleanly."""
-    buf = bytearray(CHUNK)
-    while True:
-        n = stream.readinto(buf)
-        if not n:
-            return
-        if any(buf[:n]):
-            raise _bad("the bundle has data after the end of its tar archive; expected only padding.")
 
 
 def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, bytes]:
@@ -301,24 +447,16 @@ def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, by
     the rest of the bundle is not read."""
     with path.open("rb") as f:
         check_zstd_frame(f, limits)
-        tf, _ = _open_tar(f, limits, Progress.quiet())
-        first = _next(tf)
-        if first is None or first.name != MANIFEST:
-            raise _bad(f"the bundle's first member is not {MANIFEST}.")
-        _check_header(first, limits)
-        if first.size > limits.max_manifest:
-            raise _bad(f"the manifest is {first.size} bytes; expected at most {limits.max_manifest}.")
-        raw = io.BytesIO()
-        _copy(tf, first, raw, Progress.quiet())
-        manifest = parse_manifest(raw.getvalue(), limits)
+        tar = _open_tar(f, limits)
+        manifest = _read_manifest(tar, limits)
         if not manifest.members or manifest.members[0].path != "recipe.toml":
             raise _bad("the manifest does not list recipe.toml first.")
         want = manifest.members[0]
-        second = _next(tf)
+        second = tar.next()
         if second is None or second.name != want.path or second.size != want.size or want.size > limits.max_manifest:
             raise _bad("the bundle's second member is not the recipe the manifest lists.")
         _check_header(second, limits)
         recipe = io.BytesIO()
-        if _copy(tf, second, recipe, Progress.quiet()) != want.sha256:
+        if _copy(tar, second, recipe, Progress.quiet()) != want.sha256:
             raise _bad("the bundle's recipe.toml does not match the manifest's sha256.")
         return manifest, recipe.getvalue()

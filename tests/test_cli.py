@@ -1,0 +1,112 @@
+"""CLI conventions: help with examples, errors without tracebacks, --json, exit codes, doctor."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import PLATFORM, PY, TOY_RECIPE, Keys
+
+from lockbuild.cli import main
+from lockbuild.install.doctor import build_fit
+from lockbuild.install.node import Gpu, Node
+from lockbuild.recipe import parse_recipe
+from lockbuild.signing import read_public_key
+
+COMMANDS = ["lock", "fetch", "build", "sign", "keygen", "verify", "inspect", "install", "list", "remove", "doctor"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(command: str) -> None:
+    r = CliRunner().invoke(main, [command, "--help"])
+    assert r.exit_code == 0
+    assert "Example: lockbuild " + command in r.stdout
+
+
+def test_errors_print_without_traceback_and_with_one_under_verbose(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    missing.write_text("[engine]\nname = 1\n")
+    r = CliRunner().invoke(main, ["lock", str(missing), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 1
+    assert r.stderr.startswith("ERROR ")
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
+    r = CliRunner().invoke(main, ["--verbose", "lock", str(missing), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 1 and "Traceback" in r.stderr
+
+
+def test_json_errors_are_machine_readable(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("not toml [")
+    r = CliRunner().invoke(main, ["lock", str(bad), "--out", str(tmp_path), "--json"])
+    assert r.exit_code == 1
+    err = json.loads(r.stdout)["error"]
+    assert err["type"] == "RecipeError" and "not valid TOML" in err["message"]
+
+
+def test_usage_errors_exit_2() -> None:
+    assert CliRunner().invoke(main, ["install"]).exit_code == 2
+    assert CliRunner().invoke(main, ["no-such-command"]).exit_code == 2
+
+
+def test_inspect_shows_the_bundle(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d")])
+    assert r.exit_code == 0, r.stderr
+    bundle = next((tmp_path / "d").glob("*.lbz"))
+    r = CliRunner().invoke(main, ["inspect", str(bundle), "--json"])
+    data = json.loads(r.stdout)
+    assert (data["engine"], data["version"], data["variant"]) == ("toyengine", "1.0", "cpu")
+    assert data["as_of"] == "2025-01-06T00:00:00Z"
+    paths = [f["path"] for f in data["files"]]
+    assert paths[:2] == ["recipe.toml", "lock/requirements.txt"]
+    assert "wheels/toyengine-1.0-py3-none-any.whl" in paths and any(p.startswith("tools/uv-") for p in paths)
+    assert [s["key_id"] for s in data["signatures"]] == [read_public_key(keys.public).key_id_hex]
+    text = CliRunner().invoke(main, ["inspect", str(bundle)]).stdout
+    assert "toyengine 1.0 (cpu)" in text and "wheels/toydep-1.0-py3-none-any.whl" in text
+
+
+def node(**kw: object) -> Node:
+    base: dict[str, object] = {"machine": "x86_64", "libc": "glibc", "libc_version": (2, 36), "driver": "580.65",
+                               "gpus": (Gpu("H200", (9, 0)),)}  # fmt: skip
+    base.update(kw)
+    return Node(**base)  # type: ignore[arg-type]
+
+
+def test_doctor_says_why_a_build_does_not_fit() -> None:
+    text = TOY_RECIPE + 'gpu = { min-capability = "8.0", min-driver = "580" }\nfree-gb = 10\n'
+    b = parse_recipe(text).builds[0]
+    pythons = {PY: "/usr/bin/python"}
+    assert build_fit(b, node(), pythons, 100 << 30) == ()
+    assert build_fit(b, node(machine="aarch64"), pythons, 100 << 30) == ("built for x86_64, the node is aarch64",)
+    assert "needs driver 580+" in build_fit(b, node(driver="535.1"), pythons, 100 << 30)[0]
+    assert "compute capability 8.0+" in build_fit(b, node(gpus=(Gpu("T4", (7, 5)),)), pythons, 100 << 30)[0]
+    assert "no driver" in build_fit(b, node(driver=None, gpus=()), pythons, 100 << 30)[0]
+    assert f"needs Python {PY}" in build_fit(b, node(), {}, 100 << 30)[0]
+    assert "needs 10 GB free" in build_fit(b, node(), pythons, 1 << 30)[0]
+
+
+def test_doctor_reports_the_node(tmp_path: Path, keys: Keys, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '580.65.06, 9.0, NVIDIA H200'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "toy.toml").write_text(TOY_RECIPE.replace(PLATFORM, "aarch64-manylinux_2_28"))
+    (keys.trust / "revoked.txt").write_text("")
+    r = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path / "engines"), "--catalogue", str(cat),
+                                  "--trust", str(keys.trust), "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["node"]["nvidia_driver"] == "580.65.06"
+    assert data["node"]["gpus"] == [{"name": "NVIDIA H200", "capability": "9.0"}]
+    assert data["trust"]["ok"] and len(data["trust"]["keys"]) == 1
+    assert data["catalogue"][0]["fits"] is False
+    assert "built for aarch64" in data["catalogue"][0]["reasons"][0]
+    (keys.trust / "revoked.txt").unlink()

@@ -24,6 +24,7 @@ from lockbuild.target import Target
 
 Origin = Literal["primary", "second", "direct"]
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMENT = re.compile(r"(^|\s)#.*$")
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,7 @@ def parse_requirements_lock(text: str) -> tuple[Pin, ...]:
     logical: list[str] = []
     buf = ""
     for raw in text.splitlines():
-        line = raw.split("#", 1)[0] if not raw.lstrip().startswith("--hash") else raw
-        line = line.strip()
+        line = _COMMENT.sub("", raw).strip()  # pip's rule: a comment starts at "#" after whitespace
         if line.endswith("\\"):
             buf += line[:-1] + " "
             continue

@@ -131,25 +131,35 @@ def check_fields(fields: dict[str, str], *, bundle_name: str, digests: FileDiges
         try:
             when = dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))
         except ValueError:
-            raise SignatureError(f"the signed expiry {expires!r} is not a time.") from None
-        if when.tzinfo is None or now >= when:
+            when = None
+        if when is None or when.tzinfo is None:
+            raise SignatureError(f"the signed expiry {expires[:40]!r} is not a time with a zone.")
+        if now >= when:
             raise SignatureError(
                 f"the bundle's signature expired at {expires} (now {now:%Y-%m-%dT%H:%M:%SZ}).",
                 tip="Ask the publisher for a freshly signed bundle (lockbuild sign --expires ...).",
             )
-    serial = fields.get("serial", "")
-    if not serial.isdigit():
-        raise SignatureError(f"the signed serial {serial!r} is not a number.")
-    if now + CLOCK_SKEW < dt.datetime.fromtimestamp(int(serial), dt.UTC):
+    made = serial_time(fields.get("serial", ""))
+    if now + CLOCK_SKEW < made:
         raise SignatureError(
-            f"this machine's clock ({now:%Y-%m-%dT%H:%M:%SZ}) is before the bundle's time "
-            f"({dt.datetime.fromtimestamp(int(serial), dt.UTC):%Y-%m-%dT%H:%M:%SZ}).",
+            f"this machine's clock ({now:%Y-%m-%dT%H:%M:%SZ}) is before the bundle's time ({made:%Y-%m-%dT%H:%M:%SZ}).",
             tip="Set the node's clock correctly: expiry checks depend on it.",
         )
 
 
+def serial_time(serial: str) -> dt.datetime:
+    """The signed serial (Unix seconds: the as-of time) as a time; refused unless a plausible number."""
+    if not (serial.isascii() and serial.isdigit() and len(serial) <= 12):
+        raise SignatureError(f"the signed serial {serial[:40]!r} is not a number of seconds.")
+    try:
+        return dt.datetime.fromtimestamp(int(serial), dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        raise SignatureError(f"the signed serial {serial!r} is not a time.") from None
+
+
 def check_dates(serial: int, policy: Policy) -> None:
-    when = dt.datetime.fromtimestamp(serial, dt.UTC)
+    """The site's not-before / not-after bounds on the bundle's as-of time (its serial)."""
+    when = serial_time(str(serial))
     if policy.not_before is not None and when < policy.not_before:
         raise SignatureError(f"the bundle's as-of {when:%Y-%m-%dT%H:%M:%SZ} is before the site's not-before "
                              f"{policy.not_before:%Y-%m-%dT%H:%M:%SZ}; refused.")  # fmt: skip

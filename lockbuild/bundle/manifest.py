@@ -19,7 +19,8 @@ MANIFEST = "bundle.toml"
 KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter")
 _ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
           "source": 7, "assets": 8}  # fmt: skip
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,9 @@ def check_member_path(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
     elif path != unicodedata.normalize("NFC", path):
         problem = "a path that is not in Unicode NFC form"
     if problem:
-        raise IntegrityError(f"refused member path {path[:120]!r}: {problem}.", tip="The bundle is malformed; do not use it.")
+        raise IntegrityError(
+            f"refused member path {path[:120]!r}: {problem}.", tip="The bundle is malformed; do not use it."
+        )
     return path
 
 
@@ -130,6 +133,14 @@ def _require(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
     value = data.get(key)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise IntegrityError(f"the manifest's {where}{key} is missing or not {kind.__name__}; the bundle is malformed.")
+    return value
+
+
+def _name(data: dict[str, Any], key: str, where: str) -> str:
+    """engine, version, variant, python and platform name directories and files on a node: plain words."""
+    value: str = _require(data, key, str, where)
+    if not _PLAIN.fullmatch(value):
+        raise IntegrityError(f"the manifest's {where}{key} {value[:80]!r} is not a plain name; the bundle is malformed")
     return value
 
 
@@ -170,25 +181,27 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         origin = f.get("origin", "")
         if not 0 <= size <= limits.max_member:
             raise IntegrityError(f"the manifest gives {path} a size of {size}; expected 0..{limits.max_member}.")
-        if not _SHA256.match(sha):
+        if not _SHA256.fullmatch(sha):
             raise IntegrityError(f"the manifest's sha256 for {path} is malformed.")
         if kind not in KINDS:
             raise IntegrityError(f"the manifest gives {path} the unknown kind {kind!r}.")
+        if not isinstance(origin, str):
+            raise IntegrityError(f"the manifest's origin for {path} is not a string; the bundle is malformed.")
         key = collision_key(path)
-        if path == MANIFEST or key in seen or any(key.startswith(s + "/") or s.startswith(key + "/") for s in ()):
+        if path == MANIFEST or key in seen:
             raise IntegrityError(f"the manifest lists {path} twice (or a path that collides with it).")
         seen.add(key)
         total += size
-        members.append(Member(path, size, sha, kind, origin if isinstance(origin, str) else ""))
+        members.append(Member(path, size, sha, kind, origin))
     _check_prefix_collisions(seen)
     if total > limits.max_bundle:
         raise IntegrityError(f"the bundle unpacks to {total} bytes; expected at most {limits.max_bundle}.")
     return Manifest(
-        engine=_require(data, "engine", str, ""),
-        version=_require(data, "version", str, ""),
-        variant=_require(data, "variant", str, ""),
-        python=_require(target, "python", str, "target."),
-        platform=_require(target, "platform", str, "target."),
+        engine=_name(data, "engine", ""),
+        version=_name(data, "version", ""),
+        variant=_name(data, "variant", ""),
+        python=_name(target, "python", "target."),
+        platform=_name(target, "platform", "target."),
         as_of=as_of,
         serial=_require(data, "serial", int, ""),
         recipe_sha256=_require(data, "recipe-sha256", str, ""),

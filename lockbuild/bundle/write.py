@@ -1,14 +1,16 @@
 """The deterministic bundle writer: a POSIX tar with fixed metadata, streamed through zstd.
 
 Members come in the manifest's order, each with mtime = the serial (the as-of time), uid/gid 0,
-empty owner names and mode 0644. zstd runs in its multi-threaded mode with at least one worker,
-whose output does not depend on the worker count, at a fixed level and with a content checksum.
+empty owner names and mode 0644; a pax header (path only) where a name is long or not ASCII. The
+archive ends with two zero blocks, padded to a whole 10240-byte record, as tarfile writes it.
+zstd runs in its multi-threaded mode with at least one worker, whose output does not depend on the
+worker count (threads=0, the single-threaded mode, gives different bytes), at a fixed level, with a
+content checksum and no content size. Sources are streamed in 1 MiB pieces, never held whole.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import tarfile
 from collections.abc import Sequence
@@ -32,7 +34,12 @@ class Entry:
     source: Path | bytes
 
 
-def _tarinfo(path: str, size: int, mtime: int) -> tarfile.TarInfo:
+BLOCK = 512
+RECORD = 20 * BLOCK  # tar's default blocking factor: the archive is padded to a whole record
+
+
+def tar_header(path: str, size: int, mtime: int) -> bytes:
+    """The header block(s) of one regular file: a pax header first when the name needs one."""
     ti = tarfile.TarInfo(path)
     ti.size = size
     ti.mtime = mtime
@@ -40,37 +47,71 @@ def _tarinfo(path: str, size: int, mtime: int) -> tarfile.TarInfo:
     ti.uid = ti.gid = 0
     ti.uname = ti.gname = ""
     ti.type = tarfile.REGTYPE
-    return ti
-
-
-class _Checked(io.RawIOBase):
-    """Reads a source file while hashing it, so a file changed since it was verified is caught."""
-
-    def __init__(self, f: BinaryIO, progress: Progress) -> None:
-        self.f = f
-        self.h = hashlib.sha256()
-        self.progress = progress
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        n = self.f.readinto(b)  # type: ignore[attr-defined]
-        if n:
-            self.h.update(memoryview(b)[:n])
-            self.progress.advance(n)
-        return int(n or 0)
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.f.read(size)
-        self.h.update(data)
-        self.progress.advance(len(data))
-        return data
+    return ti.tobuf(tarfile.PAX_FORMAT, "utf-8", "strict")
 
 
 def compressor(threads: int | None = None) -> zstandard.ZstdCompressor:
     workers = max(1, threads if threads is not None else (os.cpu_count() or 1))
     return zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=workers, write_checksum=True, write_content_size=False)
+
+
+class _TarWriter:
+    """Writes tar blocks to a stream and keeps count, so the end can be padded to a record."""
+
+    def __init__(self, out: zstandard.ZstdCompressionWriter, progress: Progress) -> None:
+        self.out = out
+        self.offset = 0
+        self.progress = progress
+        self.buf = bytearray(CHUNK)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self.out.write(data)
+        self.offset += len(data)
+
+    def add_bytes(self, path: str, data: bytes, mtime: int) -> None:
+        self._write(tar_header(path, len(data), mtime))
+        self._write(data)
+        self._pad(len(data))
+
+    def add_file(self, m: Member, source: Path, mtime: int) -> None:
+        """Stream ``source`` in, hashing it: a file that changed since it was verified is refused."""
+        with source.open("rb") as f:
+            if os.fstat(f.fileno()).st_size != m.size:
+                raise IntegrityError(
+                    f"{source} changed size since it was verified: expected {m.size} bytes.",
+                    tip="Something is writing to the cache; run the build again.",
+                )
+            self._write(tar_header(m.path, m.size, mtime))
+            h = hashlib.sha256()
+            view = memoryview(self.buf)
+            left = m.size
+            while left:
+                n = f.readinto(view[: min(CHUNK, left)])
+                if not n:
+                    raise IntegrityError(
+                        f"{source} shrank while it was packed: expected {m.size} bytes.",
+                        tip="Something is writing to the cache; run the build again.",
+                    )
+                h.update(view[:n])
+                self._write(view[:n])
+                self.progress.advance(n)
+                left -= n
+        if h.hexdigest() != m.sha256:
+            raise IntegrityError(
+                f"{source} changed since it was verified: its sha256 is not {m.sha256}.",
+                tip="The cached file was modified; clear it from the cache and run the build again.",
+            )
+        self._pad(m.size)
+
+    def _pad(self, size: int) -> None:
+        if size % BLOCK:
+            self._write(bytes(BLOCK - size % BLOCK))
+
+    def close(self) -> None:
+        """Two zero blocks end the archive; zeros then fill the last record."""
+        self._write(bytes(2 * BLOCK))
+        if self.offset % RECORD:
+            self._write(bytes(RECORD - self.offset % RECORD))
 
 
 def write_bundle(
@@ -88,30 +129,18 @@ def write_bundle(
     mtime = manifest.serial
     progress.start("packing", total_bytes=manifest.unpacked_size, files=len(entries) + 1)
     writer = compressor(threads).stream_writer(out, closefd=False, write_size=CHUNK)
-    with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT, bufsize=CHUNK) as tf:
-        head = manifest.to_toml()
-        tf.addfile(_tarinfo(MANIFEST, len(head), mtime), io.BytesIO(head))
-        for e in entries:
-            m = e.member
-            if isinstance(e.source, bytes):
-                data = e.source
-                if len(data) != m.size or hashlib.sha256(data).hexdigest() != m.sha256:
-                    raise IntegrityError(f"internal: {m.path} does not match its manifest entry.")
-                tf.addfile(_tarinfo(m.path, m.size, mtime), io.BytesIO(data))
-            else:
-                with e.source.open("rb") as f:
-                    if os.fstat(f.fileno()).st_size != m.size:
-                        raise IntegrityError(
-                            f"{e.source} changed size since it was verified: expected {m.size} bytes.",
-                            tip="Something is writing to the cache; run the build again.",
-                        )
-                    checked = _Checked(f, progress)
-                    tf.addfile(_tarinfo(m.path, m.size, mtime), checked)  # type: ignore[arg-type]
-                    if checked.h.hexdigest() != m.sha256:
-                        raise IntegrityError(
-                            f"{e.source} changed since it was verified: its sha256 is not {m.sha256}.",
-                            tip="The cached file was modified; clear it from the cache and run the build again.",
-                        )
-            progress.file_done()
-    writer.close()  # ends the one frame (with its checksum); closefd=False leaves ``out`` open
+    tar = _TarWriter(writer, progress)
+    head = manifest.to_toml()
+    tar.add_bytes(MANIFEST, head, mtime)
+    for e in entries:
+        m = e.member
+        if isinstance(e.source, bytes):
+            if len(e.source) != m.size or hashlib.sha256(e.source).hexdigest() != m.sha256:
+                raise IntegrityError(f"internal: {m.path} does not match its manifest entry.")
+            tar.add_bytes(m.path, e.source, mtime)
+        else:
+            tar.add_file(e.member, e.source, mtime)
+        progress.file_done()
+    tar.close()
+    writer.close()  # type: ignore[no-untyped-call]  # ends the one frame (with its checksum); closefd=False leaves ``out`` open
     progress.finish()

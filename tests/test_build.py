@@ -1,0 +1,169 @@
+"""lockbuild build: reproducible bytes, all-or-nothing output, several signers, minisign interop, SBOM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import TOY_RECIPE, Keys, make_keys
+
+from lockbuild.cli import main
+from lockbuild.signing import read_public_key
+
+minisign = shutil.which("minisign")
+needs_minisign = pytest.mark.skipif(minisign is None, reason="the minisign binary is not installed")
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def build(recipe: Path, key: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> Path:
+    code, stdout, stderr = cli("build", str(recipe), "--key", str(key), "--out", str(out), "--json", *extra, env=env)
+    assert code == 0, stderr
+    return Path(json.loads(stdout)["bundles"][0]["bundle"])
+
+
+def test_rebuilds_are_bit_for_bit_identical(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    cold = build(toy_recipe, keys.secret, tmp_path / "a", "--threads", "1",
+                 env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache1")})  # fmt: skip
+    warm = build(toy_recipe, keys.secret, tmp_path / "b", "--threads", "4",
+                 env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache1")})  # fmt: skip
+    other = build(toy_recipe, keys.secret, tmp_path / "c", "--threads", "2",
+                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache2")})  # fmt: skip
+    assert cold.read_bytes() == warm.read_bytes() == other.read_bytes()
+
+
+def test_failed_build_leaves_the_output_dir_empty(env, keys: Keys, tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TOY_RECIPE.replace("toyengine==1.0", "toyengine==9.9"))
+    out = tmp_path / "dist"
+    code, _, stderr = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(out))
+    assert code == 1 and "ERROR" in stderr
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_two_signers_and_a_threshold(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    second = make_keys(tmp_path / "k2", "second")
+    trust = tmp_path / "trust"
+    trust.mkdir()
+    shutil.copy(keys.public, trust / "release.pub")
+    shutil.copy(second.public, trust / "second.pub")
+
+    code, _, stderr = cli("verify", str(bundle), "--trust", str(trust), "--threshold", "2")
+    assert code == 3 and "needed 2" in stderr
+
+    code, _, stderr = cli("sign", str(bundle), "--key", str(keys.secret))
+    assert code == 3 and "already holds a signature" in stderr
+
+    code, _, stderr = cli("sign", str(bundle), "--key", str(second.secret))
+    assert code == 0, stderr
+    code, stdout, stderr = cli("verify", str(bundle), "--trust", str(trust), "--threshold", "2", "--json")
+    assert code == 0, stderr
+    assert sorted(json.loads(stdout)["signers"]) == sorted(
+        read_public_key(k).key_id_hex for k in (keys.public, second.public)
+    )
+    if minisign:  # the first signature stays verifiable by stock minisign
+        proc = subprocess.run([minisign, "-Vm", str(bundle), "-p", str(keys.public)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+
+
+@needs_minisign
+def test_stock_minisign_verifies_and_its_keys_sign(env, toy_recipe: Path, tmp_path: Path) -> None:
+    assert minisign is not None
+    pub, sec = tmp_path / "m.pub", tmp_path / "m.key"
+    subprocess.run([minisign, "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
+    bundle = build(toy_recipe, sec, tmp_path / "d")
+    proc = subprocess.run([minisign, "-Vm", str(bundle), "-p", str(pub)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"file={bundle.name}" in proc.stdout
+    trust = tmp_path / "trust"
+    trust.mkdir()
+    shutil.copy(pub, trust / "m.pub")
+    assert cli("verify", str(bundle), "--trust", str(trust))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("attack", "expected_code", "expected"),
+    [
+        ("flip", 3, "does not verify"),
+        ("comment", 3, "does not verify"),
+        ("untrusted", 3, "not in the trust store"),
+        ("other-bundle", 3, "does not verify"),
+        ("empty-trust", 3, "holds no *.pub files"),
+        ("renamed", 3, "named"),
+    ],
+)
+def test_verify_refuses(
+    attack: str, expected_code: int, expected: str, env, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    sig = Path(str(bundle) + ".minisig")
+    trust = keys.trust
+    if attack == "flip":
+        data = bytearray(bundle.read_bytes())
+        data[len(data) // 3] ^= 0x01
+        bundle.write_bytes(bytes(data))
+    elif attack == "comment":
+        sig.write_text(sig.read_text().replace("engine=toyengine", "engine=toyengin3"))
+    elif attack == "untrusted":
+        trust = make_keys(tmp_path / "k", "stranger").trust
+    elif attack == "other-bundle":
+        other = tmp_path / "other.toml"
+        other.write_text(toy_recipe.read_text() + 'as-of = "2025-01-25T00:00:00Z"\n')
+        other_bundle = build(other, keys.secret, tmp_path / "o")
+        shutil.copy(Path(str(other_bundle) + ".minisig"), sig)
+    elif attack == "empty-trust":
+        trust = tmp_path / "empty"
+        trust.mkdir()
+    elif attack == "renamed":
+        renamed = bundle.with_name("toyengine-1.0-gpu-x86_64-manylinux_2_28.lbz")
+        bundle.rename(renamed)
+        sig.rename(str(renamed) + ".minisig")
+        bundle = renamed
+    code, _, stderr = cli("verify", str(bundle), "--trust", str(trust))
+    assert code == expected_code, stderr
+    assert expected in stderr
+
+
+def test_sbom_is_valid_cyclonedx(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    pytest.importorskip("cyclonedx")
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    out = tmp_path / "f"
+    code, _, stderr = cli("fetch", str(toy_recipe), "--out", str(out))
+    assert code == 0, stderr
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    root = tmp_path / "x"
+    code, _, stderr = cli("install", str(bundle), "--root", str(root), "--trust", str(keys.trust))
+    assert code == 0, stderr
+    sbom = (root / "toyengine" / "1.0-cpu" / "lockbuild" / "sbom.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_5).validate_str(sbom) is None
+    doc = json.loads(sbom)
+    purls = {c.get("purl", "") for c in doc["components"]}
+    assert any(p.startswith("pkg:pypi/toydep@1.0") for p in purls)
+    assert all(c["hashes"][0]["alg"] == "SHA-256" for c in doc["components"])
+
+
+def test_failure_while_packing_leaves_nothing(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lockbuild.builder.pack as pack_module
+    from lockbuild.errors import IntegrityError
+
+    def broken(out, manifest, entries, **kw):  # type: ignore[no-untyped-def]
+        out.write(b"partial bytes")
+        raise IntegrityError("simulated: a cached file changed while packing")
+
+    monkeypatch.setattr(pack_module, "write_bundle", broken)
+    out = tmp_path / "dist"
+    code, _, stderr = cli("build", str(toy_recipe), "--key", str(keys.secret), "--out", str(out))
+    assert code == 4 and "simulated" in stderr
+    assert list(out.iterdir()) == []

@@ -26,6 +26,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hangs up early (pip, curl on error) is not the benchmark's business
+
 
 class StaticIndex:
     def __init__(self, files_dir: Path, files: Sequence[WheelFile]) -> None:
@@ -33,7 +36,8 @@ class StaticIndex:
         self.by_project: dict[str, list[WheelFile]] = {}
         for f in files:
             self.by_project.setdefault(f.project, []).append(f)
-        self.names = {f.filename for f in files}
+        self.sizes = {f.filename: f.size for f in files}
+        self.names = set(self.sizes)
         self._lock = threading.Lock()
         self.bytes_sent = 0
         self.file_gets = 0

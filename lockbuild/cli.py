@@ -36,8 +36,19 @@ class _Group(click.Group):
             if obj.get("verbose"):
                 traceback.print_exc()
             if obj.get("json"):
-                click.echo(json.dumps({"ok": False, "error": {"type": type(exc).__name__, "message": exc.message,
-                                                             "tip": exc.tip, "exit_code": exc.exit_code}}))  # fmt: skip
+                click.echo(
+                    json.dumps(
+                        {
+                            "ok": False,
+                            "error": {
+                                "type": type(exc).__name__,
+                                "message": exc.message,
+                                "tip": exc.tip,
+                                "exit_code": exc.exit_code,
+                            },
+                        }
+                    )
+                )
             click.echo(f"ERROR {exc.message}", err=True)
             if exc.tip:
                 click.echo(f"TIP {exc.tip}", err=True)
@@ -114,17 +125,31 @@ def _atomic_dir(out: Path, name: str) -> tuple[Path, Path]:
 def _commit_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         shutil.rmtree(final)
-    os.replace(tmp, final)
+    tmp.replace(final)
 
 
 def _lock_json(plan: Any) -> dict[str, Any]:
     return {
-        "engine": plan.recipe.engine.name, "build": plan.build.id, "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "python": plan.build.python, "platform": plan.build.platform, "lock_format": plan.lock.format,
-        "packages": [{"name": f.name, "version": f.version, "file": f.filename, "sha256": f.sha256, "size": f.size,
-                      "url": f.url, "origin": f.origin} for f in plan.lock.files],
+        "engine": plan.recipe.engine.name,
+        "build": plan.build.id,
+        "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": plan.build.python,
+        "platform": plan.build.platform,
+        "lock_format": plan.lock.format,
+        "packages": [
+            {
+                "name": f.name,
+                "version": f.version,
+                "file": f.filename,
+                "sha256": f.sha256,
+                "size": f.size,
+                "url": f.url,
+                "origin": f.origin,
+            }
+            for f in plan.lock.files
+        ],
         "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
-    }  # fmt: skip
+    }
 
 
 @main.command(epilog="Example: lockbuild lock bundles/vllm.toml --build cu128 --out locks/")
@@ -198,10 +223,19 @@ def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, j
                 _commit_dir(tmp, final)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            results.append({**_lock_json(plan), "files": len(report.files), "cached": report.cached,
-                            "downloaded_bytes": report.downloaded_bytes, "seconds": round(report.seconds, 3)})  # fmt: skip
-    text = "\n".join(f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> "
-                     f"{out / x['build']}" for x in results)  # fmt: skip
+            results.append(
+                {
+                    **_lock_json(plan),
+                    "files": len(report.files),
+                    "cached": report.cached,
+                    "downloaded_bytes": report.downloaded_bytes,
+                    "seconds": round(report.seconds, 3),
+                }
+            )
+    text = "\n".join(
+        f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> {out / x['build']}"
+        for x in results
+    )
     _emit(ctx, {"fetches": results}, text)
 
 
@@ -228,9 +262,16 @@ def _expires(value: str | None) -> dt.datetime | None:
 @json_option
 @click.pass_context
 def build(
-    ctx: click.Context, recipe: Path, build_spec: str | None, key: Path, out: Path, expires: str | None,
-    threads: int | None, jobs: int, as_json: bool,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    recipe: Path,
+    build_spec: str | None,
+    key: Path,
+    out: Path,
+    expires: str | None,
+    threads: int | None,
+    jobs: int,
+    as_json: bool,
+) -> None:
     """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
 
     The bundle is bit-for-bit reproducible: the same recipe gives the same bytes on any machine. If any
@@ -251,14 +292,33 @@ def build(
     with session(progress=progress, jobs=jobs) as s:
         for b in builds:
             plan = s.planner.plan(r, b)
-            paths, report = s.fetch(plan)
-            packed = pack(plan, paths, out, key=secret, uv_version=plan.uv_version, expires=when, threads=threads,
-                          progress=progress)  # fmt: skip
-            results.append({"bundle": str(packed.bundle), "signature": str(packed.signature), "sha256": packed.sha256,
-                            "size": packed.size, "members": len(packed.manifest.members), "signer": secret.key_id_hex,
-                            "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ")})  # fmt: skip
-    text = "\n".join(f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members']} files)\n  sha256 {x['sha256']}\n"
-                     f"  signed by {x['signer']} -> {x['signature']}" for x in results)  # fmt: skip
+            paths, _ = s.fetch(plan)
+            packed = pack(
+                plan,
+                paths,
+                out,
+                key=secret,
+                uv_version=plan.uv_version,
+                expires=when,
+                threads=threads,
+                progress=progress,
+            )
+            results.append(
+                {
+                    "bundle": str(packed.bundle),
+                    "signature": str(packed.signature),
+                    "sha256": packed.sha256,
+                    "size": packed.size,
+                    "members": len(packed.manifest.members),
+                    "signer": secret.key_id_hex,
+                    "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            )
+    text = "\n".join(
+        f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members']} files)\n  sha256 {x['sha256']}\n"
+        f"  signed by {x['signer']} -> {x['signature']}"
+        for x in results
+    )
     _emit(ctx, {"bundles": results}, text)
 
 
@@ -287,9 +347,12 @@ def sign(ctx: click.Context, bundle: Path, key: Path, expires: str | None, as_js
     block = signature_block(secret, bundle, manifest, expires=_expires(expires))
     tmp = sig_path.with_name(sig_path.name + ".partial")
     tmp.write_text(existing + block, encoding="utf-8")
-    os.replace(tmp, sig_path)
-    _emit(ctx, {"signature": str(sig_path), "signer": secret.key_id_hex},
-          f"signed {bundle.name} with key {secret.key_id_hex} -> {sig_path}")  # fmt: skip
+    tmp.replace(sig_path)
+    _emit(
+        ctx,
+        {"signature": str(sig_path), "signer": secret.key_id_hex},
+        f"signed {bundle.name} with key {secret.key_id_hex} -> {sig_path}",
+    )
 
 
 @main.command(epilog="Example: lockbuild keygen keys/release  (writes keys/release.key and keys/release.pub)")
@@ -307,20 +370,26 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, as_json: bool) -> 
         password = os.environ.get("LOCKBUILD_KEY_PASSWORD")
         if password is None:
             if not sys.stdin.isatty():
-                raise SignatureError("no terminal to ask for a passphrase.",
-                                     tip="Set LOCKBUILD_KEY_PASSWORD, or pass --no-password.")  # fmt: skip
+                raise SignatureError(
+                    "no terminal to ask for a passphrase.", tip="Set LOCKBUILD_KEY_PASSWORD, or pass --no-password."
+                )
             password = str(click.prompt("Passphrase for the new key", hide_input=True, confirmation_prompt=True))
     secret_path, public_path = write_keypair(path, password=password)
     pub = read_public_key(public_path)
-    _emit(ctx, {"secret_key": str(secret_path), "public_key": str(public_path), "key_id": pub.key_id_hex},
-          f"wrote {secret_path} (keep it secret) and {public_path} (key id {pub.key_id_hex})")  # fmt: skip
+    _emit(
+        ctx,
+        {"secret_key": str(secret_path), "public_key": str(public_path), "key_id": pub.key_id_hex},
+        f"wrote {secret_path} (keep it secret) and {public_path} (key id {pub.key_id_hex})",
+    )
 
 
 # ------------------------------------------------------------------------------------------- node
 trust_option = click.option(
-    "--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
+    "--trust",
+    "trust_dir",
+    type=click.Path(path_type=Path, file_okay=False),
     help="Directory of trusted .pub keys (default: LOCKBUILD_TRUST_DIR, then /etc/lockbuild/keys).",
-)  # fmt: skip
+)
 threshold_option = click.option("--threshold", type=click.IntRange(min=1), help="Distinct trusted signatures required.")
 
 
@@ -343,9 +412,16 @@ def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: 
     check_signed_metadata(verified, manifest)
     read_bundle(bundle, progress=_progress(ctx), expect_sha256=verified.digests.sha256)
     signers = [k.key_id_hex for k in verified.signers]
-    _emit(ctx, {"bundle": str(bundle), "sha256": verified.digests.sha256, "signers": signers,
-                "members": len(manifest.members)},
-          f"OK {bundle.name}: signed by {', '.join(signers)}; {len(manifest.members)} members match the manifest")  # fmt: skip
+    _emit(
+        ctx,
+        {
+            "bundle": str(bundle),
+            "sha256": verified.digests.sha256,
+            "signers": signers,
+            "members": len(manifest.members),
+        },
+        f"OK {bundle.name}: signed by {', '.join(signers)}; {len(manifest.members)} members match the manifest",
+    )
 
 
 @main.command(epilog="Example: lockbuild inspect demo.lbz --json")
@@ -361,21 +437,31 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
 
     manifest, _ = read_head(bundle)
     try:
-        sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment}
-                for s in read_signatures(signature_path(bundle))]  # fmt: skip
+        sigs = [
+            {"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment}
+            for s in read_signatures(signature_path(bundle))
+        ]
     except SigErr:
         sigs = []
     data = {
-        "engine": manifest.engine, "version": manifest.version, "variant": manifest.variant,
-        "python": manifest.python, "platform": manifest.platform,
-        "as_of": manifest.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"), "serial": manifest.serial,
+        "engine": manifest.engine,
+        "version": manifest.version,
+        "variant": manifest.variant,
+        "python": manifest.python,
+        "platform": manifest.platform,
+        "as_of": manifest.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "serial": manifest.serial,
         "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
-        "signatures": sigs, "unpacked_size": manifest.unpacked_size,
-        "files": [{"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin}
-                  for m in manifest.members],
-    }  # fmt: skip
+        "signatures": sigs,
+        "unpacked_size": manifest.unpacked_size,
+        "files": [
+            {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin}
+            for m in manifest.members
+        ],
+    }
     lines = [
-        f"{manifest.engine} {manifest.version} ({manifest.variant}) for Python {manifest.python} on {manifest.platform}",
+        f"{manifest.engine} {manifest.version} ({manifest.variant}) "
+        f"for Python {manifest.python} on {manifest.platform}",
         f"as of {data['as_of']}, built by lockbuild {manifest.lockbuild_version} with uv {manifest.uv_version}",
         f"signatures (not checked here; use verify): {', '.join(s['key_id'] for s in sigs) or 'none'}",
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
@@ -390,17 +476,31 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
-@click.option("--gpu-check", type=click.Choice(["auto", "require", "skip"]), default="auto", show_default=True,
-              help="Run the GPU probe: auto = only where an NVIDIA driver is present.")  # fmt: skip
+@click.option(
+    "--gpu-check",
+    type=click.Choice(["auto", "require", "skip"]),
+    default="auto",
+    show_default=True,
+    help="Run the GPU probe: auto = only where an NVIDIA driver is present.",
+)
 @click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
 @json_option
 @click.pass_context
 def install(
-    ctx: click.Context, bundle: Path, root: Path, trust_dir: Path | None, threshold: int | None,
-    python: Path | None, gpu_check: str, force: bool, allow_downgrade: bool, wait: float, as_json: bool,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    bundle: Path,
+    root: Path,
+    trust_dir: Path | None,
+    threshold: int | None,
+    python: Path | None,
+    gpu_check: str,
+    force: bool,
+    allow_downgrade: bool,
+    wait: float,
+    as_json: bool,
+) -> None:
     """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
 
     Signatures are checked before anything is unpacked; every file is checked against the manifest;
@@ -409,10 +509,18 @@ def install(
     leaves the previous install untouched.
     """
     _setup(ctx, as_json)
-    from lockbuild.install.installer import InstallOptions, Installer
+    from lockbuild.install.installer import Installer, InstallOptions
 
-    opts = InstallOptions(root=root, trust_dir=trust_dir, python=python, gpu_check=gpu_check,  # type: ignore[arg-type]
-                          force=force, allow_downgrade=allow_downgrade, threshold=threshold, wait=wait)  # fmt: skip
+    opts = InstallOptions(
+        root=root,
+        trust_dir=trust_dir,
+        python=python,
+        gpu_check=gpu_check,  # type: ignore[arg-type]
+        force=force,
+        allow_downgrade=allow_downgrade,
+        threshold=threshold,
+        wait=wait,
+    )
     result = Installer(opts, progress=_progress(ctx)).install(bundle)
     verb = "installed" if result.status == "installed" else "already installed"
     _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
@@ -429,8 +537,13 @@ def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
 
     rows = list_installed(root)
     data = [{"path": str(p), **m.to_json()} for p, m in rows]
-    text = "\n".join(f"{m.engine:<16} {m.version}-{m.variant:<12} installed {m.installed}  "
-                     f"sha256 {m.bundle_sha256[:16]}…  {p}" for p, m in rows) or f"no engines under {root}"  # fmt: skip
+    text = (
+        "\n".join(
+            f"{m.engine:<16} {m.version}-{m.variant:<12} installed {m.installed}  sha256 {m.bundle_sha256[:16]}…  {p}"
+            for p, m in rows
+        )
+        or f"no engines under {root}"
+    )
     _emit(ctx, {"installed": data}, text)
 
 
@@ -451,10 +564,20 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
 
 
 @main.command(epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False), default=Path("/opt/engines"),
-              show_default=True, help="Where engines live.")  # fmt: skip
-@click.option("--catalogue", type=click.Path(path_type=Path, file_okay=False), default=Path("bundles"),
-              show_default=True, help="Directory of recipes to check against this node.")  # fmt: skip
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/opt/engines"),
+    show_default=True,
+    help="Where engines live.",
+)
+@click.option(
+    "--catalogue",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("bundles"),
+    show_default=True,
+    help="Directory of recipes to check against this node.",
+)
 @trust_option
 @json_option
 @click.pass_context

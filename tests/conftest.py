@@ -14,10 +14,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from servers import FakeServer, make_wheel  # noqa: E402
+from servers import FakeServer, make_wheel
 
-from lockbuild.signing import write_keypair  # noqa: E402
-from lockbuild.uvtool import uv_binary, uv_version  # noqa: E402
+from lockbuild.signing import write_keypair
+from lockbuild.uvtool import uv_binary, uv_version
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 PLATFORM = "x86_64-manylinux_2_28"

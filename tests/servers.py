@@ -296,7 +296,7 @@ def make_wheel(
         files[f"{dist}/blob.bin"] = hashlib.shake_256(f"{name}{version}".encode()).digest(padding)
     for path, data in (data_files or {}).items():
         files[path] = data
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {d}" for d in deps]
     files[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
     files[f"{info}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()

@@ -30,12 +30,15 @@ def build(recipe: Path, key: Path, out: Path, *extra: str, env: dict[str, str] |
 
 
 def test_rebuilds_are_bit_for_bit_identical(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
-    cold = build(toy_recipe, keys.secret, tmp_path / "a", "--threads", "1",
-                 env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache1")})  # fmt: skip
-    warm = build(toy_recipe, keys.secret, tmp_path / "b", "--threads", "4",
-                 env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache1")})  # fmt: skip
-    other = build(toy_recipe, keys.secret, tmp_path / "c", "--threads", "2",
-                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache2")})  # fmt: skip
+    cold = build(
+        toy_recipe, keys.secret, tmp_path / "a", "--threads", "1", env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache1")}
+    )
+    warm = build(
+        toy_recipe, keys.secret, tmp_path / "b", "--threads", "4", env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache1")}
+    )
+    other = build(
+        toy_recipe, keys.secret, tmp_path / "c", "--threads", "2", env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache2")}
+    )
     assert cold.read_bytes() == warm.read_bytes() == other.read_bytes()
 
 

@@ -70,8 +70,13 @@ def test_inspect_shows_the_bundle(env, keys: Keys, toy_recipe: Path, tmp_path: P
 
 
 def node(**kw: object) -> Node:
-    base: dict[str, object] = {"machine": "x86_64", "libc": "glibc", "libc_version": (2, 36), "driver": "580.65",
-                               "gpus": (Gpu("H200", (9, 0)),)}  # fmt: skip
+    base: dict[str, object] = {
+        "machine": "x86_64",
+        "libc": "glibc",
+        "libc_version": (2, 36),
+        "driver": "580.65",
+        "gpus": (Gpu("H200", (9, 0)),),
+    }
     base.update(kw)
     return Node(**base)  # type: ignore[arg-type]
 
@@ -100,8 +105,10 @@ def test_doctor_reports_the_node(tmp_path: Path, keys: Keys, monkeypatch: pytest
     cat.mkdir()
     (cat / "toy.toml").write_text(TOY_RECIPE.replace(PLATFORM, "aarch64-manylinux_2_28"))
     (keys.trust / "revoked.txt").write_text("")
-    r = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path / "engines"), "--catalogue", str(cat),
-                                  "--trust", str(keys.trust), "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        main,
+        ["doctor", "--root", str(tmp_path / "engines"), "--catalogue", str(cat), "--trust", str(keys.trust), "--json"],
+    )
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["node"]["nvidia_driver"] == "580.65.06"

@@ -21,7 +21,7 @@ from servers import FakeServer, make_wheel
 from lockbuild.cli import main
 from lockbuild.install.swap import engine_lock
 
-TORCH_STUB = '''\
+TORCH_STUB = """\
 class _Cuda:
     @staticmethod
     def is_available():
@@ -41,7 +41,7 @@ cuda = _Cuda()
 
 def ones(n, device=None):
     raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
-'''
+"""
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -67,7 +67,9 @@ def bundles(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFac
         mp.setenv("LOCKBUILD_INDEX_URL", server.index_url())
         mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
         later = TOY_RECIPE + 'as-of = "2025-01-25T00:00:00Z"\n'
-        probe = TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "torch==2.0"]')
+        probe = TOY_RECIPE.replace(
+            'requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "torch==2.0"]'
+        )
         probe = probe.replace('variant = "cpu"', 'variant = "cu999"')
         failing = TOY_RECIPE.replace('verify = ["toyengine", "--version"]', 'verify = ["toyengine", "--fail"]')
         failing = failing.replace('variant = "cpu"', 'variant = "bad"')
@@ -90,13 +92,19 @@ def install(bundle: Path, root: Path, keys: Keys, *extra: str) -> tuple[int, str
 
 
 def toy_version(env_dir: Path) -> str:
-    out = subprocess.run([str(env_dir / "bin" / "python"), "-c", "import toydep; print(toydep.__version__)"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", "import toydep; print(toydep.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
 def listing(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if ".lock" not in p.name and p.parent == root / "toyengine")
+    return sorted(
+        str(p.relative_to(root)) for p in root.rglob("*") if ".lock" not in p.name and p.parent == root / "toyengine"
+    )
 
 
 @pytest.fixture
@@ -110,7 +118,7 @@ def installed(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> Path:
 
 
 def test_upgrade_swaps_in_place(installed: Path, bundles: dict[str, Path], keys: Keys) -> None:
-    code, stdout, stderr = install(bundles["v2"], installed, keys)
+    code, _, stderr = install(bundles["v2"], installed, keys)
     assert code == 0, stderr
     assert toy_version(installed / "toyengine" / "1.0-cpu") == "2.0"
     assert listing(installed) == ["toyengine/1.0-cpu"]
@@ -143,8 +151,17 @@ def test_kill_in_each_phase_leaves_the_old_environment(
     phase: str, installed: Path, bundles: dict[str, Path], keys: Keys
 ) -> None:
     env = {**os.environ, "LOCKBUILD_FAULT_INJECT": phase}
-    argv = [sys.executable, "-m", "lockbuild", "install", str(bundles["v2"]), "--root", str(installed),
-            "--trust", str(keys.trust)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "lockbuild",
+        "install",
+        str(bundles["v2"]),
+        "--root",
+        str(installed),
+        "--trust",
+        str(keys.trust),
+    ]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     assert proc.returncode == -9
     target = installed / "toyengine" / "1.0-cpu"
@@ -152,7 +169,7 @@ def test_kill_in_each_phase_leaves_the_old_environment(
     assert toy_version(target) == ("2.0" if phase == "swap" else "1.0")
     assert any(p.name.endswith(".partial") for p in target.parent.iterdir())
     assert subprocess.run([str(target / "bin" / "toyengine"), "--version"], capture_output=True).returncode == 0
-    proc = subprocess.run(argv[:-2] + ["--trust", str(keys.trust)], capture_output=True, text=True)
+    proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert toy_version(target) == "2.0"
     assert listing(installed) == ["toyengine/1.0-cpu"]
@@ -248,8 +265,9 @@ def test_untrusted_bundle_is_refused_before_unpacking(bundles: dict[str, Path], 
     assert not (root / "toyengine").exists() or listing(root) == []
 
 
-def test_tampered_bundle_is_refused_and_old_env_kept(installed: Path, bundles: dict[str, Path], keys: Keys,
-                                                     tmp_path: Path) -> None:  # fmt: skip
+def test_tampered_bundle_is_refused_and_old_env_kept(
+    installed: Path, bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
     bad = tmp_path / bundles["v2"].name
     shutil.copy(bundles["v2"], bad)
     shutil.copy(str(bundles["v2"]) + ".minisig", str(bad) + ".minisig")
@@ -269,13 +287,26 @@ def test_install_needs_no_network(bundles: dict[str, Path], keys: Keys, tmp_path
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         pytest.skip("this machine does not allow a network namespace (unshare -n)")
     root = tmp_path / "engines"
-    argv = ["unshare", "-n", sys.executable, "-m", "lockbuild", "install", str(bundles["v1"]), "--root", str(root),
-            "--trust", str(keys.trust), "--json"]  # fmt: skip
+    argv = [
+        "unshare",
+        "-n",
+        sys.executable,
+        "-m",
+        "lockbuild",
+        "install",
+        str(bundles["v1"]),
+        "--root",
+        str(root),
+        "--trust",
+        str(keys.trust),
+        "--json",
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "installed"
-    out = subprocess.run([str(root / "toyengine" / "1.0-cpu" / "bin" / "toyengine"), "--version"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [str(root / "toyengine" / "1.0-cpu" / "bin" / "toyengine"), "--version"], capture_output=True, text=True
+    )
     assert out.stdout.strip() == "toyengine 1.0"
 
 

@@ -50,7 +50,9 @@ def test_a_uv_lock_is_read_into_pins() -> None:
     assert pins == (
         Pin("anyio", "4.6.0", frozenset({A, B})),
         Pin("httpx", "0.27.2", frozenset({C})),
-        Pin("engine", "", frozenset({A}), "https://github.example/o/r/releases/download/v1/engine-1.0-py3-none-any.whl"),
+        Pin(
+            "engine", "", frozenset({A}), "https://github.example/o/r/releases/download/v1/engine-1.0-py3-none-any.whl"
+        ),
     )
 
 
@@ -91,7 +93,8 @@ requires-python = ">=3.11"
 name = "Torch"
 version = "2.8.0"
 wheels = [
-  {{ url = "https://second.example/whl/torch-2.8.0-cp311-cp311-manylinux_2_28_x86_64.whl", hashes = {{ sha256 = "{A}" }} }},
+  {{ url = "https://second.example/whl/torch-2.8.0-cp311-cp311-manylinux_2_28_x86_64.whl", \
+hashes = {{ sha256 = "{A}" }} }},
   {{ name = "torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl", hashes = {{ sha256 = "{B}" }} }},
 ]
 
@@ -154,7 +157,11 @@ def test_the_best_wheel_for_the_node_is_chosen_whatever_the_order() -> None:
     for order in (files, files[::-1]):
         chosen = choose_file(pin_for(*files), order, X86_311, origin="primary")
         assert chosen.filename == NATIVE
-        assert (chosen.url, chosen.sha256, chosen.size) == (f"https://files.example/{NATIVE}", sha(NATIVE.encode()), 123)
+        assert (chosen.url, chosen.sha256, chosen.size) == (
+            f"https://files.example/{NATIVE}",
+            sha(NATIVE.encode()),
+            123,
+        )
         assert (chosen.name, chosen.version, chosen.origin, chosen.kind) == ("pkg", "1.0", "primary", "wheel")
         assert chosen.bundle_path == f"wheels/{NATIVE}"
 
@@ -241,7 +248,7 @@ def test_the_cut_off_is_publication_plus_24_hours_in_whole_seconds(clock: FakeSe
         'requirements = ["twofiles==1.0"]\n'
     )
     got = cut_off(recipe, recipe.builds[0], Index(clock.index_url(), client))
-    assert CUT_OFF_DELAY == dt.timedelta(hours=24)
+    assert dt.timedelta(hours=24) == CUT_OFF_DELAY
     assert got == day(7) + dt.timedelta(hours=12)
     assert got.tzinfo == dt.UTC
 
@@ -271,7 +278,7 @@ def test_a_release_with_no_upload_times_anywhere_is_a_clear_error(clock: FakeSer
         "the second index publishes no upload times for fromjson==2.0; expected PEP 700 upload-time on its files."
     )
     assert info.value.tip is not None and "as-of" in info.value.tip
-    with pytest.raises(RemoteError, match="publishes no upload times for notimes==1.0"):
+    with pytest.raises(RemoteError, match=r"publishes no upload times for notimes==1\.0"):
         index.publication_time("notimes", "1.0")
 
 
@@ -292,13 +299,14 @@ def test_an_index_page_that_is_not_pep_691_is_a_clear_error(clock: FakeServer, c
 
 # --------------------------------------------------------------------- locking against the index
 CUT = day(7) + dt.timedelta(hours=12)  # lkeng 1.0's last file (day 6, 12:00) + 24 h
+LKENG_SDIST = make_sdist("lkeng", "1.0")  # built once: a .tar.gz carries the time it was made
 
 
 @pytest.fixture(scope="module")
 def published(server: FakeServer) -> FakeServer:
     """Projects for these tests on the session server, under names no other test uses."""
     server.publish(*make_wheel("lkeng", "1.0", deps=("lkdep",)), uploaded=day(5))
-    server.publish(*make_sdist("lkeng", "1.0"), uploaded=day(6) + dt.timedelta(hours=12))
+    server.publish(*LKENG_SDIST, uploaded=day(6) + dt.timedelta(hours=12))
     server.publish(*make_wheel("lkdep", "1.0"), uploaded=day(1))
     server.publish(*make_wheel("lkdep", "1.1"), uploaded=CUT - dt.timedelta(seconds=1))
     server.publish(*make_wheel("lkdep", "2.0"), uploaded=CUT)  # "before the cut-off" is strict
@@ -317,7 +325,9 @@ def recipe_text(*builds: str, pypi: str = "lkeng") -> str:
     return head + "".join(builds)
 
 
-def build_text(version: str = "1.0", variant: str = "cpu", requirements: str = '["lkeng==1.0"]', extra: str = "") -> str:
+def build_text(
+    version: str = "1.0", variant: str = "cpu", requirements: str = '["lkeng==1.0"]', extra: str = ""
+) -> str:
     return (
         f'\n[[builds]]\nversion = "{version}"\nvariant = "{variant}"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
         f"requirements = {requirements}\n{extra}"
@@ -371,7 +381,7 @@ def test_lock_writes_the_lock_and_the_resolved_recipe(env: FakeServer, published
     pins = {p.name: p for p in parse_requirements_lock(text)}
     assert pins["lkeng"].hashes == {
         sha(make_wheel("lkeng", "1.0", deps=("lkdep",))[1]),
-        sha(make_sdist("lkeng", "1.0")[1]),
+        sha(LKENG_SDIST[1]),
     }
     resolved = parse_recipe((out / "1.0-cpu" / "recipe.toml").read_text())
     assert resolved.builds[0].as_of == CUT
@@ -485,8 +495,12 @@ def test_a_recipe_with_three_mistakes_fails_with_all_three_and_writes_nothing(
     code, _, stderr = run_lock(recipe, out)
     assert code == 1
     assert stderr.startswith(f"ERROR {recipe}: 4 problems in the recipe:")
-    for key in ("engine.bin: unknown key; did you mean 'binary'?", "engine.binary: missing",
-                "builds[0].requirements[0]: a direct URL", "builds[0].free-gb: expected between 1 and 99999"):  # fmt: skip
+    for key in (
+        "engine.bin: unknown key; did you mean 'binary'?",
+        "engine.binary: missing",
+        "builds[0].requirements[0]: a direct URL",
+        "builds[0].free-gb: expected between 1 and 99999",
+    ):
         assert f"  - {key}" in stderr
     assert not out.exists()
 
@@ -504,7 +518,9 @@ def test_a_requirement_uv_cannot_meet_shows_uvs_reason(env: FakeServer, publishe
 
 
 def test_build_selects_one_build(env: FakeServer, published: FakeServer, tmp_path: Path) -> None:
-    recipe = write(tmp_path, recipe_text(build_text(), build_text(variant="old", extra="as-of = 2025-01-07T00:00:00Z\n")))
+    recipe = write(
+        tmp_path, recipe_text(build_text(), build_text(variant="old", extra="as-of = 2025-01-07T00:00:00Z\n"))
+    )
     for spec, expected in (("old", "1.0-old"), ("1.0-cpu", "1.0-cpu")):
         out = tmp_path / spec
         code, stdout, stderr = run_lock(recipe, out, "--build", spec)

@@ -37,17 +37,27 @@ def sbom(plan: Plan) -> bytes:
     components: list[dict[str, object]] = []
     for f in sorted(plan.lock.files, key=lambda f: f.name):
         purl = f"pkg:pypi/{f.name}@{f.version}?file_name={f.filename}"
-        components.append({
-            "type": "library", "bom-ref": purl, "name": f.name, "version": f.version, "purl": purl,
-            "hashes": [{"alg": "SHA-256", "content": f.sha256}],
-            "externalReferences": [{"type": "distribution", "url": f.url}],
-        })  # fmt: skip
+        components.append(
+            {
+                "type": "library",
+                "bom-ref": purl,
+                "name": f.name,
+                "version": f.version,
+                "purl": purl,
+                "hashes": [{"alg": "SHA-256", "content": f.sha256}],
+                "externalReferences": [{"type": "distribution", "url": f.url}],
+            }
+        )
     for e in sorted(plan.extras, key=lambda e: e.path):
-        components.append({
-            "type": "file", "bom-ref": e.path, "name": e.path.split("/", 1)[1],
-            "hashes": [{"alg": "SHA-256", "content": e.sha256}],
-            "externalReferences": [{"type": "distribution", "url": e.url}],
-        })  # fmt: skip
+        components.append(
+            {
+                "type": "file",
+                "bom-ref": e.path,
+                "name": e.path.split("/", 1)[1],
+                "hashes": [{"alg": "SHA-256", "content": e.sha256}],
+                "externalReferences": [{"type": "distribution", "url": e.url}],
+            }
+        )
     doc = {
         "bomFormat": "CycloneDX",
         "specVersion": "1.5",
@@ -57,9 +67,11 @@ def sbom(plan: Plan) -> bytes:
             "timestamp": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "tools": {"components": [{"type": "application", "name": "lockbuild", "version": __version__}]},
             "component": {
-                "type": "application", "bom-ref": f"engine:{plan.recipe.engine.name}",
-                "name": plan.recipe.engine.name, "version": b.version,
-            },  # fmt: skip
+                "type": "application",
+                "bom-ref": f"engine:{plan.recipe.engine.name}",
+                "name": plan.recipe.engine.name,
+                "version": b.version,
+            },
         },
         "components": components,
     }
@@ -152,9 +164,9 @@ def pack(
             block = signature_block(key, tmp, manifest, expires=expires, name=final.name)
             tmp_sig.write_text(block, encoding="utf-8")
             sig_final = signature_path(final)
-        os.replace(tmp, final)
+        tmp.replace(final)
         if sig_final is not None:
-            os.replace(tmp_sig, sig_final)
+            tmp_sig.replace(sig_final)
     finally:
         tmp.unlink(missing_ok=True)
         tmp_sig.unlink(missing_ok=True)

@@ -51,8 +51,10 @@ def build_fit(build: Build, node: Node, pythons: dict[str, str], free: int | Non
     if plat.arch != machine:
         reasons.append(f"built for {plat.arch}, the node is {machine}")
     if plat.libc == "glibc" and node.libc_version and node.libc_version < plat.libc_version:
-        reasons.append(f"needs glibc {plat.libc_version[0]}.{plat.libc_version[1]}, the node has "
-                       f"{node.libc_version[0]}.{node.libc_version[1]}")  # fmt: skip
+        reasons.append(
+            f"needs glibc {plat.libc_version[0]}.{plat.libc_version[1]}, the node has "
+            f"{node.libc_version[0]}.{node.libc_version[1]}"
+        )
     if build.python not in pythons:
         reasons.append(f"needs Python {build.python}, not found on PATH")
     gpu = build.gpu
@@ -64,8 +66,10 @@ def build_fit(build: Build, node: Node, pythons: dict[str, str], free: int | Non
                 reasons.append(f"needs driver {gpu.min_driver}+, the node has {node.driver}")
             low = [g for g in node.gpus if gpu.min_capability and g.capability < gpu.min_capability]
             if low and gpu.min_capability:
-                reasons.append(f"needs compute capability {gpu.min_capability[0]}.{gpu.min_capability[1]}+, "
-                               f"the node has {low[0].capability[0]}.{low[0].capability[1]}")  # fmt: skip
+                reasons.append(
+                    f"needs compute capability {gpu.min_capability[0]}.{gpu.min_capability[1]}+, "
+                    f"the node has {low[0].capability[0]}.{low[0].capability[1]}"
+                )
     if build.free_gb and free is not None and free < build.free_gb << 30:
         reasons.append(f"needs {build.free_gb} GB free, the root has {free / 2**30:.1f} GiB")
     return tuple(reasons)
@@ -108,10 +112,14 @@ def examine(root: Path, *, catalogue: Path | None, trust: Path | None, node: Nod
         "pythons": pythons,
         "root": {"path": str(root), "free_bytes": free},
         "trust": _trust_report(trust_dir(trust)),
-        "installed": [{"path": str(p), "engine": m.engine, "build": f"{m.version}-{m.variant}",
-                       "installed": m.installed} for p, m in list_installed(root)],  # fmt: skip
-        "catalogue": [{"recipe": f.recipe, "engine": f.engine, "build": f.build, "fits": f.fits,
-                       "reasons": list(f.reasons)} for f in fits],  # fmt: skip
+        "installed": [
+            {"path": str(p), "engine": m.engine, "build": f"{m.version}-{m.variant}", "installed": m.installed}
+            for p, m in list_installed(root)
+        ],
+        "catalogue": [
+            {"recipe": f.recipe, "engine": f.engine, "build": f.build, "fits": f.fits, "reasons": list(f.reasons)}
+            for f in fits
+        ],
         "catalogue_problems": problems,
     }
 

@@ -77,10 +77,15 @@ class InstallResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "status": self.status, "engine": self.engine, "version": self.version, "variant": self.variant,
-            "path": str(self.path), "bundle_sha256": self.bundle_sha256, "signers": list(self.signers),
+            "status": self.status,
+            "engine": self.engine,
+            "version": self.version,
+            "variant": self.variant,
+            "path": str(self.path),
+            "bundle_sha256": self.bundle_sha256,
+            "signers": list(self.signers),
             "seconds": round(self.seconds, 3),
-        }  # fmt: skip
+        }
 
 
 def _checkpoint(phase: str) -> None:
@@ -111,8 +116,12 @@ def _run(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str,
 def check_signed_metadata(verified: Verified, manifest: Manifest) -> None:
     """The signed trusted comment and the manifest inside must describe the same bundle."""
     f = verified.fields
-    mine = {"engine": manifest.engine, "version": manifest.version, "variant": manifest.variant,
-            "serial": str(manifest.serial)}  # fmt: skip
+    mine = {
+        "engine": manifest.engine,
+        "version": manifest.version,
+        "variant": manifest.variant,
+        "serial": str(manifest.serial),
+    }
     for key, value in mine.items():
         if f.get(key) != value:
             raise SignatureError(
@@ -143,18 +152,20 @@ def check_gpu(build: Build, node: Node, mode: GpuCheck) -> None:
         return
     if not node.has_nvidia:
         if mode == "require":
-            raise InstallError("--gpu-check require: this node has no NVIDIA driver (no /proc/driver/nvidia, no nvidia-smi).")
-        return
-    if req.min_driver is not None and node.driver not in (None, "unknown"):
-        if version_tuple(node.driver or "") < version_tuple(req.min_driver):
             raise InstallError(
-                f"this build needs NVIDIA driver {req.min_driver} or newer; this node has {node.driver}.",
-                tip="Upgrade the driver, or use a bundle built for an older CUDA variant.",
+                "--gpu-check require: this node has no NVIDIA driver (no /proc/driver/nvidia, no nvidia-smi)."
             )
+        return
+    known_driver = node.driver not in (None, "unknown")
+    if req.min_driver is not None and known_driver and version_tuple(node.driver or "") < version_tuple(req.min_driver):
+        raise InstallError(
+            f"this build needs NVIDIA driver {req.min_driver} or newer; this node has {node.driver}.",
+            tip="Upgrade the driver, or use a bundle built for an older CUDA variant.",
+        )
     if req.min_capability is not None and node.gpus:
         low = [g for g in node.gpus if g.capability < req.min_capability]
         if low:
-            need = "%d.%d" % req.min_capability
+            need = f"{req.min_capability[0]}.{req.min_capability[1]}"
             have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in low)
             raise InstallError(
                 f"this build needs GPUs of compute capability {need} or more; this node has {have}.",
@@ -204,11 +215,18 @@ class Installer:
             if stale:
                 p.phase(f"removed {len(stale)} staging dir(s) left by an interrupted run")
             current = read_marker(target)
-            if current is not None and not self.o.force:
-                if current.bundle_sha256 == verified.digests.sha256:
-                    p.phase(f"{manifest.engine} {build.id} is already installed from this bundle; nothing to do")
-                    return InstallResult("unchanged", manifest.engine, build.version, build.variant, target,
-                                         verified.digests.sha256, signers, time.monotonic() - started)  # fmt: skip
+            if current is not None and not self.o.force and current.bundle_sha256 == verified.digests.sha256:
+                p.phase(f"{manifest.engine} {build.id} is already installed from this bundle; nothing to do")
+                return InstallResult(
+                    "unchanged",
+                    manifest.engine,
+                    build.version,
+                    build.variant,
+                    target,
+                    verified.digests.sha256,
+                    signers,
+                    time.monotonic() - started,
+                )
             if current is not None and current.serial > manifest.serial and not self.o.allow_downgrade:
                 raise InstallError(
                     f"{target} holds a newer build (serial {current.serial}) than this bundle ({manifest.serial}).",
@@ -217,13 +235,28 @@ class Installer:
             _free_space(engine_dir, manifest, build)
             self._stage_and_swap(bundle, verified, manifest, recipe, build, python, target, signers)
         p.phase(f"installed {manifest.engine} {build.id} at {target}")
-        return InstallResult("installed", manifest.engine, build.version, build.variant, target,
-                             verified.digests.sha256, signers, time.monotonic() - started)  # fmt: skip
+        return InstallResult(
+            "installed",
+            manifest.engine,
+            build.version,
+            build.variant,
+            target,
+            verified.digests.sha256,
+            signers,
+            time.monotonic() - started,
+        )
 
     def _stage_and_swap(
-        self, bundle: Path, verified: Verified, manifest: Manifest, recipe: Recipe, build: Build,
-        python: Path, target: Path, signers: tuple[str, ...],
-    ) -> None:  # fmt: skip
+        self,
+        bundle: Path,
+        verified: Verified,
+        manifest: Manifest,
+        recipe: Recipe,
+        build: Build,
+        python: Path,
+        target: Path,
+        signers: tuple[str, ...],
+    ) -> None:
         staged = target.with_name(target.name + STAGING_SUFFIX)
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
         try:
@@ -252,16 +285,28 @@ class Installer:
         uv = extract_uv(tools[0], unpacked / ".uv")
         env = clean_env(unpacked / ".uv-cache", offline=True)
         p.phase(f"creating a Python {manifest.python} environment")
-        _run([str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", str(staged)],
-             env=env, timeout=600, what="uv venv")  # fmt: skip
+        _run(
+            [str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", str(staged)],
+            env=env,
+            timeout=600,
+            what="uv venv",
+        )
         _checkpoint("install")
         env_python = staged / "bin" / "python"
         argv = [
-            str(uv), "pip", "install", "--python", str(env_python),
-            "--offline", "--no-index", "--require-hashes",
-            "--find-links", str(unpacked / "wheels"),
-            "-r", str(unpacked / "lock" / "requirements.txt"),
-        ]  # fmt: skip
+            str(uv),
+            "pip",
+            "install",
+            "--python",
+            str(env_python),
+            "--offline",
+            "--no-index",
+            "--require-hashes",
+            "--find-links",
+            str(unpacked / "wheels"),
+            "-r",
+            str(unpacked / "lock" / "requirements.txt"),
+        ]
         if (unpacked / "sdists").is_dir():
             argv += ["--find-links", str(unpacked / "sdists")]
         else:
@@ -299,8 +344,13 @@ class Installer:
         if (staged / "bin" / argv[0]).exists():
             argv[0] = str(staged / "bin" / argv[0])
         p.phase(f"running the verify command: {' '.join(engine.verify)}")
-        _run(argv, env=env, timeout=self.o.verify_timeout, what=f"the verify command ({' '.join(engine.verify)})",
-             cwd=staged)  # fmt: skip
+        _run(
+            argv,
+            env=env,
+            timeout=self.o.verify_timeout,
+            what=f"the verify command ({' '.join(engine.verify)})",
+            cwd=staged,
+        )
         _checkpoint("verify")
         self._probe(staged, engine, build, env)
 
@@ -320,14 +370,22 @@ class Installer:
         except InstallError as exc:
             hint = None
             if "no kernel image" in exc.message:
-                hint = (f"this build ({build.variant}) has no kernels for this node's GPU: install the bundle of "
-                        "another variant built for it (another CUDA version or compute capability).")  # fmt: skip
+                hint = (
+                    f"this build ({build.variant}) has no kernels for this node's GPU: install the bundle of "
+                    "another variant built for it (another CUDA version or compute capability)."
+                )
             raise InstallError(exc.message, tip=hint or "Check the driver with nvidia-smi.") from None
 
     def _write_records(
-        self, unpacked: Path, staged: Path, manifest: Manifest, engine: Engine, build: Build,
-        verified: Verified, signers: tuple[str, ...],
-    ) -> None:  # fmt: skip
+        self,
+        unpacked: Path,
+        staged: Path,
+        manifest: Manifest,
+        engine: Engine,
+        build: Build,
+        verified: Verified,
+        signers: tuple[str, ...],
+    ) -> None:
         records = staged / RECORD_DIR
         records.mkdir(parents=True, exist_ok=True)
         (records / "lock").mkdir(exist_ok=True)
@@ -358,7 +416,7 @@ class Installer:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, staged / MARKER)
+        tmp.replace(staged / MARKER)
 
 
 def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path:
@@ -373,11 +431,10 @@ def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path
         )
     with engine_lock(engine_dir, wait=wait):
         doomed = target.with_name(f"{target.name}.removing{STAGING_SUFFIX}")
-        os.rename(target, doomed)
+        target.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
     return target
 
 
 def node_machine() -> str:
     return _ARCH_ALIASES.get(platform.machine(), platform.machine())
-

@@ -48,8 +48,11 @@ def _nvidia_smi() -> tuple[str | None, tuple[Gpu, ...]]:
     try:
         proc = subprocess.run(
             [exe, "--query-gpu=driver_version,compute_cap,name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None, ()
     if proc.returncode != 0:

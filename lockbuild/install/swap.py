@@ -95,13 +95,13 @@ def swap_into_place(staged: Path, target: Path, *, after_exchange: Callable[[], 
     """
     _fsync_dir(staged)
     if not target.exists():
-        os.rename(staged, target)
+        staged.rename(target)
     elif _exchange(staged, target):
         pass
     else:  # pragma: no cover - filesystems without RENAME_EXCHANGE
         aside = target.with_name(target.name + ".old" + STAGING_SUFFIX)
-        os.rename(target, aside)
-        os.rename(staged, target)
+        target.rename(aside)
+        staged.rename(target)
         staged = aside
     _fsync_dir(target.parent)
     if after_exchange is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import zipfile
@@ -17,8 +16,11 @@ def python_version(exe: Path) -> str:
     try:
         proc = subprocess.run(
             [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except OSError as exc:
         raise InstallError(f"cannot run the interpreter {exe}: {exc.strerror}.") from None
     if proc.returncode != 0:
@@ -63,5 +65,5 @@ def extract_uv(wheel: Path, dest_dir: Path) -> Path:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except zipfile.BadZipFile as exc:
         raise InstallError(f"{wheel.name} is not a valid wheel: {exc}.") from None
-    os.chmod(out, 0o755)
+    out.chmod(0o755)
     return out

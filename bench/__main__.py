@@ -1,0 +1,171 @@
+"""bench/run: measure lockbuild against the classic air-gap path (pip download + tar + pip install).
+
+    bench/run [--workload small|vllm-shape|live] [--repeat N] [--scale 0.25,0.5,1] [--plot] [--quick]
+
+Starts a static index on 127.0.0.1 serving a generated workload (or uses the real PyPI for ``live``),
+then measures lock, fetch, pack and sign, verify, install and the whole pipeline, for lockbuild and
+for its baselines, back to back. Prints a table and writes bench/results/<date>-<workload>.json
+(and .png with --plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from bench import report
+from bench.index import StaticIndex
+from bench.suite import Results, Setup, Suite
+from bench.workload import ENGINE, ENGINE_VERSION, generate
+from lockbuild import __version__
+from lockbuild.signing import write_keypair
+from lockbuild.uvtool import uv_binary, uv_version
+
+HERE = Path(__file__).resolve().parent
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+PLATFORM = "x86_64-manylinux_2_28"
+
+RECIPE = """\
+[engine]
+name = "{name}"
+pypi = "{name}"
+binary = "{binary}"
+verify = {verify}
+gpu-probe = "none"
+
+[[builds]]
+version = "{version}"
+variant = "cpu"
+python = "{python}"
+platform = "{platform}"
+requirements = ["{name}=={version}"]
+"""
+
+# A real, small inference engine on the real PyPI (the repo's demo engine, bundles/onnxruntime.toml).
+LIVE = {"name": "onnxruntime", "version": "1.20.1", "binary": "onnxruntime_test",
+        "verify": '["python", "-c", "import onnxruntime"]'}  # fmt: skip
+SYNTHETIC = {"name": ENGINE, "version": ENGINE_VERSION, "binary": ENGINE, "verify": f'["{ENGINE}", "--version"]'}
+
+
+def log(text: str) -> None:
+    sys.stderr.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+    sys.stderr.flush()
+
+
+def base_python() -> str:
+    return str(Path(getattr(sys, "_base_executable", sys.executable)).resolve())
+
+
+def keys(work: Path) -> tuple[Path, Path]:
+    d = work / "keys"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    secret, public = write_keypair(d / "bench", password=None)
+    trust = d / "trust"
+    trust.mkdir()
+    shutil.copy(public, trust / public.name)
+    return secret, trust
+
+
+def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -> Results:
+    server: StaticIndex | None = None
+    if workload == "live":
+        label, index_url, spec = "live-pypi-onnxruntime", "https://pypi.org/simple", LIVE
+    else:
+        log(f"generating {workload} at {scale:g} GB (once; kept under bench/work/workloads/)")
+        w = generate(workload, scale, HERE / "work")
+        server = StaticIndex(w.files_dir, w.files)
+        label, index_url, spec = w.name, server.index_url, SYNTHETIC
+    run_dir = work / label
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    recipe = run_dir / f"{spec['name']}.toml"
+    recipe.write_text(RECIPE.format(**spec, python=PY, platform=PLATFORM))
+    secret, trust = keys(run_dir)
+    setup = Setup(label, run_dir, index_url, server, recipe, f"{spec['name']}=={spec['version']}", base_python(),
+                  secret, trust, args.repeat, args.jobs, args.quick)  # fmt: skip
+    try:
+        results = Suite(setup, log).run_all()
+    finally:
+        if server is not None:
+            server.close()
+        if not args.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    results.facts["repeat"] = args.repeat
+    results.facts["scale_gb"] = scale
+    return results
+
+
+def machine() -> dict[str, object]:
+    import os
+
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))  # fmt: skip
+    except (OSError, StopIteration):
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "kernel": platform.release(),
+            "lockbuild": __version__, "uv": uv_version(uv_binary())}  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--workload", choices=("small", "vllm-shape", "live"), default="small")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of every variant (default 3)")
+    ap.add_argument("--scale", default=None,
+                    help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series")
+    ap.add_argument("--jobs", type=int, default=8, help="parallel downloads, for lockbuild and the raw floor")
+    ap.add_argument("--quick", action="store_true", help="skip the (slow) pip baselines")
+    ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directories under bench/work/runs/")
+    args = ap.parse_args(argv)
+    scales = [float(x) for x in args.scale.split(",")] if args.scale else [1.0]
+    if args.workload != "vllm-shape":
+        scales = [0.03]
+    stamp = dt.datetime.now().strftime("%Y-%m-%dT%H%M%S")
+    work = HERE / "work" / "runs" / stamp
+    all_results: list[Results] = []
+    started = time.monotonic()
+    for scale in scales:
+        r = run_one(args.workload, scale, args, work)
+        all_results.append(r)
+        sys.stdout.write(report.table(r) + "\n\n")
+        sys.stdout.flush()
+    doc: dict[str, object] = {
+        "command": "bench/run " + " ".join(argv), "date": stamp, "machine": machine(),
+        "seconds": round(time.monotonic() - started, 1), "runs": [r.to_json() for r in all_results],
+    }  # fmt: skip
+    if len(all_results) > 1:
+        sys.stdout.write("## scaling: median time and peak RSS of each lockbuild step\n\n")
+        sys.stdout.write(report.scaling_table(all_results) + "\n\n")
+        growth = report.rss_growth(all_results)
+        doc["rss_growth_mb"] = growth
+        worst = max(growth.values(), default=0.0)
+        sys.stdout.write(f"peak RSS growth, smallest → largest: at most {worst:+.1f} MB (target < 32 MB: "
+                         f"{'met' if worst < 32 else 'missed'})\n")  # fmt: skip
+    results_dir = HERE / "results"
+    results_dir.mkdir(exist_ok=True)
+    name = f"{stamp}-{args.workload}" + ("-scaling" if len(all_results) > 1 else "")
+    out = results_dir / f"{name}.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    log(f"wrote {out.relative_to(HERE.parent)}")
+    if args.plot:
+        png = results_dir / f"{name}.png"
+        if report.plot(all_results, png):
+            log(f"wrote {png.relative_to(HERE.parent)}")
+        else:
+            log("no plot: matplotlib is not installed (pip install matplotlib)")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,345 @@
+"""The benchmark's phases: lock, fetch, pack and sign, verify, install, and the whole pipeline, each
+measured for lockbuild and for its baselines, back to back, ``repeat`` times, on the same files.
+
+Every command runs as a subprocess with an environment that no user or machine configuration reaches
+(no PIP_*/UV_* variables, no pip.conf or uv.toml), and with cold caches unless a phase says warm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.index import StaticIndex
+from bench.measure import Figure, Ratio, Run, pairwise, run, shell
+from lockbuild.uvtool import uv_binary
+
+DEAD = "http://127.0.0.1:9"
+PIP = [sys.executable, "-m", "pip"]
+LOCKBUILD = [sys.executable, "-m", "lockbuild"]
+_DROP = ("PIP_", "UV_", "VIRTUAL_ENV", "CONDA_", "PYTHONPATH", "PYTHONHOME", "LOCKBUILD_")
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP)}
+    env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1",
+                "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1"})  # fmt: skip
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)  # so `python -m bench.steps` works anywhere
+    return env
+
+
+@dataclass(frozen=True)
+class Setup:
+    label: str  # workload key, e.g. "vllm-shape-1gb"
+    work: Path  # scratch directory of this workload's run
+    index_url: str
+    server: StaticIndex | None  # None for the live workload
+    recipe: Path
+    requirement: str  # what the classic path asks pip for
+    python: str  # the node's interpreter
+    secret: Path
+    trust: Path
+    repeat: int
+    jobs: int = 8
+    quick: bool = False  # skip the slow pip baselines
+
+
+@dataclass
+class Results:
+    label: str
+    figures: dict[tuple[str, str], Figure] = field(default_factory=dict)
+    ratios: list[Ratio] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def fig(self, phase: str, variant: str) -> Figure:
+        return self.figures.setdefault((phase, variant), Figure(phase, variant))
+
+    def get(self, phase: str, variant: str) -> Figure | None:
+        f = self.figures.get((phase, variant))
+        return f if f is not None and f.seconds else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.label, "facts": self.facts, "figures": [f.to_json() for f in self.figures.values()],
+                "ratios": [r.to_json() for r in self.ratios]}  # fmt: skip
+
+
+def _fresh(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+class Suite:
+    def __init__(self, setup: Setup, log: Callable[[str], None]) -> None:
+        self.s = setup
+        self.r = Results(setup.label)
+        self.log = log
+        self.env = clean_env()
+        self.lock_doc: dict[str, Any] = {}
+        self.lock_dir = setup.work / "lock"
+        self.cache = setup.work / "cache"  # the warm cache, once the fetch phase has filled it
+        self.fetched = setup.work / "fetched"  # the unpacked files (lockbuild fetch --out)
+        self.unpacked = self.fetched
+        self.bundle: Path | None = None
+
+    # helpers -----------------------------------------------------------------------------------
+    def lb_env(self, cache: Path) -> dict[str, str]:
+        env = dict(self.env)
+        env.update({"LOCKBUILD_INDEX_URL": self.s.index_url, "LOCKBUILD_CACHE_DIR": str(cache),
+                    "LOCKBUILD_GITHUB_API": f"{DEAD}/api", "LOCKBUILD_GITHUB_DOWNLOAD": f"{DEAD}/gh"})  # fmt: skip
+        return env
+
+    def uv_env(self, cache: Path) -> dict[str, str]:
+        return {**self.env, "UV_CACHE_DIR": str(cache)}
+
+    def timed(self, phase: str, variant: str, r: Run, *, seconds: float | None = None, size: int = 0) -> Run:
+        f = self.r.fig(phase, variant)
+        f.add(r.seconds if seconds is None else seconds, r.max_rss_kb)
+        if size:
+            f.bytes = size
+        return r
+
+    def rep_dir(self, i: int, name: str) -> Path:
+        return _fresh(self.s.work / f"rep{i}" / name)
+
+    def clean_rep(self, i: int) -> None:
+        shutil.rmtree(self.s.work / f"rep{i}", ignore_errors=True)
+
+    def step(self, *args: str | Path) -> list[str]:
+        return [sys.executable, "-m", "bench.steps", *map(str, args)]
+
+    def counters(self) -> tuple[int, int]:
+        return self.s.server.counters() if self.s.server else (0, 0)
+
+    # the phases --------------------------------------------------------------------------------
+    def run_all(self) -> Results:
+        for name, phase in (("lock", self.phase_lock), ("fetch", self.phase_fetch), ("pack", self.phase_pack),
+                            ("verify", self.phase_verify), ("install", self.phase_install),
+                            ("pipeline", self.phase_pipeline)):  # fmt: skip
+            self.log(f"[{self.s.label}] {name}")
+            phase()
+        self.r.ratios = ratios(self.r)
+        return self.r
+
+    def phase_lock(self) -> None:
+        for i in range(self.s.repeat):
+            out = self.rep_dir(i, "lock")
+            r = run([*LOCKBUILD, "lock", str(self.s.recipe), "--out", str(out), "--json"],
+                    env=self.lb_env(self.rep_dir(i, "lock-cache")))  # fmt: skip
+            self.timed("lock", "lockbuild lock", r)
+            doc = json.loads(r.stdout)["locks"][0]
+            argv = [uv_binary(), "pip", "compile", "-", "--python-version", doc["python"],
+                    "--python-platform", doc["platform"], "--exclude-newer", doc["as_of"],
+                    "--index-url", self.s.index_url, "--generate-hashes", "--no-header", "--quiet",
+                    "--output-file", str(out / "uv-requirements.txt")]  # fmt: skip
+            self.timed("lock", "uv pip compile --generate-hashes", run(
+                argv, env=self.uv_env(self.rep_dir(i, "uv-cache")), stdin=self.s.requirement + "\n"))  # fmt: skip
+            if i == self.s.repeat - 1:
+                self.lock_doc = doc
+                _fresh(self.lock_dir)
+                shutil.copytree(out / os.listdir(out)[0], self.lock_dir)
+                self.r.facts.update({"packages": len(doc["packages"]), "as_of": doc["as_of"]})
+            self.clean_rep(i)
+
+    def _inputs(self) -> tuple[Path, Path, Path, Path, int]:
+        """wanted.json (lockbuild), files.json (raw), curl.cfg template, pip requirements; total bytes."""
+        sizes = self.s.server.sizes if self.s.server else {}
+        wanted: list[dict[str, Any]] = []
+        for p in self.lock_doc["packages"]:
+            wanted.append({"url": p["url"], "sha256": p["sha256"], "size": p["size"], "label": p["file"]})
+        for e in self.lock_doc["extras"]:
+            name = e["path"].rsplit("/", 1)[-1]
+            wanted.append({"url": e["url"], "sha256": e["sha256"], "size": sizes.get(name), "label": name})
+        base = self.s.work
+        (base / "wanted.json").write_text(json.dumps(wanted))
+        files = [{"url": w["url"], "name": w["label"], "size": w["size"] or 0} for w in wanted]
+        (base / "files.json").write_text(json.dumps(files))
+        lock_txt = (self.lock_dir / "requirements.txt").read_text()
+        tools = [e for e in self.lock_doc["extras"] if e["kind"] == "tool"]
+        extra = "".join(f"uv @ {t['url']} --hash=sha256:{t['sha256']}\n" for t in tools)
+        (base / "pip-download.txt").write_text(lock_txt + extra)
+        total = sum(int(w["size"] or 0) for w in wanted)
+        return base / "wanted.json", base / "files.json", base / "curl.cfg", base / "pip-download.txt", total
+
+    def phase_fetch(self) -> None:
+        wanted, files, curl_cfg, pip_req, total = self._inputs()
+        jobs = str(self.s.jobs)
+        for i in range(self.s.repeat):
+            out = self.rep_dir(i, "raw")
+            r = run(self.step("raw", files, out, jobs), env=self.env)
+            got = json.loads(r.stdout)
+            total = total or int(got["bytes"])
+            self.timed("fetch", "raw parallel GET (httpx, in-process)", r, seconds=got["seconds"], size=got["bytes"])
+            out = self.rep_dir(i, "curl")
+            out.mkdir()
+            cfg = "".join(f'url = "{f["url"]}"\noutput = "{out / f["name"]}"\n' for f in json.loads(files.read_text()))
+            curl_cfg.write_text(cfg)
+            self.timed("fetch", "raw parallel GET (curl --parallel)", run(
+                ["curl", "--parallel", "--parallel-max", jobs, "--fail", "-sS", "-K", str(curl_cfg)], env=self.env),
+                size=total)  # fmt: skip
+            cache = self.rep_dir(i, "cache")
+            r = run(self.step("fetch", wanted, cache, jobs), env=self.lb_env(cache))
+            got = json.loads(r.stdout)
+            self.timed("fetch", "lockbuild fetch (transfer, in-process)", r, seconds=got["seconds"], size=total)
+            self.timed("fetch", "lockbuild fetch (whole process)", r, size=total)
+            if not self.s.quick:
+                out = self.rep_dir(i, "pip")
+                self.timed("fetch", "pip download --no-deps --require-hashes", run(
+                    [*PIP, "download", "--no-deps", "--require-hashes", "-r", str(pip_req), "-d", str(out),
+                     "--index-url", self.s.index_url, "--no-cache-dir", "-q", "--progress-bar", "off"], env=self.env),
+                    size=total)  # fmt: skip
+            if i == self.s.repeat - 1:
+                _fresh(self.cache)
+                os.rename(cache, self.cache)
+            self.clean_rep(i)
+        self.r.facts.update({"fetch_bytes": total, "fetch_files": len(json.loads(files.read_text())), "jobs": self.s.jobs})
+        for _ in range(self.s.repeat):
+            before = self.counters()
+            r = run(self.step("fetch", wanted, self.cache, jobs), env=self.lb_env(self.cache))
+            got = json.loads(r.stdout)
+            after = self.counters()
+            self.timed("fetch", "lockbuild fetch, warm cache (re-hash only)", r, seconds=got["seconds"], size=total)
+            self.r.facts["warm_rebuild"] = {"downloaded_bytes": got["downloaded_bytes"], "cached": got["cached"],
+                                            "files": got["files"], "server_file_gets": after[0] - before[0],
+                                            "server_bytes": after[1] - before[1]}  # fmt: skip
+        r = run([*LOCKBUILD, "fetch", str(self.s.recipe), "--out", str(_fresh(self.fetched)), "--json"],
+                env=self.lb_env(self.cache))  # fmt: skip
+        build = json.loads(r.stdout)["fetches"][0]["build"]
+        self.unpacked = self.fetched / build
+
+    def phase_pack(self) -> None:
+        src = self.unpacked
+        for i in range(self.s.repeat):
+            out = self.rep_dir(i, "bundle")
+            r = run(self.step("pack", self.s.recipe, self.cache, self.s.secret, out), env=self.lb_env(self.cache))
+            got = json.loads(r.stdout)
+            self.timed("pack", "lockbuild pack + sign", r, seconds=got["pack_s"], size=got["unpacked"])
+            self.r.facts["bundle_bytes"] = got["size"]
+            self.r.facts["unpacked_bytes"] = got["unpacked"]
+            tar = self.rep_dir(i, "tar")
+            tar.mkdir()
+            self.timed("pack", "tar cf - | zstd -T0 -3", shell(
+                f"tar cf - -C {src} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}", env=self.env), size=got["unpacked"])
+            self.timed("pack", "tar czf", shell(f"tar czf {tar / 'b.tgz'} -C {src} .", env=self.env),
+                       size=got["unpacked"])  # fmt: skip
+            if i == self.s.repeat - 1:
+                final = self.s.work / "bundle"
+                _fresh(final)
+                os.rename(out, final)
+                self.bundle = final / Path(got["bundle"]).name
+            self.clean_rep(i)
+
+    def phase_verify(self) -> None:
+        assert self.bundle is not None
+        size = self.bundle.stat().st_size
+        for _ in range(self.s.repeat):
+            self.timed("verify", "lockbuild verify (signature + every digest)", run(
+                [*LOCKBUILD, "verify", str(self.bundle), "--trust", str(self.s.trust), "--json"], env=self.env),
+                size=size)  # fmt: skip
+            self.timed("verify", "zstd -t (decompress + checksum only)", run(
+                ["zstd", "-t", "-q", str(self.bundle)], env=self.env), size=size)  # fmt: skip
+
+    def _install_lb(self, bundle: Path, root: Path) -> Run:
+        return run([*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.s.trust),
+                    "--python", self.s.python, "--gpu-check", "skip", "--json"], env=self.env)  # fmt: skip
+
+    def phase_install(self) -> None:
+        assert self.bundle is not None
+        wheels, lock = self.unpacked / "wheels", self.unpacked / "requirements.txt"
+        size = self.r.facts["unpacked_bytes"]
+        uv = uv_binary()
+        for i in range(self.s.repeat):
+            self.timed("install", "lockbuild install (verify + unpack + uv + checks)",
+                       self._install_lb(self.bundle, self.rep_dir(i, "root")), size=size)  # fmt: skip
+            venv, cache = self.rep_dir(i, "uv-venv"), self.rep_dir(i, "uv-cache")
+            self.timed("install", "uv venv + uv pip install --offline (floor)", shell(
+                f"{uv} venv {venv} --python {self.s.python} -q && {uv} pip install --python {venv}/bin/python "
+                f"--offline --no-index --find-links {wheels} -r {lock} -q", env=self.uv_env(cache)), size=size)  # fmt: skip
+            if not self.s.quick:
+                venv = self.rep_dir(i, "pip-venv")
+                self.timed("install", "venv + pip install --no-index --find-links", shell(
+                    f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
+                    f"install --no-index --find-links {wheels} -r {lock} --no-cache-dir -q", env=self.env),
+                    size=size)  # fmt: skip
+            self.clean_rep(i)
+
+    def phase_pipeline(self) -> None:
+        req = self.s.requirement
+        for i in range(self.s.repeat):
+            cache, out = self.rep_dir(i, "cache"), self.rep_dir(i, "dist")
+            build = run([*LOCKBUILD, "build", str(self.s.recipe), "--key", str(self.s.secret), "--out", str(out),
+                         "--json"], env=self.lb_env(cache))  # fmt: skip
+            bundle = Path(json.loads(build.stdout)["bundles"][0]["bundle"])
+            inst = self._install_lb(bundle, self.rep_dir(i, "root"))
+            self.timed("pipeline", "lockbuild build (cold cache)", build)
+            self.timed("pipeline", "lockbuild install", inst)
+            self.timed("pipeline", "lockbuild: recipe -> installed", inst, seconds=build.seconds + inst.seconds)
+            self.clean_rep(i)
+            if self.s.quick:
+                continue
+            dl, tgz, node, venv = (self.rep_dir(i, n) for n in ("dl", "tgz", "node", "venv"))
+            parts = [
+                ("classic: pip download", [*PIP, "download", req, "-d", str(dl), "--index-url", self.s.index_url,
+                                           "--no-cache-dir", "-q", "--progress-bar", "off"]),
+                ("classic: tar czf", ["bash", "-ec", f"mkdir -p {tgz} && tar czf {tgz}/w.tgz -C {dl} ."]),
+                ("classic: tar xzf", ["bash", "-ec", f"mkdir -p {node} && tar xzf {tgz}/w.tgz -C {node}"]),
+                ("classic: venv + pip install --no-index", ["bash", "-ec",
+                    f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
+                    f"install --no-index --find-links {node} '{req}' --no-cache-dir -q"]),
+            ]  # fmt: skip
+            total = 0.0
+            rss = 0
+            for name, argv in parts:
+                r = run(argv, env=self.env)
+                self.timed("pipeline", name, r)
+                total += r.seconds
+                rss = max(rss, r.max_rss_kb)
+            self.r.fig("pipeline", "classic: requirement -> installed").add(total, rss)
+            self.clean_rep(i)
+
+
+# ratios and targets ------------------------------------------------------------------------------
+def ratios(r: Results) -> list[Ratio]:
+    out: list[Ratio] = []
+
+    def add(name: str, a: tuple[str, str], b: Sequence[tuple[str, str]], target: str, ok: Callable[[float], bool],
+            invert: bool = False) -> None:  # fmt: skip
+        fa = r.get(*a)
+        fb = [f for f in (r.get(*x) for x in b) if f is not None]
+        if fa is None or not fb:
+            return
+        vals = pairwise(fb[0], fa) if invert else pairwise(fa, fb)
+        out.append(Ratio(name, vals, target, ok(sorted(vals)[len(vals) // 2])))
+
+    f = "fetch"
+    add("fetch / raw transfer (fastest of httpx, curl)", (f, "lockbuild fetch (transfer, in-process)"),
+        [(f, "raw parallel GET (httpx, in-process)"), (f, "raw parallel GET (curl --parallel)")],
+        "<= 1.3", lambda v: v <= 1.3)  # fmt: skip
+    add("pip download / lockbuild fetch", (f, "lockbuild fetch (whole process)"),
+        [(f, "pip download --no-deps --require-hashes")], ">= 5", lambda v: v >= 5, invert=True)  # fmt: skip
+    add("lock / uv pip compile", ("lock", "lockbuild lock"), [("lock", "uv pip compile --generate-hashes")],
+        "(none)", lambda v: True)  # fmt: skip
+    add("pack+sign / tar|zstd -T0 -3", ("pack", "lockbuild pack + sign"), [("pack", "tar cf - | zstd -T0 -3")],
+        "<= 1.5", lambda v: v <= 1.5)  # fmt: skip
+    add("pack+sign / tar czf", ("pack", "lockbuild pack + sign"), [("pack", "tar czf")], "(none)", lambda v: True)
+    add("install / bare uv", ("install", "lockbuild install (verify + unpack + uv + checks)"),
+        [("install", "uv venv + uv pip install --offline (floor)")], "<= 1.5", lambda v: v <= 1.5)  # fmt: skip
+    add("pip install / lockbuild install", ("install", "lockbuild install (verify + unpack + uv + checks)"),
+        [("install", "venv + pip install --no-index --find-links")], ">= 10", lambda v: v >= 10, invert=True)  # fmt: skip
+    add("classic / lockbuild, recipe -> installed", ("pipeline", "lockbuild: recipe -> installed"),
+        [("pipeline", "classic: requirement -> installed")], ">= 5", lambda v: v >= 5, invert=True)  # fmt: skip
+    v = r.get("verify", "lockbuild verify (signature + every digest)")
+    if v is not None:
+        mbs = tuple(v.bytes / s / 1e6 for s in v.seconds)
+        out.append(Ratio("verify throughput, MB/s of bundle", mbs, ">= 300", sorted(mbs)[len(mbs) // 2] >= 300))
+    return out

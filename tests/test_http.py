@@ -1,0 +1,151 @@
+"""Bounded JSON answers from the index and the release API: anything unusable is a RemoteError."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from servers import FakeServer, Served
+
+from lockbuild.builder.http import MAX_JSON_BYTES, get_json, make_client
+from lockbuild.errors import RemoteError
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def shared_srv() -> Iterator[FakeServer]:
+    s = FakeServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def srv(shared_srv: FakeServer) -> FakeServer:
+    shared_srv.raw_pages.clear()
+    shared_srv.redirects.clear()
+    shared_srv.files.clear()
+    return shared_srv
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with make_client() as c:
+        yield c
+
+
+def test_valid_json_is_read(srv: FakeServer, client: httpx.Client) -> None:
+    srv.raw_pages["/doc"] = b'{"files": [1, 2]}'
+    assert get_json(client, f"{srv.url}/doc", what="reading") == ({"files": [1, 2]}, f"{srv.url}/doc")
+
+
+def test_same_host_redirect_is_followed(srv: FakeServer, client: httpx.Client) -> None:
+    srv.raw_pages["/new"] = b"[]"
+    srv.redirects["/old"] = "/new"
+    assert get_json(client, f"{srv.url}/old", what="reading") == ([], f"{srv.url}/new")
+
+
+@pytest.mark.parametrize("body", [b"<html>not json</html>", b'{"a": ', b"\xff\xfe{}"])
+def test_invalid_json_is_refused(srv: FakeServer, client: httpx.Client, body: bytes) -> None:
+    srv.raw_pages["/doc"] = body
+    with pytest.raises(RemoteError, match=rf"^reading the index: {srv.url}/doc did not answer valid JSON"):
+        get_json(client, f"{srv.url}/doc", what="reading the index")
+
+
+def test_redirect_to_another_host_is_refused(srv: FakeServer, client: httpx.Client) -> None:
+    other = FakeServer()
+    try:
+        other.raw_pages["/doc"] = b"{}"
+        srv.redirects["/doc"] = f"{other.url}/doc"
+        with pytest.raises(RemoteError, match=r"redirected to another host \(127\.0\.0\.1:\d+\)") as err:
+            get_json(client, f"{srv.url}/doc", what="reading")
+        assert err.value.tip is not None and "LOCKBUILD_INDEX_URL" in err.value.tip
+        assert other.requests == []  # never asked
+    finally:
+        other.close()
+
+
+def test_redirect_loop_is_refused(srv: FakeServer, client: httpx.Client) -> None:
+    srv.redirects["/a"] = "/b"
+    srv.redirects["/b"] = "/a"
+    with pytest.raises(RemoteError, match=r"redirected more than 5 times"):
+        get_json(client, f"{srv.url}/a", what="reading")
+
+
+def test_oversized_body_is_refused_before_reading_it(srv: FakeServer, client: httpx.Client) -> None:
+    sent = [0]
+
+    def endless() -> Iterator[bytes]:
+        while True:
+            sent[0] += MiB
+            yield b" " * MiB
+
+    srv.files["/huge.json"] = Served(endless, 1 << 40)
+    with pytest.raises(RemoteError, match=rf"sent more than {MAX_JSON_BYTES} bytes; expected a JSON document"):
+        get_json(client, f"{srv.url}/huge.json", what="reading")
+    assert sent[0] < MAX_JSON_BYTES
+
+
+def test_body_over_a_small_limit_is_refused(srv: FakeServer, client: httpx.Client) -> None:
+    srv.raw_pages["/doc"] = b"[" + b"0," * 1000 + b"0]"
+    with pytest.raises(RemoteError, match=r"sent more than 1000 bytes"):
+        get_json(client, f"{srv.url}/doc", what="reading", limit=1000)
+
+
+class _Unannounced(BaseHTTPRequestHandler):
+    """A JSON-looking body with no Content-Length that never ends."""
+
+    sent = 0
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            self.wfile.write(b"[")
+            while True:
+                self.wfile.write(b"0," * (32 << 10))
+                type(self).sent += 64 << 10
+        except OSError:
+            return
+
+
+def test_endless_body_without_a_length_is_refused() -> None:
+    _Unannounced.sent = 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Unannounced)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with make_client() as c, pytest.raises(RemoteError, match=r"sent more than 1048576 bytes"):
+            get_json(c, f"http://127.0.0.1:{httpd.server_address[1]}/x", what="reading", limit=MiB)
+        assert _Unannounced.sent < 64 * MiB
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_not_found_uses_the_callers_message(srv: FakeServer, client: httpx.Client) -> None:
+    with pytest.raises(RemoteError, match=r"^no such project$"):
+        get_json(client, f"{srv.url}/nothing", what="reading", not_found="no such project")
+    with pytest.raises(RemoteError, match=r"answered HTTP 404; expected 200"):
+        get_json(client, f"{srv.url}/nothing", what="reading")
+
+
+def test_server_error_and_unreachable_host_are_remote_errors(srv: FakeServer, client: httpx.Client) -> None:
+    srv.add_file("/busy", b"x", fail_first=1)
+    with pytest.raises(RemoteError, match=r"answered HTTP 500; expected 200"):
+        get_json(client, f"{srv.url}/busy", what="reading")
+    with pytest.raises(RemoteError, match=r"^reading: cannot reach http://127.0.0.1:9/x: ConnectError"):
+        get_json(client, "http://127.0.0.1:9/x", what="reading")
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:9/simple", "ftp://127.0.0.1/x", "http://[::1/x"])
+def test_malformed_address_is_a_remote_error(client: httpx.Client, url: str) -> None:
+    with pytest.raises(RemoteError, match=r"cannot reach"):
+        get_json(client, url, what="reading")

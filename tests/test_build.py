@@ -170,3 +170,22 @@ def test_failure_while_packing_leaves_nothing(
     code, _, stderr = cli("build", str(toy_recipe), "--key", str(keys.secret), "--out", str(out))
     assert code == 4 and "simulated" in stderr
     assert list(out.iterdir()) == []
+
+
+def test_keygen_encrypts_and_build_reads_the_passphrase_from_the_environment(
+    env, toy_recipe: Path, tmp_path: Path
+) -> None:
+    code, _, stderr = cli("keygen", str(tmp_path / "k"), env={"LOCKBUILD_KEY_PASSWORD": "correct horse"})
+    assert code == 0, stderr
+    secret = tmp_path / "k.key"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert "encrypted" in secret.read_text().splitlines()[0]
+    code, _, stderr = cli("keygen", str(tmp_path / "k"), env={"LOCKBUILD_KEY_PASSWORD": "x"})
+    assert code != 0 and "exists" in stderr
+    out = tmp_path / "d"
+    code, _, stderr = cli(
+        "build", str(toy_recipe), "--key", str(secret), "--out", str(out), env={"LOCKBUILD_KEY_PASSWORD": "wrong"}
+    )
+    assert code == 3 and "passphrase" in stderr
+    assert not out.exists() or list(out.iterdir()) == []
+    build(toy_recipe, secret, out, env={"LOCKBUILD_KEY_PASSWORD": "correct horse"})

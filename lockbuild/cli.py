@@ -9,9 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -117,17 +115,6 @@ build_option = click.option(
 jobs_option = click.option("--jobs", default=8, show_default=True, help="Files downloaded at once.")
 
 
-def _atomic_dir(out: Path, name: str) -> tuple[Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=out)), out / name
-
-
-def _commit_dir(tmp: Path, final: Path) -> None:
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.replace(final)
-
-
 def _lock_json(plan: Any) -> dict[str, Any]:
     return {
         "engine": plan.recipe.engine.name,
@@ -165,6 +152,7 @@ def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as
     and recipe.toml with as-of filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
     """
     _setup(ctx, as_json)
+    from lockbuild.builder.output import write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
@@ -173,13 +161,7 @@ def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as
     with session(progress=_progress(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
     for plan in plans:
-        tmp, final = _atomic_dir(out, plan.build.id)
-        try:
-            (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
-            (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
-            _commit_dir(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        write_plan_dir(plan, out)
         results.append(_lock_json(plan))
     text = "\n".join(
         f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
@@ -203,7 +185,8 @@ def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, j
     sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.session import place, session
+    from lockbuild.builder.output import write_plan_dir
+    from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
     r = load_recipe(recipe)
@@ -212,17 +195,7 @@ def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, j
         for b in r.select(build_spec):
             plan = s.planner.plan(r, b)
             paths, report = s.fetch(plan)
-            tmp, final = _atomic_dir(out, b.id)
-            try:
-                (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
-                (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
-                for f in plan.lock.files:
-                    place(paths[f.sha256], tmp / f.bundle_path)
-                for e in plan.extras:
-                    place(paths[e.sha256], tmp / e.path)
-                _commit_dir(tmp, final)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            write_plan_dir(plan, out, paths)
             results.append(
                 {
                     **_lock_json(plan),

@@ -210,6 +210,19 @@ class Installer:
         engine_dir = self.o.root / manifest.engine
         target = engine_dir / build.id
         signers = tuple(k.key_id_hex for k in verified.signers)
+
+        def result(status: Literal["installed", "unchanged"]) -> InstallResult:
+            return InstallResult(
+                status,
+                manifest.engine,
+                build.version,
+                build.variant,
+                target,
+                verified.digests.sha256,
+                signers,
+                time.monotonic() - started,
+            )
+
         with engine_lock(engine_dir, wait=self.o.wait):
             stale = clean_stale(engine_dir)
             if stale:
@@ -217,16 +230,7 @@ class Installer:
             current = read_marker(target)
             if current is not None and not self.o.force and current.bundle_sha256 == verified.digests.sha256:
                 p.phase(f"{manifest.engine} {build.id} is already installed from this bundle; nothing to do")
-                return InstallResult(
-                    "unchanged",
-                    manifest.engine,
-                    build.version,
-                    build.variant,
-                    target,
-                    verified.digests.sha256,
-                    signers,
-                    time.monotonic() - started,
-                )
+                return result("unchanged")
             if current is not None and current.serial > manifest.serial and not self.o.allow_downgrade:
                 raise InstallError(
                     f"{target} holds a newer build (serial {current.serial}) than this bundle ({manifest.serial}).",
@@ -235,16 +239,7 @@ class Installer:
             _free_space(engine_dir, manifest, build)
             self._stage_and_swap(bundle, verified, manifest, recipe, build, python, target, signers)
         p.phase(f"installed {manifest.engine} {build.id} at {target}")
-        return InstallResult(
-            "installed",
-            manifest.engine,
-            build.version,
-            build.variant,
-            target,
-            verified.digests.sha256,
-            signers,
-            time.monotonic() - started,
-        )
+        return result("installed")
 
     def _stage_and_swap(
         self,

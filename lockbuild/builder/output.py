@@ -1,0 +1,42 @@
+"""Writing a build's lock (and, for ``fetch``, its files) to OUT/VERSION-VARIANT, all or nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from lockbuild.builder.plan import Plan
+
+
+def _place(src: Path, dest: Path) -> None:
+    """A cached file at ``dest``: a hard link where possible, else a copy."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = None) -> Path:
+    """OUT/VERSION-VARIANT with the lock and the resolved recipe, and with ``fetched`` (sha256 → file)
+    every file under its bundle path. Written under a temporary name and renamed at the end."""
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / plan.build.id
+    tmp = Path(tempfile.mkdtemp(prefix=f".{plan.build.id}.", suffix=".partial", dir=out))
+    try:
+        (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
+        (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
+        if fetched is not None:
+            for f in plan.lock.files:
+                _place(fetched[f.sha256], tmp / f.bundle_path)
+            for e in plan.extras:
+                _place(fetched[e.sha256], tmp / e.path)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.replace(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

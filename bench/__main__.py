@@ -89,7 +89,7 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
     recipe.write_text(RECIPE.format(**spec, python=PY, platform=PLATFORM))
     secret, trust = keys(run_dir)
     setup = Setup(label, run_dir, index_url, server, recipe, f"{spec['name']}=={spec['version']}", base_python(),
-                  secret, trust, args.repeat, args.jobs, args.quick)  # fmt: skip
+                  secret, trust, args.repeat, args.jobs, args.quick, args.quiet_wait)  # fmt: skip
     try:
         results = Suite(setup, log).run_all()
     finally:
@@ -123,6 +123,8 @@ def main(argv: list[str]) -> int:
                     help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series")
     ap.add_argument("--jobs", type=int, default=8, help="parallel downloads, for lockbuild and the raw floor")
     ap.add_argument("--quick", action="store_true", help="skip the (slow) pip baselines")
+    ap.add_argument("--quiet-wait", type=float, default=60.0,
+                    help="before each command, wait up to this many seconds for other processes to go quiet")
     ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
     ap.add_argument("--keep", action="store_true", help="keep the work directories under bench/work/runs/")
     args = ap.parse_args(argv)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,8 +22,8 @@ def table(r: Results) -> str:
         f"({_mb(f.get('fetch_bytes', 0))}), bundle {_mb(f.get('bundle_bytes', 0))}, "
         f"{f.get('repeat', '?')} runs each",
         "",
-        "| phase | variant | median s | min–max s | MB/s | peak RSS MB |",
-        "|---|---|---:|---:|---:|---:|",
+        "| phase | variant | median s | min–max s | CPU s | MB/s | peak RSS MB | others busy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for phase in PHASES:
         for (p, _), fig in r.figures.items():
@@ -31,7 +32,8 @@ def table(r: Results) -> str:
             rate = f"{fig.bytes / fig.median / 1e6:,.0f}" if fig.bytes else ""
             lines.append(
                 f"| {phase} | {fig.variant} | {fig.median:.2f} | {min(fig.seconds):.2f}–{max(fig.seconds):.2f} "
-                f"| {rate} | {fig.peak_rss_mb:.0f} |"
+                f"| {statistics.median(fig.cpu_s):.2f} | {rate} | {fig.peak_rss_mb:.0f} "
+                f"| {statistics.median(fig.contention):.2f} |"
             )
     lines += ["", "| ratio (pair by pair) | median | min–max | target | |", "|---|---:|---:|---|---|"]
     for q in r.ratios:

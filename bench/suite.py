@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.index import StaticIndex
-from bench.measure import Figure, Ratio, Run, pairwise, run, shell
+from bench.measure import Figure, Ratio, Run, pairwise, run, wait_quiet
 from lockbuild.uvtool import uv_binary
 
 DEAD = "http://127.0.0.1:9"
 PIP = [sys.executable, "-m", "pip"]
 LOCKBUILD = [sys.executable, "-m", "lockbuild"]
-_DROP = ("PIP_", "UV_", "VIRTUAL_ENV", "CONDA_", "PYTHONPATH", "PYTHONHOME", "LOCKBUILD_")
+_DROP = ("PIP_", "UV_", "VIRTUAL_ENV", "CONDA_", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "LOCKBUILD_")
 
 
 def clean_env() -> dict[str, str]:
@@ -48,6 +48,7 @@ class Setup:
     repeat: int
     jobs: int = 8
     quick: bool = False  # skip the slow pip baselines
+    quiet_wait: float = 60.0  # before each command, wait up to this long for the other processes to calm down
 
 
 @dataclass
@@ -102,9 +103,17 @@ class Suite:
     def uv_env(self, cache: Path) -> dict[str, str]:
         return {**self.env, "UV_CACHE_DIR": str(cache)}
 
+    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, stdin: str | None = None) -> Run:
+        """Run one measured command, once the rest of the machine is quiet (or ``quiet_wait`` has passed)."""
+        wait_quiet(max_wait=self.s.quiet_wait)
+        return run(argv, env=env or self.env, stdin=stdin)
+
+    def shell(self, script: str, *, env: dict[str, str] | None = None) -> Run:
+        return self.run(["bash", "-o", "pipefail", "-ec", script], env=env)
+
     def timed(self, phase: str, variant: str, r: Run, *, seconds: float | None = None, size: int = 0) -> Run:
         f = self.r.fig(phase, variant)
-        f.add(r.seconds if seconds is None else seconds, r.max_rss_kb)
+        f.add(r.seconds if seconds is None else seconds, r.max_rss_kb, r.cpu_s, r.others_cpu_s / max(r.seconds, 1e-9))
         if size:
             f.bytes = size
         return r
@@ -134,7 +143,7 @@ class Suite:
     def phase_lock(self) -> None:
         for i in range(self.s.repeat):
             out = self.rep_dir(i, "lock")
-            r = run([*LOCKBUILD, "lock", str(self.s.recipe), "--out", str(out), "--json"],
+            r = self.run([*LOCKBUILD, "lock", str(self.s.recipe), "--out", str(out), "--json"],
                     env=self.lb_env(self.rep_dir(i, "lock-cache")))  # fmt: skip
             self.timed("lock", "lockbuild lock", r)
             doc = json.loads(r.stdout)["locks"][0]
@@ -142,7 +151,7 @@ class Suite:
                     "--python-platform", doc["platform"], "--exclude-newer", doc["as_of"],
                     "--index-url", self.s.index_url, "--generate-hashes", "--no-header", "--quiet",
                     "--output-file", str(out / "uv-requirements.txt")]  # fmt: skip
-            self.timed("lock", "uv pip compile --generate-hashes", run(
+            self.timed("lock", "uv pip compile --generate-hashes", self.run(
                 argv, env=self.uv_env(self.rep_dir(i, "uv-cache")), stdin=self.s.requirement + "\n"))  # fmt: skip
             if i == self.s.repeat - 1:
                 self.lock_doc = doc
@@ -176,7 +185,7 @@ class Suite:
         jobs = str(self.s.jobs)
         for i in range(self.s.repeat):
             out = self.rep_dir(i, "raw")
-            r = run(self.step("raw", files, out, jobs), env=self.env)
+            r = self.run(self.step("raw", files, out, jobs), env=self.env)
             got = json.loads(r.stdout)
             total = total or int(got["bytes"])
             self.timed("fetch", "raw parallel GET (httpx, in-process)", r, seconds=got["seconds"], size=got["bytes"])
@@ -184,17 +193,17 @@ class Suite:
             out.mkdir()
             cfg = "".join(f'url = "{f["url"]}"\noutput = "{out / f["name"]}"\n' for f in json.loads(files.read_text()))
             curl_cfg.write_text(cfg)
-            self.timed("fetch", "raw parallel GET (curl --parallel)", run(
+            self.timed("fetch", "raw parallel GET (curl --parallel)", self.run(
                 ["curl", "--parallel", "--parallel-max", jobs, "--fail", "-sS", "-K", str(curl_cfg)], env=self.env),
                 size=total)  # fmt: skip
             cache = self.rep_dir(i, "cache")
-            r = run(self.step("fetch", wanted, cache, jobs), env=self.lb_env(cache))
+            r = self.run(self.step("fetch", wanted, cache, jobs), env=self.lb_env(cache))
             got = json.loads(r.stdout)
             self.timed("fetch", "lockbuild fetch (transfer, in-process)", r, seconds=got["seconds"], size=total)
             self.timed("fetch", "lockbuild fetch (whole process)", r, size=total)
             if not self.s.quick:
                 out = self.rep_dir(i, "pip")
-                self.timed("fetch", "pip download --no-deps --require-hashes", run(
+                self.timed("fetch", "pip download --no-deps --require-hashes", self.run(
                     [*PIP, "download", "--no-deps", "--require-hashes", "-r", str(pip_req), "-d", str(out),
                      "--index-url", self.s.index_url, "--no-cache-dir", "-q", "--progress-bar", "off"], env=self.env),
                     size=total)  # fmt: skip
@@ -205,14 +214,14 @@ class Suite:
         self.r.facts.update({"fetch_bytes": total, "fetch_files": len(json.loads(files.read_text())), "jobs": self.s.jobs})
         for _ in range(self.s.repeat):
             before = self.counters()
-            r = run(self.step("fetch", wanted, self.cache, jobs), env=self.lb_env(self.cache))
+            r = self.run(self.step("fetch", wanted, self.cache, jobs), env=self.lb_env(self.cache))
             got = json.loads(r.stdout)
             after = self.counters()
             self.timed("fetch", "lockbuild fetch, warm cache (re-hash only)", r, seconds=got["seconds"], size=total)
             self.r.facts["warm_rebuild"] = {"downloaded_bytes": got["downloaded_bytes"], "cached": got["cached"],
                                             "files": got["files"], "server_file_gets": after[0] - before[0],
                                             "server_bytes": after[1] - before[1]}  # fmt: skip
-        r = run([*LOCKBUILD, "fetch", str(self.s.recipe), "--out", str(_fresh(self.fetched)), "--json"],
+        r = self.run([*LOCKBUILD, "fetch", str(self.s.recipe), "--out", str(_fresh(self.fetched)), "--json"],
                 env=self.lb_env(self.cache))  # fmt: skip
         build = json.loads(r.stdout)["fetches"][0]["build"]
         self.unpacked = self.fetched / build
@@ -221,16 +230,16 @@ class Suite:
         src = self.unpacked
         for i in range(self.s.repeat):
             out = self.rep_dir(i, "bundle")
-            r = run(self.step("pack", self.s.recipe, self.cache, self.s.secret, out), env=self.lb_env(self.cache))
+            r = self.run(self.step("pack", self.s.recipe, self.cache, self.s.secret, out), env=self.lb_env(self.cache))
             got = json.loads(r.stdout)
             self.timed("pack", "lockbuild pack + sign", r, seconds=got["pack_s"], size=got["unpacked"])
             self.r.facts["bundle_bytes"] = got["size"]
             self.r.facts["unpacked_bytes"] = got["unpacked"]
             tar = self.rep_dir(i, "tar")
             tar.mkdir()
-            self.timed("pack", "tar cf - | zstd -T0 -3", shell(
+            self.timed("pack", "tar cf - | zstd -T0 -3", self.shell(
                 f"tar cf - -C {src} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}", env=self.env), size=got["unpacked"])
-            self.timed("pack", "tar czf", shell(f"tar czf {tar / 'b.tgz'} -C {src} .", env=self.env),
+            self.timed("pack", "tar czf", self.shell(f"tar czf {tar / 'b.tgz'} -C {src} .", env=self.env),
                        size=got["unpacked"])  # fmt: skip
             if i == self.s.repeat - 1:
                 final = self.s.work / "bundle"
@@ -243,14 +252,14 @@ class Suite:
         assert self.bundle is not None
         size = self.bundle.stat().st_size
         for _ in range(self.s.repeat):
-            self.timed("verify", "lockbuild verify (signature + every digest)", run(
+            self.timed("verify", "lockbuild verify (signature + every digest)", self.run(
                 [*LOCKBUILD, "verify", str(self.bundle), "--trust", str(self.s.trust), "--json"], env=self.env),
                 size=size)  # fmt: skip
-            self.timed("verify", "zstd -t (decompress + checksum only)", run(
+            self.timed("verify", "zstd -t (decompress + checksum only)", self.run(
                 ["zstd", "-t", "-q", str(self.bundle)], env=self.env), size=size)  # fmt: skip
 
     def _install_lb(self, bundle: Path, root: Path) -> Run:
-        return run([*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.s.trust),
+        return self.run([*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.s.trust),
                     "--python", self.s.python, "--gpu-check", "skip", "--json"], env=self.env)  # fmt: skip
 
     def phase_install(self) -> None:
@@ -262,12 +271,12 @@ class Suite:
             self.timed("install", "lockbuild install (verify + unpack + uv + checks)",
                        self._install_lb(self.bundle, self.rep_dir(i, "root")), size=size)  # fmt: skip
             venv, cache = self.rep_dir(i, "uv-venv"), self.rep_dir(i, "uv-cache")
-            self.timed("install", "uv venv + uv pip install --offline (floor)", shell(
+            self.timed("install", "uv venv + uv pip install --offline (floor)", self.shell(
                 f"{uv} venv {venv} --python {self.s.python} -q && {uv} pip install --python {venv}/bin/python "
                 f"--offline --no-index --find-links {wheels} -r {lock} -q", env=self.uv_env(cache)), size=size)  # fmt: skip
             if not self.s.quick:
                 venv = self.rep_dir(i, "pip-venv")
-                self.timed("install", "venv + pip install --no-index --find-links", shell(
+                self.timed("install", "venv + pip install --no-index --find-links", self.shell(
                     f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
                     f"install --no-index --find-links {wheels} -r {lock} --no-cache-dir -q", env=self.env),
                     size=size)  # fmt: skip
@@ -277,13 +286,15 @@ class Suite:
         req = self.s.requirement
         for i in range(self.s.repeat):
             cache, out = self.rep_dir(i, "cache"), self.rep_dir(i, "dist")
-            build = run([*LOCKBUILD, "build", str(self.s.recipe), "--key", str(self.s.secret), "--out", str(out),
+            build = self.run([*LOCKBUILD, "build", str(self.s.recipe), "--key", str(self.s.secret), "--out", str(out),
                          "--json"], env=self.lb_env(cache))  # fmt: skip
             bundle = Path(json.loads(build.stdout)["bundles"][0]["bundle"])
             inst = self._install_lb(bundle, self.rep_dir(i, "root"))
             self.timed("pipeline", "lockbuild build (cold cache)", build)
             self.timed("pipeline", "lockbuild install", inst)
-            self.timed("pipeline", "lockbuild: recipe -> installed", inst, seconds=build.seconds + inst.seconds)
+            self.r.fig("pipeline", "lockbuild: recipe -> installed").add(
+                build.seconds + inst.seconds, max(build.max_rss_kb, inst.max_rss_kb), build.cpu_s + inst.cpu_s,
+                (build.others_cpu_s + inst.others_cpu_s) / (build.seconds + inst.seconds))
             self.clean_rep(i)
             if self.s.quick:
                 continue
@@ -297,14 +308,13 @@ class Suite:
                     f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
                     f"install --no-index --find-links {node} '{req}' --no-cache-dir -q"]),
             ]  # fmt: skip
-            total = 0.0
+            total = cpu = others = 0.0
             rss = 0
             for name, argv in parts:
-                r = run(argv, env=self.env)
+                r = self.run(argv)
                 self.timed("pipeline", name, r)
-                total += r.seconds
-                rss = max(rss, r.max_rss_kb)
-            self.r.fig("pipeline", "classic: requirement -> installed").add(total, rss)
+                total, cpu, others, rss = total + r.seconds, cpu + r.cpu_s, others + r.others_cpu_s, max(rss, r.max_rss_kb)
+            self.r.fig("pipeline", "classic: requirement -> installed").add(total, rss, cpu, others / total)
             self.clean_rep(i)
 
 

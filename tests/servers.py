@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
+import gzip
 import hashlib
 import io
 import json
@@ -326,8 +327,9 @@ def make_sdist(name: str, version: str) -> tuple[str, bytes]:
 
 
 def make_tar_gz(members: dict[str, bytes]) -> bytes:
+    """A tar.gz whose bytes depend only on ``members`` (the gzip header's time is fixed)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tf:
         for path, data in members.items():
             ti = tarfile.TarInfo(path)
             ti.size = len(data)

@@ -71,7 +71,7 @@ def test_recipe_says_where_its_numbers_come_from(path: Path) -> None:
         if b.gpu is not None and b.gpu.min_driver:
             assert b.gpu.min_driver in notes, f"{path.name}: no comment says where driver {b.gpu.min_driver} is from"
         if b.gpu is not None and b.gpu.min_capability:
-            cap = "%d.%d" % b.gpu.min_capability
+            cap = "{}.{}".format(*b.gpu.min_capability)
             assert cap in notes, f"{path.name}: no comment says where capability {cap} is from"
         if b.free_gb is not None:
             assert "free-gb" in notes, f"{path.name}: {b.id} sets free-gb; a comment should say how it was chosen"
@@ -152,7 +152,9 @@ def test_check_catalogue_locks_what_it_reaches(env: FakeServer, tmp_path: Path) 
     assert proc.stdout.strip().endswith("1 locked, 0 skipped, 0 failed")
 
 
-def test_check_catalogue_skips_unreachable_hosts_and_fails_on_a_bad_build(env: FakeServer, tmp_path: Path) -> None:
+def test_check_catalogue_skips_unreachable_hosts_and_fails_on_a_bad_build(
+    env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     toy = _recipe(tmp_path, "toyengine", TOY_RECIPE)
     dead_index = _recipe(
         tmp_path,
@@ -175,11 +177,8 @@ index = {{ url = "http://127.0.0.1:9/whl/cu", packages = ["toydep"] }}
         + '\nassets = { tag = "v1", dir = "share", files = ["toy.tar.gz"] }\n',
     )
     missing = _recipe(tmp_path, "missing", TOY_RECIPE.replace('version = "1.0"', 'version = "9.9"'))
-    os.environ["LOCKBUILD_GITHUB_API"] = "http://127.0.0.1:9/api"  # monkeypatched by the env fixture; undone
-    try:
-        proc = _run_check(toy, dead_index, release, missing)
-    finally:
-        os.environ["LOCKBUILD_GITHUB_API"] = env.github_api
+    monkeypatch.setenv("LOCKBUILD_GITHUB_API", "http://127.0.0.1:9/api")  # a GitHub that does not answer
+    proc = _run_check(toy, dead_index, release, missing)
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
     assert "locked   toyengine 1.0-cpu" in out

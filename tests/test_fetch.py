@@ -349,7 +349,7 @@ def test_downloads_run_in_parallel_but_bounded(srv: FakeServer, make_fetcher) ->
                 active[0] += 1
                 active[1] = max(active[1], active[0])
             try:
-                time.sleep(0.15)
+                time.sleep(0.3)  # long enough for every worker to be in a transfer at once
                 yield data
             finally:
                 with lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,14 +14,14 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from conftest import PLATFORM, PY, day
-from servers import FakeServer, make_sdist, make_wheel
+from servers import FakeServer, make_sdist, make_tar_gz, make_wheel
 
 from lockbuild.builder.index import Index
-from lockbuild.builder.plan import CUT_OFF_DELAY, cut_off
+from lockbuild.builder.plan import CUT_OFF_DELAY, cut_off, read_source_requirements
 from lockbuild.cli import main
-from lockbuild.errors import RemoteError, ResolveError
+from lockbuild.errors import RecipeError, RemoteError, ResolveError
 from lockbuild.lock import Candidate, Pin, choose_file, parse_pylock, parse_requirements_lock
-from lockbuild.recipe import parse_recipe
+from lockbuild.recipe import Build, parse_recipe
 from lockbuild.target import Target
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -547,3 +548,59 @@ def test_locking_again_replaces_the_previous_lock(env: FakeServer, published: Fa
     assert code == 0, stderr
     assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == ["recipe.toml", "requirements.txt"]
     assert [p.name for p in out.iterdir()] == ["1.0-cpu"]
+
+
+# ------------------------------------------------------------------ the engine's requirements file
+def source_build(requirements: str | None = "requirements.txt", top: str = "eng-1.0") -> Build:
+    extra = f', requirements = "{requirements}"' if requirements else ""
+    text = recipe_text(
+        build_text(
+            requirements='["lkeng==1.0", "torch==2.8.0"]',
+            extra=f'source = {{ url = "https://x.example/eng.tar.gz", sha256 = "{A}", top = "{top}", '
+            f'dir = "src"{extra} }}\n'
+            'index = { url = "https://second.example/whl", packages = ["torch"] }\n',
+        )
+    )
+    return parse_recipe(text).builds[0]
+
+
+def test_the_source_archive_requirements_join_under_the_rules(tmp_path: Path) -> None:
+    archive = tmp_path / "eng.tar.gz"
+    archive.write_bytes(make_tar_gz({"eng-1.0/requirements.txt": b"# deps\nnumpy>=1.26\ntorch==2.8.0\n\nregex\n"}))
+    assert read_source_requirements(archive, source_build()) == ("numpy>=1.26", "regex")
+    assert read_source_requirements(archive, source_build(requirements=None)) == ()
+
+
+def test_source_archive_lines_that_reach_elsewhere_are_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "eng.tar.gz"
+    archive.write_bytes(make_tar_gz({"eng-1.0/requirements.txt": b"numpy\n--extra-index-url https://evil.example\n"}))
+    with pytest.raises(RecipeError) as info:
+        read_source_requirements(archive, source_build())
+    assert info.value.message.startswith("https://x.example/eng.tar.gz (1.0-cpu): the engine's requirements file")
+    assert info.value.problems == (
+        "line 2: options such as '--extra-index-url' are not allowed: '--extra-index-url https://evil.example'",
+    )
+
+
+@pytest.mark.parametrize(
+    ("members", "top", "expected"),
+    [
+        ({"other-1.0/requirements.txt": b"numpy\n"}, "eng-1.0", "expected a top directory 'eng-1.0'"),
+        ({"eng-1.0/setup.py": b""}, "eng-1.0", "the source archive has no eng-1.0/requirements.txt"),
+        ({"eng-1.0/requirements.txt": b"caf\xe9\n"}, "eng-1.0", "cannot read the source archive"),
+    ],
+)
+def test_a_source_archive_without_what_the_recipe_names_is_refused(
+    tmp_path: Path, members: dict[str, bytes], top: str, expected: str
+) -> None:
+    archive = tmp_path / "eng.tar.gz"
+    archive.write_bytes(make_tar_gz(members))
+    with pytest.raises(RecipeError, match=re.escape(expected)):
+        read_source_requirements(archive, source_build(top=top))
+
+
+def test_a_source_archive_that_is_not_a_tar_is_refused(tmp_path: Path) -> None:
+    archive = tmp_path / "eng.tar.gz"
+    archive.write_bytes(b"not a tar at all")
+    with pytest.raises(RecipeError, match="cannot read the source archive as a tar"):
+        read_source_requirements(archive, source_build())

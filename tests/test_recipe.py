@@ -7,6 +7,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.requirements import Requirement
 
 from lockbuild.errors import RecipeError
 from lockbuild.recipe import (
@@ -592,3 +595,41 @@ def test_source_requirements_with_many_bad_lines_keep_the_message_short() -> Non
 
 def test_an_empty_source_requirements_file_gives_nothing() -> None:
     assert source_requirements("# nothing\n\n", skip=(), where="src") == ()
+
+
+# ------------------------------------------------------------------------------------ fuzzing
+_TOML_PIECES = st.sampled_from(
+    [ENGINE, BUILD, "[[builds]]\n", "[engine]\n", 'version = "1.0"\n', "x = [[[1]]]\n", 'as-of = "2025-01-01"\n',
+     "python = 3.12\n", "requirements = [\"a @ https://x\"]\n", "gpu = {}\n", "index = { packages = [1] }\n",
+     'source = { dir = "../x" }\n', "builds = 1\n", "\n", "= oops\n", "free-gb = 1e400\n"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(_TOML_PIECES, max_size=8), st.binary(max_size=40).map(lambda b: b.decode("latin-1")))
+def test_any_text_is_a_recipe_or_a_recipe_error(pieces: list[str], noise: str) -> None:
+    for text in ("".join(pieces), "".join(pieces) + noise):
+        try:
+            parse_recipe(text)
+        except RecipeError as exc:
+            assert exc.message and len(exc.message) < 20_000
+
+
+_REQ_LINES = st.sampled_from(
+    ["numpy", "numpy>=1", "torch==2.8", "-r x.txt", "--index-url=https://x", "a @ https://x/a.whl", "./p", "# c",
+     "", "  ", "a.whl", "b[x]==1; python_version>'3'", "https://x/y.tar.gz", "c==1 # note", "bad line here"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.one_of(_REQ_LINES, st.binary(max_size=30).map(lambda b: b.decode("latin-1"))), max_size=12))
+def test_source_requirements_keep_only_plain_requirements(lines: list[str]) -> None:
+    try:
+        kept = source_requirements("\n".join(lines), skip=("torch",), where="src")
+    except RecipeError as exc:
+        assert exc.problems
+        return
+    for line in kept:
+        req = Requirement(line)
+        assert req.url is None and req.name.lower() != "torch"
+        assert not line.startswith("-") and "://" not in line

@@ -11,6 +11,7 @@ for its baselines, back to back. Prints a table and writes bench/results/<date>-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import platform
@@ -106,11 +107,9 @@ def machine() -> dict[str, object]:
     import os
 
     cpu = ""
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                    if line.startswith("model name"))  # fmt: skip
-    except (OSError, StopIteration):
-        pass
     return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "kernel": platform.release(),
             "lockbuild": __version__, "uv": uv_version(uv_binary())}  # fmt: skip
 
@@ -119,12 +118,17 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workload", choices=("small", "vllm-shape", "live"), default="small")
     ap.add_argument("--repeat", type=int, default=3, help="runs of every variant (default 3)")
-    ap.add_argument("--scale", default=None,
-                    help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series")
+    ap.add_argument(
+        "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"
+    )
     ap.add_argument("--jobs", type=int, default=8, help="parallel downloads, for lockbuild and the raw floor")
     ap.add_argument("--quick", action="store_true", help="skip the (slow) pip baselines")
-    ap.add_argument("--quiet-wait", type=float, default=60.0,
-                    help="before each command, wait up to this many seconds for other processes to go quiet")
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60.0,
+        help="before each command, wait up to this many seconds for other processes to go quiet",
+    )
     ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
     ap.add_argument("--keep", action="store_true", help="keep the work directories under bench/work/runs/")
     args = ap.parse_args(argv)

@@ -85,7 +85,8 @@ class StaticIndex:
             for f in self.by_project[project]
         ]
         versions = sorted({f.version for f in self.by_project[project]})
-        return json.dumps({"meta": {"api-version": "1.1"}, "name": project, "versions": versions, "files": files}).encode()
+        doc = {"meta": {"api-version": "1.1"}, "name": project, "versions": versions, "files": files}
+        return json.dumps(doc).encode()
 
     def page_html(self, project: str) -> bytes:
         links = "".join(

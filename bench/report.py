@@ -92,10 +92,10 @@ BARS = (
 def plot(results: Sequence[Results], path: Path) -> bool:
     """A PNG of time per phase (lockbuild, classic, floor) per workload, and peak RSS against size."""
     try:
-        import matplotlib
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return False
     scaling = len(results) > 1

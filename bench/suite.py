@@ -211,7 +211,8 @@ class Suite:
                 _fresh(self.cache)
                 os.rename(cache, self.cache)
             self.clean_rep(i)
-        self.r.facts.update({"fetch_bytes": total, "fetch_files": len(json.loads(files.read_text())), "jobs": self.s.jobs})
+        count = len(json.loads(files.read_text()))
+        self.r.facts.update({"fetch_bytes": total, "fetch_files": count, "jobs": self.s.jobs})
         for _ in range(self.s.repeat):
             before = self.counters()
             r = self.run(self.step("fetch", wanted, self.cache, jobs), env=self.lb_env(self.cache))
@@ -237,8 +238,12 @@ class Suite:
             self.r.facts["unpacked_bytes"] = got["unpacked"]
             tar = self.rep_dir(i, "tar")
             tar.mkdir()
-            self.timed("pack", "tar cf - | zstd -T0 -3", self.shell(
-                f"tar cf - -C {src} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}", env=self.env), size=got["unpacked"])
+            self.timed(
+                "pack",
+                "tar cf - | zstd -T0 -3",
+                self.shell(f"tar cf - -C {src} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}", env=self.env),
+                size=got["unpacked"],
+            )
             self.timed("pack", "tar czf", self.shell(f"tar czf {tar / 'b.tgz'} -C {src} .", env=self.env),
                        size=got["unpacked"])  # fmt: skip
             if i == self.s.repeat - 1:
@@ -273,7 +278,8 @@ class Suite:
             venv, cache = self.rep_dir(i, "uv-venv"), self.rep_dir(i, "uv-cache")
             self.timed("install", "uv venv + uv pip install --offline (floor)", self.shell(
                 f"{uv} venv {venv} --python {self.s.python} -q && {uv} pip install --python {venv}/bin/python "
-                f"--offline --no-index --find-links {wheels} -r {lock} -q", env=self.uv_env(cache)), size=size)  # fmt: skip
+                f"--offline --no-index --find-links {wheels} -r {lock} -q", env=self.uv_env(cache)),
+                size=size)  # fmt: skip
             if not self.s.quick:
                 venv = self.rep_dir(i, "pip-venv")
                 self.timed("install", "venv + pip install --no-index --find-links", self.shell(
@@ -293,8 +299,11 @@ class Suite:
             self.timed("pipeline", "lockbuild build (cold cache)", build)
             self.timed("pipeline", "lockbuild install", inst)
             self.r.fig("pipeline", "lockbuild: recipe -> installed").add(
-                build.seconds + inst.seconds, max(build.max_rss_kb, inst.max_rss_kb), build.cpu_s + inst.cpu_s,
-                (build.others_cpu_s + inst.others_cpu_s) / (build.seconds + inst.seconds))
+                build.seconds + inst.seconds,
+                max(build.max_rss_kb, inst.max_rss_kb),
+                build.cpu_s + inst.cpu_s,
+                (build.others_cpu_s + inst.others_cpu_s) / (build.seconds + inst.seconds),
+            )
             self.clean_rep(i)
             if self.s.quick:
                 continue
@@ -313,7 +322,8 @@ class Suite:
             for name, argv in parts:
                 r = self.run(argv)
                 self.timed("pipeline", name, r)
-                total, cpu, others, rss = total + r.seconds, cpu + r.cpu_s, others + r.others_cpu_s, max(rss, r.max_rss_kb)
+                total, cpu, others = total + r.seconds, cpu + r.cpu_s, others + r.others_cpu_s
+                rss = max(rss, r.max_rss_kb)
             self.r.fig("pipeline", "classic: requirement -> installed").add(total, rss, cpu, others / total)
             self.clean_rep(i)
 
@@ -345,7 +355,8 @@ def ratios(r: Results) -> list[Ratio]:
     add("install / bare uv", ("install", "lockbuild install (verify + unpack + uv + checks)"),
         [("install", "uv venv + uv pip install --offline (floor)")], "<= 1.5", lambda v: v <= 1.5)  # fmt: skip
     add("pip install / lockbuild install", ("install", "lockbuild install (verify + unpack + uv + checks)"),
-        [("install", "venv + pip install --no-index --find-links")], ">= 10", lambda v: v >= 10, invert=True)  # fmt: skip
+        [("install", "venv + pip install --no-index --find-links")], ">= 10", lambda v: v >= 10,
+        invert=True)  # fmt: skip
     add("classic / lockbuild, recipe -> installed", ("pipeline", "lockbuild: recipe -> installed"),
         [("pipeline", "classic: requirement -> installed")], ">= 5", lambda v: v >= 5, invert=True)  # fmt: skip
     v = r.get("verify", "lockbuild verify (signature + every digest)")

@@ -34,7 +34,7 @@ DATE = (2020, 1, 1, 0, 0, 0)
 ENGINE = "benchengine"
 ENGINE_VERSION = "0.11.0"
 
-ENGINE_MODULE = '''\
+ENGINE_MODULE = """\
 import sys
 
 __version__ = "{version}"
@@ -45,7 +45,7 @@ def main() -> None:
         print("benchengine", __version__)
         return
     print("benchengine serving")
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,8 @@ def write_wheel(
         put(f"{info}/METADATA", metadata)
         put(f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: {tag}\n".encode())
         if scripts:
-            put(f"{info}/entry_points.txt", ("[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in scripts.items())).encode())
+            entry_points = "[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in scripts.items())
+            put(f"{info}/entry_points.txt", entry_points.encode())
         rows.writerow([f"{info}/RECORD", "", ""])
         zi = zipfile.ZipInfo(f"{info}/RECORD", DATE)
         zi.external_attr = 0o644 << 16

@@ -23,8 +23,34 @@ from lockbuild.errors import LockbuildError, SignatureError
 EPILOG_EXIT = "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy."
 
 
+def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.ensure_object(dict)
+        ctx.find_root().ensure_object(dict)["verbose"] = True
+    return value
+
+
+class _Command(click.Command):
+    """Every command also takes -v/--verbose after its name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(
+            click.Option(
+                ["-v", "--verbose"],
+                is_flag=True,
+                expose_value=False,
+                callback=_verbose,
+                is_eager=True,
+                help="Show a traceback with errors.",
+            )
+        )
+
+
 class _Group(click.Group):
     """Catches lockbuild's errors once, at the top: ERROR and TIP lines, a traceback only with --verbose."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -93,7 +119,7 @@ def _setup(ctx: click.Context, as_json: bool) -> None:
 
 
 @click.group(cls=_Group, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and subprocess output on errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Show a traceback with errors (also accepted after the command).")
 @click.version_option(__version__, prog_name="lockbuild")
 @click.pass_context
 def main(ctx: click.Context, verbose: bool) -> None:
@@ -171,7 +197,7 @@ def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as
     _emit(ctx, {"locks": results}, text)
 
 
-@main.command(epilog="Example: lockbuild fetch bundles/demo.toml --out fetched/")
+@main.command(epilog="Example: lockbuild fetch bundles/onnxruntime.toml --build cpu-py311 --out fetched/")
 @click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
 @build_option
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the files.")
@@ -212,24 +238,38 @@ def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, j
     _emit(ctx, {"fetches": results}, text)
 
 
-def _expires(value: str | None) -> dt.datetime | None:
+def _expires(_ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:
     if value is None:
         return None
     try:
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise click.BadParameter(f"expected a time such as 2027-01-01T00:00:00Z, found {value!r}") from None
+        raise click.BadParameter(
+            f"expected a time such as 2027-01-01T00:00:00Z, found {value!r}", param=param
+        ) from None
     if t.tzinfo is None:
-        raise click.BadParameter("expected a time with a zone, e.g. 2027-01-01T00:00:00Z")
+        raise click.BadParameter("expected a time with a zone, e.g. 2027-01-01T00:00:00Z", param=param)
+    if t <= dt.datetime.now(dt.UTC):
+        raise click.BadParameter(f"{value} is already past; an expiry must be in the future", param=param)
     return t
 
 
-@main.command(epilog="Example: lockbuild build bundles/demo.toml --key release.key --out dist/")
+expires_option = click.option(
+    "--expires",
+    callback=_expires,
+    metavar="TIME",
+    help="Signed expiry (RFC 3339, e.g. 2027-01-01T00:00:00Z): nodes refuse the bundle after it.",
+)
+
+
+@main.command(
+    epilog="Example: lockbuild build bundles/onnxruntime.toml --build cpu-py311 --key release.key --out dist/"
+)
 @click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
 @build_option
 @click.option("--key", type=click.Path(path_type=Path, dir_okay=False), required=True, help="minisign secret key.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for bundles.")
-@click.option("--expires", help="Signed expiry of the signature (RFC 3339); nodes refuse the bundle after it.")
+@expires_option
 @click.option("--threads", type=int, default=None, help="zstd workers (output is identical for any number).")
 @jobs_option
 @json_option
@@ -240,7 +280,7 @@ def build(
     build_spec: str | None,
     key: Path,
     out: Path,
-    expires: str | None,
+    expires: dt.datetime | None,
     threads: int | None,
     jobs: int,
     as_json: bool,
@@ -259,7 +299,6 @@ def build(
     r = load_recipe(recipe)
     builds = r.select(build_spec)
     secret = read_secret_key(key, _password())
-    when = _expires(expires)
     progress = _progress(ctx)
     results: list[dict[str, Any]] = []
     with session(progress=progress, jobs=jobs) as s:
@@ -272,7 +311,7 @@ def build(
                 out,
                 key=secret,
                 uv_version=plan.uv_version,
-                expires=when,
+                expires=expires,
                 threads=threads,
                 progress=progress,
             )
@@ -295,14 +334,20 @@ def build(
     _emit(ctx, {"bundles": results}, text)
 
 
-@main.command(epilog="Example: lockbuild sign dist/demo-1.0-cpu-x86_64-manylinux_2_28.lbz --key second.key")
+@main.command(
+    epilog="Example: lockbuild sign dist/onnxruntime-1.20.1-cpu-py311-x86_64-manylinux_2_28.lbz --key second.key"
+)
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--key", type=click.Path(path_type=Path, dir_okay=False), required=True, help="minisign secret key.")
-@click.option("--expires", help="Signed expiry of this signature (RFC 3339).")
+@expires_option
 @json_option
 @click.pass_context
-def sign(ctx: click.Context, bundle: Path, key: Path, expires: str | None, as_json: bool) -> None:
-    """Add a signature to a bundle (appended to BUNDLE.minisig; the first stays minisign-verifiable)."""
+def sign(ctx: click.Context, bundle: Path, key: Path, expires: dt.datetime | None, as_json: bool) -> None:
+    """Add a signature to a bundle (appended to BUNDLE.minisig; the first stays minisign-verifiable).
+
+    Signing again with a key that already signed replaces that key's signature in place, which is
+    how an expiry is renewed.
+    """
     _setup(ctx, as_json)
     from lockbuild.builder.pack import signature_block
     from lockbuild.bundle.read import read_head
@@ -312,19 +357,20 @@ def sign(ctx: click.Context, bundle: Path, key: Path, expires: str | None, as_js
     secret = read_secret_key(key, _password())
     manifest, _ = read_head(bundle)
     sig_path = signature_path(bundle)
-    existing = sig_path.read_text(encoding="utf-8") if sig_path.exists() else ""
-    if existing:
-        for s in parse_signatures(existing, source=str(sig_path)):
-            if s.key_id == secret.key_id:
-                raise SignatureError(f"{sig_path} already holds a signature by key {secret.key_id_hex}.")
-    block = signature_block(secret, bundle, manifest, expires=_expires(expires))
+    existing = parse_signatures(sig_path.read_bytes(), source=str(sig_path)) if sig_path.exists() else ()
+    block = signature_block(secret, bundle, manifest, expires=expires)
+    replaced = any(s.key_id == secret.key_id for s in existing)
+    blocks = [block if s.key_id == secret.key_id else s.to_text() for s in existing]
+    if not replaced:
+        blocks.append(block)
     tmp = sig_path.with_name(sig_path.name + ".partial")
-    tmp.write_text(existing + block, encoding="utf-8")
+    tmp.write_text("".join(blocks), encoding="utf-8")
     tmp.replace(sig_path)
+    verb = "re-signed" if replaced else "signed"
     _emit(
         ctx,
-        {"signature": str(sig_path), "signer": secret.key_id_hex},
-        f"signed {bundle.name} with key {secret.key_id_hex} -> {sig_path}",
+        {"signature": str(sig_path), "signer": secret.key_id_hex, "replaced": replaced},
+        f"{verb} {bundle.name} with key {secret.key_id_hex} -> {sig_path}",
     )
 
 
@@ -508,7 +554,7 @@ def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
     _setup(ctx, as_json)
     from lockbuild.install.marker import list_installed
 
-    rows = list_installed(root)
+    rows = list_installed(root.absolute())
     data = [{"path": str(p), **m.to_json()} for p, m in rows]
     text = (
         "\n".join(

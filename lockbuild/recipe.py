@@ -325,8 +325,14 @@ def _parse_as_of(value: object, key: str, p: _Problems) -> dt.datetime | None:
         except ValueError:
             p.add(key, f"expected an RFC 3339 time such as 2025-10-05T01:40:00Z, found {value[:40]!r}")
             return None
+    elif isinstance(value, dt.date):
+        p.add(key, f"expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date ({value})")
+        return None
     else:
         p.add(key, f"expected an RFC 3339 time such as 2025-10-05T01:40:00Z, found {_describe(value)}")
+        return None
+    if isinstance(value, str) and "T" not in value.upper() and " " not in value:
+        p.add(key, f"expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date ({value})")
         return None
     if parsed.tzinfo is None:
         p.add(key, "expected a time with a zone (add Z for UTC), found a local time")
@@ -542,6 +548,10 @@ def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:
         if b.id in seen:
             p.add(f"builds[{b.position}]", f"duplicate build {b.id} (also builds[{seen[b.id]}])")
         seen[b.id] = b.position
+    if engine is not None and engine.repo is None:
+        for b in builds:
+            if b.assets is not None:
+                p.add(f"builds[{b.position}].assets", "release assets need engine.repo (the GitHub OWNER/NAME)")
     p.raise_if_any()
     assert engine is not None
     return Recipe(path, engine, tuple(builds), text)

@@ -772,7 +772,7 @@ def check_policy(
         accepted.append(key)
     if len(accepted) < threshold:
         found = f"{len(signatures)} signature(s) present" if signatures else "no signatures present"
-        detail = "; ".join(reasons) if reasons else "none of them counted"
+        detail = "; ".join(reasons) if reasons else "every signature present counted; more distinct signers are needed"
         raise SignatureError(
             f"signature policy not met: needed {threshold} valid signature(s) from distinct trusted,"
             f" non-revoked keys in {trust.source}, found {len(accepted)} ({found}). {detail}",

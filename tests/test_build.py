@@ -23,6 +23,10 @@ def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     return r.exit_code, r.stdout, r.stderr
 
 
+def sig_count(bundle: Path) -> int:
+    return sum(line.startswith("trusted comment: ") for line in Path(str(bundle) + ".minisig").read_text().splitlines())
+
+
 def build(recipe: Path, key: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> Path:
     code, stdout, stderr = cli("build", str(recipe), "--key", str(key), "--out", str(out), "--json", *extra, env=env)
     assert code == 0, stderr
@@ -62,11 +66,13 @@ def test_two_signers_and_a_threshold(env, keys: Keys, toy_recipe: Path, tmp_path
     code, _, stderr = cli("verify", str(bundle), "--trust", str(trust), "--threshold", "2")
     assert code == 3 and "needed 2" in stderr
 
-    code, _, stderr = cli("sign", str(bundle), "--key", str(keys.secret))
-    assert code == 3 and "already holds a signature" in stderr
+    code, stdout, stderr = cli("sign", str(bundle), "--key", str(keys.secret))  # renews, never duplicates
+    assert code == 0 and "re-signed" in stdout, stderr
+    assert sig_count(bundle) == 1
 
     code, _, stderr = cli("sign", str(bundle), "--key", str(second.secret))
     assert code == 0, stderr
+    assert sig_count(bundle) == 2
     code, stdout, stderr = cli("verify", str(bundle), "--trust", str(trust), "--threshold", "2", "--json")
     assert code == 0, stderr
     assert sorted(json.loads(stdout)["signers"]) == sorted(

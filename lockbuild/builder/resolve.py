@@ -42,6 +42,18 @@ def second_index_project(requirements: Sequence[str], second: SecondIndex) -> st
     )
 
 
+_NETWORK_SIGNS = ("Failed to fetch", "dns error", "Connection refused", "error sending request", "timed out")
+
+
+def _resolve_tip(stderr: str) -> str:
+    if any(sign in stderr for sign in _NETWORK_SIGNS):
+        return "uv could not reach the index: check the network, the proxy settings and LOCKBUILD_INDEX_URL."
+    return (
+        "Check the requirements against the index as of that date (a version may be newer than the "
+        "cut-off), or set as-of on the build."
+    )
+
+
 def _tail(text: str, lines: int = 8) -> str:
     kept = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(f"    {line}" for line in kept[-lines:])
@@ -102,7 +114,6 @@ def compile_lock(
         raise ResolveError(
             f"uv could not resolve the requirements for Python {target.python} on {target.platform} "
             f"as of {iso(as_of)}:\n{_tail(proc.stderr)}",
-            tip="Check the requirements against the index as of that date (a version may be newer than the "
-            "cut-off), or set as-of on the build.",
+            tip=_resolve_tip(proc.stderr),
         )
     return Resolution("pylock.toml" if second else "requirements.txt", out.read_text(encoding="utf-8"), tuple(argv))

@@ -105,6 +105,13 @@ def member_order(path: str) -> tuple[int, str]:
     return (_ORDER.get(path.split("/", 1)[0], 99), path)
 
 
+_TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
+
+
+def _bad(message: str) -> IntegrityError:
+    return IntegrityError(message, tip=_TIP)
+
+
 def check_member_path(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
     """A member path must be relative, normalised, and plain; refused (never rewritten) otherwise."""
     problem = None
@@ -119,20 +126,19 @@ def check_member_path(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
     elif path != unicodedata.normalize("NFC", path):
         problem = "a path that is not in Unicode NFC form"
     if problem:
-        raise IntegrityError(
-            f"refused member path {path[:120]!r}: {problem}.", tip="The bundle is malformed; do not use it."
-        )
+        raise _bad(f"refused member path {path[:120]!r}: {problem}.")
     return path
 
 
 def collision_key(path: str) -> str:
+    """Two paths with one key would be one file on some disk (case-insensitive, normalising): refused."""
     return unicodedata.normalize("NFKC", path).casefold()
 
 
 def _require(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
     value = data.get(key)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise IntegrityError(f"the manifest's {where}{key} is missing or not {kind.__name__}; the bundle is malformed.")
+        raise _bad(f"the manifest's {where}{key} is missing or not {kind.__name__}; the bundle is malformed.")
     return value
 
 
@@ -140,18 +146,47 @@ def _name(data: dict[str, Any], key: str, where: str) -> str:
     """engine, version, variant, python and platform name directories and files on a node: plain words."""
     value: str = _require(data, key, str, where)
     if not _PLAIN.fullmatch(value):
-        raise IntegrityError(f"the manifest's {where}{key} {value[:80]!r} is not a plain name; the bundle is malformed")
+        raise _bad(f"the manifest's {where}{key} {value[:80]!r} is not a plain name; the bundle is malformed.")
     return value
+
+
+def _time(text: str, key: str) -> dt.datetime:
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise _bad(f"the manifest's {key} {text[:40]!r} is not a time with a zone.")
+    return when.astimezone(dt.UTC)
+
+
+def _member(f: object, i: int, limits: Limits) -> Member:
+    if not isinstance(f, dict):
+        raise _bad(f"the manifest's files[{i}] is not a table.")
+    path = check_member_path(_require(f, "path", str, f"files[{i}]."), limits)
+    size = _require(f, "size", int, f"files[{i}].")
+    sha = _require(f, "sha256", str, f"files[{i}].")
+    kind = _require(f, "kind", str, f"files[{i}].")
+    origin = f.get("origin", "")
+    if not 0 <= size <= limits.max_member:
+        raise _bad(f"the manifest gives {path} a size of {size}; expected 0..{limits.max_member}.")
+    if not _SHA256.fullmatch(sha):
+        raise _bad(f"the manifest's sha256 for {path} is malformed.")
+    if kind not in KINDS:
+        raise _bad(f"the manifest gives {path} the unknown kind {kind[:40]!r}; expected one of {', '.join(KINDS)}.")
+    if not isinstance(origin, str):
+        raise _bad(f"the manifest's origin for {path} is not a string.")
+    return Member(path, size, sha, kind, origin)
 
 
 def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     """Read bundle.toml strictly: every field typed, every path plain, no duplicates or collisions."""
     if len(raw) > limits.max_manifest:
-        raise IntegrityError(f"the manifest is {len(raw)} bytes; expected at most {limits.max_manifest}.")
+        raise _bad(f"the manifest is {len(raw)} bytes; expected at most {limits.max_manifest}.")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
-        raise IntegrityError(f"the manifest is not valid TOML: {exc}; the bundle is malformed.") from None
+        raise _bad(f"the manifest is not valid TOML: {exc}; the bundle is malformed.") from None
     fmt = _require(data, "format", int, "")
     if fmt != FORMAT:
         raise IntegrityError(
@@ -162,62 +197,47 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     builder = _require(data, "builder", dict, "")
     files = _require(data, "files", list, "")
     if len(files) > limits.max_members:
-        raise IntegrityError(f"the manifest lists {len(files)} members; expected at most {limits.max_members}.")
-    as_of_text = _require(data, "as-of", str, "")
-    try:
-        as_of = dt.datetime.fromisoformat(as_of_text.replace("Z", "+00:00")).astimezone(dt.UTC)
-    except ValueError:
-        raise IntegrityError(f"the manifest's as-of {as_of_text[:40]!r} is not a time.") from None
-    members: list[Member] = []
-    seen: set[str] = set()
-    total = 0
-    for i, f in enumerate(files):
-        if not isinstance(f, dict):
-            raise IntegrityError(f"the manifest's files[{i}] is not a table.")
-        path = check_member_path(_require(f, "path", str, f"files[{i}]."), limits)
-        size = _require(f, "size", int, f"files[{i}].")
-        sha = _require(f, "sha256", str, f"files[{i}].")
-        kind = _require(f, "kind", str, f"files[{i}].")
-        origin = f.get("origin", "")
-        if not 0 <= size <= limits.max_member:
-            raise IntegrityError(f"the manifest gives {path} a size of {size}; expected 0..{limits.max_member}.")
-        if not _SHA256.fullmatch(sha):
-            raise IntegrityError(f"the manifest's sha256 for {path} is malformed.")
-        if kind not in KINDS:
-            raise IntegrityError(f"the manifest gives {path} the unknown kind {kind!r}.")
-        if not isinstance(origin, str):
-            raise IntegrityError(f"the manifest's origin for {path} is not a string; the bundle is malformed.")
-        key = collision_key(path)
-        if path == MANIFEST or key in seen:
-            raise IntegrityError(f"the manifest lists {path} twice (or a path that collides with it).")
-        seen.add(key)
-        total += size
-        members.append(Member(path, size, sha, kind, origin))
-    _check_prefix_collisions(seen)
+        raise _bad(f"the manifest lists {len(files)} members; expected at most {limits.max_members}.")
+    members = tuple(_member(f, i, limits) for i, f in enumerate(files))
+    _check_collisions(members)
+    total = sum(m.size for m in members)
     if total > limits.max_bundle:
-        raise IntegrityError(f"the bundle unpacks to {total} bytes; expected at most {limits.max_bundle}.")
+        raise _bad(f"the bundle unpacks to {total} bytes; expected at most {limits.max_bundle}.")
+    serial = _require(data, "serial", int, "")
+    recipe_sha256 = _require(data, "recipe-sha256", str, "")
+    if serial < 0 or not _SHA256.fullmatch(recipe_sha256):
+        raise _bad("the manifest's serial is negative or its recipe-sha256 is malformed.")
     return Manifest(
         engine=_name(data, "engine", ""),
         version=_name(data, "version", ""),
         variant=_name(data, "variant", ""),
         python=_name(target, "python", "target."),
         platform=_name(target, "platform", "target."),
-        as_of=as_of,
-        serial=_require(data, "serial", int, ""),
-        recipe_sha256=_require(data, "recipe-sha256", str, ""),
+        as_of=_time(_require(data, "as-of", str, ""), "as-of"),
+        serial=serial,
+        recipe_sha256=recipe_sha256,
         lockbuild_version=_require(builder, "lockbuild", str, "builder."),
         uv_version=_require(builder, "uv", str, "builder."),
         lock_format=_require(data, "lock-format", str, ""),
-        members=tuple(members),
+        members=members,
         format=fmt,
     )
 
 
-def _check_prefix_collisions(keys: set[str]) -> None:
-    """A file may not also be a directory of another member (a/b and a/b/c)."""
-    for key in keys:
+def _check_collisions(members: tuple[Member, ...]) -> None:
+    """No two members may be one file after Unicode and case normalisation, none may be the manifest,
+    and a file may not also be a directory of another member (a/b and a/b/c)."""
+    seen: dict[str, str] = {collision_key(MANIFEST): MANIFEST}
+    for m in members:
+        key = collision_key(m.path)
+        if key in seen:
+            other = seen[key]
+            same = "twice" if other == m.path else f"and {other}, one name after Unicode and case folding"
+            raise _bad(f"the manifest lists {m.path} {same}; each member needs a name of its own.")
+        seen[key] = m.path
+    for key, path in seen.items():
         parent = PurePosixPath(key).parent
         while str(parent) != ".":
-            if str(parent) in keys:
-                raise IntegrityError(f"the manifest lists {parent} as a file and as a directory of {key}.")
+            if str(parent) in seen:
+                raise _bad(f"the manifest lists {seen[str(parent)]} as a file and as a directory of {path}.")
             parent = parent.parent

@@ -320,10 +320,10 @@ def _open_tar(f: BinaryIO | _Hashing, limits: Limits) -> TarReader:
 
 
 def _check_header(h: TarHeader, limits: Limits) -> None:
-    check_member_path(h.name, limits)
     if h.type not in _REGULAR:
         kind = _KINDS.get(h.type, f"of tar type {h.type!r}")
-        raise _bad(f"refused member {h.name!r}: it is {kind}; bundles hold only regular files.")
+        raise _bad(f"refused member {h.name[:120]!r}: it is {kind}; bundles hold only regular files.")
+    check_member_path(h.name, limits)
     if h.mode & 0o7000:
         raise _bad(f"refused member {h.name!r}: it has setuid, setgid or sticky bits ({h.mode:o}).")
     if h.size > limits.max_member:

@@ -425,6 +425,7 @@ def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path
             tip="`lockbuild list --root ROOT` shows what is installed.",
         )
     with engine_lock(engine_dir, wait=wait):
+        clean_stale(engine_dir)
         doomed = target.with_name(f"{target.name}.removing{STAGING_SUFFIX}")
         target.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)

@@ -2,7 +2,7 @@
 wall time and peak RSS are its own. Each prints one JSON object on stdout, with the seconds it spent
 on the step itself (after interpreter start and imports).
 
-    raw    FILES.json OUT JOBS        the floor: parallel GETs with httpx, bytes to disk, no hashing
+    raw    FILES.json OUT JOBS        a floor: parallel GETs with httpx, bytes to disk, no hashing
     fetch  WANTED.json CACHE JOBS     lockbuild's Fetcher (streaming sha256 + size, content cache)
     pack   RECIPE CACHE KEY OUT       lockbuild's plan, cache check, then pack + sign, timed apart
 """
@@ -29,7 +29,7 @@ def raw(files_json: Path, out: Path, jobs: int) -> dict[str, object]:
             n = 0
             with client.stream("GET", f["url"]) as resp, (out / f["name"]).open("wb") as dst:
                 resp.raise_for_status()
-                for chunk in resp.iter_raw(1 << 20):
+                for chunk in resp.iter_raw():  # as the network delivers it: re-chunking only adds copies
                     dst.write(chunk)
                     n += len(chunk)
             return n

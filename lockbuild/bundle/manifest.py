@@ -63,7 +63,7 @@ class Manifest:
         raise IntegrityError(f"the bundle has no member {path}; expected it in the manifest.")
 
     def to_toml(self) -> bytes:
-        q = json.dumps
+        q = toml_string
         lines = [
             f"format = {self.format}",
             f"engine = {q(self.engine)}",
@@ -94,6 +94,18 @@ class Manifest:
                 "",
             ]
         return "\n".join(lines).encode()
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string. JSON's escaping, which TOML shares, except for characters beyond the BMP:
+    JSON writes them as surrogate pairs, which TOML refuses, so they get TOML's \\UXXXXXXXX."""
+    if all(ord(c) <= 0xFFFF for c in text):
+        quoted = json.dumps(text)
+    else:
+        quoted = '"' + "".join(f"\\U{ord(c):08x}" if ord(c) > 0xFFFF else json.dumps(c)[1:-1] for c in text) + '"'
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        raise IntegrityError(f"internal: {quoted[:80]} holds a lone surrogate, which TOML cannot carry.")
+    return quoted
 
 
 def bundle_name(engine: str, version: str, variant: str, platform: str) -> str:

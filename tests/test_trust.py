@@ -1,0 +1,331 @@
+"""The site's trust policy over a whole bundle file (lockbuild.trust): thresholds, dates, expiry, the
+node's clock, renamed or swapped bundles, revoked keys, and trust stores that fail closed.
+
+Signature format details (parsing, interop with minisign) are tested in test_signing.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hostile import AS_OF, RECIPE, manifest, member
+
+from lockbuild.builder.pack import signature_block
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.write import Entry, write_bundle
+from lockbuild.errors import SignatureError
+from lockbuild.signing import SecretKey, format_trusted_comment, read_secret_key, sign_prehashed, write_keypair
+from lockbuild.trust import (
+    Policy,
+    check_dates,
+    digest_file,
+    load_policy,
+    load_trust,
+    signature_path,
+    verify_file,
+)
+
+NOW = AS_OF + dt.timedelta(days=3)
+
+
+@dataclass(frozen=True)
+class Signer:
+    key: SecretKey
+    pub: Path
+
+
+def signer(base: Path, name: str) -> Signer:
+    base.mkdir(parents=True, exist_ok=True)
+    secret, public = write_keypair(base / name, password=None)
+    return Signer(read_secret_key(secret, lambda: ""), public)
+
+
+@pytest.fixture(scope="module")
+def signers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Signer]:
+    base = tmp_path_factory.mktemp("signers")
+    return {name: signer(base, name) for name in ("alice", "bob", "mallory")}
+
+
+def make_bundle(directory: Path, payload: bytes = b"weights") -> tuple[Path, Manifest]:
+    m = manifest([member("recipe.toml", RECIPE, "recipe"), member("assets/a.bin", payload)])
+    directory.mkdir(parents=True, exist_ok=True)
+    bundle = directory / m.bundle_name
+    out = io.BytesIO()
+    write_bundle(out, m, [Entry(m.members[0], RECIPE), Entry(m.members[1], payload)], threads=1)
+    bundle.write_bytes(out.getvalue())
+    return bundle, m
+
+
+def sign(bundle: Path, m: Manifest, *keys: Signer, expires: dt.datetime | None = None) -> None:
+    """Write the .minisig: one block per key, in order (the first is what stock minisign checks)."""
+    blocks = [signature_block(k.key, bundle, m, expires=expires) for k in keys]
+    signature_path(bundle).write_text("".join(blocks), encoding="utf-8")
+
+
+def trust_dir(base: Path, *keys: Signer, policy: str | None = None, revoked: str | None = None) -> Path:
+    d = base / "trust"
+    d.mkdir(parents=True)
+    for k in keys:
+        shutil.copyfile(k.pub, d / k.pub.name)
+    if policy is not None:
+        (d / "policy.toml").write_text(policy)
+    if revoked is not None:
+        (d / "revoked.txt").write_text(revoked)
+    return d
+
+
+def verify(bundle: Path, trust: Path, *, now: dt.datetime = NOW, threshold: int | None = None):  # type: ignore[no-untyped-def]
+    store, policy = load_trust(trust)
+    return verify_file(bundle, trust=store, policy=policy, threshold=threshold, now=now)
+
+
+def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    got = verify(bundle, trust_dir(tmp_path, signers["alice"]))
+    assert [k.key_id for k in got.signers] == [signers["alice"].key.key_id]
+    assert got.fields == {
+        "file": m.bundle_name, "engine": "toyengine", "version": "1.0", "variant": "cpu",
+        "sha256": digest_file(bundle).sha256, "serial": str(m.serial),
+    }  # fmt: skip
+    assert got.digests.size == bundle.stat().st_size
+
+
+# --- the trust store fails closed -----------------------------------------------------------------
+
+
+def test_empty_trust_dir_fails_closed(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    with pytest.raises(SignatureError, match=r"holds no \*\.pub files"):
+        verify(bundle, trust_dir(tmp_path))
+
+
+def test_missing_trust_dir_fails_closed(tmp_path: Path) -> None:
+    with pytest.raises(SignatureError, match="does not exist"):
+        load_trust(tmp_path / "nowhere")
+
+
+def test_malformed_key_in_the_trust_dir_fails_closed(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    trust = trust_dir(tmp_path, signers["alice"])
+    (trust / "broken.pub").write_text("untrusted comment: x\nnot base64\n")
+    with pytest.raises(SignatureError, match="malformed public key in trust directory"):
+        load_trust(trust)
+
+
+@pytest.mark.parametrize(
+    ("policy", "why"),
+    [
+        ("threshold = 0\n", "threshold must be a whole number of at least 1, found 0"),
+        ("threshold = true\n", "threshold must be a whole number"),
+        ("threshold = 1\nthreshhold = 2\n", "unknown keys \\['threshhold'\\]"),
+        ("not-before = 2025-01-01T00:00:00\n", "not-before must be a time with a zone"),
+        ("not-after = \"tomorrow\"\n", "not-after must be a time with a zone"),
+        ("threshold = [\n", "is not valid TOML"),
+    ],
+    ids=["zero", "bool", "typo", "local-time", "string", "toml"],
+)
+def test_malformed_policy_fails_closed(tmp_path: Path, signers: dict[str, Signer], policy: str, why: str) -> None:
+    trust = trust_dir(tmp_path, signers["alice"], policy=policy)
+    with pytest.raises(SignatureError, match=why):
+        load_policy(trust)
+
+
+def test_no_signature_file(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, _ = make_bundle(tmp_path / "dist")
+    with pytest.raises(SignatureError, match=r"no signature file .*\.lbz\.minisig"):
+        verify(bundle, trust_dir(tmp_path, signers["alice"]))
+
+
+# --- thresholds -----------------------------------------------------------------------------------
+
+
+def test_policy_threshold_needs_distinct_keys(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    trust = trust_dir(tmp_path, signers["alice"], signers["bob"], policy="threshold = 2\n")
+    sign(bundle, m, signers["alice"])
+    with pytest.raises(SignatureError, match=r"needed 2 valid signature\(s\) .* found 1"):
+        verify(bundle, trust)
+    sign(bundle, m, signers["alice"], signers["alice"])
+    with pytest.raises(SignatureError, match="the same key counts once"):
+        verify(bundle, trust)
+    sign(bundle, m, signers["alice"], signers["bob"])
+    assert len(verify(bundle, trust).signers) == 2
+
+
+def test_untrusted_signer_does_not_count(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    trust = trust_dir(tmp_path, signers["alice"], signers["bob"], policy="threshold = 2\n")
+    sign(bundle, m, signers["alice"], signers["mallory"])
+    with pytest.raises(SignatureError, match="which is not in the trust store"):
+        verify(bundle, trust)
+
+
+def test_threshold_option_only_raises_the_policy(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    trust = trust_dir(tmp_path, signers["alice"], signers["bob"], policy="threshold = 1\n")
+    assert verify(bundle, trust, threshold=1).signers
+    with pytest.raises(SignatureError, match=r"needed 2 valid signature\(s\)"):
+        verify(bundle, trust, threshold=2)
+    trust2 = tmp_path / "t2"
+    shutil.copytree(trust, trust2)
+    (trust2 / "policy.toml").write_text("threshold = 2\n")
+    with pytest.raises(SignatureError, match=r"needed 2 valid signature\(s\)"):
+        verify(bundle, trust2, threshold=1)  # a lower --threshold does not weaken the site's policy
+
+
+# --- revocation -----------------------------------------------------------------------------------
+
+
+def test_revoked_key_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    alice = signers["alice"].key.key_id_hex
+    trust = trust_dir(tmp_path, signers["alice"], revoked=f"# compromised 2025-02-01\n{alice}\n")
+    with pytest.raises(SignatureError, match=f"key {alice}\\) is from a revoked key"):
+        verify(bundle, trust)
+
+
+def test_revoking_one_of_two_keys_leaves_the_other(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"], signers["bob"])
+    trust = trust_dir(tmp_path, signers["alice"], signers["bob"], revoked=signers["alice"].key.key_id_hex + "\n")
+    got = verify(bundle, trust)
+    assert [k.key_id for k in got.signers] == [signers["bob"].key.key_id]
+
+
+def test_malformed_revocation_list_fails_closed(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    trust = trust_dir(tmp_path, signers["alice"], revoked="not-a-key-id\n")
+    with pytest.raises(SignatureError, match=r"revoked\.txt line 1"):
+        load_trust(trust)
+
+
+# --- dates ----------------------------------------------------------------------------------------
+
+
+def test_policy_not_before_refuses_older_bundles(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    trust = trust_dir(tmp_path, signers["alice"], policy="not-before = 2025-02-01T00:00:00Z\n")
+    with pytest.raises(SignatureError, match="as-of 2025-01-06T00:00:00Z is before the site's not-before 2025-02-01"):
+        verify(bundle, trust, now=dt.datetime(2025, 3, 1, tzinfo=dt.UTC))
+
+
+def test_policy_not_after_refuses_newer_bundles(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    trust = trust_dir(tmp_path, signers["alice"], policy="not-after = 2025-01-05T00:00:00Z\n")
+    with pytest.raises(SignatureError, match="as-of 2025-01-06T00:00:00Z is after the site's not-after 2025-01-05"):
+        verify(bundle, trust)
+
+
+def test_policy_dates_that_hold(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    policy = "not-before = 2025-01-06T00:00:00Z\nnot-after = 2025-01-06T00:00:00Z\n"
+    assert verify(bundle, trust_dir(tmp_path, signers["alice"], policy=policy)).signers
+
+
+def test_check_dates_bounds_are_inclusive() -> None:
+    serial = int(AS_OF.timestamp())
+    check_dates(serial, Policy(not_before=AS_OF, not_after=AS_OF))
+    with pytest.raises(SignatureError, match="before the site's not-before"):
+        check_dates(serial - 1, Policy(not_before=AS_OF))
+    with pytest.raises(SignatureError, match="after the site's not-after"):
+        check_dates(serial + 1, Policy(not_after=AS_OF))
+
+
+def test_expired_signature(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    expires = AS_OF + dt.timedelta(days=30)
+    sign(bundle, m, signers["alice"], expires=expires)
+    trust = trust_dir(tmp_path, signers["alice"])
+    assert verify(bundle, trust, now=expires - dt.timedelta(seconds=1)).fields["expires"] == "2025-02-05T00:00:00Z"
+    with pytest.raises(SignatureError, match=r"expired at 2025-02-05T00:00:00Z \(now 2025-02-05T00:00:00Z\)"):
+        verify(bundle, trust, now=expires)
+
+
+def test_node_clock_before_the_bundle_time(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """A node whose clock is behind would accept an expired signature forever: refused, outside a
+    10-minute allowance for skew."""
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"], expires=AS_OF + dt.timedelta(days=30))
+    trust = trust_dir(tmp_path, signers["alice"])
+    assert verify(bundle, trust, now=AS_OF - dt.timedelta(minutes=9)).signers
+    with pytest.raises(SignatureError, match=r"clock \(2025-01-05T00:00:00Z\) is before the bundle's time"):
+        verify(bundle, trust, now=AS_OF - dt.timedelta(days=1))
+
+
+# --- the file the signature names -----------------------------------------------------------------
+
+
+def test_renamed_bundle_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """A bundle moved to another name (say, to pass for another variant) with its signature."""
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    renamed = bundle.with_name("toyengine-1.0-cu128-x86_64-manylinux_2_28.lbz")
+    bundle.rename(renamed)
+    signature_path(bundle).rename(signature_path(renamed))
+    with pytest.raises(SignatureError, match=f"signature is for '{m.bundle_name}', but the bundle file is named"):
+        verify(renamed, trust_dir(tmp_path, signers["alice"]))
+
+
+def test_signature_for_another_bundle_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """Same name, other bytes: the signature of the real bundle beside a swapped one."""
+    real, m = make_bundle(tmp_path / "real")
+    sign(real, m, signers["alice"])
+    swapped, _ = make_bundle(tmp_path / "dist", payload=b"trojan")
+    shutil.copyfile(signature_path(real), signature_path(swapped))
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(swapped, trust_dir(tmp_path, signers["alice"]))
+
+
+def test_flipped_byte_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    data = bytearray(bundle.read_bytes())
+    data[len(data) // 2] ^= 1
+    bundle.write_bytes(bytes(data))
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify(bundle, trust_dir(tmp_path, signers["alice"]))
+
+
+def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
+    """A valid signature whose trusted comment carries exactly ``fields`` (over the file's defaults)."""
+    d = digest_file(bundle)
+    base = {"file": bundle.name, "engine": "toyengine", "version": "1.0", "variant": "cpu", "sha256": d.sha256,
+            "serial": str(int(AS_OF.timestamp()))}  # fmt: skip
+    base.update(fields)
+    comment = format_trusted_comment({k: v for k, v in base.items() if v != "-"})
+    signature_path(bundle).write_text(sign_prehashed(key, d.blake2b, comment))
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"sha256": "0" * 64}, "the signed sha256 '0000"),
+        ({"file": "-"}, "the signature is for None"),
+        ({"serial": "soon"}, "the signed serial 'soon' is not a number"),
+        ({"serial": "\u00b2"}, "the signed serial '²' is not a number"),
+        ({"serial": "9" * 40}, "is not a number of seconds"),
+        ({"serial": "-"}, "the signed serial '' is not a number"),
+        ({"expires": "never"}, "the signed expiry 'never' is not a time with a zone"),
+        ({"expires": "2030-01-01T00:00:00"}, "is not a time with a zone"),
+    ],
+    ids=["sha256", "no-file", "serial-word", "serial-superscript", "serial-huge", "no-serial", "expiry-word",
+         "expiry-local"],
+)
+def test_signed_fields_that_do_not_hold(
+    tmp_path: Path, signers: dict[str, Signer], fields: dict[str, str], why: str
+) -> None:
+    """Signed by a trusted key, yet the metadata is wrong or unreadable: refused, as SignatureError."""
+    bundle, _ = make_bundle(tmp_path / "dist")
+    custom_signature(bundle, signers["alice"].key, **fields)
+    with pytest.raises(SignatureError, match=why):
+        verify(bundle, trust_dir(tmp_path, signers["alice"]))

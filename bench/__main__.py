@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--quiet-wait",
         type=float,
-        default=60.0,
+        default=20.0,
         help="before each command, wait up to this many seconds for other processes to go quiet",
     )
     ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")

@@ -39,14 +39,15 @@ class Run:
 
 
 def busy_seconds() -> float:
-    """CPU seconds all CPUs have spent busy since boot (from /proc/stat; 0 where there is none)."""
+    """CPU seconds all CPUs have spent busy since boot (from /proc/stat; 0 where there is none), not counting
+    the user time of niced processes: the scheduler gives them a CPU only when the benchmark leaves it idle."""
     try:
         with open("/proc/stat", "rb") as f:
             fields = f.readline().split()[1:]
     except OSError:
         return 0.0
     ticks = [int(x) for x in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    idle = ticks[1] + ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # nice, idle, iowait
     return (sum(ticks[:8]) - idle) / _HZ
 
 

@@ -41,9 +41,13 @@ def table(r: Results) -> str:
         lines.append(f"| {q.name} | {q.median:.2f} | {min(q.values):.2f}–{max(q.values):.2f} | {q.target} | {status} |")
     warm = f.get("warm_rebuild")
     if warm:
+        seen = (
+            ""
+            if warm["server_file_gets"] is None
+            else f", {warm['server_file_gets']} file GETs ({warm['server_bytes']} bytes) seen by the index"
+        )
         lines += ["", f"warm-cache rebuild: {warm['cached']}/{warm['files']} files from the cache, "
-                      f"{warm['downloaded_bytes']} bytes downloaded, {warm['server_file_gets']} file GETs "
-                      f"({warm['server_bytes']} bytes) seen by the index"]  # fmt: skip
+                      f"{warm['downloaded_bytes']} bytes downloaded{seen}"]  # fmt: skip
     return "\n".join(lines)
 
 

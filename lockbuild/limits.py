@@ -13,7 +13,7 @@ class Limits:
     zstd_window: int = 1 << 27  # the largest zstd window accepted, in bytes (128 MiB)
     max_path: int = 255  # the longest member path, in bytes
     max_manifest: int = 16 << 20  # bundle.toml's largest size
-    max_signature_file: int = 64 << 10
+    max_signature_file: int = 64 << 10  # a .minisig file's largest size
 
 
 DEFAULT_LIMITS = Limits()

@@ -222,6 +222,22 @@ def test_bytes_that_do_not_match_their_member_are_refused(tmp_path: Path) -> Non
         pack(m, entries)
 
 
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [("../escape", "'..' path component"), ("wheels/A.whl", "one name after Unicode and case folding")],
+)
+def test_the_writer_refuses_what_the_reader_would(tmp_path: Path, path: str, why: str) -> None:
+    """Nothing is written for a bundle the reader would refuse: a bad path, or colliding ones."""
+    _, entries = sample(tmp_path)
+    extra = [Entry(member(path, b"x"), b"x")]
+    if path == "wheels/A.whl":
+        extra.append(Entry(member("wheels/a.whl", b"y"), b"y"))
+    out = io.BytesIO()
+    with pytest.raises(IntegrityError, match=why):
+        write_bundle(out, manifest([e.member for e in entries + extra]), entries + extra)
+    assert out.getvalue() == b""
+
+
 def test_entries_must_follow_the_manifest(tmp_path: Path) -> None:
     m, entries = sample(tmp_path)
     with pytest.raises(IntegrityError, match="do not follow the manifest's order"):

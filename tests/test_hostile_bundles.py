@@ -46,7 +46,7 @@ from hostile import (
 
 from lockbuild.bundle.manifest import MANIFEST, parse_manifest
 from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_bundle, read_head
-from lockbuild.errors import IntegrityError
+from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.install import archives
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 
@@ -542,7 +542,8 @@ BOMB = 16 << 30  # 16 GiB
 def test_zstd_bomb_single_segment_claim_fails_fast_without_allocating(tmp_path: Path) -> None:
     """A single-segment frame whose header claims 16 GiB: a decoder sizes its buffer from that claim
     (python-zstandard's one-shot decompress() allocates it). The reader refuses it from the header.
-    Run in a child with a 4 GiB address-space limit, its peak memory and time measured."""
+    Run in a child with a 4 GiB address-space limit, its peak memory (VmHWM: ru_maxrss would include
+    the parent's, inherited across exec) and time measured."""
     data = frame(raw_blocks(bundle_tar(), last=True), content_size=BOMB, single=True)
     bundle = write(tmp_path / NAME, data)
     code = f"""
@@ -550,21 +551,22 @@ import resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 from pathlib import Path
 from lockbuild.bundle.read import read_bundle
-from lockbuild.errors import IntegrityError
+from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 t = time.monotonic()
 try:
     read_bundle(Path({str(bundle)!r}), dest=Path({str(tmp_path / "dest")!r}))
 except IntegrityError as exc:
     print("refused", exc)
 print("seconds", time.monotonic() - t)
-print("maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]  # this process's own peak RSS
+print("peak_kb", hwm[0].split()[1] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"refused the bundle's zstd window is {BOMB} bytes; expected at most {1 << 27}" in out, out
     values = dict(line.split(" ", 1) for line in out.splitlines())
     assert float(values["seconds"]) < 1.0
-    assert int(values["maxrss_kb"]) < 200 << 10, "peak memory stays far below the claimed size"
-    assert not (tmp_path / "dest").exists()
+    assert int(values["peak_kb"]) < 200 << 10, "peak memory stays far below the claimed size"
+    assert tree(tmp_path / "dest") == []
 
 
 def test_zstd_bomb_of_real_zeros_is_cut_short(tmp_path: Path) -> None:
@@ -612,6 +614,56 @@ def test_on_manifest_runs_before_any_member_is_written(tmp_path: Path) -> None:
     with pytest.raises(IntegrityError, match="refused by the caller"):
         read_bundle(bundle, dest=dest, on_manifest=refuse)
     assert tree(dest) == []
+
+
+# --- the destination -----------------------------------------------------------------------------
+# The caller passes an empty staging directory; if something was planted in it, the reader neither
+# follows nor overwrites it.
+
+
+def test_planted_symlink_directory_in_the_destination(tmp_path: Path) -> None:
+    bundle = write(tmp_path / NAME, good_bundle())
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "work" / "dest"
+    dest.mkdir(parents=True)
+    (dest / "wheels").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(IntegrityError, match="wheels is not a plain directory"):
+        read_bundle(bundle, dest=dest)
+    assert tree(outside) == []
+
+
+def test_planted_symlink_file_in_the_destination(tmp_path: Path) -> None:
+    bundle = write(tmp_path / NAME, good_bundle())
+    victim = write(tmp_path / "victim", b"precious")
+    dest = tmp_path / "work" / "dest"
+    dest.mkdir(parents=True)
+    (dest / "recipe.toml").symlink_to(victim)
+    with pytest.raises(IntegrityError, match=r"recipe\.toml already exists"):
+        read_bundle(bundle, dest=dest)
+    assert victim.read_bytes() == b"precious"
+
+
+def test_planted_file_in_the_destination_is_not_overwritten(tmp_path: Path) -> None:
+    bundle = write(tmp_path / NAME, good_bundle())
+    dest = tmp_path / "work" / "dest"
+    (dest / "lock").mkdir(parents=True)
+    write(dest / "lock" / "requirements.txt", b"evil==1.0\n")
+    with pytest.raises(IntegrityError, match=r"requirements\.txt already exists"):
+        read_bundle(bundle, dest=dest)
+    assert (dest / "lock" / "requirements.txt").read_bytes() == b"evil==1.0\n"
+
+
+def test_destination_that_cannot_be_made(tmp_path: Path) -> None:
+    bundle = write(tmp_path / NAME, good_bundle())
+    write(tmp_path / "file", b"")
+    with pytest.raises(InstallError, match="cannot make the destination"):
+        read_bundle(bundle, dest=tmp_path / "file" / "dest")
+
+
+def test_missing_bundle(tmp_path: Path) -> None:
+    with pytest.raises(LockbuildError, match=r"cannot read the bundle .*: No such file"):
+        read_bundle(tmp_path / NAME)
 
 
 # --- read_head ------------------------------------------------------------------------------------

@@ -210,8 +210,8 @@ def test_an_unknown_key_like_nothing_lists_the_known_keys() -> None:
         ('gpu = "big"', "builds[0].gpu: expected a table, found a string ('big')"),
         ('gpu = { min-capability = "8" }', 'builds[0].gpu.min-capability: expected a compute capability such as "8.0"'),
         ('gpu = { min-driver = "latest" }', 'builds[0].gpu.min-driver: expected a driver version such as "580"'),
-        ("as-of = 2025-10-05", "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date"),  # noqa: E501
-        ('as-of = "2025-10-05"', "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date"),  # noqa: E501
+        ("as-of = 2025-10-05", "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date"),
+        ('as-of = "2025-10-05"', "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date"),
         ('as-of = "yesterday"', "builds[0].as-of: expected an RFC 3339 time such as 2025-10-05T01:40:00Z"),
         ("as-of = 2025-10-05T01:40:00", "builds[0].as-of: expected a time with a zone (add Z for UTC)"),
         ('as-of = "2025-10-05T01:40:00"', "builds[0].as-of: expected a time with a zone (add Z for UTC)"),

@@ -23,7 +23,7 @@ import zstandard
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, check_member_path, parse_manifest
 from lockbuild.digest import CHUNK
-from lockbuild.errors import IntegrityError
+from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 
@@ -351,13 +351,30 @@ def _copy(tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress
 
 
 def _create(dest: Path, path: str) -> BinaryIO:
-    target = dest.joinpath(*path.split("/"))
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    if parent.resolve() != dest.resolve().joinpath(*path.split("/")[:-1]):
-        raise _bad(f"refused member {path!r}: its directory resolves outside the destination.")
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    """A new file at ``path`` under ``dest``: every directory on the way is made here or is a plain
+    directory already (never a link), and the file must not exist."""
+    parts = path.split("/")
+    current = dest
+    for part in parts[:-1]:
+        current = current / part
+        try:
+            current.mkdir()
+        except FileExistsError:
+            if current.is_symlink() or not current.is_dir():
+                raise _bad(f"refused member {path!r}: {current} is not a plain directory.") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(current / parts[-1], flags, 0o644)
+    except FileExistsError:
+        raise _bad(f"refused member {path!r}: {current / parts[-1]} already exists.") from None
     return os.fdopen(fd, "wb")
+
+
+def _open(path: Path) -> BinaryIO:
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise LockbuildError(f"cannot read the bundle {path}: {exc.strerror or exc}.") from None
 
 
 def _read_manifest(tar: TarReader, limits: Limits) -> Manifest:
@@ -390,7 +407,12 @@ def read_bundle(
     The caller owns ``dest`` (an empty staging directory) and removes it if this raises.
     """
     progress = progress or Progress.quiet()
-    with path.open("rb") as raw_file:
+    if dest is not None:
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InstallError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
+    with _open(path) as raw_file:
         check_zstd_frame(raw_file, limits)
         f = _Hashing(raw_file)
         tar = _open_tar(f, limits)
@@ -436,8 +458,14 @@ def _extract_one(tar: TarReader, h: TarHeader, member: Member, dest: Path | None
     if dest is None:
         digest = _copy(tar, h, None, progress)
     else:
-        with _create(dest, member.path) as out:
-            digest = _copy(tar, h, out, progress)
+        try:
+            with _create(dest, member.path) as out:
+                digest = _copy(tar, h, out, progress)
+        except OSError as exc:
+            raise InstallError(
+                f"cannot write {member.path} into {dest}: {exc.strerror or exc}.",
+                tip="Check the free space and permissions of the destination, then run it again.",
+            ) from None
     if digest != member.sha256:
         raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.")
 
@@ -445,7 +473,7 @@ def _extract_one(tar: TarReader, h: TarHeader, member: Member, dest: Path | None
 def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, bytes]:
     """The manifest and the recipe (the first two members, the recipe checked against its digest);
     the rest of the bundle is not read."""
-    with path.open("rb") as f:
+    with _open(path) as f:
         check_zstd_frame(f, limits)
         tar = _open_tar(f, limits)
         manifest = _read_manifest(tar, limits)

@@ -20,7 +20,7 @@ from typing import BinaryIO
 
 import zstandard
 
-from lockbuild.bundle.manifest import MANIFEST, Manifest, Member
+from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError
 from lockbuild.progress import Progress
@@ -126,11 +126,12 @@ def write_bundle(
     progress = progress or Progress.quiet()
     if [e.member for e in entries] != list(manifest.members):
         raise IntegrityError("internal: the entries do not follow the manifest's order.")
+    head = manifest.to_toml()
+    parse_manifest(head)  # the reader's rules (paths, collisions, names): what it would refuse is never written
     mtime = manifest.serial
     progress.start("packing", total_bytes=manifest.unpacked_size, files=len(entries) + 1)
     writer = compressor(threads).stream_writer(out, closefd=False, write_size=CHUNK)
     tar = _TarWriter(writer, progress)
-    head = manifest.to_toml()
     tar.add_bytes(MANIFEST, head, mtime)
     for e in entries:
         m = e.member

@@ -422,7 +422,7 @@ def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: 
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold."""
     _setup(ctx, as_json)
     from lockbuild.bundle.read import read_bundle, read_head
-    from lockbuild.install.installer import check_signed_metadata
+    from lockbuild.install.checks import check_signed_metadata
     from lockbuild.trust import load_trust, verify_file
 
     trust, policy = load_trust(trust_dir)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.errors import LockbuildError
+from lockbuild.install.checks import ARCH_ALIASES
 from lockbuild.install.marker import list_installed
 from lockbuild.install.node import Node, detect, free_bytes, version_tuple
 from lockbuild.install.tools import python_version
@@ -16,8 +17,6 @@ from lockbuild.recipe import Build, load_recipe
 from lockbuild.signing import TrustStore, load_trust_dir
 from lockbuild.target import parse_platform
 from lockbuild.trust import trust_dir
-
-_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def build_fit(build: Build, node: Node, pythons: dict[str, str], free: int | Non
     """Why ``build`` does not fit ``node`` (empty when it fits). Pure."""
     reasons = []
     plat = parse_platform(build.platform)
-    machine = _ARCH_ALIASES.get(node.machine, node.machine)
+    machine = ARCH_ALIASES.get(node.machine, node.machine)
     if plat.arch != machine:
         reasons.append(f"built for {plat.arch}, the node is {machine}")
     if plat.libc == "glibc" and node.libc_version and node.libc_version < plat.libc_version:

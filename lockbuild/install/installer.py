@@ -12,7 +12,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -25,23 +24,27 @@ from typing import Any, Literal
 from lockbuild import __version__
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.read import read_bundle, read_head
-from lockbuild.errors import InstallError, SignatureError
+from lockbuild.errors import InstallError
 from lockbuild.install import archives
+from lockbuild.install.checks import (
+    GpuCheck,
+    check_gpu,
+    check_node,
+    check_signed_metadata,
+    check_space,
+)
 from lockbuild.install.marker import MARKER, RECORD_DIR, Installed, read_marker
-from lockbuild.install.node import Node, detect, free_bytes, version_tuple
+from lockbuild.install.node import Node, detect
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
 from lockbuild.install.tools import extract_uv, find_python
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Engine, Recipe, parse_recipe
-from lockbuild.target import parse_platform
 from lockbuild.trust import Verified, load_trust, verify_file
 from lockbuild.uvtool import clean_env
 
-GpuCheck = Literal["auto", "require", "skip"]
 FAULT_ENV = "LOCKBUILD_FAULT_INJECT"  # tests only: SIGKILL this process at the named phase
 VERIFY_TIMEOUT = 600.0
 PROBE_TIMEOUT = 300.0
-_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 TORCH_PROBE = """\
 import torch
@@ -113,78 +116,6 @@ def _run(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str,
     return out
 
 
-def check_signed_metadata(verified: Verified, manifest: Manifest) -> None:
-    """The signed trusted comment and the manifest inside must describe the same bundle."""
-    f = verified.fields
-    mine = {
-        "engine": manifest.engine,
-        "version": manifest.version,
-        "variant": manifest.variant,
-        "serial": str(manifest.serial),
-    }
-    for key, value in mine.items():
-        if f.get(key) != value:
-            raise SignatureError(
-                f"the signature says {key}={f.get(key)!r} but the bundle's manifest says {value!r}.",
-                tip="The signed metadata and the bundle disagree (mix-and-match); do not install it.",
-            )
-    if manifest.bundle_name != f.get("file"):
-        raise SignatureError(f"the bundle's manifest names {manifest.bundle_name}, the signature {f.get('file')}.")
-
-
-def check_node(manifest: Manifest, node: Node) -> None:
-    plat = parse_platform(manifest.platform)
-    machine = _ARCH_ALIASES.get(node.machine, node.machine)
-    if machine != plat.arch:
-        raise InstallError(
-            f"this bundle is for {plat.arch} ({manifest.platform}), and this node is {machine}.",
-            tip=f"Use the bundle built for {machine}.",
-        )
-    if plat.libc == "glibc" and node.libc == "glibc" and node.libc_version and node.libc_version < plat.libc_version:
-        need = ".".join(map(str, plat.libc_version))
-        have = ".".join(map(str, node.libc_version))
-        raise InstallError(f"this bundle needs glibc {need} or newer ({manifest.platform}); this node has {have}.")
-
-
-def check_gpu(build: Build, node: Node, mode: GpuCheck) -> None:
-    req = build.gpu
-    if req is None or mode == "skip":
-        return
-    if not node.has_nvidia:
-        if mode == "require":
-            raise InstallError(
-                "--gpu-check require: this node has no NVIDIA driver (no /proc/driver/nvidia, no nvidia-smi)."
-            )
-        return
-    known_driver = node.driver not in (None, "unknown")
-    if req.min_driver is not None and known_driver and version_tuple(node.driver or "") < version_tuple(req.min_driver):
-        raise InstallError(
-            f"this build needs NVIDIA driver {req.min_driver} or newer; this node has {node.driver}.",
-            tip="Upgrade the driver, or use a bundle built for an older CUDA variant.",
-        )
-    if req.min_capability is not None and node.gpus:
-        low = [g for g in node.gpus if g.capability < req.min_capability]
-        if low:
-            need = f"{req.min_capability[0]}.{req.min_capability[1]}"
-            have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in low)
-            raise InstallError(
-                f"this build needs GPUs of compute capability {need} or more; this node has {have}.",
-                tip="Use the bundle of another variant built for older GPUs.",
-            )
-
-
-def _free_space(engine_dir: Path, manifest: Manifest, build: Build) -> None:
-    need = manifest.unpacked_size * 3 + (256 << 20)
-    if build.free_gb:
-        need = max(need, build.free_gb << 30)
-    have = free_bytes(engine_dir)
-    if have < need:
-        raise InstallError(
-            f"installing needs about {need / 2**30:.1f} GiB free under {engine_dir}; there are {have / 2**30:.1f} GiB.",
-            tip="Free some space (lockbuild remove ... for engines no longer used) and try again.",
-        )
-
-
 class Installer:
     def __init__(self, options: InstallOptions, *, progress: Progress | None = None, node: Node | None = None):
         self.o = dataclasses.replace(options, root=options.root.absolute())
@@ -236,7 +167,7 @@ class Installer:
                     f"{target} holds a newer build (serial {current.serial}) than this bundle ({manifest.serial}).",
                     tip="Pass --allow-downgrade to roll back on purpose.",
                 )
-            _free_space(engine_dir, manifest, build)
+            check_space(engine_dir, manifest, build)
             self._stage_and_swap(bundle, verified, manifest, recipe, build, python, target, signers)
         p.phase(f"installed {manifest.engine} {build.id} at {target}")
         return result("installed")
@@ -430,7 +361,3 @@ def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path
         target.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
     return target
-
-
-def node_machine() -> str:
-    return _ARCH_ALIASES.get(platform.machine(), platform.machine())

@@ -52,6 +52,7 @@ requirements = ["{name}=={version}"]
 LIVE = {"name": "onnxruntime", "version": "1.20.1", "binary": "onnxruntime_test",
         "verify": '["python", "-c", "import onnxruntime"]'}  # fmt: skip
 SYNTHETIC = {"name": ENGINE, "version": ENGINE_VERSION, "binary": ENGINE, "verify": f'["{ENGINE}", "--version"]'}
+CHECKS = {"live": ("bin/python", "-c", "import onnxruntime"), "synthetic": (f"bin/{ENGINE}", "--version")}
 
 
 def log(text: str) -> None:
@@ -89,8 +90,9 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
     recipe = run_dir / f"{spec['name']}.toml"
     recipe.write_text(RECIPE.format(**spec, python=PY, platform=PLATFORM))
     secret, trust = keys(run_dir)
-    setup = Setup(label, run_dir, index_url, server, recipe, f"{spec['name']}=={spec['version']}", base_python(),
-                  secret, trust, args.repeat, args.jobs, args.quick, args.quiet_wait)  # fmt: skip
+    check = CHECKS["live" if workload == "live" else "synthetic"]
+    setup = Setup(label, run_dir, index_url, server, recipe, f"{spec['name']}=={spec['version']}", check,
+                  base_python(), secret, trust, args.repeat, args.jobs, args.quick, args.quiet_wait)  # fmt: skip
     try:
         results = Suite(setup, log).run_all()
     finally:
@@ -114,6 +116,32 @@ def machine() -> dict[str, object]:
             "lockbuild": __version__, "uv": uv_version(uv_binary())}  # fmt: skip
 
 
+def summary(results: list[Results]) -> tuple[str, dict[str, dict[str, float]]]:
+    """The scaling table and the RSS growth line, for a series of more than one size."""
+    growth = report.rss_growth(results)
+    worst = max((g["process"] for g in growth.values()), default=0.0)
+    tree = max((g["tree"] for g in growth.values()), default=0.0)
+    text = (
+        "## scaling: median time and peak RSS of each lockbuild step\n\n" + report.scaling_table(results) + "\n\n"
+        f"peak RSS growth of the lockbuild processes, smallest → largest: at most {worst:+.1f} MB "
+        f"(target < 32 MB: {'met' if worst < 32 else 'missed'}); with their children (uv): at most {tree:+.1f} MB\n"
+    )
+    return text, growth
+
+
+def show(path: Path, *, plot: bool) -> int:
+    doc = json.loads(path.read_text())
+    results = [Results.from_json(r) for r in doc["runs"]]
+    sys.stdout.write(f"{doc['command']}  ({doc['date']}, {doc['machine']})\n\n")
+    for r in results:
+        sys.stdout.write(report.table(r) + "\n\n")
+    if len(results) > 1:
+        sys.stdout.write(summary(results)[0])
+    if plot and report.plot(results, path.with_suffix(".png")):
+        log(f"wrote {path.with_suffix('.png')}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workload", choices=("small", "vllm-shape", "live"), default="small")
@@ -122,7 +150,7 @@ def main(argv: list[str]) -> int:
         "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"
     )
     ap.add_argument("--jobs", type=int, default=8, help="parallel downloads, for lockbuild and the raw floor")
-    ap.add_argument("--quick", action="store_true", help="skip the (slow) pip baselines")
+    ap.add_argument("--quick", action="store_true", help="skip the slow classic baselines (pip, tar czf)")
     ap.add_argument(
         "--quiet-wait",
         type=float,
@@ -131,7 +159,10 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
     ap.add_argument("--keep", action="store_true", help="keep the work directories under bench/work/runs/")
+    ap.add_argument("--report", type=Path, metavar="RESULTS.json", help="print the tables of a saved run and exit")
     args = ap.parse_args(argv)
+    if args.report is not None:
+        return show(args.report, plot=args.plot)
     scales = [float(x) for x in args.scale.split(",")] if args.scale else [1.0]
     if args.workload != "vllm-shape":
         scales = [0.03]
@@ -149,13 +180,8 @@ def main(argv: list[str]) -> int:
         "seconds": round(time.monotonic() - started, 1), "runs": [r.to_json() for r in all_results],
     }  # fmt: skip
     if len(all_results) > 1:
-        sys.stdout.write("## scaling: median time and peak RSS of each lockbuild step\n\n")
-        sys.stdout.write(report.scaling_table(all_results) + "\n\n")
-        growth = report.rss_growth(all_results)
-        doc["rss_growth_mb"] = growth
-        worst = max(growth.values(), default=0.0)
-        sys.stdout.write(f"peak RSS growth, smallest → largest: at most {worst:+.1f} MB (target < 32 MB: "
-                         f"{'met' if worst < 32 else 'missed'})\n")  # fmt: skip
+        text, doc["rss_growth_mb"] = summary(all_results)
+        sys.stdout.write(text)
     results_dir = HERE / "results"
     results_dir.mkdir(exist_ok=True)
     name = f"{stamp}-{args.workload}" + ("-scaling" if len(all_results) > 1 else "")

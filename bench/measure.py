@@ -1,13 +1,16 @@
-"""Running one command and measuring it: wall time, CPU time and peak RSS (os.wait4), how busy the rest
-of the machine was meanwhile, and the statistics over runs.
+"""Running one command and measuring it: wall time, CPU time (os.wait4), peak RSS, how busy the rest of
+the machine was meanwhile, and the statistics over runs.
 
-Peak RSS is the kernel's ru_maxrss for the waited-for child, which on Linux is the largest resident
-set of that process or of any descendant it waited for (so a lockbuild step that runs uv reports the
-larger of the two, never their sum).
+Peak RSS: Linux's ru_maxrss of a child starts at its parent's high-water mark (exec records the mm it
+replaces), so the benchmark's own size would leak into every figure. Each command therefore runs under
+``/usr/bin/time -f %M``, a 2 MB parent, whose report is the largest resident set of the command or of any
+descendant it waited for (a lockbuild step that runs uv reports the larger of the two, never their sum).
+A lockbuild process can also report its own peak (RUSAGE_SELF) into $BENCH_SELF_RSS (see bench/lbrun.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import statistics
@@ -24,6 +27,7 @@ class StepFailed(RuntimeError):
 
 
 _HZ = os.sysconf("SC_CLK_TCK")
+TIME = "/usr/bin/time"  # GNU time: the small parent that measures the command's peak RSS
 CPUS = os.cpu_count() or 1
 
 
@@ -36,6 +40,7 @@ class Run:
     stderr: str
     cpu_s: float = 0.0  # user + system time of the command and the children it waited for
     others_cpu_s: float = 0.0  # CPU time the rest of the machine (not this command, not the bench) used meanwhile
+    self_rss_kb: int = 0  # the lockbuild process's own peak, when it reported one
 
 
 def busy_seconds() -> float:
@@ -76,13 +81,18 @@ def run(
     stdin: str | None = None,
 ) -> Run:
     """Run ``argv`` to its end; StepFailed (with the output's tail) unless it exits 0."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as inp:
+    with contextlib.ExitStack() as stack:
+        out, err, inp = (stack.enter_context(tempfile.TemporaryFile()) for _ in range(3))
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-rss-")))
+        rss_file, self_file = scratch / "rss", scratch / "self"
+        env = {**(env if env is not None else os.environ), "BENCH_SELF_RSS": str(self_file)}
         if stdin is not None:
             inp.write(stdin.encode())
             inp.seek(0)
+        wrapped = [TIME, "-f", "%M", "-o", str(rss_file), *argv] if Path(TIME).exists() else list(argv)
         b0, s0 = busy_seconds(), _self_cpu()
         started = time.perf_counter()
-        proc = subprocess.Popen(list(argv), stdin=inp, stdout=out, stderr=err, env=dict(env) if env else None, cwd=cwd)
+        proc = subprocess.Popen(wrapped, stdin=inp, stdout=out, stderr=err, env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - started
         cpu = usage.ru_utime + usage.ru_stime
@@ -91,10 +101,20 @@ def run(
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        rss = _last_int(rss_file, default=int(usage.ru_maxrss))
+        own = _last_int(self_file, default=0)
     if proc.returncode != 0:
         tail = "\n".join((stdout + stderr).strip().splitlines()[-25:])
         raise StepFailed(f"{' '.join(argv)[:300]} exited {proc.returncode}:\n{tail}")
-    return Run(tuple(argv), seconds, int(usage.ru_maxrss), stdout, stderr, cpu, others)
+    return Run(tuple(argv), seconds, rss, stdout, stderr, cpu, others, own)
+
+
+def _last_int(path: Path, *, default: int) -> int:
+    try:
+        lines = path.read_text().split()
+    except OSError:
+        return default
+    return int(lines[-1]) if lines and lines[-1].isdigit() else default
 
 
 def shell(script: str, *, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Run:
@@ -111,13 +131,17 @@ class Figure:
     rss_kb: list[int] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
     contention: list[float] = field(default_factory=list)  # others' CPU use during the run, in CPUs
+    self_rss_kb: list[int] = field(default_factory=list)  # the lockbuild process alone (0: not reported)
     bytes: int = 0  # what it moved (for throughput)
 
-    def add(self, seconds: float, rss_kb: int = 0, cpu_s: float = 0.0, contention: float = 0.0) -> None:
+    def add(
+        self, seconds: float, rss_kb: int = 0, cpu_s: float = 0.0, contention: float = 0.0, self_rss_kb: int = 0
+    ) -> None:
         self.seconds.append(seconds)
         self.rss_kb.append(rss_kb)
         self.cpu_s.append(cpu_s)
         self.contention.append(contention)
+        self.self_rss_kb.append(self_rss_kb)
 
     @property
     def median(self) -> float:
@@ -127,12 +151,17 @@ class Figure:
     def peak_rss_mb(self) -> float:
         return max(self.rss_kb, default=0) / 1024
 
+    @property
+    def self_rss_mb(self) -> float:
+        return max(self.self_rss_kb, default=0) / 1024
+
     def to_json(self) -> dict[str, object]:
         return {
             "phase": self.phase, "variant": self.variant, "seconds": [round(s, 4) for s in self.seconds],
             "median_s": round(self.median, 4),
             "min_s": round(min(self.seconds), 4), "max_s": round(max(self.seconds), 4),
             "peak_rss_mb": round(self.peak_rss_mb, 1), "rss_mb": [round(k / 1024, 1) for k in self.rss_kb],
+            "self_rss_mb": [round(k / 1024, 1) for k in self.self_rss_kb],
             "cpu_s": [round(c, 3) for c in self.cpu_s], "others_busy_cpus": [round(c, 2) for c in self.contention],
             "bytes": self.bytes,
         }  # fmt: skip

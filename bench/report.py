@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.suite import Results
 
@@ -15,6 +16,10 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.0f} MB" if n >= 1e7 else f"{n / 1e6:,.1f} MB"
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # a pipe inside a Markdown table cell
+
+
 def table(r: Results) -> str:
     f = r.facts
     lines = [
@@ -22,8 +27,8 @@ def table(r: Results) -> str:
         f"({_mb(f.get('fetch_bytes', 0))}), bundle {_mb(f.get('bundle_bytes', 0))}, "
         f"{f.get('repeat', '?')} runs each",
         "",
-        "| phase | variant | median s | min–max s | CPU s | MB/s | peak RSS MB | others busy |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| phase | variant | median s | min–max s | CPU s | MB/s | peak RSS MB | own RSS MB | others busy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for phase in PHASES:
         for (p, _), fig in r.figures.items():
@@ -31,14 +36,16 @@ def table(r: Results) -> str:
                 continue
             rate = f"{fig.bytes / fig.median / 1e6:,.0f}" if fig.bytes else ""
             lines.append(
-                f"| {phase} | {fig.variant} | {fig.median:.2f} | {min(fig.seconds):.2f}–{max(fig.seconds):.2f} "
+                f"| {phase} | {_cell(fig.variant)} | {fig.median:.2f} | {min(fig.seconds):.2f}–{max(fig.seconds):.2f} "
                 f"| {statistics.median(fig.cpu_s):.2f} | {rate} | {fig.peak_rss_mb:.0f} "
+                f"| {f'{fig.self_rss_mb:.0f}' if fig.self_rss_mb else ''} "
                 f"| {statistics.median(fig.contention):.2f} |"
             )
     lines += ["", "| ratio (pair by pair) | median | min–max | target | |", "|---|---:|---:|---|---|"]
     for q in r.ratios:
         status = "" if q.target == "(none)" else ("met" if q.met else "**missed**")
-        lines.append(f"| {q.name} | {q.median:.2f} | {min(q.values):.2f}–{max(q.values):.2f} | {q.target} | {status} |")
+        spread = f"{min(q.values):.2f}–{max(q.values):.2f}"
+        lines.append(f"| {_cell(q.name)} | {q.median:.2f} | {spread} | {q.target} | {status} |")
     warm = f.get("warm_rebuild")
     if warm:
         seen = (
@@ -62,24 +69,29 @@ LB_STEPS = (
 
 
 def scaling_table(results: Sequence[Results]) -> str:
+    """Per lockbuild step and bundle size: median time, the lockbuild process's peak RSS and, in brackets,
+    the peak of the whole process tree (uv included); then the growth of both from smallest to largest."""
     head = "| lockbuild step | " + " | ".join(f"{_mb(r.facts.get('bundle_bytes', 0))} bundle" for r in results)
-    lines = [head + " | RSS growth, smallest → largest |", "|---|" + "---:|" * (len(results) + 1)]
+    lines = [head + " | RSS growth: process (tree) |", "|---|" + "---:|" * (len(results) + 1)]
+    growth = rss_growth(results)
     for phase, variant in LB_STEPS:
-        figs = [r.get(phase, variant) for r in results]
-        if any(f is None for f in figs):
+        figs = [f for f in (r.get(phase, variant) for r in results) if f is not None]
+        if len(figs) != len(results):
             continue
-        cells = [f"{f.median:.2f} s, {f.peak_rss_mb:.0f} MB" for f in figs if f is not None]
-        growth = figs[-1].peak_rss_mb - figs[0].peak_rss_mb  # type: ignore[union-attr]
-        lines.append(f"| {variant} | " + " | ".join(cells) + f" | {growth:+.1f} MB |")
+        cells = [f"{f.median:.2f} s, {f.self_rss_mb:.0f} MB ({f.peak_rss_mb:.0f})" for f in figs]
+        g = growth[variant]
+        lines.append(f"| {_cell(variant)} | " + " | ".join(cells) + f" | {g['process']:+.1f} MB ({g['tree']:+.1f}) |")
     return "\n".join(lines)
 
 
-def rss_growth(results: Sequence[Results]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def rss_growth(results: Sequence[Results]) -> dict[str, dict[str, float]]:
+    """Peak RSS growth of each lockbuild step from the smallest bundle to the largest, in MB."""
+    out: dict[str, dict[str, float]] = {}
     for phase, variant in LB_STEPS:
         a, b = results[0].get(phase, variant), results[-1].get(phase, variant)
         if a is not None and b is not None:
-            out[variant] = round(b.peak_rss_mb - a.peak_rss_mb, 1)
+            out[variant] = {"process": round(b.self_rss_mb - a.self_rss_mb, 1),
+                            "tree": round(b.peak_rss_mb - a.peak_rss_mb, 1)}  # fmt: skip
     return out
 
 
@@ -93,6 +105,22 @@ BARS = (
 )  # fmt: skip
 
 
+def _bars(ax: Any, r: Results) -> None:
+    width = 0.27
+    for k, (label, color) in enumerate((("lockbuild", "#1f77b4"), ("classic (pip, tar czf)", "#d62728"),
+                                        ("floor (curl, tar|zstd, bare uv)", "#7f7f7f"))):  # fmt: skip
+        vals = []
+        for b in BARS:
+            variant = b[1 + k]
+            f = r.get(b[0], variant) if variant else None
+            vals.append(f.median if f else 0.0)
+        ax.bar([i + (k - 1) * width for i in range(len(BARS))], vals, width, label=label, color=color)
+    ax.set_xticks(range(len(BARS)), [b[0] for b in BARS])
+    ax.set_ylabel("seconds (median)")
+    ax.set_title(f"{r.label}: time per phase")
+    ax.legend()
+
+
 def plot(results: Sequence[Results], path: Path) -> bool:
     """A PNG of time per phase (lockbuild, classic, floor) per workload, and peak RSS against size."""
     try:
@@ -104,33 +132,21 @@ def plot(results: Sequence[Results], path: Path) -> bool:
         return False
     scaling = len(results) > 1
     fig, axes = plt.subplots(1, 2 if scaling else 1, figsize=(13 if scaling else 8, 4.5), squeeze=False)
-    ax = axes[0][0]
-    r = results[-1]
-    names = [b[0] for b in BARS]
-    width = 0.27
-    for k, (label, color) in enumerate((("lockbuild", "#1f77b4"), ("classic (pip, tar czf)", "#d62728"),
-                                        ("floor (curl, tar|zstd, bare uv)", "#7f7f7f"))):  # fmt: skip
-        vals = []
-        for b in BARS:
-            variant = b[1 + k]
-            f = r.get(b[0], variant) if variant else None
-            vals.append(f.median if f else 0.0)
-        ax.bar([i + (k - 1) * width for i in range(len(BARS))], vals, width, label=label, color=color)
-    ax.set_xticks(range(len(BARS)), names)
-    ax.set_ylabel("seconds (median)")
-    ax.set_title(f"{r.label}: time per phase")
-    ax.legend()
     if scaling:
-        ax2 = axes[0][1]
         sizes = [x.facts.get("bundle_bytes", 0) / 1e9 for x in results]
-        for _, variant in LB_STEPS:
-            rss = [(f.peak_rss_mb if (f := x.get(*next(s for s in LB_STEPS if s[1] == variant))) else 0.0)
-                   for x in results]  # fmt: skip
-            ax2.plot(sizes, rss, marker="o", label=variant.split(" (")[0])
-        ax2.set_xlabel("bundle size, GB")
-        ax2.set_ylabel("peak RSS, MB")
-        ax2.set_title("peak memory against bundle size")
-        ax2.legend(fontsize=8)
+        ax_t, ax_m = axes[0][0], axes[0][1]
+        for phase, variant in LB_STEPS:
+            figs = [x.get(phase, variant) for x in results]
+            label = variant.split(" (")[0]
+            ax_t.plot(sizes, [f.median if f else 0.0 for f in figs], marker="o", label=label)
+            ax_m.plot(sizes, [f.self_rss_mb if f else 0.0 for f in figs], marker="o", label=label)
+        ax_t.set(xlabel="bundle size, GB", ylabel="seconds (median)", title="time against bundle size")
+        ax_m.set(xlabel="bundle size, GB", ylabel="peak RSS of the lockbuild process, MB",
+                 title="peak memory against bundle size", ylim=(0, None))  # fmt: skip
+        ax_t.legend(fontsize=8)
+        ax_m.legend(fontsize=8)
+    else:
+        _bars(axes[0][0], results[-1])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

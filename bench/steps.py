@@ -9,6 +9,7 @@ on the step itself (after interpreter start and imports).
 
 from __future__ import annotations
 
+import atexit
 import json
 import sys
 import time
@@ -82,6 +83,9 @@ def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, 
 
 
 def main(argv: list[str]) -> None:
+    from bench.lbrun import report_self_rss
+
+    atexit.register(report_self_rss)
     step, *args = argv
     if step == "raw":
         result = raw(Path(args[0]), Path(args[1]), int(args[2]))

@@ -352,13 +352,13 @@ def sign(ctx: click.Context, bundle: Path, key: Path, expires: dt.datetime | Non
     from lockbuild.builder.pack import signature_block
     from lockbuild.bundle.read import read_head
     from lockbuild.signing import parse_signatures, read_secret_key
-    from lockbuild.trust import signature_path
+    from lockbuild.trust import digest_file, signature_path
 
     secret = read_secret_key(key, _password())
     manifest, _ = read_head(bundle)
     sig_path = signature_path(bundle)
     existing = parse_signatures(sig_path.read_bytes(), source=str(sig_path)) if sig_path.exists() else ()
-    block = signature_block(secret, bundle, manifest, expires=expires)
+    block = signature_block(secret, bundle.name, digest_file(bundle), manifest, expires=expires)
     replaced = any(s.key_id == secret.key_id for s in existing)
     blocks = [block if s.key_id == secret.key_id else s.to_text() for s in existing]
     if not replaced:

@@ -143,6 +143,7 @@ class FakeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body in two writes must not wait for an ACK
 
             def log_message(self, format: str, *args: object) -> None:
                 pass

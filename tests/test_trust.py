@@ -63,7 +63,7 @@ def make_bundle(directory: Path, payload: bytes = b"weights") -> tuple[Path, Man
 
 def sign(bundle: Path, m: Manifest, *keys: Signer, expires: dt.datetime | None = None) -> None:
     """Write the .minisig: one block per key, in order (the first is what stock minisign checks)."""
-    blocks = [signature_block(k.key, bundle, m, expires=expires) for k in keys]
+    blocks = [signature_block(k.key, bundle.name, digest_file(bundle), m, expires=expires) for k in keys]
     signature_path(bundle).write_text("".join(blocks), encoding="utf-8")
 
 

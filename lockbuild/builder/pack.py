@@ -10,15 +10,17 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from lockbuild import __version__
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
 from lockbuild.bundle.write import Entry, write_bundle
+from lockbuild.digest import HashingWriter
 from lockbuild.lock import bundle_pylock, bundle_requirements
 from lockbuild.progress import Progress
 from lockbuild.signing import SecretKey, format_trusted_comment, sign_prehashed
-from lockbuild.trust import digest_file, signature_path
+from lockbuild.trust import FileDigests, signature_path
 
 
 @dataclass(frozen=True)
@@ -118,12 +120,13 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
 
 
 def signature_block(
-    key: SecretKey, bundle: Path, manifest: Manifest, *, expires: dt.datetime | None = None, name: str | None = None
+    key: SecretKey, name: str, digests: FileDigests, manifest: Manifest, *, expires: dt.datetime | None = None
 ) -> str:
-    """One minisign ED signature over the bundle, its trusted comment carrying the signed metadata."""
-    d = digest_file(bundle)
+    """One minisign ED signature over the bundle file ``name`` with ``digests``; its trusted comment
+    carries the signed metadata."""
+    d = digests
     fields = {
-        "file": name or bundle.name,
+        "file": name,
         "engine": manifest.engine,
         "version": manifest.version,
         "variant": manifest.variant,
@@ -155,13 +158,15 @@ def pack(
     tmp = out_dir / f".{manifest.bundle_name}.{os.getpid()}.partial"
     tmp_sig = out_dir / f".{manifest.bundle_name}.minisig.{os.getpid()}.partial"
     try:
-        with tmp.open("wb") as out:
-            write_bundle(out, manifest, entries, threads=threads, progress=progress)
-            out.flush()
-            os.fsync(out.fileno())
+        with tmp.open("wb") as raw:
+            out = HashingWriter(raw)  # the bundle is hashed as it is written, never read back
+            write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
+            raw.flush()
+            os.fsync(raw.fileno())
+        digests = FileDigests(*out.hasher.finish())
         sig_final = None
         if key is not None:
-            block = signature_block(key, tmp, manifest, expires=expires, name=final.name)
+            block = signature_block(key, final.name, digests, manifest, expires=expires)
             tmp_sig.write_text(block, encoding="utf-8")
             sig_final = signature_path(final)
         tmp.replace(final)
@@ -170,5 +175,4 @@ def pack(
     finally:
         tmp.unlink(missing_ok=True)
         tmp_sig.unlink(missing_ok=True)
-    d = digest_file(final)
-    return Packed(final, sig_final, manifest, d.sha256, d.size)
+    return Packed(final, sig_final, manifest, digests.sha256, digests.size)

@@ -22,7 +22,7 @@ from typing import IO, BinaryIO, cast
 import zstandard
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, check_member_path, parse_manifest
-from lockbuild.digest import CHUNK
+from lockbuild.digest import CHUNK, BackgroundHash
 from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
@@ -97,7 +97,7 @@ class _Hashing(io.RawIOBase):
 
     def __init__(self, f: BinaryIO) -> None:
         self.f = f
-        self.h = hashlib.sha256()
+        self.h = BackgroundHash("sha256")
 
     def readable(self) -> bool:
         return True

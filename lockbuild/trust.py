@@ -65,6 +65,11 @@ def signature_path(bundle: Path) -> Path:
 
 
 def _time(value: object, key: str, source: str) -> dt.datetime:
+    if isinstance(value, str) and "T" in value.upper():  # quoted, as people often write it
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC)
     raise SignatureError(f"{source}: {key} must be a time with a zone (e.g. 2026-01-01T00:00:00Z), found {value!r}.")
@@ -177,17 +182,32 @@ def verify_file(
     digests = digest_file(bundle)
     needed = max(threshold or 1, policy.threshold)
     signers = check_policy(signatures, trust, file_blake2b=digests.blake2b, threshold=needed)
-    counted = {s.key_id for s in signers}
     current = now or dt.datetime.now(dt.UTC)
+    # A signature whose signed metadata does not hold (expired, another file name) does not count;
+    # the others may still meet the threshold on their own.
+    current_signers: list[PublicKey] = []
+    problems: list[SignatureError] = []
     fields: dict[str, str] | None = None
-    for sig in signatures:
-        if sig.key_id not in counted:
-            continue
-        got = parse_trusted_comment(sig.trusted_comment)
-        check_fields(got, bundle_name=bundle.name, digests=digests, now=current)
-        fields = fields or got
+    for key in signers:
+        for sig in (s for s in signatures if s.key_id == key.key_id):
+            got = parse_trusted_comment(sig.trusted_comment)
+            try:
+                check_fields(got, bundle_name=bundle.name, digests=digests, now=current)
+            except SignatureError as exc:
+                problems.append(exc)
+                continue
+            current_signers.append(key)
+            fields = fields or got
+            break
+    if len(current_signers) < needed:
+        first = problems[0]
+        raise SignatureError(
+            f"{first.message} ({len(current_signers)} of the {needed} signature(s) needed hold)",
+            tip=first.tip,
+        )
     assert fields is not None
     check_dates(int(fields["serial"]), policy)
+    signers = tuple(current_signers)
     return Verified(digests, signers, fields)
 
 

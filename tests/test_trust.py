@@ -251,6 +251,22 @@ def test_expired_signature(tmp_path: Path, signers: dict[str, Signer]) -> None:
         verify(bundle, trust, now=expires)
 
 
+def test_an_expired_signature_does_not_count_but_a_current_one_does(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    expires = AS_OF + dt.timedelta(days=30)
+    blocks = [
+        signature_block(signers["alice"].key, bundle.name, digest_file(bundle), m, expires=expires),
+        signature_block(signers["bob"].key, bundle.name, digest_file(bundle), m),
+    ]
+    signature_path(bundle).write_text("".join(blocks), encoding="utf-8")
+    trust = trust_dir(tmp_path, signers["alice"], signers["bob"])
+    later = expires + dt.timedelta(days=1)
+    assert len(verify(bundle, trust, now=later).signers) == 1
+    with pytest.raises(SignatureError, match=r"expired at .* \(1 of the 2 signature\(s\) needed hold\)"):
+        verify(bundle, trust, now=later, threshold=2)
+    assert len(verify(bundle, trust, now=expires - dt.timedelta(days=1), threshold=2).signers) == 2
+
+
 def test_node_clock_before_the_bundle_time(tmp_path: Path, signers: dict[str, Signer]) -> None:
     """A node whose clock is behind would accept an expired signature forever: refused, outside a
     10-minute allowance for skew."""
@@ -329,3 +345,12 @@ def test_signed_fields_that_do_not_hold(
     custom_signature(bundle, signers["alice"].key, **fields)
     with pytest.raises(SignatureError, match=why):
         verify(bundle, trust_dir(tmp_path, signers["alice"]))
+
+
+def test_policy_dates_may_be_quoted(tmp_path: Path) -> None:
+    (tmp_path / "policy.toml").write_text('not-before = "2025-01-01T00:00:00Z"\nthreshold = 2\n')
+    policy = load_policy(tmp_path)
+    assert policy.not_before == dt.datetime(2025, 1, 1, tzinfo=dt.UTC) and policy.threshold == 2
+    (tmp_path / "policy.toml").write_text('not-before = "2025-01-01"\n')
+    with pytest.raises(SignatureError, match="must be a time with a zone"):
+        load_policy(tmp_path)

@@ -7,6 +7,7 @@ its sha256, and be unexpired; the site's policy may also bound the bundle's as-o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import tomllib
@@ -66,10 +67,8 @@ def signature_path(bundle: Path) -> Path:
 
 def _time(value: object, key: str, source: str) -> dt.datetime:
     if isinstance(value, str) and "T" in value.upper():  # quoted, as people often write it
-        try:
+        with contextlib.suppress(ValueError):
             value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC)
     raise SignatureError(f"{source}: {key} must be a time with a zone (e.g. 2026-01-01T00:00:00Z), found {value!r}.")

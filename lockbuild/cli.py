@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from lockbuild import __version__
-from lockbuild.errors import LockbuildError, SignatureError
+from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 
 EPILOG_EXIT = "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy."
 
@@ -429,7 +429,8 @@ def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: 
     verified = verify_file(bundle, trust=trust, policy=policy, threshold=threshold)
     manifest, _ = read_head(bundle)
     check_signed_metadata(verified, manifest)
-    read_bundle(bundle, progress=_progress(ctx), expect_sha256=verified.digests.sha256)
+    if read_bundle(bundle, progress=_progress(ctx), expect_sha256=verified.digests.sha256) != manifest:
+        raise IntegrityError("the bundle changed while it was verified: its manifest differs from the first read.")
     signers = [k.key_id_hex for k in verified.signers]
     _emit(
         ctx,

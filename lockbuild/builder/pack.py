@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
 
+import zstandard
+
 from lockbuild import __version__
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
@@ -115,6 +117,7 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
         uv_version=uv_version,
         lock_format=plan.lock.format,
         members=tuple(e.member for e in entries),
+        zstd_version=".".join(map(str, zstandard.ZSTD_VERSION)),
     )
     return manifest, entries
 

@@ -47,6 +47,7 @@ class Manifest:
     lock_format: str
     members: tuple[Member, ...]
     format: int = FORMAT
+    zstd_version: str = ""  # libzstd that compressed it: a rebuild must use the same to match bit for bit
 
     @property
     def bundle_name(self) -> str:
@@ -81,6 +82,7 @@ class Manifest:
             "[builder]",
             f"lockbuild = {q(self.lockbuild_version)}",
             f"uv = {q(self.uv_version)}",
+            *([f"zstd = {q(self.zstd_version)}"] if self.zstd_version else []),
             "",
         ]
         for m in self.members:
@@ -233,6 +235,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         lock_format=_require(data, "lock-format", str, ""),
         members=members,
         format=fmt,
+        zstd_version=str(builder.get("zstd", "")) if isinstance(builder.get("zstd", ""), str) else "",
     )
 
 

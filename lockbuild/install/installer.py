@@ -24,7 +24,7 @@ from typing import Any, Literal
 from lockbuild import __version__
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.read import read_bundle, read_head
-from lockbuild.errors import InstallError
+from lockbuild.errors import InstallError, IntegrityError
 from lockbuild.install import archives
 from lockbuild.install.checks import (
     GpuCheck,
@@ -187,7 +187,13 @@ class Installer:
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
         try:
             unpacked.mkdir()
-            read_bundle(bundle, dest=unpacked, progress=self.progress, expect_sha256=verified.digests.sha256)
+            unpacked_manifest = read_bundle(
+                bundle, dest=unpacked, progress=self.progress, expect_sha256=verified.digests.sha256
+            )
+            if unpacked_manifest != manifest:  # the recipe read first must be the one the signed file holds
+                raise IntegrityError(
+                    "the bundle changed while it was installed: its manifest differs from the first read."
+                )
             _checkpoint("extract")
             self._install_env(unpacked, staged, manifest, recipe.engine, build, python)
             _checkpoint("verify")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,11 +35,3 @@ def session(*, progress: Progress, jobs: int = DEFAULT_JOBS, cache_dir: Path | N
         planner = Planner(api, cache, fetcher, index_url=index_url(), progress=progress)
         yield Session(cache, fetcher, planner)
 
-
-def place(src: Path, dest: Path) -> None:
-    """Put a cached file at ``dest``: a hard link where possible, else a copy."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)

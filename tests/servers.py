@@ -66,6 +66,13 @@ class FakeServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
+    def reset(self) -> None:
+        """Forget every registered file, page, release and request (for a server shared by a module)."""
+        for registry in (self.files, self.projects, self.releases, self.json_api, self.redirects, self.raw_pages):
+            registry.clear()
+        self.requests.clear()
+        self.request_headers.clear()
+
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()

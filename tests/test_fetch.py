@@ -43,22 +43,6 @@ def wanted(url: str, data: bytes, label: str = "f.bin", **kw: object) -> Wanted:
     return Wanted(url, sha(data), len(data), label, **kw)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def shared_srv() -> Iterator[FakeServer]:
-    s = FakeServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def srv(shared_srv: FakeServer) -> FakeServer:
-    """One server for the module (closing one takes 0.5 s); each test registers its files afresh."""
-    shared_srv.files.clear()
-    shared_srv.redirects.clear()
-    shared_srv.request_headers.clear()
-    return shared_srv
-
-
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
     with make_client() as c:

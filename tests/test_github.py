@@ -29,21 +29,11 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def shared_gh() -> Iterator[FakeServer]:
-    s = FakeServer()
-    yield s
-    s.close()
-
-
 @pytest.fixture
-def gh(shared_gh: FakeServer, monkeypatch: pytest.MonkeyPatch) -> FakeServer:
-    shared_gh.files.clear()
-    shared_gh.releases.clear()
-    shared_gh.request_headers.clear()
-    monkeypatch.setenv("LOCKBUILD_GITHUB_API", shared_gh.github_api)
-    monkeypatch.setenv("LOCKBUILD_GITHUB_DOWNLOAD", shared_gh.github_download)
-    return shared_gh
+def gh(srv: FakeServer, monkeypatch: pytest.MonkeyPatch) -> FakeServer:
+    monkeypatch.setenv("LOCKBUILD_GITHUB_API", srv.github_api)
+    monkeypatch.setenv("LOCKBUILD_GITHUB_DOWNLOAD", srv.github_download)
+    return srv
 
 
 @pytest.fixture

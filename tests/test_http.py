@@ -16,21 +16,6 @@ from lockbuild.errors import RemoteError
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def shared_srv() -> Iterator[FakeServer]:
-    s = FakeServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def srv(shared_srv: FakeServer) -> FakeServer:
-    shared_srv.raw_pages.clear()
-    shared_srv.redirects.clear()
-    shared_srv.files.clear()
-    return shared_srv
-
-
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
     with make_client() as c:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from conftest import PLATFORM, PY, day
+from conftest import PLATFORM, PY, TOY_RECIPE, day
 from servers import FakeServer, make_sdist, make_tar_gz, make_wheel
 
 from lockbuild.builder.index import Index
@@ -604,3 +604,22 @@ def test_a_source_archive_that_is_not_a_tar_is_refused(tmp_path: Path) -> None:
     archive.write_bytes(b"not a tar at all")
     with pytest.raises(RecipeError, match="cannot read the source archive as a tar"):
         read_source_requirements(archive, source_build())
+
+
+def test_a_package_with_only_an_sdist_is_locked_with_a_warning(env: FakeServer, tmp_path: Path) -> None:
+    """uv reads an sdist's static metadata; the sdist is locked and bundled, and the user is told that its
+    build dependencies are not in the lock."""
+    sdist = make_tar_gz({
+        "lksdonly-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdonly\nVersion: 1.0\n",
+        "lksdonly-1.0/pyproject.toml": b'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n',
+    })
+    if not any(e.filename == "lksdonly-1.0.tar.gz" for e in env.projects.get(("primary", "lksdonly"), [])):
+        env.publish("lksdonly-1.0.tar.gz", sdist, uploaded=day(1))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "lksdonly==1.0"]'))
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    files = {p["name"]: p["file"] for p in json.loads(r.stdout)["locks"][0]["packages"]}
+    assert files["lksdonly"] == "lksdonly-1.0.tar.gz"
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out")])
+    assert "warning: 1 package(s) have no wheel" in r.stderr and "lksdonly-1.0.tar.gz" in r.stderr

@@ -172,6 +172,13 @@ class Planner:
         else:
             pins = parse_requirements_lock(resolution.text)
         files = self._files(pins, build, direct)
+        sdists = sorted(f.filename for f in files if f.kind == "sdist")
+        if sdists:
+            self.progress.phase(
+                f"warning: {len(sdists)} package(s) have no wheel for {build.platform} and come as sdists "
+                f"({', '.join(sdists[:5])}); their build dependencies are not in the lock, so an offline "
+                "install must build them with what the node has, and may fail"
+            )
         tool = self._uv_tool(build)
         extras.append(tool)
         lock = Lock(resolution.format, resolution.text, files, as_of)

@@ -37,6 +37,8 @@ def test_errors_print_without_traceback_and_with_one_under_verbose(tmp_path: Pat
     assert not (tmp_path / "out").exists()
     r = CliRunner().invoke(main, ["--verbose", "lock", str(missing), "--out", str(tmp_path / "out")])
     assert r.exit_code == 1 and "Traceback" in r.stderr
+    r = CliRunner().invoke(main, ["lock", str(missing), "--out", str(tmp_path / "out"), "-v"])
+    assert r.exit_code == 1 and "Traceback" in r.stderr
 
 
 def test_json_errors_are_machine_readable(tmp_path: Path) -> None:

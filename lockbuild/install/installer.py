@@ -196,7 +196,6 @@ class Installer:
                 )
             _checkpoint("extract")
             self._install_env(unpacked, staged, manifest, recipe.engine, build, python)
-            _checkpoint("verify")
             self._verify(staged, recipe.engine, build)
             self._write_records(unpacked, staged, manifest, recipe.engine, build, verified, signers)
             self.progress.phase(f"swapping {target.name} into place")

@@ -161,7 +161,8 @@ def _b64decode(text: str, *, expected_len: int, what: str, source: str, tip: str
 
 
 def format_key_id(key_id: bytes) -> str:
-    """minisign's display form of a key id: the 8 bytes as a little-endian u64, 16 uppercase hex digits."""
+    """A key id for display: the 8 bytes as a little-endian u64 in uppercase hex, zero-padded to 16 digits
+    (minisign prints the same number without leading zeros; :func:`parse_key_id` accepts both)."""
     if len(key_id) != KEY_ID_LEN:
         raise SignatureError(
             f"a key id is {KEY_ID_LEN} bytes, found {len(key_id)}",
@@ -171,12 +172,14 @@ def format_key_id(key_id: bytes) -> str:
 
 
 def parse_key_id(text: str, *, source: str = "key id") -> bytes:
-    """Inverse of :func:`format_key_id` (accepts lowercase hex too)."""
+    """Inverse of :func:`format_key_id` (accepts lowercase hex). Exactly 16 digits: a shorter id could be a
+    typo, and revoking the wrong key id silently would be worse than an error."""
     stripped = text.strip()
     if not _KEY_ID_HEX_RE.fullmatch(stripped):
         raise SignatureError(
-            f"{source}: expected a key id of 16 hex digits (as minisign prints it), found {_show(text)}",
-            tip="Copy the key id from `minisign -G` output or from the public key's comment line.",
+            f"{source}: expected a key id of 16 hex digits, found {_show(text)}",
+            tip="Copy the key id from `lockbuild doctor` or `lockbuild inspect`; minisign prints it without "
+            "leading zeros, so pad it with zeros on the left to 16 digits.",
         )
     return int(stripped, 16).to_bytes(KEY_ID_LEN, "little")
 

@@ -666,7 +666,9 @@ def test_minisign_generated_encrypted_key(
     assert int.from_bytes(raw[46:54], "little") == signing.MINISIGN_DEFAULT_MEMLIMIT
     pk = read_public_key(pub_path)
     assert sk.public_key() == pk
-    assert pk.key_id_hex in pub_path.read_text().splitlines()[0]  # same display form as minisign
+    shown = pub_path.read_text().splitlines()[0].split()[-1]  # minisign drops leading zeros
+    assert int(shown, 16) == int(pk.key_id_hex, 16)
+    assert signing.parse_key_id(shown.rjust(16, "0")) == pk.key_id
     # minisign signs (default is prehashed ED); we verify.
     theirs = tmp_path / "theirs.minisig"
     run_minisign("-S", "-s", str(key_path), "-m", str(data_file), "-x", str(theirs), stdin="pw one\n")

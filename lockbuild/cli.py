@@ -19,6 +19,7 @@ import click
 
 from lockbuild import __version__
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
+from lockbuild.times import iso, parse_time
 
 EPILOG_EXIT = "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy."
 
@@ -145,7 +146,7 @@ def _lock_json(plan: Any) -> dict[str, Any]:
     return {
         "engine": plan.recipe.engine.name,
         "build": plan.build.id,
-        "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "as_of": iso(plan.as_of),
         "python": plan.build.python,
         "platform": plan.build.platform,
         "lock_format": plan.lock.format,
@@ -241,12 +242,9 @@ def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, j
 def _expires(_ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:
     if value is None:
         return None
-    try:
-        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"expected a time such as 2027-01-01T00:00:00Z, found {value!r}", param=param
-        ) from None
+    t = parse_time(value)
+    if t is None:
+        raise click.BadParameter(f"expected a time such as 2027-01-01T00:00:00Z, found {value!r}", param=param)
     if t.tzinfo is None:
         raise click.BadParameter("expected a time with a zone, e.g. 2027-01-01T00:00:00Z", param=param)
     if t <= dt.datetime.now(dt.UTC):
@@ -323,7 +321,7 @@ def build(
                     "size": packed.size,
                     "members": len(packed.manifest.members),
                     "signer": secret.key_id_hex,
-                    "as_of": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "as_of": iso(plan.as_of),
                 }
             )
     text = "\n".join(
@@ -469,7 +467,7 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
         "variant": manifest.variant,
         "python": manifest.python,
         "platform": manifest.platform,
-        "as_of": manifest.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "as_of": iso(manifest.as_of),
         "serial": manifest.serial,
         "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
         "signatures": sigs,

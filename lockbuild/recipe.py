@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 
 from lockbuild.errors import RecipeError
 from lockbuild.target import Target, parse_platform
+from lockbuild.times import parse_time
 
 MAX_RECIPE_BYTES = 1 << 20
 MAX_STRING = 4096
@@ -320,11 +321,11 @@ def _parse_as_of(value: object, key: str, p: _Problems) -> dt.datetime | None:
     if isinstance(value, dt.datetime):
         parsed = value
     elif isinstance(value, str):
-        try:
-            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
+        got = parse_time(value)
+        if got is None:
             p.add(key, f"expected an RFC 3339 time such as 2025-10-05T01:40:00Z, found {value[:40]!r}")
             return None
+        parsed = got
     elif isinstance(value, dt.date):
         p.add(key, f"expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date ({value})")
         return None

@@ -7,7 +7,6 @@ its sha256, and be unexpired; the site's policy may also bound the bundle's as-o
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import tomllib
@@ -25,6 +24,7 @@ from lockbuild.signing import (
     parse_signatures,
     parse_trusted_comment,
 )
+from lockbuild.times import iso, parse_time
 
 DEFAULT_TRUST_DIR = Path("/etc/lockbuild/keys")
 POLICY_FILE = "policy.toml"
@@ -67,8 +67,7 @@ def signature_path(bundle: Path) -> Path:
 
 def _time(value: object, key: str, source: str) -> dt.datetime:
     if isinstance(value, str) and "T" in value.upper():  # quoted, as people often write it
-        with contextlib.suppress(ValueError):
-            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        value = parse_time(value) or value
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC)
     raise SignatureError(f"{source}: {key} must be a time with a zone (e.g. 2026-01-01T00:00:00Z), found {value!r}.")
@@ -128,21 +127,18 @@ def check_fields(fields: dict[str, str], *, bundle_name: str, digests: FileDiges
         raise SignatureError(f"the signed sha256 {fields.get('sha256')!r} is not this file's ({digests.sha256}).")
     expires = fields.get("expires")
     if expires is not None:
-        try:
-            when = dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))
-        except ValueError:
-            when = None
+        when = parse_time(expires)
         if when is None or when.tzinfo is None:
             raise SignatureError(f"the signed expiry {expires[:40]!r} is not a time with a zone.")
         if now >= when:
             raise SignatureError(
-                f"the bundle's signature expired at {expires} (now {now:%Y-%m-%dT%H:%M:%SZ}).",
+                f"the bundle's signature expired at {expires} (now {iso(now)}).",
                 tip="Ask the publisher for a freshly signed bundle (lockbuild sign --expires ...).",
             )
     made = serial_time(fields.get("serial", ""))
     if now + CLOCK_SKEW < made:
         raise SignatureError(
-            f"this machine's clock ({now:%Y-%m-%dT%H:%M:%SZ}) is before the bundle's time ({made:%Y-%m-%dT%H:%M:%SZ}).",
+            f"this machine's clock ({iso(now)}) is before the bundle's time ({iso(made)}).",
             tip="Set the node's clock correctly: expiry checks depend on it.",
         )
 
@@ -161,11 +157,11 @@ def check_dates(serial: int, policy: Policy) -> None:
     """The site's not-before / not-after bounds on the bundle's as-of time (its serial)."""
     when = serial_time(str(serial))
     if policy.not_before is not None and when < policy.not_before:
-        raise SignatureError(f"the bundle's as-of {when:%Y-%m-%dT%H:%M:%SZ} is before the site's not-before "
-                             f"{policy.not_before:%Y-%m-%dT%H:%M:%SZ}; refused.")  # fmt: skip
+        raise SignatureError(f"the bundle's as-of {iso(when)} is before the site's not-before "
+                             f"{iso(policy.not_before)}; refused.")  # fmt: skip
     if policy.not_after is not None and when > policy.not_after:
-        raise SignatureError(f"the bundle's as-of {when:%Y-%m-%dT%H:%M:%SZ} is after the site's not-after "
-                             f"{policy.not_after:%Y-%m-%dT%H:%M:%SZ}; refused.")  # fmt: skip
+        raise SignatureError(f"the bundle's as-of {iso(when)} is after the site's not-after "
+                             f"{iso(policy.not_after)}; refused.")  # fmt: skip
 
 
 def verify_file(

@@ -17,6 +17,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
+from lockbuild import times
 from lockbuild.builder.http import get_json
 from lockbuild.errors import RemoteError
 
@@ -54,13 +55,10 @@ def file_version(filename: str) -> str | None:
 def parse_time(value: object) -> dt.datetime | None:
     if not isinstance(value, str):
         return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.astimezone(dt.UTC)
+    parsed = times.parse_time(value)
+    if parsed is None or parsed.tzinfo is not None:
+        return parsed
+    return parsed.replace(tzinfo=dt.UTC)  # the index gives UTC
 
 
 def parse_project_page(data: Any, page_url: str, *, what: str) -> tuple[IndexFile, ...]:

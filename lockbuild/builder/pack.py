@@ -22,6 +22,7 @@ from lockbuild.digest import HashingWriter
 from lockbuild.lock import bundle_pylock, bundle_requirements
 from lockbuild.progress import Progress
 from lockbuild.signing import SecretKey, format_trusted_comment, sign_prehashed
+from lockbuild.times import iso
 from lockbuild.trust import FileDigests, signature_path
 
 
@@ -68,7 +69,7 @@ def sbom(plan: Plan) -> bytes:
         "serialNumber": f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, name + plan.as_of.isoformat())}",
         "version": 1,
         "metadata": {
-            "timestamp": plan.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "timestamp": iso(plan.as_of),
             "tools": {"components": [{"type": "application", "name": "lockbuild", "version": __version__}]},
             "component": {
                 "type": "application",
@@ -137,7 +138,7 @@ def signature_block(
         "serial": str(manifest.serial),
     }
     if expires is not None:
-        fields["expires"] = expires.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        fields["expires"] = iso(expires)
     return sign_prehashed(
         key, d.blake2b, format_trusted_comment(fields), untrusted_comment=f"lockbuild signature {key.key_id_hex}"
     )

@@ -17,11 +17,12 @@ from lockbuild.builder import github
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher, Wanted, fetch_one
 from lockbuild.builder.index import Index, IndexFile
-from lockbuild.builder.resolve import compile_lock, iso
+from lockbuild.builder.resolve import compile_lock
 from lockbuild.errors import RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, source_requirements
+from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
 
 CUT_OFF_DELAY = dt.timedelta(hours=24)

@@ -13,6 +13,7 @@ from typing import Literal
 from lockbuild.errors import ResolveError
 from lockbuild.recipe import SecondIndex
 from lockbuild.target import Target
+from lockbuild.times import iso
 from lockbuild.uvtool import clean_env, uv_binary
 
 RESOLVE_TIMEOUT = 1800
@@ -23,10 +24,6 @@ class Resolution:
     format: Literal["requirements.txt", "pylock.toml"]
     text: str
     argv: tuple[str, ...]
-
-
-def iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def second_index_project(requirements: Sequence[str], second: SecondIndex) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.times import iso, parse_time
 
 FORMAT = 1
 MANIFEST = "bundle.toml"
@@ -70,7 +71,7 @@ class Manifest:
             f"engine = {q(self.engine)}",
             f"version = {q(self.version)}",
             f"variant = {q(self.variant)}",
-            f"as-of = {q(self.as_of.astimezone(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ'))}",
+            f"as-of = {q(iso(self.as_of))}",
             f"serial = {self.serial}",
             f"recipe-sha256 = {q(self.recipe_sha256)}",
             f"lock-format = {q(self.lock_format)}",
@@ -165,10 +166,7 @@ def _name(data: dict[str, Any], key: str, where: str) -> str:
 
 
 def _time(text: str, key: str) -> dt.datetime:
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        when = None
+    when = parse_time(text)
     if when is None or when.tzinfo is None:
         raise _bad(f"the manifest's {key} {text[:40]!r} is not a time with a zone.")
     return when.astimezone(dt.UTC)

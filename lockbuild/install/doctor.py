@@ -16,6 +16,7 @@ from lockbuild.install.tools import python_version
 from lockbuild.recipe import Build, load_recipe
 from lockbuild.signing import TrustStore, load_trust_dir
 from lockbuild.target import parse_platform
+from lockbuild.times import iso
 from lockbuild.trust import trust_dir
 
 
@@ -101,7 +102,7 @@ def examine(root: Path, *, catalogue: Path | None, trust: Path | None, node: Nod
                 reasons = build_fit(b, node, pythons, free)
                 fits.append(Fit(path.name, recipe.engine.name, b.id, not reasons, reasons))
     return {
-        "time": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "time": iso(dt.datetime.now(dt.UTC)),
         "node": {
             "machine": node.machine,
             "libc": f"{node.libc} {'.'.join(map(str, node.libc_version or ()))}".strip(),

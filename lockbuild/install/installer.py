@@ -39,6 +39,7 @@ from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swa
 from lockbuild.install.tools import extract_uv, find_python
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Engine, Recipe, parse_recipe
+from lockbuild.times import iso
 from lockbuild.trust import Verified, load_trust, verify_file
 from lockbuild.uvtool import clean_env
 
@@ -330,9 +331,9 @@ class Installer:
             variant=manifest.variant,
             binary=f"bin/{engine.binary}",
             requirements=build.requirements,
-            exclude_newer=manifest.as_of.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            exclude_newer=iso(manifest.as_of),
             uv=manifest.uv_version,
-            installed=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            installed=iso(dt.datetime.now(dt.UTC)),
             bundle=manifest.bundle_name,
             bundle_sha256=verified.digests.sha256,
             serial=manifest.serial,

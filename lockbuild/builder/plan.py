@@ -180,12 +180,13 @@ class Planner:
                 f"({', '.join(sdists[:5])}); their build dependencies are not in the lock, so an offline "
                 "install must build them with what the node has, and may fail"
             )
-        tool = self._uv_tool(build)
+        uv = uv_version(uv_binary())
+        tool = self._uv_tool(build, uv)
         extras.append(tool)
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
             recipe, build, as_of, lock, tuple(requirements), tuple(extras), recipe.resolved_text(build, as_of),
-            uv_version(uv_binary()),
+            uv,
         )  # fmt: skip
 
     def _files(self, pins: Sequence[Pin], build: Build, direct: dict[str, Candidate]) -> tuple[LockedFile, ...]:
@@ -207,9 +208,8 @@ class Planner:
         with ThreadPoolExecutor(max_workers=8) as pool:
             return tuple(pool.map(one, pins))
 
-    def _uv_tool(self, build: Build) -> ExtraFile:
+    def _uv_tool(self, build: Build, version: str) -> ExtraFile:
         """The uv wheel for the node's platform, at the builder's uv version, from the primary index."""
-        version = uv_version(uv_binary())
         files = [f for f in self.primary.files("uv") if f.version == canonicalize_version(version) and f.is_wheel]
         cands = _candidates(files)
         pin = Pin("uv", version, frozenset(c.sha256 for c in cands if c.sha256))

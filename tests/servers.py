@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import io
 import json
+import sys
 import tarfile
 import threading
 import zipfile
@@ -23,6 +24,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A test server that stays silent when a client hangs up early (tests do that on purpose)."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -57,7 +68,7 @@ class FakeServer:
         self.raw_pages: dict[str, bytes] = {}
         self.requests: list[str] = []
         self.request_headers: list[tuple[str, dict[str, str]]] = []  # (path, headers with lower-case names)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()

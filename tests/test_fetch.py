@@ -12,13 +12,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pytest
 from click.testing import CliRunner
-from servers import FakeServer, Served
+from servers import FakeServer, QuietHTTPServer, Served
 
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher, Wanted, fetch_one
@@ -206,7 +206,7 @@ class _Endless(BaseHTTPRequestHandler):
 @pytest.fixture
 def endless_url() -> Iterator[str]:
     _Endless.sent = 0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    httpd = QuietHTTPServer(("127.0.0.1", 0), _Endless)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/endless"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
-from servers import FakeServer, Served
+from servers import FakeServer, QuietHTTPServer, Served
 
 from lockbuild.builder.http import MAX_JSON_BYTES, get_json, make_client
 from lockbuild.errors import RemoteError
@@ -103,7 +103,7 @@ class _Unannounced(BaseHTTPRequestHandler):
 
 def test_endless_body_without_a_length_is_refused() -> None:
     _Unannounced.sent = 0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Unannounced)
+    httpd = QuietHTTPServer(("127.0.0.1", 0), _Unannounced)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:

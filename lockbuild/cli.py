@@ -53,6 +53,34 @@ class _Group(click.Group):
 
     command_class = _Command
 
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """click's main, but a usage error under --json is a JSON object like every other error."""
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            if "--json" in argv:
+                click.echo(json.dumps({"ok": False, "error": _usage_error(exc)}))
+            if not standalone_mode:
+                raise
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            if not standalone_mode:
+                raise
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -81,6 +109,14 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("ERROR interrupted", err=True)
             ctx.exit(130)
+
+
+def _usage_error(exc: click.ClickException) -> dict[str, Any]:
+    """The JSON error object for a usage error: the same fields as lockbuild's own errors."""
+    tip = None
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        tip = f"Run '{exc.ctx.command_path} --help' for the options and an example."
+    return {"type": "UsageError", "message": exc.format_message(), "tip": tip, "exit_code": exc.exit_code}
 
 
 def _progress(ctx: click.Context) -> Any:

@@ -492,8 +492,8 @@ def test_fetcher_reports_progress(srv: FakeServer, cache: Cache, client: httpx.C
     Fetcher(cache, client, progress=Progress(out)).fetch_all([wanted(url, data)])
     lines = out.getvalue().splitlines()
     assert lines[0] == "lockbuild: fetching: 1 file(s), 1.5 KB"
-    assert lines[1].startswith("lockbuild: fetched 1 file(s), 0 from the cache, in ")
-    assert lines[3].startswith("lockbuild: fetched 0 file(s), 1 from the cache, in ")
+    assert lines[1].startswith("lockbuild: fetched 1 file: 1 downloaded, 0 from the cache, in ")
+    assert lines[3].startswith("lockbuild: fetched 1 file: 0 downloaded, 1 from the cache, in ")
 
 
 # the command -------------------------------------------------------------------------------------

@@ -161,8 +161,9 @@ class Fetcher:
         pool.shutdown(wait=True)
         report = FetchReport(tuple(results[w.sha256] for w in unique.values()), time.monotonic() - started)
         self.progress.finish(
-            f"fetched {len(report.files) - report.cached} file(s), {report.cached} from the cache, "
-            f"in {report.seconds:.1f} s"
+            f"fetched {len(report.files)} file{'' if len(report.files) == 1 else 's'}: "
+            f"{len(report.files) - report.cached} downloaded, "
+            f"{report.cached} from the cache, in {report.seconds:.1f} s"
         )
         return report
 

@@ -473,7 +473,7 @@ def test_progress_live_line_on_a_terminal() -> None:
     out = _Tty()
     _drive(Progress(out))
     text = out.getvalue()
-    assert "\r\x1b[Kfetching: 2/2 files, 2.0 MB/2.0 MB, " in text and "/s" in text
+    assert "\r\x1b[Kfetching [########################] 100%  2.0 MB/2.0 MB  " in text and "2/2 files" in text
     assert text.endswith("\r\x1b[Klockbuild: fetched 2 file(s)\n")
 
 

@@ -148,12 +148,16 @@ class Progress:
                 if self._phase is None:
                     continue
                 now = self._now()
-                if self.live and self._counting:
-                    self._draw(force=True)
-                elif self.live:
-                    self._draw_timer(now)
-                elif now - self._last_line >= self.heartbeat:
-                    self._heartbeat_line(now)
+                try:
+                    if self.live and self._counting:
+                        self._draw(force=True)
+                    elif self.live:
+                        self._draw_timer(now)
+                    elif now - self._last_line >= self.heartbeat:
+                        self._heartbeat_line(now)
+                except (OSError, ValueError):  # the stream was closed under us: nobody is reading
+                    self._thread = None
+                    return
 
     def _heartbeat_line(self, now: float) -> None:
         elapsed = now - self._phase_started

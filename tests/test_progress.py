@@ -96,3 +96,14 @@ def test_disabled_progress_prints_nothing_and_starts_no_thread() -> None:
     time.sleep(0.1)
     assert out.getvalue() == ""
     assert p._thread is None
+
+
+def test_heartbeat_stops_quietly_when_its_stream_is_closed() -> None:
+    out = io.StringIO()
+    p = Progress(out, heartbeat=0.05)
+    p.phase("installing")
+    thread = p._thread
+    out.close()
+    assert thread is not None
+    thread.join(timeout=2.0)
+    assert not thread.is_alive()

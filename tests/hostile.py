@@ -20,6 +20,7 @@ from pathlib import Path
 
 import zstandard
 
+from lockbuild.bundle.instructions import InstallTable
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member
 
 AS_OF = dt.datetime(2025, 1, 6, tzinfo=dt.UTC)
@@ -28,11 +29,14 @@ BLOCK = 512
 RECORD = 20 * BLOCK
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
+UV_MEMBER = "tools/uv-0.9.0-py3-none-any.whl"
+INSTALL = InstallTable(binary="toyengine", verify=("toyengine", "--version"), gpu_probe="none", uv=UV_MEMBER)
 RECIPE = b'[engine]\nname = "toyengine"\n'
 GOOD_FILES: tuple[tuple[str, bytes, str], ...] = (
     ("recipe.toml", RECIPE, "recipe"),
     ("lock/requirements.txt", b"toydep==1.0 --hash=sha256:00\n", "lock"),
     ("wheels/toydep-1.0-py3-none-any.whl", b"PK wheel bytes " * 100, "wheel"),
+    (UV_MEMBER, b"PK uv wheel bytes", "tool"),
     ("assets/model.bin", bytes(range(256)) * 9, "asset"),
 )
 
@@ -59,6 +63,7 @@ def manifest(members: Sequence[Member], **changes: object) -> Manifest:
         uv_version="0.9.0",
         lock_format="requirements.txt",
         members=tuple(members),
+        install=INSTALL,
     )
     return dataclasses.replace(base, **changes)
 

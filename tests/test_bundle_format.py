@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from hostile import AS_OF, RECIPE, SERIAL, manifest, member, sha
+from hostile import AS_OF, RECIPE, SERIAL, UV_MEMBER, manifest, member, sha
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, member_order, parse_manifest
 from lockbuild.bundle.read import check_zstd_frame, read_bundle, read_head
@@ -24,6 +24,9 @@ from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS
 
 LONG = "wheels/" + "ñ" * 70 + "-1.0-py3-none-any.whl"  # non-ASCII and over 100 bytes: needs a pax header
+
+
+UV = Entry(member(UV_MEMBER, b"PK uv", "tool"), b"PK uv")  # every format-2 manifest names its uv wheel
 
 
 def sample(tmp_path: Path) -> tuple[Manifest, list[Entry]]:
@@ -39,6 +42,7 @@ def sample(tmp_path: Path) -> tuple[Manifest, list[Entry]]:
         src = tmp_path / f"src{i}"
         src.write_bytes(data)
         entries.append(Entry(member(path, data, "wheel" if path.startswith("wheels/") else "asset"), src))
+    entries.append(UV)
     return manifest([e.member for e in entries]), entries
 
 
@@ -103,8 +107,8 @@ def test_output_does_not_depend_on_the_thread_count() -> None:
     threads=0 is zstd's single-threaded mode, which cuts blocks differently: its output differs, which is
     why the writer always asks for at least one worker (``compressor`` turns 0 into 1)."""
     data = mixed(24)
-    m = manifest([member("assets/big.bin", data)])
-    entries = [Entry(m.members[0], data)]
+    m = manifest([member("assets/big.bin", data), UV.member])
+    entries = [Entry(m.members[0], data), UV]
     outputs = {threads: hashlib.sha256(pack(m, entries, threads=threads)).hexdigest() for threads in (1, 2, 4)}
     assert len(set(outputs.values())) == 1, outputs
     assert pack(m, entries, threads=0) == pack(m, entries, threads=1), "write_bundle never runs zstd with 0 workers"
@@ -136,10 +140,10 @@ def test_tar_stream_is_pinned(tmp_path: Path) -> None:
     text changes every bundle's bytes and must be deliberate (and documented in docs/bundle-format.md).
     The compressed bytes are not pinned here: they also depend on the libzstd version."""
     data = b"payload\n"
-    m = manifest([member("recipe.toml", RECIPE, "recipe"), member("assets/a.bin", data)])
-    raw = untar(pack(m, [Entry(m.members[0], RECIPE), Entry(m.members[1], data)]))
+    m = manifest([member("recipe.toml", RECIPE, "recipe"), member("assets/a.bin", data), UV.member])
+    raw = untar(pack(m, [Entry(m.members[0], RECIPE), Entry(m.members[1], data), UV]))
     assert len(raw) == 10240
-    assert sha(raw) == "a117b5197c1ddfeaf70bc813d4849d91b8cf27640c78b22f4efc1f2db258ff6d", sha(raw)
+    assert sha(raw) == "692a7b02e1b018fcbf6ad468c53d04867d1d8e627a5688af1aac6897e80dcdbd", sha(raw)
 
 
 def test_roundtrip(tmp_path: Path) -> None:
@@ -157,14 +161,19 @@ def test_roundtrip(tmp_path: Path) -> None:
 
 
 def test_manifest_text_escapes_what_it_carries(tmp_path: Path) -> None:
-    """Quotes, non-ASCII, DEL and characters beyond the BMP (which JSON-style escaping would write as
-    surrogate pairs, invalid in TOML) all survive the manifest's text."""
+    """Quotes, backslashes, non-ASCII and characters beyond the BMP (which JSON-style escaping would write
+    as surrogate pairs, invalid in TOML) all survive the manifest's text. Control characters (DEL, a tab,
+    an escape sequence) are refused in every text field: they would reach an operator's terminal."""
     odd = member("assets/quote\"s, spaces, ü and \U0001f600.bin", b"x")
-    odd = type(odd)(odd.path, odd.size, odd.sha256, "asset", 'https://h.invalid/a "b" \\c\u00e9\x7f\t\U0001f680')
-    m = manifest([member("recipe.toml", RECIPE, "recipe"), odd])
+    odd = type(odd)(odd.path, odd.size, odd.sha256, "asset", 'https://h.invalid/a "b" \\c\u00e9\U0001f680')
+    m = manifest([member("recipe.toml", RECIPE, "recipe"), odd, UV.member])
     assert parse_manifest(m.to_toml()) == m
+    for bad in ("\x7f", "\t", "\x1b[31m"):
+        worse = type(odd)(odd.path, odd.size, odd.sha256, "asset", "https://h.invalid/" + bad)
+        with pytest.raises(IntegrityError, match="holds a control character"):
+            parse_manifest(manifest([worse, UV.member]).to_toml())
     bundle = tmp_path / "b.lbz"
-    bundle.write_bytes(pack(m, [Entry(m.members[0], RECIPE), Entry(odd, b"x")]))
+    bundle.write_bytes(pack(m, [Entry(m.members[0], RECIPE), Entry(odd, b"x"), UV]))
     assert read_bundle(bundle, dest=tmp_path / "out") == m
     assert (tmp_path / "out" / odd.path).read_bytes() == b"x"
 
@@ -259,12 +268,12 @@ def test_writing_and_reading_stream_a_large_file(tmp_path: Path) -> None:
         h.update(zeros)
     del zeros
     m = manifest([member("recipe.toml", RECIPE, "recipe"), type(member("a", b""))("assets/big.bin", size,
-                  h.hexdigest(), "asset")])  # fmt: skip
+                  h.hexdigest(), "asset"), UV.member])  # fmt: skip
     bundle = tmp_path / "big.lbz"
     tracemalloc.start()
     try:
         with bundle.open("wb") as out:
-            write_bundle(out, m, [Entry(m.members[0], RECIPE), Entry(m.members[1], big)], threads=1)
+            write_bundle(out, m, [Entry(m.members[0], RECIPE), Entry(m.members[1], big), UV], threads=1)
         _, write_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         read_bundle(bundle)

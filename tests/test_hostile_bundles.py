@@ -240,7 +240,7 @@ def test_missing_member(tmp_path: Path) -> None:
 
 def test_members_in_an_unexpected_order(tmp_path: Path) -> None:
     entries = good_entries()
-    entries[2], entries[3] = entries[3], entries[2]
+    entries[2], entries[4] = entries[4], entries[2]
     refused(tmp_path, compress(bundle_tar(entries)), "'assets/model.bin' is out of order: expected 'wheels/")
 
 
@@ -286,7 +286,7 @@ def test_member_limit_a_million_tiny_members(tmp_path: Path) -> None:
     many = [member(f"assets/{i:07d}", b"") for i in range(11)]
     listed = manifest([*good_members(), *many])
     tar = bundle_tar([*good_entries(), *(TarEntry(m.path) for m in many)], listed=listed)
-    refused(tmp_path, compress(tar), "lists 15 members; expected at most 10", limits=Limits(max_members=10))
+    refused(tmp_path, compress(tar), "lists 16 members; expected at most 10", limits=Limits(max_members=10))
     assert DEFAULT_LIMITS.max_members < 1_000_000
 
 
@@ -307,9 +307,19 @@ def test_manifest_not_first(tmp_path: Path) -> None:
     refused(tmp_path, compress(tar), "the bundle's first member is 'recipe.toml'; expected bundle.toml")
 
 
-def test_manifest_with_a_bad_format_version(tmp_path: Path) -> None:
-    listed = manifest(good_members(), format=2)
-    refused(tmp_path, compress(bundle_tar(listed=listed)), "the bundle's format is 2; this lockbuild reads format 1")
+@pytest.mark.parametrize(
+    ("fmt", "why"),
+    [
+        (1, "manifest is format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads format 2 only, and lockbuild 0.1.x"),
+        (3, "manifest is format 3 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads format 2"),
+        (0, "manifest format is 0; no lockbuild writes that format"),
+    ],
+    ids=["older", "newer", "never"],
+)
+def test_manifest_of_another_format_says_which_lockbuild_reads_it(tmp_path: Path, fmt: int, why: str) -> None:
+    listed = manifest(good_members(), format=fmt)
+    err = refused(tmp_path, compress(bundle_tar(listed=listed)), why)
+    assert err.tip and ("lockbuild" in err.tip or "malformed" in err.tip)
 
 
 @pytest.mark.parametrize(
@@ -317,12 +327,12 @@ def test_manifest_with_a_bad_format_version(tmp_path: Path) -> None:
     [
         (lambda t: t.replace(b'kind = "wheel"', b'kind = "script"'), "unknown kind 'script'"),
         (lambda t: t.replace(b"size = 2304", b"size = -1"), "a size of -1"),
-        (lambda t: t.replace(b"size = 2304", b'size = "2304"'), "files\\[3\\].size is missing or not int"),
+        (lambda t: t.replace(b"size = 2304", b'size = "2304"'), "files\\[4\\].size is missing or not int"),
         (lambda t: t.replace(b'engine = "toyengine"', b'engine = "../../etc"'), "engine '../../etc' is not a plain"),
         (lambda t: t.replace(b'origin = "https', b"origin = 7 #"), "origin for recipe.toml is not a string"),
         (lambda t: t + b"[[[", "not valid TOML"),
         (lambda t: b"\xff" + t, "not valid TOML"),
-        (lambda t: t.replace(b"format = 1", b"format = true"), "format is missing or not int"),
+        (lambda t: t.replace(b"format = 2", b"format = true"), "format is missing or not int"),
     ],
     ids=["kind", "negative-size", "string-size", "engine-path", "origin-type", "toml", "utf8", "bool-format"],
 )

@@ -9,16 +9,19 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO, cast
 
 import zstandard
 
 from lockbuild import __version__
 from lockbuild.builder.plan import Plan
+from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
+from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import Entry, write_bundle
 from lockbuild.digest import HashingWriter
+from lockbuild.errors import RecipeError
 from lockbuild.lock import bundle_pylock, bundle_requirements
 from lockbuild.progress import Progress
 from lockbuild.signing import SecretKey, format_trusted_comment, sign_prehashed
@@ -87,6 +90,49 @@ def _bytes_member(path: str, data: bytes, kind: str) -> tuple[Member, bytes]:
     return Member(path, len(data), hashlib.sha256(data).hexdigest(), kind, ""), data
 
 
+def install_table(plan: Plan, members: list[Member]) -> InstallTable:
+    """The manifest's [install] table from the recipe: the node's only instructions."""
+    engine, b = plan.recipe.engine, plan.build
+    by_kind = {m.kind: m.path for m in members}
+    tools = [m.path for m in members if m.kind == "tool"]
+    if len(tools) != 1:
+        raise RecipeError(f"internal: the plan carries {len(tools)} uv wheels; expected exactly one.")
+    if not any(m.kind == "wheel" for m in members) and not any(m.kind == "sdist" for m in members):
+        raise RecipeError(
+            f"{plan.recipe.path}: the lock of {b.id} holds no package at all; there is nothing to install.",
+            tip="Check the build's requirements.",
+        )
+    source = None
+    if b.source is not None:
+        member = f"source/{PurePosixPath(b.source.url).name}"
+        source = SourcePlace(member, b.source.dir, b.source.top or "")
+    assets = []
+    if b.assets is not None:
+        for name in b.assets.files:
+            clash = env_reserved(f"{b.assets.dir}/{name}")
+            if clash:
+                raise RecipeError(
+                    f"{plan.recipe.path}: builds[{b.position}].assets would place {name} in {b.assets.dir}/, "
+                    f"where {clash}.",
+                    tip="Choose another assets.dir (for example the engine's name).",
+                )
+            assets.append(AssetPlace(f"assets/{name}", b.assets.dir))
+    gpu = None
+    if b.gpu is not None:
+        gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver)
+    return InstallTable(
+        binary=engine.binary,
+        verify=engine.verify,
+        gpu_probe=engine.gpu_probe,
+        uv=tools[0],
+        gpu=gpu,
+        free_gb=b.free_gb or 0,
+        source=source,
+        assets=tuple(assets),
+        interpreter=by_kind.get("interpreter"),
+    )
+
+
 def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[Manifest, list[Entry]]:
     """The manifest and the ordered entries of the bundle; ``fetched`` maps sha256 to a verified file."""
     b = plan.build
@@ -118,6 +164,7 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
         uv_version=uv_version,
         lock_format=plan.lock.format,
         members=tuple(e.member for e in entries),
+        install=install_table(plan, [e.member for e in entries]),
         zstd_version=".".join(map(str, zstandard.ZSTD_VERSION)),
     )
     return manifest, entries

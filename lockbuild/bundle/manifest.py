@@ -6,22 +6,30 @@ import datetime as dt
 import json
 import re
 import tomllib
-import unicodedata
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from lockbuild import __version__
+from lockbuild.bundle.instructions import InstallTable, check_text, parse_install
+from lockbuild.bundle.paths import check_member_path, collision_key
+
+__all__ = ["MANIFEST", "Manifest", "Member", "check_member_path", "collision_key", "parse_manifest"]
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.times import iso, parse_time
 
-FORMAT = 1
+FORMAT = 2
+# The lockbuild releases that read each older manifest format, for the refusal message.
+READ_BY = {1: "lockbuild 0.1.x"}
 MANIFEST = "bundle.toml"
 KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter")
 _ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
           "source": 7, "assets": 8}  # fmt: skip
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,63}")
+LOCK_FORMATS = ("requirements.txt", "pylock.toml")
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Manifest:
     uv_version: str
     lock_format: str
     members: tuple[Member, ...]
+    install: InstallTable
     format: int = FORMAT
     zstd_version: str = ""  # libzstd that compressed it: a rebuild must use the same to match bit for bit
 
@@ -85,6 +94,7 @@ class Manifest:
             f"uv = {q(self.uv_version)}",
             *([f"zstd = {q(self.zstd_version)}"] if self.zstd_version else []),
             "",
+            *self.install.toml_lines(q),
         ]
         for m in self.members:
             lines += [
@@ -120,34 +130,13 @@ def member_order(path: str) -> tuple[int, str]:
     return (_ORDER.get(path.split("/", 1)[0], 99), path)
 
 
+_TOP_KEYS = ("format", "engine", "version", "variant", "as-of", "serial", "recipe-sha256", "lock-format", "target",
+             "builder", "install", "files")  # fmt: skip
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
 
 
 def _bad(message: str) -> IntegrityError:
     return IntegrityError(message, tip=_TIP)
-
-
-def check_member_path(path: str, limits: Limits = DEFAULT_LIMITS) -> str:
-    """A member path must be relative, normalised, and plain; refused (never rewritten) otherwise."""
-    problem = None
-    if not path or len(path.encode("utf-8", "surrogatepass")) > limits.max_path:
-        problem = f"an empty path or one longer than {limits.max_path} bytes"
-    elif path.startswith("/") or "\\" in path or "\0" in path:
-        problem = "an absolute path, a backslash or a NUL"
-    elif any(part in ("", ".", "..") for part in path.split("/")):
-        problem = "an empty, '.' or '..' path component"
-    elif any(unicodedata.category(c).startswith("C") for c in path):
-        problem = "a control character"
-    elif path != unicodedata.normalize("NFC", path):
-        problem = "a path that is not in Unicode NFC form"
-    if problem:
-        raise _bad(f"refused member path {path[:120]!r}: {problem}.")
-    return path
-
-
-def collision_key(path: str) -> str:
-    """Two paths with one key would be one file on some disk (case-insensitive, normalising): refused."""
-    return unicodedata.normalize("NFKC", path).casefold()
 
 
 def _require(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
@@ -188,7 +177,39 @@ def _member(f: object, i: int, limits: Limits) -> Member:
         raise _bad(f"the manifest gives {path} the unknown kind {kind[:40]!r}; expected one of {', '.join(KINDS)}.")
     if not isinstance(origin, str):
         raise _bad(f"the manifest's origin for {path} is not a string.")
-    return Member(path, size, sha, kind, origin)
+    return Member(path, size, sha, kind, check_text(origin, f"origin for {path}"))
+
+
+def _version(data: dict[str, Any], key: str, where: str) -> str:
+    """Builder versions: plain version strings (they are shown to operators and compared)."""
+    value: str = _require(data, key, str, where)
+    if not _VERSION.fullmatch(value):
+        raise _bad(f"the manifest's {where}{key} {value[:60]!r} is not a plain version string.")
+    return value
+
+
+def _check_format(data: dict[str, Any]) -> int:
+    fmt: int = _require(data, "format", int, "")
+    if fmt == FORMAT:
+        return fmt
+    builder = data.get("builder")
+    made_by = builder.get("lockbuild") if isinstance(builder, dict) else None
+    if not (isinstance(made_by, str) and _VERSION.fullmatch(made_by)):
+        made_by = ""
+    by = f" by lockbuild {made_by}" if made_by else ""
+    if fmt in READ_BY:
+        raise IntegrityError(
+            f"the bundle's manifest is format {fmt} (made{by or ' by an older lockbuild'}); this lockbuild "
+            f"({__version__}) reads format {FORMAT} only, and {READ_BY[fmt]} reads format {fmt}.",
+            tip=f"Rebuild the bundle with lockbuild {__version__} or later, or install it with {READ_BY[fmt]}.",
+        )
+    if isinstance(fmt, int) and fmt > FORMAT:
+        raise IntegrityError(
+            f"the bundle's manifest is format {fmt} (made{by or ' by a newer lockbuild'}); this lockbuild "
+            f"({__version__}) reads format {FORMAT}.",
+            tip=f"Upgrade lockbuild on this node{' to ' + made_by if by else ''} to install it.",
+        )
+    raise _bad(f"the bundle's manifest format is {fmt}; no lockbuild writes that format.")
 
 
 def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
@@ -199,12 +220,10 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise _bad(f"the manifest is not valid TOML: {exc}; the bundle is malformed.") from None
-    fmt = _require(data, "format", int, "")
-    if fmt != FORMAT:
-        raise IntegrityError(
-            f"the bundle's format is {fmt}; this lockbuild reads format {FORMAT}.",
-            tip="Install the bundle with the lockbuild version that built it, or rebuild it.",
-        )
+    fmt = _check_format(data)
+    unknown = sorted(set(data) - set(_TOP_KEYS))
+    if unknown:
+        raise _bad(f"the manifest has the unknown key(s) {', '.join(unknown)[:80]}; the bundle is malformed.")
     target = _require(data, "target", dict, "")
     builder = _require(data, "builder", dict, "")
     files = _require(data, "files", list, "")
@@ -219,6 +238,13 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     recipe_sha256 = _require(data, "recipe-sha256", str, "")
     if serial < 0 or not _SHA256.fullmatch(recipe_sha256):
         raise _bad("the manifest's serial is negative or its recipe-sha256 is malformed.")
+    lock_format = _require(data, "lock-format", str, "")
+    if lock_format not in LOCK_FORMATS:
+        raise _bad(f"the manifest's lock-format {lock_format[:40]!r} is not one of {', '.join(LOCK_FORMATS)}.")
+    zstd = builder.get("zstd", "")
+    if not isinstance(zstd, str) or (zstd and not _VERSION.fullmatch(zstd)):
+        raise _bad("the manifest's builder.zstd is not a plain version string.")
+    install = parse_install(data.get("install"), {m.path: m.kind for m in members})
     return Manifest(
         engine=_name(data, "engine", ""),
         version=_name(data, "version", ""),
@@ -228,12 +254,13 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         as_of=_time(_require(data, "as-of", str, ""), "as-of"),
         serial=serial,
         recipe_sha256=recipe_sha256,
-        lockbuild_version=_require(builder, "lockbuild", str, "builder."),
-        uv_version=_require(builder, "uv", str, "builder."),
-        lock_format=_require(data, "lock-format", str, ""),
+        lockbuild_version=_version(builder, "lockbuild", "builder."),
+        uv_version=_version(builder, "uv", "builder."),
+        lock_format=lock_format,
         members=members,
+        install=install,
         format=fmt,
-        zstd_version=str(builder.get("zstd", "")) if isinstance(builder.get("zstd", ""), str) else "",
+        zstd_version=zstd,
     )
 
 

@@ -1,0 +1,196 @@
+"""The manifest's [install] table (format 2): everything the node does with a bundle, signed.
+
+binary, verify command, GPU probe, GPU requirements, free space, where the source and assets go, which
+member is the uv wheel and which the interpreter. The node acts on this table only; the builder's
+recipe travels in the bundle as provenance and is never parsed on the node.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from lockbuild.bundle.paths import env_reserved, path_problem
+from lockbuild.errors import IntegrityError
+
+PROBES = ("torch", "none")
+_BINARY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+_CAPABILITY = re.compile(r"(\d{1,2})\.(\d{1,2})")
+_DRIVER = re.compile(r"\d{1,4}(?:\.\d{1,4}){0,3}")
+_MAX_ARGS = 64
+_MAX_ARG = 4096
+_TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
+
+
+def _bad(message: str) -> IntegrityError:
+    return IntegrityError(message, tip=_TIP)
+
+
+@dataclass(frozen=True)
+class GpuNeeds:
+    min_capability: tuple[int, int] | None = None
+    min_driver: str | None = None
+
+
+@dataclass(frozen=True)
+class SourcePlace:
+    member: str  # the source archive's member path
+    dir: str  # where it is unpacked, relative to the environment
+    top: str  # the archive's top directory, stripped ("" for none)
+
+
+@dataclass(frozen=True)
+class AssetPlace:
+    member: str  # the asset's member path
+    dir: str  # where it goes, relative to the environment (an archive is unpacked there)
+
+
+@dataclass(frozen=True)
+class InstallTable:
+    binary: str
+    verify: tuple[str, ...]
+    gpu_probe: str  # "torch", "none", or a .py path relative to the environment
+    uv: str  # the member path of the uv wheel
+    gpu: GpuNeeds | None = None
+    free_gb: int = 0  # 0: no rule beyond the unpacked size
+    source: SourcePlace | None = None
+    assets: tuple[AssetPlace, ...] = ()
+    interpreter: str | None = None  # the member path of a standalone interpreter archive
+
+    def toml_lines(self, q: Any) -> list[str]:
+        lines = [
+            "[install]",
+            f"binary = {q(self.binary)}",
+            f"verify = [{', '.join(q(a) for a in self.verify)}]",
+            f"gpu-probe = {q(self.gpu_probe)}",
+            f"free-gb = {self.free_gb}",
+            f"uv = {q(self.uv)}",
+            *([f"interpreter = {q(self.interpreter)}"] if self.interpreter else []),
+            "",
+        ]
+        if self.gpu is not None:
+            lines.append("[install.gpu]")
+            if self.gpu.min_capability is not None:
+                lines.append(f"min-capability = {q('{}.{}'.format(*self.gpu.min_capability))}")
+            if self.gpu.min_driver is not None:
+                lines.append(f"min-driver = {q(self.gpu.min_driver)}")
+            lines.append("")
+        if self.source is not None:
+            s = self.source
+            lines += ["[install.source]", f"member = {q(s.member)}", f"dir = {q(s.dir)}", f"top = {q(s.top)}", ""]
+        for a in self.assets:
+            lines += ["[[install.assets]]", f"member = {q(a.member)}", f"dir = {q(a.dir)}", ""]
+        return lines
+
+
+def check_text(value: str, where: str) -> str:
+    """Every text field of a manifest: no control characters (a newline, an escape sequence)."""
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") for c in value):
+        raise _bad(f"the manifest's {where} {value[:60]!r} holds a control character; the bundle is malformed.")
+    return value
+
+
+_MISSING = object()
+
+
+def _get(data: dict[str, Any], key: str, kind: type, where: str, default: Any = _MISSING) -> Any:
+    value = data.get(key, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _bad(f"the manifest's {where}{key} is missing or not {kind.__name__}; the bundle is malformed.")
+    return value
+
+
+def _rel(value: str, where: str) -> str:
+    problem = path_problem(value)
+    if problem:
+        raise _bad(f"the manifest's {where} {value[:80]!r} is not a plain relative path: {problem}.")
+    return value
+
+
+def _keys(data: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise _bad(f"the manifest's {where} has the unknown key(s) {', '.join(unknown)[:80]}; expected "
+                   f"{', '.join(allowed)}.")  # fmt: skip
+
+
+def _gpu(data: Any) -> GpuNeeds:
+    if not isinstance(data, dict):
+        raise _bad("the manifest's install.gpu is not a table.")
+    _keys(data, ("min-capability", "min-driver"), "install.gpu")
+    cap = data.get("min-capability")
+    drv = data.get("min-driver")
+    capability = None
+    if cap is not None:
+        m = _CAPABILITY.fullmatch(cap) if isinstance(cap, str) else None
+        if m is None:
+            raise _bad(f'the manifest\'s install.gpu.min-capability {str(cap)[:40]!r} is not like "8.0".')
+        capability = (int(m[1]), int(m[2]))
+    if drv is not None and not (isinstance(drv, str) and _DRIVER.fullmatch(drv)):
+        raise _bad(f'the manifest\'s install.gpu.min-driver {str(drv)[:40]!r} is not a driver version like "580".')
+    return GpuNeeds(capability, drv)
+
+
+def _place(data: Any, where: str, kinds: dict[str, str], kind: str) -> tuple[str, str]:
+    if not isinstance(data, dict):
+        raise _bad(f"the manifest's {where} is not a table.")
+    member = _rel(_get(data, "member", str, f"{where}."), f"{where}.member")
+    if kinds.get(member) != kind:
+        raise _bad(f"the manifest's {where}.member {member[:80]!r} is not a member of kind {kind}.")
+    dest = _rel(_get(data, "dir", str, f"{where}."), f"{where}.dir")
+    return member, dest
+
+
+def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
+    """The [install] table, strictly; ``kinds`` maps every member path to its kind."""
+    if not isinstance(data, dict):
+        raise _bad("the manifest has no [install] table; a format-2 bundle always has one.")
+    allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "gpu", "source", "assets")
+    _keys(data, allowed, "install")
+    binary = _get(data, "binary", str, "install.")
+    if not _BINARY.fullmatch(binary):
+        raise _bad(f"the manifest's install.binary {binary[:80]!r} is not a plain file name.")
+    verify = _get(data, "verify", list, "install.")
+    if not 1 <= len(verify) <= _MAX_ARGS or not all(isinstance(a, str) and 0 < len(a) <= _MAX_ARG for a in verify):
+        raise _bad(f"the manifest's install.verify must be 1 to {_MAX_ARGS} non-empty strings.")
+    for a in verify:
+        check_text(a, "install.verify word")
+    probe = _get(data, "gpu-probe", str, "install.")
+    if probe not in PROBES and not (probe.endswith(".py") and _rel(probe, "install.gpu-probe")):
+        raise _bad(f"the manifest's install.gpu-probe {probe[:80]!r} is not torch, none or a .py path.")
+    free_gb = _get(data, "free-gb", int, "install.", 0)
+    if not 0 <= free_gb < 100_000:
+        raise _bad(f"the manifest's install.free-gb is {free_gb}; expected 0..99999.")
+    uv = _rel(_get(data, "uv", str, "install."), "install.uv")
+    if kinds.get(uv) != "tool":
+        raise _bad(f"the manifest's install.uv {uv[:80]!r} is not a member of kind tool.")
+    interpreter = data.get("interpreter")
+    if interpreter is not None and (not isinstance(interpreter, str) or kinds.get(interpreter) != "interpreter"):
+        raise _bad(f"the manifest's install.interpreter {str(interpreter)[:80]!r} is not a member of kind interpreter.")
+    source = None
+    if "source" in data:
+        _keys(data["source"] if isinstance(data["source"], dict) else {}, ("member", "dir", "top"), "install.source")
+        member, dest = _place(data["source"], "install.source", kinds, "source")
+        top = _get(data["source"], "top", str, "install.source.", "")
+        source = SourcePlace(member, dest, _rel(top, "install.source.top") if top else "")
+    assets = []
+    for i, a in enumerate(_get(data, "assets", list, "install.", [])):
+        _keys(a if isinstance(a, dict) else {}, ("member", "dir"), f"install.assets[{i}]")
+        member, dest = _place(a, f"install.assets[{i}]", kinds, "asset")
+        clash = env_reserved(f"{dest}/{member.rsplit('/', 1)[-1]}")
+        if clash:
+            raise _bad(f"the manifest places the asset {member[:80]!r} where {clash}; refused.")
+        assets.append(AssetPlace(member, dest))
+    return InstallTable(
+        binary=binary,
+        verify=tuple(verify),
+        gpu_probe=probe,
+        uv=uv,
+        gpu=_gpu(data["gpu"]) if "gpu" in data else None,
+        free_gb=free_gb,
+        source=source,
+        assets=tuple(assets),
+        interpreter=interpreter,
+    )

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from lockbuild import __version__
-from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
+from lockbuild.errors import LockbuildError, SignatureError
 from lockbuild.times import iso, parse_time
 
 EPILOG_EXIT = "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy."
@@ -373,39 +373,39 @@ def build(
 )
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--key", type=click.Path(path_type=Path, dir_okay=False), required=True, help="minisign secret key.")
+@click.option(
+    "--trust",
+    "trust_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also check the signatures already present against this trust directory before signing.",
+)
 @expires_option
 @json_option
 @click.pass_context
-def sign(ctx: click.Context, bundle: Path, key: Path, expires: dt.datetime | None, as_json: bool) -> None:
+def sign(
+    ctx: click.Context, bundle: Path, key: Path, trust_dir: Path | None, expires: dt.datetime | None, as_json: bool
+) -> None:
     """Add a signature to a bundle (appended to BUNDLE.minisig; the first stays minisign-verifiable).
 
+    The whole bundle is checked first (every member against its manifest), and with --trust the
+    signatures already present against that trust directory: a damaged bundle is refused, not signed.
     Signing again with a key that already signed replaces that key's signature in place, which is
     how an expiry is renewed.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.pack import signature_block
-    from lockbuild.bundle.read import read_head
-    from lockbuild.signing import parse_signatures, read_secret_key
-    from lockbuild.trust import digest_file, signature_path
+    from lockbuild.minisign import read_secret_key
+    from lockbuild.trust import load_store, sign_bundle
 
+    store = load_store(trust_dir) if trust_dir is not None else None
     secret = read_secret_key(key, _password())
-    manifest, _ = read_head(bundle)
-    sig_path = signature_path(bundle)
-    existing = parse_signatures(sig_path.read_bytes(), source=str(sig_path)) if sig_path.exists() else ()
-    block = signature_block(secret, bundle.name, digest_file(bundle), manifest, expires=expires)
-    replaced = any(s.key_id == secret.key_id for s in existing)
-    blocks = [block if s.key_id == secret.key_id else s.to_text() for s in existing]
-    if not replaced:
-        blocks.append(block)
-    tmp = sig_path.with_name(sig_path.name + ".partial")
-    tmp.write_text("".join(blocks), encoding="utf-8")
-    tmp.replace(sig_path)
-    verb = "re-signed" if replaced else "signed"
-    _emit(
-        ctx,
-        {"signature": str(sig_path), "signer": secret.key_id_hex, "replaced": replaced},
-        f"{verb} {bundle.name} with key {secret.key_id_hex} -> {sig_path}",
-    )
+    res = sign_bundle(bundle, secret, expires=expires, store=store, progress=_progress(ctx))
+    verb = "re-signed" if res.replaced else "signed"
+    lines = [f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",
+             f"  checked {res.members} members against the manifest (sha256 {res.sha256})"]  # fmt: skip
+    if res.existing is not None:
+        lines += [f"  existing signature {v.index} (key {v.key_id}): " + ("counts" if v.counts else v.reason)
+                  for v in res.existing.verdicts]  # fmt: skip
+    _emit(ctx, res.to_json(), "\n".join(lines))
 
 
 @main.command(epilog="Example: lockbuild keygen keys/release  (writes keys/release.key and keys/release.pub)")
@@ -455,26 +455,15 @@ threshold_option = click.option("--threshold", type=click.IntRange(min=1), help=
 def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, as_json: bool) -> None:
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold."""
     _setup(ctx, as_json)
-    from lockbuild.bundle.read import read_bundle, read_head
-    from lockbuild.install.checks import check_signed_metadata
-    from lockbuild.trust import load_trust, verify_file
+    from lockbuild.trust import load_store, verify_bundle
+    from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    trust, policy = load_trust(trust_dir)
-    verified = verify_file(bundle, trust=trust, policy=policy, threshold=threshold)
-    manifest, _ = read_head(bundle)
-    check_signed_metadata(verified, manifest)
-    if read_bundle(bundle, progress=_progress(ctx), expect_sha256=verified.digests.sha256) != manifest:
-        raise IntegrityError("the bundle changed while it was verified: its manifest differs from the first read.")
-    signers = [k.key_id_hex for k in verified.signers]
+    store = load_store(resolve_trust_dir(trust_dir))
+    res = verify_bundle(bundle, store, threshold=threshold, progress=_progress(ctx))
     _emit(
         ctx,
-        {
-            "bundle": str(bundle),
-            "sha256": verified.digests.sha256,
-            "signers": signers,
-            "members": len(manifest.members),
-        },
-        f"OK {bundle.name}: signed by {', '.join(signers)}; {len(manifest.members)} members match the manifest",
+        res.to_json(),
+        f"OK {bundle.name}: signed by {', '.join(res.signers)}; {res.members} members match the signed manifest",
     )
 
 

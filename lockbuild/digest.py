@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 CHUNK = 1 << 20
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as lockbuild writes it: 64 lowercase hex digits (fullmatch)
+
+
+def is_sha256(text: str) -> bool:
+    return SHA256_HEX.fullmatch(text) is not None
 
 
 class _Hash(Protocol):

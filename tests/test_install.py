@@ -329,20 +329,20 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
 def test_a_bundle_swapped_between_reads_is_refused(
     installed: Path, bundles: dict[str, Path], keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The recipe the installer acts on is read first; the signed bytes unpacked later must hold the same
-    manifest, or someone swapped the file in between (the recipe's verify command would run)."""
+    """The manifest the installer acts on must be the signed one (its sha256 is in every counted signature):
+    a manifest that differs from it, as when someone swaps the file between reads, is refused."""
     import dataclasses
 
-    import lockbuild.install.installer as installer_module
+    import lockbuild.trust.opener as opener_module
     from lockbuild.bundle.read import read_head
 
-    def swapped(path: Path):  # type: ignore[no-untyped-def]
+    def swapped(path: Path, *args: object):  # type: ignore[no-untyped-def]
         manifest, recipe = read_head(path)
         first = dataclasses.replace(manifest.members[0], sha256="0" * 64)
         return dataclasses.replace(manifest, members=(first, *manifest.members[1:])), recipe
 
-    monkeypatch.setattr(installer_module, "read_head", swapped)
+    monkeypatch.setattr(opener_module, "read_head", swapped)
     code, _, stderr = install(bundles["v2"], installed, keys)
-    assert code == 4 and "changed while it was installed" in stderr
+    assert code == 4 and "the signatures sign" in stderr
     assert toy_version(installed / "toyengine" / "1.0-cpu") == "1.0"
     assert listing(installed) == ["toyengine/1.0-cpu"]

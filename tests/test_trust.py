@@ -7,27 +7,32 @@ Signature format details (parsing, interop with minisign) are tested in test_sig
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import io
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hostile import AS_OF, RECIPE, manifest, member
+from hostile import AS_OF, GOOD_FILES, manifest, member
 
 from lockbuild.builder.pack import signature_block
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.write import Entry, write_bundle
 from lockbuild.errors import SignatureError
-from lockbuild.signing import SecretKey, format_trusted_comment, read_secret_key, sign_prehashed, write_keypair
+from lockbuild.minisign import SecretKey, read_secret_key, sign_prehashed, write_keypair
 from lockbuild.trust import (
     Policy,
+    Statement,
+    TrustedBundle,
     check_dates,
-    digest_file,
-    load_policy,
-    load_trust,
+    digest_bundle,
+    format_trusted_comment,
+    load_store,
+    open_bundle,
+    parse_policy,
     signature_path,
-    verify_file,
 )
 
 NOW = AS_OF + dt.timedelta(days=3)
@@ -52,18 +57,19 @@ def signers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Signer]:
 
 
 def make_bundle(directory: Path, payload: bytes = b"weights") -> tuple[Path, Manifest]:
-    m = manifest([member("recipe.toml", RECIPE, "recipe"), member("assets/a.bin", payload)])
+    files = [(p, payload if k == "asset" else d, k) for p, d, k in GOOD_FILES]
+    m = manifest([member(p, d, k) for p, d, k in files])
     directory.mkdir(parents=True, exist_ok=True)
     bundle = directory / m.bundle_name
     out = io.BytesIO()
-    write_bundle(out, m, [Entry(m.members[0], RECIPE), Entry(m.members[1], payload)], threads=1)
+    write_bundle(out, m, [Entry(mm, d) for mm, (_, d, _) in zip(m.members, files, strict=True)], threads=1)
     bundle.write_bytes(out.getvalue())
     return bundle, m
 
 
 def sign(bundle: Path, m: Manifest, *keys: Signer, expires: dt.datetime | None = None) -> None:
     """Write the .minisig: one block per key, in order (the first is what stock minisign checks)."""
-    blocks = [signature_block(k.key, bundle.name, digest_file(bundle), m, expires=expires) for k in keys]
+    blocks = [signature_block(k.key, bundle.name, digest_bundle(bundle), m, expires=expires) for k in keys]
     signature_path(bundle).write_text("".join(blocks), encoding="utf-8")
 
 
@@ -79,9 +85,8 @@ def trust_dir(base: Path, *keys: Signer, policy: str | None = None, revoked: str
     return d
 
 
-def verify(bundle: Path, trust: Path, *, now: dt.datetime = NOW, threshold: int | None = None):  # type: ignore[no-untyped-def]
-    store, policy = load_trust(trust)
-    return verify_file(bundle, trust=store, policy=policy, threshold=threshold, now=now)
+def verify(bundle: Path, trust: Path, *, now: dt.datetime = NOW, threshold: int | None = None) -> TrustedBundle:
+    return open_bundle(bundle, load_store(trust), threshold=threshold, now=now)
 
 
 def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) -> None:
@@ -89,11 +94,12 @@ def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) ->
     sign(bundle, m, signers["alice"])
     got = verify(bundle, trust_dir(tmp_path, signers["alice"]))
     assert [k.key_id for k in got.signers] == [signers["alice"].key.key_id]
-    assert got.fields == {
-        "file": m.bundle_name, "engine": "toyengine", "version": "1.0", "variant": "cpu",
-        "sha256": digest_file(bundle).sha256, "serial": str(m.serial),
-    }  # fmt: skip
+    d = digest_bundle(bundle)
+    assert got.statement == Statement(m.bundle_name, "toyengine", "1.0", "cpu", d.sha256, d.size,
+                                      hashlib.sha256(m.to_toml()).hexdigest(), m.serial)  # fmt: skip
     assert got.digests.size == bundle.stat().st_size
+    assert got.manifest == m
+    assert got.extract() == m
 
 
 # --- the trust store fails closed -----------------------------------------------------------------
@@ -108,20 +114,20 @@ def test_empty_trust_dir_fails_closed(tmp_path: Path, signers: dict[str, Signer]
 
 def test_missing_trust_dir_fails_closed(tmp_path: Path) -> None:
     with pytest.raises(SignatureError, match="does not exist"):
-        load_trust(tmp_path / "nowhere")
+        load_store(tmp_path / "nowhere")
 
 
 def test_malformed_key_in_the_trust_dir_fails_closed(tmp_path: Path, signers: dict[str, Signer]) -> None:
     trust = trust_dir(tmp_path, signers["alice"])
     (trust / "broken.pub").write_text("untrusted comment: x\nnot base64\n")
     with pytest.raises(SignatureError, match="malformed public key in trust directory"):
-        load_trust(trust)
+        load_store(trust)
 
 
 @pytest.mark.parametrize(
     ("policy", "why"),
     [
-        ("threshold = 0\n", "threshold must be a whole number of at least 1, found 0"),
+        ("threshold = 0\n", "threshold must be a whole number of at least 1, found the number 0"),
         ("threshold = true\n", "threshold must be a whole number"),
         ("threshold = 1\nthreshhold = 2\n", "unknown keys \\['threshhold'\\]"),
         ("not-before = 2025-01-01T00:00:00\n", "not-before must be a time with a zone"),
@@ -132,8 +138,9 @@ def test_malformed_key_in_the_trust_dir_fails_closed(tmp_path: Path, signers: di
 )
 def test_malformed_policy_fails_closed(tmp_path: Path, signers: dict[str, Signer], policy: str, why: str) -> None:
     trust = trust_dir(tmp_path, signers["alice"], policy=policy)
-    with pytest.raises(SignatureError, match=why):
-        load_policy(trust)
+    with pytest.raises(SignatureError, match=why) as exc:
+        load_store(trust)
+    assert exc.value.tip and "policy.toml takes" in exc.value.tip
 
 
 def test_no_signature_file(tmp_path: Path, signers: dict[str, Signer]) -> None:
@@ -203,7 +210,7 @@ def test_revoking_one_of_two_keys_leaves_the_other(tmp_path: Path, signers: dict
 def test_malformed_revocation_list_fails_closed(tmp_path: Path, signers: dict[str, Signer]) -> None:
     trust = trust_dir(tmp_path, signers["alice"], revoked="not-a-key-id\n")
     with pytest.raises(SignatureError, match=r"revoked\.txt line 1"):
-        load_trust(trust)
+        load_store(trust)
 
 
 # --- dates ----------------------------------------------------------------------------------------
@@ -234,11 +241,15 @@ def test_policy_dates_that_hold(tmp_path: Path, signers: dict[str, Signer]) -> N
 
 def test_check_dates_bounds_are_inclusive() -> None:
     serial = int(AS_OF.timestamp())
-    check_dates(serial, Policy(not_before=AS_OF, not_after=AS_OF))
+
+    def at(s: int) -> Statement:
+        return Statement("b.lbz", "e", "1", "cpu", "0" * 64, 1, "1" * 64, s)
+
+    check_dates(at(serial), Policy(not_before=AS_OF, not_after=AS_OF))
     with pytest.raises(SignatureError, match="before the site's not-before"):
-        check_dates(serial - 1, Policy(not_before=AS_OF))
+        check_dates(at(serial - 1), Policy(not_before=AS_OF))
     with pytest.raises(SignatureError, match="after the site's not-after"):
-        check_dates(serial + 1, Policy(not_after=AS_OF))
+        check_dates(at(serial + 1), Policy(not_after=AS_OF))
 
 
 def test_expired_signature(tmp_path: Path, signers: dict[str, Signer]) -> None:
@@ -246,7 +257,7 @@ def test_expired_signature(tmp_path: Path, signers: dict[str, Signer]) -> None:
     expires = AS_OF + dt.timedelta(days=30)
     sign(bundle, m, signers["alice"], expires=expires)
     trust = trust_dir(tmp_path, signers["alice"])
-    assert verify(bundle, trust, now=expires - dt.timedelta(seconds=1)).fields["expires"] == "2025-02-05T00:00:00Z"
+    assert verify(bundle, trust, now=expires - dt.timedelta(seconds=1)).statement.expires == expires
     with pytest.raises(SignatureError, match=r"expired at 2025-02-05T00:00:00Z \(now 2025-02-05T00:00:00Z\)"):
         verify(bundle, trust, now=expires)
 
@@ -255,14 +266,14 @@ def test_an_expired_signature_does_not_count_but_a_current_one_does(tmp_path: Pa
     bundle, m = make_bundle(tmp_path / "dist")
     expires = AS_OF + dt.timedelta(days=30)
     blocks = [
-        signature_block(signers["alice"].key, bundle.name, digest_file(bundle), m, expires=expires),
-        signature_block(signers["bob"].key, bundle.name, digest_file(bundle), m),
+        signature_block(signers["alice"].key, bundle.name, digest_bundle(bundle), m, expires=expires),
+        signature_block(signers["bob"].key, bundle.name, digest_bundle(bundle), m),
     ]
     signature_path(bundle).write_text("".join(blocks), encoding="utf-8")
     trust = trust_dir(tmp_path, signers["alice"], signers["bob"])
     later = expires + dt.timedelta(days=1)
     assert len(verify(bundle, trust, now=later).signers) == 1
-    with pytest.raises(SignatureError, match=r"expired at .* \(1 of the 2 signature\(s\) needed hold\)"):
+    with pytest.raises(SignatureError, match=r"needed 2 valid signature\(s\) .* found 1 .* expired at 2025-02-05"):
         verify(bundle, trust, now=later, threshold=2)
     assert len(verify(bundle, trust, now=expires - dt.timedelta(days=1), threshold=2).signers) == 2
 
@@ -274,7 +285,7 @@ def test_node_clock_before_the_bundle_time(tmp_path: Path, signers: dict[str, Si
     sign(bundle, m, signers["alice"], expires=AS_OF + dt.timedelta(days=30))
     trust = trust_dir(tmp_path, signers["alice"])
     assert verify(bundle, trust, now=AS_OF - dt.timedelta(minutes=9)).signers
-    with pytest.raises(SignatureError, match=r"clock \(2025-01-05T00:00:00Z\) is before the bundle's time"):
+    with pytest.raises(SignatureError, match=r"is from 2025-01-06T00:00:00Z, after this machine's clock \(2025-01-05T00:00:00Z\)"):
         verify(bundle, trust, now=AS_OF - dt.timedelta(days=1))
 
 
@@ -288,7 +299,7 @@ def test_renamed_bundle_is_refused(tmp_path: Path, signers: dict[str, Signer]) -
     renamed = bundle.with_name("toyengine-1.0-cu128-x86_64-manylinux_2_28.lbz")
     bundle.rename(renamed)
     signature_path(bundle).rename(signature_path(renamed))
-    with pytest.raises(SignatureError, match=f"signature is for '{m.bundle_name}', but the bundle file is named"):
+    with pytest.raises(SignatureError, match=f"is for '{m.bundle_name}', but the bundle file is named"):
         verify(renamed, trust_dir(tmp_path, signers["alice"]))
 
 
@@ -314,8 +325,10 @@ def test_flipped_byte_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> 
 
 def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
     """A valid signature whose trusted comment carries exactly ``fields`` (over the file's defaults)."""
-    d = digest_file(bundle)
+    d = digest_bundle(bundle)
+    m = manifest([member(p, d, k) for p, d, k in GOOD_FILES])
     base = {"file": bundle.name, "engine": "toyengine", "version": "1.0", "variant": "cpu", "sha256": d.sha256,
+            "size": str(d.size), "manifest-sha256": hashlib.sha256(m.to_toml()).hexdigest(),
             "serial": str(int(AS_OF.timestamp()))}  # fmt: skip
     base.update(fields)
     comment = format_trusted_comment({k: v for k, v in base.items() if v != "-"})
@@ -325,32 +338,37 @@ def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "why"),
     [
-        ({"sha256": "0" * 64}, "the signed sha256 '0000"),
-        ({"file": "-"}, "the signature is for None"),
+        ({"sha256": "0" * 64}, "signs sha256 0000"),
+        ({"file": "-"}, "lacks file"),
+        ({"size": "-"}, "lacks size: it was made by an older lockbuild, which did not sign the manifest"),
+        ({"manifest-sha256": "-"}, "lacks manifest-sha256: it was made by an older lockbuild"),
+        ({"manifest-sha256": "AB" * 32}, "the signed manifest-sha256 'ABAB.* is not a sha256"),
+        ({"size": "12"}, "is for a file of 12 bytes"),
+        ({"extra": "1"}, "fields this lockbuild does not know: extra"),
         ({"serial": "soon"}, "the signed serial 'soon' is not a number"),
         ({"serial": "\u00b2"}, "the signed serial '²' is not a number"),
         ({"serial": "9" * 40}, "is not a number of seconds"),
-        ({"serial": "-"}, "the signed serial '' is not a number"),
+        ({"serial": "-"}, "lacks serial"),
         ({"expires": "never"}, "the signed expiry 'never' is not a time with a zone"),
         ({"expires": "2030-01-01T00:00:00"}, "is not a time with a zone"),
     ],
-    ids=["sha256", "no-file", "serial-word", "serial-superscript", "serial-huge", "no-serial", "expiry-word",
+    ids=["sha256", "no-file", "no-size", "no-manifest", "manifest-upper", "size", "unknown", "serial-word", "serial-superscript", "serial-huge", "no-serial", "expiry-word",
          "expiry-local"],
 )
 def test_signed_fields_that_do_not_hold(
     tmp_path: Path, signers: dict[str, Signer], fields: dict[str, str], why: str
 ) -> None:
-    """Signed by a trusted key, yet the metadata is wrong or unreadable: refused, as SignatureError."""
+    """Signed by a trusted key, yet the statement is wrong or unreadable: it does not count (SignatureError,
+    saying why), and the bundle is not opened."""
     bundle, _ = make_bundle(tmp_path / "dist")
     custom_signature(bundle, signers["alice"].key, **fields)
-    with pytest.raises(SignatureError, match=why):
+    with pytest.raises(SignatureError, match="signature policy not met") as exc:
         verify(bundle, trust_dir(tmp_path, signers["alice"]))
+    assert re.search(why, exc.value.message), exc.value.message
 
 
 def test_policy_dates_may_be_quoted(tmp_path: Path) -> None:
-    (tmp_path / "policy.toml").write_text('not-before = "2025-01-01T00:00:00Z"\nthreshold = 2\n')
-    policy = load_policy(tmp_path)
+    policy = parse_policy('not-before = "2025-01-01T00:00:00Z"\nthreshold = 2\n')
     assert policy.not_before == dt.datetime(2025, 1, 1, tzinfo=dt.UTC) and policy.threshold == 2
-    (tmp_path / "policy.toml").write_text('not-before = "2025-01-01"\n')
     with pytest.raises(SignatureError, match="must be a time with a zone"):
-        load_policy(tmp_path)
+        parse_policy('not-before = "2025-01-01"\n')

@@ -23,10 +23,10 @@ from lockbuild.bundle.write import Entry, write_bundle
 from lockbuild.digest import HashingWriter
 from lockbuild.errors import RecipeError
 from lockbuild.lock import bundle_pylock, bundle_requirements
+from lockbuild.minisign import SecretKey
 from lockbuild.progress import Progress
-from lockbuild.signing import SecretKey, format_trusted_comment, sign_prehashed
 from lockbuild.times import iso
-from lockbuild.trust import FileDigests, signature_path
+from lockbuild.trust import FileDigests, Statement, sign_statement, signature_path
 
 
 @dataclass(frozen=True)
@@ -173,22 +173,10 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
 def signature_block(
     key: SecretKey, name: str, digests: FileDigests, manifest: Manifest, *, expires: dt.datetime | None = None
 ) -> str:
-    """One minisign ED signature over the bundle file ``name`` with ``digests``; its trusted comment
-    carries the signed metadata."""
-    d = digests
-    fields = {
-        "file": name,
-        "engine": manifest.engine,
-        "version": manifest.version,
-        "variant": manifest.variant,
-        "sha256": d.sha256,
-        "serial": str(manifest.serial),
-    }
-    if expires is not None:
-        fields["expires"] = iso(expires)
-    return sign_prehashed(
-        key, d.blake2b, format_trusted_comment(fields), untrusted_comment=f"lockbuild signature {key.key_id_hex}"
-    )
+    """One minisign ED signature over the bundle file ``name`` with ``digests``; its trusted comment is
+    the signed statement (lockbuild.trust.statement), manifest digest and file size included."""
+    statement = Statement.of(manifest, name=name, sha256=digests.sha256, size=digests.size, expires=expires)
+    return sign_statement(key, statement, digests.blake2b)
 
 
 def pack(

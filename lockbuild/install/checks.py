@@ -7,33 +7,13 @@ from pathlib import Path
 from typing import Literal
 
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.errors import InstallError, SignatureError
+from lockbuild.errors import InstallError
 from lockbuild.install.node import Node, free_bytes, version_tuple
 from lockbuild.recipe import Build
 from lockbuild.target import parse_platform
-from lockbuild.trust import Verified
 
 GpuCheck = Literal["auto", "require", "skip"]
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
-
-
-def check_signed_metadata(verified: Verified, manifest: Manifest) -> None:
-    """The signed trusted comment and the manifest inside must describe the same bundle."""
-    f = verified.fields
-    mine = {
-        "engine": manifest.engine,
-        "version": manifest.version,
-        "variant": manifest.variant,
-        "serial": str(manifest.serial),
-    }
-    for key, value in mine.items():
-        if f.get(key) != value:
-            raise SignatureError(
-                f"the signature says {key}={f.get(key)!r} but the bundle's manifest says {value!r}.",
-                tip="The signed metadata and the bundle disagree (mix-and-match); do not install it.",
-            )
-    if manifest.bundle_name != f.get("file"):
-        raise SignatureError(f"the bundle's manifest names {manifest.bundle_name}, the signature {f.get('file')}.")
 
 
 def check_node(manifest: Manifest, node: Node) -> None:

@@ -23,14 +23,13 @@ from typing import Any, Literal
 
 from lockbuild import __version__
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.bundle.read import read_bundle, read_head
-from lockbuild.errors import InstallError, IntegrityError
+from lockbuild.bundle.read import read_head
+from lockbuild.errors import InstallError
 from lockbuild.install import archives
 from lockbuild.install.checks import (
     GpuCheck,
     check_gpu,
     check_node,
-    check_signed_metadata,
     check_space,
 )
 from lockbuild.install.marker import MARKER, RECORD_DIR, Installed, read_marker
@@ -40,7 +39,7 @@ from lockbuild.install.tools import extract_uv, find_python
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Engine, Recipe, parse_recipe
 from lockbuild.times import iso
-from lockbuild.trust import Verified, load_trust, verify_file
+from lockbuild.trust import TrustedBundle, load_store, open_bundle, trust_dir
 from lockbuild.uvtool import clean_env
 
 FAULT_ENV = "LOCKBUILD_FAULT_INJECT"  # tests only: SIGKILL this process at the named phase
@@ -127,10 +126,9 @@ class Installer:
         started = time.monotonic()
         p = self.progress
         p.phase(f"checking the signatures of {bundle.name}")
-        trust, policy = load_trust(self.o.trust_dir)
-        verified = verify_file(bundle, trust=trust, policy=policy, threshold=self.o.threshold)
-        manifest, recipe_raw = read_head(bundle)
-        check_signed_metadata(verified, manifest)
+        verified = open_bundle(bundle, load_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
+        manifest = verified.manifest  # the signed manifest: read only after the signature policy is met
+        _, recipe_raw = read_head(bundle)
         recipe = parse_recipe(recipe_raw.decode("utf-8"), f"{bundle.name}:recipe.toml")
         build = recipe.builds[0]
         if (recipe.engine.name, build.version, build.variant) != (manifest.engine, manifest.version, manifest.variant):
@@ -176,7 +174,7 @@ class Installer:
     def _stage_and_swap(
         self,
         bundle: Path,
-        verified: Verified,
+        verified: TrustedBundle,
         manifest: Manifest,
         recipe: Recipe,
         build: Build,
@@ -188,13 +186,7 @@ class Installer:
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
         try:
             unpacked.mkdir()
-            unpacked_manifest = read_bundle(
-                bundle, dest=unpacked, progress=self.progress, expect_sha256=verified.digests.sha256
-            )
-            if unpacked_manifest != manifest:  # the recipe read first must be the one the signed file holds
-                raise IntegrityError(
-                    "the bundle changed while it was installed: its manifest differs from the first read."
-                )
+            verified.extract(unpacked, progress=self.progress)  # the signed file and manifest, or refused
             _checkpoint("extract")
             self._install_env(unpacked, staged, manifest, recipe.engine, build, python)
             self._verify(staged, recipe.engine, build)
@@ -315,7 +307,7 @@ class Installer:
         manifest: Manifest,
         engine: Engine,
         build: Build,
-        verified: Verified,
+        verified: TrustedBundle,
         signers: tuple[str, ...],
     ) -> None:
         records = staged / RECORD_DIR

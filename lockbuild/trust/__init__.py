@@ -1,0 +1,67 @@
+"""The trust path: one signed statement per signature, a trust store, a pure policy, one opener.
+
+``statement`` (the signed fields), ``store`` (keys, revocations, policy; identity by raw key),
+``policy`` (pure: who counts and why), ``opener`` (the only I/O: ``open_bundle`` returns a
+:class:`TrustedBundle`), ``sign`` (adding a checked co-signature).
+"""
+
+from lockbuild.trust.opener import (
+    DEFAULT_TRUST_DIR,
+    TrustedBundle,
+    VerifyResult,
+    digest_bundle,
+    load_store,
+    open_bundle,
+    read_signatures,
+    signature_path,
+    trust_dir,
+    verify_bundle,
+)
+from lockbuild.trust.policy import (
+    Evaluation,
+    FileDigests,
+    Verdict,
+    check_complete,
+    check_dates,
+    check_manifest,
+    check_signed_metadata,
+    evaluate,
+    prove_manifest,
+)
+from lockbuild.trust.sign import SignResult, sign_bundle, sign_statement
+from lockbuild.trust.statement import Statement, format_trusted_comment, manifest_sha256, parse_trusted_comment
+from lockbuild.trust.store import POLICY_FILE, Policy, TrustStore, build_store, parse_policy
+
+__all__ = [
+    "DEFAULT_TRUST_DIR",
+    "POLICY_FILE",
+    "Evaluation",
+    "FileDigests",
+    "Policy",
+    "SignResult",
+    "Statement",
+    "TrustStore",
+    "TrustedBundle",
+    "Verdict",
+    "VerifyResult",
+    "build_store",
+    "check_complete",
+    "check_dates",
+    "check_manifest",
+    "check_signed_metadata",
+    "digest_bundle",
+    "evaluate",
+    "format_trusted_comment",
+    "load_store",
+    "manifest_sha256",
+    "open_bundle",
+    "parse_policy",
+    "parse_trusted_comment",
+    "prove_manifest",
+    "read_signatures",
+    "sign_bundle",
+    "sign_statement",
+    "signature_path",
+    "trust_dir",
+    "verify_bundle",
+]

@@ -1,0 +1,288 @@
+"""Who counts, and why: the pure evaluation of a bundle's signatures against a trust store.
+
+Inputs: the signature blocks, the store (keys, revocations, policy), the bundle's name, what is known
+of the file (its size, and once hashed its digests; nothing at all for a signature block checked on its
+own), and the time. Output: an :class:`Evaluation` in which each signature either counts or says why
+not. The rule: a signature from a trusted key that fails cryptographically is a hard failure (someone
+altered the file or the signature); anything else (unknown or revoked key, legacy algorithm, expired,
+a trusted comment that is not a lockbuild statement, facts that do not hold) only stops that signature
+from counting, and never vetoes the others. No I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockbuild.bundle.manifest import Manifest, parse_manifest
+from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.minisign import PublicKey, Signature, verify_signature, verify_trusted_comment
+from lockbuild.minisign.encoding import SIG_ALG_HASHED
+from lockbuild.times import iso
+from lockbuild.trust.statement import Statement, manifest_sha256
+from lockbuild.trust.store import Policy, TrustStore
+
+CLOCK_SKEW = dt.timedelta(minutes=10)
+_ALTERED_TIP = ("Do not install this bundle: it or its signature was altered. Re-download both from the publisher"
+                " and report the mismatch.")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FileDigests:
+    size: int
+    sha256: str
+    blake2b: bytes
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One signature block: does it count, and if not, why."""
+
+    index: int
+    key_id: str
+    counts: bool
+    reason: str = ""
+    signer: PublicKey | None = None
+    statement: Statement | None = None
+
+    @property
+    def label(self) -> str:
+        return f"signature {self.index} (key {self.key_id})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "key_id": self.key_id, "counts": self.counts, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    verdicts: tuple[Verdict, ...]
+    threshold: int
+    source: str
+    statement: Statement | None  # what the counted signatures agree on
+
+    @property
+    def counted(self) -> tuple[Verdict, ...]:
+        return tuple(v for v in self.verdicts if v.counts)
+
+    @property
+    def signers(self) -> tuple[PublicKey, ...]:
+        return tuple(v.signer for v in self.counted if v.signer is not None)
+
+    @property
+    def met(self) -> bool:
+        return self.statement is not None and len(self.counted) >= self.threshold
+
+    def require(self) -> Statement:
+        """The agreed statement, or a SignatureError that lists why each signature did not count."""
+        if self.met and self.statement is not None:
+            return self.statement
+        n = len(self.verdicts)
+        found = f"{n} signature(s) present" if n else "no signatures present"
+        reasons = [f"{v.label} {v.reason}" for v in self.verdicts if not v.counts]
+        detail = "; ".join(reasons) if reasons else "every signature present counted; more distinct signers are needed"
+        first = next((v for v in self.verdicts if not v.counts and "expired" in v.reason), None)
+        raise SignatureError(
+            f"signature policy not met: needed {self.threshold} valid signature(s) from distinct trusted,"
+            f" non-revoked keys in {self.source}, found {len(self.counted)} ({found}). {detail}",
+            tip="Ask the publisher for a freshly signed bundle (lockbuild sign --expires ...)." if first else
+            "Get the bundle signed by enough distinct trusted keys, or add the publisher's .pub file to the trust"
+            " directory if you do trust it.",
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "met": self.met, "signatures": [v.to_json() for v in self.verdicts]}
+
+
+def statement_problem(st: Statement, *, name: str | None, file: FileDigests | None, now: dt.datetime) -> str | None:
+    """Why a cryptographically good statement does not hold for this file at this time (None: it holds).
+    ``name=None``: no file name to compare (a signature block checked on its own)."""
+    if name is not None and st.file != name:
+        return f"is for {st.file!r}, but the bundle file is named {name!r} (a renamed or swapped bundle)"
+    if file is not None and st.size != file.size:
+        return f"is for a file of {st.size} bytes; this one has {file.size}"
+    if file is not None and st.sha256 != file.sha256:
+        return f"signs sha256 {st.sha256}, not this file's ({file.sha256})"
+    if st.expires is not None and now >= st.expires:
+        return f"expired at {iso(st.expires)} (now {iso(now)})"
+    if now + CLOCK_SKEW < st.as_of:
+        return (f"is from {iso(st.as_of)}, after this machine's clock ({iso(now)}): set the node's clock correctly,"
+                " expiry checks depend on it")  # fmt: skip
+    return None
+
+
+def _judge(
+    index: int, sig: Signature, store: TrustStore, *, name: str | None, file: FileDigests | None, now: dt.datetime
+) -> Verdict:
+    kid = sig.key_id_hex
+    key = store.find(sig.key_id)
+    if key is None:
+        return Verdict(index, kid, False, f"is from key id {kid}, which is not in the trust store")
+    if store.is_revoked(key):
+        return Verdict(index, kid, False, "is from a revoked key", key)
+    if sig.algorithm != SIG_ALG_HASHED:
+        return Verdict(index, kid, False, "uses the legacy non-prehashed 'Ed' algorithm, which is not accepted", key)
+    try:  # cryptography: a trusted key's signature that fails is a hard failure
+        if file is None:
+            verify_trusted_comment(sig, key)
+        else:
+            verify_signature(sig, key, file_blake2b=file.blake2b)
+    except SignatureError as exc:
+        raise SignatureError(
+            f"signature {index} (key {kid}) names trusted key {key.key_id_hex} from {store.source} but does not"
+            f" verify: {exc.message}",
+            tip=_ALTERED_TIP,
+        ) from None
+    try:  # meaning: a statement that is not lockbuild's, or not about this file, does not count
+        st = Statement.from_comment(sig.trusted_comment)
+    except SignatureError as exc:
+        return Verdict(index, kid, False, f"carries no lockbuild statement ({exc.message})", key)
+    problem = statement_problem(st, name=name, file=file, now=now)
+    if problem is not None:
+        return Verdict(index, kid, False, problem, key, st)
+    return Verdict(index, kid, True, "", key, st)
+
+
+def evaluate(
+    signatures: Sequence[Signature],
+    store: TrustStore,
+    *,
+    name: str | None,
+    now: dt.datetime,
+    file: FileDigests | None = None,
+    threshold: int | None = None,
+) -> Evaluation:
+    """Judge every signature. ``file=None`` checks the signature blocks alone (global signatures only):
+    what the counted statements assert, the manifest digest included, is then proven without the file.
+    ``threshold`` can only raise the store's policy. Raises only for a trusted key's bad signature."""
+    if threshold is not None and threshold < 1:
+        raise ValueError(f"a signature threshold is at least 1, found {threshold}")
+    needed = max(threshold or 1, store.policy.threshold)
+    verdicts = [_judge(i, s, store, name=name, file=file, now=now) for i, s in enumerate(signatures, 1)]
+    # One key counts once, whatever its key id (the store holds each raw key once).
+    seen: set[bytes] = set()
+    for i, v in enumerate(verdicts):
+        if v.counts and v.signer is not None:
+            if v.signer.raw in seen:
+                again = "repeats a key already counted; the same key counts once"
+                verdicts[i] = Verdict(v.index, v.key_id, False, again, v.signer, v.statement)
+            seen.add(v.signer.raw)
+    # The counted signatures must assert the same facts; the largest agreeing group is the statement.
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, v in enumerate(verdicts):
+        if v.counts and v.statement is not None:
+            groups.setdefault(v.statement.subject, []).append(i)
+    chosen: Statement | None = None
+    if groups:
+        ranked = sorted(groups.values(), key=len, reverse=True)
+        if len(ranked) > 1 and len(ranked[1]) >= needed:
+            raise SignatureError(
+                f"trusted signers sign different statements about {name or 'this bundle'}: each meets the"
+                f" threshold of {needed}",
+                tip=_ALTERED_TIP,
+            )
+        best = ranked[0]
+        chosen = verdicts[best[0]].statement
+        for group in ranked[1:]:
+            for i in group:
+                v = verdicts[i]
+                verdicts[i] = Verdict(v.index, v.key_id, False, "signs other facts than the counted signatures",
+                                      v.signer, v.statement)  # fmt: skip
+    return Evaluation(tuple(verdicts), needed, store.source, chosen)
+
+
+def check_complete(signatures: Sequence[Signature], store: TrustStore, *, name: str, size: int) -> None:
+    """Before hashing: a file shorter than every size a trusted key signed for it is an incomplete copy
+    (IntegrityError), not tampering. Only statements whose global signature verifies are believed."""
+    signed: set[int] = set()
+    for sig in signatures:
+        key = store.find(sig.key_id)
+        if key is None or store.is_revoked(key) or sig.algorithm != SIG_ALG_HASHED:
+            continue
+        try:
+            verify_trusted_comment(sig, key)
+            st = Statement.from_comment(sig.trusted_comment)
+        except SignatureError:
+            continue  # judged (and reported, or refused) by evaluate()
+        if st.file == name:
+            signed.add(st.size)
+    bigger = [s for s in signed if s > size]
+    if size in signed or not bigger:
+        return
+    want = min(bigger)
+    have, of = _amount(size), _amount(want)
+    if have == of:
+        have, of = f"{size:,} bytes", f"{want:,} bytes"
+    raise IntegrityError(
+        f"the file has {have} of {of}: the copy of {name} is incomplete (or it is not the file that was signed).",
+        tip="Copy the bundle again from its source and compare its size with the publisher's; if it is still"
+        " short, the file is not the signed one: do not install it.",
+    )
+
+
+def _amount(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1_000_000 else f"{n:,} bytes"
+
+
+def check_dates(statement: Statement, policy: Policy) -> None:
+    """The site's not-before / not-after bounds on the bundle's as-of time (its serial)."""
+    when = statement.as_of
+    if policy.not_before is not None and when < policy.not_before:
+        raise SignatureError(f"the bundle's as-of {iso(when)} is before the site's not-before "
+                             f"{iso(policy.not_before)}; refused.")  # fmt: skip
+    if policy.not_after is not None and when > policy.not_after:
+        raise SignatureError(f"the bundle's as-of {iso(when)} is after the site's not-after "
+                             f"{iso(policy.not_after)}; refused.")  # fmt: skip
+
+
+def check_manifest(statement: Statement, manifest: Manifest) -> None:
+    """The manifest read from the bundle must be the one the statement signs, and say the same things."""
+    digest = manifest_sha256(manifest)
+    if digest != statement.manifest_sha256:
+        raise IntegrityError(
+            f"the bundle's manifest has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
+            tip="The manifest is not the signed one: do not install this bundle; report it to the publisher.",
+        )
+    check_signed_metadata(statement, manifest)
+
+
+def check_signed_metadata(statement: Statement, manifest: Manifest) -> None:
+    """The signed statement and the manifest inside must describe the same bundle (no mix-and-match)."""
+    mine: dict[str, object] = {"engine": manifest.engine, "version": manifest.version, "variant": manifest.variant,
+                               "serial": manifest.serial, "file": manifest.bundle_name}  # fmt: skip
+    for key, value in mine.items():
+        signed = getattr(statement, key)
+        if signed != value:
+            raise SignatureError(
+                f"the signature says {key}={signed} but the bundle's manifest says {value}.",
+                tip="The signed metadata and the bundle disagree (mix-and-match); do not install it.",
+            )
+
+
+def prove_manifest(
+    signatures: Sequence[Signature],
+    store: TrustStore,
+    manifest_bytes: bytes,
+    *,
+    now: dt.datetime,
+    threshold: int | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[Manifest, Evaluation]:
+    """Signature blocks alone (no bundle file) prove ``manifest_bytes``: the policy is met by statements
+    whose global signatures verify, they sign these bytes' sha256, and the manifest says what they say.
+    How a store, a delta or a registry pull checks the manifest before using or requesting any member."""
+    evaluation = evaluate(signatures, store, name=None, now=now, threshold=threshold)
+    statement = evaluation.require()
+    check_dates(statement, store.policy)
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    if digest != statement.manifest_sha256:
+        raise IntegrityError(
+            f"the manifest has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
+            tip="The manifest is not the signed one: do not use it; fetch it again from its publisher.",
+        )
+    manifest = parse_manifest(manifest_bytes, limits)
+    check_signed_metadata(statement, manifest)
+    return manifest, evaluation

@@ -1,0 +1,94 @@
+"""Adding a signature to a bundle: a co-signer is the second pair of eyes, so ``sign_bundle`` reads the
+whole bundle (every member against the manifest) and, given a trust store, checks the signatures
+already there before it adds its own. A damaged bundle is refused, never signed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockbuild.bundle.read import read_bundle
+from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.minisign import SecretKey, Signature, sign_prehashed
+from lockbuild.progress import Progress
+from lockbuild.trust.opener import digest_bundle, read_signatures, signature_path
+from lockbuild.trust.policy import Evaluation, evaluate
+from lockbuild.trust.statement import Statement
+from lockbuild.trust.store import TrustStore
+
+
+def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes) -> str:
+    """One minisign ED block over the file with BLAKE2b-512 ``file_blake2b``, carrying ``statement``."""
+    return sign_prehashed(key, file_blake2b, statement.to_comment(),
+                          untrusted_comment=f"lockbuild signature {key.key_id_hex}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SignResult:
+    bundle: Path
+    signature: Path
+    signer: str
+    replaced: bool
+    sha256: str
+    members: int
+    existing: Evaluation | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bundle": str(self.bundle), "signature": str(self.signature), "signer": self.signer,
+                "replaced": self.replaced, "sha256": self.sha256, "members": self.members,
+                "existing": self.existing.to_json() if self.existing is not None else None}  # fmt: skip
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        raise SignatureError(
+            f"cannot write {path}: {exc.strerror or exc}.", tip="Check the directory's permissions."
+        ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def sign_bundle(
+    bundle: Path,
+    key: SecretKey,
+    *,
+    expires: dt.datetime | None = None,
+    store: TrustStore | None = None,
+    now: dt.datetime | None = None,
+    progress: Progress | None = None,
+) -> SignResult:
+    """Check the bundle in full, then add (or renew) ``key``'s signature in ``BUNDLE.minisig``."""
+    sig_path = signature_path(bundle)
+    existing: tuple[Signature, ...] = ()
+    if sig_path.exists() or sig_path.is_symlink():
+        existing = read_signatures(sig_path)
+    digests = digest_bundle(bundle)
+    manifest = read_bundle(bundle, progress=progress, expect_sha256=digests.sha256)  # every member, or refused
+    if bundle.name != manifest.bundle_name:
+        raise IntegrityError(
+            f"the bundle file is named {bundle.name}, but its manifest names {manifest.bundle_name}.",
+            tip="Sign the bundle under the name it was built as; a renamed bundle is refused on every node.",
+        )
+    evaluation = None
+    if store is not None and existing:
+        # A trusted key's signature that does not verify raises here: the bundle or its .minisig was altered.
+        evaluation = evaluate(existing, store, name=bundle.name, now=now or dt.datetime.now(dt.UTC), file=digests)
+    statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires)
+    block = sign_statement(key, statement, digests.blake2b)
+    replaced = any(s.key_id == key.key_id for s in existing)
+    blocks = [block if s.key_id == key.key_id else s.to_text() for s in existing]
+    if not replaced:
+        blocks.append(block)
+    _write_atomically(sig_path, "".join(blocks))
+    return SignResult(bundle, sig_path, key.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)

@@ -1,0 +1,168 @@
+"""The signed statement: what a signer asserts about one bundle, carried in minisign's trusted comment.
+
+One definition, written by ``pack``/``sign`` and read by ``verify``/``install``::
+
+    lockbuild file=NAME.lbz engine=E version=V variant=X sha256=HEX size=N manifest-sha256=HEX serial=S [expires=T]
+
+``sha256`` and ``size`` describe the ``.lbz`` file, ``manifest-sha256`` is the sha256 of its ``bundle.toml``
+member, ``serial`` is the as-of time in Unix seconds. minisign's global signature covers the trusted
+comment, so a verified block proves all of it, the manifest digest included, without the bundle file.
+Values are percent-encoded, so the comment stays one line of ``key=value`` tokens that stock
+``minisign -V`` prints as it is. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.digest import is_sha256
+from lockbuild.errors import SignatureError
+from lockbuild.minisign.encoding import MAX_TRUSTED_COMMENT_BYTES, check_comment, show
+from lockbuild.times import iso, parse_time
+
+TAG = "lockbuild"
+_FIELD_KEY_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_FIELD_VALUE_RE = re.compile(r"(?:[A-Za-z0-9_.~-]|%[0-9A-F]{2})*")
+_TIP = "The trusted comment was not written by this lockbuild; re-sign the bundle with `lockbuild sign`."
+REQUIRED = ("file", "engine", "version", "variant", "sha256", "size", "manifest-sha256", "serial")
+OPTIONAL = ("expires",)
+
+
+def format_trusted_comment(fields: Mapping[str, str]) -> str:
+    """``lockbuild k=v k=v ...`` in the given order, values percent-encoded."""
+    parts = [TAG]
+    for key, value in fields.items():
+        if not _FIELD_KEY_RE.fullmatch(key):
+            raise ValueError(f"trusted comment field names must match [A-Za-z0-9_.-]+, found {key!r}")
+        parts.append(f"{key}={urllib.parse.quote(value, safe='')}")
+    text = " ".join(parts)
+    check_comment(text, what="trusted comment", max_bytes=MAX_TRUSTED_COMMENT_BYTES)
+    return text
+
+
+def parse_trusted_comment(text: str) -> dict[str, str]:
+    """Inverse of :func:`format_trusted_comment`; strict about shape, encoding and duplicates."""
+    tokens = text.split(" ")
+    if tokens[0] != TAG:
+        raise SignatureError(f"expected a trusted comment starting with {TAG!r}, found {show(text)}", tip=_TIP)
+    fields: dict[str, str] = {}
+    for token in tokens[1:]:
+        key, sep, value = token.partition("=")
+        if not sep or not _FIELD_KEY_RE.fullmatch(key) or not _FIELD_VALUE_RE.fullmatch(value):
+            raise SignatureError(
+                f"malformed trusted comment field: expected key=percent-encoded-value, found {show(token)}",
+                tip=_TIP,
+            )
+        if key in fields:
+            raise SignatureError(f"duplicated trusted comment field {key!r}", tip=_TIP)
+        try:
+            decoded = urllib.parse.unquote(value, errors="strict")
+        except UnicodeDecodeError:
+            raise SignatureError(
+                f"trusted comment field {key!r}: value {show(value)} is not percent-encoded UTF-8", tip=_TIP
+            ) from None
+        if urllib.parse.quote(decoded, safe="") != value:
+            raise SignatureError(
+                f"trusted comment field {key!r}: value {show(value)} is not canonically percent-encoded", tip=_TIP
+            )
+        fields[key] = decoded
+    return fields
+
+
+def manifest_sha256(manifest: Manifest) -> str:
+    """The sha256 of the manifest's bytes as the bundle carries them (``bundle.toml`` is written as
+    ``to_toml()``, and the reader's manifest re-serialises to the same bytes)."""
+    return hashlib.sha256(manifest.to_toml()).hexdigest()
+
+
+def _count(text: str, what: str, digits: int) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= digits):
+        raise SignatureError(
+            f"the signed {what} {show(text[:40])} is not a number of {'seconds' if what == 'serial' else 'bytes'}."
+        )
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """The signed facts about one bundle file."""
+
+    file: str
+    engine: str
+    version: str
+    variant: str
+    sha256: str
+    size: int
+    manifest_sha256: str
+    serial: int
+    expires: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not (is_sha256(self.sha256) and is_sha256(self.manifest_sha256)):
+            raise ValueError("a statement's sha256 and manifest_sha256 are 64 lowercase hex digits")
+        if self.size < 0 or self.serial < 0:
+            raise ValueError("a statement's size and serial are not negative")
+
+    @classmethod
+    def of(cls, manifest: Manifest, *, name: str, sha256: str, size: int, expires: dt.datetime | None) -> Statement:
+        return cls(name, manifest.engine, manifest.version, manifest.variant, sha256, size,
+                   manifest_sha256(manifest), manifest.serial, expires)  # fmt: skip
+
+    @property
+    def subject(self) -> tuple[object, ...]:
+        """What the statement says about the bundle (everything but how long it is valid)."""
+        return (self.file, self.engine, self.version, self.variant, self.sha256, self.size,
+                self.manifest_sha256, self.serial)  # fmt: skip
+
+    @property
+    def as_of(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.serial, dt.UTC)
+
+    def to_comment(self) -> str:
+        fields = {"file": self.file, "engine": self.engine, "version": self.version, "variant": self.variant,
+                  "sha256": self.sha256, "size": str(self.size), "manifest-sha256": self.manifest_sha256,
+                  "serial": str(self.serial)}  # fmt: skip
+        if self.expires is not None:
+            fields["expires"] = iso(self.expires)
+        return format_trusted_comment(fields)
+
+    @classmethod
+    def from_comment(cls, text: str) -> Statement:
+        """Parse a trusted comment; SignatureError says why it is not a lockbuild statement."""
+        f = parse_trusted_comment(text)
+        unknown = sorted(set(f) - set(REQUIRED) - set(OPTIONAL))
+        if unknown:
+            raise SignatureError(
+                f"the trusted comment carries fields this lockbuild does not know: {', '.join(unknown)}.",
+                tip="Upgrade lockbuild on this machine to read statements made by a newer one.",
+            )
+        missing = [k for k in REQUIRED if k not in f]
+        if missing:
+            older = "size" in missing or "manifest-sha256" in missing
+            raise SignatureError(
+                f"the trusted comment lacks {', '.join(missing)}"
+                + (": it was made by an older lockbuild, which did not sign the manifest." if older else "."),
+                tip="Re-sign the bundle with `lockbuild sign` (or rebuild it) with this lockbuild.",
+            )
+        for key in ("sha256", "manifest-sha256"):
+            if not is_sha256(f[key]):
+                raise SignatureError(f"the signed {key} {show(f[key][:80])} is not a sha256 (64 lowercase hex digits).")
+        serial = _count(f["serial"], "serial", 12)
+        try:
+            dt.datetime.fromtimestamp(serial, dt.UTC)
+        except (OverflowError, OSError, ValueError):
+            raise SignatureError(f"the signed serial {f['serial']!r} is not a time.") from None
+        size = _count(f["size"], "size", 16)
+        expires = None
+        if "expires" in f:
+            expires = parse_time(f["expires"])
+            if expires is None or expires.tzinfo is None:
+                raise SignatureError(f"the signed expiry {show(f['expires'][:40])} is not a time with a zone.")
+        return cls(f["file"], f["engine"], f["version"], f["variant"], f["sha256"], size, f["manifest-sha256"], serial,
+                   expires)  # fmt: skip

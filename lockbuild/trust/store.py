@@ -1,0 +1,169 @@
+"""The trust store: the keys a site trusts, the keys it revoked, and its policy (``policy.toml``).
+
+A signer's identity is its raw Ed25519 public key, never its key id: the key id is not covered by
+any signature, so one key published under two ids would otherwise count twice, and revoking one id
+would leave the other. A store that holds one raw key twice is refused; a revocation names a key id
+or a public key, and covers that key under any id. Pure: the files' contents in, a store out
+(reading the directory is the opener's job).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockbuild.errors import SignatureError
+from lockbuild.minisign import PublicKey, parse_key_id, parse_public_key
+from lockbuild.times import iso, parse_time
+
+POLICY_FILE = "policy.toml"
+REVOKED_FILE = "revoked.txt"
+POLICY_KEYS = ("threshold", "not-before", "not-after")
+_POLICY_TIP = (
+    "policy.toml takes: threshold = 2 (a whole number, at least 1), not-before = 2026-01-01T00:00:00Z and"
+    " not-after = ... (times with a zone, quoted or not). Fix the file; until then nothing installs."
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    threshold: int = 1
+    not_before: dt.datetime | None = None  # refuse bundles whose as-of is earlier
+    not_after: dt.datetime | None = None  # refuse bundles whose as-of is later
+
+
+@dataclass(frozen=True)
+class TrustStore:
+    """The public keys an installer trusts (each raw key once), the keys it revoked, and its policy."""
+
+    keys: tuple[PublicKey, ...]
+    revoked: frozenset[bytes]  # key ids named in revoked.txt (as written)
+    source: str
+    revoked_keys: frozenset[bytes] = frozenset()  # raw keys: what a revocation really covers
+    policy: Policy = Policy()
+
+    def find(self, key_id: bytes) -> PublicKey | None:
+        for key in self.keys:
+            if key.key_id == key_id:
+                return key
+        return None
+
+    def is_revoked(self, key: PublicKey) -> bool:
+        return key.raw in self.revoked_keys or key.key_id in self.revoked
+
+
+def describe(value: object) -> str:
+    """A TOML value as a person wrote it, for an error message (never a Python repr)."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        return f'the string "{shown}"'
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            return f"a time without a zone ({value.isoformat()})"
+        return f"the time {iso(value)}"
+    if isinstance(value, dt.date):
+        return f"a date without a time ({value.isoformat()})"
+    if isinstance(value, dt.time):
+        return f"a time of day without a date ({value.isoformat()})"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return "a value of another type"
+
+
+def _time(value: object, key: str, source: str) -> dt.datetime:
+    if isinstance(value, str) and "T" in value.upper():  # quoted, as people often write it
+        parsed = parse_time(value)
+        value = parsed if parsed is not None else value
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC)
+    raise SignatureError(
+        f"{source}: {key} must be a time with a zone (e.g. 2026-01-01T00:00:00Z), found {describe(value)}.",
+        tip=_POLICY_TIP,
+    )
+
+
+def parse_policy(text: str, *, source: str = POLICY_FILE) -> Policy:
+    """The site's policy: threshold, not-before, not-after; anything else is refused."""
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SignatureError(
+            f"{source} is not valid TOML ({exc}); the trust store fails closed.", tip=_POLICY_TIP
+        ) from None
+    unknown = sorted(set(data) - set(POLICY_KEYS))
+    if unknown:
+        raise SignatureError(
+            f"{source}: unknown keys {unknown}; expected only {', '.join(POLICY_KEYS)}.", tip=_POLICY_TIP
+        )
+    threshold = data.get("threshold", 1)
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1:
+        raise SignatureError(
+            f"{source}: threshold must be a whole number of at least 1, found {describe(threshold)}.", tip=_POLICY_TIP
+        )
+    nb = _time(data["not-before"], "not-before", source) if "not-before" in data else None
+    na = _time(data["not-after"], "not-after", source) if "not-after" in data else None
+    return Policy(threshold, nb, na)
+
+
+def parse_revocations(text: str, *, source: str = REVOKED_FILE) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """(key ids, raw keys): one key id (16 hex digits) or one public key (its base64 line) per line;
+    '#' starts a comment; blank lines are ignored."""
+    ids: set[bytes] = set()
+    raws: set[bytes] = set()
+    for number, raw_line in enumerate(text.split("\n"), 1):
+        line = raw_line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{source} line {number}"
+        if len(line) > 16 and line.startswith("RW"):
+            raws.add(parse_public_key(line, source=where).raw)
+        else:
+            ids.add(parse_key_id(line, source=where))
+    return frozenset(ids), frozenset(raws)
+
+
+def build_store(
+    keys: Sequence[tuple[str, PublicKey]], *, source: str, revoked: str = "", policy: str | None = None
+) -> TrustStore:
+    """A store from (file name, key) pairs and the texts of revoked.txt and policy.toml (None: absent)."""
+    tip = (
+        f"Keep one .pub file per signing key in {source}: remove the duplicate, and revoke a key by its id"
+        f" or its public key line in {REVOKED_FILE}."
+    )
+    if not keys:
+        raise SignatureError(
+            f"trust directory {source} holds no *.pub files: expected at least one",
+            tip=f"Put the publishers' minisign .pub files in {source}.",
+        )
+    by_raw: dict[bytes, str] = {}
+    by_id: dict[bytes, tuple[str, PublicKey]] = {}
+    kept: list[PublicKey] = []
+    for name, key in keys:
+        if key.raw in by_raw:
+            raise SignatureError(
+                f"trust directory {source}: {name} (key id {key.key_id_hex}) holds the same public key as"
+                f" {by_raw[key.raw]}: a signer is its key, whatever its key id, and one key must not count twice.",
+                tip=tip,
+            )
+        if key.key_id in by_id:
+            raise SignatureError(
+                f"trust directory {source}: {name} has key id {key.key_id_hex}, already used by a different key"
+                f" in {by_id[key.key_id][0]}",
+                tip=tip,
+            )
+        by_raw[key.raw] = name
+        by_id[key.key_id] = (name, key)
+        kept.append(key)
+    ids, raws = parse_revocations(revoked, source=f"{source}/{REVOKED_FILE}")
+    revoked_keys = set(raws) | {k.raw for k in kept if k.key_id in ids}
+    pol = Policy() if policy is None else parse_policy(policy, source=f"{source}/{POLICY_FILE}")
+    return TrustStore(tuple(kept), ids, source, frozenset(revoked_keys), pol)

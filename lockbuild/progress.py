@@ -3,7 +3,8 @@
 On a terminal, a phase that counts bytes draws a bar with its rate and ETA, and a phase that cannot count
 (resolving, uv installing) shows how long it has run. Elsewhere (CI logs, pipes) every phase prints one
 line when it starts and, while it runs, a heartbeat line every ``heartbeat`` seconds, so a long step is
-never silent: ``lockbuild: installing packages with uv: 61 s, still working``.
+never silent: ``lockbuild: installing packages with uv: 61 s, still working``. Every text shown passes
+through ``lockbuild.text.for_terminal`` (names and URLs come from outside).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
+
+from lockbuild.text import for_terminal
 
 BAR_WIDTH = 24
 
@@ -87,7 +90,7 @@ class Progress:
 
     def start(self, label: str, *, total_bytes: int, files: int) -> None:
         with self._lock:
-            self._label, self._total, self._files = label, total_bytes, files
+            self._label, self._total, self._files = for_terminal(label), total_bytes, files
             self._done = self._files_done = 0
             self._started = self._now()
             self._counting = True
@@ -125,6 +128,7 @@ class Progress:
     def _line(self, text: str, *, ongoing: bool) -> None:
         if not self.enabled:
             return
+        text = for_terminal(text)  # names, URLs and messages from outside: no escape sequence reaches the terminal
         with self._lock:
             self._clear()
             self.stream.write(f"lockbuild: {text}\n")

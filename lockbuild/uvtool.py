@@ -1,25 +1,66 @@
-"""How lockbuild runs uv: which binary, and an environment no user or system configuration reaches."""
+"""How lockbuild runs uv: which binary, and an environment no user or system configuration reaches.
+
+uv's environment is an allow-list, never the parent's environment minus a few names: locking can run
+code from the index (an sdist's build backend), and the installer runs uv on a node, so a child sees
+only what it needs to find programs, write temporary files and reach the network through the site's
+proxy: never LOCKBUILD_KEY_PASSWORD, GITHUB_TOKEN, LOCKBUILD_INDEX_TOKEN or any other secret.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from lockbuild.errors import LockbuildError
 
-# Variables that would let a node's or builder's own settings steer uv or pip.
-_DROPPED_PREFIXES = ("UV_", "PIP_", "VIRTUAL_ENV", "CONDA_", "PYTHONPATH", "PYTHONHOME")
+# What a child process may inherit: finding programs, a home and a temp dir, the locale, and how to reach
+# the network (proxies, CA certificates). Nothing else, whatever its name.
+CHILD_ALLOWED = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    }
+)
 
 
-def clean_env(cache_dir: Path, *, offline: bool = False) -> dict[str, str]:
-    """The environment uv runs in: no uv.toml, pip.conf or UV_*/PIP_* variables, its own cache."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_PREFIXES)}
+def child_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed part of ``environ`` (the CLI passes ``os.environ`` once, into the settings)."""
+    return {k: v for k, v in environ.items() if k in CHILD_ALLOWED}
+
+
+def clean_env(
+    cache_dir: Path,
+    *,
+    offline: bool = False,
+    inherit: Mapping[str, str] | None = None,
+    netrc: Path | None = None,
+) -> dict[str, str]:
+    """The environment uv runs in: the allow-listed variables of ``inherit`` (default: this process's),
+    no uv.toml or pip.conf, its own cache, and ``netrc`` for the index's credentials when given."""
+    env = child_environ(os.environ if inherit is None else inherit)
     env["UV_NO_CONFIG"] = "1"
     env["UV_CACHE_DIR"] = str(cache_dir)
     env["UV_PYTHON_DOWNLOADS"] = "never"
     env["PIP_CONFIG_FILE"] = os.devnull
     env["NO_COLOR"] = "1"
+    if netrc is not None:
+        env["NETRC"] = str(netrc)
     if offline:
         env["UV_OFFLINE"] = "1"
     return env
@@ -37,7 +78,8 @@ def uv_binary() -> str:
 def uv_version(binary: str) -> str:
     """The version a uv binary reports, e.g. "0.13.9"."""
     try:
-        proc = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        env = clean_env(Path(os.devnull))
+        proc = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=False, env=env)
     except OSError as exc:
         raise LockbuildError(f"cannot run uv at {binary}: {exc.strerror}") from None
     parts = proc.stdout.split()

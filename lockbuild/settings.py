@@ -1,0 +1,161 @@
+"""The builder's settings: read once, in the CLI, from flags and the environment, then passed down.
+
+No library module reads ``os.environ``; it receives a frozen ``Settings``. Credentials are parsed out
+of ``LOCKBUILD_INDEX_URL`` here, at the boundary, so every URL downstream is credential-free, and
+they travel only as an Authorization header to the host they belong to (``auth_for``).
+
+Contract names (DESIGN.md §5): LOCKBUILD_INDEX_URL, LOCKBUILD_GITHUB_API, LOCKBUILD_GITHUB_DOWNLOAD,
+LOCKBUILD_CACHE_DIR; also GITHUB_TOKEN, LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, and the
+index host's entry in ``~/.netrc`` (or the file NETRC names).
+"""
+
+from __future__ import annotations
+
+import base64
+import netrc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockbuild.errors import LockbuildError
+from lockbuild.urls import INSECURE_ENV, check_transport, is_loopback, is_secure, origin, public, split_credentials
+from lockbuild.uvtool import child_environ
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+DEFAULT_GITHUB_API = "https://api.github.com"
+DEFAULT_GITHUB_DOWNLOAD = "https://github.com"
+TOKEN_USER = "__token__"  # noqa: S105 - the user name sent with LOCKBUILD_INDEX_TOKEN when the URL names none
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A user name and password for one index host; the password is never shown by repr."""
+
+    username: str
+    password: str = field(repr=False)
+
+    def authorization(self) -> str:
+        raw = f"{self.username}:{self.password}".encode()
+        return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+@dataclass(frozen=True)
+class Settings:
+    index_url: str
+    github_api: str
+    github_download: str
+    cache_dir: Path
+    index_credentials: Credentials | None = field(default=None, repr=False)
+    github_token: str | None = field(default=None, repr=False)
+    allow_insecure_http: bool = False
+    warnings: tuple[str, ...] = ()
+    child_environ: tuple[tuple[str, str], ...] = ()  # the allow-listed variables a child may inherit
+
+    def check(self, url: str, *, what: str) -> None:
+        """Refuse ``url`` unless it is https, loopback http, or http under the explicit opt-in."""
+        check_transport(url, what=what, allow_insecure=self.allow_insecure_http)
+
+    def auth_for(self, url: str) -> str | None:
+        """The Authorization header for a request to ``url``: the GitHub token to the API and download
+        bases, the index credentials to the index's host; none over plain http off this machine."""
+        if not is_secure(url):
+            return None
+        where = origin(url)
+        path = url.split("?", 1)[0]
+        for base in (self.github_api, self.github_download):
+            if self.github_token and origin(base) == where and path.startswith(base + "/"):
+                return f"Bearer {self.github_token}"
+        if self.index_credentials is not None and origin(self.index_url) == where:
+            return self.index_credentials.authorization()
+        return None
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret these settings hold (for tests and for scrubbing a child's output)."""
+        out = [s for s in (self.github_token,) if s]
+        if self.index_credentials is not None:
+            out.append(self.index_credentials.password)
+        return tuple(out)
+
+
+class SettingsError(LockbuildError):
+    """A setting in the environment or on the command line is unusable."""
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _base(environ: Mapping[str, str], name: str, default: str) -> str:
+    value = environ.get(name) or default
+    if any(c.isspace() or ord(c) < 32 for c in value) or not value.startswith(("http://", "https://")):
+        raise SettingsError(
+            f"{name}: expected an http(s) URL without spaces or control characters, found {public(value)[:200]!r}."
+        )
+    return value.rstrip("/")
+
+
+def _netrc_credentials(environ: Mapping[str, str], home: Path, host: str) -> Credentials | None:
+    path = Path(environ["NETRC"]) if environ.get("NETRC") else home / ".netrc"
+    if not path.is_file():
+        return None
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except (netrc.NetrcParseError, OSError) as exc:
+        raise SettingsError(
+            f"cannot read {path} for the index's credentials: {exc.__class__.__name__}.",
+            tip="Fix or remove that file, or give the credentials with LOCKBUILD_INDEX_TOKEN.",
+        ) from None
+    if entry is None or not entry[2]:
+        return None
+    return Credentials(entry[0] or TOKEN_USER, entry[2])
+
+
+def load(
+    environ: Mapping[str, str],
+    *,
+    home: Path,
+    allow_insecure_http: bool = False,
+    cache_dir: Path | None = None,
+) -> Settings:
+    """Settings from an environment mapping (the CLI passes ``os.environ``) and the command's flags."""
+    index_raw = _base(environ, "LOCKBUILD_INDEX_URL", DEFAULT_INDEX)
+    index_url, user, password = split_credentials(index_raw)
+    github_api = public(_base(environ, "LOCKBUILD_GITHUB_API", DEFAULT_GITHUB_API))
+    github_download = public(_base(environ, "LOCKBUILD_GITHUB_DOWNLOAD", DEFAULT_GITHUB_DOWNLOAD))
+    insecure = allow_insecure_http or _truthy(environ.get(INSECURE_ENV))
+    token = environ.get("LOCKBUILD_INDEX_TOKEN") or None
+    creds: Credentials | None
+    if password is not None:
+        creds = Credentials(user or TOKEN_USER, password)
+    elif token is not None:
+        creds = Credentials(user or TOKEN_USER, token)
+    else:
+        creds = _netrc_credentials(environ, home, origin(index_url)[1])
+    warnings: list[str] = []
+    for name, url in (
+        ("LOCKBUILD_INDEX_URL", index_url),
+        ("LOCKBUILD_GITHUB_API", github_api),
+        ("LOCKBUILD_GITHUB_DOWNLOAD", github_download),
+    ):
+        check_transport(url, what=name, allow_insecure=insecure)
+        scheme, host, _ = origin(url)
+        if scheme == "http" and not is_loopback(host):
+            warnings.append(
+                f"INSECURE: {name} is plain http to {host} ({url}); anyone on the network path can change "
+                "what is locked and fetched. No credentials are sent to it."
+            )
+    if cache_dir is None:
+        explicit = environ.get("LOCKBUILD_CACHE_DIR")
+        base = Path(environ.get("XDG_CACHE_HOME") or home / ".cache")
+        cache_dir = Path(explicit) if explicit else base / "lockbuild"
+    return Settings(
+        index_url=index_url,
+        github_api=github_api,
+        github_download=github_download,
+        cache_dir=cache_dir,
+        index_credentials=creds,
+        github_token=environ.get("GITHUB_TOKEN") or None,
+        allow_insecure_http=insecure,
+        warnings=tuple(warnings),
+        child_environ=tuple(sorted(child_environ(environ).items())),
+    )

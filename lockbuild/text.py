@@ -1,0 +1,58 @@
+"""Text for a person's terminal: every non-printable character escaped, credentials in URLs masked.
+
+Anything lockbuild prints may carry text from outside (an index answer, a release API, a recipe, an
+archive, a bundle's manifest). A terminal obeys escape sequences, so such text could fake a line,
+retitle the window or hide what follows. ``for_terminal`` is the one function the CLI and the progress
+reporter pass every human-readable line through; ``--json`` output is escaped by the JSON encoder and
+masked by ``mask_data``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# scheme://userinfo@ : the userinfo part of a URL (RFC 3986), wherever it appears in a text.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+MASK = "***@"
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the userinfo of every URL in it replaced by ``***``."""
+    return _USERINFO.sub(lambda m: m[1] + MASK, text)
+
+
+def _escape(ch: str) -> str:
+    n = ord(ch)
+    if n < 0x100:
+        return f"\\x{n:02x}"
+    if n < 0x10000:
+        return f"\\u{n:04x}"
+    return f"\\U{n:08x}"
+
+
+def escape(text: str, *, keep_newlines: bool = True) -> str:
+    """Every character a terminal would not print as itself, written as a ``\\x..``/``\\u....`` escape.
+
+    Kept as they are: printable characters, space, and (unless ``keep_newlines`` is false) line feeds
+    and tabs. Escaped: C0/C1 controls (ESC, CR, BEL, backspace...), DEL, format characters such as
+    bidirectional overrides, line/paragraph separators, unassigned and private-use code points.
+    """
+    kept = "\n\t" if keep_newlines else ""
+    return "".join(ch if ch.isprintable() or ch == " " or ch in kept else _escape(ch) for ch in text)
+
+
+def for_terminal(text: str) -> str:
+    """What the CLI prints for ``text``: credentials masked, non-printable characters escaped."""
+    return escape(mask_credentials(text))
+
+
+def mask_data(value: Any) -> Any:
+    """A JSON-ready value with the credentials of every URL in every string masked."""
+    if isinstance(value, str):
+        return mask_credentials(value)
+    if isinstance(value, dict):
+        return {k: mask_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_data(v) for v in value]
+    return value

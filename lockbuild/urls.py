@@ -1,0 +1,84 @@
+"""URL rules for the builder: credentials parsed out once, plain http only on loopback.
+
+Pure functions, no I/O. A URL that is recorded (lock, manifest, SBOM, --json) or printed never
+carries userinfo: ``public`` strips it, and ``split_credentials`` is how settings take it out at the
+boundary so that it travels only as an Authorization header (see ``lockbuild.builder.http``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from lockbuild.errors import RemoteError
+
+INSECURE_OPT_IN = "--allow-insecure-http"
+INSECURE_ENV = "LOCKBUILD_ALLOW_INSECURE_HTTP"
+
+
+class InsecureTransportError(RemoteError):
+    """A URL would be fetched over plain http from a host that is not this machine."""
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost: traffic that never leaves this machine."""
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """(url without userinfo, user, password); user and password are percent-decoded, None when absent."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, sep, password = userinfo.partition(":")
+    clean = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+    return clean, unquote(user) or None, unquote(password) if sep else None
+
+
+def public(url: str) -> str:
+    """``url`` as it may be recorded or shown: without userinfo."""
+    return split_credentials(url)[0]
+
+
+def is_secure(url: str) -> bool:
+    """https anywhere, or http to this machine only."""
+    scheme, host, _ = origin(url)
+    return scheme == "https" or (scheme == "http" and is_loopback(host))
+
+
+def check_transport(url: str, *, what: str, allow_insecure: bool) -> None:
+    """Refuse anything but https (or http to loopback), unless plain http was explicitly allowed."""
+    scheme, host, _ = origin(url)
+    if scheme == "https" or (scheme == "http" and (is_loopback(host) or allow_insecure)):
+        return
+    if scheme != "http":
+        raise InsecureTransportError(
+            f"{what}: expected an https:// address, found {public(url)[:200]!r}.",
+            tip="Use an https:// address.",
+        )
+    raise InsecureTransportError(
+        f"{what}: refusing plain http to {host} ({public(url)[:200]}); expected https, since anyone on the "
+        "network path could change the answer.",
+        tip=f"Use https. If this network is trusted and there is no other way, pass {INSECURE_OPT_IN} "
+        f"(or set {INSECURE_ENV}=1); lockbuild then warns on every run and never sends credentials over it.",
+    )

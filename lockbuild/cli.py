@@ -634,5 +634,9 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | No
     _emit(ctx, report, render(report))
 
 
+from lockbuild.site.cli import register as _register_site  # noqa: E402  (the site wing's commands)
+
+_register_site(main)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

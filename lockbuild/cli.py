@@ -85,17 +85,26 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LockbuildError as exc:
-            from lockbuild.text import for_terminal, mask_data
-
             obj = ctx.obj or {}
             if obj.get("verbose"):
-                click.echo(for_terminal(traceback.format_exc()), err=True, nl=False)
+                traceback.print_exc()
             if obj.get("json"):
-                error = {"type": type(exc).__name__, "message": exc.message, "tip": exc.tip, "exit_code": exc.exit_code}
-                click.echo(json.dumps({"ok": False, "error": mask_data(error)}))
-            click.echo(f"ERROR {for_terminal(exc.message)}", err=True)
+                click.echo(
+                    json.dumps(
+                        {
+                            "ok": False,
+                            "error": {
+                                "type": type(exc).__name__,
+                                "message": exc.message,
+                                "tip": exc.tip,
+                                "exit_code": exc.exit_code,
+                            },
+                        }
+                    )
+                )
+            click.echo(f"ERROR {exc.message}", err=True)
             if exc.tip:
-                click.echo(f"TIP {for_terminal(exc.tip)}", err=True)
+                click.echo(f"TIP {exc.tip}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("ERROR interrupted", err=True)
@@ -117,51 +126,15 @@ def _progress(ctx: click.Context) -> Any:
 
 
 def _emit(ctx: click.Context, data: dict[str, Any], text: str) -> None:
-    """The result: JSON on stdout under --json, else ``text``; either way with credentials in URLs masked
-    and (in text) every non-printable character escaped, whatever the text came from."""
-    from lockbuild.text import for_terminal, mask_data
-
     if ctx.obj.get("json"):
-        click.echo(json.dumps(mask_data({"ok": True, **data}), indent=2, default=str))
+        click.echo(json.dumps({"ok": True, **data}, indent=2, default=str))
     else:
-        click.echo(for_terminal(text))
-
-
-def _warn(ctx: click.Context, warnings: Any) -> None:
-    """Warnings (data on settings, plans and results) as lines on stderr; --json shows them in its object."""
-    from lockbuild.text import for_terminal
-
-    if not ctx.obj.get("json"):
-        for w in warnings:
-            click.echo(f"warning: {for_terminal(w)}", err=True)
-
-
-def _settings(ctx: click.Context, allow_insecure_http: bool) -> Any:
-    """The builder's settings, read once from the flags and the environment (nothing below reads it)."""
-    from lockbuild.settings import load
-
-    settings = load(os.environ, home=Path.home(), allow_insecure_http=allow_insecure_http)
-    _warn(ctx, settings.warnings)
-    return settings
-
-
-insecure_option = click.option(
-    "--allow-insecure-http",
-    is_flag=True,
-    help="INSECURE: allow plain http to hosts other than this machine (also LOCKBUILD_ALLOW_INSECURE_HTTP=1); "
-    "a warning is printed and no credentials are sent over it.",
-)
-
-
-def _take_password() -> str | None:
-    """LOCKBUILD_KEY_PASSWORD, removed from this process's environment as it is read, so that no child
-    process (uv, a build backend) can inherit it."""
-    return os.environ.pop("LOCKBUILD_KEY_PASSWORD", None)
+        click.echo(text)
 
 
 def _password(prompt: str = "Passphrase for the secret key") -> Callable[[], str]:
     def get() -> str:
-        env = _take_password()
+        env = os.environ.get("LOCKBUILD_KEY_PASSWORD")
         if env is not None:
             return env
         if not sys.stdin.isatty():
@@ -226,7 +199,6 @@ def _lock_json(plan: Any) -> dict[str, Any]:
             for f in plan.lock.files
         ],
         "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
-        "warnings": list(plan.warnings),
     }
 
 
@@ -234,12 +206,9 @@ def _lock_json(plan: Any) -> dict[str, Any]:
 @click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
 @build_option
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the locks.")
-@insecure_option
 @json_option
 @click.pass_context
-def lock(
-    ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, allow_insecure_http: bool, as_json: bool
-) -> None:
+def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as_json: bool) -> None:
     """Resolve a recipe's builds into hashed locks, as the index stood at each build's cut-off.
 
     Writes OUT/VERSION-VARIANT/ with requirements.txt (or pylock.toml for builds with a second index)
@@ -250,21 +219,19 @@ def lock(
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
-    settings = _settings(ctx, allow_insecure_http)
     r = load_recipe(recipe)
     results = []
-    with session(settings, progress=_progress(ctx)) as s:
+    with session(progress=_progress(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
     for plan in plans:
         write_plan_dir(plan, out)
-        _warn(ctx, plan.warnings)
         results.append(_lock_json(plan))
     text = "\n".join(
         f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
         f"-> {out / res['build'] / res['lock_format']}"
         for res in results
     )
-    _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
+    _emit(ctx, {"locks": results}, text)
 
 
 @main.command(epilog="Example: lockbuild fetch bundles/onnxruntime.toml --build cpu-py311 --out fetched/")
@@ -272,18 +239,9 @@ def lock(
 @build_option
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the files.")
 @jobs_option
-@insecure_option
 @json_option
 @click.pass_context
-def fetch(
-    ctx: click.Context,
-    recipe: Path,
-    build_spec: str | None,
-    out: Path,
-    jobs: int,
-    allow_insecure_http: bool,
-    as_json: bool,
-) -> None:
+def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, jobs: int, as_json: bool) -> None:
     """Lock, then download and verify every file a build needs (no bundle), for inspection.
 
     Files come through the content-addressed cache (LOCKBUILD_CACHE_DIR); each is checked against its
@@ -294,13 +252,11 @@ def fetch(
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
-    settings = _settings(ctx, allow_insecure_http)
     r = load_recipe(recipe)
     results = []
-    with session(settings, progress=_progress(ctx), jobs=jobs) as s:
+    with session(progress=_progress(ctx), jobs=jobs) as s:
         for b in r.select(build_spec):
             plan = s.planner.plan(r, b)
-            _warn(ctx, plan.warnings)
             paths, report = s.fetch(plan)
             write_plan_dir(plan, out, paths)
             results.append(
@@ -316,7 +272,7 @@ def fetch(
         f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> {out / x['build']}"
         for x in results
     )
-    _emit(ctx, {"fetches": results, "warnings": list(settings.warnings)}, text)
+    _emit(ctx, {"fetches": results}, text)
 
 
 def _expires(_ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:
@@ -350,7 +306,6 @@ expires_option = click.option(
 @expires_option
 @click.option("--threads", type=int, default=None, help="zstd workers (output is identical for any number).")
 @jobs_option
-@insecure_option
 @json_option
 @click.pass_context
 def build(
@@ -362,14 +317,12 @@ def build(
     expires: dt.datetime | None,
     threads: int | None,
     jobs: int,
-    allow_insecure_http: bool,
     as_json: bool,
 ) -> None:
     """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
 
     The bundle is bit-for-bit reproducible: the same recipe gives the same bytes on any machine. If any
-    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt;
-    the key is read only once every build is locked and fetched, just before signing.
+    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt.
     """
     _setup(ctx, as_json)
     from lockbuild.builder.pack import pack
@@ -377,49 +330,42 @@ def build(
     from lockbuild.recipe import load_recipe
     from lockbuild.signing import read_secret_key
 
-    settings = _settings(ctx, allow_insecure_http)
-    password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)
+    secret = read_secret_key(key, _password())
     progress = _progress(ctx)
     results: list[dict[str, Any]] = []
-    with session(settings, progress=progress, jobs=jobs) as s:
-        planned: list[tuple[Any, dict[str, Path]]] = []
+    with session(progress=progress, jobs=jobs) as s:
         for b in builds:
             plan = s.planner.plan(r, b)
-            _warn(ctx, plan.warnings)
-            planned.append((plan, s.fetch(plan)[0]))
-    # The secret key is read only now: nothing from the index runs while it is in memory.
-    secret = read_secret_key(key, (lambda: password) if password is not None else _password())
-    for plan, paths in planned:
-        packed = pack(
-            plan,
-            paths,
-            out,
-            key=secret,
-            uv_version=plan.uv_version,
-            expires=expires,
-            threads=threads,
-            progress=progress,
-        )
-        results.append(
-            {
-                "bundle": str(packed.bundle),
-                "signature": str(packed.signature),
-                "sha256": packed.sha256,
-                "size": packed.size,
-                "members": len(packed.manifest.members),
-                "signer": secret.key_id_hex,
-                "as_of": iso(plan.as_of),
-                "warnings": list(plan.warnings),
-            }
-        )
+            paths, _ = s.fetch(plan)
+            packed = pack(
+                plan,
+                paths,
+                out,
+                key=secret,
+                uv_version=plan.uv_version,
+                expires=expires,
+                threads=threads,
+                progress=progress,
+            )
+            results.append(
+                {
+                    "bundle": str(packed.bundle),
+                    "signature": str(packed.signature),
+                    "sha256": packed.sha256,
+                    "size": packed.size,
+                    "members": len(packed.manifest.members),
+                    "signer": secret.key_id_hex,
+                    "as_of": iso(plan.as_of),
+                }
+            )
     text = "\n".join(
         f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members']} files)\n  sha256 {x['sha256']}\n"
         f"  signed by {x['signer']} -> {x['signature']}"
         for x in results
     )
-    _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
+    _emit(ctx, {"bundles": results}, text)
 
 
 @main.command(
@@ -474,7 +420,7 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, as_json: bool) -> 
 
     password = None
     if not no_password:
-        password = _take_password()
+        password = os.environ.get("LOCKBUILD_KEY_PASSWORD")
         if password is None:
             if not sys.stdin.isatty():
                 raise SignatureError(
@@ -617,6 +563,7 @@ def install(
         allow_downgrade=allow_downgrade,
         threshold=threshold,
         wait=wait,
+        environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
     )
     result = Installer(opts, progress=_progress(ctx)).install(bundle)
     verb = "installed" if result.status == "installed" else "already installed"
@@ -673,7 +620,7 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("bundles"),
     show_default=True,
-    help="Directory of recipes to check against this node.",
+    help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node.",
 )
 @trust_option
 @json_option
@@ -683,9 +630,43 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | No
     engines, and which catalogue builds fit it (and why the others don't)."""
     _setup(ctx, as_json)
     from lockbuild.install.doctor import examine, render
+    from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    report = examine(root, catalogue=catalogue, trust=trust_dir)
+    candidates, problems = _catalogue(catalogue)
+    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir))
     _emit(ctx, report, render(report))
+
+
+def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
+    """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
+    from lockbuild.bundle.instructions import GpuNeeds
+    from lockbuild.bundle.read import read_head
+    from lockbuild.install.doctor import Candidate
+    from lockbuild.install.fit import Needs, space_needed
+    from lockbuild.recipe import load_recipe
+
+    if not directory.is_dir():
+        return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
+    out: list[Any] = []
+    problems: list[str] = []
+    for path in sorted(directory.glob("*.toml")):
+        try:
+            recipe = load_recipe(path)
+        except LockbuildError as exc:
+            problems.append(exc.message)
+            continue
+        for b in recipe.builds:
+            gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver) if b.gpu else None
+            needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
+            out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
+    for path in sorted(directory.glob("*.lbz")):
+        try:
+            manifest, _ = read_head(path)
+        except LockbuildError as exc:
+            problems.append(f"{path.name}: {exc.message}")
+            continue
+        out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
+    return out, problems
 
 
 from lockbuild.site.cli import register as _register_site  # noqa: E402  (the site wing's commands)

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import PLATFORM, PY, TOY_RECIPE, Keys
 
+from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.cli import main
-from lockbuild.install.doctor import build_fit
+from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.node import Gpu, Node
-from lockbuild.recipe import parse_recipe
 from lockbuild.signing import read_public_key
 
 COMMANDS = ["lock", "fetch", "build", "sign", "keygen", "verify", "inspect", "install", "list", "remove", "doctor"]
@@ -84,16 +84,18 @@ def node(**kw: object) -> Node:
 
 
 def test_doctor_says_why_a_build_does_not_fit() -> None:
-    text = TOY_RECIPE + 'gpu = { min-capability = "8.0", min-driver = "580" }\nfree-gb = 10\n'
-    b = parse_recipe(text).builds[0]
-    pythons = {PY: "/usr/bin/python"}
-    assert build_fit(b, node(), pythons, 100 << 30) == ()
-    assert build_fit(b, node(machine="aarch64"), pythons, 100 << 30) == ("built for x86_64, the node is aarch64",)
-    assert "needs driver 580+" in build_fit(b, node(driver="535.1"), pythons, 100 << 30)[0]
-    assert "compute capability 8.0+" in build_fit(b, node(gpus=(Gpu("T4", (7, 5)),)), pythons, 100 << 30)[0]
-    assert "no driver" in build_fit(b, node(driver=None, gpus=()), pythons, 100 << 30)[0]
-    assert f"needs Python {PY}" in build_fit(b, node(), {}, 100 << 30)[0]
-    assert "needs 10 GB free" in build_fit(b, node(), pythons, 1 << 30)[0]
+    needs = Needs(PY, PLATFORM, GpuNeeds((8, 0), "580"), 10 << 30)
+
+    def fit(n: Node | None = None, pythons: frozenset[str] = frozenset({PY}), free: int = 100 << 30) -> tuple[str, ...]:
+        return unmet(needs, Facts(n or node(), pythons, free))
+
+    assert fit() == ()
+    assert fit(node(machine="aarch64")) == (f"built for x86_64 ({PLATFORM}), the node is aarch64",)
+    assert "needs driver 580+" in fit(node(driver="535.1"))[0]
+    assert "compute capability 8.0+" in fit(node(gpus=(Gpu("T4", (7, 5)),)))[0]
+    assert "no driver" in fit(node(driver=None, gpus=()))[0]
+    assert f"needs Python {PY}" in fit(pythons=frozenset())[0]
+    assert "needs 10.0 GiB free" in fit(free=1 << 30)[0]
 
 
 def test_doctor_reports_the_node(tmp_path: Path, keys: Keys, monkeypatch: pytest.MonkeyPatch) -> None:

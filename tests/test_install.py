@@ -146,24 +146,34 @@ def test_reinstall_is_a_noop_unless_forced(installed: Path, bundles: dict[str, P
     assert json.loads(marker.read_text())["installed"] >= json.loads(before)["installed"]
 
 
+# The test-only entry point: the installer's phase hook SIGKILLs the process at the named phase.
+KILL_AT = """\
+import os, signal, sys
+from pathlib import Path
+from lockbuild.install.installer import Installer, InstallOptions
+
+phase, bundle, root, trust = sys.argv[1:]
+
+
+def hook(name):
+    if name == phase:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+options = InstallOptions(root=Path(root), trust_dir=Path(trust), environ=dict(os.environ))
+Installer(options, hook=hook).install(Path(bundle))
+"""
+
+
 @pytest.mark.parametrize("phase", ["extract", "install", "verify", "swap"])
 def test_kill_in_each_phase_leaves_the_old_environment(
     phase: str, installed: Path, bundles: dict[str, Path], keys: Keys
 ) -> None:
-    env = {**os.environ, "LOCKBUILD_FAULT_INJECT": phase}
-    argv = [
-        sys.executable,
-        "-m",
-        "lockbuild",
-        "install",
-        str(bundles["v2"]),
-        "--root",
-        str(installed),
-        "--trust",
-        str(keys.trust),
-    ]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    assert proc.returncode == -9
+    killed = [sys.executable, "-c", KILL_AT, phase, str(bundles["v2"]), str(installed), str(keys.trust)]
+    proc = subprocess.run(killed, capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    argv = [sys.executable, "-m", "lockbuild", "install", str(bundles["v2"]), "--root", str(installed), "--trust",
+            str(keys.trust)]  # fmt: skip
     target = installed / "toyengine" / "1.0-cpu"
     # killed after the atomic exchange, the new environment is already complete and in place
     assert toy_version(target) == ("2.0" if phase == "swap" else "1.0")
@@ -233,7 +243,7 @@ def test_wrong_python_is_refused_before_anything(bundles: dict[str, Path], keys:
 def test_not_enough_space_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
     root = tmp_path / "engines"
     code, _, stderr = install(bundles["big"], root, keys)
-    assert code == 1 and "free under" in stderr
+    assert code == 1 and "needs 99999.0 GiB free" in stderr
     assert listing(root) == []
 
 
@@ -251,7 +261,8 @@ def test_gpu_requirements_are_checked_against_the_node(
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     root = tmp_path / "engines"
     code, _, stderr = install(bundles["gpu"], root, keys, "--gpu-check", "auto")
-    assert code == 1 and "driver 580 or newer" in stderr and "535.10" in stderr
+    assert code == 1 and "needs driver 580+, the node has 535.10" in stderr
+    assert "compute capability 8.0+, the node has Fake GPU (7.0)" in stderr
     assert listing(root) == []
 
 
@@ -324,25 +335,3 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
     code, _, stderr = install(bundle, root, keys)
     assert code == 1 and "for aarch64" in stderr
     assert not (root / "toyengine").exists() or listing(root) == []
-
-
-def test_a_bundle_swapped_between_reads_is_refused(
-    installed: Path, bundles: dict[str, Path], keys: Keys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The manifest the installer acts on must be the signed one (its sha256 is in every counted signature):
-    a manifest that differs from it, as when someone swaps the file between reads, is refused."""
-    import dataclasses
-
-    import lockbuild.trust.opener as opener_module
-    from lockbuild.bundle.read import read_head
-
-    def swapped(path: Path, *args: object):  # type: ignore[no-untyped-def]
-        manifest, recipe = read_head(path)
-        first = dataclasses.replace(manifest.members[0], sha256="0" * 64)
-        return dataclasses.replace(manifest, members=(first, *manifest.members[1:])), recipe
-
-    monkeypatch.setattr(opener_module, "read_head", swapped)
-    code, _, stderr = install(bundles["v2"], installed, keys)
-    assert code == 4 and "the signatures sign" in stderr
-    assert toy_version(installed / "toyengine" / "1.0-cpu") == "1.0"
-    assert listing(installed) == ["toyengine/1.0-cpu"]

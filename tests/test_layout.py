@@ -41,3 +41,43 @@ def test_install_and_verify_load_no_network_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+BUILDER_ONLY = ("lockbuild.recipe", "lockbuild.builder", "tomlkit")
+
+
+def _lockbuild_imports(module: str) -> set[str]:
+    """The lockbuild modules ``module`` imports anywhere in its text (function-level imports included)."""
+    rel = module.removeprefix("lockbuild").lstrip(".").replace(".", "/")
+    path = PACKAGE / f"{rel}.py" if (PACKAGE / f"{rel}.py").exists() else PACKAGE / rel / "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n for n in found if n.startswith(BUILDER_ONLY) or _is_module(n)}
+
+
+def _is_module(name: str) -> bool:
+    if not name.startswith("lockbuild"):
+        return False
+    rel = name.removeprefix("lockbuild").lstrip(".").replace(".", "/")
+    return (PACKAGE / f"{rel}.py").exists() or (PACKAGE / rel / "__init__.py").exists()
+
+
+def test_the_node_never_imports_the_recipe_or_the_builder() -> None:
+    """install/ acts on the signed manifest only: neither it nor anything it imports, transitively and
+    including imports inside functions, reaches the recipe parser or the builder."""
+    start = {f"lockbuild.install.{p.stem}" for p in (PACKAGE / "install").glob("*.py") if p.stem != "__init__"}
+    seen: dict[str, str] = {m: m for m in start}
+    todo = sorted(start)
+    while todo:
+        module = todo.pop()
+        for name in _lockbuild_imports(module):
+            assert not name.startswith(BUILDER_ONLY), f"{seen[module]} reaches {name} (through {module})"
+            if name not in seen and _is_module(name):
+                seen[name] = seen[module]
+                todo.append(name)
+    assert "lockbuild.install.installer" in seen and "lockbuild.bundle.manifest" in seen

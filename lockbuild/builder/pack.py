@@ -130,6 +130,7 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
         source=source,
         assets=tuple(assets),
         interpreter=by_kind.get("interpreter"),
+        requirements=tuple(b.requirements),
     )
 
 

@@ -58,6 +58,7 @@ class InstallTable:
     source: SourcePlace | None = None
     assets: tuple[AssetPlace, ...] = ()
     interpreter: str | None = None  # the member path of a standalone interpreter archive
+    requirements: tuple[str, ...] = ()  # what the build asked for (recorded in the marker; not acted on)
 
     def toml_lines(self, q: Any) -> list[str]:
         lines = [
@@ -68,6 +69,7 @@ class InstallTable:
             f"free-gb = {self.free_gb}",
             f"uv = {q(self.uv)}",
             *([f"interpreter = {q(self.interpreter)}"] if self.interpreter else []),
+            f"requirements = [{', '.join(q(r) for r in self.requirements)}]",
             "",
         ]
         if self.gpu is not None:
@@ -147,7 +149,8 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
     """The [install] table, strictly; ``kinds`` maps every member path to its kind."""
     if not isinstance(data, dict):
         raise _bad("the manifest has no [install] table; a format-2 bundle always has one.")
-    allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "gpu", "source", "assets")
+    allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "requirements", "gpu", "source",
+               "assets")  # fmt: skip
     _keys(data, allowed, "install")
     binary = _get(data, "binary", str, "install.")
     if not _BINARY.fullmatch(binary):
@@ -169,6 +172,11 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
     interpreter = data.get("interpreter")
     if interpreter is not None and (not isinstance(interpreter, str) or kinds.get(interpreter) != "interpreter"):
         raise _bad(f"the manifest's install.interpreter {str(interpreter)[:80]!r} is not a member of kind interpreter.")
+    requirements = _get(data, "requirements", list, "install.", [])
+    if len(requirements) > 10_000 or not all(isinstance(r, str) and 0 < len(r) <= _MAX_ARG for r in requirements):
+        raise _bad("the manifest's install.requirements must be a list of non-empty strings.")
+    for r in requirements:
+        check_text(r, "install.requirements entry")
     source = None
     if "source" in data:
         _keys(data["source"] if isinstance(data["source"], dict) else {}, ("member", "dir", "top"), "install.source")
@@ -193,4 +201,5 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
         source=source,
         assets=tuple(assets),
         interpreter=interpreter,
+        requirements=tuple(requirements),
     )

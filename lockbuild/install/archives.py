@@ -8,18 +8,17 @@ a file already placed by an earlier archive); refused, never rewritten. Sizes ar
 
 from __future__ import annotations
 
+import errno
 import lzma
-import os
-import shutil
 import stat
 import tarfile
 import zipfile
 import zlib
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO
 
-from lockbuild.bundle.manifest import check_member_path, collision_key
+from lockbuild.bundle.paths import check_member_path, claim, collision_key, create_under, make_dirs_under
 from lockbuild.digest import hash_stream
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -82,12 +81,17 @@ def _entries(archive: Path) -> Iterator[tuple[str, str, int, int, BinaryIO | Non
                 raise _refuse(archive, ti.name, f"it is {kind}")
 
 
-def extract(archive: Path, dest: Path, *, strip: str | None = None, limits: Limits = DEFAULT_LIMITS) -> int:
+def extract(
+    archive: Path, dest: Path, *, strip: str | None = None, limits: Limits = DEFAULT_LIMITS, within: Path | None = None
+) -> int:
     """Unpack ``archive`` into ``dest``; with ``strip``, only that top directory's contents. Files are
-    created exclusively, so two archives unpacked into one directory may not overwrite each other.
+    created O_CREAT|O_EXCL|O_NOFOLLOW and every directory is walked without following links, so two
+    archives unpacked into one directory may not overwrite each other, and a link already in the
+    destination (an environment has some) is never written through. With ``within``, ``dest`` is made
+    under that directory the same way (the installer passes the environment it made).
     Returns the number of files written."""
     try:
-        return _extract(archive, dest, strip, limits)
+        return _extract(archive, _base(dest, within), strip, limits)
     except _READ_ERRORS as exc:
         raise IntegrityError(
             f"{archive.name}: cannot unpack the archive: {exc}.",
@@ -95,22 +99,19 @@ def extract(archive: Path, dest: Path, *, strip: str | None = None, limits: Limi
         ) from None
 
 
-def _claim(kinds: dict[str, str], key: str, kind: str) -> str | None:
-    """Record an entry; say why not if a file collides with another entry or stands where a directory must."""
-    for parent in PurePosixPath(key).parents:
-        if str(parent) == ".":
-            break
-        if kinds.setdefault(str(parent), "dir") == "file":
-            return f"it needs {parent} to be a directory, but that is a file in the archive"
-    old = kinds.get(key)
-    if old is not None and (old == "file" or kind == "file"):
-        return "it collides with another entry"
-    kinds[key] = kind
-    return None
+def _base(dest: Path, within: Path | None) -> tuple[Path, str]:
+    """The directory this installer made, and ``dest`` relative to it ("" for itself)."""
+    if within is None:
+        dest.mkdir(parents=True, exist_ok=True)
+        return dest, ""
+    rel = dest.relative_to(within).as_posix()
+    if rel != ".":
+        make_dirs_under(within, rel)
+        return within, rel
+    return within, ""
 
 
-def _extract(archive: Path, dest: Path, strip: str | None, limits: Limits) -> int:
-    dest.mkdir(parents=True, exist_ok=True)
+def _extract(archive: Path, base: tuple[Path, str], strip: str | None, limits: Limits) -> int:
     kinds: dict[str, str] = {}
     total = 0
     count = 0
@@ -126,36 +127,46 @@ def _extract(archive: Path, dest: Path, strip: str | None, limits: Limits) -> in
             if name == strip or not name.startswith(strip + "/"):
                 continue
             rel = name[len(strip) + 1 :]
-        clash = _claim(kinds, collision_key(rel), kind)
+        clash = claim(kinds, collision_key(rel), kind)
         if clash:
-            raise _refuse(archive, name, clash)
-        out = dest.joinpath(*rel.split("/"))
+            raise _refuse(archive, name, clash + " in the archive")
+        where = f"{base[1]}/{rel}" if base[1] else rel
         if kind == "dir":
-            out.mkdir(parents=True, exist_ok=True)
+            try:
+                make_dirs_under(base[0], where)
+            except OSError:
+                raise _refuse(archive, name, "its directory is a link or a file in the destination") from None
             continue
         total += size
         count += 1
         if size > limits.max_member or total > limits.max_bundle or count > limits.max_members:
             raise _refuse(archive, name, "the archive is larger than the limits allow")
-        _write(archive, name, dest, rel, size, mode, stream)
+        assert stream is not None
+        place(stream, base[0], where, size=size, mode=mode, what=f"{archive.name}: refused entry {name[:120]!r}")
     return count
 
 
-def _write(archive: Path, name: str, dest: Path, rel: str, size: int, mode: int, src: BinaryIO | None) -> None:
-    out = dest.joinpath(*rel.split("/"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.parent.resolve() != dest.resolve().joinpath(*rel.split("/")[:-1]):
-        raise _refuse(archive, name, "its directory resolves outside the destination")
-    if out.exists() or out.is_symlink():
-        raise _refuse(archive, name, "a file of that name is already there")
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if mode & 0o111 else 0o644)
-    with os.fdopen(fd, "wb") as f:
-        assert src is not None
+def place(src: BinaryIO, base: Path, rel: str, *, size: int, mode: int = 0o644, what: str) -> None:
+    """Write ``src`` (``size`` bytes) as a new file ``base/rel``: O_CREAT|O_EXCL|O_NOFOLLOW, every
+    directory on the way walked without following a link; refused if the name is taken."""
+    try:
+        f = create_under(base, rel, 0o755 if mode & 0o111 else 0o644)
+    except FileExistsError:
+        raise IntegrityError(f"{what}: a file of that name is already there ({rel}).", tip=_UNSAFE) from None
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST):
+            raise
+        raise IntegrityError(
+            f"{what}: a directory on the way to {rel} is a link or a file; it would resolve outside the destination.",
+            tip=_UNSAFE,
+        ) from None
+    with f:
         written = hash_stream(src, dst=f, limit=size + 1)
     if written != size:
-        raise _refuse(archive, name, f"it holds {written} bytes, not the {size} its header says")
+        raise IntegrityError(f"{what}: it holds {written} bytes, not the {size} its header says.", tip=_UNSAFE)
 
 
-def place_file(src: Path, dest_dir: Path) -> None:
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest_dir / src.name)
+def place_file(src: Path, base: Path, rel: str) -> None:
+    """Copy the bundle member ``src`` to the new file ``base/rel`` (see :func:`place`)."""
+    with src.open("rb") as f:
+        place(f, base, rel, size=src.stat().st_size, what=f"refused asset {src.name!r}")

@@ -1,8 +1,16 @@
-"""lockbuild.json: the marker in every installed environment, and listing what is installed."""
+"""lockbuild.json: the marker in every installed environment, and listing what is installed.
+
+A marker is trusted only in the directory it was written into: it records that directory's device and
+inode, which a rename (the installer's swap) keeps and a copy does not. A directory someone else made
+and filled with a copy of a real environment's marker is therefore not "installed" (and the installer
+refuses it as a target it did not make).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +36,8 @@ class Installed:
     python: str
     platform: str
     lockbuild: str
+    dev: int = 0  # the environment directory's st_dev and st_ino when the marker was written
+    ino: int = 0
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -37,23 +47,37 @@ class Installed:
 
 
 def read_marker(env_dir: Path) -> Installed | None:
-    """The marker of an installed environment; None where there is none or it is unreadable."""
+    """The marker of an installed environment; None where there is none, it is unreadable, or it was not
+    written into this very directory (a symlink, or a directory that is not the one the installer made)."""
     try:
-        data = json.loads((env_dir / MARKER).read_text(encoding="utf-8"))
+        st = os.lstat(env_dir)
+        fd = os.open(env_dir / MARKER, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            raw = f.read(1 << 20)
+        data = json.loads(raw.decode("utf-8"))
         data["requirements"] = tuple(data["requirements"])
         data["signers"] = tuple(data["signers"])
-        return Installed(**data)
+        marker = Installed(**data)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not stat.S_ISDIR(st.st_mode) or (marker.dev, marker.ino) != (st.st_dev, st.st_ino):
+        return None
+    return marker
 
 
 def list_installed(root: Path) -> list[tuple[Path, Installed]]:
     out: list[tuple[Path, Installed]] = []
     if not root.is_dir():
         return out
-    for engine_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for env in sorted(p for p in engine_dir.iterdir() if p.is_dir() and not p.name.endswith(".partial")):
+    for engine_dir in sorted(p for p in root.iterdir() if _plain_dir(p) and not p.name.startswith(".")):
+        for env in sorted(p for p in engine_dir.iterdir() if _plain_dir(p) and not p.name.endswith(".partial")):
             marker = read_marker(env)
             if marker is not None:
                 out.append((env, marker))
     return out
+
+
+def _plain_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()

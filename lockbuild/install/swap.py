@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,43 +21,97 @@ LOCK_NAME = ".lockbuild.lock"
 _RENAME_EXCHANGE = 2
 
 
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _same(path: Path, st: os.stat_result) -> bool:
+    try:
+        now = path.lstat()
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _open_lock(path: Path) -> tuple[int, os.stat_result]:
+    """The lock file, opened without following a link and without truncating anything; refused unless
+    it is a regular file of the installing user (another user's file is never written to)."""
+    try:
+        fd = os.open(path, _LOCK_FLAGS, 0o644)
+    except OSError as exc:
+        raise InstallError(
+            f"cannot open the lock file {path}: {exc.strerror} (a symbolic link or another user's file?).",
+            tip="Remove it; only the installing user may create files under --root.",
+        ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise InstallError(
+            f"the lock file {path} is not a regular file of the installing user (uid {st.st_uid}); refused.",
+            tip="Remove it; only the installing user may create files under --root.",
+        )
+    return fd, st
+
+
 @contextmanager
 def engine_lock(engine_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
-    """Hold ``<root>/<engine>/.lockbuild.lock``; wait up to ``wait`` seconds for another installer."""
-    engine_dir.mkdir(parents=True, exist_ok=True)
+    """Hold ``<root>/<engine>/.lockbuild.lock``; wait up to ``wait`` seconds for another installer.
+
+    The holder unlinks the file before it lets go, so nothing is left behind. A waiter that then gets
+    the lock holds a file no longer in the directory: it checks that the path still names the inode it
+    locked, and starts again if not.
+    """
     path = engine_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    deadline = time.monotonic() + wait
+    while True:
+        fd, st = _open_lock(path)
+        try:
+            _acquire(fd, engine_dir, deadline)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same(path, st):
+            break
+        os.close(fd)  # the holder removed it as we waited: lock the file that is there now
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                    raise BusyError(
-                        f"another lockbuild (pid {holder}) is installing or removing {engine_dir.name} under "
-                        f"{engine_dir.parent}; only one may run per engine.",
-                        tip="Wait for it to finish, or pass --wait SECONDS to queue behind it.",
-                    ) from None
-                time.sleep(0.2)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        try:
+            if _same(path, st):
+                path.unlink()
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def _acquire(fd: int, engine_dir: Path, deadline: float) -> None:
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                raise BusyError(
+                    f"another lockbuild (pid {holder}) is installing or removing {engine_dir.name} under "
+                    f"{engine_dir.parent}; only one may run per engine.",
+                    tip="Wait for it to finish, or pass --wait SECONDS to queue behind it.",
+                ) from None
+            time.sleep(0.2)
 
 
 def clean_stale(engine_dir: Path) -> list[str]:
-    """Remove staging directories left by killed runs (call only while holding the engine lock)."""
+    """Remove staging directories left by killed runs (call only while holding the engine lock). Links
+    are never followed: a planted link is removed as a link, a directory's tree by descriptor."""
     removed = []
-    for p in sorted(engine_dir.glob(f"*{STAGING_SUFFIX}")):
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
+    with os.scandir(engine_dir) as entries:
+        stale = sorted((e for e in entries if e.name.endswith(STAGING_SUFFIX)), key=lambda e: e.name)
+    for e in stale:
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path, ignore_errors=True)
         else:
-            p.unlink(missing_ok=True)
-        removed.append(p.name)
+            Path(e.path).unlink(missing_ok=True)
+        removed.append(e.name)
     return removed
 
 

@@ -7,6 +7,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+from lockbuild.bundle.paths import create_under
 from lockbuild.errors import InstallError
 
 MAX_UV_BINARY = 256 << 20
@@ -59,11 +60,10 @@ def extract_uv(wheel: Path, dest_dir: Path) -> Path:
             info = zf.getinfo(names[0])
             if info.file_size > MAX_UV_BINARY:
                 raise InstallError(f"{wheel.name}'s uv binary is {info.file_size} bytes; refused.")
-            dest_dir.mkdir(parents=True, exist_ok=True)
+            dest_dir.mkdir(mode=0o700)
             out = dest_dir / "uv"
-            with zf.open(info) as src, out.open("wb") as dst:
+            with zf.open(info) as src, create_under(dest_dir, "uv", 0o755) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except zipfile.BadZipFile as exc:
         raise InstallError(f"{wheel.name} is not a valid wheel: {exc}.") from None
-    out.chmod(0o755)
     return out

@@ -1,0 +1,100 @@
+"""The one fit rule: which of a bundle's requirements a node does not meet. Pure.
+
+``install`` refuses on any reason; ``doctor`` lists them. Both call :func:`unmet` with the same
+:class:`Needs` (from the signed manifest, or from a catalogue recipe) and :class:`Facts`, so they give
+the same answer on the same node. Something that cannot be known (a driver whose version the node does
+not report, GPUs nvidia-smi does not list) counts as unmet, with a reason saying it is unknown:
+``--gpu-check skip`` is the explicit way past GPU rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from lockbuild.bundle.instructions import GpuNeeds
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.install.node import Node
+from lockbuild.target import parse_platform
+
+GpuCheck = Literal["auto", "require", "skip"]
+ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+HEADROOM = 256 << 20  # beyond three times the unpacked size (the unpacked bundle, the environment, slack)
+
+
+@dataclass(frozen=True)
+class Needs:
+    python: str
+    platform: str
+    gpu: GpuNeeds | None
+    free_bytes: int
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Needs:
+        return cls(manifest.python, manifest.platform, manifest.install.gpu,
+                   space_needed(manifest.unpacked_size, manifest.install.free_gb))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Facts:
+    node: Node
+    pythons: frozenset[str]  # the X.Y versions of the interpreters the installer could use
+    free_bytes: int
+
+
+def space_needed(unpacked: int, free_gb: int) -> int:
+    """Bytes an install needs free: the bundle's own rule (``free-gb``) or three times its unpacked size."""
+    need = unpacked * 3 + HEADROOM if unpacked else 0
+    return max(need, free_gb << 30)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def unmet(needs: Needs, facts: Facts, gpu_check: GpuCheck = "auto") -> tuple[str, ...]:
+    """Every reason ``needs`` are not met by ``facts`` (empty: it fits)."""
+    node = facts.node
+    reasons: list[str] = []
+    plat = parse_platform(needs.platform)
+    machine = ARCH_ALIASES.get(node.machine, node.machine)
+    if plat.arch != machine:
+        reasons.append(f"built for {plat.arch} ({needs.platform}), the node is {machine}")
+    if plat.libc == "glibc":
+        want = "{}.{}".format(*plat.libc_version)
+        if node.libc != "glibc" or node.libc_version is None:
+            reasons.append(f"needs glibc {want}+, the node's C library is {node.libc} (version unknown)")
+        elif node.libc_version < plat.libc_version:
+            reasons.append(f"needs glibc {want}+, the node has {node.libc_version[0]}.{node.libc_version[1]}")
+    if needs.python not in facts.pythons:
+        reasons.append(f"needs Python {needs.python}, not found (python{needs.python} on PATH or --python)")
+    if needs.gpu is not None and gpu_check != "skip":
+        reasons += _gpu_reasons(needs.gpu, node)
+    if facts.free_bytes < needs.free_bytes:
+        reasons.append(f"needs {_gib(needs.free_bytes)} free, the root has {_gib(facts.free_bytes)}")
+    return tuple(reasons)
+
+
+def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
+    if not node.has_nvidia:
+        return ["needs an NVIDIA GPU; no driver found (no /proc/driver/nvidia, no nvidia-smi)"]
+    reasons = []
+    if gpu.min_driver is not None:
+        if node.driver in (None, "unknown") or not _version(node.driver or ""):
+            reasons.append(f"needs driver {gpu.min_driver}+, the node's driver version is unknown")
+        elif _version(node.driver or "") < _version(gpu.min_driver):
+            reasons.append(f"needs driver {gpu.min_driver}+, the node has {node.driver}")
+    if gpu.min_capability is not None:
+        need = "{}.{}".format(*gpu.min_capability)
+        if not node.gpus:
+            reasons.append(f"needs compute capability {need}+, the node's GPUs are unknown (nvidia-smi lists none)")
+        low = [g for g in node.gpus if g.capability < gpu.min_capability]
+        if low:
+            have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in low)
+            reasons.append(f"needs compute capability {need}+, the node has {have}")
+    return reasons

@@ -1,0 +1,74 @@
+"""Where the installer may write: --root, the engine directory and the target must belong to the
+installing user alone.
+
+A root another user can write to lets that user plant a link or a look-alike environment where the
+installer (often root) will write, so each of the three is refused if it is a symbolic link, is not a
+directory, is owned by anyone but the installing user, or is writable by its group or by others. There
+is no group-shared mode: a team shares a root by installing as one service account
+(docs/site-administrators.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+from lockbuild.errors import InstallError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_TIP = ("--root, ROOT/ENGINE and every environment in it must be directories owned by the installing user "
+        "and writable by no one else (chmod 755); see docs/site-administrators.md.")  # fmt: skip
+
+
+def check_place(path: Path, what: str) -> os.stat_result:
+    """``path`` exists, is a real directory (not a link), owned by this user, writable by no one else."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise InstallError(f"cannot examine {what} {path}: {exc.strerror}.", tip=_TIP) from None
+    problem = None
+    if stat.S_ISLNK(st.st_mode):
+        problem = "is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory"
+    elif st.st_uid != os.geteuid():
+        problem = f"is owned by uid {st.st_uid}, not by the installing user (uid {os.geteuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problem = f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if problem:
+        raise InstallError(f"refused {what} {path}: it {problem}.", tip=_TIP)
+    return st
+
+
+def prepare(root: Path, engine: str) -> Path:
+    """Make (if absent) and check --root and ROOT/ENGINE; the engine directory is made by descriptor, so
+    a link planted in its place is refused, never followed. Returns ROOT/ENGINE."""
+    if not os.path.lexists(root):
+        try:
+            root.mkdir(parents=True, mode=0o755)
+            root.chmod(0o755)
+        except OSError as exc:
+            raise InstallError(f"cannot create --root {root}: {exc.strerror}.", tip=_TIP) from None
+    check_place(root, "--root")
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(engine, 0o755, dir_fd=fd)
+            made = os.open(engine, _DIR_FLAGS, dir_fd=fd)
+            os.fchmod(made, 0o755)  # whatever the umask: a group-writable engine dir would refuse itself
+            os.close(made)
+    except OSError as exc:
+        raise InstallError(f"cannot create the engine directory {root / engine}: {exc.strerror}.", tip=_TIP) from None
+    finally:
+        os.close(fd)
+    engine_dir = root / engine
+    check_place(engine_dir, "the engine directory")
+    return engine_dir
+
+
+def check_target(target: Path) -> None:
+    """An existing environment must pass the same rule (one made by someone else is refused)."""
+    if os.path.lexists(target):
+        check_place(target, "the installed environment")

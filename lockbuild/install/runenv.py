@@ -1,0 +1,52 @@
+"""Running the engine's own code (the verify command, the GPU probe) in a minimal, explicit environment.
+
+The child inherits nothing by default: PATH is the new environment's bin/ and the system's, HOME,
+TMPDIR and the locale are passed through, and of the GPU settings only device selection and driver
+capabilities (CUDA_VISIBLE_DEVICES and NVIDIA_* device variables). No proxy, no credential, no
+*_TOKEN, no LD_PRELOAD, no PYTHON* variable reaches the engine, whatever the installer was given.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from lockbuild.errors import InstallError
+
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PASSED = ("HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
+GPU_PASSED = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
+
+
+def engine_env(env_dir: Path, inherit: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment the verify command and the probe see."""
+    env = {k: inherit[k] for k in PASSED + GPU_PASSED if k in inherit and "\0" not in inherit[k]}
+    env.setdefault("LANG", "C.UTF-8")
+    env.setdefault("HOME", str(env_dir))
+    env["PATH"] = f"{env_dir / 'bin'}:{SYSTEM_PATH}"
+    env["VIRTUAL_ENV"] = str(env_dir)
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def tail(text: str, lines: int = 12) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(f"    {line}" for line in kept[-lines:])
+
+
+def run(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str, cwd: Path | None = None) -> str:
+    """Run ``argv`` with exactly ``env``; its output, or an InstallError with the last lines of it."""
+    try:
+        proc = subprocess.run(
+            list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise InstallError(f"{what} did not finish within {timeout:.0f} s.") from None
+    except OSError as exc:
+        raise InstallError(f"{what}: cannot run {argv[0]}: {exc.strerror}.") from None
+    out = (proc.stdout or "") + (proc.stderr or "")
+    if proc.returncode != 0:
+        raise InstallError(f"{what} failed (exit {proc.returncode}):\n{tail(out)}")
+    return out

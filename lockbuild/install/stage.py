@@ -1,0 +1,156 @@
+"""Building an environment from an unpacked bundle, as its signed manifest says: uv venv, the offline
+uv install, the source and assets placed, the verify command and the GPU probe, the records.
+
+Everything here acts on the manifest's [install] table only (never the recipe). Every file placed is
+created O_CREAT|O_EXCL|O_NOFOLLOW under the staging directory this installer made, so a name that
+already exists in the environment (bin/python, a console script) is refused, never written through.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shlex
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockbuild import __version__
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.paths import create_under, make_dirs_under
+from lockbuild.errors import InstallError
+from lockbuild.install import archives
+from lockbuild.install.fit import GpuCheck
+from lockbuild.install.marker import MARKER, RECORD_DIR, Installed
+from lockbuild.install.node import Node
+from lockbuild.install.runenv import engine_env, run
+from lockbuild.install.tools import extract_uv
+from lockbuild.progress import Progress
+from lockbuild.times import iso
+from lockbuild.uvtool import clean_env
+
+Hook = Callable[[str], None]
+PROBE_TIMEOUT = 300.0
+
+TORCH_PROBE = """\
+import torch
+assert torch.cuda.is_available(), "torch sees no CUDA device"
+x = torch.ones(64, device="cuda")
+print(float((x * 2).sum()), torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
+"""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One environment being built: the unpacked bundle, the staging directory, what drives it."""
+
+    unpacked: Path
+    staged: Path
+    manifest: Manifest
+    progress: Progress
+    hook: Hook
+    environ: Mapping[str, str]  # what the installer may pass on (filtered again for the engine's code)
+
+    def build(self, python: Path) -> None:
+        m, p = self.manifest, self.progress
+        uv = extract_uv(self.unpacked / m.install.uv, self.unpacked / ".uv")
+        env = clean_env(self.unpacked / ".uv-cache", offline=True, inherit=self.environ)
+        p.phase(f"creating a Python {m.python} environment")
+        run([str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", str(self.staged)],
+            env=env, timeout=600, what="uv venv")  # fmt: skip
+        st = self.staged.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise InstallError(f"uv venv did not make a plain directory at {self.staged}.")
+        self.staged.chmod(0o755)
+        self.hook("install")
+        argv = [str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
+                "--no-index", "--require-hashes"]  # fmt: skip
+        for kind, folder in (("wheel", "wheels"), ("sdist", "sdists")):
+            if any(x.kind == kind for x in m.members):  # only folders the bundle has (uv refuses a missing one)
+                argv += ["--find-links", str(self.unpacked / folder)]
+        if not any(x.kind == "sdist" for x in m.members):
+            argv.append("--no-build")
+        argv += ["-r", str(self.unpacked / "lock" / "requirements.txt")]
+        count = sum(1 for x in m.members if x.kind in ("wheel", "sdist"))
+        p.phase(f"installing {count} package(s) offline with uv {m.uv_version}")
+        run(argv, env=env, timeout=3600, what="uv pip install")
+        self._place()
+
+    def _place(self) -> None:
+        t, p = self.manifest.install, self.progress
+        if t.source is not None:
+            p.phase(f"unpacking the source into {t.source.dir}/")
+            archives.extract(self.unpacked / t.source.member, self.staged / t.source.dir, strip=t.source.top or None,
+                             within=self.staged)  # fmt: skip
+        for a in t.assets:
+            name = a.member.rsplit("/", 1)[-1]
+            p.phase(f"unpacking {name} into {a.dir}/")
+            if archives.is_archive(name):
+                archives.extract(self.unpacked / a.member, self.staged / a.dir, within=self.staged)
+            else:
+                archives.place_file(self.unpacked / a.member, self.staged, f"{a.dir}/{name}")
+
+    def verify(self, *, timeout: float, gpu_check: GpuCheck, node: Node) -> None:
+        t, p = self.manifest.install, self.progress
+        binary = self.staged / "bin" / t.binary
+        if not binary.exists():
+            raise InstallError(
+                f"the environment has no bin/{t.binary} after installing; the bundle's manifest names "
+                f"{t.binary!r} as the engine's binary.",
+                tip="Rebuild the bundle with engine.binary set to a console script the engine installs.",
+            )
+        env = engine_env(self.staged, self.environ)
+        argv = list(t.verify)
+        if (self.staged / "bin" / argv[0]).exists():
+            argv[0] = str(self.staged / "bin" / argv[0])
+        shown = shlex.join(t.verify)
+        p.phase(f"running the verify command: {shown}")
+        run(argv, env=env, timeout=timeout, what=f"the verify command ({shown})", cwd=self.staged)
+        self.hook("verify")
+        self._probe(env, gpu_check, node)
+
+    def _probe(self, env: dict[str, str], mode: GpuCheck, node: Node) -> None:
+        probe = self.manifest.install.gpu_probe
+        if probe == "none" or mode == "skip":
+            return
+        if mode == "auto" and not node.has_nvidia:
+            self.progress.phase("no NVIDIA driver on this node: skipping the GPU probe (--gpu-check require forces it)")
+            return
+        py = str(self.staged / "bin" / "python")
+        argv = [py, "-c", TORCH_PROBE] if probe == "torch" else [py, str(self.staged / probe)]
+        self.progress.phase("probing the GPU")
+        try:
+            run(argv, env=env, timeout=PROBE_TIMEOUT, what="the GPU probe", cwd=self.staged)
+        except InstallError as exc:
+            hint = None
+            if "no kernel image" in exc.message:
+                hint = (
+                    f"this build ({self.manifest.variant}) has no kernels for this node's GPU: install the bundle "
+                    "of another variant built for it (another CUDA version or compute capability)."
+                )
+            raise InstallError(exc.message, tip=hint or "Check the driver with nvidia-smi.") from None
+
+    def write_records(self, sha256: str, signers: tuple[str, ...]) -> None:
+        """The lock, recipe and SBOM as installed (the record of what is there), then the marker, which
+        names this directory's device and inode (kept by the swap's rename)."""
+        m = self.manifest
+        make_dirs_under(self.staged, f"{RECORD_DIR}/lock")
+        for x in m.members:
+            if x.kind in ("recipe", "lock", "sbom"):
+                archives.place_file(self.unpacked / x.path, self.staged, f"{RECORD_DIR}/{x.path}")
+        with create_under(self.staged, f"{RECORD_DIR}/bundle.toml") as f:
+            f.write(m.to_toml())
+        st = os.lstat(self.staged)
+        marker = Installed(
+            engine=m.engine, version=m.version, variant=m.variant, binary=f"bin/{m.install.binary}",
+            requirements=m.install.requirements, exclude_newer=iso(m.as_of), uv=m.uv_version,
+            installed=iso(dt.datetime.now(dt.UTC)), bundle=m.bundle_name, bundle_sha256=sha256, serial=m.serial,
+            signers=signers, python=m.python, platform=m.platform, lockbuild=__version__, dev=st.st_dev,
+            ino=st.st_ino,
+        )  # fmt: skip
+        with create_under(self.staged, MARKER) as f:
+            f.write((json.dumps(marker.to_json(), indent=2, sort_keys=True) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -64,12 +65,14 @@ def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, 
     from lockbuild.builder.session import session
     from lockbuild.progress import Progress
     from lockbuild.recipe import load_recipe
+    from lockbuild.settings import load
     from lockbuild.signing import read_secret_key
 
     recipe = load_recipe(recipe_path)
     secret = read_secret_key(key, lambda: "")
     t0 = time.perf_counter()
-    with session(progress=Progress.quiet(), cache_dir=cache_dir) as s:
+    settings = load(os.environ, home=Path.home(), cache_dir=cache_dir)
+    with session(settings, progress=Progress.quiet()) as s:
         plan = s.planner.plan(recipe, recipe.builds[0])
         t1 = time.perf_counter()
         paths, report = s.fetch(plan)

@@ -85,26 +85,17 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LockbuildError as exc:
+            from lockbuild.text import for_terminal, mask_data
+
             obj = ctx.obj or {}
             if obj.get("verbose"):
-                traceback.print_exc()
+                click.echo(for_terminal(traceback.format_exc()), err=True, nl=False)
             if obj.get("json"):
-                click.echo(
-                    json.dumps(
-                        {
-                            "ok": False,
-                            "error": {
-                                "type": type(exc).__name__,
-                                "message": exc.message,
-                                "tip": exc.tip,
-                                "exit_code": exc.exit_code,
-                            },
-                        }
-                    )
-                )
-            click.echo(f"ERROR {exc.message}", err=True)
+                error = {"type": type(exc).__name__, "message": exc.message, "tip": exc.tip, "exit_code": exc.exit_code}
+                click.echo(json.dumps({"ok": False, "error": mask_data(error)}))
+            click.echo(f"ERROR {for_terminal(exc.message)}", err=True)
             if exc.tip:
-                click.echo(f"TIP {exc.tip}", err=True)
+                click.echo(f"TIP {for_terminal(exc.tip)}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("ERROR interrupted", err=True)
@@ -126,15 +117,51 @@ def _progress(ctx: click.Context) -> Any:
 
 
 def _emit(ctx: click.Context, data: dict[str, Any], text: str) -> None:
+    """The result: JSON on stdout under --json, else ``text``; either way with credentials in URLs masked
+    and (in text) every non-printable character escaped, whatever the text came from."""
+    from lockbuild.text import for_terminal, mask_data
+
     if ctx.obj.get("json"):
-        click.echo(json.dumps({"ok": True, **data}, indent=2, default=str))
+        click.echo(json.dumps(mask_data({"ok": True, **data}), indent=2, default=str))
     else:
-        click.echo(text)
+        click.echo(for_terminal(text))
+
+
+def _warn(ctx: click.Context, warnings: Any) -> None:
+    """Warnings (data on settings, plans and results) as lines on stderr; --json shows them in its object."""
+    from lockbuild.text import for_terminal
+
+    if not ctx.obj.get("json"):
+        for w in warnings:
+            click.echo(f"warning: {for_terminal(w)}", err=True)
+
+
+def _settings(ctx: click.Context, allow_insecure_http: bool) -> Any:
+    """The builder's settings, read once from the flags and the environment (nothing below reads it)."""
+    from lockbuild.settings import load
+
+    settings = load(os.environ, home=Path.home(), allow_insecure_http=allow_insecure_http)
+    _warn(ctx, settings.warnings)
+    return settings
+
+
+insecure_option = click.option(
+    "--allow-insecure-http",
+    is_flag=True,
+    help="INSECURE: allow plain http to hosts other than this machine (also LOCKBUILD_ALLOW_INSECURE_HTTP=1); "
+    "a warning is printed and no credentials are sent over it.",
+)
+
+
+def _take_password() -> str | None:
+    """LOCKBUILD_KEY_PASSWORD, removed from this process's environment as it is read, so that no child
+    process (uv, a build backend) can inherit it."""
+    return os.environ.pop("LOCKBUILD_KEY_PASSWORD", None)
 
 
 def _password(prompt: str = "Passphrase for the secret key") -> Callable[[], str]:
     def get() -> str:
-        env = os.environ.get("LOCKBUILD_KEY_PASSWORD")
+        env = _take_password()
         if env is not None:
             return env
         if not sys.stdin.isatty():
@@ -199,6 +226,7 @@ def _lock_json(plan: Any) -> dict[str, Any]:
             for f in plan.lock.files
         ],
         "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
+        "warnings": list(plan.warnings),
     }
 
 
@@ -206,9 +234,12 @@ def _lock_json(plan: Any) -> dict[str, Any]:
 @click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
 @build_option
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the locks.")
+@insecure_option
 @json_option
 @click.pass_context
-def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as_json: bool) -> None:
+def lock(
+    ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, allow_insecure_http: bool, as_json: bool
+) -> None:
     """Resolve a recipe's builds into hashed locks, as the index stood at each build's cut-off.
 
     Writes OUT/VERSION-VARIANT/ with requirements.txt (or pylock.toml for builds with a second index)
@@ -219,19 +250,21 @@ def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
+    settings = _settings(ctx, allow_insecure_http)
     r = load_recipe(recipe)
     results = []
-    with session(progress=_progress(ctx)) as s:
+    with session(settings, progress=_progress(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
     for plan in plans:
         write_plan_dir(plan, out)
+        _warn(ctx, plan.warnings)
         results.append(_lock_json(plan))
     text = "\n".join(
         f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
         f"-> {out / res['build'] / res['lock_format']}"
         for res in results
     )
-    _emit(ctx, {"locks": results}, text)
+    _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
 
 
 @main.command(epilog="Example: lockbuild fetch bundles/onnxruntime.toml --build cpu-py311 --out fetched/")
@@ -239,9 +272,18 @@ def lock(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, as
 @build_option
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the files.")
 @jobs_option
+@insecure_option
 @json_option
 @click.pass_context
-def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, jobs: int, as_json: bool) -> None:
+def fetch(
+    ctx: click.Context,
+    recipe: Path,
+    build_spec: str | None,
+    out: Path,
+    jobs: int,
+    allow_insecure_http: bool,
+    as_json: bool,
+) -> None:
     """Lock, then download and verify every file a build needs (no bundle), for inspection.
 
     Files come through the content-addressed cache (LOCKBUILD_CACHE_DIR); each is checked against its
@@ -252,11 +294,13 @@ def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, j
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
+    settings = _settings(ctx, allow_insecure_http)
     r = load_recipe(recipe)
     results = []
-    with session(progress=_progress(ctx), jobs=jobs) as s:
+    with session(settings, progress=_progress(ctx), jobs=jobs) as s:
         for b in r.select(build_spec):
             plan = s.planner.plan(r, b)
+            _warn(ctx, plan.warnings)
             paths, report = s.fetch(plan)
             write_plan_dir(plan, out, paths)
             results.append(
@@ -272,7 +316,7 @@ def fetch(ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, j
         f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> {out / x['build']}"
         for x in results
     )
-    _emit(ctx, {"fetches": results}, text)
+    _emit(ctx, {"fetches": results, "warnings": list(settings.warnings)}, text)
 
 
 def _expires(_ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:
@@ -306,6 +350,7 @@ expires_option = click.option(
 @expires_option
 @click.option("--threads", type=int, default=None, help="zstd workers (output is identical for any number).")
 @jobs_option
+@insecure_option
 @json_option
 @click.pass_context
 def build(
@@ -317,12 +362,14 @@ def build(
     expires: dt.datetime | None,
     threads: int | None,
     jobs: int,
+    allow_insecure_http: bool,
     as_json: bool,
 ) -> None:
     """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
 
     The bundle is bit-for-bit reproducible: the same recipe gives the same bytes on any machine. If any
-    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt.
+    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt;
+    the key is read only once every build is locked and fetched, just before signing.
     """
     _setup(ctx, as_json)
     from lockbuild.builder.pack import pack
@@ -330,42 +377,49 @@ def build(
     from lockbuild.recipe import load_recipe
     from lockbuild.signing import read_secret_key
 
+    settings = _settings(ctx, allow_insecure_http)
+    password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)
-    secret = read_secret_key(key, _password())
     progress = _progress(ctx)
     results: list[dict[str, Any]] = []
-    with session(progress=progress, jobs=jobs) as s:
+    with session(settings, progress=progress, jobs=jobs) as s:
+        planned: list[tuple[Any, dict[str, Path]]] = []
         for b in builds:
             plan = s.planner.plan(r, b)
-            paths, _ = s.fetch(plan)
-            packed = pack(
-                plan,
-                paths,
-                out,
-                key=secret,
-                uv_version=plan.uv_version,
-                expires=expires,
-                threads=threads,
-                progress=progress,
-            )
-            results.append(
-                {
-                    "bundle": str(packed.bundle),
-                    "signature": str(packed.signature),
-                    "sha256": packed.sha256,
-                    "size": packed.size,
-                    "members": len(packed.manifest.members),
-                    "signer": secret.key_id_hex,
-                    "as_of": iso(plan.as_of),
-                }
-            )
+            _warn(ctx, plan.warnings)
+            planned.append((plan, s.fetch(plan)[0]))
+    # The secret key is read only now: nothing from the index runs while it is in memory.
+    secret = read_secret_key(key, (lambda: password) if password is not None else _password())
+    for plan, paths in planned:
+        packed = pack(
+            plan,
+            paths,
+            out,
+            key=secret,
+            uv_version=plan.uv_version,
+            expires=expires,
+            threads=threads,
+            progress=progress,
+        )
+        results.append(
+            {
+                "bundle": str(packed.bundle),
+                "signature": str(packed.signature),
+                "sha256": packed.sha256,
+                "size": packed.size,
+                "members": len(packed.manifest.members),
+                "signer": secret.key_id_hex,
+                "as_of": iso(plan.as_of),
+                "warnings": list(plan.warnings),
+            }
+        )
     text = "\n".join(
         f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members']} files)\n  sha256 {x['sha256']}\n"
         f"  signed by {x['signer']} -> {x['signature']}"
         for x in results
     )
-    _emit(ctx, {"bundles": results}, text)
+    _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
 
 
 @main.command(
@@ -420,7 +474,7 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, as_json: bool) -> 
 
     password = None
     if not no_password:
-        password = os.environ.get("LOCKBUILD_KEY_PASSWORD")
+        password = _take_password()
         if password is None:
             if not sys.stdin.isatty():
                 raise SignatureError(

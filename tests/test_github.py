@@ -19,6 +19,7 @@ from lockbuild.builder.github import ReleaseAsset, pick_wheel, release_assets
 from lockbuild.builder.http import make_client
 from lockbuild.cli import main
 from lockbuild.errors import FetchError, IntegrityError, LockbuildError, RemoteError
+from lockbuild.settings import Settings
 
 TOKEN = "ghp_secret0123456789abcdefghijklmnopqrstu"
 DATA = b"engine binaries " * 4096
@@ -36,15 +37,29 @@ def gh(srv: FakeServer, monkeypatch: pytest.MonkeyPatch) -> FakeServer:
     return srv
 
 
+def bases(s: FakeServer) -> dict[str, str]:
+    return {"api": s.github_api, "download": s.github_download}
+
+
 @pytest.fixture
-def api() -> Iterator[httpx.Client]:
-    with make_client() as c:
+def github_token() -> str | None:
+    return None  # a test parametrizes it to have the clients carry a token
+
+
+@pytest.fixture
+def settings(gh: FakeServer, tmp_path: Path, github_token: str | None) -> Settings:
+    return Settings(gh.index_url(), gh.github_api, gh.github_download, tmp_path / "cache", github_token=github_token)
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[httpx.Client]:
+    with make_client(settings=settings) as c:
         yield c
 
 
 @pytest.fixture
-def fetcher(tmp_path: Path) -> Iterator[Fetcher]:
-    with make_client() as c:
+def fetcher(tmp_path: Path, settings: Settings) -> Iterator[Fetcher]:
+    with make_client(settings=settings) as c:
         c.follow_redirects = True
         yield Fetcher(Cache(tmp_path / "cache"), c, sleep=lambda s: None)
 
@@ -55,7 +70,7 @@ def cached(f: Fetcher) -> list[Path]:
 
 def test_asset_with_its_published_digest_is_fetched(gh: FakeServer, api: httpx.Client, fetcher: Fetcher) -> None:
     gh.add_release("o/engine", "v1.2", {"engine-linux.tar.gz": DATA})
-    asset = release_assets(api, "o/engine", "v1.2")["engine-linux.tar.gz"]
+    asset = release_assets(api, "o/engine", "v1.2", **bases(gh))["engine-linux.tar.gz"]
     assert asset.url == f"{gh.github_download}/o/engine/releases/download/v1.2/engine-linux.tar.gz"
     assert asset.sha256() == sha(DATA) and asset.size == len(DATA)
     (got,) = fetcher.fetch_all([asset.wanted()]).files
@@ -64,7 +79,7 @@ def test_asset_with_its_published_digest_is_fetched(gh: FakeServer, api: httpx.C
 
 def test_asset_without_a_published_digest_is_refused(gh: FakeServer, api: httpx.Client, fetcher: Fetcher) -> None:
     gh.add_release("o/engine", "v1.2", {"engine-linux.tar.gz": DATA}, digests={"engine-linux.tar.gz": None})
-    asset = release_assets(api, "o/engine", "v1.2")["engine-linux.tar.gz"]
+    asset = release_assets(api, "o/engine", "v1.2", **bases(gh))["engine-linux.tar.gz"]
     with pytest.raises(IntegrityError, match=r"o/engine v1.2: GitHub publishes no digest for engine-linux.tar.gz"):
         asset.wanted()
     assert gh.files["/gh/o/engine/releases/download/v1.2/engine-linux.tar.gz"].hits == 0  # never downloaded
@@ -75,7 +90,7 @@ def test_asset_with_a_wrong_digest_is_refused(gh: FakeServer, api: httpx.Client,
     gh.add_release(
         "o/engine", "v1.2", {"engine-linux.tar.gz": DATA}, digests={"engine-linux.tar.gz": f"sha256:{sha(OTHER)}"}
     )
-    asset = release_assets(api, "o/engine", "v1.2")["engine-linux.tar.gz"]
+    asset = release_assets(api, "o/engine", "v1.2", **bases(gh))["engine-linux.tar.gz"]
     with pytest.raises(IntegrityError) as err:
         fetcher.fetch_all([asset.wanted()])
     assert f"expected {sha(OTHER)}, found {sha(DATA)}" in err.value.message
@@ -97,21 +112,21 @@ def test_asset_with_a_wrong_digest_is_refused(gh: FakeServer, api: httpx.Client,
 )
 def test_malformed_digest_is_refused(gh: FakeServer, api: httpx.Client, digest: str) -> None:
     gh.add_release("o/engine", "v1", {"a.tgz": DATA}, digests={"a.tgz": digest})
-    asset = release_assets(api, "o/engine", "v1")["a.tgz"]
+    asset = release_assets(api, "o/engine", "v1", **bases(gh))["a.tgz"]
     with pytest.raises(IntegrityError, match=r"the digest published for a.tgz is malformed: expected 'sha256:' and 64"):
         asset.sha256()
 
 
 def test_missing_release_is_a_clear_error(gh: FakeServer, api: httpx.Client) -> None:
     with pytest.raises(RemoteError, match=r"^GitHub has no release v9 in o/engine\.$"):
-        release_assets(api, "o/engine", "v9")
+        release_assets(api, "o/engine", "v9", **bases(gh))
 
 
 @pytest.mark.parametrize("name", ["../../evil.whl", "dir/x.whl", "a b.whl", ".."])
 def test_asset_name_that_is_not_a_plain_file_name_is_refused(gh: FakeServer, api: httpx.Client, name: str) -> None:
     gh.add_release("o/engine", "v1", {name: DATA})
     with pytest.raises(RemoteError, match=r"expected a plain file name"):
-        release_assets(api, "o/engine", "v1")
+        release_assets(api, "o/engine", "v1", **bases(gh))
 
 
 def _assets(*names: str) -> dict[str, ReleaseAsset]:
@@ -142,12 +157,10 @@ def test_pick_wheel_with_two_matches_is_a_clear_error() -> None:
 
 
 # the token ---------------------------------------------------------------------------------------
-def test_token_is_sent_as_bearer_to_the_api_and_downloads(
-    gh: FakeServer, api: httpx.Client, fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+@pytest.mark.parametrize("github_token", [TOKEN])
+def test_token_is_sent_as_bearer_to_the_api_and_downloads(gh: FakeServer, api: httpx.Client, fetcher: Fetcher) -> None:
     gh.add_release("o/engine", "v1", {"a.tgz": DATA})
-    asset = release_assets(api, "o/engine", "v1")["a.tgz"]
+    asset = release_assets(api, "o/engine", "v1", **bases(gh))["a.tgz"]
     fetcher.fetch_all([asset.wanted()])
     seen = dict(gh.request_headers)
     assert seen["/api/repos/o/engine/releases/tags/v1"]["authorization"] == f"Bearer {TOKEN}"
@@ -157,7 +170,7 @@ def test_token_is_sent_as_bearer_to_the_api_and_downloads(
 
 def test_no_token_no_authorization(gh: FakeServer, api: httpx.Client, fetcher: Fetcher) -> None:
     gh.add_release("o/engine", "v1", {"a.tgz": DATA})
-    fetcher.fetch_all([release_assets(api, "o/engine", "v1")["a.tgz"].wanted()])
+    fetcher.fetch_all([release_assets(api, "o/engine", "v1", **bases(gh))["a.tgz"].wanted()])
     assert gh.request_headers and not any("authorization" in h for _, h in gh.request_headers)
 
 
@@ -165,15 +178,13 @@ def _shown(exc: LockbuildError) -> str:
     return f"{exc} {exc.message} {exc.tip} {exc!r} {exc.args}"
 
 
-def test_token_never_appears_in_errors(
-    gh: FakeServer, api: httpx.Client, fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+@pytest.mark.parametrize("github_token", [TOKEN])
+def test_token_never_appears_in_errors(gh: FakeServer, api: httpx.Client, fetcher: Fetcher) -> None:
     gh.add_release("o/engine", "v1", {"a.tgz": DATA, "b.tgz": DATA + b"!"}, digests={"b.tgz": f"sha256:{sha(OTHER)}"})
-    assets = release_assets(api, "o/engine", "v1")
+    assets = release_assets(api, "o/engine", "v1", **bases(gh))
     errors: list[LockbuildError] = []
     with pytest.raises(RemoteError) as missing:
-        release_assets(api, "o/engine", "v404")
+        release_assets(api, "o/engine", "v404", **bases(gh))
     errors.append(missing.value)
     with pytest.raises(IntegrityError) as wrong:
         fetcher.fetch_all([assets["b.tgz"].wanted()])
@@ -182,9 +193,8 @@ def test_token_never_appears_in_errors(
     with pytest.raises(FetchError) as gone:
         fetcher.fetch_all([assets["a.tgz"].wanted()])
     errors.append(gone.value)
-    monkeypatch.setenv("LOCKBUILD_GITHUB_API", "http://127.0.0.1:9/api")
     with pytest.raises(RemoteError) as down:
-        release_assets(api, "o/engine", "v1")
+        release_assets(api, "o/engine", "v1", api="http://127.0.0.1:9/api", download=gh.github_download)
     errors.append(down.value)
     assert "HTTP 404" in gone.value.message and "cannot reach" in down.value.message
     for exc in errors:

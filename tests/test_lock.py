@@ -606,9 +606,9 @@ def test_a_source_archive_that_is_not_a_tar_is_refused(tmp_path: Path) -> None:
         read_source_requirements(archive, source_build())
 
 
-def test_a_package_with_only_an_sdist_is_locked_with_a_warning(env: FakeServer, tmp_path: Path) -> None:
-    """uv reads an sdist's static metadata; the sdist is locked and bundled, and the user is told that its
-    build dependencies are not in the lock."""
+def test_a_package_with_only_an_sdist_is_refused_by_name(env: FakeServer, tmp_path: Path) -> None:
+    """An sdist-only dependency would make uv run its build backend (index code) on the builder: the lock
+    refuses it by name (the build can allow named packages; see tests/test_builder_process.py)."""
     sdist = make_tar_gz({
         "lksdonly-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdonly\nVersion: 1.0\n",
         "lksdonly-1.0/pyproject.toml": b'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n',
@@ -617,9 +617,7 @@ def test_a_package_with_only_an_sdist_is_locked_with_a_warning(env: FakeServer, 
         env.publish("lksdonly-1.0.tar.gz", sdist, uploaded=day(1))
     recipe = tmp_path / "r.toml"
     recipe.write_text(TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "lksdonly==1.0"]'))
-    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out"), "--json"])
-    assert r.exit_code == 0, r.stderr
-    files = {p["name"]: p["file"] for p in json.loads(r.stdout)["locks"][0]["packages"]}
-    assert files["lksdonly"] == "lksdonly-1.0.tar.gz"
     r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out")])
-    assert "warning: 1 package(s) have no wheel" in r.stderr and "lksdonly-1.0.tar.gz" in r.stderr
+    assert r.exit_code == 1
+    assert "ERROR lksdonly has no wheel for Python" in r.stderr and "only a source distribution" in r.stderr
+    assert not (tmp_path / "out" / "1.0-cpu").exists()

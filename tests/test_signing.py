@@ -418,6 +418,20 @@ def test_invalid_base64(key_a: SecretKey) -> None:
         parse_signatures("\n".join(lines))
 
 
+@pytest.mark.parametrize("line", [1, 3], ids=["signature", "global-signature"])
+def test_non_canonical_base64_is_refused(key_a: SecretKey, line: int) -> None:
+    """Stray padding bits decode to the same bytes; a strict parser refuses them (one encoding per block)."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    lines = sign_prehashed(key_a, DIGEST, TC).split("\n")
+    body = lines[line].rstrip("=")
+    pad = len(lines[line]) - len(body)
+    last = alphabet.index(body[-1])
+    lines[line] = body[:-1] + alphabet[last | 1] + "=" * pad  # a padding bit set: same bytes
+    assert base64.b64decode(lines[line]) == base64.b64decode(sign_prehashed(key_a, DIGEST, TC).split("\n")[line])
+    with pytest.raises(SignatureError, match="not canonical base64"):
+        parse_signatures("\n".join(lines))
+
+
 def test_cr_inside_a_line(key_a: SecretKey) -> None:
     text = sign_prehashed(key_a, DIGEST, TC)
     with pytest.raises(SignatureError, match="line 1 contains a carriage return"):

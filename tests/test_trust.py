@@ -6,26 +6,30 @@ Signature format details (parsing, interop with minisign) are tested in test_sig
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import io
+import os
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hostile import AS_OF, GOOD_FILES, manifest, member
+from hostile import AS_OF, GOOD_FILES, TarEntry, bundle_tar, compress, manifest, member
 
 from lockbuild.builder.pack import signature_block
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.write import Entry, write_bundle
-from lockbuild.errors import SignatureError
+from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.minisign import SecretKey, read_secret_key, sign_prehashed, write_keypair
 from lockbuild.trust import (
     Policy,
     Statement,
     TrustedBundle,
+    build_store,
     check_dates,
     digest_bundle,
     format_trusted_comment,
@@ -34,6 +38,7 @@ from lockbuild.trust import (
     parse_policy,
     signature_path,
 )
+from lockbuild.trust.store import POLICY_FILE
 
 NOW = AS_OF + dt.timedelta(days=3)
 
@@ -372,3 +377,231 @@ def test_policy_dates_may_be_quoted(tmp_path: Path) -> None:
     assert policy.not_before == dt.datetime(2025, 1, 1, tzinfo=dt.UTC) and policy.threshold == 2
     with pytest.raises(SignatureError, match="must be a time with a zone"):
         parse_policy('not-before = "2025-01-01"\n')
+
+
+# --- issue 11/12/17: the trust path ---------------------------------------------------------------
+
+MINISIGN = shutil.which("minisign")
+
+
+def test_a_signature_block_alone_proves_the_manifest(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """No bundle file: the global signature covers the statement, so the blocks prove the manifest's digest."""
+    from lockbuild.minisign import parse_signatures
+    from lockbuild.trust import prove_manifest
+
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    blocks = parse_signatures(signature_path(bundle).read_bytes())
+    bundle.unlink()
+    store = load_store(trust_dir(tmp_path, signers["alice"]))
+    manifest, evaluation = prove_manifest(blocks, store, m.to_toml(), now=NOW)
+    assert manifest == m and evaluation.statement is not None
+    assert evaluation.statement.manifest_sha256 == hashlib.sha256(m.to_toml()).hexdigest()
+    tampered = m.to_toml().replace(b'variant = "cpu"', b'variant = "gpu"')
+    with pytest.raises(IntegrityError, match=r"the manifest has sha256 .* the signatures sign"):
+        prove_manifest(blocks, store, tampered, now=NOW)
+    # Editing the signed digest in the block itself breaks the global signature: a hard failure.
+    text = signature_path(bundle).read_text()
+    forged = text.replace(evaluation.statement.manifest_sha256, hashlib.sha256(tampered).hexdigest())
+    with pytest.raises(SignatureError, match="bad global signature"):
+        prove_manifest(parse_signatures(forged), store, tampered, now=NOW)
+
+
+def test_signed_metadata_must_match_the_manifest(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """check_signed_metadata: a statement that signs the right manifest digest but other fields is refused."""
+    from lockbuild.trust import check_signed_metadata, sign_statement
+
+    bundle, m = make_bundle(tmp_path / "dist")
+    d = digest_bundle(bundle)
+    good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
+    for field, value in (("engine", "other"), ("version", "2.0"), ("variant", "gpu"), ("serial", m.serial + 1)):
+        bad = dataclasses.replace(good, **{field: value})
+        with pytest.raises(SignatureError, match=f"the signature says {field}="):
+            check_signed_metadata(bad, m)
+        signature_path(bundle).write_text(sign_statement(signers["alice"].key, bad, d.blake2b))
+        with pytest.raises(SignatureError, match=f"the signature says {field}="):
+            verify(bundle, trust_dir(tmp_path / field, signers["alice"]))
+    check_signed_metadata(good, m)
+
+
+@pytest.mark.skipif(MINISIGN is None, reason="the minisign binary is not installed")
+def test_stock_minisign_cosignature_does_not_veto(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """A trusted co-signer who used stock `minisign -S` (trusted comment 'timestamp:... file:...') does not
+    count, and never vetoes the lockbuild signature that does."""
+    assert MINISIGN is not None
+    bundle, m = make_bundle(tmp_path / "dist")
+    pub, sec = tmp_path / "stock.pub", tmp_path / "stock.key"
+    subprocess.run([MINISIGN, "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
+    theirs = tmp_path / "theirs.minisig"
+    subprocess.run([MINISIGN, "-S", "-s", str(sec), "-m", str(bundle), "-x", str(theirs)], check=True,
+                   capture_output=True)  # fmt: skip
+    ours = signature_block(signers["alice"].key, bundle.name, digest_bundle(bundle), m)
+    signature_path(bundle).write_text(theirs.read_text() + ours)
+    trust = trust_dir(tmp_path, signers["alice"])
+    shutil.copyfile(pub, trust / "stock.pub")
+    got = verify(bundle, trust)
+    assert [k.key_id for k in got.signers] == [signers["alice"].key.key_id]
+    stock = got.evaluation.verdicts[0]
+    assert not stock.counts and "carries no lockbuild statement" in stock.reason
+    with pytest.raises(SignatureError, match="carries no lockbuild statement"):
+        verify(bundle, trust, threshold=2)
+
+
+def test_a_truncated_bundle_is_reported_as_incomplete(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """issue 17: a short copy is an IntegrityError (exit 4) that says how much arrived, not 'tampering'."""
+    bundle, m = make_bundle(tmp_path / "dist", payload=os.urandom(300_000))
+    sign(bundle, m, signers["alice"])
+    size = bundle.stat().st_size
+    with bundle.open("r+b") as f:
+        f.truncate(size // 2)
+    with pytest.raises(IntegrityError, match=f"the file has {size // 2:,} bytes of {size:,} bytes: the copy") as exc:
+        verify(bundle, trust_dir(tmp_path, signers["alice"]))
+    assert exc.value.exit_code == 4 and "Copy the bundle again" in (exc.value.tip or "")
+
+
+def test_the_same_key_twice_in_the_trust_dir_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """issue 11 item 7: one raw key under two files, or under two key ids, would count twice."""
+    from lockbuild.minisign import PublicKey, read_public_key
+
+    alice = read_public_key(signers["alice"].pub)
+    trust = trust_dir(tmp_path / "a", signers["alice"])
+    (trust / "copy.pub").write_text(alice.to_text())
+    with pytest.raises(SignatureError, match="holds the same public key as"):
+        load_store(trust)
+    trust = trust_dir(tmp_path / "b", signers["alice"])
+    (trust / "other-id.pub").write_text(PublicKey(b"\x01" * 8, alice.raw).to_text())
+    with pytest.raises(SignatureError, match="a signer is its key, whatever its key id"):
+        load_store(trust)
+
+
+def test_revoking_a_key_by_its_public_key_covers_it_under_any_id(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    from lockbuild.minisign import PublicKey, read_public_key
+
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    alice = read_public_key(signers["alice"].pub)
+    other_id = PublicKey(b"\x02" * 8, alice.raw).to_base64()  # the same key, published under another id
+    trust = trust_dir(tmp_path, signers["alice"], revoked=f"{other_id}  # compromised\n")
+    with pytest.raises(SignatureError, match="is from a revoked key"):
+        verify(bundle, trust)
+
+
+@pytest.mark.parametrize("kind", ["dangling-symlink", "directory", "symlink", "fifo"])
+def test_a_policy_that_cannot_be_read_fails_closed(tmp_path: Path, signers: dict[str, Signer], kind: str) -> None:
+    """issue 11 item 5: only a truly absent policy.toml means the defaults."""
+    trust = trust_dir(tmp_path, signers["alice"])
+    assert load_store(trust).policy == Policy()
+    target = trust / POLICY_FILE
+    if kind == "dangling-symlink":
+        target.symlink_to(tmp_path / "nowhere.toml")
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "symlink":
+        (tmp_path / "real.toml").write_text("threshold = 1\n")
+        target.symlink_to(tmp_path / "real.toml")
+    else:
+        os.mkfifo(target)
+    with pytest.raises(SignatureError, match="the trust store fails closed"):
+        load_store(trust)
+
+
+def test_policy_errors_show_what_was_written_not_python(tmp_path: Path) -> None:
+    """issue 17: no datetime.date(2025, 1, 1) in a message, and a TIP."""
+    with pytest.raises(SignatureError) as exc:
+        parse_policy("not-before = 2025-01-01\n")
+    assert "found a date without a time (2025-01-01)" in exc.value.message
+    assert "datetime" not in exc.value.message and exc.value.tip
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink-to-device", "directory", "too-large"])
+def test_the_bundle_must_be_a_bounded_regular_file(tmp_path: Path, signers: dict[str, Signer], kind: str) -> None:
+    """issue 11 item 9: a FIFO or a device would hang verify and install; refused before any read."""
+    from lockbuild.limits import Limits
+
+    bundle, m = make_bundle(tmp_path / "real")
+    sign(bundle, m, signers["alice"])
+    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    target = tmp_path / "dist" / bundle.name
+    target.parent.mkdir()
+    shutil.copyfile(signature_path(bundle), signature_path(target))
+    limits = Limits()
+    if kind == "fifo":
+        os.mkfifo(target)
+        why = "is a FIFO"
+    elif kind == "symlink-to-device":
+        target.symlink_to("/dev/zero")
+        why = "is a symbolic link"
+    elif kind == "directory":
+        target.mkdir()
+        why = "is a directory"
+    else:
+        shutil.copyfile(bundle, target)
+        limits = Limits(max_bundle=1000)
+        why = "expected at most 1000"
+    with pytest.raises(IntegrityError, match=why):
+        open_bundle(target, trust, now=NOW, limits=limits)
+
+
+def test_the_signature_file_must_be_a_bounded_regular_file(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    from lockbuild.limits import Limits
+
+    bundle, m = make_bundle(tmp_path / "dist")
+    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    os.mkfifo(signature_path(bundle))
+    with pytest.raises(SignatureError, match="is a FIFO"):
+        open_bundle(bundle, trust, now=NOW)
+    signature_path(bundle).unlink()
+    sign(bundle, m, signers["alice"])
+    with pytest.raises(SignatureError, match="expected at most 100"):  # Limits.max_signature_file is read
+        open_bundle(bundle, trust, now=NOW, limits=Limits(max_signature_file=100))
+
+
+def test_programming_mistakes_are_not_signature_errors(signers: dict[str, Signer]) -> None:
+    from lockbuild.minisign import PublicKey
+    from lockbuild.trust import evaluate
+
+    with pytest.raises(ValueError):
+        PublicKey(b"short", b"x" * 32)
+    with pytest.raises(ValueError):
+        Statement("b.lbz", "e", "1", "cpu", "not hex", 1, "1" * 64, 1)
+    store = build_store([("a.pub", signers["alice"].key.public_key())], source="t")
+    with pytest.raises(ValueError):
+        evaluate([], store, name="b.lbz", now=NOW, threshold=0)
+
+
+def test_sign_checks_the_bundle_and_the_existing_signatures(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """issue 11 item 8: a co-signer's `sign` reads every member and checks what is already signed."""
+    from lockbuild.trust import sign_bundle
+
+    bundle, m = make_bundle(tmp_path / "dist", payload=os.urandom(50_000))
+    sign(bundle, m, signers["alice"])
+    store = load_store(trust_dir(tmp_path, signers["alice"], signers["bob"]))
+    res = sign_bundle(bundle, signers["bob"].key, store=store, now=NOW)
+    assert res.to_json()["existing"]["signatures"][0]["counts"] and not res.replaced
+    assert len(verify(bundle, tmp_path / "trust", threshold=2).signers) == 2
+    # A damaged member (a well-formed zstd stream whose last member is not what the manifest lists):
+    # refused, and the .minisig is left as it was.
+    before = signature_path(bundle).read_bytes()
+    entries = [TarEntry(p, b"trojan" * 100 if k == "asset" else d) for p, d, k in GOOD_FILES]
+    bundle.write_bytes(compress(bundle_tar(entries, listed=m)))
+    with pytest.raises(IntegrityError, match="assets/"):
+        sign_bundle(bundle, signers["mallory"].key, now=NOW)
+    assert signature_path(bundle).read_bytes() == before
+    # An intact bundle whose existing trusted signature does not verify (another file's): refused with --trust.
+    other, _ = make_bundle(tmp_path / "other", payload=os.urandom(50_000))
+    shutil.copyfile(signature_path(bundle), signature_path(other))
+    with pytest.raises(SignatureError, match="does not verify"):
+        sign_bundle(other, signers["mallory"].key, store=store, now=NOW)
+
+
+def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """The file's digests hold, but the signed manifest digest is not this manifest's: refused (exit 4)."""
+    from lockbuild.trust import sign_statement
+
+    bundle, m = make_bundle(tmp_path / "dist")
+    d = digest_bundle(bundle)
+    other = dataclasses.replace(Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None),
+                                manifest_sha256="0" * 64)  # fmt: skip
+    signature_path(bundle).write_text(sign_statement(signers["alice"].key, other, d.blake2b))
+    with pytest.raises(IntegrityError, match="the bundle's manifest has sha256 .* the signatures sign 0000"):
+        verify(bundle, trust_dir(tmp_path, signers["alice"]))

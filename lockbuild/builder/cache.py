@@ -3,31 +3,46 @@
 Layout: ROOT/sha256/AB/ABCD… (the entries), ROOT/tmp/*.part (transfers in progress, never read as
 entries), ROOT/uv (uv's own cache). Only ``commit`` puts a file under sha256/, after the fetcher has
 checked it, and ``lookup`` re-hashes an entry before handing it out.
+
+The cache is trusted only as far as its owner: ``check_owner`` refuses a root (or its sha256/, tmp/
+and uv/ directories) that is a symlink, is owned by another user, or is writable by group or others,
+since whoever can write there chooses what uv and the bundle read. Entries are opened without
+following symlinks, and a caller that reads an entry reads it from the descriptor that was hashed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import os
 import re
 import secrets
 import stat
 import time
 from pathlib import Path
+from typing import BinaryIO
 
-from lockbuild.digest import file_sha256
 from lockbuild.errors import FetchError, IntegrityError
 
 STALE_TEMP_SECONDS = 24 * 3600  # a .part file untouched this long belongs to a fetch that died
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def default_cache_dir() -> Path:
-    explicit = os.environ.get("LOCKBUILD_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lockbuild"
+_CHUNK = 1 << 20
+
+
+def _unsafe(path: Path, st: os.stat_result) -> str | None:
+    """Why ``path`` may not hold cache data, or None when it is this user's own private directory."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 class Cache:
@@ -41,32 +56,87 @@ class Cache:
             raise IntegrityError(f"expected a sha256 of 64 lowercase hex digits, found {sha256[:80]!r}.")
         return self.files / sha256[:2] / sha256
 
-    def lookup(self, sha256: str, size: int | None) -> Path | None:
-        """The cached file for ``sha256`` if present and intact; a corrupt entry is removed."""
+    def check_owner(self) -> None:
+        """Create the cache (mode 0700) if missing; refuse one that another user could write to."""
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for d in (self.root, self.files, self.tmp, self.uv_cache()):
+                try:
+                    st = d.lstat()
+                except FileNotFoundError:
+                    continue
+                why = _unsafe(d, st)
+                if why is not None:
+                    raise FetchError(
+                        f"the cache directory {d} {why}; expected a directory owned by this user and writable "
+                        "by no one else, since whoever can write there chooses what is locked and bundled.",
+                        tip=f"Fix it (chown $USER {d}; chmod go-w {d}), or set LOCKBUILD_CACHE_DIR to a "
+                        "private directory.",
+                    )
+        except OSError as exc:
+            raise FetchError(
+                f"cannot use the cache directory {self.root}: {exc.strerror or exc}.",
+                tip="Check the permissions there, or set LOCKBUILD_CACHE_DIR to another directory.",
+            ) from None
+
+    def open_entry(self, sha256: str, size: int | None) -> BinaryIO | None:
+        """The cached file for ``sha256``, opened (never through a symlink) and hashed from that same
+        descriptor, positioned at its start; None (and a corrupt entry removed) if absent or wrong."""
         p = self.path(sha256)
         try:
-            st = p.stat()
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            if (size is not None and st.st_size != size) or file_sha256(p) != sha256:
-                p.unlink(missing_ok=True)
-                return None
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise FetchError(
-                f"cannot read the cache entry {p}: {exc.strerror or exc}.",
-                tip="Check the permissions under LOCKBUILD_CACHE_DIR, or point it at another directory.",
-            ) from None
-        return p
+            if exc.errno == errno.ELOOP:  # a symlink where an entry should be: not ours, not used
+                p.unlink(missing_ok=True)
+                return None
+            raise self._unreadable(p, exc) from None
+        f = os.fdopen(fd, "rb")
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                f.close()
+                return None
+            if size is not None and st.st_size != size:
+                f.close()
+                p.unlink(missing_ok=True)
+                return None
+            h = hashlib.sha256()
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+            if h.hexdigest() != sha256:
+                f.close()
+                p.unlink(missing_ok=True)
+                return None
+            f.seek(0)
+        except OSError as exc:
+            f.close()
+            raise self._unreadable(p, exc) from None
+        return f
+
+    def lookup(self, sha256: str, size: int | None) -> Path | None:
+        """The cached file for ``sha256`` if present and intact; a corrupt entry is removed."""
+        f = self.open_entry(sha256, size)
+        if f is None:
+            return None
+        f.close()
+        return self.path(sha256)
+
+    @staticmethod
+    def _unreadable(p: Path, exc: OSError) -> FetchError:
+        return FetchError(
+            f"cannot read the cache entry {p}: {exc.strerror or exc}.",
+            tip="Check the permissions under LOCKBUILD_CACHE_DIR, or point it at another directory.",
+        )
 
     def new_temp(self, sha256: str) -> Path:
-        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
         return self.tmp / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.part"
 
     def commit(self, temp: Path, sha256: str) -> Path:
         dest = self.path(sha256)
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temp.replace(dest)
         return dest
 
@@ -80,7 +150,7 @@ class Cache:
             return 0
         for p in temps:
             with contextlib.suppress(OSError):
-                if p.stat().st_mtime < cutoff:
+                if p.lstat().st_mtime < cutoff:
                     p.unlink()
                     removed += 1
         return removed

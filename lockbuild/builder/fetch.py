@@ -274,3 +274,18 @@ def fetch_one(fetcher: Fetcher, w: Wanted) -> Path:
     """One file through the cache (used for source archives and release assets)."""
     hit = fetcher.cache.lookup(w.sha256, w.size)
     return hit if hit is not None else fetcher.download(w)
+
+
+def open_verified(fetcher: Fetcher, w: Wanted) -> BinaryIO:
+    """One file through the cache, open for reading: the bytes read are the bytes that were hashed
+    (the entry is hashed from this descriptor), so a file swapped after the check is never read."""
+    f = fetcher.cache.open_entry(w.sha256, w.size)
+    if f is None:
+        fetcher.download(w)
+        f = fetcher.cache.open_entry(w.sha256, w.size)
+    if f is None:
+        raise IntegrityError(
+            f"{w.label}: the cache entry for {w.sha256} changed right after it was verified; refused.",
+            tip="Another process writes to the cache directory; make it private to this user.",
+        )
+    return f

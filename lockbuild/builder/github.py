@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
 import httpx
 
 from lockbuild.builder.fetch import Wanted
-from lockbuild.builder.http import get_json, github_api, github_download
+from lockbuild.builder.http import get_json
 from lockbuild.errors import IntegrityError, RemoteError
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
@@ -23,10 +22,11 @@ class ReleaseAsset:
     name: str
     size: int | None
     digest: str | None  # the published "sha256:..." exactly as given, or None
+    download: str = "https://github.com"  # the download base (settings.github_download)
 
     @property
     def url(self) -> str:
-        return f"{github_download()}/{self.repo}/releases/download/{self.tag}/{self.name}"
+        return f"{self.download}/{self.repo}/releases/download/{self.tag}/{self.name}"
 
     def sha256(self) -> str:
         """The published sha256; an asset without a well-formed one is refused, never used unchecked."""
@@ -46,20 +46,17 @@ class ReleaseAsset:
         return m[1]
 
     def wanted(self) -> Wanted:
-        return Wanted(self.url, self.sha256(), self.size, f"{self.repo} {self.tag} {self.name}", auth_headers())
+        # The token, when there is one, is added by the client for the download host only.
+        return Wanted(self.url, self.sha256(), self.size, f"{self.repo} {self.tag} {self.name}")
 
 
-def auth_headers() -> tuple[tuple[str, str], ...]:
-    token = os.environ.get("GITHUB_TOKEN")
-    return (("Authorization", f"Bearer {token}"),) if token else ()
-
-
-def release_assets(client: httpx.Client, repo: str, tag: str) -> dict[str, ReleaseAsset]:
+def release_assets(client: httpx.Client, repo: str, tag: str, *, api: str, download: str) -> dict[str, ReleaseAsset]:
+    """The assets of release ``tag``; ``api`` and ``download`` are the bases from the settings."""
     data, _ = get_json(
         client,
-        f"{github_api()}/repos/{repo}/releases/tags/{tag}",
+        f"{api}/repos/{repo}/releases/tags/{tag}",
         what=f"asking GitHub for {repo} {tag}",
-        headers={"Accept": "application/vnd.github+json", **dict(auth_headers())},
+        headers={"Accept": "application/vnd.github+json"},
         not_found=f"GitHub has no release {tag} in {repo}.",
     )
     assets = data.get("assets") if isinstance(data, dict) else None
@@ -82,6 +79,7 @@ def release_assets(client: httpx.Client, repo: str, tag: str) -> dict[str, Relea
             a["name"],
             size if isinstance(size, int) and not isinstance(size, bool) else None,
             digest if isinstance(digest, str) else None,
+            download,
         )
     return out
 

@@ -1,9 +1,15 @@
-"""The one place the builder makes HTTP clients and reads bounded JSON answers."""
+"""The one place the builder makes HTTP clients and reads bounded JSON answers.
+
+Every request a client sends, redirects included, passes two checks: the transport rule (https, or
+http to loopback, or plain http under the explicit opt-in) and the credential rule (an Authorization
+header only for the host the settings say it belongs to, never over plain http off this machine;
+httpx drops it on a redirect to another origin).
+"""
 
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Generator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -11,34 +17,45 @@ import httpx
 
 from lockbuild import __version__
 from lockbuild.errors import RemoteError
+from lockbuild.settings import Settings
+from lockbuild.urls import check_transport, public
 
-DEFAULT_INDEX = "https://pypi.org/simple"
-DEFAULT_GITHUB_API = "https://api.github.com"
-DEFAULT_GITHUB_DOWNLOAD = "https://github.com"
 MAX_JSON_BYTES = 64 << 20
 MAX_REDIRECTS = 5
 USER_AGENT = f"lockbuild/{__version__}"
 
 
-def index_url() -> str:
-    return os.environ.get("LOCKBUILD_INDEX_URL", DEFAULT_INDEX).rstrip("/")
+class _HostAuth(httpx.Auth):
+    """Adds the Authorization header the settings give for the request's URL (none by default)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.pop("Authorization", None)  # credentials come from the settings only
+        value = self.settings.auth_for(str(request.url))
+        if value is not None:
+            request.headers["Authorization"] = value
+        yield request
 
 
-def github_api() -> str:
-    return os.environ.get("LOCKBUILD_GITHUB_API", DEFAULT_GITHUB_API).rstrip("/")
+def make_client(*, connections: int = 16, settings: Settings | None = None) -> httpx.Client:
+    """A client whose every request (redirects too) obeys the transport rule; with ``settings``, it
+    also carries their credentials to the hosts they belong to."""
+    allow_insecure = settings.allow_insecure_http if settings is not None else False
 
+    def check(request: httpx.Request) -> None:
+        if request.url.scheme == "http":  # httpx itself refuses schemes other than http and https
+            check_transport(str(request.url), what="refusing a request", allow_insecure=allow_insecure)
 
-def github_download() -> str:
-    return os.environ.get("LOCKBUILD_GITHUB_DOWNLOAD", DEFAULT_GITHUB_DOWNLOAD).rstrip("/")
-
-
-def make_client(*, connections: int = 16) -> httpx.Client:
     return httpx.Client(
         timeout=httpx.Timeout(30.0, connect=15.0),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         headers={"User-Agent": USER_AGENT},
         follow_redirects=False,
         trust_env=True,
+        auth=_HostAuth(settings) if settings is not None else None,
+        event_hooks={"request": [check]},
     )
 
 
@@ -63,7 +80,7 @@ def get_json(
                     target = urljoin(current, resp.headers.get("location", ""))
                     if urlsplit(target)[:2] != urlsplit(current)[:2]:
                         raise RemoteError(
-                            f"{what}: {current} redirected to another host ({urlsplit(target).netloc}); "
+                            f"{what}: {current} redirected to another host ({urlsplit(public(target)).netloc}); "
                             "expected an answer from the host asked.",
                             tip="Point LOCKBUILD_INDEX_URL / LOCKBUILD_GITHUB_API at the server that answers.",
                         )

@@ -9,19 +9,21 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import httpx
 from packaging.utils import canonicalize_version, parse_wheel_filename
 
 from lockbuild.builder import github
 from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher, Wanted, fetch_one
+from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.index import Index, IndexFile
 from lockbuild.builder.resolve import compile_lock
 from lockbuild.errors import RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, source_requirements
+from lockbuild.settings import Settings
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
 
@@ -52,16 +54,12 @@ class Plan:
     extras: tuple[ExtraFile, ...]
     resolved_recipe: str
     uv_version: str
+    warnings: tuple[str, ...] = ()  # shown by the CLI in text and in --json
 
     def wanted(self) -> list[Wanted]:
-        out = [
-            Wanted(f.url, f.sha256, f.size, f.filename, github.auth_headers() if f.origin == "direct" else ())
-            for f in self.lock.files
-        ]
-        out += [
-            Wanted(e.url, e.sha256, e.size, e.path, github.auth_headers() if e.kind == "asset" else ())
-            for e in self.extras
-        ]
+        # Credentials are added by the HTTP client, per host, from the settings (never per file).
+        out = [Wanted(f.url, f.sha256, f.size, f.filename) for f in self.lock.files]
+        out += [Wanted(e.url, e.sha256, e.size, e.path) for e in self.extras]
         return out
 
 
@@ -79,8 +77,10 @@ def _candidates(files: Sequence[IndexFile]) -> list[Candidate]:
     return [Candidate(f.filename, f.url, f.sha256, f.size) for f in files]
 
 
-def read_source_requirements(archive: Path, build: Build) -> tuple[str, ...]:
-    """Check the source archive's top directory and read its requirements file under the lock rules."""
+def read_source_requirements(archive: Path | BinaryIO, build: Build) -> tuple[str, ...]:
+    """Check the source archive's top directory and read its requirements file under the lock rules.
+
+    ``archive`` is best an open file, the one its digest was checked on (``fetch.open_verified``)."""
     src = build.source
     assert src is not None
     where = f"{src.url} ({build.id})"
@@ -88,7 +88,8 @@ def read_source_requirements(archive: Path, build: Build) -> tuple[str, ...]:
     saw_top = False
     text: str | None = None
     try:
-        with tarfile.open(archive, mode="r:*") as tf:
+        where_from = {"name": archive} if isinstance(archive, Path) else {"fileobj": archive}
+        with tarfile.open(mode="r:*", **where_from) as tf:
             for member in tf:
                 name = str(PurePosixPath(member.name))
                 if name == src.top or name.startswith(src.top + "/"):
@@ -117,13 +118,18 @@ def read_source_requirements(archive: Path, build: Build) -> tuple[str, ...]:
 class Planner:
     """Locks builds against a primary index (and the build's second index, when it has one)."""
 
-    def __init__(self, client: httpx.Client, cache: Cache, fetcher: Fetcher, *, index_url: str, progress: Progress):
+    def __init__(self, client: httpx.Client, cache: Cache, fetcher: Fetcher, *, settings: Settings, progress: Progress):
         self.client = client
         self.cache = cache
         self.fetcher = fetcher
-        self.index_url = index_url
-        self.primary = Index(index_url, client, name="the package index")
+        self.settings = settings
+        self.index_url = settings.index_url  # never carries credentials: they live in settings
+        self.primary = Index(self.index_url, client, name="the package index")
         self.progress = progress
+
+    def _release_assets(self, repo: str, tag: str) -> dict[str, github.ReleaseAsset]:
+        s = self.settings
+        return github.release_assets(self.client, repo, tag, api=s.github_api, download=s.github_download)
 
     def plan(self, recipe: Recipe, build: Build) -> Plan:
         engine = recipe.engine
@@ -135,12 +141,12 @@ class Planner:
         if build.source is not None:
             src = build.source
             w = Wanted(src.url, src.sha256, None, f"{engine.name} {build.version} source archive")
-            archive = fetch_one(self.fetcher, w)
-            requirements += read_source_requirements(archive, build)
+            with open_verified(self.fetcher, w) as archive:  # read from the descriptor that was hashed
+                requirements += read_source_requirements(archive, build)
             extras.append(ExtraFile(f"source/{PurePosixPath(src.url).name}", "source", src.url, src.sha256, None))
         if build.wheel is not None:
             wh = build.wheel
-            assets = github.release_assets(self.client, wh.repo, wh.tag)
+            assets = self._release_assets(wh.repo, wh.tag)
             asset = github.pick_wheel(assets, wh.prefix, wh.suffix, repo=wh.repo, tag=wh.tag)
             sha = asset.sha256()
             requirements.insert(0, f"{wh.project} @ {asset.url}#sha256={sha}")
@@ -150,7 +156,7 @@ class Planner:
             repo = engine.repo
             if repo is None:
                 raise RecipeError(f"{recipe.path}: builds with assets need engine.repo (the GitHub repository).")
-            published = github.release_assets(self.client, repo, a.tag)
+            published = self._release_assets(repo, a.tag)
             for name in a.files:
                 if name not in published:
                     raise ResolveError(
@@ -167,16 +173,20 @@ class Planner:
                 second=build.index,
                 workdir=Path(tmp),
                 cache_dir=self.cache.uv_cache(),
+                inherit=dict(self.settings.child_environ),
+                credentials=self.settings.index_credentials,
+                sdists_allowed=getattr(build, "build_on_node", ()),
             )
         if resolution.format == "pylock.toml":
             pins = parse_pylock(resolution.text, build.target)
         else:
             pins = parse_requirements_lock(resolution.text)
         files = self._files(pins, build, direct)
+        warnings: list[str] = []
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
         if sdists:
-            self.progress.phase(
-                f"warning: {len(sdists)} package(s) have no wheel for {build.platform} and come as sdists "
+            warnings.append(
+                f"{len(sdists)} package(s) have no wheel for {build.platform} and come as sdists "
                 f"({', '.join(sdists[:5])}); their build dependencies are not in the lock, so an offline "
                 "install must build them with what the node has, and may fail"
             )
@@ -186,7 +196,7 @@ class Planner:
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
             recipe, build, as_of, lock, tuple(requirements), tuple(extras), recipe.resolved_text(build, as_of),
-            uv,
+            uv, tuple(warnings),
         )  # fmt: skip
 
     def _files(self, pins: Sequence[Pin], build: Build, direct: dict[str, Candidate]) -> tuple[LockedFile, ...]:

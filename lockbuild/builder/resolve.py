@@ -1,19 +1,30 @@
-"""The only place that runs ``uv pip compile``: requirements in, a hashed lock's text out."""
+"""The only place that runs ``uv pip compile``: requirements in, a hashed lock's text out.
+
+Resolution runs no code from the index: uv is told to take wheels only (``--only-binary :all:``), so it
+never runs an sdist's PEP 517 backend to learn its metadata. Packages the build names as allowed to
+come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds). uv's
+environment is an allow-list (``lockbuild.uvtool``), and the index's credentials reach it only through a
+netrc file in the private work directory, removed with it.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from lockbuild.errors import ResolveError
 from lockbuild.recipe import SecondIndex
+from lockbuild.settings import Credentials
 from lockbuild.target import Target
 from lockbuild.times import iso
+from lockbuild.urls import origin
 from lockbuild.uvtool import clean_env, uv_binary
 
 RESOLVE_TIMEOUT = 1800
@@ -51,6 +62,41 @@ def _resolve_tip(stderr: str) -> str:
     )
 
 
+_NEEDS_BUILD = re.compile(r"Wheels are required for `([^`]+)`")
+
+
+def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
+    """A clear refusal when uv would have had to build an sdist that the build does not allow."""
+    names = sorted(set(_NEEDS_BUILD.findall(stderr)))
+    if not names:
+        return None
+    shown = ", ".join(names)
+    return ResolveError(
+        f"{shown} has no wheel for Python {target.python} on {target.platform}, only a source distribution. "
+        "Locking it would run its build backend (code from the index) on the builder, with the builder's "
+        "files in reach; lockbuild refuses that.",
+        tip=f"Require a version of {shown} that publishes a wheel for this target, or name it in the build's "
+        "build-on-node list so that it comes as an sdist that the node builds.",
+    )
+
+
+def _write_netrc(workdir: Path, index_url: str, credentials: Credentials) -> Path:
+    """The index's credentials as a netrc for uv (mode 0600, in the private work directory)."""
+    host = origin(index_url)[1]
+    fields = (host, credentials.username, credentials.password)
+    if any(not v or any(c.isspace() or c in "\"'#" for c in v) for v in fields):
+        raise ResolveError(
+            "the index's user name or password contains a space, a quote or '#', which a netrc file "
+            "(how uv is given them) cannot carry.",
+            tip="Use a token without such characters.",
+        )
+    path = workdir / "netrc"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(f"machine {host}\nlogin {credentials.username}\npassword {credentials.password}\n")
+    return path
+
+
 def _tail(text: str, lines: int = 8) -> str:
     kept = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(f"    {line}" for line in kept[-lines:])
@@ -65,8 +111,16 @@ def compile_lock(
     second: SecondIndex | None,
     workdir: Path,
     cache_dir: Path,
+    inherit: Mapping[str, str] | None = None,
+    credentials: Credentials | None = None,
+    sdists_allowed: Sequence[str] = (),
 ) -> Resolution:
-    """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash."""
+    """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash.
+
+    ``index_url`` carries no credentials; ``credentials`` are handed to uv in a netrc file. Only the
+    packages in ``sdists_allowed`` may come as sdists (their build backend may run); every other
+    package must have a wheel for the target.
+    """
     out = workdir / ("pylock.toml" if second else "requirements.txt")
     argv = [
         uv_binary(), "pip", "compile",
@@ -77,7 +131,10 @@ def compile_lock(
         "--generate-hashes",
         "--no-header", "--quiet",
         "--output-file", str(out),
+        "--only-binary", ":all:",
     ]  # fmt: skip
+    for name in sdists_allowed:
+        argv += ["--no-binary", name]
     stdin: str | None
     if second is None:
         argv.append("-")
@@ -91,7 +148,8 @@ def compile_lock(
             argv += ["--exclude-newer-package", f"{name}=false"]
         argv.append(str(project))
         stdin = None
-    env = clean_env(cache_dir)
+    netrc = _write_netrc(workdir, index_url, credentials) if credentials is not None else None
+    env = clean_env(cache_dir, inherit=inherit if inherit is not None else {}, netrc=netrc)
     try:
         proc = subprocess.run(
             argv,
@@ -108,6 +166,9 @@ def compile_lock(
     except OSError as exc:
         raise ResolveError(f"cannot run uv at {argv[0]}: {exc.strerror}") from None
     if proc.returncode != 0:
+        refused = _needs_build_error(proc.stderr, target)
+        if refused is not None:
+            raise refused
         raise ResolveError(
             f"uv could not resolve the requirements for Python {target.python} on {target.platform} "
             f"as of {iso(as_of)}:\n{_tail(proc.stderr)}",

@@ -1,4 +1,4 @@
-"""Wiring for the builder's commands: one HTTP client, the cache, the fetcher and the planner."""
+"""Wiring for the builder's commands: the settings, HTTP clients, the cache, the fetcher and the planner."""
 
 from __future__ import annotations
 
@@ -7,15 +7,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockbuild.builder.cache import Cache, default_cache_dir
+from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import DEFAULT_JOBS, Fetcher, FetchReport
-from lockbuild.builder.http import index_url, make_client
+from lockbuild.builder.http import make_client
 from lockbuild.builder.plan import Plan, Planner
 from lockbuild.progress import Progress
+from lockbuild.settings import Settings
 
 
 @dataclass
 class Session:
+    settings: Settings
     cache: Cache
     fetcher: Fetcher
     planner: Planner
@@ -26,12 +28,15 @@ class Session:
 
 
 @contextmanager
-def session(*, progress: Progress, jobs: int = DEFAULT_JOBS, cache_dir: Path | None = None) -> Iterator[Session]:
-    cache = Cache(cache_dir or default_cache_dir())
+def session(settings: Settings, *, progress: Progress, jobs: int = DEFAULT_JOBS) -> Iterator[Session]:
+    cache = Cache(settings.cache_dir)
+    cache.check_owner()  # before anything is read from it or handed to uv
     cache.sweep()  # temp files of fetches killed long ago
-    with make_client(connections=max(jobs, 8)) as api, make_client(connections=jobs) as downloads:
+    with (
+        make_client(connections=max(jobs, 8), settings=settings) as api,
+        make_client(connections=jobs, settings=settings) as downloads,
+    ):
         downloads.follow_redirects = True
         fetcher = Fetcher(cache, downloads, jobs=jobs, progress=progress)
-        planner = Planner(api, cache, fetcher, index_url=index_url(), progress=progress)
-        yield Session(cache, fetcher, planner)
-
+        planner = Planner(api, cache, fetcher, settings=settings, progress=progress)
+        yield Session(settings, cache, fetcher, planner)

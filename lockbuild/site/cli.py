@@ -1,0 +1,311 @@
+"""The site wing's commands: import, store list|verify|gc, split, push, pull.
+
+Registered on the main group by ``register``, called at the end of ``lockbuild.cli`` (import that
+module, not this one); each command parses, calls the library, renders. Network code (httpx) is
+imported inside push and pull only.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from lockbuild.cli import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
+from lockbuild.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from lockbuild.site.oci import Credentials
+
+store_option = click.option(
+    "--store", "store_dir", type=click.Path(path_type=Path, file_okay=False), required=True, help="The site store."
+)
+wait_option = click.option(
+    "--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another import, pull or gc."
+)
+
+
+@click.command("import", cls=_Command, epilog="Example: lockbuild import vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
+               "--trust /etc/lockbuild/keys --store /srv/lockbuild")  # fmt: skip
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@trust_option
+@threshold_option
+@store_option
+@wait_option
+@json_option
+@click.pass_context
+def import_(
+    ctx: click.Context,
+    bundle: Path,
+    trust_dir: Path | None,
+    threshold: int | None,
+    store_dir: Path,
+    wait: float,
+    as_json: bool,
+) -> None:
+    """Check a signed bundle as install would, then add it to a store (members kept once, by sha256).
+
+    BUNDLE is a .lbz (with its .minisig beside it), the NAME.lbz.parts.toml that `split` wrote, or a
+    NAME.delta.lbz that `delta` wrote (the store must hold the members it leaves out)."""
+    _setup(ctx, as_json)
+    from lockbuild.site.importer import import_bundle
+    from lockbuild.site.store import Store
+
+    with Store(store_dir, create=True) as store:
+        done = import_bundle(store, bundle, trust_dir=trust_dir, threshold=threshold, progress=_progress(ctx),
+                             wait=wait)  # fmt: skip
+    data = {"build": done.ref, "members": done.members, "added_blobs": done.added, "added_bytes": done.added_bytes,
+            "signers": list(done.signers), "store": str(store_dir)}  # fmt: skip
+    _emit(
+        ctx,
+        data,
+        f"OK imported {done.ref} into {store_dir}: {done.members} members, {done.added} new blobs "
+        f"({done.added_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}",
+    )
+
+
+@click.group("store", cls=_Group)
+def store_group() -> None:
+    """Look after a site store: list its builds, re-hash its blobs, remove unreferenced blobs."""
+
+
+@store_group.command("list", epilog="Example: lockbuild store list --store /srv/lockbuild --json")
+@store_option
+@json_option
+@click.pass_context
+def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
+    """The builds a store holds, with their sizes and how many of their blobs are present."""
+    _setup(ctx, as_json)
+    from lockbuild.site.store import Store
+
+    rows: list[dict[str, object]] = []
+    lines: list[str] = []
+    with Store(store_dir) as store:
+        for b in store.builds_all():
+            m = b.manifest
+            present = sum(1 for x in m.members if store.blob_size(x.sha256) is not None)
+            complete = present == len(m.members)
+            rows.append({"build": b.ref, "engine": m.engine, "version": m.version, "variant": m.variant,
+                         "platform": m.platform, "serial": m.serial, "members": len(m.members),
+                         "present": present, "complete": complete, "size": m.unpacked_size})  # fmt: skip
+            note = "" if complete else f"  INCOMPLETE ({present}/{len(m.members)} blobs)"
+            lines.append(f"{b.ref:<40} {m.platform:<28} {m.unpacked_size / 1e6:>10.1f} MB{note}")
+        blobs = store.blob_names()
+    lines.append(f"{len(rows)} build(s), {len(blobs)} blob(s) in {store_dir}")
+    _emit(ctx, {"store": str(store_dir), "builds": rows, "blobs": len(blobs)}, "\n".join(lines))
+
+
+@store_group.command("verify", epilog="Example: lockbuild store verify --store /srv/lockbuild")
+@store_option
+@wait_option
+@json_option
+@click.pass_context
+def store_verify(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) -> None:
+    """Re-hash every blob and check every build's manifest and blobs; exit 4 if anything is damaged."""
+    _setup(ctx, as_json)
+    from lockbuild.site.store import Store
+
+    with Store(store_dir) as store, store.lock(exclusive=False, wait=wait):
+        damage = store.verify()
+        count = len(store.blob_names())
+    if damage:
+        listed = "; ".join(f"{d.path}: {d.problem}" for d in damage[:20])
+        more = f" (and {len(damage) - 20} more)" if len(damage) > 20 else ""
+        raise IntegrityError(
+            f"the store {store_dir} has {len(damage)} problem(s): {listed}{more}.",
+            tip="Remove the damaged blobs (lockbuild store gc keeps referenced ones) and import or pull the "
+            "builds again; they fetch only what is missing.",
+        )
+    _emit(ctx, {"store": str(store_dir), "blobs": count, "damage": []},
+          f"OK {store_dir}: {count} blobs re-hashed, every build complete")  # fmt: skip
+
+
+@store_group.command("gc", epilog="Example: lockbuild store gc --store /srv/lockbuild --wait 600")
+@store_option
+@wait_option
+@json_option
+@click.pass_context
+def store_gc(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) -> None:
+    """Remove blobs no build references (waits for, or refuses during, an import or pull)."""
+    _setup(ctx, as_json)
+    from lockbuild.site.store import Store
+
+    with Store(store_dir) as store, store.lock(exclusive=True, wait=wait):
+        removed, freed = store.gc()
+    _emit(ctx, {"store": str(store_dir), "removed_blobs": removed, "freed_bytes": freed},
+          f"OK removed {removed} unreferenced blob(s), {freed / 1e6:.1f} MB")  # fmt: skip
+
+
+@click.command("split", cls=_Command,
+               epilog="Example: lockbuild split vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz --size 4G --out /media/usb")
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--size", "size_text", required=True, help="Largest part: 4G = 4×10⁹ bytes (FAT32-safe), 700M, 4GiB.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for parts.")
+@json_option
+@click.pass_context
+def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json: bool) -> None:
+    """Cut a bundle into parts that `cat` joins into the identical file, with a part list of sha256s.
+    `lockbuild import NAME.lbz.parts.toml` takes the part list directly."""
+    _setup(ctx, as_json)
+    from lockbuild.site.parts import parse_size, read_part_list, split
+
+    listing_path = split(bundle, parse_size(size_text), out)
+    listing = read_part_list(listing_path)
+    data = {"part_list": str(listing_path), "sha256": listing.sha256, "size": listing.size,
+            "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts]}  # fmt: skip
+    _emit(
+        ctx,
+        data,
+        f"OK {len(listing.parts)} part(s) of {bundle.name} in {out}; part list {listing_path.name}",
+    )
+
+
+def _credentials(username: str | None, password_stdin: bool) -> Credentials | None:
+    from lockbuild.site import oci
+
+    if password_stdin and not username:
+        raise click.UsageError("--password-stdin needs --username.")
+    if not username:
+        return None
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else ""
+    return oci.Credentials(username, password)
+
+
+def registry_options(f: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed((
+        click.option("--plain-http", is_flag=True, help="Use http, not https, for a registry that is not on loopback."),
+        click.option("--ca-file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+                     help="CA certificate(s) to trust for the registry's TLS."),
+        click.option("--username", help="Registry user name (the password is read from stdin)."),
+        click.option("--password-stdin", is_flag=True, help="Read the registry password from stdin's first line."),
+    )):  # fmt: skip
+        f = option(f)
+    return f
+
+
+@click.command("push", cls=_Command,
+               epilog="Example: lockbuild push vllm/0.11.0-cu128 oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
+               "--store /srv/lockbuild")  # fmt: skip
+@click.argument("source")
+@click.argument("target")
+@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="The store holding ENGINE/VERSION-VARIANT (or keeping an imported BUNDLE).")  # fmt: skip
+@trust_option
+@threshold_option
+@registry_options
+@json_option
+@click.pass_context
+def push_(
+    ctx: click.Context,
+    source: str,
+    target: str,
+    store_dir: Path | None,
+    trust_dir: Path | None,
+    threshold: int | None,
+    plain_http: bool,
+    ca_file: Path | None,
+    username: str | None,
+    password_stdin: bool,
+    as_json: bool,
+) -> None:
+    """Push a build to an OCI registry: SOURCE is ENGINE/VERSION-VARIANT in --store, or a signed BUNDLE
+    (checked with --trust and imported first). Each member is one blob, by its sha256, uploaded once."""
+    _setup(ctx, as_json)
+    import tempfile
+
+    from lockbuild.site.importer import import_bundle
+    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.registry import push
+    from lockbuild.site.store import Store
+
+    ref = parse_ref(target)
+    creds = _credentials(username, password_stdin)
+    with tempfile.TemporaryDirectory(prefix="lockbuild-push-") as scratch:
+        path = Path(source)
+        if path.is_file():
+            with Store(store_dir or Path(scratch) / "store", create=True) as store:
+                build_ref = import_bundle(store, path, trust_dir=trust_dir, threshold=threshold).ref
+        elif store_dir is None:
+            raise click.UsageError("pushing ENGINE/VERSION-VARIANT needs --store DIR.")
+        else:
+            build_ref = source
+        with Store(store_dir or Path(scratch) / "store") as store, \
+                Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds) as reg:  # fmt: skip
+            done = push(store, build_ref, reg, progress=_progress(ctx))
+    data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
+            "uploaded_bytes": done.moved_bytes}  # fmt: skip
+    _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
+                     f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")  # fmt: skip
+
+
+@click.command("pull", cls=_Command,
+               epilog="Example: lockbuild pull oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
+               "--store /srv/lockbuild --trust /etc/lockbuild/keys")  # fmt: skip
+@click.argument("target")
+@store_option
+@trust_option
+@threshold_option
+@registry_options
+@wait_option
+@json_option
+@click.pass_context
+def pull_(
+    ctx: click.Context,
+    target: str,
+    store_dir: Path,
+    trust_dir: Path | None,
+    threshold: int | None,
+    plain_http: bool,
+    ca_file: Path | None,
+    username: str | None,
+    password_stdin: bool,
+    wait: float,
+    as_json: bool,
+) -> None:
+    """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
+    any blob is requested; then only the blobs the store lacks are fetched, each checked as it streams."""
+    _setup(ctx, as_json)
+    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.registry import pull
+    from lockbuild.site.store import Store
+
+    ref = parse_ref(target)
+    creds = _credentials(username, password_stdin)
+    with Store(store_dir, create=True) as store, \
+            Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds) as reg:  # fmt: skip
+        done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait)
+    data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
+            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}  # fmt: skip
+    _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
+                     f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")  # fmt: skip
+
+
+@click.command("delta", cls=_Command,
+               epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
+               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/")  # fmt: skip
+@click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--base", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
+              help="The older bundle the site already has.")  # fmt: skip
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the delta.")
+@json_option
+@click.pass_context
+def delta_(ctx: click.Context, new: Path, base: Path, out: Path, as_json: bool) -> None:
+    """Write NAME.delta.lbz: NEW's signed manifest and only the members BASE lacks, with NEW's signatures
+    (no key needed). `lockbuild import` completes it in a store that holds BASE's members."""
+    _setup(ctx, as_json)
+    from lockbuild.site.delta import write_delta
+
+    done = write_delta(new, base, out, progress=_progress(ctx))
+    size = done.path.stat().st_size
+    data = {"delta": str(done.path), "members": done.members, "included": done.included,
+            "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}  # fmt: skip
+    _emit(ctx, data, f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "
+                     f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)")  # fmt: skip
+
+
+def register(main: click.Group) -> None:
+    for command in (import_, store_group, split_, push_, pull_, delta_):
+        main.add_command(command)

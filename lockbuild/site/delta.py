@@ -1,0 +1,253 @@
+"""Delta bundles: the new build's signed manifest and only the members an older build lacks.
+
+``NAME.delta.lbz`` (NAME.lbz being the full bundle's name) is a zstd-compressed POSIX tar written
+like a bundle (fixed metadata, one frame, a checksum), holding:
+
+1. ``delta.toml``: what it is and what it needs (``format``, ``bundle`` = NAME.lbz, ``base`` =
+   ENGINE/VERSION-VARIANT it was cut against, ``omitted`` = how many members it leaves out). It is a
+   hint for people and early errors, not trusted.
+2. ``bundle.toml``: the new bundle's manifest, byte for byte; its sha256 is what the signatures sign.
+3. the members the base lacks, in the manifest's order.
+
+Beside it, ``NAME.delta.lbz.minisig`` is the full bundle's ``.minisig`` as published: its signed
+statements name NAME.lbz and the manifest's sha256, so no signing key is needed to cut a delta, and
+a node trusts a delta exactly as far as the signatures prove its manifest. Importing a delta checks
+the signature blocks against the trust directory before decompressing anything, the manifest against
+them, each member against the manifest while streaming; every member the delta leaves out must
+already be in the store, or the import fails naming them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, toml_string
+from lockbuild.bundle.read import (  # the strict reader's own pieces: a delta is read by the same rules
+    TarReader,
+    _check_header,
+    _copy,
+    _open_tar,
+    check_zstd_frame,
+    read_bundle,
+    read_head,
+)
+from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
+from lockbuild.digest import CHUNK
+from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.progress import Progress
+from lockbuild.site.store import Store
+from lockbuild.site.trusted import check_manifest, check_signatures
+from lockbuild.trust import read_signatures, signature_path
+
+SUFFIX = ".delta.lbz"
+HEAD = "delta.toml"
+MAX_HEAD = 64 << 10
+_TIP = "The delta is damaged or was not made by `lockbuild delta`; copy it again, or import the full bundle."
+
+
+def is_delta(path: Path) -> bool:
+    return path.name.endswith(SUFFIX)
+
+
+def full_name(delta: Path) -> str:
+    """NAME.lbz for NAME.delta.lbz: the bundle file the signatures name."""
+    return delta.name[: -len(SUFFIX)] + ".lbz"
+
+
+@dataclass(frozen=True)
+class DeltaHead:
+    bundle: str
+    base: str
+    omitted: int
+
+    def to_toml(self) -> bytes:
+        return (f"format = 1\nbundle = {toml_string(self.bundle)}\nbase = {toml_string(self.base)}\n"
+                f"omitted = {self.omitted}\n").encode()  # fmt: skip
+
+
+def _bad(message: str) -> IntegrityError:
+    return IntegrityError(message, tip=_TIP)
+
+
+def parse_head(raw: bytes) -> DeltaHead:
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise _bad(f"the delta's {HEAD} is not valid TOML: {exc}.") from None
+    bundle, base, omitted = data.get("bundle"), data.get("base"), data.get("omitted")
+    if data.get("format") != 1 or not isinstance(bundle, str) or not isinstance(base, str) \
+            or not isinstance(omitted, int) or set(data) != {"format", "bundle", "base", "omitted"}:  # fmt: skip
+        raise _bad(f"the delta's {HEAD} is not format 1 (format, bundle, base, omitted).")
+    return DeltaHead(bundle, base, omitted)
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    members: int
+    included: int
+    included_bytes: int
+    full_size: int
+
+
+class _Counting:
+    """A writer that counts what passes, so the archive can be padded to a whole record."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.n = 0
+
+    def write(self, data: bytes) -> int:
+        self.out.write(data)
+        self.n += len(data)
+        return len(data)
+
+
+def _add(out: _Counting, path: str, size: int, src: BinaryIO, mtime: int) -> None:
+    out.write(tar_header(path, size, mtime))
+    left = size
+    while left:
+        chunk = src.read(min(CHUNK, left))
+        if not chunk:
+            raise LockbuildError(f"internal: {path} ended early while writing the delta.")
+        out.write(chunk)
+        left -= len(chunk)
+    out.write(bytes(-size % BLOCK))
+
+
+def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | None = None,
+                limits: Limits = DEFAULT_LIMITS) -> Written:  # fmt: skip
+    """Cut NEW against BASE into OUT/NAME.delta.lbz (+ .minisig). NEW is read in full (every member
+    against its manifest); BASE only for its manifest. No key is needed."""
+    base_manifest, _ = read_head(base, limits)
+    have = {m.sha256 for m in base_manifest.members}
+    sig = signature_path(new)
+    read_signatures(sig, limits)  # present, bounded, well-formed
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = out_dir / f".delta-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        manifest = read_bundle(new, dest=work / "members", limits=limits, progress=progress)
+        head_bytes = manifest.to_toml()
+        keep = [m for m in manifest.members if m.sha256 not in have]
+        name = manifest.bundle_name.removesuffix(".lbz") + SUFFIX
+        head = DeltaHead(manifest.bundle_name, f"{base_manifest.engine}/{base_manifest.version}-"
+                         f"{base_manifest.variant}", len(manifest.members) - len(keep))  # fmt: skip
+        tmp = work / name
+        with tmp.open("wb") as raw:
+            z = compressor().stream_writer(raw, closefd=False, write_size=CHUNK)
+            counted = _Counting(z)
+            mtime = manifest.serial
+            for path, data in ((HEAD, head.to_toml()), (MANIFEST, head_bytes)):
+                _add(counted, path, len(data), io.BytesIO(data), mtime)
+            for m in keep:
+                with (work / "members" / m.path).open("rb") as f:
+                    _add(counted, m.path, m.size, f, mtime)
+            counted.write(bytes(2 * BLOCK))
+            counted.write(bytes(-counted.n % RECORD))
+            z.close()  # type: ignore[no-untyped-call]
+            raw.flush()
+            os.fsync(raw.fileno())
+        (work / (name + ".minisig")).write_bytes(sig.read_bytes())
+        tmp.replace(out_dir / name)
+        (work / (name + ".minisig")).replace(out_dir / (name + ".minisig"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    final = out_dir / name
+    return Written(final, len(manifest.members), len(keep), sum(m.size for m in keep), new.stat().st_size)
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeltaInfo:
+    head: DeltaHead
+    manifest: Manifest
+    manifest_bytes: bytes
+    signatures: bytes
+    signers: tuple[str, ...]
+
+
+def read_delta(
+    delta: Path,
+    *,
+    trust: Path | None,
+    threshold: int | None,
+    staging: Path,
+    store: Store,
+    limits: Limits = DEFAULT_LIMITS,
+    progress: Progress | None = None,
+) -> tuple[DeltaInfo, list[Member]]:
+    """Check a delta and write the members it carries that ``store`` lacks under ``staging`` (by
+    sha256); a member the store lacks and the delta does not carry fails the read, naming it.
+    Returns the checked delta and the members written."""
+    progress = progress or Progress.quiet()
+    signatures = "".join(s.to_text() for s in read_signatures(signature_path(delta), limits)).encode()
+    # Trust first, from the signature blocks alone: nothing is decompressed before the policy is met.
+    claim = check_signatures(signatures, name=full_name(delta), trust=trust, threshold=threshold,
+                             source=str(signature_path(delta)))  # fmt: skip
+    staging.mkdir(parents=True, exist_ok=True)
+    written: list[Member] = []
+    try:
+        f = delta.open("rb")
+    except OSError as exc:
+        raise LockbuildError(f"cannot read the delta {delta}: {exc.strerror or exc}.") from None
+    with f:
+        check_zstd_frame(f, limits)
+        tar = _open_tar(f, limits)
+        head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))
+        manifest_bytes = _small(tar, MANIFEST, limits.max_manifest, limits)
+        manifest = check_manifest(claim, manifest_bytes, limits)
+        need = {m.sha256 for m in manifest.members if not store.has_blob(m.sha256, m.size)}
+        index = {m.path: i for i, m in enumerate(manifest.members)}
+        last = -1
+        while (h := tar.next()) is not None:
+            _check_header(h, limits)
+            i = index.get(h.name, -1)
+            if i <= last:
+                why = "not in the signed manifest" if i < 0 else "repeated or out of the manifest's order"
+                raise _bad(f"refused member {h.name!r} of the delta: it is {why}.")
+            m = manifest.members[i]
+            if h.size != m.size:
+                raise _bad(f"member {h.name!r} of the delta is {h.size} bytes; the signed manifest says {m.size}.")
+            last = i
+            target = staging / m.sha256
+            if m.sha256 in need and not target.exists():
+                with target.open("xb") as out:
+                    digest = _copy(tar, h, out, progress)
+                written.append(m)
+            else:
+                digest = _copy(tar, h, None, progress)
+            if digest != m.sha256:
+                raise _bad(f"member {m.path!r} of the delta has sha256 {digest}; the signed manifest says {m.sha256}.")
+    missing = [m for m in manifest.members if m.sha256 in need and not (staging / m.sha256).exists()]
+    if missing:
+        names = ", ".join(m.path for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise IntegrityError(
+            f"the delta {delta.name} needs {len(missing)} member(s) the store lacks: {names}.",
+            tip=f"Import the base it was cut against ({head.base}) or the full bundle first, then this delta.",
+        )
+    return DeltaInfo(head, manifest, manifest_bytes, signatures, claim.signers), written
+
+
+def _small(tar: TarReader, name: str, limit: int, limits: Limits) -> bytes:
+    h = tar.next()
+    if h is None or h.name != name:
+        raise _bad(f"the delta's member is {h.name if h else 'missing'!r}; expected {name}.")
+    _check_header(h, limits)
+    if h.size > limit:
+        raise _bad(f"the delta's {name} is {h.size} bytes; expected at most {limit}.")
+    buf = io.BytesIO()
+    _copy(tar, h, buf, Progress.quiet())
+    return buf.getvalue()

@@ -1,0 +1,199 @@
+"""Media parts: a bundle cut into pieces that `cat` joins back into the identical file.
+
+``split`` writes ``NAME.lbz.part000``, ``NAME.lbz.part001``, … (each ``size`` bytes, the last one
+shorter; wider numbers past 1000 parts, so the names always sort in order), a copy of
+``NAME.lbz.minisig``, and the part list ``NAME.lbz.parts.toml``::
+
+    format = 1
+    file = "NAME.lbz"
+    size = 12345
+    sha256 = "…"          # of the whole file
+
+    [[parts]]
+    name = "NAME.lbz.part000"
+    size = 4000000000
+    sha256 = "…"
+
+The part list is not signed: the signatures cover the joined file. It lets a damaged part be named
+as soon as it is read, instead of a bundle failing as a whole after gigabytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from lockbuild.bundle.manifest import toml_string
+from lockbuild.digest import CHUNK
+from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.trust import signature_path
+
+PARTS_SUFFIX = ".parts.toml"
+_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 1 << 10, "MI": 1 << 20, "GI": 1 << 30,
+          "TI": 1 << 40}  # fmt: skip
+_SIZE = re.compile(r"(\d+)\s*([KMGT]I?)?B?", re.IGNORECASE)
+_PART_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,250}")
+_HEX = re.compile(r"[0-9a-f]{64}")
+MAX_PARTS = 10_000
+MAX_LIST = 4 << 20
+_TIP = "Copy the part again from the original media (or split the bundle again) and retry."
+
+
+def parse_size(text: str) -> int:
+    """'4G' = 4×10⁹ bytes (fits FAT32's 4 GiB − 1 limit), '700M', '4GiB' = 4×2³⁰, or plain bytes."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m or int(m.group(1)) <= 0:
+        raise LockbuildError(f"--size {text!r} is not a size; expected e.g. 4G (10⁹ bytes), 700M, 4GiB or 1048576.")
+    return int(m.group(1)) * _UNITS[(m.group(2) or "").upper()]
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PartList:
+    file: str
+    size: int
+    sha256: str
+    parts: tuple[Part, ...]
+
+    def to_toml(self) -> bytes:
+        lines = ["format = 1", f"file = {toml_string(self.file)}", f"size = {self.size}",
+                 f"sha256 = {toml_string(self.sha256)}", ""]  # fmt: skip
+        for p in self.parts:
+            lines += ["[[parts]]", f"name = {toml_string(p.name)}", f"size = {p.size}",
+                      f"sha256 = {toml_string(p.sha256)}", ""]  # fmt: skip
+        return "\n".join(lines).encode()
+
+
+def is_part_list(path: Path) -> bool:
+    return path.name.endswith(PARTS_SUFFIX)
+
+
+def split(bundle: Path, size: int, out: Path) -> Path:
+    """Write the parts, the signature copy and the part list into ``out``; returns the part list."""
+    out.mkdir(parents=True, exist_ok=True)
+    whole = hashlib.sha256()
+    parts: list[Part] = []
+    total = 0
+    count = max(1, -(-bundle.stat().st_size // size))
+    if count > MAX_PARTS:
+        raise LockbuildError(f"--size {size} would cut {bundle.name} into {count} parts; at most {MAX_PARTS}.")
+    width = max(3, len(str(count - 1)))  # names sort in order, so `cat NAME.lbz.part*` joins them
+    with bundle.open("rb") as src:
+        while True:
+            name = f"{bundle.name}.part{len(parts):0{width}d}"
+            h = hashlib.sha256()
+            n = 0
+            tmp = out / f".{name}.partial"
+            with tmp.open("wb") as dst:
+                while n < size and (chunk := src.read(min(CHUNK, size - n))):
+                    h.update(chunk)
+                    whole.update(chunk)
+                    dst.write(chunk)
+                    n += len(chunk)
+                dst.flush()
+                os.fsync(dst.fileno())
+            if n == 0 and parts:
+                tmp.unlink()
+                break
+            tmp.replace(out / name)
+            parts.append(Part(name, n, h.hexdigest()))
+            total += n
+            if n < size:
+                break
+    sig = signature_path(bundle)
+    if sig.exists():
+        (out / sig.name).write_bytes(sig.read_bytes())
+    listing = PartList(bundle.name, total, whole.hexdigest(), tuple(parts))
+    path = out / f"{bundle.name}{PARTS_SUFFIX}"
+    tmp = out / f".{path.name}.partial"
+    tmp.write_bytes(listing.to_toml())
+    tmp.replace(path)
+    return path
+
+
+def _bad(message: str) -> IntegrityError:
+    return IntegrityError(message, tip=_TIP)
+
+
+def parse_part_list(raw: bytes, source: str) -> PartList:
+    """Strictly: plain part names (no '/', no '..'), sizes and sha256s, at most MAX_PARTS parts."""
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise _bad(f"{source} is not a valid part list: {exc}.") from None
+    if data.get("format") != 1 or set(data) != {"format", "file", "size", "sha256", "parts"}:
+        raise _bad(f"{source} is not a format-1 part list (expected format, file, size, sha256, parts).")
+    file, size, sha, parts = data["file"], data["size"], data["sha256"], data["parts"]
+    ok = isinstance(file, str) and _PART_NAME.fullmatch(file) and isinstance(size, int) and size >= 0
+    if not ok or not isinstance(sha, str) or not _HEX.fullmatch(sha) or not isinstance(parts, list):
+        raise _bad(f"{source} has a malformed file, size, sha256 or parts.")
+    if not 0 < len(parts) <= MAX_PARTS:
+        raise _bad(f"{source} lists {len(parts)} parts; expected 1 to {MAX_PARTS}.")
+    out: list[Part] = []
+    for i, p in enumerate(parts):
+        if not isinstance(p, dict) or set(p) != {"name", "size", "sha256"}:
+            raise _bad(f"{source}: parts[{i}] must have exactly name, size and sha256.")
+        name, psize, psha = p["name"], p["size"], p["sha256"]
+        if not isinstance(name, str) or not _PART_NAME.fullmatch(name) or ".." in name:
+            raise _bad(f"{source}: parts[{i}] name {str(name)[:80]!r} is not a plain file name.")
+        if not isinstance(psize, int) or isinstance(psize, bool) or psize < 0:
+            raise _bad(f"{source}: parts[{i}] size is not a number of bytes.")
+        if not isinstance(psha, str) or not _HEX.fullmatch(psha):
+            raise _bad(f"{source}: parts[{i}] sha256 is malformed.")
+        out.append(Part(name, psize, psha))
+    if sum(p.size for p in out) != size:
+        raise _bad(f"{source}: the parts add up to {sum(p.size for p in out)} bytes; the list says {size}.")
+    return PartList(file, size, sha, tuple(out))
+
+
+def read_part_list(path: Path) -> PartList:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LockbuildError(f"cannot read the part list {path}: {exc.strerror or exc}.") from None
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(MAX_LIST + 1)
+    if len(raw) > MAX_LIST:
+        raise _bad(f"{path} is over {MAX_LIST} bytes; a part list is small.")
+    return parse_part_list(raw, str(path))
+
+
+def join(part_list: Path, dst: BinaryIO) -> PartList:
+    """Concatenate the parts into ``dst``, checking each part's size and sha256 as it streams; a
+    damaged, short or long part is refused by name. The whole file's digest is checked at the end."""
+    listing = read_part_list(part_list)
+    whole = hashlib.sha256()
+    for p in listing.parts:
+        path = part_list.parent / p.name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _bad(f"cannot read the part {p.name}: {exc.strerror or exc}.") from None
+        h = hashlib.sha256()
+        n = 0
+        with os.fdopen(fd, "rb") as f:
+            while chunk := f.read(min(CHUNK, p.size + 1 - n)):
+                n += len(chunk)
+                if n > p.size:
+                    raise _bad(f"the part {p.name} is longer than the {p.size} bytes its list gives.")
+                h.update(chunk)
+                whole.update(chunk)
+                dst.write(chunk)
+        if n != p.size:
+            raise _bad(f"the part {p.name} is {n} bytes; its list says {p.size} (truncated?).")
+        if h.hexdigest() != p.sha256:
+            raise _bad(f"the part {p.name} is damaged: sha256 {h.hexdigest()}, its list says {p.sha256}.")
+    if whole.hexdigest() != listing.sha256:
+        raise _bad(f"the joined parts have sha256 {whole.hexdigest()}; the part list says {listing.sha256}.")
+    return listing

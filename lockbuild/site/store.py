@@ -1,0 +1,487 @@
+"""The site store: a directory that keeps every member once, by sha256, and per build the signed
+manifest and its signature blocks.
+
+Layout (docs/site-administrators.md, "Many nodes")::
+
+    STORE/lockbuild-store                        marks the directory as a store (format 1)
+    STORE/lock                                   flock: imports and gc exclusive, verify shared
+    STORE/blobs/sha256/<hex>                     one file per distinct member, named by its sha256
+    STORE/builds/<engine>/<version>-<variant>/   bundle.toml (the signed manifest) and bundle.toml.minisig
+    STORE/tmp/                                   partial blobs and staging; never read as content
+
+Every write lands under a temporary name in tmp/, is fsynced, checked, then renamed into place; a
+build's directory appears last, after all its blobs. A killed import therefore leaves blobs that are
+whole (or nothing) and no build naming missing blobs; the next import completes it.
+
+Every path is walked from the store's root one component at a time with O_NOFOLLOW: a symbolic link
+anywhere inside the store (a directory, a blob, a manifest) is refused, never followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from lockbuild.bundle.manifest import Manifest, parse_manifest
+from lockbuild.digest import CHUNK
+from lockbuild.errors import BusyError, IntegrityError, LockbuildError
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.minisign import parse_signatures
+
+MARK = "lockbuild-store"
+MARK_TEXT = b"lockbuild store 1\n"
+MANIFEST_FILE = "bundle.toml"
+SIGNATURE_FILE = "bundle.toml.minisig"
+_HEX = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
+
+
+class StoreError(LockbuildError):
+    """The store directory is not usable as a store (not one, or holds a link or a stray file)."""
+
+
+def check_name(value: str, what: str) -> str:
+    """Engine, version and variant name directories: plain words, no '/', never '.' or '..'."""
+    if not _NAME.fullmatch(value) or value in (".", ".."):
+        raise StoreError(f"the {what} {value[:80]!r} is not a plain name (letters, digits, . _ + -).")
+    return value
+
+
+def check_hex(value: str) -> str:
+    if not _HEX.fullmatch(value):
+        raise StoreError(f"{value[:80]!r} is not a sha256 (64 lower-case hex digits).")
+    return value
+
+
+def parse_ref(ref: str) -> tuple[str, str, str]:
+    """ENGINE/VERSION-VARIANT, as `store list` shows it. The variant is the text after the last '-'."""
+    engine, sep, build = ref.partition("/")
+    version, dash, variant = build.rpartition("-")
+    if not sep or not dash:
+        raise StoreError(f"{ref[:120]!r} is not ENGINE/VERSION-VARIANT (for example vllm/0.11.0-cu128).",
+                         tip="`lockbuild store list --store DIR` shows the builds a store holds.")  # fmt: skip
+    return check_name(engine, "engine"), check_name(version, "version"), check_name(variant, "variant")
+
+
+def merge_signatures(old: bytes, new: bytes) -> bytes:
+    """The blocks of ``old`` followed by those of ``new`` it lacks: a co-signature is added, and a
+    later import with fewer signatures never removes one. (Each node judges them all with its keys.)"""
+    seen = [b.to_text() for b in parse_signatures(old, source="the stored signatures")]
+    for b in parse_signatures(new, source="the new signatures"):
+        if b.to_text() not in seen:
+            seen.append(b.to_text())
+    return "".join(seen).encode()
+
+
+@dataclass(frozen=True)
+class Build:
+    """One engine/version-variant in the store: its signed manifest and signature blocks."""
+
+    manifest: Manifest
+    manifest_bytes: bytes
+    signatures: bytes
+
+    @property
+    def ref(self) -> str:
+        m = self.manifest
+        return f"{m.engine}/{m.version}-{m.variant}"
+
+
+@dataclass(frozen=True)
+class Damage:
+    path: str  # relative to the store
+    problem: str
+
+
+def _names(dir_fd: int) -> list[str]:
+    """The entries of a directory opened by descriptor (pathlib cannot list by descriptor)."""
+    return sorted(os.listdir(dir_fd))
+
+
+def _fsync_dir(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+
+
+class Store:
+    """An open store. Use as a context manager; its directory descriptors close with it."""
+
+    def __init__(self, root: Path, *, create: bool = False, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.root = root
+        self.limits = limits
+        self._fds: list[int] = []
+        if create:
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot make the store {root}: {exc.strerror or exc}.") from None
+        try:
+            self.fd = self._keep(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        except OSError as exc:
+            raise StoreError(
+                f"cannot open the store {root}: {exc.strerror or exc}.",
+                tip="Give --store the directory `lockbuild import` or `pull` made.",
+            ) from None
+        try:
+            self._mark(create)
+            self.blobs = self._dir(self._dir(self.fd, "blobs", create), "sha256", create)
+            self.builds = self._dir(self.fd, "builds", create)
+            self.tmp = self._dir(self.fd, "tmp", create)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _keep(self, fd: int) -> int:
+        self._fds.append(fd)
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _where(self, *parts: str) -> str:
+        return str(self.root.joinpath(*parts))
+
+    def _dir(self, parent: int, name: str, create: bool, *, keep: bool = True) -> int:
+        """A subdirectory, opened without following links; a link or a file there is refused."""
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=parent)
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            raise StoreError(f"the store {self.root} has no {name}/; it is not a store or is damaged.",
+                             tip=_TIP_DAMAGE) from None  # fmt: skip
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise StoreError(
+                    f"refused: {name!r} in the store {self.root} is a symbolic link or not a directory; "
+                    "a store holds only plain directories and files.",
+                    tip="Remove the link; a store must not point outside itself.",
+                ) from None
+            raise StoreError(f"cannot open {name!r} in the store {self.root}: {exc.strerror or exc}.") from None
+        return self._keep(fd) if keep else fd
+
+    def _mark(self, create: bool) -> None:
+        try:
+            fd = os.open(MARK, _READ_FLAGS, dir_fd=self.fd)
+        except FileNotFoundError:
+            if not create or _names(self.fd):
+                raise StoreError(
+                    f"{self.root} is not a lockbuild store (no {MARK} file).",
+                    tip="Give --store an empty directory (import makes the store) or one lockbuild made.",
+                ) from None
+            fd = os.open(MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=self.fd)  # fmt: skip
+            with os.fdopen(fd, "wb") as f:
+                f.write(MARK_TEXT)
+                os.fsync(f.fileno())
+            return
+        except OSError as exc:
+            raise StoreError(f"refused: {self._where(MARK)} is not a plain file ({exc.strerror}).") from None
+        with os.fdopen(fd, "rb") as f:
+            if f.read(64) != MARK_TEXT:
+                raise StoreError(f"{self._where(MARK)} is not a format-1 lockbuild store mark.")
+
+    def _write_new(self, dir_fd: int, name: str, data: bytes) -> None:
+        """Write ``data`` to tmp/, fsync, and rename it to ``name`` in ``dir_fd``."""
+        tmp = f"new-{os.getpid()}-{time.monotonic_ns()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.tmp)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, name, src_dir_fd=self.tmp, dst_dir_fd=dir_fd)
+        _fsync_dir(dir_fd)
+
+    @contextlib.contextmanager
+    def lock(self, *, exclusive: bool, wait: float = 0.0) -> Iterator[None]:
+        """The store's lock: imports, pulls and gc hold it exclusively, verify shares it."""
+        try:
+            fd = os.open("lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
+        except OSError as exc:
+            raise StoreError(f"cannot open the store's lock {self._where('lock')}: {exc.strerror or exc}.") from None
+        try:
+            deadline = time.monotonic() + wait
+            mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+            while True:
+                try:
+                    fcntl.flock(fd, mode)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise BusyError(
+                            f"another lockbuild process holds the store {self.root} (an import, pull or gc).",
+                            tip="Wait for it to finish, or pass --wait SECONDS.",
+                        ) from None
+                    time.sleep(0.2)
+            yield
+        finally:
+            os.close(fd)
+
+    # -- blobs --------------------------------------------------------------------------------
+    def blob_size(self, sha256: str) -> int | None:
+        """The stored blob's size, or None if absent; a link or non-file under its name is refused."""
+        try:
+            st = os.stat(check_hex(sha256), dir_fd=self.blobs, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            raise IntegrityError(f"refused: the blob {self._where('blobs', 'sha256', sha256)} is a link or not a "
+                                 "plain file.", tip=_TIP_DAMAGE)  # fmt: skip
+        return st.st_size
+
+    def has_blob(self, sha256: str, size: int) -> bool:
+        got = self.blob_size(sha256)
+        if got is None:
+            return False
+        if got != size:
+            raise IntegrityError(f"the blob {sha256} in {self.root} is {got} bytes; the manifest says {size}.",
+                                 tip=_TIP_DAMAGE)  # fmt: skip
+        return True
+
+    def open_blob(self, sha256: str) -> BinaryIO:
+        try:
+            fd = os.open(check_hex(sha256), _READ_FLAGS, dir_fd=self.blobs)
+        except FileNotFoundError:
+            raise IntegrityError(f"the store {self.root} has no blob {sha256}.", tip=_TIP_DAMAGE) from None
+        except OSError as exc:
+            raise IntegrityError(f"refused: the blob {sha256} in {self.root} is not a plain file ({exc.strerror}).",
+                                 tip=_TIP_DAMAGE) from None  # fmt: skip
+        return os.fdopen(fd, "rb")
+
+    def partial(self, sha256: str) -> Path:
+        """Where a blob being fetched is written (resumable: the same name each time)."""
+        return self.root / "tmp" / f"{check_hex(sha256)}.partial"
+
+    def open_partial(self, sha256: str, *, append: bool) -> BinaryIO:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+        try:
+            fd = os.open(f"{check_hex(sha256)}.partial", flags, 0o644, dir_fd=self.tmp)
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.partial(sha256)}: {exc.strerror or exc}.") from None
+        return os.fdopen(fd, "ab" if append else "wb")
+
+    def partial_size(self, sha256: str) -> int:
+        try:
+            st = os.stat(f"{check_hex(sha256)}.partial", dir_fd=self.tmp, follow_symlinks=False)
+        except FileNotFoundError:
+            return 0
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+    def adopt(self, path: Path, sha256: str) -> None:
+        """Move a checked file (under tmp/) into blobs/ under its sha256: fsync, rename, fsync the dir."""
+        check_hex(sha256)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StoreError(f"cannot open {path}: {exc.strerror or exc}.") from None
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(path, sha256, dst_dir_fd=self.blobs)
+
+    def sync(self) -> None:
+        _fsync_dir(self.blobs)
+
+    def blob_names(self) -> list[str]:
+        return _names(self.blobs)
+
+    def rehash(self, name: str) -> str:
+        h = hashlib.sha256()
+        with self.open_blob(name) as f:
+            while chunk := f.read(CHUNK):
+                h.update(chunk)
+        return h.hexdigest()
+
+    # -- builds -------------------------------------------------------------------------------
+    def put_build(self, manifest: Manifest, manifest_bytes: bytes, signatures: bytes) -> None:
+        """Record a build whose blobs are all in place. The same manifest again adds the signature
+        blocks the store lacks (a co-signature); a different manifest under the same name is refused."""
+        for m in manifest.members:
+            if not self.has_blob(m.sha256, m.size):
+                raise IntegrityError(f"internal: {m.path} ({m.sha256}) is not in the store yet.")
+        self.sync()
+        engine = self._dir(self.builds, check_name(manifest.engine, "engine"), True, keep=False)
+        try:
+            name = f"{check_name(manifest.version, 'version')}-{check_name(manifest.variant, 'variant')}"
+            existing = self._read_build(engine, name)
+            if existing is not None and existing[0] != manifest_bytes:
+                raise IntegrityError(
+                    f"the store already holds a different {manifest.engine}/{name} "
+                    f"(serial {parse_manifest(existing[0]).serial}, this one {manifest.serial}).",
+                    tip="Keep one store per site release train, or import into another store.",
+                )
+            if existing is None:
+                staging = f"build-{os.getpid()}-{time.monotonic_ns()}"
+                os.mkdir(staging, 0o755, dir_fd=self.tmp)
+                fd = os.open(staging, _DIR_FLAGS, dir_fd=self.tmp)
+                try:
+                    self._write_new(fd, MANIFEST_FILE, manifest_bytes)
+                    self._write_new(fd, SIGNATURE_FILE, signatures)
+                finally:
+                    os.close(fd)
+                os.rename(staging, name, src_dir_fd=self.tmp, dst_dir_fd=engine)
+            elif (merged := merge_signatures(existing[1], signatures)) != existing[1]:
+                self._write_new(self._build_dir(engine, name), SIGNATURE_FILE, merged)
+            _fsync_dir(engine)
+        finally:
+            os.close(engine)
+
+    def _build_dir(self, engine_fd: int, name: str) -> int:
+        return self._dir(engine_fd, name, False)
+
+    def _read_file(self, dir_fd: int, name: str, limit: int, where: str) -> bytes:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            raise IntegrityError(f"refused: {where} is missing, a link or unreadable ({exc.strerror}).",
+                                 tip=_TIP_DAMAGE) from None  # fmt: skip
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise IntegrityError(f"refused: {where} is not a plain file.", tip=_TIP_DAMAGE)
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise IntegrityError(f"{where} is over {limit} bytes.", tip=_TIP_DAMAGE)
+        return data
+
+    def _read_build(self, engine_fd: int, name: str) -> tuple[bytes, bytes] | None:
+        try:
+            st = os.stat(name, dir_fd=engine_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            raise StoreError(f"refused: the build {name!r} in {self.root} is a link or not a directory.")
+        fd = self._dir(engine_fd, name, False, keep=False)
+        try:
+            where = self._where("builds", "…", name)
+            manifest = self._read_file(fd, MANIFEST_FILE, self.limits.max_manifest, f"{where}/{MANIFEST_FILE}")
+            sigs = self._read_file(fd, SIGNATURE_FILE, self.limits.max_signature_file, f"{where}/{SIGNATURE_FILE}")
+        finally:
+            os.close(fd)
+        return manifest, sigs
+
+    def build(self, ref: str) -> Build:
+        engine, version, variant = parse_ref(ref)
+        try:
+            efd = self._dir(self.builds, engine, False, keep=False)
+        except StoreError:
+            efd = -1
+        try:
+            got = self._read_build(efd, f"{version}-{variant}") if efd >= 0 else None
+        finally:
+            if efd >= 0:
+                os.close(efd)
+        if got is None:
+            raise StoreError(f"the store {self.root} holds no {ref}.",
+                             tip="`lockbuild store list --store DIR` shows what it holds.")  # fmt: skip
+        return self._parse_build(ref, *got)
+
+    def _parse_build(self, ref: str, manifest_bytes: bytes, signatures: bytes) -> Build:
+        manifest = parse_manifest(manifest_bytes, self.limits)
+        b = Build(manifest, manifest_bytes, signatures)
+        if b.ref != ref:
+            raise IntegrityError(f"the store's {ref} holds the manifest of {b.ref}; refused.", tip=_TIP_DAMAGE)
+        return b
+
+    def refs(self) -> list[str]:
+        out = []
+        for engine in _names(self.builds):
+            efd = self._dir(self.builds, engine, False, keep=False)
+            try:
+                out += [f"{engine}/{name}" for name in _names(efd)]
+            finally:
+                os.close(efd)
+        return out
+
+    def builds_all(self) -> list[Build]:
+        return [self.build(ref) for ref in self.refs()]
+
+    # -- maintenance --------------------------------------------------------------------------
+    def clear_tmp(self) -> None:
+        """Remove what killed imports left in tmp/ (hold the exclusive lock); partial blobs stay,
+        so an interrupted pull resumes."""
+        for name in _names(self.tmp):
+            if name.endswith(".partial"):
+                continue
+            path = self.root / "tmp" / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+    def verify(self) -> list[Damage]:
+        """Re-hash every blob; check every build's manifest and that its blobs are all present."""
+        damage: list[Damage] = []
+        for name in self.blob_names():
+            rel = f"blobs/sha256/{name}"
+            if not _HEX.fullmatch(name):
+                damage.append(Damage(rel, "a file that is not named by a sha256"))
+                continue
+            try:
+                got = self.rehash(name)
+            except LockbuildError as exc:
+                damage.append(Damage(rel, exc.message))
+                continue
+            if got != name:
+                damage.append(Damage(rel, f"its content has sha256 {got}"))
+        for ref in self.refs():
+            try:
+                b = self.build(ref)
+            except LockbuildError as exc:
+                damage.append(Damage(f"builds/{ref}", exc.message))
+                continue
+            for m in b.manifest.members:
+                try:
+                    if not self.has_blob(m.sha256, m.size):
+                        damage.append(Damage(f"builds/{ref}", f"missing blob {m.sha256} for {m.path}"))
+                except LockbuildError as exc:
+                    damage.append(Damage(f"builds/{ref}", f"{m.path}: {exc.message}"))
+        return damage
+
+    def gc(self) -> tuple[int, int]:
+        """Remove blobs no build references, and tmp/ leftovers (hold the exclusive lock).
+        Returns (blobs removed, bytes freed). Refuses if any build cannot be read: a build that
+        cannot be read cannot say which blobs it needs."""
+        keep: set[str] = set()
+        for b in self.builds_all():
+            keep.update(m.sha256 for m in b.manifest.members)
+        removed = freed = 0
+        for name in self.blob_names():
+            if name in keep:
+                continue
+            st = os.stat(name, dir_fd=self.blobs, follow_symlinks=False)
+            os.unlink(name, dir_fd=self.blobs)
+            removed += 1
+            freed += st.st_size
+        for name in _names(self.tmp):
+            path = self.root / "tmp" / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        _fsync_dir(self.blobs)
+        return removed, freed

@@ -1,0 +1,210 @@
+"""The site store: import checks a bundle as install does, keeps members once, survives a kill,
+and verify / gc / hostile layouts behave as a site administrator sees them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import Keys, make_keys
+from sitekit import cli, make_bundle, run_killed, sha
+
+from lockbuild.errors import BusyError
+from lockbuild.site.store import Store, StoreError, parse_ref
+
+
+@pytest.fixture(scope="module")
+def signer(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+    return make_keys(tmp_path_factory.mktemp("site-keys"))
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory, signer: Keys) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("site-bundles")
+    return {v: make_bundle(out, [signer.secret], version=v) for v in ("1.0", "1.1")}
+
+
+def _import(bundle: Path, keys: Keys, store: Path) -> dict[str, object]:
+    r = cli("import", bundle, "--trust", keys.trust, "--store", store, "--json")
+    assert r.exit_code == 0, r.output
+    return dict(json.loads(r.stdout))
+
+
+def _list(store: Path) -> list[dict[str, object]]:
+    r = cli("store", "list", "--store", store, "--json")
+    assert r.exit_code == 0, r.output
+    return list(json.loads(r.stdout)["builds"])
+
+
+def test_import_keeps_each_member_once_and_lists_the_build(tmp_path: Path, bundles: dict[str, Path],
+                                                          signer: Keys) -> None:  # fmt: skip
+    store = tmp_path / "store"
+    first = _import(bundles["1.0"], signer, store)
+    assert first["build"] == "toyengine/1.0-cpu" and first["added_blobs"] == 5
+    second = _import(bundles["1.1"], signer, store)
+    assert second["added_blobs"] == 3  # the shared torch wheel is kept once
+    again = _import(bundles["1.1"], signer, store)
+    assert again["added_blobs"] == 0
+    rows = _list(store)
+    assert [(r["build"], r["complete"]) for r in rows] == [("toyengine/1.0-cpu", True), ("toyengine/1.1-cpu", True)]
+    assert len(list((store / "blobs" / "sha256").iterdir())) == 8
+    r = cli("store", "verify", "--store", store)
+    assert r.exit_code == 0 and "8 blobs re-hashed" in r.output
+    text = cli("store", "list", "--store", store)
+    assert "toyengine/1.0-cpu" in text.output and "2 build(s), 8 blob(s)" in text.output
+
+
+def test_import_refuses_an_untrusted_bundle_and_writes_nothing(tmp_path: Path, bundles: dict[str, Path]) -> None:
+    other = make_keys(tmp_path / "other")
+    store = tmp_path / "store"
+    r = cli("import", bundles["1.0"], "--trust", other.trust, "--store", store)
+    assert r.exit_code == 3 and "signature policy not met" in r.output
+    assert list((store / "blobs" / "sha256").iterdir()) == []
+    assert _list(store) == []
+
+
+def test_import_refuses_a_damaged_bundle(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    bad = tmp_path / bundles["1.0"].name
+    data = bytearray(bundles["1.0"].read_bytes())
+    data[len(data) // 2] ^= 1
+    bad.write_bytes(bytes(data))
+    (tmp_path / (bad.name + ".minisig")).write_bytes(Path(str(bundles["1.0"]) + ".minisig").read_bytes())
+    r = cli("import", bad, "--trust", signer.trust, "--store", tmp_path / "store")
+    assert r.exit_code == 3 and "does not verify" in r.output
+    assert list((tmp_path / "store" / "blobs" / "sha256").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "cls", "method", "after"),
+    [
+        ("lockbuild.site.store", "Store", "adopt", 0),  # before the first blob lands
+        ("lockbuild.site.store", "Store", "adopt", 2),  # half of the blobs in place
+        ("lockbuild.site.store", "Store", "put_build", 0),  # every blob in place, no build yet
+        ("lockbuild.site.store", "Store", "_write_new", 1),  # the build's manifest staged, not its signatures
+    ],
+)
+def test_a_killed_import_leaves_a_valid_store_and_the_next_import_completes_it(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys, module: str, cls: str, method: str, after: int
+) -> None:
+    store = tmp_path / "store"
+    args = ["import", bundles["1.0"], "--trust", signer.trust, "--store", store]
+    assert run_killed(args, module=module, cls=cls, method=method, after=after) == -9
+    assert cli("store", "verify", "--store", store).exit_code == 0  # whole blobs or none; no half build
+    assert _list(store) == []
+    _import(bundles["1.0"], signer, store)
+    assert [r["complete"] for r in _list(store)] == [True]
+    assert cli("store", "verify", "--store", store).exit_code == 0
+    assert list((store / "tmp").iterdir()) == []
+
+
+def test_store_verify_names_a_damaged_and_a_missing_blob(tmp_path: Path, bundles: dict[str, Path],
+                                                        signer: Keys) -> None:  # fmt: skip
+    store = tmp_path / "store"
+    _import(bundles["1.0"], signer, store)
+    blobs = sorted((store / "blobs" / "sha256").iterdir())
+    blobs[0].write_bytes(blobs[0].read_bytes() + b"x")
+    blobs[1].unlink()
+    r = cli("store", "verify", "--store", store)
+    assert r.exit_code == 4
+    assert f"blobs/sha256/{blobs[0].name}: its content has sha256" in r.output
+    assert f"missing blob {blobs[1].name}" in r.output
+    assert [row["complete"] for row in _list(store)] == [False]
+
+
+def test_gc_removes_only_unreferenced_blobs(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    store = tmp_path / "store"
+    _import(bundles["1.0"], signer, store)
+    stray = store / "blobs" / "sha256" / sha(b"stray")
+    stray.write_bytes(b"stray")
+    r = cli("store", "gc", "--store", store)
+    assert r.exit_code == 0 and "removed 1 unreferenced blob" in r.output
+    assert not stray.exists()
+    assert cli("store", "verify", "--store", store).exit_code == 0
+
+
+def test_gc_waits_for_or_refuses_during_an_import(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    store = tmp_path / "store"
+    _import(bundles["1.0"], signer, store)
+    stray = store / "blobs" / "sha256" / sha(b"in flight")
+    stray.write_bytes(b"in flight")  # as an import would leave it, just before recording its build
+    with Store(store) as s, s.lock(exclusive=True):
+        r = cli("store", "gc", "--store", store)
+        assert r.exit_code == 5 and "another lockbuild process holds the store" in r.output
+        assert stray.exists()
+        with pytest.raises(BusyError), Store(store) as s2, s2.lock(exclusive=True):  # an import waits the same way
+            pass
+
+
+def test_hostile_store_layouts_are_refused(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # a directory inside the store that is a symbolic link
+    store = tmp_path / "store"
+    _import(bundles["1.0"], signer, store)
+    blobs = store / "blobs" / "sha256"
+    blobs.rename(tmp_path / "moved")
+    blobs.symlink_to(outside)
+    r = cli("store", "verify", "--store", store)
+    assert r.exit_code == 1 and "is a symbolic link" in r.output
+    r = cli("import", bundles["1.1"], "--trust", signer.trust, "--store", store)
+    assert r.exit_code == 1 and "is a symbolic link" in r.output
+    assert list(outside.iterdir()) == []
+    # a blob that is a symbolic link (to a file holding the right bytes, even)
+    store2 = tmp_path / "store2"
+    _import(bundles["1.0"], signer, store2)
+    victim = sorted((store2 / "blobs" / "sha256").iterdir())[0]
+    target = outside / "copy"
+    target.write_bytes(victim.read_bytes())
+    victim.unlink()
+    victim.symlink_to(target)
+    r = cli("store", "verify", "--store", store2)
+    assert r.exit_code == 4 and "is a link or not a plain file" in r.output
+    r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", store2)
+    assert r.exit_code == 4 and "is a link or not a plain file" in r.output
+    # an engine directory that is a symbolic link
+    store3 = tmp_path / "store3"
+    _import(bundles["1.0"], signer, store3)
+    (store3 / "builds" / "toyengine").rename(outside / "toyengine")
+    (store3 / "builds" / "toyengine").symlink_to(outside / "toyengine")
+    assert cli("store", "list", "--store", store3).exit_code == 1
+    # names with '..' or '/' never become paths
+    for ref in ("../x/1.0-cpu", "toyengine/../../etc-x", "toyengine/1.0-..", "toyengine/1.0"):
+        with pytest.raises(StoreError):
+            parse_ref(ref)
+    # a directory that is not a store is not made into one
+    busy = tmp_path / "home"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", busy)
+    assert r.exit_code == 1 and "is not a lockbuild store" in r.output
+    assert sorted(os.listdir(busy)) == ["notes.txt"]
+
+
+def test_a_different_build_under_the_same_name_is_refused(tmp_path: Path, bundles: dict[str, Path],
+                                                         signer: Keys) -> None:  # fmt: skip
+    store = tmp_path / "store"
+    _import(bundles["1.0"], signer, store)
+    rebuilt = make_bundle(tmp_path / "rebuilt", [signer.secret], version="1.0", serial_days=3)
+    r = cli("import", rebuilt, "--trust", signer.trust, "--store", store)
+    assert r.exit_code == 4 and "already holds a different toyengine/1.0-cpu" in r.output
+
+
+def test_a_co_signature_is_added_and_never_removed(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    from lockbuild.minisign import parse_signatures, read_secret_key
+    from lockbuild.trust import sign_bundle
+
+    store = tmp_path / "store"
+    _import(bundles["1.0"], signer, store)
+    cosigned = tmp_path / "co" / bundles["1.0"].name
+    cosigned.parent.mkdir()
+    cosigned.write_bytes(bundles["1.0"].read_bytes())
+    Path(f"{cosigned}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
+    second = make_keys(tmp_path / "second", "second")
+    sign_bundle(cosigned, read_secret_key(second.secret, lambda: ""))
+    _import(cosigned, signer, store)
+    sigs = store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml.minisig"
+    assert len(parse_signatures(sigs.read_bytes())) == 2
+    _import(bundles["1.0"], signer, store)  # the older .minisig, with one signature
+    assert len(parse_signatures(sigs.read_bytes())) == 2

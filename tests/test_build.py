@@ -195,3 +195,39 @@ def test_keygen_encrypts_and_build_reads_the_passphrase_from_the_environment(
     assert code == 3 and "passphrase" in stderr
     assert not out.exists() or list(out.iterdir()) == []
     build(toy_recipe, secret, out, env={"LOCKBUILD_KEY_PASSWORD": "correct horse"})
+
+
+def test_sign_checks_before_it_signs(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    """issue 11 item 8, from the command line: a co-signer's `sign --trust` reports the signatures present,
+    refuses a bundle whose trusted signature does not verify (exit 3) and a damaged bundle (exit 4)."""
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    second = make_keys(tmp_path / "k2", "second")
+    code, stdout, stderr = cli("sign", str(bundle), "--key", str(second.secret), "--trust", str(keys.trust), "--json")
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    assert data["existing"]["signatures"][0]["counts"] and data["members"] > 0 and not data["replaced"]
+    sig = Path(str(bundle) + ".minisig")
+    good = sig.read_text()
+    lines = good.splitlines(keepends=True)
+    lines[1] = lines[1][:60] + ("A" if lines[1][60] != "A" else "B") + lines[1][61:]  # in the signature bytes
+    sig.write_text("".join(lines))
+    code, _, stderr = cli("sign", str(bundle), "--key", str(second.secret), "--trust", str(keys.trust))
+    assert code == 3 and "does not verify" in stderr
+    sig.write_text(good)
+    data_bytes = bytearray(bundle.read_bytes())
+    data_bytes[len(data_bytes) // 2] ^= 1
+    bundle.write_bytes(bytes(data_bytes))
+    code, _, stderr = cli("sign", str(bundle), "--key", str(second.secret))
+    assert code == 4, stderr
+    assert sig.read_text() == good  # nothing was added
+
+
+def test_verify_json_says_who_counted(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    code, stdout, stderr = cli("verify", str(bundle), "--trust", str(keys.trust), "--json")
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    assert data["size"] == bundle.stat().st_size and data["policy"]["met"]
+    assert data["policy"]["signatures"] == [
+        {"index": 1, "key_id": read_public_key(keys.public).key_id_hex, "counts": True, "reason": ""}
+    ]

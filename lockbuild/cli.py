@@ -568,8 +568,10 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
 
 
 @main.command(epilog="Example: lockbuild install demo.lbz --root /opt/engines --trust /etc/lockbuild/keys")
-@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--root", type=click.Path(path_type=Path, file_okay=False), required=True, help="Where engines live.")
+@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Install ENGINE/VERSION-VARIANT from this site store (see `lockbuild import`, `pull`).")  # fmt: skip
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
@@ -589,6 +591,7 @@ def install(
     ctx: click.Context,
     bundle: Path,
     root: Path,
+    store_dir: Path | None,
     trust_dir: Path | None,
     threshold: int | None,
     python: Path | None,
@@ -619,7 +622,19 @@ def install(
         wait=wait,
         environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
     )
-    result = Installer(opts, progress=_progress(ctx)).install(bundle)
+    installer = Installer(opts, progress=_progress(ctx))
+    if store_dir is not None:  # the site wing's store: no network code either
+        import time
+
+        from lockbuild.site.storeopen import open_store_build
+
+        opened = open_store_build(store_dir, str(bundle), trust=trust_dir, threshold=threshold,
+                                  progress=installer.progress)  # fmt: skip
+        result = installer.install_opened(opened, time.monotonic())
+    elif not bundle.exists():
+        raise click.BadParameter(f"Path {str(bundle)!r} does not exist.", param_hint="'BUNDLE'")
+    else:
+        result = installer.install(bundle)
     verb = "installed" if result.status == "installed" else "already installed"
     _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
 

@@ -385,6 +385,11 @@ class Store:
         return manifest, sigs
 
     def build(self, ref: str) -> Build:
+        return self._parse_build(ref, *self.build_files(ref))
+
+    def build_files(self, ref: str) -> tuple[bytes, bytes]:
+        """A build's manifest bytes and signature blocks, unparsed (an installer judges the signatures
+        before it parses the manifest)."""
         engine, version, variant = parse_ref(ref)
         try:
             efd = self._dir(self.builds, engine, False, keep=False)
@@ -398,7 +403,7 @@ class Store:
         if got is None:
             raise StoreError(f"the store {self.root} holds no {ref}.",
                              tip="`lockbuild store list --store DIR` shows what it holds.")  # fmt: skip
-        return self._parse_build(ref, *got)
+        return got
 
     def _parse_build(self, ref: str, manifest_bytes: bytes, signatures: bytes) -> Build:
         manifest = parse_manifest(manifest_bytes, self.limits)

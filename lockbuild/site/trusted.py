@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockbuild.bundle.manifest import Manifest, parse_manifest
-from lockbuild.errors import IntegrityError
+from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.minisign import parse_signatures
+from lockbuild.minisign import Signature, parse_signatures
 from lockbuild.progress import Progress
 from lockbuild.trust import (
     Statement,
@@ -77,20 +77,38 @@ class SignedClaim:
 def check_signatures(
     signatures: bytes,
     *,
-    name: str,
+    name: str | None,
     trust: Path | None,
     threshold: int | None,
     now: dt.datetime | None = None,
     source: str = "signatures",
 ) -> SignedClaim:
     """Enough distinct trusted keys signed a statement about the bundle file ``name`` (whose manifest
-    digest it carries); raise SignatureError listing why each signature did not count otherwise."""
+    digest it carries); raise SignatureError listing why each signature did not count otherwise.
+    ``name=None``: the file name the statements give (the manifest check then requires it to be the
+    manifest's own bundle name)."""
     store = load_store(trust_dir(trust))
     blocks = parse_signatures(signatures, source=source)
-    evaluation = evaluate(blocks, store, name=name, now=now or dt.datetime.now(dt.UTC), threshold=threshold)
+    current = now or dt.datetime.now(dt.UTC)
+    if name is None:  # a store names builds, not files: try the file name each statement gives
+        names = sorted({st.file for st in _statements(blocks)}) or [""]
+        tried = [evaluate(blocks, store, name=n, now=current, threshold=threshold) for n in names]
+        evaluation = next((e for e in tried if e.met), tried[0])
+    else:
+        evaluation = evaluate(blocks, store, name=name, now=current, threshold=threshold)
     statement = evaluation.require()
     check_dates(statement, store.policy)
     return SignedClaim(statement, tuple(k.key_id_hex for k in evaluation.signers))
+
+
+def _statements(blocks: tuple[Signature, ...]) -> list[Statement]:
+    out = []
+    for b in blocks:
+        try:
+            out.append(Statement.from_comment(b.trusted_comment))
+        except SignatureError:
+            continue  # judged (and reported) by evaluate()
+    return out
 
 
 def check_manifest(claim: SignedClaim, manifest_bytes: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
@@ -110,7 +128,7 @@ def check_signed_manifest(
     manifest_bytes: bytes,
     signatures: bytes,
     *,
-    name: str,
+    name: str | None,
     trust: Path | None,
     threshold: int | None,
     now: dt.datetime | None = None,

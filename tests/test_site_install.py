@@ -1,0 +1,112 @@
+"""`install ENGINE/VERSION-VARIANT --store DIR`: the installer's promises, from a site store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import TOY_RECIPE, Keys, make_keys
+from servers import FakeServer
+from test_install import build, cli, toy_version
+
+REF = "toyengine/1.0-cpu"
+
+
+@pytest.fixture(scope="module")
+def built(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Real bundles (uv, wheels) of the toy engine as of day 6 and day 25, each imported into its own store."""
+    tmp = tmp_path_factory.mktemp("site-install")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCKBUILD_INDEX_URL", server.index_url())
+        mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
+        later = TOY_RECIPE + 'as-of = "2025-01-25T00:00:00Z"\n'
+        out = {"v1": build(TOY_RECIPE, tmp, keys, "v1"), "v2": build(later, tmp, keys, "v2")}
+    for name in ("v1", "v2"):
+        store = tmp / f"store-{name}"
+        code, _, err = cli("import", str(out[name]), "--trust", str(keys.trust), "--store", str(store))
+        assert code == 0, err
+        out[f"store-{name}"] = store
+    yield out
+
+
+def _install(store: Path, root: Path, keys: Keys, *extra: str) -> tuple[int, dict[str, object], str]:
+    code, out, err = cli("install", REF, "--store", str(store), "--root", str(root), "--trust", str(keys.trust),
+                         "--json", *extra)  # fmt: skip
+    try:
+        data = json.loads(out)
+    except ValueError:
+        data = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    return code, data, err
+
+
+def test_install_from_the_store_upgrade_noop_and_downgrade(built: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    code, result, err = _install(built["store-v1"], root, keys)
+    assert code == 0 and result["status"] == "installed", err
+    env = root / "toyengine" / "1.0-cpu"
+    assert toy_version(env) == "1.0"
+    out = subprocess.run([str(env / "bin" / "toyengine"), "--version"], capture_output=True, text=True)
+    assert out.stdout.strip() == "toyengine 1.0"
+    # the same record as installing the .lbz: a no-op either way
+    code, again, _ = _install(built["store-v1"], root, keys)
+    assert code == 0 and again["status"] == "unchanged"
+    code, lbz, _ = cli("install", str(built["v1"]), "--root", str(root), "--trust", str(keys.trust), "--json")
+    assert code == 0 and json.loads(lbz)["status"] == "unchanged"
+    code, newer, _ = _install(built["store-v2"], root, keys)
+    assert code == 0 and newer["status"] == "installed" and newer["bundle_sha256"] != result["bundle_sha256"]
+    code, _, err = _install(built["store-v1"], root, keys)
+    assert code == 1 and "holds a newer build" in err
+    assert _install(built["store-v1"], root, keys, "--allow-downgrade")[0] == 0
+
+
+def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(built: dict[str, Path], keys: Keys,
+                                                                  tmp_path: Path) -> None:  # fmt: skip
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(built["store-v1"], store)
+    manifest = (store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml").read_text()
+    wheel = next(line.split('"')[1] for line in manifest.splitlines() if line.startswith("path = \"wheels/toydep"))
+    blobs = {p.name: p for p in (store / "blobs" / "sha256").iterdir()}
+    from lockbuild.bundle.manifest import parse_manifest
+
+    m = parse_manifest(manifest.encode()).member(wheel)
+    blob = blobs[m.sha256]
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 1
+    blob.write_bytes(bytes(data))
+    root = tmp_path / "engines"
+    code, _, err = _install(store, root, keys)
+    assert code == 4 and f"for {wheel} is damaged" in err
+    assert not (root / "toyengine" / "1.0-cpu").exists()
+    blob.unlink()
+    code, _, err = _install(store, root, keys)
+    assert code == 4 and wheel in err and f"has no blob {m.sha256}" in err
+    assert [p.name for p in (root / "toyengine").iterdir() if not p.name.startswith(".")] == []
+
+
+def test_an_untrusted_store_build_is_refused_before_any_blob_is_read(built: dict[str, Path], tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import lockbuild.site.store
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise AssertionError("a blob was read before the signature policy was met")
+
+    monkeypatch.setattr(lockbuild.site.store.Store, "open_blob", boom)
+    stranger = make_keys(tmp_path / "stranger")
+    code, _, err = _install(built["store-v1"], tmp_path / "engines", stranger)
+    assert code == 3 and "signature policy not met" in err
+
+
+def test_install_from_the_store_needs_no_network(built: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not allow a network namespace (unshare -n)")
+    argv = ["unshare", "-n", sys.executable, "-m", "lockbuild", "install", REF, "--store", str(built["store-v1"]),
+            "--root", str(tmp_path / "engines"), "--trust", str(keys.trust), "--json"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "installed"

@@ -310,7 +310,7 @@ def test_manifest_not_first(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fmt", "why"),
     [
-        (1, "manifest is format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads format 2 only, and lockbuild 0.1.x"),
+        (1, "format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads format 2 only, and lockbuild 0.1.x"),
         (3, "manifest is format 3 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads format 2"),
         (0, "manifest format is 0; no lockbuild writes that format"),
     ],
@@ -813,3 +813,23 @@ def test_zip_with_a_bad_crc(tmp_path: Path) -> None:
 
 def test_not_an_archive(tmp_path: Path) -> None:
     unpack_refused(tmp_path, "assets.zip", b"not a zip at all", "cannot unpack the archive")
+
+
+@pytest.mark.parametrize("with_dir_entry", [False, True], ids=["file", "dir-then-file"])
+def test_a_link_in_the_destination_is_never_written_through(tmp_path: Path, with_dir_entry: bool) -> None:
+    """An environment holds links of its own (bin/python, lib64 -> lib). An archive entry under one of them
+    would resolve outside the destination: refused, and nothing is written where the link points."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "work" / "dest"
+    dest.mkdir(parents=True)
+    (dest / "lib64").symlink_to(outside)
+    entries = [TarEntry("lib64", type=tarfile.DIRTYPE, mode=0o755)] if with_dir_entry else []
+    archive = write(tmp_path / "a.tar.gz", tar_archive([*entries, TarEntry("lib64/evil.so", b"x")]))
+    with pytest.raises(IntegrityError, match="link or a file") as info:
+        archives.extract(archive, dest)
+    assert info.value.tip
+    assert list(outside.iterdir()) == []
+    with pytest.raises(IntegrityError, match="resolve outside the destination"):
+        archives.place_file(archive, dest, "lib64/copy.tar.gz")
+    assert list(outside.iterdir()) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -10,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,12 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, TOY_RECIPE, Keys, day
 from servers import FakeServer, make_wheel
 
+from lockbuild.bundle.instructions import AssetPlace, InstallTable
+from lockbuild.bundle.manifest import Manifest, Member
 from lockbuild.cli import main
+from lockbuild.errors import BusyError
 from lockbuild.install.swap import engine_lock
+from lockbuild.progress import Progress
 
 TORCH_STUB = """\
 class _Cuda:
@@ -335,3 +341,320 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
     code, _, stderr = install(bundle, root, keys)
     assert code == 1 and "for aarch64" in stderr
     assert not (root / "toyengine").exists() or listing(root) == []
+
+
+# --- the node acts on the signed manifest only (issue 12) -----------------------------------------
+
+
+def repack(bundle: Path, out_dir: Path, keys: Keys, change: Callable[[Manifest, dict[str, bytes]], Manifest]) -> Path:
+    """The bundle with ``change`` applied to its manifest and member bytes (sizes, digests and the recipe's
+    digest recomputed), written and signed again with the test key: valid in every way a signature checks."""
+    from lockbuild.bundle.read import read_bundle
+    from lockbuild.bundle.write import Entry, write_bundle
+
+    work = out_dir / "unpacked"
+    work.mkdir(parents=True)
+    old = read_bundle(bundle, dest=work)
+    files = {m.path: (work / m.path).read_bytes() for m in old.members}
+    new = change(old, files)
+    members = tuple(
+        dataclasses.replace(m, size=len(files[m.path]), sha256=hashlib.sha256(files[m.path]).hexdigest())
+        for m in new.members
+    )
+    new = dataclasses.replace(new, members=members, recipe_sha256=hashlib.sha256(files["recipe.toml"]).hexdigest())
+    out = out_dir / new.bundle_name
+    with out.open("wb") as f:
+        write_bundle(f, new, [Entry(m, files[m.path]) for m in members], threads=1)
+    code, _, stderr = cli("sign", str(out), "--key", str(keys.secret))
+    assert code == 0, stderr
+    return out
+
+
+def test_an_edited_recipe_in_a_signed_bundle_does_not_steer_the_node(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    """recipe.toml is provenance: a signer's bundle whose recipe names another binary, verify command and
+    probe installs exactly as its manifest says, and none of the recipe's commands runs."""
+    pwned = tmp_path / "PWNED"
+
+    def edit(m: Manifest, files: dict[str, bytes]) -> Manifest:
+        text = files["recipe.toml"].decode()
+        text = text.replace('binary = "toyengine"', 'binary = "sh"')
+        text = text.replace('verify = ["toyengine", "--version"]', f'verify = ["sh", "-c", "touch {pwned}"]')
+        files["recipe.toml"] = text.replace('gpu-probe = "torch"', 'gpu-probe = "none"').encode()
+        assert files["recipe.toml"].decode() != text
+        return m
+
+    bundle = repack(bundles["v1"], tmp_path / "edited", keys, edit)
+    root = tmp_path / "engines"
+    code, _, stderr = install(bundle, root, keys, "--gpu-check", "require")
+    # the manifest's probe (torch) runs, not the recipe's "none"; the recipe's verify command never does
+    assert code == 1 and "the GPU probe failed" in stderr and "torch" in stderr and not pwned.exists()
+    code, _, stderr = install(bundle, root, keys)
+    assert code == 0, stderr
+    assert not pwned.exists()
+    marker = json.loads((root / "toyengine" / "1.0-cpu" / "lockbuild.json").read_text())
+    assert marker["binary"] == "bin/toyengine"
+
+
+def test_install_follows_the_signed_manifest(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    """The same bundle with the manifest's verify command changed: that command is what runs."""
+
+    def edit(m: Manifest, files: dict[str, bytes]) -> Manifest:
+        return dataclasses.replace(m, install=dataclasses.replace(m.install, verify=("toyengine", "--fail")))
+
+    bundle = repack(bundles["v1"], tmp_path / "edited", keys, edit)
+    code, _, stderr = install(bundle, tmp_path / "engines", keys)
+    assert code == 1 and "the verify command (toyengine --fail) failed (exit 3)" in stderr
+
+
+# --- one fit rule ---------------------------------------------------------------------------------
+
+
+def test_install_and_doctor_give_one_answer_on_the_same_facts(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Driver version unknown, an old glibc and too little space: install refuses with every reason, and
+    doctor lists the same reasons for the same bundle on the same node."""
+    import lockbuild.install.doctor as doctor
+    import lockbuild.install.installer as installer
+    from lockbuild.bundle.read import read_head
+    from lockbuild.errors import InstallError
+    from lockbuild.install.doctor import Candidate
+    from lockbuild.install.fit import Needs
+    from lockbuild.install.node import Gpu, Node
+
+    node = Node("x86_64", "glibc", (2, 17), "unknown", (Gpu("Old GPU", (7, 0)),))
+    monkeypatch.setattr(installer, "free_bytes", lambda _path: 1 << 20)
+    monkeypatch.setattr(doctor, "free_bytes", lambda _path: 1 << 20)
+    monkeypatch.setattr(doctor, "find_pythons", lambda: {PY: sys.executable})
+    manifest, _ = read_head(bundles["gpu"])
+    report = doctor.examine(
+        tmp_path / "engines",
+        candidates=[Candidate("b.lbz", manifest.engine, "1.0-cu130", Needs.of(manifest))],
+        trust=keys.trust,
+        node=node,
+    )
+    reasons = report["catalogue"][0]["reasons"]
+    assert len(reasons) == 4, reasons
+    assert any("glibc 2.28+, the node has 2.17" in r for r in reasons)
+    assert any("driver 580+, the node's driver version is unknown" in r for r in reasons)
+    assert any("compute capability 8.0+, the node has Old GPU (7.0)" in r for r in reasons)
+    assert any("free, the root has 0.0 GiB" in r for r in reasons)
+    options = installer.InstallOptions(root=tmp_path / "engines", trust_dir=keys.trust)
+    with pytest.raises(InstallError) as info:
+        installer.Installer(options, node=node).install(bundles["gpu"])
+    assert "; ".join(reasons) in info.value.message
+    assert not (tmp_path / "engines" / "toyengine" / "1.0-cu130").exists()
+
+
+# --- the root, the engine directory and the target (issue 11 item 2) ------------------------------
+
+
+def test_a_root_that_is_a_symlink_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    (tmp_path / "link").symlink_to(real)
+    code, _, stderr = install(bundles["v1"], tmp_path / "link", keys)
+    assert code == 1 and "refused --root" in stderr and "is a symbolic link" in stderr
+    assert list(real.iterdir()) == []
+
+
+def test_a_group_writable_root_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    root.mkdir()
+    root.chmod(0o775)
+    code, _, stderr = install(bundles["v1"], root, keys)
+    assert code == 1 and "writable by its group or by others (mode 0775)" in stderr
+    assert list(root.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a directory to another user")
+def test_a_root_owned_by_another_user_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    root.mkdir(mode=0o755)
+    os.chown(root, 65534, 65534)
+    code, _, stderr = install(bundles["v1"], root, keys)
+    assert code == 1 and "owned by uid 65534" in stderr
+    assert list(root.iterdir()) == []
+
+
+def test_an_engine_dir_that_is_a_symlink_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    root, elsewhere = tmp_path / "engines", tmp_path / "elsewhere"
+    root.mkdir(mode=0o755)
+    elsewhere.mkdir()
+    (root / "toyengine").symlink_to(elsewhere)
+    code, _, stderr = install(bundles["v1"], root, keys)
+    assert code == 1 and "refused the engine directory" in stderr and "symbolic link" in stderr
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_planted_lock_file_link_is_never_followed(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    engine_dir = tmp_path / "engines" / "toyengine"
+    engine_dir.mkdir(parents=True, mode=0o755)
+    (engine_dir / ".lockbuild.lock").symlink_to(victim)
+    code, _, stderr = install(bundles["v1"], tmp_path / "engines", keys)
+    assert code == 1 and "cannot open the lock file" in stderr
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_copied_environment_is_not_taken_for_an_installed_one(
+    installed: Path, bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    """A look-alike (a copy of a real environment, marker and all) is not 'already installed': the marker
+    counts only in the directory it was written into. Made by another user, the target is refused."""
+    root = tmp_path / "other-root"
+    (root / "toyengine").mkdir(parents=True, mode=0o755)
+    root.chmod(0o755)
+    copy = root / "toyengine" / "1.0-cpu"
+    shutil.copytree(installed / "toyengine" / "1.0-cpu", copy, symlinks=True)
+    code, stdout, _ = cli("list", "--root", str(root))
+    assert code == 0 and "no engines" in stdout
+    code, stdout, stderr = install(bundles["v1"], root, keys)
+    assert code == 0 and "installed:" in stdout and "already" not in stdout, stderr
+    if os.geteuid() == 0:
+        for path in (copy, *copy.rglob("*")):
+            os.chown(path, 65534, 65534, follow_symlinks=False)
+        code, _, stderr = install(bundles["v1"], root, keys, "--force")
+        assert code == 1 and "refused the installed environment" in stderr and "owned by uid 65534" in stderr
+
+
+def test_the_stale_staging_sweep_never_follows_a_link(installed: Path, bundles: dict[str, Path], keys: Keys,
+                                                       tmp_path: Path) -> None:  # fmt: skip
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious\n")
+    (installed / "toyengine" / "evil.partial").symlink_to(victim)
+    code, _, stderr = install(bundles["v2"], installed, keys)
+    assert code == 0, stderr
+    assert (victim / "keep").read_text() == "precious\n"
+    assert not (installed / "toyengine" / "evil.partial").is_symlink()
+
+
+def test_no_lock_file_is_left_behind(installed: Path, bundles: dict[str, Path], keys: Keys) -> None:
+    lock = installed / "toyengine" / ".lockbuild.lock"
+    assert not lock.exists()
+    assert install(bundles["failing"], installed, keys)[0] == 1
+    assert not lock.exists()
+    code, _, stderr = cli("remove", "toyengine", "1.0-cpu", "--root", str(installed))
+    assert code == 0, stderr
+    assert not lock.exists() and not os.path.lexists(lock)
+
+
+def test_a_waiter_relocks_when_the_holder_removes_the_lock_file(tmp_path: Path) -> None:
+    """The holder unlinks the lock file as it lets go; a waiter then checks it still holds the file that
+    is there (else two installers would each hold a lock on a different file)."""
+    engine_dir = tmp_path / "e"
+    engine_dir.mkdir()
+    order: list[str] = []
+    held = threading.Event()
+
+    def first() -> None:
+        with engine_lock(engine_dir):
+            held.set()
+            time.sleep(0.5)
+            order.append("first")
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait()
+    with engine_lock(engine_dir, wait=10):
+        order.append("second")
+        inode = (engine_dir / ".lockbuild.lock").stat().st_ino
+        with pytest.raises(BusyError), engine_lock(engine_dir):
+            pass
+        assert (engine_dir / ".lockbuild.lock").stat().st_ino == inode
+    t.join()
+    assert order == ["first", "second"]
+    assert list(engine_dir.iterdir()) == []
+
+
+# --- files placed in the environment (issue 11 item 3) ---------------------------------------------
+
+
+def test_an_asset_named_like_a_file_of_the_environment_is_refused(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    """An asset placed at bin/toyengine (the engine's console script) is refused, never written through."""
+
+    def edit(m: Manifest, files: dict[str, bytes]) -> Manifest:
+        files["assets/toyengine"] = b"#!/bin/sh\necho hijacked\n"
+        members = (*m.members, Member("assets/toyengine", 0, "0" * 64, "asset", ""))
+        table = dataclasses.replace(m.install, assets=(AssetPlace("assets/toyengine", "bin"),))
+        return dataclasses.replace(m, members=members, install=table)
+
+    bundle = repack(bundles["v1"], tmp_path / "edited", keys, edit)
+    root = tmp_path / "engines"
+    code, _, stderr = install(bundle, root, keys)
+    assert code == 4 and "a file of that name is already there (bin/toyengine)" in stderr
+    assert listing(root) == []
+
+
+def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builder() -> None:
+    from types import SimpleNamespace
+
+    from lockbuild.builder.pack import install_table
+    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.errors import IntegrityError, RecipeError
+
+    base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")
+    asset = Member("assets/python", 1, "0" * 64, "asset", "")
+    table = InstallTable("toyengine", ("toyengine", "--version"), "none", base.path,
+                         assets=(AssetPlace(asset.path, "bin"),))  # fmt: skip
+    from hostile import manifest as make_manifest
+
+    with pytest.raises(IntegrityError, match="bin/python is the environment's interpreter"):
+        parse_manifest(make_manifest([base, asset], install=table).to_toml())
+    build = SimpleNamespace(
+        id="1.0-cpu", position=0, source=None, gpu=None, free_gb=None, requirements=(),
+        assets=SimpleNamespace(dir="bin", files=("python",)),
+    )  # fmt: skip
+    engine = SimpleNamespace(binary="toyengine", verify=("toyengine",), gpu_probe="none")
+    plan = SimpleNamespace(recipe=SimpleNamespace(engine=engine, path="r.toml"), build=build)
+    wheel = Member("wheels/a-1-py3-none-any.whl", 1, "0" * 64, "wheel", "")
+    with pytest.raises(RecipeError, match="would place python in bin/"):
+        install_table(plan, [base, wheel, asset])  # type: ignore[arg-type]
+
+
+# --- the engine's code runs in a minimal environment (issue 11) -------------------------------------
+
+
+def test_the_installers_secrets_do_not_reach_the_verify_command(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    check = ("import os, sys; leaked = [k for k in os.environ if 'TOKEN' in k or 'PROXY' in k.upper() "
+             "or k in ('MY_SECRET', 'LD_PRELOAD', 'PYTHONPATH')]; print(leaked); sys.exit(7 if leaked else 0)")  # fmt: skip
+
+    def edit(m: Manifest, files: dict[str, bytes]) -> Manifest:
+        return dataclasses.replace(m, install=dataclasses.replace(m.install, verify=("python", "-c", check)))
+
+    bundle = repack(bundles["v1"], tmp_path / "edited", keys, edit)
+    secrets = {"MY_SECRET": "s3cret", "GITHUB_TOKEN": "ghp_x", "LOCKBUILD_INDEX_TOKEN": "t", "HTTPS_PROXY": "http://p:1",
+               "https_proxy": "http://p:1", "PYTHONPATH": "/nowhere"}  # fmt: skip
+    code, _, stderr = cli("install", str(bundle), "--root", str(tmp_path / "engines"), "--trust", str(keys.trust),
+                          env=secrets)  # fmt: skip
+    assert code == 0, stderr
+
+
+# --- a bundle without wheels (issue 17) -------------------------------------------------------------
+
+
+def test_uv_is_pointed_only_at_the_folders_the_bundle_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An sdist-only bundle has no wheels/: passing --find-links to it made uv stop ("Failed to read")."""
+    from hostile import INSTALL
+    from hostile import manifest as make_manifest
+
+    import lockbuild.install.stage as stage
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(stage, "extract_uv", lambda *_a: Path("/bin/uv"))
+    monkeypatch.setattr(stage, "run", lambda argv, **_k: calls.append(list(argv)) or "")
+    (tmp_path / "staged").mkdir()
+    members = [Member(INSTALL.uv, 1, "0" * 64, "tool", ""), Member("sdists/a-1.0.tar.gz", 1, "0" * 64, "sdist", "")]
+    s = stage.Stage(tmp_path / "u", tmp_path / "staged", make_manifest(members), Progress.quiet(), lambda _p: None, {})
+    s.build(Path(sys.executable))
+    pip = calls[1]
+    assert pip.count("--find-links") == 1 and str(tmp_path / "u" / "sdists") in pip
+    assert str(tmp_path / "u" / "wheels") not in pip and "--no-build" not in pip

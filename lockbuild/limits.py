@@ -14,6 +14,8 @@ class Limits:
     max_path: int = 255  # the longest member path, in bytes
     max_manifest: int = 16 << 20  # bundle.toml's largest size
     max_signature_file: int = 64 << 10  # a .minisig file's largest size
+    max_index_files: int = 200_000  # the most files one index project page may list
+    max_index_files_total: int = 1_000_000  # the most files all index pages of one plan may list together
 
 
 DEFAULT_LIMITS = Limits()

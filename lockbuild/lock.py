@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import re
 import tomllib
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -17,13 +18,21 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from packaging.markers import InvalidMarker, Marker
-from packaging.utils import canonicalize_name
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    canonicalize_version,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion
 
 from lockbuild.errors import ResolveError
 from lockbuild.target import Target
 
 Origin = Literal["primary", "second", "direct"]
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")  # always with fullmatch
 _COMMENT = re.compile(r"(^|\s)#.*$")
 
 
@@ -66,6 +75,9 @@ class Candidate:
     url: str
     sha256: str | None
     size: int | None
+    upload_time: dt.datetime | None = None
+    yanked: bool = False
+    yank_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,8 +96,17 @@ class Lock:
 
 def safe_filename(name: str, *, what: str) -> str:
     """A distribution file name that can be a bundle member; ResolveError otherwise."""
-    if not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name or len(name) > 255:
-        raise ResolveError(f"{what}: expected a plain file name, found {name[:80]!r}.")
+    if (
+        not name
+        or "/" in name
+        or "\\" in name
+        or name in (".", "..")
+        or len(name) > 255
+        or any(unicodedata.category(c).startswith("C") for c in name)
+    ):
+        raise ResolveError(
+            f"{what}: expected a plain file name (no slashes, no control characters), found {name[:80]!r}."
+        )
     return name
 
 
@@ -114,7 +135,7 @@ def parse_requirements_lock(text: str) -> tuple[Pin, ...]:
                 f"the lock has an option lockbuild does not allow: {others[0][:80]!r}; "
                 "expected only NAME==VERSION lines with --hash=sha256:... ."
             )
-        if any(not _SHA256.match(h) for h in hashes):
+        if any(not _SHA256.fullmatch(h) for h in hashes):
             raise ResolveError(f"the lock has a malformed sha256 in {entry[:80]!r}; expected 64 hex digits.")
         head = " ".join(t for t in tokens if not t.startswith("-"))
         if not hashes:
@@ -141,12 +162,65 @@ def parse_requirements_lock(text: str) -> tuple[Pin, ...]:
     return tuple(pins)
 
 
-def choose_file(pin: Pin, candidates: Iterable[Candidate], target: Target, *, origin: Origin) -> LockedFile:
+def file_name_and_version(filename: str) -> tuple[str, str] | None:
+    """The canonical project name and normalised version a distribution file is for, or None."""
+    try:
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+        else:
+            name, version = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+    return canonicalize_name(name), canonicalize_version(version)
+
+
+def _check_names(pin: Pin, files: Sequence[Candidate]) -> None:
+    """Each file the lock's hashes allow must be a file of the pinned project and version."""
+    want = canonicalize_version(pin.version) if pin.version else None
+    for c in files:
+        safe_filename(c.filename, what=f"{pin.name}=={pin.version}")
+        got = file_name_and_version(c.filename)
+        if got is None or got[0] != pin.name or (want is not None and got[1] != want):
+            found = f"{got[0]} {got[1]}" if got else "no distribution file name"
+            raise ResolveError(
+                f"the index offers {c.filename[:80]!r} for {pin.name}=={pin.version}, but its name says {found}; "
+                f"expected a file of {pin.name} {pin.version}; refused."
+            )
+
+
+def choose_file(
+    pin: Pin,
+    candidates: Iterable[Candidate],
+    target: Target,
+    *,
+    origin: Origin,
+    as_of: dt.datetime | None = None,
+    pinned_sha256: str | None = None,
+    one_file: bool = False,
+) -> LockedFile:
     """The one file of ``pin`` the node installs: the best wheel for its tags, else the sdist.
 
     Only files whose sha256 the lock allows are considered, and each must have a sha256 from the index.
+    A file uploaded at or after ``as_of`` is absent; a yanked file (PEP 592) is never a candidate unless
+    the recipe pins its sha256 (``pinned_sha256``). With ``one_file`` (an index without upload times),
+    exactly one file may fit the node: anything more is ambiguous and refused.
     """
     allowed = [c for c in candidates if c.sha256 is not None and c.sha256 in pin.hashes]
+    what = f"{pin.name}=={pin.version}"
+    if pinned_sha256 is not None:
+        offered = ", ".join(sorted(c.filename for c in allowed)) or "none"
+        allowed = [c for c in allowed if c.sha256 == pinned_sha256]
+        if not allowed:
+            raise ResolveError(
+                f"the recipe pins {pin.name} to the file with sha256 {pinned_sha256}, but the lock's {what} "
+                f"has no such file; it has {offered}.",
+                tip="Check pin-sha256 in the recipe against the index's file.",
+            )
+    late = [c for c in allowed if as_of is not None and c.upload_time is not None and c.upload_time >= as_of]
+    allowed = [c for c in allowed if c not in late]
+    yanked = [c for c in allowed if c.yanked and pinned_sha256 is None]
+    allowed = [c for c in allowed if c not in yanked]
+    _check_names(pin, allowed)
     ranked: list[tuple[int, str, Candidate]] = []
     sdists: list[Candidate] = []
     for c in allowed:
@@ -156,13 +230,33 @@ def choose_file(pin: Pin, candidates: Iterable[Candidate], target: Target, *, or
                 ranked.append((rank, c.filename, c))
         elif c.filename.endswith((".tar.gz", ".zip")):
             sdists.append(c)
+    if one_file and pinned_sha256 is None and len(ranked) + len(sdists) > 1:
+        names = sorted(c.filename for _, _, c in ranked) + sorted(c.filename for c in sdists)
+        raise ResolveError(
+            f"{what} comes from an index without upload times, and {len(names)} of its files fit Python "
+            f"{target.python} on {target.platform} ({', '.join(names[:8])}); expected exactly one, so that a file "
+            "added later cannot change the lock; refused.",
+            tip=f'Pin the one file by its sha256: pin-sha256 = {{ {pin.name} = "..." }} on the build.',
+        )
     if ranked:
-        best = min(ranked)[2]
+        best = min(ranked, key=lambda r: (r[0], r[1]))[2]
     elif sdists:
         best = sorted(sdists, key=lambda c: c.filename)[0]
+    elif yanked:
+        reasons = "; ".join(f"{c.filename}: {c.yank_reason or 'no reason given'}" for c in yanked[:5])
+        raise ResolveError(
+            f"{what} can only be met by yanked files ({reasons}); a yanked file is never locked.",
+            tip=f'Pick another version, or, if this file is meant, pin it: pin-sha256 = {{ {pin.name} = "..." }}.',
+        )
+    elif late:
+        raise ResolveError(
+            f"{what}'s only files that fit were uploaded after the cut-off {as_of:%Y-%m-%dT%H:%M:%SZ} "
+            f"({', '.join(sorted(c.filename for c in late)[:5])}); they are treated as absent.",
+            tip="Set as-of on the build to a later time if these files are meant.",
+        )
     else:
         raise ResolveError(
-            f"no file of {pin.name}=={pin.version} fits Python {target.python} on {target.platform}: "
+            f"no file of {what} fits Python {target.python} on {target.platform}: "
             f"the index offers {len(allowed)} file(s) with the locked hashes and none is a compatible wheel or sdist.",
             tip="Check the build's python and platform, or pick a version that publishes a matching wheel.",
         )
@@ -170,7 +264,7 @@ def choose_file(pin: Pin, candidates: Iterable[Candidate], target: Target, *, or
     return LockedFile(
         name=pin.name,
         version=pin.version,
-        filename=safe_filename(best.filename, what=f"{pin.name}=={pin.version}"),
+        filename=safe_filename(best.filename, what=what),
         url=best.url,
         sha256=best.sha256,
         size=best.size,
@@ -181,7 +275,7 @@ def choose_file(pin: Pin, candidates: Iterable[Candidate], target: Target, *, or
 def _hash_of(entry: Mapping[str, Any], what: str) -> str:
     hashes = entry.get("hashes")
     sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-    if not isinstance(sha, str) or not _SHA256.match(sha.lower()):
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha.lower()):
         raise ResolveError(f"the pylock entry for {what} has no sha256; expected hashes = {{ sha256 = ... }}.")
     return sha.lower()
 

@@ -12,9 +12,10 @@ def iso(t: dt.datetime) -> str:
 
 def parse_time(text: str) -> dt.datetime | None:
     """An RFC 3339 / ISO 8601 time (a trailing Z allowed); None when it is not one. An aware result is
-    in UTC; a time without a zone comes back naive, for the caller to refuse or interpret."""
+    in UTC (None when UTC cannot hold it); a time without a zone comes back naive, for the caller to
+    refuse or interpret."""
     try:
         parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        return parsed.astimezone(dt.UTC) if parsed.tzinfo is not None else parsed
+    except (ValueError, OverflowError):  # OverflowError: e.g. 0001-01-01T00:00:00+00:01 has no UTC time
         return None
-    return parsed.astimezone(dt.UTC) if parsed.tzinfo is not None else parsed

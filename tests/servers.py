@@ -54,6 +54,7 @@ class IndexEntry:
     sha256: str
     size: int
     upload_time: dt.datetime | None
+    yanked: bool | str = False  # PEP 592: true, or the reason
 
 
 class FakeServer:
@@ -68,7 +69,6 @@ class FakeServer:
         self.raw_pages: dict[str, bytes] = {}
         self.requests: list[str] = []
         self.request_headers: list[tuple[str, dict[str, str]]] = []  # (path, headers with lower-case names)
-        self.require_auth: str | None = None  # when set, a GET without this Authorization gets a 401 challenge
         self.httpd = QuietHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -84,7 +84,6 @@ class FakeServer:
             registry.clear()
         self.requests.clear()
         self.request_headers.clear()
-        self.require_auth = None
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -102,6 +101,7 @@ class FakeServer:
         *,
         index: str = "primary",
         uploaded: dt.datetime | None = None,
+        yanked: bool | str = False,
         **faults: object,
     ) -> str:
         """Put a distribution file on an index ("primary" has upload times; "second" has none)."""
@@ -110,7 +110,7 @@ class FakeServer:
         self.add_file(path, data, **faults)
         when = None if index == "second" else (uploaded or dt.datetime(2025, 1, 1, tzinfo=dt.UTC))
         self.projects.setdefault((index, name), []).append(
-            IndexEntry(filename, hashlib.sha256(data).hexdigest(), len(data), when)
+            IndexEntry(filename, hashlib.sha256(data).hexdigest(), len(data), when, yanked)
         )
         return f"{self.url}{path}"
 
@@ -154,6 +154,8 @@ class FakeServer:
             }
             if e.upload_time is not None:
                 f["upload-time"] = e.upload_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            if e.yanked is not False:
+                f["yanked"] = e.yanked
             files.append(f)
         doc = {"meta": {"api-version": "1.1"}, "name": canonicalize_name(name), "files": files}
         return json.dumps(doc).encode()
@@ -190,12 +192,6 @@ class FakeServer:
                 path = unquote(urlsplit(self.path).path)
                 server.requests.append(path)
                 server.request_headers.append((path, {k.lower(): v for k, v in self.headers.items()}))
-                if server.require_auth is not None and self.headers.get("Authorization") != server.require_auth:
-                    self.send_response(401)
-                    self.send_header("WWW-Authenticate", 'Basic realm="index"')
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
                 if path in server.redirects:
                     self.send_response(302)
                     self.send_header("Location", server.redirects[path])

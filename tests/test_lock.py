@@ -16,10 +16,12 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, TOY_RECIPE, day
 from servers import FakeServer, make_sdist, make_tar_gz, make_wheel
 
-from lockbuild.builder.index import Index
-from lockbuild.builder.plan import CUT_OFF_DELAY, cut_off, read_source_requirements
+from lockbuild.builder.index import Index, parse_project_page
+from lockbuild.builder.plan import CUT_OFF_DELAY, choose_uv_wheel, cut_off
+from lockbuild.builder.sources import read_source_requirements
 from lockbuild.cli import main
 from lockbuild.errors import RecipeError, RemoteError, ResolveError
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.lock import Candidate, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.recipe import Build, parse_recipe
 from lockbuild.target import Target
@@ -208,8 +210,8 @@ def test_a_file_name_that_could_escape_the_bundle_is_refused() -> None:
 def clock() -> Iterator[FakeServer]:
     """A private index: ``twofiles`` 1.0 (wheel day 5, sdist day 6 12:00), and JSON-API-only times."""
     s = FakeServer()
-    s.publish(*make_wheel("twofiles", "1.0"), uploaded=day(5))
-    s.publish(*make_sdist("twofiles", "1.0"), uploaded=day(6) + dt.timedelta(hours=12, microseconds=250_000))
+    s.publish(*make_wheel("twofiles", "1.0"), uploaded=day(5) + dt.timedelta(microseconds=250_000))
+    s.publish(*make_sdist("twofiles", "1.0"), uploaded=day(6) + dt.timedelta(hours=12))
     s.publish(*make_wheel("twofiles", "2.0"), uploaded=day(40))
     # the second index has no upload-time; the JSON API knows some of it
     s.publish(*make_wheel("fromjson", "1.0"), index="second")
@@ -237,9 +239,10 @@ def client() -> Iterator[httpx.Client]:
         yield c
 
 
-def test_publication_is_the_last_file_upload(clock: FakeServer, client: httpx.Client) -> None:
+def test_publication_is_the_first_file_upload(clock: FakeServer, client: httpx.Client) -> None:
+    """Issue 11.1: a file added to an old release later never moves its publication time."""
     index = Index(clock.index_url(), client)
-    assert index.publication_time("TwoFiles", "1.0.0") == day(6) + dt.timedelta(hours=12, microseconds=250_000)
+    assert index.publication_time("TwoFiles", "1.0.0") == day(5) + dt.timedelta(microseconds=250_000)
 
 
 def test_the_cut_off_is_publication_plus_24_hours_in_whole_seconds(clock: FakeServer, client: httpx.Client) -> None:
@@ -250,7 +253,7 @@ def test_the_cut_off_is_publication_plus_24_hours_in_whole_seconds(clock: FakeSe
     )
     got = cut_off(recipe, recipe.builds[0], Index(clock.index_url(), client))
     assert dt.timedelta(hours=24) == CUT_OFF_DELAY
-    assert got == day(7) + dt.timedelta(hours=12)
+    assert got == day(6)
     assert got.tzinfo == dt.UTC
 
 
@@ -266,7 +269,7 @@ def test_an_as_of_overrides_the_index(clock: FakeServer, client: httpx.Client) -
 
 def test_without_upload_times_the_json_api_releases_map_is_read(clock: FakeServer, client: httpx.Client) -> None:
     index = Index(clock.index_url("second"), client)
-    assert index.publication_time("fromjson", "1.0") == dt.datetime(2025, 2, 3, 8, 30, tzinfo=dt.UTC)
+    assert index.publication_time("fromjson", "1.0") == dt.datetime(2025, 2, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)
     assert "/second/pypi/fromjson/json" in clock.requests
     assert not [r for r in clock.requests if "/pypi/fromjson/1.0" in r], "the per-version endpoint is not used"
 
@@ -299,7 +302,7 @@ def test_an_index_page_that_is_not_pep_691_is_a_clear_error(clock: FakeServer, c
 
 
 # --------------------------------------------------------------------- locking against the index
-CUT = day(7) + dt.timedelta(hours=12)  # lkeng 1.0's last file (day 6, 12:00) + 24 h
+CUT = day(6)  # lkeng 1.0's first file (day 5) + 24 h
 LKENG_SDIST = make_sdist("lkeng", "1.0")  # built once: a .tar.gz carries the time it was made
 
 
@@ -307,7 +310,7 @@ LKENG_SDIST = make_sdist("lkeng", "1.0")  # built once: a .tar.gz carries the ti
 def published(server: FakeServer) -> FakeServer:
     """Projects for these tests on the session server, under names no other test uses."""
     server.publish(*make_wheel("lkeng", "1.0", deps=("lkdep",)), uploaded=day(5))
-    server.publish(*LKENG_SDIST, uploaded=day(6) + dt.timedelta(hours=12))
+    server.publish(*LKENG_SDIST, uploaded=day(5) + dt.timedelta(hours=12))
     server.publish(*make_wheel("lkdep", "1.0"), uploaded=day(1))
     server.publish(*make_wheel("lkdep", "1.1"), uploaded=CUT - dt.timedelta(seconds=1))
     server.publish(*make_wheel("lkdep", "2.0"), uploaded=CUT)  # "before the cut-off" is strict
@@ -370,7 +373,7 @@ def test_lock_writes_the_lock_and_the_resolved_recipe(env: FakeServer, published
     lock = result["locks"][0]
     assert (lock["engine"], lock["build"], lock["lock_format"]) == ("lkeng", "1.0-cpu", "requirements.txt")
     assert (lock["python"], lock["platform"]) == (PY, PLATFORM)
-    assert lock["as_of"] == "2025-01-07T12:00:00Z"
+    assert lock["as_of"] == "2025-01-06T00:00:00Z"
     pkgs = packages(stdout)
     assert sorted(pkgs) == ["lkdep", "lkeng"]
     assert pkgs["lkeng"]["file"] == "lkeng-1.0-py3-none-any.whl"  # the wheel, not the sdist
@@ -404,13 +407,13 @@ def test_a_dependency_released_after_the_cut_off_never_enters_the_lock(
 
 
 def test_as_of_moves_the_cut_off(env: FakeServer, published: FakeServer, tmp_path: Path) -> None:
-    recipe = write(tmp_path, recipe_text(build_text(extra="as-of = 2025-01-07T00:00:00Z\n")))
+    recipe = write(tmp_path, recipe_text(build_text(extra="as-of = 2025-01-05T06:00:00Z\n")))
     code, stdout, stderr = run_lock(recipe, tmp_path / "out")
     assert code == 0, stderr
-    assert json.loads(stdout)["locks"][0]["as_of"] == "2025-01-07T00:00:00Z"
+    assert json.loads(stdout)["locks"][0]["as_of"] == "2025-01-05T06:00:00Z"
     assert packages(stdout)["lkdep"]["version"] == "1.0"
     resolved = parse_recipe((tmp_path / "out" / "1.0-cpu" / "recipe.toml").read_text())
-    assert resolved.builds[0].as_of == day(7)
+    assert resolved.builds[0].as_of == day(5) + dt.timedelta(hours=6)
 
 
 def test_the_same_recipe_locked_twice_gives_the_same_lock(
@@ -499,7 +502,7 @@ def test_a_recipe_with_three_mistakes_fails_with_all_three_and_writes_nothing(
     for key in (
         "engine.bin: unknown key; did you mean 'binary'?",
         "engine.binary: missing",
-        "builds[0].requirements[0]: a direct URL",
+        "builds[0].requirements[0]: URLs are not allowed in requirements",
         "builds[0].free-gb: expected between 1 and 99999",
     ):
         assert f"  - {key}" in stderr
@@ -512,7 +515,7 @@ def test_a_requirement_uv_cannot_meet_shows_uvs_reason(env: FakeServer, publishe
     code, _, stderr = run_lock(recipe, out)
     assert code == 1
     assert stderr.startswith(f"ERROR uv could not resolve the requirements for Python {PY} on {PLATFORM}")
-    assert "as of 2025-01-07T12:00:00Z" in stderr
+    assert "as of 2025-01-06T00:00:00Z" in stderr
     assert "lkdep" in stderr and "exclude-newer" in stderr  # uv's own reason, in a few lines
     assert len(stderr.splitlines()) < 20
     assert not out.exists()
@@ -606,9 +609,9 @@ def test_a_source_archive_that_is_not_a_tar_is_refused(tmp_path: Path) -> None:
         read_source_requirements(archive, source_build())
 
 
-def test_a_package_with_only_an_sdist_is_refused_by_name(env: FakeServer, tmp_path: Path) -> None:
-    """An sdist-only dependency would make uv run its build backend (index code) on the builder: the lock
-    refuses it by name (the build can allow named packages; see tests/test_builder_process.py)."""
+def test_a_package_with_only_an_sdist_is_locked_with_a_warning(env: FakeServer, tmp_path: Path) -> None:
+    """uv reads an sdist's static metadata; the sdist is locked and bundled, and the user is told that its
+    build dependencies are not in the lock."""
     sdist = make_tar_gz({
         "lksdonly-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdonly\nVersion: 1.0\n",
         "lksdonly-1.0/pyproject.toml": b'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n',
@@ -617,7 +620,249 @@ def test_a_package_with_only_an_sdist_is_refused_by_name(env: FakeServer, tmp_pa
         env.publish("lksdonly-1.0.tar.gz", sdist, uploaded=day(1))
     recipe = tmp_path / "r.toml"
     recipe.write_text(TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "lksdonly==1.0"]'))
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    files = {p["name"]: p["file"] for p in json.loads(r.stdout)["locks"][0]["packages"]}
+    assert files["lksdonly"] == "lksdonly-1.0.tar.gz"
     r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out")])
-    assert r.exit_code == 1
-    assert "ERROR lksdonly has no wheel for Python" in r.stderr and "only a source distribution" in r.stderr
-    assert not (tmp_path / "out" / "1.0-cpu").exists()
+    assert "warning: 1 package(s) have no wheel" in r.stderr and "lksdonly-1.0.tar.gz" in r.stderr
+
+
+# ================================================================ issues 11 and 18: the index is untrusted
+# ------------------------------------------------------------------- 11.1: a late file moves nothing
+def lock_packages(recipe: Path, out: Path) -> tuple[str, dict[str, dict[str, object]], list[str]]:
+    code, stdout, stderr = run_lock(recipe, out)
+    assert code == 0, stderr
+    lock = json.loads(stdout)["locks"][0]
+    return lock["as_of"], packages(stdout), lock.get("warnings", [])
+
+
+def test_a_file_added_to_an_old_release_changes_neither_the_cut_off_nor_the_lock(
+    env: FakeServer, published: FakeServer, tmp_path: Path
+) -> None:
+    """Rebuilding next month gives the same lock: a wheel added to lklate 1.0 on day 40 (better tag for the
+    node) neither moves the cut-off (lkdep 3.0 of day 30 stays out) nor enters the lock itself."""
+    published.publish(*make_wheel("lklate", "1.0", deps=("lkdep",)), uploaded=day(5))
+    recipe = write(tmp_path, recipe_text(build_text(requirements='["lklate==1.0"]'), pypi="lklate"))
+    before = lock_packages(recipe, tmp_path / "before")
+    assert before[0] == "2025-01-06T00:00:00Z" and before[2] == []
+    late = make_wheel("lklate", "1.0", deps=("lkdep",), tag=f"cp{PY.replace('.', '')}-none-manylinux_2_17_x86_64")
+    published.publish(*late, uploaded=day(40))
+    as_of, pkgs, _ = lock_packages(recipe, tmp_path / "after")
+    assert (as_of, pkgs) == before[:2]
+    assert pkgs["lkdep"]["version"] == "1.1" and pkgs["lklate"]["file"] == "lklate-1.0-py3-none-any.whl"
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "text")], catch_exceptions=False)
+    assert r.exit_code == 0
+    lines = [line.split("warning: ", 1)[1] for line in r.stderr.splitlines() if "warning: lklate" in line]
+    assert len(lines) == 1, r.stderr
+    shown = lines[0]
+    assert shown.startswith("lklate==1.0's files were uploaded over more than a day (2025-01-05T00:00:00Z to ")
+    assert late[0] in shown and "only files that existed then are locked" in shown
+
+
+def test_the_file_picker_treats_a_file_uploaded_after_the_cut_off_as_absent() -> None:
+    """Even when the lock's hashes allow it (uv's --exclude-newer is not the only guard)."""
+    early = Candidate(PURE, "https://x/p", sha(b"p"), 1, upload_time=day(5))
+    late = Candidate(NATIVE, "https://x/n", sha(b"n"), 1, upload_time=day(40))
+    pin = pin_for(early, late)
+    assert choose_file(pin, [early, late], X86_311, origin="primary", as_of=day(6)).filename == PURE
+    assert choose_file(pin, [early, late], X86_311, origin="primary").filename == NATIVE
+    with pytest.raises(ResolveError, match=r"uploaded after the cut-off 2025-01-06T00:00:00Z \(pkg-1.0-cp311"):
+        choose_file(pin_for(late), [late], X86_311, origin="primary", as_of=day(6))
+
+
+# ------------------------------------------------------------------------------- 18.2: yanked files
+def test_a_yanked_file_is_never_a_candidate() -> None:
+    good = Candidate(PURE, "https://x/p", sha(b"p"), 1)
+    yanked = Candidate(NATIVE, "https://x/n", sha(b"n"), 1, yanked=True, yank_reason="miscompiled")
+    got = choose_file(pin_for(good, yanked), [yanked, good], X86_311, origin="primary")
+    assert got.filename == PURE  # the yanked wheel has the better tag, and is still skipped
+
+
+def test_a_lock_only_a_yanked_file_can_meet_is_refused_with_the_reason() -> None:
+    yanked = Candidate(PURE, "https://x/p", sha(b"p"), 1, yanked=True, yank_reason="CVE-2025-0001: do not use")
+    with pytest.raises(ResolveError) as info:
+        choose_file(pin_for(yanked), [yanked], X86_311, origin="primary")
+    assert info.value.message == (
+        "pkg==1.0 can only be met by yanked files (pkg-1.0-py3-none-any.whl: CVE-2025-0001: do not use); "
+        "a yanked file is never locked."
+    )
+    assert info.value.tip is not None and "pin-sha256" in info.value.tip
+    got = choose_file(pin_for(yanked), [yanked], X86_311, origin="primary", pinned_sha256=sha(b"p"))
+    assert got.filename == PURE  # the recipe pins that exact file
+
+
+def test_a_yanked_file_is_refused_when_locking(env: FakeServer, published: FakeServer, tmp_path: Path) -> None:
+    published.publish(*make_wheel("lkyank", "1.0"), uploaded=day(2), yanked="broken metadata")
+    recipe = write(tmp_path, recipe_text(build_text(requirements='["lkeng==1.0", "lkyank==1.0"]')))
+    code, stdout, stderr = run_lock(recipe, tmp_path / "out")
+    assert code != 0 and not (tmp_path / "out" / "1.0-cpu").exists()
+    assert "lkyank" in stdout and "broken metadata" in stdout
+    digest = sha(make_wheel("lkyank", "1.0")[1])
+    pinned = write(
+        tmp_path,
+        recipe_text(build_text(requirements='["lkeng==1.0", "lkyank==1.0"]', extra=f'pin-sha256 = {{ lkyank = "{digest}" }}\n')),
+        "pinned.toml",
+    )
+    code, stdout, stderr = run_lock(pinned, tmp_path / "pinned")
+    assert code == 0, stderr
+    assert packages(stdout)["lkyank"]["sha256"] == digest
+
+
+def test_yanked_is_read_from_the_page_with_its_reason() -> None:
+    page = {
+        "files": [
+            {"filename": "p-1.0-py3-none-any.whl", "url": "p1", "hashes": {"sha256": A}, "yanked": "bad build"},
+            {"filename": "p-1.0.tar.gz", "url": "p2", "hashes": {"sha256": B}, "yanked": True},
+            {"filename": "p-1.1.tar.gz", "url": "p3", "hashes": {"sha256": C}, "yanked": False},
+        ]
+    }
+    files = parse_project_page(page, "https://i.example/simple/p/", what="reading")
+    assert [(f.yanked, f.yank_reason) for f in files] == [(True, "bad build"), (True, ""), (False, "")]
+
+
+# ------------------------------------------------------------------------- 18.3: the uv wheel's rules
+def test_the_uv_wheel_obeys_its_releases_cut_off_and_the_yank_rule(srv: FakeServer, client: httpx.Client) -> None:
+    first = make_wheel("uv", "9.9.9", tag="py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64")
+    srv.publish(*first, uploaded=day(1))
+    srv.publish(*make_wheel("uv", "9.9.9", tag="py3-none-manylinux_2_28_x86_64"), uploaded=day(300))  # late, better
+    srv.publish(*make_wheel("uv", "9.9.9", tag="py3-none-manylinux_2_27_x86_64"), uploaded=day(1), yanked="bad")
+    tool = choose_uv_wheel(Index(srv.index_url(), client), X86_311, "9.9.9")
+    assert tool.path == f"tools/{first[0]}" and tool.sha256 == sha(first[1]) and tool.kind == "tool"
+
+
+# ----------------------------------------------------- 18.4: an index without upload times needs one file
+def test_a_second_index_pin_that_matches_several_local_versions_is_refused(
+    env: FakeServer, published: FakeServer, tmp_path: Path
+) -> None:
+    for label in ("cu128", "cu129"):
+        published.publish(*make_wheel("lkcuda", f"1.0+{label}"), index="second")
+    published.publish(*make_wheel("lkcudb", "1.0+cu129"), index="second")
+
+    def build(req: str, name: str, extra: str = "") -> str:
+        index = f'index = {{ url = "{published.index_url("second")}", packages = ["{name}"] }}\n'
+        return build_text(variant="gpu", requirements=f'["lkeng==1.0", "{req}"]', extra=index + extra)
+
+    code, stdout, _ = run_lock(write(tmp_path, recipe_text(build("lkcuda==1.0", "lkcuda"))), tmp_path / "a")
+    assert code != 0
+    message = json.loads(stdout)["error"]["message"]
+    assert message.startswith("lkcuda==1.0 matches 2 releases on the second index (")
+    assert "1+cu128, 1+cu129" in message
+    code, stdout, _ = run_lock(write(tmp_path, recipe_text(build("lkcudb==1.0", "lkcudb"))), tmp_path / "b")
+    assert code != 0
+    assert "lkcudb==1.0 matches only lkcudb 1+cu129" in json.loads(stdout)["error"]["message"]
+    code, stdout, stderr = run_lock(write(tmp_path, recipe_text(build("lkcuda==1.0+cu129", "lkcuda"))), tmp_path / "c")
+    assert code == 0, stdout + stderr
+    assert packages(stdout)["lkcuda"]["file"] == "lkcuda-1.0+cu129-py3-none-any.whl"
+
+
+def test_two_files_that_fit_from_an_index_without_times_are_ambiguous() -> None:
+    pure, native = cand(PURE), cand(NATIVE)
+    with pytest.raises(ResolveError, match=r"pkg==1.0 comes from an index without upload times, and 2 of its files"):
+        choose_file(pin_for(pure, native), [pure, native], X86_311, origin="second", one_file=True)
+    got = choose_file(pin_for(pure, native), [pure, native], X86_311, origin="second", one_file=True,
+                      pinned_sha256=pure.sha256)  # fmt: skip
+    assert got.filename == PURE
+    assert choose_file(pin_for(pure), [pure, native], X86_311, origin="second", one_file=True).filename == PURE
+
+
+# ------------------------------------------------------------ 18.6: names that reach the terminal and disk
+@pytest.mark.parametrize("name", ["pkg-1.0\x1b[2J-py3-none-any.whl", "pkg-1.0-py3-none-any\u202e.whl", "pkg\x00.whl"])
+def test_an_index_file_name_with_a_control_character_is_refused(name: str) -> None:
+    page = {"files": [{"filename": name, "url": "x", "hashes": {"sha256": A}}]}
+    with pytest.raises(RemoteError, match=r"expected a plain file name without control characters"):
+        parse_project_page(page, "https://i.example/simple/pkg/", what="reading the index's page for pkg")
+    with pytest.raises(ResolveError, match="expected a plain file name"):
+        choose_file(Pin("pkg", "1.0", frozenset({A})), [Candidate(name, "x", A, 1)], X86_311, origin="primary")
+
+
+def test_a_chosen_file_must_be_of_the_pinned_name_and_version() -> None:
+    for filename in ("other-1.0-py3-none-any.whl", "pkg-2.0-py3-none-any.whl", "pkg-2.0.tar.gz"):
+        c = cand(filename)
+        with pytest.raises(ResolveError, match=rf"offers '{re.escape(filename)}' for pkg==1.0, but its name says"):
+            choose_file(pin_for(c), [c], X86_311, origin="primary")
+
+
+def test_one_file_name_listed_with_two_digests_is_refused() -> None:
+    page = {
+        "files": [
+            {"filename": PURE, "url": "a", "hashes": {"sha256": A}},
+            {"filename": PURE, "url": "b", "hashes": {"sha256": B}},
+        ]
+    }
+    with pytest.raises(RemoteError, match=r"lists pkg-1.0-py3-none-any.whl twice, with different digests"):
+        parse_project_page(page, "https://i.example/simple/pkg/", what="reading")
+    same = {"files": [page["files"][0], dict(page["files"][0])]}
+    assert len(parse_project_page(same, "https://i.example/simple/pkg/", what="reading")) == 1
+    # and the picker never compares two candidates of one name (it raised TypeError)
+    twins = [Candidate(PURE, "a", A, 1), Candidate(PURE, "b", B, 1)]
+    assert choose_file(Pin("pkg", "1.0", frozenset({A, B})), twins, X86_311, origin="primary").filename == PURE
+
+
+# ---------------------------------------------------------------- 18.7: index answers that crashed
+def raw_index(srv: FakeServer, project: str, body: bytes, client: httpx.Client) -> Index:
+    srv.raw_pages[f"/primary/simple/{project}/"] = body
+    return Index(srv.index_url(), client, name="the package index")
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+00:01", "not a time", "2025-13-01T00:00:00Z"])
+def test_an_upload_time_that_cannot_be_read_is_lockbuilds_error(srv: FakeServer, client: httpx.Client, when: str) -> None:
+    page = {"files": [{"filename": "odd-1.0.tar.gz", "url": "x", "hashes": {"sha256": A}, "upload-time": when}]}
+    index = raw_index(srv, "odd", json.dumps(page).encode(), client)
+    with pytest.raises(RemoteError) as info:
+        index.publication_time("odd", "1.0")
+    assert info.value.message.startswith(f"reading the package index's page for odd: {srv.index_url()}/odd/ gives")
+    assert "odd-1.0.tar.gz an upload-time lockbuild cannot read" in info.value.message
+
+
+def test_a_release_time_near_year_9999_is_lockbuilds_error(srv: FakeServer, client: httpx.Client) -> None:
+    page = {"files": [{"filename": "late-1.0.tar.gz", "url": "x", "hashes": {"sha256": A},
+                       "upload-time": "9999-12-31T12:00:00Z"}]}  # fmt: skip
+    index = raw_index(srv, "late", json.dumps(page).encode(), client)
+    recipe = parse_recipe(
+        '[engine]\nname = "t"\npypi = "late"\nbinary = "t"\nverify = ["t"]\n'
+        f'[[builds]]\nversion = "1.0"\nvariant = "cpu"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
+        'requirements = ["late==1.0"]\n'
+    )
+    with pytest.raises(RemoteError, match=r"says late==1.0 was first uploaded at 9999-12-31T12:00:00Z; expected"):
+        cut_off(recipe, recipe.builds[0], index)
+
+
+def test_deeply_nested_json_is_lockbuilds_error(srv: FakeServer, client: httpx.Client) -> None:
+    index = raw_index(srv, "deep", b"[" * 200_000 + b"]" * 200_000, client)
+    with pytest.raises(RemoteError, match=r"page for deep: .* nested too deeply"):
+        index.files("deep")
+
+
+# ---------------------------------------------------------------------- 18.8: the cost of one page
+def test_a_page_with_too_many_entries_is_refused(srv: FakeServer) -> None:
+    entries = [{"filename": f"many-1.{i}.tar.gz", "url": "x"} for i in range(11)]
+    srv.raw_pages["/primary/simple/many/"] = json.dumps({"files": entries}).encode()
+    with httpx.Client(timeout=10) as c:
+        index = Index(srv.index_url(), c, limits=Limits(max_index_files=10))
+        with pytest.raises(RemoteError, match=r"lists 11 files; expected at most 10"):
+            index.files("many")
+        index = Index(srv.index_url(), c, limits=Limits(max_index_files=20, max_index_files_total=15))
+        index.release("many", "1.0")
+        with pytest.raises(RemoteError, match=r"has listed 22 files in this run; expected at most 15"):
+            index.release("many", "2.0")
+
+
+def test_only_the_releases_a_plan_asks_for_are_kept(srv: FakeServer) -> None:
+    files = [{"filename": f"big-{v}.tar.gz", "url": "x", "hashes": {"sha256": f"{v:064x}"}} for v in range(1, 2001)]
+    srv.raw_pages["/primary/simple/big/"] = json.dumps({"files": files}).encode()
+    with httpx.Client(timeout=10) as c:
+        index = Index(srv.index_url(), c)
+        assert [f.filename for f in index.release("big", "7")] == ["big-7.tar.gz"]
+        assert sum(len(kept) for kept in index._releases.values()) == 1
+
+
+def test_the_default_limits_are_named_settings() -> None:
+    assert DEFAULT_LIMITS.max_index_files == 200_000 and DEFAULT_LIMITS.max_index_files_total == 1_000_000
+
+
+# --------------------------------------------------------------------------- 11.10: exact digests
+def test_a_pylock_digest_with_a_trailing_newline_is_refused() -> None:
+    text = f'[[packages]]\nname = "a"\nversion = "1"\nwheels = [{{ name = "a-1-py3-none-any.whl", hashes = {{ sha256 = "{A}\\n" }} }}]\n'
+    with pytest.raises(ResolveError, match="has no sha256"):
+        parse_pylock(text, X86_311)

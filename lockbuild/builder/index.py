@@ -1,27 +1,32 @@
-"""A thin client for a package index's PEP 691 JSON simple API (with PEP 700 upload times)."""
+"""A thin client for a package index's PEP 691 JSON simple API (with PEP 700 upload times).
+
+An index answer is untrusted input: every entry is checked as it is read (file names, times, digests,
+duplicates), the number of entries is capped per page and per run (``Limits``), and only the files of
+the releases a plan asks for are kept, never whole pages.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    canonicalize_name,
-    canonicalize_version,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
+from packaging.specifiers import InvalidSpecifier, Specifier
+from packaging.utils import canonicalize_name, canonicalize_version
+from packaging.version import InvalidVersion
 
 from lockbuild import times
 from lockbuild.builder.http import get_json
 from lockbuild.errors import RemoteError
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.lock import file_name_and_version
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+_SHOWN = 90
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class IndexFile:
     size: int | None
     upload_time: dt.datetime | None
     yanked: bool
+    yank_reason: str = ""
 
     @property
     def version(self) -> str | None:
@@ -42,17 +48,28 @@ class IndexFile:
         return self.filename.endswith(".whl")
 
 
+@dataclass(frozen=True)
+class Publication:
+    """When a release's files were uploaded: the first (which sets the cut-off) and the last."""
+
+    first: dt.datetime
+    last: dt.datetime
+    files: tuple[IndexFile, ...]
+
+
 def file_version(filename: str) -> str | None:
     """The normalised version a distribution file is for, or None if the name is not one."""
-    try:
-        if filename.endswith(".whl"):
-            return canonicalize_version(parse_wheel_filename(filename)[1])
-        return canonicalize_version(parse_sdist_filename(filename)[1])
-    except (InvalidWheelFilename, InvalidSdistFilename):
-        return None
+    got = file_name_and_version(filename)
+    return got[1] if got else None
+
+
+def has_control_character(text: str) -> bool:
+    """True when ``text`` holds a character of Unicode category C (control, format, unassigned...)."""
+    return any(unicodedata.category(c).startswith("C") for c in text)
 
 
 def parse_time(value: object) -> dt.datetime | None:
+    """An index's upload time in UTC, or None when it is not a readable time."""
     if not isinstance(value, str):
         return None
     parsed = times.parse_time(value)
@@ -61,42 +78,97 @@ def parse_time(value: object) -> dt.datetime | None:
     return parsed.replace(tzinfo=dt.UTC)  # the index gives UTC
 
 
-def parse_project_page(data: Any, page_url: str, *, what: str) -> tuple[IndexFile, ...]:
-    """The files of a PEP 691 project page; RemoteError when it is not one."""
+def _yank(value: object) -> tuple[bool, str]:
+    """PEP 592 / 691: ``yanked`` is false, true, or the reason as a string (any string means yanked)."""
+    if value is None or value is False:
+        return False, ""
+    if isinstance(value, str):
+        return True, value
+    return bool(value), ""
+
+
+def parse_project_page(
+    data: Any,
+    page_url: str,
+    *,
+    what: str,
+    keep: Callable[[str | None], bool] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[IndexFile, ...]:
+    """The files of a PEP 691 project page (only those whose version ``keep`` accepts); RemoteError when
+    the page is not one, is too long, or lists a file lockbuild refuses."""
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise RemoteError(f"{what}: {page_url} is not a PEP 691 project page (no 'files' list).")
-    out: list[IndexFile] = []
-    for f in data["files"]:
+    entries: list[Any] = data["files"]
+    if len(entries) > limits.max_index_files:
+        raise RemoteError(
+            f"{what}: {page_url} lists {len(entries)} files; expected at most {limits.max_index_files}.",
+            tip="Check that the index URL points at a package index; the limit is Limits.max_index_files.",
+        )
+    out: dict[str, IndexFile] = {}
+    for f in entries:
         if not isinstance(f, dict) or not isinstance(f.get("filename"), str) or not isinstance(f.get("url"), str):
             raise RemoteError(f"{what}: {page_url} lists a file without a filename or url.")
+        filename: str = f["filename"]
+        if has_control_character(filename) or len(filename) > 255:
+            raise RemoteError(
+                f"{what}: {page_url} lists a file named {filename[:_SHOWN]!r}; expected a plain file name "
+                "without control characters (Unicode category C), at most 255 characters; refused."
+            )
+        version = file_version(filename)
+        if keep is not None and not keep(version):
+            continue
         hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
         sha = hashes.get("sha256") if isinstance(hashes, dict) else None
         size = f.get("size")
-        out.append(
-            IndexFile(
-                filename=f["filename"],
-                url=urljoin(page_url, f["url"]),
-                sha256=sha.lower() if isinstance(sha, str) else None,
-                size=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
-                upload_time=parse_time(f.get("upload-time")),
-                yanked=bool(f.get("yanked", False)),
+        raw_time = f.get("upload-time")
+        upload_time = parse_time(raw_time)
+        if raw_time is not None and upload_time is None:
+            raise RemoteError(
+                f"{what}: {page_url} gives {filename} an upload-time lockbuild cannot read "
+                f"({str(raw_time)[:_SHOWN]!r}); expected an RFC 3339 time in years 1 to 9999; refused."
             )
+        yanked, reason = _yank(f.get("yanked", False))
+        got = IndexFile(
+            filename=filename,
+            url=urljoin(page_url, f["url"]),
+            sha256=sha.lower() if isinstance(sha, str) else None,
+            size=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
+            upload_time=upload_time,
+            yanked=yanked,
+            yank_reason=reason,
         )
-    return tuple(out)
+        before = out.get(filename)
+        if before is not None and (before.sha256 != got.sha256 or before.sha256 is None):
+            raise RemoteError(
+                f"{what}: {page_url} lists {filename} twice, with different digests "
+                f"({before.sha256 or 'none'} and {got.sha256 or 'none'}); expected one file per name; refused."
+            )
+        out.setdefault(filename, got)
+    return tuple(out.values())
 
 
 class Index:
-    """One simple index (primary or second); project pages are read once per instance."""
+    """One simple index (primary or second).
 
-    def __init__(self, url: str, client: httpx.Client, *, name: str = "the package index") -> None:
+    Only the releases asked for are kept (``release``), and at most ``limits.max_index_files_total``
+    entries are read over all pages of one instance (one plan).
+    """
+
+    def __init__(
+        self, url: str, client: httpx.Client, *, name: str = "the package index", limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         self.url = url.rstrip("/")
         self.client = client
         self.name = name
-        self._pages: dict[str, tuple[IndexFile, ...]] = {}
+        self.limits = limits
+        self._releases: dict[tuple[str, str], tuple[IndexFile, ...]] = {}
+        self._read = 0  # entries read over all pages
 
-    def files(self, project: str) -> tuple[IndexFile, ...]:
+    def _page(self, project: str, keep: Callable[[str | None], bool] | None) -> tuple[IndexFile, ...]:
         key = canonicalize_name(project)
-        if key not in self._pages:
+        what = f"reading {self.name}'s page for {project}"
+        try:
             data, final = get_json(
                 self.client,
                 f"{self.url}/{key}/",
@@ -104,43 +176,84 @@ class Index:
                 headers={"Accept": SIMPLE_JSON},
                 not_found=f"{self.name} ({self.url}) has no project {project!r}.",
             )
-            self._pages[key] = parse_project_page(data, final, what=f"reading {self.name}'s page for {project}")
-        return self._pages[key]
+        except RecursionError:
+            raise RemoteError(f"{what}: {self.url}/{key}/ is JSON nested too deeply to be a project page.") from None
+        if isinstance(data, dict) and isinstance(data.get("files"), list):
+            self._read += len(data["files"])
+            if self._read > self.limits.max_index_files_total:
+                raise RemoteError(
+                    f"{what}: {self.name} ({self.url}) has listed {self._read} files in this run; expected at most "
+                    f"{self.limits.max_index_files_total} (Limits.max_index_files_total); refused."
+                )
+        return parse_project_page(data, final, what=what, keep=keep, limits=self.limits)
 
-    def publication_time(self, project: str, version: str) -> dt.datetime:
-        """When the release's last file was uploaded (PEP 700), with the JSON API as a fallback."""
+    def files(self, project: str) -> tuple[IndexFile, ...]:
+        """Every file the project's page lists (not kept)."""
+        return self._page(project, None)
+
+    def release(self, project: str, version: str) -> tuple[IndexFile, ...]:
+        """The files of ``project==version`` (normalised); kept for the rest of this instance's life."""
         want = canonicalize_version(version)
-        files = [f for f in self.files(project) if f.version == want]
+        key = (canonicalize_name(project), want)
+        if key not in self._releases:
+            self._releases[key] = self._page(project, lambda v: v == want)
+        return self._releases[key]
+
+    def matching(self, project: str, version: str) -> tuple[IndexFile, ...]:
+        """The files whose version ``==version`` matches under PEP 440 (local labels such as +cu129 match
+        a version without one)."""
+        try:
+            spec = Specifier(f"=={version}")
+        except InvalidSpecifier:
+            return ()
+
+        def keep(v: str | None) -> bool:
+            return v is not None and spec.contains(v, prereleases=True)
+
+        return self._page(project, keep)
+
+    def publication(self, project: str, version: str) -> Publication:
+        """When the release's files were uploaded (PEP 700), with the JSON API as a fallback."""
+        files = self.release(project, version)
         if not files:
             raise RemoteError(
                 f"{self.name} ({self.url}) has no release {project}=={version}.",
                 tip="Check the version in the recipe, or set as-of explicitly.",
             )
-        times = [f.upload_time for f in files if f.upload_time is not None]
-        if not times:
-            times = self._json_api_times(project, want)
-        if not times:
+        found = [f.upload_time for f in files if f.upload_time is not None]
+        if not found:
+            found = self._json_api_times(project, canonicalize_version(version))
+        if not found:
             raise RemoteError(
                 f"{self.name} publishes no upload times for {project}=={version}; "
                 "expected PEP 700 upload-time on its files.",
                 tip="Set as-of on the build to give the cut-off explicitly.",
             )
-        return max(times)
+        return Publication(min(found), max(found), files)
+
+    def publication_time(self, project: str, version: str) -> dt.datetime:
+        """When the release's first file was uploaded: later files never move the cut-off."""
+        return self.publication(project, version).first
 
     def _json_api_times(self, project: str, version: str) -> list[dt.datetime]:
         base = self.url.removesuffix("/simple")
         try:
             data, _ = get_json(self.client, f"{base}/pypi/{canonicalize_name(project)}/json", what="JSON API")
-        except RemoteError:
+        except (RemoteError, RecursionError):
             return []
         releases = data.get("releases") if isinstance(data, dict) else None
         if not isinstance(releases, dict):
             return []
         out: list[dt.datetime] = []
         for key, files in releases.items():
-            if not isinstance(key, str) or canonicalize_version(key) != version or not isinstance(files, list):
+            if not isinstance(key, str) or not isinstance(files, list):
                 continue
-            for f in files:
+            try:
+                if canonicalize_version(key) != version:
+                    continue
+            except InvalidVersion:
+                continue
+            for f in files[: self.limits.max_index_files]:
                 if not isinstance(f, dict):
                     continue
                 t = parse_time(f.get("upload_time_iso_8601")) or parse_time(f.get("upload_time"))

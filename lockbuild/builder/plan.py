@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import datetime as dt
-import tarfile
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
 
 import httpx
-from packaging.utils import canonicalize_version, parse_wheel_filename
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, canonicalize_version, parse_wheel_filename
 
 from lockbuild.builder import github
 from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.index import Index, IndexFile
+from lockbuild.builder.fetch import Fetcher, Wanted, fetch_one
+from lockbuild.builder.index import Index, IndexFile, Publication
 from lockbuild.builder.resolve import compile_lock
-from lockbuild.errors import RecipeError, ResolveError
+from lockbuild.builder.resolved import resolved_recipe
+from lockbuild.builder.sources import read_source_requirements
+from lockbuild.errors import RecipeError, RemoteError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
-from lockbuild.recipe import Build, Recipe, source_requirements
-from lockbuild.settings import Settings
+from lockbuild.recipe import Build, Recipe, UrlWheel
+from lockbuild.recipe.checks import pinned_version, wheel_filename
+from lockbuild.target import Target
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
 
@@ -57,96 +59,147 @@ class Plan:
     warnings: tuple[str, ...] = ()  # shown by the CLI in text and in --json
 
     def wanted(self) -> list[Wanted]:
-        # Credentials are added by the HTTP client, per host, from the settings (never per file).
-        out = [Wanted(f.url, f.sha256, f.size, f.filename) for f in self.lock.files]
-        out += [Wanted(e.url, e.sha256, e.size, e.path) for e in self.extras]
+        out = [
+            Wanted(f.url, f.sha256, f.size, f.filename, github.auth_headers() if f.origin == "direct" else ())
+            for f in self.lock.files
+        ]
+        out += [
+            Wanted(e.url, e.sha256, e.size, e.path, github.auth_headers() if e.kind == "asset" else ())
+            for e in self.extras
+        ]
         return out
 
 
 def cut_off(recipe: Recipe, build: Build, index: Index) -> dt.datetime:
-    """``as-of`` when set, else the release's publication time plus 24 hours.
+    """``as-of`` when set, else the release's first upload plus 24 hours (a file added to the release
+    later never moves it).
 
     Whole seconds (rounded down), in UTC: uv, the lock, the resolved recipe and the manifest all
     record the same instant, and nothing uploaded after the named time can slip in.
     """
-    when = build.as_of or index.publication_time(recipe.engine.pypi, build.version) + CUT_OFF_DELAY
-    return when.astimezone(dt.UTC).replace(microsecond=0)
+    if build.as_of is not None:
+        return build.as_of.astimezone(dt.UTC).replace(microsecond=0)
+    pub = index.publication(recipe.engine.pypi, build.version)
+    return _release_cut_off(index, pub, recipe.engine.pypi, build.version)
+
+
+def _release_cut_off(index: Index, pub: Publication, project: str, version: str) -> dt.datetime:
+    try:
+        return (pub.first + CUT_OFF_DELAY).astimezone(dt.UTC).replace(microsecond=0)
+    except OverflowError:
+        raise RemoteError(
+            f"{index.name} ({index.url}) says {project}=={version} was first uploaded at {iso(pub.first)}; "
+            "expected a time at least a day before year 9999; refused.",
+            tip="Set as-of on the build to give the cut-off explicitly.",
+        ) from None
+
+
+def late_files_warning(project: str, version: str, pub: Publication, as_of: dt.datetime) -> str | None:
+    """A warning when the release's own files span more than a day: the later ones are not locked."""
+    if pub.last - pub.first <= CUT_OFF_DELAY:
+        return None
+    late = sorted(f.filename for f in pub.files if f.upload_time is not None and f.upload_time >= as_of)
+    shown = ", ".join(late[:5]) + (f" and {len(late) - 5} more" if len(late) > 5 else "")
+    return (
+        f"{project}=={version}'s files were uploaded over more than a day ({iso(pub.first)} to {iso(pub.last)}); "
+        f"the cut-off is the first upload + 24 h ({iso(as_of)}), so only files that existed then are locked"
+        + (f"; treated as absent: {shown}" if late else "")
+    )
 
 
 def _candidates(files: Sequence[IndexFile]) -> list[Candidate]:
-    return [Candidate(f.filename, f.url, f.sha256, f.size) for f in files]
+    return [Candidate(f.filename, f.url, f.sha256, f.size, f.upload_time, f.yanked, f.yank_reason) for f in files]
 
 
-def read_source_requirements(archive: Path | BinaryIO, build: Build) -> tuple[str, ...]:
-    """Check the source archive's top directory and read its requirements file under the lock rules.
+def recipe_pin(build: Build, project: str) -> str | None:
+    """The version the recipe's requirements pin ``project`` to with ``==``, if they do."""
+    for r in map(Requirement, build.requirements):
+        if canonicalize_name(r.name) == project:
+            return pinned_version(r)
+    return None
 
-    ``archive`` is best an open file, the one its digest was checked on (``fetch.open_verified``)."""
-    src = build.source
-    assert src is not None
-    where = f"{src.url} ({build.id})"
-    wanted = f"{src.top}/{src.requirements}" if src.requirements else None
-    saw_top = False
-    text: str | None = None
-    try:
-        where_from = {"name": archive} if isinstance(archive, Path) else {"fileobj": archive}
-        with tarfile.open(mode="r:*", **where_from) as tf:
-            for member in tf:
-                name = str(PurePosixPath(member.name))
-                if name == src.top or name.startswith(src.top + "/"):
-                    saw_top = True
-                if wanted is not None and name == wanted:
-                    if not member.isfile() or member.size > MAX_REQUIREMENTS_FILE:
-                        raise RecipeError(f"{where}: {wanted} is not a regular file of at most 1 MiB.")
-                    f = tf.extractfile(member)
-                    assert f is not None
-                    text = f.read().decode("utf-8", errors="strict")
-    except (tarfile.TarError, OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"{where}: cannot read the source archive as a tar: {exc}") from None
-    if not saw_top:
-        raise RecipeError(
-            f"{where}: expected a top directory {src.top!r} in the source archive, found none.",
-            tip="Set source.top to the archive's top directory.",
+
+def check_exact_pin(build: Build, project: str, files: Sequence[IndexFile], index: Index) -> str:
+    """The one version ``project`` may take from an index without upload times.
+
+    The recipe's ``==`` must name a full version, local label included, that exactly one release on the
+    index matches (``torch==2.8.0`` also matches ``2.8.0+cu129`` and any ``2.8.0+...`` added later), unless
+    the recipe pins the file by sha256.
+    """
+    spec = recipe_pin(build, project)
+    versions = sorted({v for v in (f.version for f in files) if v is not None})
+    if build.pinned_sha256(project) is not None:
+        return spec or ""
+    if len(versions) > 1:
+        raise ResolveError(
+            f"{project}=={spec} matches {len(versions)} releases on {index.name} ({index.url}): "
+            f"{', '.join(versions[:10])}; it publishes no upload times, so the pin must name exactly one.",
+            tip=f"Name the full version, local label included (e.g. {project}=={versions[0]}), "
+            f'or pin the file: pin-sha256 = {{ {project} = "..." }}.',
         )
-    if wanted is None:
-        return ()
-    if text is None:
-        raise RecipeError(f"{where}: the source archive has no {wanted}.", tip="Check source.requirements.")
-    skip = build.index.packages if build.index else ()
-    return source_requirements(text, skip=skip, where=where)
+    if versions and spec is not None and canonicalize_version(spec) != versions[0]:
+        raise ResolveError(
+            f"{project}=={spec} matches only {project} {versions[0]} on {index.name} ({index.url}) today, but a "
+            "release with another local label added later would match it too; the index publishes no upload "
+            "times, so the pin must name the full version.",
+            tip=f"Pin {project}=={versions[0]} in requirements, or pin the file by sha256 with pin-sha256.",
+        )
+    return versions[0] if versions else (spec or "")
 
 
 class Planner:
     """Locks builds against a primary index (and the build's second index, when it has one)."""
 
-    def __init__(self, client: httpx.Client, cache: Cache, fetcher: Fetcher, *, settings: Settings, progress: Progress):
+    def __init__(self, client: httpx.Client, cache: Cache, fetcher: Fetcher, *, index_url: str, progress: Progress):
         self.client = client
         self.cache = cache
         self.fetcher = fetcher
-        self.settings = settings
-        self.index_url = settings.index_url  # never carries credentials: they live in settings
-        self.primary = Index(self.index_url, client, name="the package index")
+        self.index_url = index_url
+        self.primary = self._primary()
         self.progress = progress
 
-    def _release_assets(self, repo: str, tag: str) -> dict[str, github.ReleaseAsset]:
-        s = self.settings
-        return github.release_assets(self.client, repo, tag, api=s.github_api, download=s.github_download)
+    def _primary(self) -> Index:
+        return Index(self.index_url, self.client, name="the package index")
 
     def plan(self, recipe: Recipe, build: Build) -> Plan:
         engine = recipe.engine
-        as_of = cut_off(recipe, build, self.primary)
+        self.primary = self._primary()  # index answers are kept for one plan only
+        warnings: list[str] = []
+        if build.as_of is not None:
+            as_of = cut_off(recipe, build, self.primary)
+        else:
+            pub = self.primary.publication(engine.pypi, build.version)
+            as_of = _release_cut_off(self.primary, pub, engine.pypi, build.version)
+            late = late_files_warning(engine.pypi, build.version, pub, as_of)
+            if late is not None:
+                warnings.append(late)
         self.progress.phase(f"{engine.name} {build.id}: resolving as of {iso(as_of)}")
+        second = Index(build.index.url, self.client, name="the second index") if build.index else None
+        exact: dict[str, str] = {}
+        if build.index is not None and second is not None:
+            for name in build.index.packages:
+                spec = recipe_pin(build, name)
+                matched = second.matching(name, spec) if spec is not None else ()
+                exact[name] = check_exact_pin(build, name, matched, second)
         requirements = list(build.requirements)
         extras: list[ExtraFile] = []
         direct: dict[str, Candidate] = {}
         if build.source is not None:
             src = build.source
             w = Wanted(src.url, src.sha256, None, f"{engine.name} {build.version} source archive")
-            with open_verified(self.fetcher, w) as archive:  # read from the descriptor that was hashed
-                requirements += read_source_requirements(archive, build)
+            archive = fetch_one(self.fetcher, w)
+            requirements += read_source_requirements(archive, build)
             extras.append(ExtraFile(f"source/{PurePosixPath(src.url).name}", "source", src.url, src.sha256, None))
-        if build.wheel is not None:
+        if isinstance(build.wheel, UrlWheel):
+            uw = build.wheel
+            filename = wheel_filename(uw.url)
+            assert filename is not None  # the recipe checked it
+            project = canonicalize_name(parse_wheel_filename(filename)[0])
+            requirements.insert(0, f"{project} @ {uw.url}#sha256={uw.sha256}")
+            direct[project] = Candidate(filename, uw.url, uw.sha256, None)
+        elif build.wheel is not None:
             wh = build.wheel
-            assets = self._release_assets(wh.repo, wh.tag)
+            assets = github.release_assets(self.client, wh.repo, wh.tag)
             asset = github.pick_wheel(assets, wh.prefix, wh.suffix, repo=wh.repo, tag=wh.tag)
             sha = asset.sha256()
             requirements.insert(0, f"{wh.project} @ {asset.url}#sha256={sha}")
@@ -156,7 +209,7 @@ class Planner:
             repo = engine.repo
             if repo is None:
                 raise RecipeError(f"{recipe.path}: builds with assets need engine.repo (the GitHub repository).")
-            published = self._release_assets(repo, a.tag)
+            published = github.release_assets(self.client, repo, a.tag)
             for name in a.files:
                 if name not in published:
                     raise ResolveError(
@@ -173,16 +226,12 @@ class Planner:
                 second=build.index,
                 workdir=Path(tmp),
                 cache_dir=self.cache.uv_cache(),
-                inherit=dict(self.settings.child_environ),
-                credentials=self.settings.index_credentials,
-                sdists_allowed=getattr(build, "build_on_node", ()),
             )
         if resolution.format == "pylock.toml":
             pins = parse_pylock(resolution.text, build.target)
         else:
             pins = parse_requirements_lock(resolution.text)
-        files = self._files(pins, build, direct)
-        warnings: list[str] = []
+        files = self._files(pins, build, direct, as_of, second)
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
         if sdists:
             warnings.append(
@@ -190,20 +239,30 @@ class Planner:
                 f"({', '.join(sdists[:5])}); their build dependencies are not in the lock, so an offline "
                 "install must build them with what the node has, and may fail"
             )
+        for warning in warnings:
+            self.progress.phase(f"warning: {warning}")
         uv = uv_version(uv_binary())
-        tool = self._uv_tool(build, uv)
+        tool = choose_uv_wheel(self.primary, build.target, uv)
         extras.append(tool)
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
-            recipe, build, as_of, lock, tuple(requirements), tuple(extras), recipe.resolved_text(build, as_of),
+            recipe, build, as_of, lock, tuple(requirements), tuple(extras), resolved_recipe(recipe, build, as_of),
             uv, tuple(warnings),
         )  # fmt: skip
 
-    def _files(self, pins: Sequence[Pin], build: Build, direct: dict[str, Candidate]) -> tuple[LockedFile, ...]:
-        second = Index(build.index.url, self.client, name="the second index") if build.index else None
+    def _files(
+        self,
+        pins: Sequence[Pin],
+        build: Build,
+        direct: dict[str, Candidate],
+        as_of: dt.datetime,
+        second: Index | None,
+    ) -> tuple[LockedFile, ...]:
         second_names = set(build.index.packages) if build.index else set()
+        primary = self.primary
 
         def one(pin: Pin) -> LockedFile:
+            pinned = build.pinned_sha256(pin.name)
             if pin.url is not None or pin.name in direct:
                 cand = direct.get(pin.name)
                 if cand is None:
@@ -212,24 +271,37 @@ class Planner:
                 return choose_file(Pin(pin.name, version, pin.hashes), [cand], build.target, origin="direct")
             if pin.name in second_names:
                 assert second is not None
-                return choose_file(pin, _candidates(second.files(pin.name)), build.target, origin="second")
-            return choose_file(pin, _candidates(self.primary.files(pin.name)), build.target, origin="primary")
+                files = _candidates(second.release(pin.name, pin.version))
+                return choose_file(
+                    pin, files, build.target, origin="second", pinned_sha256=pinned, one_file=True
+                )  # fmt: skip
+            files = _candidates(primary.release(pin.name, pin.version))
+            return choose_file(pin, files, build.target, origin="primary", as_of=as_of, pinned_sha256=pinned)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             return tuple(pool.map(one, pins))
 
-    def _uv_tool(self, build: Build, version: str) -> ExtraFile:
-        """The uv wheel for the node's platform, at the builder's uv version, from the primary index."""
-        files = [f for f in self.primary.files("uv") if f.version == canonicalize_version(version) and f.is_wheel]
-        cands = _candidates(files)
-        pin = Pin("uv", version, frozenset(c.sha256 for c in cands if c.sha256))
-        if not pin.hashes:
-            raise ResolveError(
-                f"the package index has no uv {version} wheels with sha256 digests; the node needs one to install.",
-                tip="Use a builder whose uv version is published on the index.",
-            )
-        chosen = choose_file(pin, cands, build.target, origin="primary")
-        return ExtraFile(f"tools/{chosen.filename}", "tool", chosen.url, chosen.sha256, chosen.size)
+
+def choose_uv_wheel(primary: Index, target: Target, version: str) -> ExtraFile:
+    """The uv wheel for the node's platform, at the builder's uv version, from the primary index.
+
+    The same rules as every other file: its release's cut-off (first upload + 24 h: a wheel added to
+    that uv release later is absent) and never a yanked file. It is recorded with the lock's extras.
+    """
+    files = [f for f in primary.release("uv", version) if f.is_wheel]
+    cands = _candidates(files)
+    pin = Pin("uv", version, frozenset(c.sha256 for c in cands if c.sha256))
+    if not pin.hashes:
+        raise ResolveError(
+            f"the package index has no uv {version} wheels with sha256 digests; the node needs one to install.",
+            tip="Use a builder whose uv version is published on the index.",
+        )
+    times = [f.upload_time for f in files if f.upload_time is not None]
+    uv_cut = None
+    if times:
+        uv_cut = _release_cut_off(primary, Publication(min(times), max(times), tuple(files)), "uv", version)
+    chosen = choose_file(pin, cands, target, origin="primary", as_of=uv_cut)
+    return ExtraFile(f"tools/{chosen.filename}", "tool", chosen.url, chosen.sha256, chosen.size)
 
 
 def _wheel_version(filename: str) -> str:

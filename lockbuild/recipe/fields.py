@@ -1,0 +1,122 @@
+"""Reading TOML tables with typed getters that collect every problem, then raise once."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from lockbuild.errors import RecipeError
+
+MAX_STRING = 4096
+MAX_LIST = 1000
+SHOWN = 80
+
+T = TypeVar("T")
+
+
+class Problems:
+    """Collects every problem with a recipe, then raises once."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.items: list[str] = []
+
+    def add(self, key: str, message: str) -> None:
+        self.items.append(f"{key}: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            n = len(self.items)
+            shown = listing(self.items)
+            raise RecipeError(
+                f"{self.path}: {n} problem{'s' if n > 1 else ''} in the recipe:\n{shown}",
+                problems=tuple(self.items),
+                tip="Fix each key listed; docs/release-engineers.md describes every recipe key.",
+            )
+
+
+def listing(items: list[str], most: int = 50) -> str:
+    lines = [f"  - {x}" for x in items[:most]]
+    if len(items) > most:
+        lines.append(f"  ... and {len(items) - most} more")
+    return "\n".join(lines)
+
+
+def describe(value: object) -> str:
+    kind = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+    shown = repr(value)
+    if len(shown) > 40:
+        shown = shown[:37] + "..."
+    return f"{kind} ({shown})" if not isinstance(value, dict | list) else kind
+
+
+class Table:
+    """A TOML table being read: typed getters that record problems instead of raising."""
+
+    def __init__(self, data: Mapping[str, Any], where: str, problems: Problems, known: tuple[str, ...]) -> None:
+        self.data = data
+        self.where = where
+        self.p = problems
+        for key in data:
+            if key not in known:
+                close = difflib.get_close_matches(key.lower(), known, n=1) or [
+                    k for k in known if sorted(k) == sorted(key.lower())
+                ]
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+                self.p.add(self.key(key), f"unknown key{hint}")
+
+    def key(self, name: str) -> str:
+        shown = name if len(name) <= SHOWN else name[: SHOWN - 3] + "..."
+        return f"{self.where}.{shown}" if self.where else shown
+
+    def get(self, name: str, kind: type[T], expected: str, *, required: bool = True) -> T | None:
+        if name not in self.data:
+            if required:
+                self.p.add(self.key(name), f"missing; expected {expected}")
+            return None
+        value = self.data[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            self.p.add(self.key(name), f"expected {expected}, found {describe(value)}")
+            return None
+        if isinstance(value, str) and len(value) > MAX_STRING:
+            self.p.add(self.key(name), f"expected at most {MAX_STRING} characters, found {len(value)}")
+            return None
+        return value
+
+    def string(
+        self,
+        name: str,
+        expected: str = "a string",
+        *,
+        required: bool = True,
+        check: Callable[[str], bool] | None = None,
+    ) -> str | None:
+        value = self.get(name, str, expected, required=required)
+        if value is not None and check is not None and not check(value):
+            self.p.add(self.key(name), f"expected {expected}, found {value[:80]!r}")
+            return None
+        return value
+
+    def strings(self, name: str, expected: str, *, required: bool = True) -> tuple[str, ...] | None:
+        value = self.get(name, list, expected, required=required)
+        if value is None:
+            return None
+        if len(value) > MAX_LIST:
+            self.p.add(self.key(name), f"expected at most {MAX_LIST} items, found {len(value)}")
+            return None
+        bad = [i for i, v in enumerate(value) if not isinstance(v, str) or len(v) > MAX_STRING]
+        if bad:
+            self.p.add(self.key(name), f"expected {expected}, but item {bad[0]} is {describe(value[bad[0]])}")
+            return None
+        return tuple(value)
+
+    def table(self, name: str) -> Mapping[str, Any] | None:
+        return self.get(name, dict, "a table", required=False)

@@ -1,0 +1,132 @@
+"""The recipe model: frozen records a parsed recipe is made of (no parsing, no I/O here)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+
+from lockbuild.errors import RecipeError
+from lockbuild.target import Target
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    pypi: str
+    repo: str | None
+    binary: str
+    verify: tuple[str, ...]
+    gpu_probe: str
+
+
+@dataclass(frozen=True)
+class GpuRequirement:
+    min_capability: tuple[int, int] | None
+    min_driver: str | None
+
+
+@dataclass(frozen=True)
+class SecondIndex:
+    url: str
+    packages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Source:
+    url: str
+    sha256: str
+    top: str
+    dir: str
+    requirements: str | None
+
+
+@dataclass(frozen=True)
+class ReleaseWheel:
+    repo: str
+    tag: str
+    prefix: str
+    suffix: str
+    project: str
+
+
+@dataclass(frozen=True)
+class UrlWheel:
+    """A wheel from any https URL, pinned by the sha256 the recipe gives."""
+
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Assets:
+    tag: str
+    dir: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Build:
+    version: str
+    variant: str
+    target: Target
+    requirements: tuple[str, ...]
+    as_of: dt.datetime | None
+    free_gb: int | None
+    gpu: GpuRequirement | None
+    index: SecondIndex | None
+    source: Source | None
+    wheel: ReleaseWheel | UrlWheel | None
+    assets: Assets | None
+    position: int
+    pin_sha256: tuple[tuple[str, str], ...] = ()  # (canonical project name, sha256): that exact file
+    exclude_newer_package: tuple[tuple[str, str | None], ...] = ()  # (name, RFC 3339 time or None = no cut-off)
+
+    def pinned_sha256(self, project: str) -> str | None:
+        """The sha256 the recipe pins ``project`` to (canonical name), if any."""
+        return dict(self.pin_sha256).get(project)
+
+    @property
+    def id(self) -> str:
+        return f"{self.version}-{self.variant}"
+
+    @property
+    def python(self) -> str:
+        return self.target.python
+
+    @property
+    def platform(self) -> str:
+        return self.target.platform
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: str
+    engine: Engine
+    builds: tuple[Build, ...]
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def select(self, spec: str | None) -> tuple[Build, ...]:
+        """The builds named by ``--build``: ``VARIANT`` or ``VERSION-VARIANT``; all when None."""
+        if spec is None:
+            return self.builds
+        exact = [b for b in self.builds if b.id == spec]
+        if exact:
+            return tuple(exact)
+        by_variant = [b for b in self.builds if b.variant == spec]
+        if len(by_variant) == 1:
+            return tuple(by_variant)
+        choices = ", ".join(b.id for b in self.builds)
+        if by_variant:
+            raise RecipeError(
+                f"{self.path}: --build {spec} matches several builds ({', '.join(b.id for b in by_variant)}).",
+                tip="Name one as VERSION-VARIANT.",
+            )
+        raise RecipeError(
+            f"{self.path}: no build {spec!r}; this recipe has {choices}.",
+            tip="Pass --build VARIANT or --build VERSION-VARIANT, or leave it out to use every build.",
+        )

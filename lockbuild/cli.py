@@ -470,7 +470,12 @@ def sign(
 def keygen(ctx: click.Context, path: Path, no_password: bool, as_json: bool) -> None:
     """Write a minisign-compatible key pair: PATH.key (mode 0600) and PATH.pub."""
     _setup(ctx, as_json)
-    from lockbuild.signing import read_public_key, write_keypair
+    from lockbuild.minisign import read_public_key, write_keypair
+
+    def nonempty(value: str) -> str:
+        if not value:
+            raise click.UsageError("an empty passphrase is not allowed (pass --no-password for an unencrypted key)")
+        return value
 
     password = None
     if not no_password:
@@ -480,7 +485,9 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, as_json: bool) -> 
                 raise SignatureError(
                     "no terminal to ask for a passphrase.", tip="Set LOCKBUILD_KEY_PASSWORD, or pass --no-password."
                 )
-            password = str(click.prompt("Passphrase for the new key", hide_input=True, confirmation_prompt=True))
+            key_file = path.parent / (path.name + ".key")
+            password = str(click.prompt(f"Passphrase for the new key {key_file}", hide_input=True, default="",
+                                        show_default=False, confirmation_prompt=True, value_proc=nonempty))  # fmt: skip
     secret_path, public_path = write_keypair(path, password=password)
     pub = read_public_key(public_path)
     _emit(

@@ -231,3 +231,20 @@ def test_verify_json_says_who_counted(env, keys: Keys, toy_recipe: Path, tmp_pat
     assert data["policy"]["signatures"] == [
         {"index": 1, "key_id": read_public_key(keys.public).key_id_hex, "counts": True, "reason": ""}
     ]
+
+
+def test_keygen_prompt_names_the_key_and_says_why_it_asks_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 17: the prompt names the key file; an empty passphrase is refused with a reason, then asked again."""
+    import sys
+    import types
+
+    import lockbuild.cli as cli_module
+
+    fake_sys = types.SimpleNamespace(**{**vars(sys), "stdin": types.SimpleNamespace(isatty=lambda: True)})
+    monkeypatch.setattr(cli_module, "sys", fake_sys)
+    monkeypatch.delenv("LOCKBUILD_KEY_PASSWORD", raising=False)
+    r = CliRunner().invoke(main, ["keygen", str(tmp_path / "k")], input="\npw one\npw one\n", catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert f"Passphrase for the new key {tmp_path / 'k.key'}" in r.output
+    assert "an empty passphrase is not allowed (pass --no-password" in r.output
+    assert "encrypted" in (tmp_path / "k.key").read_text().splitlines()[0]

@@ -603,5 +603,5 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
     other = dataclasses.replace(Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None),
                                 manifest_sha256="0" * 64)  # fmt: skip
     signature_path(bundle).write_text(sign_statement(signers["alice"].key, other, d.blake2b))
-    with pytest.raises(IntegrityError, match="the bundle's manifest has sha256 .* the signatures sign 0000"):
+    with pytest.raises(IntegrityError, match=r"the bundle's manifest has sha256 .* the signatures sign 0000"):
         verify(bundle, trust_dir(tmp_path, signers["alice"]))

@@ -502,6 +502,7 @@ trust_option = click.option(
     "--trust",
     "trust_dir",
     type=click.Path(path_type=Path, file_okay=False),
+    envvar="LOCKBUILD_TRUST_DIR",  # read here, in the CLI; the library takes the directory it is given
     help="Directory of trusted .pub keys (default: LOCKBUILD_TRUST_DIR, then /etc/lockbuild/keys).",
 )
 threshold_option = click.option("--threshold", type=click.IntRange(min=1), help="Distinct trusted signatures required.")
@@ -640,6 +641,13 @@ def install(
         result = installer.install_opened(opened, time.monotonic())
     elif not bundle.exists():
         raise click.BadParameter(f"Path {str(bundle)!r} does not exist.", param_hint="'BUNDLE'")
+    elif bundle.name.endswith(".parts.toml"):  # `lockbuild split`'s part list: joined in TMPDIR, each part checked
+        import tempfile
+
+        from lockbuild.site.parts import join_to
+
+        with tempfile.TemporaryDirectory(prefix="lockbuild-parts-") as tmp:
+            result = installer.install(join_to(bundle, Path(tmp)))
     else:
         result = installer.install(bundle)
     verb = "installed" if result.status == "installed" else "already installed"

@@ -110,3 +110,22 @@ def test_install_from_the_store_needs_no_network(built: dict[str, Path], keys: K
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "installed"
+
+
+def test_install_takes_a_part_list_and_names_a_damaged_part(built: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    code, out, err = cli("split", str(built["v1"]), "--size", "100K", "--out", str(tmp_path / "media"), "--json")
+    assert code == 0, err
+    parts = json.loads(out)["parts"]
+    listing = tmp_path / "media" / f"{built['v1'].name}.parts.toml"
+    root = tmp_path / "engines"
+    victim = tmp_path / "media" / parts[-1]["name"]
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 1
+    victim.write_bytes(bytes(data))
+    code, _, err = cli("install", str(listing), "--root", str(root), "--trust", str(keys.trust))
+    assert code == 4 and f"the part {victim.name} is damaged" in err
+    assert not (root / "toyengine" / "1.0-cpu").exists()
+    data[0] ^= 1
+    victim.write_bytes(bytes(data))
+    code, out, err = cli("install", str(listing), "--root", str(root), "--trust", str(keys.trust), "--json")
+    assert code == 0 and json.loads(out)["status"] == "installed", err

@@ -16,10 +16,9 @@ from pathlib import Path
 
 from lockbuild.progress import Progress
 from lockbuild.site.delta import is_delta, read_delta
-from lockbuild.site.parts import is_part_list, join, read_part_list
+from lockbuild.site.parts import is_part_list, join_to
 from lockbuild.site.store import Store
 from lockbuild.site.trusted import extract_bundle
-from lockbuild.trust import signature_path
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def import_bundle(
                                      progress=progress)  # fmt: skip
             source = bundle
             if is_part_list(bundle):
-                source = _join_parts(bundle, work)
+                source = join_to(bundle, work)
             staging = work / "members"
             trusted = extract_bundle(source, trust=trust_dir, threshold=threshold, dest=staging,
                                      progress=progress)  # fmt: skip
@@ -84,15 +83,3 @@ def _import_delta(store: Store, delta: Path, work: Path, *, trust_dir: Path | No
     man = info.manifest
     return Imported(f"{man.engine}/{man.version}-{man.variant}", len(man.members), len(written),
                     sum(m.size for m in written), info.signers)  # fmt: skip
-
-
-def _join_parts(part_list: Path, work: Path) -> Path:
-    """The parts joined (each checked as it streams) under the bundle's own name, its .minisig beside."""
-    listing = read_part_list(part_list)
-    joined = work / listing.file
-    with joined.open("xb") as f:
-        join(part_list, f)
-    sig = signature_path(part_list.parent / listing.file)
-    if sig.exists():
-        shutil.copyfile(sig, signature_path(joined), follow_symlinks=False)
-    return joined

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,3 +198,16 @@ def join(part_list: Path, dst: BinaryIO) -> PartList:
     if whole.hexdigest() != listing.sha256:
         raise _bad(f"the joined parts have sha256 {whole.hexdigest()}; the part list says {listing.sha256}.")
     return listing
+
+
+def join_to(part_list: Path, work: Path) -> Path:
+    """The parts joined into ``work`` (each checked as it streams) under the bundle's own name, with
+    its .minisig beside: a file `import` and `install` open like any bundle."""
+    listing = read_part_list(part_list)
+    joined = work / listing.file
+    with joined.open("xb") as f:
+        join(part_list, f)
+    sig = signature_path(part_list.parent / listing.file)
+    if sig.exists():
+        shutil.copyfile(sig, signature_path(joined), follow_symlinks=False)
+    return joined

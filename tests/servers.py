@@ -69,6 +69,7 @@ class FakeServer:
         self.raw_pages: dict[str, bytes] = {}
         self.requests: list[str] = []
         self.request_headers: list[tuple[str, dict[str, str]]] = []  # (path, headers with lower-case names)
+        self.require_auth: str | None = None  # when set, a GET without this Authorization gets a 401 challenge
         self.httpd = QuietHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -84,6 +85,7 @@ class FakeServer:
             registry.clear()
         self.requests.clear()
         self.request_headers.clear()
+        self.require_auth = None
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -192,6 +194,12 @@ class FakeServer:
                 path = unquote(urlsplit(self.path).path)
                 server.requests.append(path)
                 server.request_headers.append((path, {k.lower(): v for k, v in self.headers.items()}))
+                if server.require_auth is not None and self.headers.get("Authorization") != server.require_auth:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="index"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if path in server.redirects:
                     self.send_response(302)
                     self.send_header("Location", server.redirects[path])

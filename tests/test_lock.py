@@ -609,9 +609,9 @@ def test_a_source_archive_that_is_not_a_tar_is_refused(tmp_path: Path) -> None:
         read_source_requirements(archive, source_build())
 
 
-def test_a_package_with_only_an_sdist_is_locked_with_a_warning(env: FakeServer, tmp_path: Path) -> None:
-    """uv reads an sdist's static metadata; the sdist is locked and bundled, and the user is told that its
-    build dependencies are not in the lock."""
+def test_a_package_with_only_an_sdist_is_refused_by_name(env: FakeServer, tmp_path: Path) -> None:
+    """An sdist-only dependency would make uv run its build backend (index code) on the builder: the lock
+    refuses it by name (the build can allow named packages; see tests/test_builder_process.py)."""
     sdist = make_tar_gz({
         "lksdonly-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdonly\nVersion: 1.0\n",
         "lksdonly-1.0/pyproject.toml": b'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n',
@@ -620,12 +620,10 @@ def test_a_package_with_only_an_sdist_is_locked_with_a_warning(env: FakeServer, 
         env.publish("lksdonly-1.0.tar.gz", sdist, uploaded=day(1))
     recipe = tmp_path / "r.toml"
     recipe.write_text(TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "lksdonly==1.0"]'))
-    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out"), "--json"])
-    assert r.exit_code == 0, r.stderr
-    files = {p["name"]: p["file"] for p in json.loads(r.stdout)["locks"][0]["packages"]}
-    assert files["lksdonly"] == "lksdonly-1.0.tar.gz"
     r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out")])
-    assert "warning: 1 package(s) have no wheel" in r.stderr and "lksdonly-1.0.tar.gz" in r.stderr
+    assert r.exit_code == 1
+    assert "ERROR lksdonly has no wheel for Python" in r.stderr and "only a source distribution" in r.stderr
+    assert not (tmp_path / "out" / "1.0-cpu").exists()
 
 
 # ================================================================ issues 11 and 18: the index is untrusted
@@ -648,7 +646,7 @@ def test_a_file_added_to_an_old_release_changes_neither_the_cut_off_nor_the_lock
     assert before[0] == "2025-01-06T00:00:00Z" and before[2] == []
     late = make_wheel("lklate", "1.0", deps=("lkdep",), tag=f"cp{PY.replace('.', '')}-none-manylinux_2_17_x86_64")
     published.publish(*late, uploaded=day(40))
-    as_of, pkgs, _ = lock_packages(recipe, tmp_path / "after")
+    as_of, pkgs, warnings = lock_packages(recipe, tmp_path / "after")
     assert (as_of, pkgs) == before[:2]
     assert pkgs["lkdep"]["version"] == "1.1" and pkgs["lklate"]["file"] == "lklate-1.0-py3-none-any.whl"
     r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "text")], catch_exceptions=False)
@@ -658,6 +656,7 @@ def test_a_file_added_to_an_old_release_changes_neither_the_cut_off_nor_the_lock
     shown = lines[0]
     assert shown.startswith("lklate==1.0's files were uploaded over more than a day (2025-01-05T00:00:00Z to ")
     assert late[0] in shown and "only files that existed then are locked" in shown
+    assert warnings == [shown]  # and the same warning is data in --json
 
 
 def test_the_file_picker_treats_a_file_uploaded_after_the_cut_off_as_absent() -> None:

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name, canonicalize_version, parse_wheel
 
 from lockbuild.builder import github
 from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher, Wanted, fetch_one
+from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.index import Index, IndexFile, Publication
 from lockbuild.builder.resolve import compile_lock
 from lockbuild.builder.resolved import resolved_recipe
@@ -25,6 +25,7 @@ from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, UrlWheel
 from lockbuild.recipe.checks import pinned_version, wheel_filename
+from lockbuild.settings import Settings
 from lockbuild.target import Target
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
@@ -59,14 +60,9 @@ class Plan:
     warnings: tuple[str, ...] = ()  # shown by the CLI in text and in --json
 
     def wanted(self) -> list[Wanted]:
-        out = [
-            Wanted(f.url, f.sha256, f.size, f.filename, github.auth_headers() if f.origin == "direct" else ())
-            for f in self.lock.files
-        ]
-        out += [
-            Wanted(e.url, e.sha256, e.size, e.path, github.auth_headers() if e.kind == "asset" else ())
-            for e in self.extras
-        ]
+        # Credentials are added by the HTTP client, per host, from the settings (never per file).
+        out = [Wanted(f.url, f.sha256, f.size, f.filename) for f in self.lock.files]
+        out += [Wanted(e.url, e.sha256, e.size, e.path) for e in self.extras]
         return out
 
 
@@ -150,16 +146,21 @@ def check_exact_pin(build: Build, project: str, files: Sequence[IndexFile], inde
 class Planner:
     """Locks builds against a primary index (and the build's second index, when it has one)."""
 
-    def __init__(self, client: httpx.Client, cache: Cache, fetcher: Fetcher, *, index_url: str, progress: Progress):
+    def __init__(self, client: httpx.Client, cache: Cache, fetcher: Fetcher, *, settings: Settings, progress: Progress):
         self.client = client
         self.cache = cache
         self.fetcher = fetcher
-        self.index_url = index_url
+        self.settings = settings
+        self.index_url = settings.index_url  # never carries credentials: they live in settings
         self.primary = self._primary()
         self.progress = progress
 
     def _primary(self) -> Index:
         return Index(self.index_url, self.client, name="the package index")
+
+    def _release_assets(self, repo: str, tag: str) -> dict[str, github.ReleaseAsset]:
+        s = self.settings
+        return github.release_assets(self.client, repo, tag, api=s.github_api, download=s.github_download)
 
     def plan(self, recipe: Recipe, build: Build) -> Plan:
         engine = recipe.engine
@@ -187,8 +188,8 @@ class Planner:
         if build.source is not None:
             src = build.source
             w = Wanted(src.url, src.sha256, None, f"{engine.name} {build.version} source archive")
-            archive = fetch_one(self.fetcher, w)
-            requirements += read_source_requirements(archive, build)
+            with open_verified(self.fetcher, w) as archive:  # read from the descriptor that was hashed
+                requirements += read_source_requirements(archive, build)
             extras.append(ExtraFile(f"source/{PurePosixPath(src.url).name}", "source", src.url, src.sha256, None))
         if isinstance(build.wheel, UrlWheel):
             uw = build.wheel
@@ -199,7 +200,7 @@ class Planner:
             direct[project] = Candidate(filename, uw.url, uw.sha256, None)
         elif build.wheel is not None:
             wh = build.wheel
-            assets = github.release_assets(self.client, wh.repo, wh.tag)
+            assets = self._release_assets(wh.repo, wh.tag)
             asset = github.pick_wheel(assets, wh.prefix, wh.suffix, repo=wh.repo, tag=wh.tag)
             sha = asset.sha256()
             requirements.insert(0, f"{wh.project} @ {asset.url}#sha256={sha}")
@@ -209,7 +210,7 @@ class Planner:
             repo = engine.repo
             if repo is None:
                 raise RecipeError(f"{recipe.path}: builds with assets need engine.repo (the GitHub repository).")
-            published = github.release_assets(self.client, repo, a.tag)
+            published = self._release_assets(repo, a.tag)
             for name in a.files:
                 if name not in published:
                     raise ResolveError(
@@ -226,6 +227,9 @@ class Planner:
                 second=build.index,
                 workdir=Path(tmp),
                 cache_dir=self.cache.uv_cache(),
+                inherit=dict(self.settings.child_environ),
+                credentials=self.settings.index_credentials,
+                sdists_allowed=getattr(build, "build_on_node", ()),
             )
         if resolution.format == "pylock.toml":
             pins = parse_pylock(resolution.text, build.target)
@@ -239,8 +243,6 @@ class Planner:
                 f"({', '.join(sdists[:5])}); their build dependencies are not in the lock, so an offline "
                 "install must build them with what the node has, and may fail"
             )
-        for warning in warnings:
-            self.progress.phase(f"warning: {warning}")
         uv = uv_version(uv_binary())
         tool = choose_uv_wheel(self.primary, build.target, uv)
         extras.append(tool)

@@ -87,13 +87,19 @@ def test_recipe_says_where_its_numbers_come_from(path: Path) -> None:
 
 @pytest.mark.parametrize("path", RECIPE_FILES, ids=lambda p: p.name)
 def test_second_index_packages_are_pinned(path: Path) -> None:
-    """The second index publishes no upload times: only == pins (and the lock's hashes) hold those packages."""
+    """The second index publishes no upload times: only == pins (and the lock's hashes) hold those packages,
+    and only a full version with its local label (or a pin-sha256) names one release: ``torch==2.8.0`` also
+    matches a ``2.8.0+cu128.post1`` added later (issue 18.4)."""
     for b in load_recipe(path).builds:
         if b.index is None:
             continue
         pins = _pins(b)
         for name in b.index.packages:
             assert name in pins, f"{path.name}: {b.id} takes {name} from {b.index.url} without an == pin"
+            assert "+" in pins[name] or b.pinned_sha256(name), (
+                f"{path.name}: {b.id} pins {name}=={pins[name]} on an index without upload times; "
+                "name the full version with its local label (e.g. 2.8.0+cu129) or pin-sha256 the file"
+            )
 
 
 @pytest.mark.parametrize("path", RECIPE_FILES, ids=lambda p: p.name)

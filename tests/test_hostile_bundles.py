@@ -667,8 +667,9 @@ def test_planted_file_in_the_destination_is_not_overwritten(tmp_path: Path) -> N
 def test_destination_that_cannot_be_made(tmp_path: Path) -> None:
     bundle = write(tmp_path / NAME, good_bundle())
     write(tmp_path / "file", b"")
-    with pytest.raises(InstallError, match="cannot make the destination"):
+    with pytest.raises(LockbuildError, match="cannot make the destination") as info:
         read_bundle(bundle, dest=tmp_path / "file" / "dest")
+    assert not isinstance(info.value, InstallError), "the reader raises format errors and I/O errors, never InstallError"
 
 
 def test_missing_bundle(tmp_path: Path) -> None:

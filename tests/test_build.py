@@ -248,3 +248,13 @@ def test_keygen_prompt_names_the_key_and_says_why_it_asks_again(tmp_path: Path, 
     assert f"Passphrase for the new key {tmp_path / 'k.key'}" in r.output
     assert "an empty passphrase is not allowed (pass --no-password" in r.output
     assert "encrypted" in (tmp_path / "k.key").read_text().splitlines()[0]
+
+
+def test_the_trust_dir_comes_from_the_environment_through_the_cli(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    """LOCKBUILD_TRUST_DIR is read by the CLI (the library reads no environment); --trust wins over it."""
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    assert cli("verify", str(bundle), env={"LOCKBUILD_TRUST_DIR": str(keys.trust)})[0] == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, stderr = cli("verify", str(bundle), "--trust", str(empty), env={"LOCKBUILD_TRUST_DIR": str(keys.trust)})
+    assert code == 3 and "holds no *.pub files" in stderr

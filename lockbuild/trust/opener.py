@@ -10,7 +10,6 @@ digest and the signed manifest. ``lockbuild verify`` and ``Installer.install`` b
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,10 +195,7 @@ def verify_bundle(
                         len(manifest.members), trusted.evaluation)  # fmt: skip
 
 
-def trust_dir(explicit: Path | None, env: str | None = None) -> Path:
-    """The trust directory: ``--trust``, else ``LOCKBUILD_TRUST_DIR`` (read by the CLI), else the default."""
-    if explicit is not None:
-        return explicit
-    if env is None:
-        env = os.environ.get("LOCKBUILD_TRUST_DIR")
-    return Path(env) if env else DEFAULT_TRUST_DIR
+def trust_dir(explicit: Path | None) -> Path:
+    """The trust directory: the one given (``--trust``, or ``LOCKBUILD_TRUST_DIR`` as the CLI reads it), else
+    the default. No library module reads the environment."""
+    return explicit if explicit is not None else DEFAULT_TRUST_DIR

@@ -74,7 +74,7 @@ def import_bundle(
 def _import_delta(store: Store, delta: Path, work: Path, *, trust_dir: Path | None, threshold: int | None,
                   progress: Progress | None) -> Imported:  # fmt: skip
     staging = work / "blobs"
-    info, written = read_delta(delta, trust=trust_dir, threshold=threshold, staging=staging, store=store,
+    info, written, _ = read_delta(delta, trust=trust_dir, threshold=threshold, staging=staging, store=store,
                                progress=progress)  # fmt: skip
     for m in written:
         store.adopt(staging / m.sha256, m.sha256)

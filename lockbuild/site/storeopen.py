@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from lockbuild.bundle.read import _create  # the reader's safe create: O_EXCL|O_NOFOLLOW, plain directories
+from lockbuild.bundle.paths import create_under  # O_EXCL|O_NOFOLLOW, directories walked by descriptor
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.install.installer import Opened
@@ -43,7 +43,7 @@ def open_store_build(store_dir: Path, ref: str, *, trust: Path | None, threshold
                     raise IntegrityError(f"{m.path}: {exc.message}", tip=_TIP) from None
                 h = hashlib.sha256()
                 n = 0
-                with src, _create(dest, m.path) as out:
+                with src, create_under(dest, m.path) as out:
                     while chunk := src.read(min(CHUNK, m.size + 1 - n)):
                         n += len(chunk)
                         if n > m.size:

@@ -258,3 +258,18 @@ def test_the_trust_dir_comes_from_the_environment_through_the_cli(env, keys: Key
     empty.mkdir()
     code, _, stderr = cli("verify", str(bundle), "--trust", str(empty), env={"LOCKBUILD_TRUST_DIR": str(keys.trust)})
     assert code == 3 and "holds no *.pub files" in stderr
+
+
+def test_a_truncated_bundle_is_an_incomplete_copy_for_verify_and_install(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
+    """issue 17: a short copy says how much arrived and to copy it again (exit 4), not 'the file was altered'."""
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    size = bundle.stat().st_size
+    with bundle.open("r+b") as f:
+        f.truncate(size * 2 // 5)
+    for args in (["verify", str(bundle)], ["install", str(bundle), "--root", str(tmp_path / "root")]):
+        code, _, stderr = cli(*args, "--trust", str(keys.trust))
+        assert code == 4, stderr
+        assert f"the file has {size * 2 // 5 / 1e6:.1f} MB of {size / 1e6:.1f} MB: the copy of {bundle.name}" in stderr
+        assert "TIP Copy the bundle again" in stderr and "altered" not in stderr

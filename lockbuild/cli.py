@@ -225,6 +225,7 @@ def _lock_json(plan: Any) -> dict[str, Any]:
             }
             for f in plan.lock.files
         ],
+        "exclude_newer_package": {name: when or False for name, when in plan.build.exclude_newer_package},
         "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
         "warnings": list(plan.warnings),
     }
@@ -559,6 +560,7 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
         "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
         "signatures": sigs,
         "unpacked_size": manifest.unpacked_size,
+        "install": manifest.install.to_json(),
         "files": [
             {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin}
             for m in manifest.members
@@ -569,6 +571,7 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
         f"for Python {manifest.python} on {manifest.platform}",
         f"as of {data['as_of']}, built by lockbuild {manifest.lockbuild_version} with uv {manifest.uv_version}",
         f"signatures (not checked here; use verify): {', '.join(s['key_id'] for s in sigs) or 'none'}",
+        *(f"install: {line}" for line in manifest.install.summary()),
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]

@@ -865,3 +865,36 @@ def test_a_pylock_digest_with_a_trailing_newline_is_refused() -> None:
     text = f'[[packages]]\nname = "a"\nversion = "1"\nwheels = [{{ name = "a-1-py3-none-any.whl", hashes = {{ sha256 = "{A}\\n" }} }}]\n'
     with pytest.raises(ResolveError, match="has no sha256"):
         parse_pylock(text, X86_311)
+
+
+# ------------------------------------------------------------------ issue 17: recipe keys the lock honours
+def test_exclude_newer_package_moves_one_packages_cut_off(env: FakeServer, published: FakeServer, tmp_path: Path) -> None:
+    """uv's per-package exemption: lkdep may be as new as 2025-02-15 (3.0, day 30), everything else keeps
+    the release's cut-off; the lock's JSON records the exemption."""
+    extra = 'exclude-newer-package = { lkdep = "2025-02-15T00:00:00Z" }\n'
+    code, stdout, stderr = run_lock(write(tmp_path, recipe_text(build_text(extra=extra))), tmp_path / "out")
+    assert code == 0, stderr
+    assert packages(stdout)["lkdep"]["version"] == "3.0"
+    lock = json.loads(stdout)["locks"][0]
+    assert lock["as_of"] == "2025-01-06T00:00:00Z"
+    assert lock["exclude_newer_package"] == {"lkdep": "2025-02-15T00:00:00Z"}
+    recorded = parse_recipe((tmp_path / "out" / "1.0-cpu" / "recipe.toml").read_text())
+    assert recorded.builds[0].exclude_newer_package == (("lkdep", "2025-02-15T00:00:00Z"),)
+
+
+def test_a_wheel_from_a_url_is_locked_with_the_recipes_sha256(
+    env: FakeServer, published: FakeServer, tmp_path: Path
+) -> None:
+    filename, data = make_wheel("lkurl", "1.0+g1234", deps=("lkdep",))
+    url = published.add_file(f"/nightly/{filename}", data)
+    reqs = '["lkeng==1.0", "lkurl==1.0+g1234"]'
+    good = build_text(requirements=reqs, extra=f'wheel = {{ url = "{url}", sha256 = "{sha(data)}" }}\n')
+    code, stdout, stderr = run_lock(write(tmp_path, recipe_text(good)), tmp_path / "out")
+    assert code == 0, stdout + stderr
+    got = packages(stdout)["lkurl"]
+    assert (got["file"], got["sha256"], got["origin"], got["url"]) == (filename, sha(data), "direct", url)
+    bad = build_text(requirements=reqs, extra=f'wheel = {{ url = "{url}", sha256 = "{"0" * 64}" }}\n')
+    code, stdout, _ = run_lock(write(tmp_path, recipe_text(bad), "bad.toml"), tmp_path / "bad")
+    assert code == 4 and not (tmp_path / "bad" / "1.0-cpu").exists()
+    error = json.loads(stdout)["error"]
+    assert error["type"] == "IntegrityError" and "0" * 64 in error["message"], error

@@ -686,3 +686,8 @@ def test_source_requirements_keep_only_plain_requirements(lines: list[str]) -> N
         req = Requirement(line)
         assert req.url is None and req.name.lower() != "torch"
         assert not line.startswith("-") and "://" not in line
+
+
+def test_build_on_node_names_packages() -> None:
+    assert parse_recipe(build_with('build-on-node = ["Docopt", "x_y"]')).builds[0].build_on_node == ("docopt", "x-y")
+    assert one_problem(build_with('build-on-node = ["../x"]')).startswith("builds[0].build-on-node: expected package")

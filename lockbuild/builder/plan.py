@@ -27,7 +27,7 @@ from lockbuild.recipe import Build, Recipe, UrlWheel
 from lockbuild.recipe.checks import pinned_version, wheel_filename
 from lockbuild.settings import Settings
 from lockbuild.target import Target
-from lockbuild.times import iso
+from lockbuild.times import iso, parse_time
 from lockbuild.uvtool import uv_binary, uv_version
 
 CUT_OFF_DELAY = dt.timedelta(hours=24)
@@ -105,6 +105,15 @@ def late_files_warning(project: str, version: str, pub: Publication, as_of: dt.d
 
 def _candidates(files: Sequence[IndexFile]) -> list[Candidate]:
     return [Candidate(f.filename, f.url, f.sha256, f.size, f.upload_time, f.yanked, f.yank_reason) for f in files]
+
+
+def package_cut_off(build: Build, project: str, as_of: dt.datetime) -> dt.datetime | None:
+    """The cut-off for one package: the build's, or the recipe's exclude-newer-package time (None: none)."""
+    exempt = dict(build.exclude_newer_package)
+    if project not in exempt:
+        return as_of
+    when = exempt[project]
+    return parse_time(when) if when is not None else None
 
 
 def recipe_pin(build: Build, project: str) -> str | None:
@@ -195,6 +204,9 @@ class Planner:
             uw = build.wheel
             filename = wheel_filename(uw.url)
             assert filename is not None  # the recipe checked it
+            # Checked like a source archive: fetched now, and refused unless it has the recipe's sha256.
+            with open_verified(self.fetcher, Wanted(uw.url, uw.sha256, None, f"the wheel at {uw.url}")):
+                pass
             project = canonicalize_name(parse_wheel_filename(filename)[0])
             requirements.insert(0, f"{project} @ {uw.url}#sha256={uw.sha256}")
             direct[project] = Candidate(filename, uw.url, uw.sha256, None)
@@ -218,6 +230,8 @@ class Planner:
                     )
                 got = published[name]
                 extras.append(ExtraFile(f"assets/{name}", "asset", got.url, got.sha256(), got.size))
+        if build.index is not None:  # uv reaches it directly: the transport rule is checked here, first
+            self.settings.check(build.index.url, what=f"{build.id}: the second index")
         with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
             resolution = compile_lock(
                 requirements,
@@ -229,7 +243,8 @@ class Planner:
                 cache_dir=self.cache.uv_cache(),
                 inherit=dict(self.settings.child_environ),
                 credentials=self.settings.index_credentials,
-                sdists_allowed=getattr(build, "build_on_node", ()),
+                sdists_allowed=build.build_on_node,
+                exclude_newer_package=build.exclude_newer_package,
             )
         if resolution.format == "pylock.toml":
             pins = parse_pylock(resolution.text, build.target)
@@ -278,7 +293,8 @@ class Planner:
                     pin, files, build.target, origin="second", pinned_sha256=pinned, one_file=True
                 )  # fmt: skip
             files = _candidates(primary.release(pin.name, pin.version))
-            return choose_file(pin, files, build.target, origin="primary", as_of=as_of, pinned_sha256=pinned)
+            cut = package_cut_off(build, pin.name, as_of)
+            return choose_file(pin, files, build.target, origin="primary", as_of=cut, pinned_sha256=pinned)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             return tuple(pool.map(one, pins))

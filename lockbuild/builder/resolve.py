@@ -114,6 +114,7 @@ def compile_lock(
     inherit: Mapping[str, str] | None = None,
     credentials: Credentials | None = None,
     sdists_allowed: Sequence[str] = (),
+    exclude_newer_package: Sequence[tuple[str, str | None]] = (),
 ) -> Resolution:
     """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash.
 
@@ -135,6 +136,8 @@ def compile_lock(
     ]  # fmt: skip
     for name in sdists_allowed:
         argv += ["--no-binary", name]
+    for name, when in exclude_newer_package:  # the recipe's per-package cut-off (None: none at all)
+        argv += ["--exclude-newer-package", f"{name}={when or 'false'}"]
     stdin: str | None
     if second is None:
         argv.append("-")

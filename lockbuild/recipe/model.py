@@ -81,6 +81,7 @@ class Build:
     position: int
     pin_sha256: tuple[tuple[str, str], ...] = ()  # (canonical project name, sha256): that exact file
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()  # (name, RFC 3339 time or None = no cut-off)
+    build_on_node: tuple[str, ...] = ()  # canonical names that may come as sdists (built on the node)
 
     def pinned_sha256(self, project: str) -> str | None:
         """The sha256 the recipe pins ``project`` to (canonical name), if any."""

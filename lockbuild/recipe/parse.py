@@ -52,7 +52,7 @@ MAX_RECIPE_BYTES = 1 << 20
 _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe")
 _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
-    "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package",
+    "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
 )  # fmt: skip
 
 
@@ -114,11 +114,16 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     assets = _assets(t.table("assets"), f"{where}.assets", p)
     pins = _pin_sha256(t.table("pin-sha256"), f"{where}.pin-sha256", p)
     exempt = _exclude_newer_package(t.table("exclude-newer-package"), f"{where}.exclude-newer-package", p)
+    on_node = t.strings("build-on-node", "a list of package names", required=False) or ()
+    bad = [n for n in on_node if not project_name(n)]
+    if bad:
+        p.add(f"{where}.build-on-node", f"expected package names, found {bad[0][:SHOWN]!r}")
     if None in (version, variant, target, reqs):
         return None
     assert version is not None and variant is not None and target is not None and reqs is not None
     return Build(
-        version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt
+        version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
+        tuple(sorted({canonicalize_name(n) for n in on_node})),
     )  # fmt: skip
 
 

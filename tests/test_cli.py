@@ -69,6 +69,9 @@ def test_inspect_shows_the_bundle(env, keys: Keys, toy_recipe: Path, tmp_path: P
     assert [s["key_id"] for s in data["signatures"]] == [read_public_key(keys.public).key_id_hex]
     text = CliRunner().invoke(main, ["inspect", str(bundle)]).stdout
     assert "toyengine 1.0 (cpu)" in text and "wheels/toydep-1.0-py3-none-any.whl" in text
+    # what the node will do comes from the signed manifest's [install] table
+    assert data["install"]["verify"] == ["toyengine", "--version"] and data["install"]["binary"] == "toyengine"
+    assert "install: binary bin/toyengine; verify: toyengine --version; GPU probe: torch" in text
 
 
 def node(**kw: object) -> Node:

@@ -8,6 +8,7 @@ recipe travels in the bundle as provenance and is never parsed on the node.
 from __future__ import annotations
 
 import re
+import shlex
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,38 @@ class InstallTable:
     assets: tuple[AssetPlace, ...] = ()
     interpreter: str | None = None  # the member path of a standalone interpreter archive
     requirements: tuple[str, ...] = ()  # what the build asked for (recorded in the marker; not acted on)
+
+    def to_json(self) -> dict[str, Any]:
+        gpu = self.gpu
+        return {
+            "binary": self.binary,
+            "verify": list(self.verify),
+            "gpu_probe": self.gpu_probe,
+            "gpu": None if gpu is None else {
+                "min_capability": None if gpu.min_capability is None else "{}.{}".format(*gpu.min_capability),
+                "min_driver": gpu.min_driver,
+            },
+            "free_gb": self.free_gb,
+            "uv": self.uv,
+            "interpreter": self.interpreter,
+            "source": None if self.source is None else {"member": self.source.member, "dir": self.source.dir,
+                                                        "top": self.source.top},
+            "assets": [{"member": a.member, "dir": a.dir} for a in self.assets],
+            "requirements": list(self.requirements),
+        }  # fmt: skip
+
+    def summary(self) -> list[str]:
+        """What the node will do, in a few lines (shell-quoted commands)."""
+        lines = [f"binary bin/{self.binary}; verify: {shlex.join(self.verify)}; GPU probe: {self.gpu_probe}"]
+        if self.gpu is not None:
+            cap = "{}.{}".format(*self.gpu.min_capability) if self.gpu.min_capability else "any"
+            lines.append(f"needs GPU compute capability {cap}+, driver {self.gpu.min_driver or 'any'}+")
+        if self.free_gb:
+            lines.append(f"needs {self.free_gb} GB free")
+        if self.source is not None:
+            lines.append(f"source {self.source.member} -> {self.source.dir}/")
+        lines += [f"asset {a.member} -> {a.dir}/" for a in self.assets]
+        return lines
 
     def toml_lines(self, q: Any) -> list[str]:
         lines = [

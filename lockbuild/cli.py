@@ -518,6 +518,11 @@ threshold_option = click.option("--threshold", type=click.IntRange(min=1), help=
 def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, as_json: bool) -> None:
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold."""
     _setup(ctx, as_json)
+    if bundle.name.endswith(".delta.lbz"):  # the site wing's delta bundles
+        from lockbuild.site.cli import delta_verify
+
+        delta_verify(ctx, bundle, trust_dir, threshold)
+        return
     from lockbuild.trust import load_store, verify_bundle
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
@@ -537,6 +542,11 @@ def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: 
 def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
     """Show a bundle's engine, build, target, as-of, signers and file table (signatures NOT checked)."""
     _setup(ctx, as_json)
+    if bundle.name.endswith(".delta.lbz"):  # the site wing's delta bundles
+        from lockbuild.site.cli import delta_inspect
+
+        delta_inspect(ctx, bundle)
+        return
     from lockbuild.bundle.read import read_head
     from lockbuild.errors import SignatureError as SigErr
     from lockbuild.trust import read_signatures, signature_path

@@ -99,3 +99,17 @@ def test_a_delta_is_not_mistaken_for_a_bundle(tmp_path: Path, bundles: dict[str,
     delta = _delta(bundles, tmp_path / "deltas")
     with pytest.raises(IntegrityError, match=r"expected bundle\.toml"):
         read_bundle(delta)
+
+
+def test_inspect_and_verify_say_what_a_delta_is_and_needs(tmp_path: Path, bundles: dict[str, Path],
+                                                         signer: Keys) -> None:  # fmt: skip
+    delta = _delta(bundles, tmp_path / "deltas")
+    shown = _ok("inspect", delta)
+    assert shown["bundle"] == bundles["1.1"].name and shown["base"] == "toyengine/1.0-cpu"
+    assert [x["path"] for x in shown["needs"]] == ["tools/uv-0.9.0-py3-none-any.whl", "wheels/torch-2.0-py3-none-any.whl"]
+    checked = _ok("verify", delta, "--trust", signer.trust)
+    assert checked["build"] == "toyengine/1.1-cpu" and len(checked["carried"]) == 3 and len(checked["needs"]) == 2
+    text = cli("verify", delta, "--trust", signer.trust)
+    assert text.exit_code == 0 and "it needs 2 more from toyengine/1.0-cpu" in text.output
+    stranger = make_keys(tmp_path / "stranger")
+    assert cli("verify", delta, "--trust", stranger.trust).exit_code == 3

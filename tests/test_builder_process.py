@@ -353,3 +353,34 @@ def test_the_source_archive_read_is_the_one_hashed(
     assert r.exit_code == 0, r.stderr
     names = {p["name"] for p in json.loads(r.stdout)["locks"][0]["packages"]}
     assert "toydep" in names
+
+
+# credentials and plain http in what the recipe and the index name ------------------------------------------
+def test_a_recipe_url_with_credentials_is_refused_without_showing_them(tmp_path: Path) -> None:
+    recipe = recipe_with(tmp_path)
+    recipe.write_text(
+        recipe.read_text() + 'source = { url = "https://me:tok-SECRET-55@src.example/e.tar.gz", sha256 = "'
+        + "0" * 64 + '", top = "e", dir = "src" }\n'
+    )
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o"), *extra])
+        assert r.exit_code == 1
+        assert "builds[0].source.url: expected an http(s) URL" in r.stdout + r.stderr  # refused by the recipe
+        assert "tok-SECRET-55" not in r.stdout + r.stderr
+
+
+def test_a_second_index_over_plain_http_is_refused_before_uv_runs(env: FakeServer, tmp_path: Path) -> None:
+    recipe = recipe_with(tmp_path, "toydep==1.0")
+    recipe.write_text(recipe.read_text() + 'index = { url = "http://mirror.example.org/simple", packages = ["toydep"] }\n')
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1
+    assert "ERROR 1.0-cpu: the second index: refusing plain http to mirror.example.org" in r.stderr
+
+
+def test_an_index_file_url_with_credentials_is_recorded_without_them() -> None:
+    from lockbuild.builder.index import parse_project_page
+
+    page = {"files": [{"filename": "lkx-1.0-py3-none-any.whl", "url": "https://u:p-SECRET@files.example/lkx.whl",
+                       "hashes": {"sha256": "0" * 64}}]}  # fmt: skip
+    (f,) = parse_project_page(page, "https://idx.example/simple/lkx/", what="reading")
+    assert f.url == "https://files.example/lkx.whl"

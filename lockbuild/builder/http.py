@@ -46,7 +46,7 @@ def make_client(*, connections: int = 16, settings: Settings | None = None) -> h
 
     def check(request: httpx.Request) -> None:
         if request.url.scheme == "http":  # httpx itself refuses schemes other than http and https
-            check_transport(str(request.url), what="refusing a request", allow_insecure=allow_insecure)
+            check_transport(str(request.url), what="an HTTP request", allow_insecure=allow_insecure)
 
     return httpx.Client(
         timeout=httpx.Timeout(30.0, connect=15.0),

@@ -24,6 +24,7 @@ from lockbuild.builder.http import get_json
 from lockbuild.errors import RemoteError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.lock import file_name_and_version
+from lockbuild.urls import public
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 _SHOWN = 90
@@ -131,7 +132,7 @@ def parse_project_page(
         yanked, reason = _yank(f.get("yanked", False))
         got = IndexFile(
             filename=filename,
-            url=urljoin(page_url, f["url"]),
+            url=public(urljoin(page_url, f["url"])),  # a URL that is recorded carries no credentials
             sha256=sha.lower() if isinstance(sha, str) else None,
             size=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
             upload_time=upload_time,

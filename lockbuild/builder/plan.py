@@ -172,6 +172,8 @@ class Planner:
         return github.release_assets(self.client, repo, tag, api=s.github_api, download=s.github_download)
 
     def plan(self, recipe: Recipe, build: Build) -> Plan:
+        if build.index is not None:  # uv reaches it too, on its own: the transport rule is checked first
+            self.settings.check(build.index.url, what=f"{build.id}: the second index")
         engine = recipe.engine
         self.primary = self._primary()  # index answers are kept for one plan only
         warnings: list[str] = []
@@ -230,8 +232,6 @@ class Planner:
                     )
                 got = published[name]
                 extras.append(ExtraFile(f"assets/{name}", "asset", got.url, got.sha256(), got.size))
-        if build.index is not None:  # uv reaches it directly: the transport rule is checked here, first
-            self.settings.check(build.index.url, what=f"{build.id}: the second index")
         with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
             resolution = compile_lock(
                 requirements,

@@ -85,7 +85,10 @@ def plain_name(value: str) -> bool:
 
 
 def https_url(value: str) -> bool:
-    return value.startswith(("https://", "http://")) and not any(c.isspace() or ord(c) < 32 for c in value)
+    """An http(s) URL without spaces, control characters or credentials (``user:token@`` would be recorded
+    in the bundle's recipe, lock and manifest; credentials come from netrc or the environment)."""
+    clean = value.startswith(("https://", "http://")) and not any(c.isspace() or ord(c) < 32 for c in value)
+    return clean and "@" not in urlsplit(value).netloc
 
 
 def project_name(value: str) -> bool:

@@ -344,6 +344,62 @@ def test_invalid_toml_names_the_line() -> None:
     assert "line 6" in info.value.message
 
 
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('source = { url = "https://x.example/a.tgz", sha256 = "' + SHA + '", top = "a", dir = "../x" }', "dir"),
+        ('source = { url = "https://x.example/a.tgz", sha256 = "' + SHA + '", top = "a", dir = "/opt/x" }', "dir"),
+        ('source = { url = "https://x.example/a.tgz", sha256 = "' + SHA + '", top = "a", dir = "a/../../x" }', "dir"),
+        ('source = { url = "https://x.example/a.tgz", sha256 = "' + SHA + '", top = "a", dir = "a//b" }', "dir"),
+        ('source = { url = "https://x.example/a.tgz", sha256 = "' + SHA + '", top = "a", dir = "." }', "dir"),
+        ('source = { url = "https://x.example/a.tgz", sha256 = "' + SHA + '", top = "a", dir = "a\\\\b" }', "dir"),
+        ('source = { url = "https://x.example/a.tgz", sha256 = "' + SHA + '", top = "..", dir = "src" }', "top"),
+        (
+            'source = { url = "https://x.example/a.tgz", sha256 = "'
+            + SHA
+            + '", top = "a", dir = "s", requirements = "/etc/passwd" }',
+            "requirements",
+        ),
+        ('source = { url = "file:///etc/a.tgz", sha256 = "' + SHA + '", top = "a", dir = "s" }', "url"),
+        ('assets = { tag = "v", dir = "../../etc", files = ["a.tgz"] }', "dir"),
+        ('assets = { tag = "v", dir = "share", files = ["../a.tgz"] }', "files"),
+        ('assets = { tag = "v", dir = "share", files = ["sub/a.tgz"] }', "files"),
+    ],
+)
+def test_paths_that_escape_are_refused(line: str, key: str) -> None:
+    problem = one_problem(build_with(line))
+    table = line.split(" ", 1)[0]
+    assert problem.startswith(f"builds[0].{table}.{key}: expected")
+
+
+@pytest.mark.parametrize("probe", ["../probe.py", "/usr/lib/probe.py", "probe.sh"])
+def test_a_gpu_probe_outside_the_recipe_is_refused(probe: str) -> None:
+    text = ENGINE + f'gpu-probe = "{probe}"\n' + BUILD
+    assert one_problem(text).startswith("engine.gpu-probe: expected")
+
+
+@pytest.mark.parametrize(
+    ("requirement", "expected"),
+    [
+        ("eng @ https://evil.example/eng.whl", "URLs are not allowed in requirements"),
+        ("https://evil.example/eng-1.0-py3-none-any.whl", "URLs are not allowed in requirements"),
+        ("git+https://github.com/o/eng.git", "URLs are not allowed in requirements"),
+        ("eng @ git+https://github.com/o/eng.git@v1", "URLs are not allowed in requirements"),
+        ("eng.whl", "archive suffix"),
+        ("eng-1.0.tar.gz", "archive suffix"),
+        ("eng==1.0\\n--index-url https://evil.example", "found a control character or line break"),
+        ("eng==", "not a valid requirement"),
+    ],
+)
+def test_requirements_that_reach_outside_the_index_are_refused(requirement: str, expected: str) -> None:
+    problem = one_problem(build_with(f'requirements = ["eng==1.0", "{requirement}"]'))
+    assert problem.startswith("builds[0].requirements[1]: ")
+    assert expected in problem
+    if "URLs" in expected:
+        assert "wheel = { url" in problem  # points to the key that takes a wheel from a URL
+
+
+# ----------------------------------------------------- issues 11.10 and 18.9: exact values, Git ref tags
 @pytest.mark.parametrize("key", ["name", "pypi", "binary", "repo"])
 def test_an_engine_value_with_a_trailing_newline_is_refused(key: str) -> None:
     engine = ENGINE + 'repo = "o/eng"\n'

@@ -47,13 +47,13 @@ def child_environ(environ: Mapping[str, str]) -> dict[str, str]:
 def clean_env(
     cache_dir: Path,
     *,
+    inherit: Mapping[str, str],
     offline: bool = False,
-    inherit: Mapping[str, str] | None = None,
     netrc: Path | None = None,
 ) -> dict[str, str]:
-    """The environment uv runs in: the allow-listed variables of ``inherit`` (default: this process's),
-    no uv.toml or pip.conf, its own cache, and ``netrc`` for the index's credentials when given."""
-    env = child_environ(os.environ if inherit is None else inherit)
+    """The environment uv runs in: the allow-listed variables of ``inherit`` (the environment the CLI
+    read once), no uv.toml or pip.conf, its own cache, and ``netrc`` for the index's credentials."""
+    env = child_environ(inherit)
     env["UV_NO_CONFIG"] = "1"
     env["UV_CACHE_DIR"] = str(cache_dir)
     env["UV_PYTHON_DOWNLOADS"] = "never"
@@ -78,7 +78,7 @@ def uv_binary() -> str:
 def uv_version(binary: str) -> str:
     """The version a uv binary reports, e.g. "0.13.9"."""
     try:
-        env = clean_env(Path(os.devnull))
+        env = clean_env(Path(os.devnull), inherit={})  # --version needs nothing from the environment
         proc = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=False, env=env)
     except OSError as exc:
         raise LockbuildError(f"cannot run uv at {binary}: {exc.strerror}") from None

@@ -384,3 +384,41 @@ def test_an_index_file_url_with_credentials_is_recorded_without_them() -> None:
                        "hashes": {"sha256": "0" * 64}}]}  # fmt: skip
     (f,) = parse_project_page(page, "https://idx.example/simple/lkx/", what="reading")
     assert f.url == "https://files.example/lkx.whl"
+
+
+# settings and warnings ------------------------------------------------------------------------------------------
+def test_no_library_module_reads_the_environment() -> None:
+    """Flags and environment are read once, in the CLI, into settings; the library receives them."""
+    import ast
+
+    import lockbuild
+
+    root = Path(lockbuild.__file__).parent
+    readers = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("environ", "environb", "getenv", "putenv", "unsetenv")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+            ):
+                readers.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert readers == []
+
+
+def test_warnings_are_data_in_json_and_lines_in_text(env: FakeServer, tmp_path: Path) -> None:
+    sdist = make_tar_gz({"lkstatic-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkstatic\nVersion: 1.0\n"})
+    if not env.projects.get(("primary", "lkstatic")):
+        env.publish("lkstatic-1.0.tar.gz", sdist, uploaded=day(1))
+    recipe = recipe_with(tmp_path, "lkstatic==1.0")
+    recipe.write_text(recipe.read_text() + 'build-on-node = ["lkstatic"]\n')
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    (lock,) = json.loads(r.stdout)["locks"]
+    assert {p["name"]: p["file"] for p in lock["packages"]}["lkstatic"] == "lkstatic-1.0.tar.gz"
+    assert any("come as sdists (lkstatic-1.0.tar.gz)" in w for w in lock["warnings"])
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0 and "warning: 1 package(s) have no wheel" in r.stderr

@@ -152,7 +152,7 @@ def compile_lock(
         argv.append(str(project))
         stdin = None
     netrc = _write_netrc(workdir, index_url, credentials) if credentials is not None else None
-    env = clean_env(cache_dir, inherit=inherit if inherit is not None else {}, netrc=netrc)
+    env = clean_env(cache_dir, inherit=inherit or {}, netrc=netrc)
     try:
         proc = subprocess.run(
             argv,

@@ -250,6 +250,7 @@ def push_(
 @threshold_option
 @registry_options
 @wait_option
+@click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Blobs fetched at once.")
 @json_option
 @click.pass_context
 def pull_(
@@ -263,6 +264,7 @@ def pull_(
     username: str | None,
     password_stdin: bool,
     wait: float,
+    jobs: int,
     as_json: bool,
 ) -> None:
     """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
@@ -276,7 +278,7 @@ def pull_(
     creds = _credentials(username, password_stdin)
     with Store(store_dir, create=True) as store, \
             Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds) as reg:  # fmt: skip
-        done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait)
+        done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
             "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}  # fmt: skip
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "

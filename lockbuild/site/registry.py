@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,7 @@ def pull(
     threshold: int | None = None,
     progress: Progress | None = None,
     wait: float = 0.0,
+    jobs: int = 4,
 ) -> Moved:
     progress = progress or Progress.quiet()
     where = str(registry.ref)
@@ -170,11 +172,17 @@ def pull(
     with store.lock(exclusive=True, wait=wait):
         missing = [m for m in members if not store.has_blob(m.sha256, m.size)]
         progress.start("pulling", total_bytes=sum(m.size for m in missing), files=len(missing))
-        for m in missing:
-            _fetch(registry, store, m, progress)
-            moved += 1
-            moved_bytes += m.size
-            progress.file_done()
+        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="pull") as pool:
+            futures = [pool.submit(_fetch, registry, store, m, progress) for m in missing]
+            try:
+                for m, future in zip(missing, futures, strict=True):
+                    future.result()  # the first failure stops the pull (the finished blobs stay)
+                    moved += 1
+                    moved_bytes += m.size
+                    progress.file_done()
+            finally:
+                for future in futures:
+                    future.cancel()
         store.sync()
         store.put_build(manifest, manifest_bytes, artifact.signatures)
     progress.finish()

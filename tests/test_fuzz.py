@@ -1,5 +1,5 @@
-"""Fuzzing the three parsers that meet untrusted bytes: the bundle reader, the signature parser and
-the recipe parser. Whatever the input, the only exceptions allowed are lockbuild's own family, and the
+"""Fuzzing the parsers that meet untrusted bytes: the bundle reader, the signature parser, the recipe
+parser, and the builder's reading of index pages (and the file picker on what it read). Whatever the input, the only exceptions allowed are lockbuild's own family, and the
 bundle reader writes nothing outside its destination directory.
 
 Budgets: the default ("ci") profile runs a couple of hundred examples per test, a few seconds in all.
@@ -364,7 +364,10 @@ source = { url = "https://example.org/eng-1.0.tar.gz", sha256 = "%s", top = "eng
 requirements = "r.txt" }
 wheel = { repo = "owner/eng", tag = "v1.0", prefix = "eng-", suffix = "-linux_x86_64.whl", project = "eng" }
 assets = { tag = "v1.0", dir = "share/eng", files = ["eng-cuda.tar.gz"] }
-""" % ("ab" * 32)
+pin-sha256 = { torch = "%s" }
+exclude-newer-package = { setuptools = "2024-06-01T00:00:00Z", wheel = false }
+build-on-node = ["docopt"]
+""" % ("ab" * 32, "cd" * 32)  # noqa: UP031
 RECIPE_DATA = tomllib.loads(RECIPE)
 
 
@@ -394,3 +397,47 @@ def test_recipe_parser_on_mutated_text(ops: list[tuple[str, int, bytes]]) -> Non
 def test_recipe_parser_on_valid_toml_with_wrong_values(changes: list[tuple[tuple[Any, ...], Any]]) -> None:
     """The template with values swapped for others of any type: the validators, not the TOML parser."""
     only_recipe_errors(dumped_with(RECIPE_DATA, changes))
+
+
+# --- index pages and the file picker ------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+NAMES = st.sampled_from(
+    ["pkg-1.0-py3-none-any.whl", "pkg-1.0.tar.gz", "pkg-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "pkg-2.0.zip",
+     "other-1.0-py3-none-any.whl", "pkg-1.0\x1b-py3-none-any.whl", "../pkg-1.0.tar.gz", "pkg", ""]
+) | st.text(max_size=40)
+TIMES = st.sampled_from(
+    ["2025-01-01T00:00:00Z", "0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59Z", "2025-01-01", "x", ""]
+) | JSON
+ENTRY = st.fixed_dictionaries(
+    {"filename": NAMES, "url": st.sampled_from(["f", "https://x/f", "//h/f"]) | JSON},
+    optional={
+        "hashes": st.dictionaries(st.sampled_from(["sha256", "md5"]), st.sampled_from(["a" * 64, "A" * 64]) | JSON),
+        "upload-time": TIMES,
+        "yanked": st.booleans() | st.text(max_size=20) | JSON,
+        "size": st.integers() | JSON,
+    },
+)
+PAGE = st.one_of(JSON, st.fixed_dictionaries({"files": st.lists(ENTRY | JSON, max_size=6)}))
+
+
+@FUZZ
+@given(PAGE, st.sampled_from(["1.0", "1", "2.0", "1.0+cu129"]), st.booleans())
+def test_index_page_and_file_picker_raise_only_lockbuild_errors(page: Any, version: str, one_file: bool) -> None:
+    from lockbuild.builder.index import parse_project_page
+    from lockbuild.lock import Candidate, Pin, choose_file
+    from lockbuild.target import Target
+
+    try:
+        files = parse_project_page(page, "https://i.example/simple/pkg/", what="fuzz")
+        cands = [Candidate(f.filename, f.url, f.sha256, f.size, f.upload_time, f.yanked, f.yank_reason) for f in files]
+        pin = Pin("pkg", version, frozenset(c.sha256 for c in cands if c.sha256))
+        choose_file(pin, cands, Target.of("3.12", "x86_64-manylinux_2_28"), origin="second",
+                    as_of=dt.datetime(2025, 6, 1, tzinfo=dt.UTC), one_file=one_file)  # fmt: skip
+    except LockbuildError:
+        pass
+

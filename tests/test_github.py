@@ -18,7 +18,7 @@ from lockbuild.builder.fetch import Fetcher
 from lockbuild.builder.github import ReleaseAsset, pick_wheel, release_assets
 from lockbuild.builder.http import make_client
 from lockbuild.cli import main
-from lockbuild.errors import FetchError, IntegrityError, LockbuildError, RemoteError
+from lockbuild.errors import FetchError, IntegrityError, LockbuildError, RecipeError, RemoteError
 from lockbuild.settings import Settings
 
 TOKEN = "ghp_secret0123456789abcdefghijklmnopqrstu"
@@ -122,11 +122,22 @@ def test_missing_release_is_a_clear_error(gh: FakeServer, api: httpx.Client) -> 
         release_assets(api, "o/engine", "v9", **bases(gh))
 
 
-@pytest.mark.parametrize("name", ["../../evil.whl", "dir/x.whl", "a b.whl", ".."])
+@pytest.mark.parametrize("name", ["../../evil.whl", "dir/x.whl", "a b.whl", "..", "evil\u202elhw.exe", "a\u200b.whl"])
 def test_asset_name_that_is_not_a_plain_file_name_is_refused(gh: FakeServer, api: httpx.Client, name: str) -> None:
     gh.add_release("o/engine", "v1", {name: DATA})
     with pytest.raises(RemoteError, match=r"expected a plain file name"):
         release_assets(api, "o/engine", "v1", **bases(gh))
+
+
+@pytest.mark.parametrize(
+    ("repo", "tag"), [("o/engine", "../../../../other/repo/releases/tags/v1"), ("o/engine", "v1?x"), ("../o", "v1")]
+)
+def test_a_tag_or_repo_that_leaves_the_release_url_is_refused_before_asking(
+    gh: FakeServer, api: httpx.Client, repo: str, tag: str
+) -> None:
+    with pytest.raises(RecipeError, match="expected a GitHub OWNER/NAME and a release tag that is a Git ref name"):
+        release_assets(api, repo, tag, **bases(gh))
+    assert not [r for r in gh.requests if r.startswith("/api/")]
 
 
 def _assets(*names: str) -> dict[str, ReleaseAsset]:

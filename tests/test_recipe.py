@@ -747,3 +747,10 @@ def test_source_requirements_keep_only_plain_requirements(lines: list[str]) -> N
 def test_build_on_node_names_packages() -> None:
     assert parse_recipe(build_with('build-on-node = ["Docopt", "x_y"]')).builds[0].build_on_node == ("docopt", "x-y")
     assert one_problem(build_with('build-on-node = ["../x"]')).startswith("builds[0].build-on-node: expected package")
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u0085", "\u2028"])
+def test_a_url_with_an_invisible_or_control_character_is_refused(char: str) -> None:
+    line = f'source = {{ url = "https://x.example/eng{char}.tar.gz", sha256 = "{"a" * 64}", top = "e", dir = "s" }}'
+    assert one_problem(build_with(line)).startswith("builds[0].source.url: expected an http(s) URL")
+

@@ -9,7 +9,9 @@ import httpx
 
 from lockbuild.builder.fetch import Wanted
 from lockbuild.builder.http import get_json
-from lockbuild.errors import IntegrityError, RemoteError
+from lockbuild.builder.index import has_control_character
+from lockbuild.errors import IntegrityError, RecipeError, RemoteError
+from lockbuild.recipe.checks import git_tag, github_repo
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 _BAD_NAME = re.compile(r"[/\\\x00-\x20\x7f]")  # an asset name is one plain file name
@@ -51,7 +53,15 @@ class ReleaseAsset:
 
 
 def release_assets(client: httpx.Client, repo: str, tag: str, *, api: str, download: str) -> dict[str, ReleaseAsset]:
-    """The assets of release ``tag``; ``api`` and ``download`` are the bases from the settings."""
+    """The assets of release ``tag``; ``api`` and ``download`` are the bases from the settings.
+
+    ``repo`` and ``tag`` become part of the URL: a tag that is not a Git ref name (``../../other/repo``)
+    is refused here too, not only when the recipe is parsed."""
+    if not github_repo(repo) or not git_tag(tag):
+        raise RecipeError(
+            f"expected a GitHub OWNER/NAME and a release tag that is a Git ref name, found {repo[:90]!r} and "
+            f"{tag[:90]!r}; refused."
+        )
     data, _ = get_json(
         client,
         f"{api}/repos/{repo}/releases/tags/{tag}",
@@ -66,7 +76,7 @@ def release_assets(client: httpx.Client, repo: str, tag: str, *, api: str, downl
     for a in assets:
         if not isinstance(a, dict) or not isinstance(a.get("name"), str):
             raise RemoteError(f"GitHub's answer for {repo} {tag} lists an asset without a name.")
-        if a["name"] in ("", ".", "..") or _BAD_NAME.search(a["name"]):
+        if a["name"] in ("", ".", "..") or _BAD_NAME.search(a["name"]) or has_control_character(a["name"]):
             raise RemoteError(
                 f"GitHub's answer for {repo} {tag} lists an asset named {a['name'][:90]!r}; expected a plain file "
                 "name (no slashes, spaces or control characters)."

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
 
@@ -87,7 +88,9 @@ def plain_name(value: str) -> bool:
 def https_url(value: str) -> bool:
     """An http(s) URL without spaces, control characters or credentials (``user:token@`` would be recorded
     in the bundle's recipe, lock and manifest; credentials come from netrc or the environment)."""
-    clean = value.startswith(("https://", "http://")) and not any(c.isspace() or ord(c) < 32 for c in value)
+    clean = value.startswith(("https://", "http://")) and not any(
+        c.isspace() or unicodedata.category(c).startswith("C") for c in value
+    )
     return clean and "@" not in urlsplit(value).netloc
 
 

@@ -158,6 +158,21 @@ def test_check_catalogue_locks_what_it_reaches(env: FakeServer, tmp_path: Path) 
     assert proc.stdout.strip().endswith("1 locked, 0 skipped, 0 failed")
 
 
+def test_check_catalogue_shows_the_locks_warnings(env: FakeServer, tmp_path: Path) -> None:
+    """A release whose files span more than a day: the locked line says so (issue 11.1)."""
+    from conftest import day
+    from servers import make_wheel
+
+    if ("primary", "ckspan") not in env.projects:
+        env.publish(*make_wheel("ckspan", "1.0"), uploaded=day(5))
+        env.publish(*make_wheel("ckspan", "1.0", tag="py312-none-any"), uploaded=day(90))
+    text = TOY_RECIPE.replace('pypi = "toyengine"', 'pypi = "ckspan"').replace('"toyengine==1.0"', '"ckspan==1.0"')
+    proc = _run_check(_recipe(tmp_path, "ckspan", text))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "warning: ckspan==1.0's files were uploaded over more than a day" in proc.stdout
+    assert "treated as absent: ckspan-1.0-py312-none-any.whl" in proc.stdout
+
+
 def test_check_catalogue_skips_unreachable_hosts_and_fails_on_a_bad_build(
     env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -658,3 +658,12 @@ def test_uv_is_pointed_only_at_the_folders_the_bundle_has(tmp_path: Path, monkey
     pip = calls[1]
     assert pip.count("--find-links") == 1 and str(tmp_path / "u" / "sdists") in pip
     assert str(tmp_path / "u" / "wheels") not in pip and "--no-build" not in pip
+
+
+def test_remove_takes_plain_names_only(installed: Path) -> None:
+    """`remove ENGINE VERSION-VARIANT` names a directory under the root: '..' or a path never reaches outside."""
+    env = installed / "toyengine" / "1.0-cpu"
+    for engine, build_id, root in ((".", "1.0-cpu", env.parent), ("..", "1.0-cpu", env), ("x/..", "1.0-cpu", env)):
+        code, _, stderr = cli("remove", engine, build_id, "--root", str(root))  # each names env, by a detour
+        assert code == 1 and "no lockbuild environment" in stderr
+    assert toy_version(installed / "toyengine" / "1.0-cpu") == "1.0"

@@ -173,7 +173,8 @@ def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path
     root = root.absolute()
     engine_dir = root / engine
     target = engine_dir / build_id
-    if os.path.sep in engine or os.path.sep in build_id or read_marker(target) is None:
+    plain = all(name and os.path.sep not in name and not name.startswith(".") for name in (engine, build_id))
+    if not plain or read_marker(target) is None:
         raise InstallError(
             f"no lockbuild environment {engine} {build_id} under {root}.",
             tip="`lockbuild list --root ROOT` shows what is installed.",

@@ -343,6 +343,31 @@ def test_malformed_manifest(tmp_path: Path, change, why: str) -> None:  # type: 
     refused(tmp_path, compress(bundle_tar(listed=bad)), why)
 
 
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda t: t.replace(b"[install]\n", b"[install]\nrun-as = \"root\"\n"), "install has the unknown key\\(s\\) run-as"),
+        (lambda t: t.replace(b"[install]", b"[installer]"), "unknown key\\(s\\) installer"),
+        (lambda t: t.replace(b'uv = "tools/', b'uv = "wheels/'), "install.uv .* is not a member of kind tool"),
+        (lambda t: t.replace(b'binary = "toyengine"', b'binary = "../../bin/sh"'), "install.binary .* not a plain file"),
+        (lambda t: t.replace(b'"--version"]', b'"\\u001b[2J"]'), "holds a control character"),
+        (lambda t: t.replace(b'gpu-probe = "none"', b'gpu-probe = "/tmp/probe.py"'), "not a plain relative path"),
+        (lambda t: t.replace(b"free-gb = 0", b"free-gb = -1"), "install.free-gb is -1"),
+        (lambda t: t.replace(b'lock-format = "requirements.txt"', b'lock-format = "x"'), "lock-format 'x' is not"),
+        (lambda t: t.replace(b'uv = "0.9.0"', b'uv = "0.9 beta"'), "builder.uv '0.9 beta' is not a plain version"),
+    ],
+    ids=["unknown-key", "no-install-table", "uv-not-a-tool", "binary-path", "verify-escape", "probe-absolute",
+         "free-negative", "lock-format", "builder-version"],
+)
+def test_malformed_install_table(tmp_path: Path, change, why: str) -> None:  # type: ignore[no-untyped-def]
+    """The node's instructions are validated as strictly as the file table: nothing it would act on is
+    left to interpretation."""
+    text = manifest(good_members()).to_toml()
+    bad = change(text)
+    assert bad != text
+    refused(tmp_path, compress(bundle_tar(listed=bad)), why)
+
+
 def test_manifest_digest_malformed(tmp_path: Path) -> None:
     text = manifest(good_members()).to_toml()
     at = text.index(b'sha256 = "', text.index(b"[[files]]")) + len(b'sha256 = "')

@@ -415,6 +415,7 @@ def test_an_engine_value_with_a_trailing_newline_is_refused(key: str) -> None:
         ("version", '"1.0\\n"'),
         ("variant", '"cpu\\n"'),
         ("python", '"3.12\\n"'),
+        ("platform", '"x86_64-manylinux_2_28\\n"'),
         ("gpu", '{ min-driver = "580\\n" }'),
         ("gpu", '{ min-capability = "8.0\\n" }'),
         ("source", '{ url = "https://x.example/s.tar.gz", sha256 = "' + "a" * 64 + '\\n", top = "s", dir = "s" }'),

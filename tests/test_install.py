@@ -23,7 +23,7 @@ from servers import FakeServer, make_wheel
 from lockbuild.bundle.instructions import AssetPlace, InstallTable
 from lockbuild.bundle.manifest import Manifest, Member
 from lockbuild.cli import main
-from lockbuild.errors import BusyError
+from lockbuild.errors import BusyError, InstallError
 from lockbuild.install.swap import engine_lock
 from lockbuild.progress import Progress
 
@@ -667,3 +667,15 @@ def test_remove_takes_plain_names_only(installed: Path) -> None:
         code, _, stderr = cli("remove", engine, build_id, "--root", str(root))  # each names env, by a detour
         assert code == 1 and "no lockbuild environment" in stderr
     assert toy_version(installed / "toyengine" / "1.0-cpu") == "1.0"
+
+
+def test_a_lock_file_with_another_name_is_refused(tmp_path: Path) -> None:
+    """A lock file hard-linked elsewhere (to a file the installer must never truncate) is refused untouched."""
+    engine_dir = tmp_path / "e"
+    engine_dir.mkdir()
+    other = tmp_path / "precious"
+    other.write_text("keep\n")
+    os.link(other, engine_dir / ".lockbuild.lock")
+    with pytest.raises(InstallError, match="with one name"), engine_lock(engine_dir):
+        pass
+    assert other.read_text() == "keep\n"

@@ -43,10 +43,11 @@ def _open_lock(path: Path) -> tuple[int, os.stat_result]:
             tip="Remove it; only the installing user may create files under --root.",
         ) from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
         os.close(fd)
         raise InstallError(
-            f"the lock file {path} is not a regular file of the installing user (uid {st.st_uid}); refused.",
+            f"the lock file {path} is not a regular file of the installing user with one name (uid {st.st_uid}, "
+            f"{st.st_nlink} links); refused.",
             tip="Remove it; only the installing user may create files under --root.",
         )
     return fd, st

@@ -413,11 +413,23 @@ def build(
                 "signer": secret.key_id_hex,
                 "as_of": iso(plan.as_of),
                 "warnings": list(plan.warnings),
+                "kept_signers": list(packed.kept_signers),
+                "dropped_signers": list(packed.dropped_signers),
             }
         )
+
+    def signatures_note(x: dict[str, Any]) -> str:
+        note = ""
+        if x["kept_signers"]:
+            note += f"\n  kept the signatures of {', '.join(x['kept_signers'])}: the bundle is byte-identical"
+        if x["dropped_signers"]:
+            note += (f"\n  dropped the old signatures of {', '.join(x['dropped_signers'])}: the bundle changed,"
+                     " so they must sign it again (lockbuild sign)")  # fmt: skip
+        return note
+
     text = "\n".join(
         f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members']} files)\n  sha256 {x['sha256']}\n"
-        f"  signed by {x['signer']} -> {x['signature']}"
+        f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
         for x in results
     )
     _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)

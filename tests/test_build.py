@@ -273,3 +273,28 @@ def test_a_truncated_bundle_is_an_incomplete_copy_for_verify_and_install(
         assert code == 4, stderr
         assert f"the file has {size * 2 // 5 / 1e6:.1f} MB of {size / 1e6:.1f} MB: the copy of {bundle.name}" in stderr
         assert "TIP Copy the bundle again" in stderr and "altered" not in stderr
+
+
+def test_a_rebuild_keeps_or_reports_the_co_signatures(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    """issue 17: rebuilding into the same --out keeps a co-signer's block when the bundle is byte-identical,
+    and says whose signatures were dropped when it is not (never silently)."""
+    out = tmp_path / "d"
+    bundle = build(toy_recipe, keys.secret, out)
+    second = make_keys(tmp_path / "k2", "second")
+    second_id = read_public_key(second.public).key_id_hex
+    assert cli("sign", str(bundle), "--key", str(second.secret))[0] == 0
+    code, stdout, stderr = cli("build", str(toy_recipe), "--key", str(keys.secret), "--out", str(out))
+    assert code == 0, stderr
+    assert f"kept the signatures of {second_id}: the bundle is byte-identical" in stdout
+    assert sig_count(bundle) == 2
+    trust = tmp_path / "trust"
+    trust.mkdir()
+    shutil.copy(keys.public, trust / "release.pub")
+    shutil.copy(second.public, trust / "second.pub")
+    assert cli("verify", str(bundle), "--trust", str(trust), "--threshold", "2")[0] == 0
+    changed = tmp_path / "changed.toml"
+    changed.write_text(toy_recipe.read_text() + 'as-of = "2025-01-25T00:00:00Z"\n')
+    code, stdout, stderr = cli("build", str(changed), "--key", str(keys.secret), "--out", str(out), "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["bundles"][0]["dropped_signers"] == [second_id]
+    assert sig_count(bundle) == 1

@@ -21,12 +21,12 @@ from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_orde
 from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import Entry, write_bundle
 from lockbuild.digest import HashingWriter
-from lockbuild.errors import RecipeError
+from lockbuild.errors import RecipeError, SignatureError
 from lockbuild.lock import bundle_pylock, bundle_requirements
-from lockbuild.minisign import SecretKey
+from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
 from lockbuild.times import iso
-from lockbuild.trust import FileDigests, Statement, sign_statement, signature_path
+from lockbuild.trust import FileDigests, Statement, carry_over, read_signatures, sign_statement, signature_path
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class Packed:
     manifest: Manifest
     sha256: str
     size: int
+    kept_signers: tuple[str, ...] = ()  # co-signers whose blocks still hold: the rebuilt bundle is byte-identical
+    dropped_signers: tuple[str, ...] = ()  # co-signers whose blocks described the old, different bundle
 
 
 def sbom(plan: Plan) -> bytes:
@@ -205,14 +207,30 @@ def pack(
             os.fsync(raw.fileno())
         digests = FileDigests(*out.hasher.finish())
         sig_final = None
+        kept: tuple[Signature, ...] = ()
+        dropped: tuple[Signature, ...] = ()
         if key is not None:
-            block = signature_block(key, final.name, digests, manifest, expires=expires)
-            tmp_sig.write_text(block, encoding="utf-8")
             sig_final = signature_path(final)
+            statement = Statement.of(manifest, name=final.name, sha256=digests.sha256, size=digests.size,
+                                     expires=expires)  # fmt: skip
+            kept, dropped = carry_over(_existing_signatures(sig_final), statement, key.key_id)
+            block = sign_statement(key, statement, digests.blake2b)
+            tmp_sig.write_text(block + "".join(s.to_text() for s in kept), encoding="utf-8")
         tmp.replace(final)
         if sig_final is not None:
             tmp_sig.replace(sig_final)
     finally:
         tmp.unlink(missing_ok=True)
         tmp_sig.unlink(missing_ok=True)
-    return Packed(final, sig_final, manifest, digests.sha256, digests.size)
+    return Packed(final, sig_final, manifest, digests.sha256, digests.size,
+                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
+
+
+def _existing_signatures(path: Path) -> tuple[Signature, ...]:
+    """The blocks already beside the bundle being rebuilt (none if absent or unreadable: they are replaced)."""
+    if not (path.exists() or path.is_symlink()):
+        return ()
+    try:
+        return read_signatures(path)
+    except SignatureError:
+        return ()

@@ -28,7 +28,7 @@ from lockbuild.trust.policy import (
     evaluate,
     prove_manifest,
 )
-from lockbuild.trust.sign import SignResult, sign_bundle, sign_statement
+from lockbuild.trust.sign import SignResult, carry_over, sign_bundle, sign_statement
 from lockbuild.trust.statement import Statement, format_trusted_comment, manifest_sha256, parse_trusted_comment
 from lockbuild.trust.store import POLICY_FILE, Policy, TrustStore, build_store, parse_policy
 
@@ -45,6 +45,7 @@ __all__ = [
     "Verdict",
     "VerifyResult",
     "build_store",
+    "carry_over",
     "check_complete",
     "check_dates",
     "check_manifest",

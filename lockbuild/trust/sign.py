@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,25 @@ def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes) ->
     """One minisign ED block over the file with BLAKE2b-512 ``file_blake2b``, carrying ``statement``."""
     return sign_prehashed(key, file_blake2b, statement.to_comment(),
                           untrusted_comment=f"lockbuild signature {key.key_id_hex}")  # fmt: skip
+
+
+def carry_over(
+    existing: Sequence[Signature], statement: Statement, signer: bytes
+) -> tuple[tuple[Signature, ...], tuple[Signature, ...]]:
+    """(kept, dropped): of the other signers' blocks already beside a rebuilt bundle, those whose statement
+    says exactly what the new one says (so the bundle is byte-identical: same sha256, size and manifest)
+    are kept; the others would describe another file and are dropped. ``signer``'s own block is replaced."""
+    kept: list[Signature] = []
+    dropped: list[Signature] = []
+    for sig in existing:
+        if sig.key_id == signer:
+            continue
+        try:
+            same = Statement.from_comment(sig.trusted_comment).subject == statement.subject
+        except SignatureError:
+            same = False
+        (kept if same else dropped).append(sig)
+    return tuple(kept), tuple(dropped)
 
 
 @dataclass(frozen=True)

@@ -679,3 +679,72 @@ def test_a_lock_file_with_another_name_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InstallError, match="with one name"), engine_lock(engine_dir):
         pass
     assert other.read_text() == "keep\n"
+
+
+SDIST_BACKEND = '''\
+import base64, hashlib, os, zipfile
+
+INFO = "lksdist-1.0.dist-info"
+FILES = {
+    "lksdist/__init__.py": b"def main():\\n    print('lksdist 1.0')\\n",
+    INFO + "/METADATA": b"Metadata-Version: 2.1\\nName: lksdist\\nVersion: 1.0\\n",
+    INFO + "/WHEEL": b"Wheel-Version: 1.0\\nGenerator: tests\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    INFO + "/entry_points.txt": b"[console_scripts]\\nlksdist = lksdist:main\\n",
+}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name = "lksdist-1.0-py3-none-any.whl"
+    lines = []
+    for path, data in FILES.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(data)}\\n")
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        for path, data in FILES.items():
+            z.writestr(path, data)
+        z.writestr(INFO + "/RECORD", "".join(lines) + INFO + "/RECORD,,\\n")
+    return name
+'''
+
+SDIST_RECIPE = f"""\
+[engine]
+name = "lksdist"
+pypi = "lksdist"
+binary = "lksdist"
+verify = ["lksdist"]
+gpu-probe = "none"
+
+[[builds]]
+version = "1.0"
+variant = "cpu"
+python = "{PY}"
+platform = "{PLATFORM}"
+requirements = ["lksdist==1.0"]
+build-on-node = ["lksdist"]
+"""
+
+
+def test_a_bundle_with_only_an_sdist_installs(env: FakeServer, keys: Keys, tmp_path: Path) -> None:
+    """issue 17: an engine whose only file is an sdist (built on the node by its in-tree backend, offline)."""
+    from servers import make_tar_gz
+
+    if not env.projects.get(("primary", "lksdist")):
+        pyproject = b'[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        sdist = make_tar_gz({
+            "lksdist-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdist\nVersion: 1.0\n",
+            "lksdist-1.0/pyproject.toml": pyproject,
+            "lksdist-1.0/backend.py": SDIST_BACKEND.encode(),
+        })  # fmt: skip
+        env.publish("lksdist-1.0.tar.gz", sdist, uploaded=day(1))
+    bundle = build(SDIST_RECIPE, tmp_path, keys, "sdist")
+    code, stdout, _ = cli("inspect", str(bundle))
+    assert "sdists/lksdist-1.0.tar.gz" in stdout and "wheels/" not in stdout
+    root = tmp_path / "engines"
+    code, _, stderr = install(bundle, root, keys)
+    assert code == 0, stderr
+    out = subprocess.run([str(root / "lksdist" / "1.0-cpu" / "bin" / "lksdist")], capture_output=True, text=True)
+    assert out.stdout.strip() == "lksdist 1.0"

@@ -124,3 +124,13 @@ def test_doctor_reports_the_node(tmp_path: Path, keys: Keys, monkeypatch: pytest
     assert data["catalogue"][0]["fits"] is False
     assert "built for aarch64" in data["catalogue"][0]["reasons"][0]
     (keys.trust / "revoked.txt").unlink()
+
+
+def test_command_output_escapes_terminal_sequences(tmp_path: Path) -> None:
+    """Text a command prints (here, a directory name it echoes) reaches the terminal escaped."""
+    root = tmp_path / "engines\x1b]0;owned\x07\x1b[2J"
+    root.mkdir()
+    r = CliRunner().invoke(main, ["list", "--root", str(root)])
+    assert r.exit_code == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert "engines\\x1b]0;owned\\x07\\x1b[2J" in r.stdout

@@ -475,15 +475,27 @@ def sign(
     _emit(ctx, res.to_json(), "\n".join(lines))
 
 
-@main.command(epilog="Example: lockbuild keygen keys/release  (writes keys/release.key and keys/release.pub)")
+@main.command(epilog="Example: lockbuild keygen ~/lockbuild-keys/release  (writes release.key and release.pub there)")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--no-password", is_flag=True, help="Write the secret key unencrypted (for CI signers with a vault).")
+@click.option("--force", is_flag=True, help="Write the secret key even where a git work tree would track it.")
 @json_option
 @click.pass_context
-def keygen(ctx: click.Context, path: Path, no_password: bool, as_json: bool) -> None:
+def keygen(ctx: click.Context, path: Path, no_password: bool, force: bool, as_json: bool) -> None:
     """Write a minisign-compatible key pair: PATH.key (mode 0600) and PATH.pub."""
     _setup(ctx, as_json)
     from lockbuild.minisign import read_public_key, write_keypair
+    from lockbuild.minisign.keyfiles import unignored_in_git
+
+    secret_file = path.parent / (path.name + ".key")
+    repo = unignored_in_git(secret_file)
+    if repo is not None and not force:
+        raise LockbuildError(
+            f"{secret_file} would be inside the git work tree {repo}, and git does not ignore it: a secret key"
+            " there is one `git add` away from being published.",
+            tip="Write it outside the repository (e.g. ~/lockbuild-keys/release), ignore *.key in the"
+            " repository, or pass --force.",
+        )
 
     def nonempty(value: str) -> str:
         if not value:

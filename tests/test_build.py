@@ -298,3 +298,17 @@ def test_a_rebuild_keeps_or_reports_the_co_signatures(env, keys: Keys, toy_recip
     assert code == 0, stderr
     assert json.loads(stdout)["bundles"][0]["dropped_signers"] == [second_id]
     assert sig_count(bundle) == 1
+
+
+def test_keygen_refuses_a_secret_key_that_git_would_track(tmp_path: Path) -> None:
+    """issue 17: a secret key inside a git work tree that does not ignore it is refused unless --force."""
+    repo = tmp_path / "repo"
+    (repo / "keys").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    code, _, stderr = cli("keygen", str(repo / "keys" / "release"), "--no-password")
+    assert code == 1 and "git does not ignore it" in stderr and "TIP" in stderr
+    assert not (repo / "keys" / "release.key").exists()
+    assert cli("keygen", str(repo / "keys" / "release"), "--no-password", "--force")[0] == 0
+    (repo / ".gitignore").write_text("*.key\n")
+    assert cli("keygen", str(repo / "keys" / "other"), "--no-password")[0] == 0  # ignored: allowed
+    assert cli("keygen", str(tmp_path / "outside"), "--no-password")[0] == 0

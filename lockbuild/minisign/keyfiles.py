@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,3 +91,18 @@ def read_secret_key(path: Path, password: Callable[[], str]) -> SecretKey:
 
 def read_public_key(path: Path) -> PublicKey:
     return parse_public_key(read_text(path, what="public key"), source=str(path))
+
+
+def unignored_in_git(path: Path) -> Path | None:
+    """The git work tree that would track ``path`` (a new secret key file), or None: outside any work tree, or
+    ignored by it. When git cannot answer, the work tree is returned (fail closed)."""
+    start = path.absolute().parent
+    root = next((p for p in (start, *start.parents) if (p / ".git").exists()), None)
+    if root is None:
+        return None
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "--", str(path.absolute())],
+                              capture_output=True, timeout=30, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return root
+    return None if proc.returncode == 0 else root

@@ -375,8 +375,8 @@ def build(
     _setup(ctx, as_json)
     from lockbuild.builder.pack import pack
     from lockbuild.builder.session import session
+    from lockbuild.minisign import read_secret_key
     from lockbuild.recipe import load_recipe
-    from lockbuild.signing import read_secret_key
 
     settings = _settings(ctx, allow_insecure_http)
     password = _take_password()  # out of the environment before uv or anything else runs

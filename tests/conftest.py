@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from servers import FakeServer, make_wheel
 
-from lockbuild.signing import write_keypair
+from lockbuild.minisign import write_keypair
 from lockbuild.uvtool import uv_binary, uv_version
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"

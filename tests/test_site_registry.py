@@ -250,3 +250,29 @@ def test_a_large_blob_is_uploaded_in_chunks(tmp_path: Path, reg: RealRegistry, b
     pulled = _ok("pull", target, "--store", tmp_path / "store", "--trust", signer.trust)
     assert pulled["fetched"] == 5
     assert cli("store", "verify", "--store", tmp_path / "store").exit_code == 0
+
+
+def test_a_co_signature_is_published_by_pushing_again(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
+                                                      signer: Keys) -> None:  # fmt: skip
+    from lockbuild.minisign import read_secret_key
+    from lockbuild.trust import sign_bundle
+
+    target = reg.ref("site/cosigned", "1.0-cpu")
+    _push(bundles["1.0"], signer, target)
+    second = make_keys(tmp_path / "second", "second")
+    both = tmp_path / "both"
+    both.mkdir()
+    for key in (signer, second):
+        (both / key.public.name).write_bytes(key.public.read_bytes())
+    (both / "policy.toml").write_text("threshold = 2\n")
+    store = tmp_path / "store"
+    r = cli("pull", target, "--store", store, "--trust", both)
+    assert r.exit_code == 3 and "needed 2" in r.output  # one signature, a site that demands two
+    cosigned = tmp_path / "co" / bundles["1.0"].name
+    cosigned.parent.mkdir()
+    cosigned.write_bytes(bundles["1.0"].read_bytes())
+    Path(f"{cosigned}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
+    sign_bundle(cosigned, read_secret_key(second.secret, lambda: ""))
+    assert _push(cosigned, signer, target)["uploaded"] == 0  # only the OCI manifest changes
+    pulled = _ok("pull", target, "--store", store, "--trust", both)
+    assert len(pulled["signers"]) == 2  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from lockbuild.cli import main
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["install", "--json"], "Missing argument 'BUNDLE'."),
+        (["install", "--json"], "Missing argument 'BUNDLE"),
         (["nosuch-command", "--json"], "No such command 'nosuch-command'."),
         (["verify", "--json", "--threshold", "many", "x.lbz"], "'many' is not a valid integer"),
     ],
@@ -32,7 +32,7 @@ def test_usage_error_under_json_is_a_json_object(argv: list[str], message: str) 
 def test_usage_error_without_json_is_plain_text() -> None:
     result = CliRunner().invoke(main, ["install"])
     assert result.exit_code == 2
-    assert "Missing argument 'BUNDLE'" in result.stderr
+    assert "Missing argument 'BUNDLE" in result.stderr
     assert result.stdout == ""
 
 

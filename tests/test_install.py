@@ -748,3 +748,12 @@ def test_a_bundle_with_only_an_sdist_installs(env: FakeServer, keys: Keys, tmp_p
     assert code == 0, stderr
     out = subprocess.run([str(root / "lksdist" / "1.0-cpu" / "bin" / "lksdist")], capture_output=True, text=True)
     assert out.stdout.strip() == "lksdist 1.0"
+
+
+def test_success_is_said_once_on_stdout(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    for verb in ("installed", "already installed"):
+        code, stdout, stderr = install(bundles["v1"], root, keys)
+        assert code == 0, stderr
+        said = [line for line in (stdout + stderr).splitlines() if "installed" in line]
+        assert said == [f"{verb}: toyengine 1.0-cpu at {root / 'toyengine' / '1.0-cpu'}"], said

@@ -126,7 +126,7 @@ class Installer:
         with engine_lock(engine_dir, wait=self.o.wait):
             stale = clean_stale(engine_dir)
             if stale:
-                p.phase(f"removed {len(stale)} staging dir(s) left by an interrupted run")
+                p.note(f"removed {len(stale)} staging dir(s) left by an interrupted run")
             check_target(target)
             reasons = unmet(Needs.of(m), Facts(node, frozenset({m.python}), free_bytes(engine_dir)), self.o.gpu_check)
             if reasons:
@@ -136,15 +136,14 @@ class Installer:
                 )
             current = read_marker(target)
             if current is not None and not self.o.force and current.bundle_sha256 == opened.sha256:
-                p.phase(f"{m.engine} {target.name} is already installed from this bundle; nothing to do")
-                return result("unchanged")
+                return result("unchanged")  # the CLI says so, once
             if current is not None and current.serial > m.serial and not self.o.allow_downgrade:
                 raise InstallError(
                     f"{target} holds a newer build (serial {current.serial}) than this bundle ({m.serial}).",
                     tip="Pass --allow-downgrade to roll back on purpose.",
                 )
             self._stage_and_swap(opened, python, node, target)
-        p.phase(f"installed {m.engine} {target.name} at {target}")
+        p.finish()  # the CLI prints the result, once, on stdout
         return result("installed")
 
     def _stage_and_swap(self, opened: Opened, python: Path, node: Node, target: Path) -> None:

@@ -116,7 +116,7 @@ class Stage:
         if probe == "none" or mode == "skip":
             return
         if mode == "auto" and not node.has_nvidia:
-            self.progress.phase("no NVIDIA driver on this node: skipping the GPU probe (--gpu-check require forces it)")
+            self.progress.note("no NVIDIA driver on this node: skipping the GPU probe (--gpu-check require forces it)")
             return
         py = str(self.staged / "bin" / "python")
         argv = [py, "-c", TORCH_PROBE] if probe == "torch" else [py, str(self.staged / probe)]

@@ -898,3 +898,13 @@ def test_a_wheel_from_a_url_is_locked_with_the_recipes_sha256(
     assert code == 4 and not (tmp_path / "bad" / "1.0-cpu").exists()
     error = json.loads(stdout)["error"]
     assert error["type"] == "IntegrityError" and "0" * 64 in error["message"], error
+
+
+def test_a_pin_sha256_for_a_package_the_lock_does_not_have_is_refused(
+    env: FakeServer, published: FakeServer, tmp_path: Path
+) -> None:
+    extra = f'pin-sha256 = {{ lkgone = "{A}" }}\n'
+    code, stdout, _ = run_lock(write(tmp_path, recipe_text(build_text(extra=extra))), tmp_path / "out")
+    assert code != 0 and not (tmp_path / "out" / "1.0-cpu").exists()
+    assert "pin-sha256 names lkgone, which the lock does not contain" in json.loads(stdout)["error"]["message"]
+

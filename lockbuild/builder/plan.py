@@ -251,6 +251,13 @@ class Planner:
         else:
             pins = parse_requirements_lock(resolution.text)
         files = self._files(pins, build, direct, as_of, second)
+        unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
+        if unused:
+            raise RecipeError(
+                f"{recipe.path}: {build.id}: pin-sha256 names {', '.join(unused)}, which the lock does not contain; "
+                "expected each pinned package to be in the lock.",
+                tip="Remove the stale entry, or add the package to requirements.",
+            )
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
         if sdists:
             warnings.append(

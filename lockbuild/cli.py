@@ -428,7 +428,8 @@ def build(
         return note
 
     text = "\n".join(
-        f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members']} files)\n  sha256 {x['sha256']}\n"
+        f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members'] + 1} files with the manifest)\n"
+        f"  sha256 {x['sha256']}\n"
         f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
         for x in results
     )

@@ -32,7 +32,13 @@ def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
 
 
 class _Command(click.Command):
-    """Every command also takes -v/--verbose after its name."""
+    """Every command also takes -v/--verbose after its name; its example is printed as written, never rewrapped."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.epilog:
+            formatter.write_paragraph()
+            for line in self.epilog.splitlines():
+                formatter.write(f"{' ' * formatter.current_indent}  {line}\n")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -174,6 +180,15 @@ def _password(prompt: str = "Passphrase for the secret key") -> Callable[[], str
     return get
 
 
+DEFAULT_ROOT = Path("/opt/engines")
+root_option = click.option(
+    "--root",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar="LOCKBUILD_ROOT",
+    default=DEFAULT_ROOT,
+    show_default=True,
+    help="Where engines live (or LOCKBUILD_ROOT); the same default for install, list, remove and doctor.",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON result on stdout.")
 
 
@@ -615,7 +630,7 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
 
 @main.command(epilog="Example: lockbuild install demo.lbz --root /opt/engines --trust /etc/lockbuild/keys")
 @click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False), required=True, help="Where engines live.")
+@root_option
 @click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Install ENGINE/VERSION-VARIANT from this site store (see `lockbuild import`, `pull`).")  # fmt: skip
 @trust_option
@@ -693,7 +708,7 @@ def install(
 
 
 @main.command("list", epilog="Example: lockbuild list --root /opt/engines --json")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False), required=True, help="Where engines live.")
+@root_option
 @json_option
 @click.pass_context
 def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
@@ -706,17 +721,18 @@ def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
     text = (
         "\n".join(
             f"{m.engine:<16} {m.version}-{m.variant:<12} installed {m.installed}  sha256 {m.bundle_sha256[:16]}…  {p}"
+            + "".join(f"\n    env {k}={v}" for k, v in m.env)
             for p, m in rows
         )
         or f"no engines under {root}"
     )
-    _emit(ctx, {"installed": data}, text)
+    _emit(ctx, {"root": str(root.absolute()), "installed": data}, text)
 
 
 @main.command(epilog="Example: lockbuild remove vllm 0.11.0-cu128 --root /opt/engines")
 @click.argument("engine")
 @click.argument("build_id", metavar="VERSION-VARIANT")
-@click.option("--root", type=click.Path(path_type=Path, file_okay=False), required=True, help="Where engines live.")
+@root_option
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
 @json_option
 @click.pass_context
@@ -730,13 +746,7 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
 
 
 @main.command(epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
-@click.option(
-    "--root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("/opt/engines"),
-    show_default=True,
-    help="Where engines live.",
-)
+@root_option
 @click.option(
     "--catalogue",
     type=click.Path(path_type=Path, file_okay=False),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -39,3 +40,21 @@ def test_usage_error_without_json_is_plain_text() -> None:
 def test_help_and_version_still_exit_zero() -> None:
     assert CliRunner().invoke(main, ["--version"]).exit_code == 0
     assert CliRunner().invoke(main, ["install", "--help"]).exit_code == 0
+
+
+def test_every_node_command_takes_the_root_from_lockbuild_root(tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    root.mkdir(mode=0o755)
+    result = CliRunner().invoke(main, ["list", "--json"], env={"LOCKBUILD_ROOT": str(root)})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["root"] == str(root)
+    for command in ("install", "list", "remove", "doctor"):
+        text = CliRunner().invoke(main, [command, "--help"], terminal_width=200).stdout
+        assert "LOCKBUILD_ROOT" in text and "[default: /opt/engines]" in text, command
+
+
+def test_examples_in_help_are_never_broken_across_lines() -> None:
+    text = CliRunner().invoke(main, ["sign", "--help"], terminal_width=60).stdout
+    example = next(line for line in text.splitlines() if "Example:" in line)
+    assert example.strip().endswith("--key second.key")
+    assert "x86_64-manylinux_2_28.lbz --key" in example

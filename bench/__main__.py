@@ -25,7 +25,7 @@ from bench.index import StaticIndex
 from bench.suite import Results, Setup, Suite
 from bench.workload import ENGINE, ENGINE_VERSION, generate
 from lockbuild import __version__
-from lockbuild.signing import write_keypair
+from lockbuild.minisign import write_keypair
 from lockbuild.uvtool import uv_binary, uv_version
 
 HERE = Path(__file__).resolve().parent

@@ -63,10 +63,10 @@ def fetch(wanted_json: Path, cache_dir: Path, jobs: int) -> dict[str, object]:
 def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, object]:
     from lockbuild.builder.pack import pack as do_pack
     from lockbuild.builder.session import session
+    from lockbuild.minisign import read_secret_key
     from lockbuild.progress import Progress
     from lockbuild.recipe import load_recipe
     from lockbuild.settings import load
-    from lockbuild.signing import read_secret_key
 
     recipe = load_recipe(recipe_path)
     secret = read_secret_key(key, lambda: "")

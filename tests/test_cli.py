@@ -15,7 +15,7 @@ from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.cli import main
 from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.node import Gpu, Node
-from lockbuild.signing import read_public_key
+from lockbuild.minisign import read_public_key
 
 COMMANDS = ["lock", "fetch", "build", "sign", "keygen", "verify", "inspect", "install", "list", "remove", "doctor"]
 

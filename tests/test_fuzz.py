@@ -41,15 +41,9 @@ from lockbuild.bundle.manifest import MANIFEST
 from lockbuild.bundle.read import read_bundle, read_head
 from lockbuild.errors import LockbuildError, RecipeError, SignatureError
 from lockbuild.limits import Limits
+from lockbuild.minisign import generate_secret_key, parse_public_key, parse_signatures, sign_prehashed
 from lockbuild.recipe import parse_recipe
-from lockbuild.signing import (
-    format_trusted_comment,
-    generate_secret_key,
-    parse_public_key,
-    parse_signatures,
-    parse_trusted_comment,
-    sign_prehashed,
-)
+from lockbuild.trust.statement import format_trusted_comment, parse_trusted_comment
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", 100_000 if PROFILE == "long" else 150))

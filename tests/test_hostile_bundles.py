@@ -642,7 +642,7 @@ def test_on_manifest_runs_before_any_member_is_written(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
 
-    def refuse(_m: object) -> None:
+    def refuse(_m: object, _raw: bytes) -> None:
         assert tree(dest) == []
         raise IntegrityError("refused by the caller")
 

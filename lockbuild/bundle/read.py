@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.bundle.paths import create_under
@@ -27,8 +27,17 @@ from lockbuild.progress import Progress
 # The strict reader's pieces, for the site wing's readers (a delta is read by the same rules).
 _check_header = check_header
 _copy = copy_member
-__all__ = ["MAX_TRAILER", "TarReader", "_check_header", "_copy", "_create", "_open_tar", "check_zstd_frame",
-           "read_bundle", "read_head"]  # fmt: skip
+__all__ = ["MAX_TRAILER", "Head", "TarReader", "_check_header", "_copy", "_create", "_open_tar", "check_zstd_frame",
+           "read_bundle", "read_head", "read_head_raw"]  # fmt: skip
+
+
+class Head(NamedTuple):
+    """The first two members: the manifest (parsed, and the exact bytes the bundle carries, which is what
+    a signature's manifest-sha256 covers) and the recipe."""
+
+    manifest: Manifest
+    manifest_bytes: bytes
+    recipe: bytes
 
 
 def _bad(message: str) -> IntegrityError:
@@ -62,7 +71,7 @@ def _open(path: Path) -> BinaryIO:
         raise LockbuildError(f"cannot read the bundle {path}: {exc.strerror or exc}.") from None
 
 
-def _read_manifest(tar: TarReader, limits: Limits) -> Manifest:
+def _read_manifest(tar: TarReader, limits: Limits) -> tuple[Manifest, bytes]:
     first = tar.next()
     if first is None or first.name != MANIFEST:
         found = repr(first.name) if first else "missing"
@@ -72,7 +81,7 @@ def _read_manifest(tar: TarReader, limits: Limits) -> Manifest:
         raise _bad(f"the manifest is {first.size} bytes; expected at most {limits.max_manifest}.")
     raw = io.BytesIO()
     copy_member(tar, first, raw, Progress.quiet())
-    return parse_manifest(raw.getvalue(), limits)
+    return parse_manifest(raw.getvalue(), limits), raw.getvalue()
 
 
 def read_bundle(
@@ -81,12 +90,13 @@ def read_bundle(
     dest: Path | None = None,
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress | None = None,
-    on_manifest: Callable[[Manifest], None] | None = None,
+    on_manifest: Callable[[Manifest, bytes], None] | None = None,
     expect_sha256: str | None = None,
 ) -> Manifest:
     """Check every member of the bundle against its manifest; with ``dest``, write them there.
 
-    ``on_manifest`` runs once the manifest is read, before any other member: a place to refuse early.
+    ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
+    its exact bytes (what a signed manifest-sha256 covers): a place to refuse early.
     With ``expect_sha256`` (the digest the signatures were checked over), the bytes read must be that
     file: a bundle swapped after its signature was checked is refused.
     The caller owns ``dest`` (an empty staging directory) and removes it if this raises.
@@ -101,9 +111,9 @@ def read_bundle(
         check_zstd_frame(raw_file, limits)
         f = Hashing(raw_file)
         tar = _open_tar(f, limits)
-        manifest = _read_manifest(tar, limits)
+        manifest, manifest_bytes = _read_manifest(tar, limits)
         if on_manifest is not None:
-            on_manifest(manifest)
+            on_manifest(manifest, manifest_bytes)
         progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
                        files=len(manifest.members))  # fmt: skip
         listed = {m.path for m in manifest.members}
@@ -158,10 +168,16 @@ def _extract_one(tar: TarReader, h: TarHeader, member: Member, dest: Path | None
 def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, bytes]:
     """The manifest and the recipe (the first two members, the recipe checked against its digest);
     the rest of the bundle is not read."""
+    head = read_head_raw(path, limits)
+    return head.manifest, head.recipe
+
+
+def read_head_raw(path: Path, limits: Limits = DEFAULT_LIMITS) -> Head:
+    """As :func:`read_head`, with the manifest's exact bytes."""
     with _open(path) as f:
         check_zstd_frame(f, limits)
         tar = _open_tar(f, limits)
-        manifest = _read_manifest(tar, limits)
+        manifest, manifest_bytes = _read_manifest(tar, limits)
         if not manifest.members or manifest.members[0].path != "recipe.toml":
             raise _bad("the manifest does not list recipe.toml first.")
         want = manifest.members[0]
@@ -172,4 +188,4 @@ def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, by
         recipe = io.BytesIO()
         if copy_member(tar, second, recipe, Progress.quiet()) != want.sha256:
             raise _bad("the bundle's recipe.toml does not match the manifest's sha256.")
-        return manifest, recipe.getvalue()
+        return Head(manifest, manifest_bytes, recipe.getvalue())

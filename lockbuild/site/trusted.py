@@ -59,7 +59,7 @@ def extract_bundle(
     opened = open_bundle(bundle, load_store(trust_dir(trust)), threshold=threshold, limits=limits)
     manifest = opened.extract(dest, progress=progress)
     blocks = "".join(s.to_text() for s in read_signatures(signature_path(bundle), limits)).encode()
-    return TrustedBundle(manifest, manifest.to_toml(), blocks, opened.signer_ids)
+    return TrustedBundle(manifest, opened.manifest_bytes, blocks, opened.signer_ids)
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def check_manifest(claim: SignedClaim, manifest_bytes: bytes, limits: Limits = D
             tip="The manifest is not the signed one; do not use it. Fetch it again from the publisher.",
         )
     manifest = parse_manifest(manifest_bytes, limits)
-    check_signed_manifest_matches(claim.statement, manifest)
+    check_signed_manifest_matches(claim.statement, manifest, manifest_bytes)
     return manifest
 
 

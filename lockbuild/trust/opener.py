@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.bundle.read import read_bundle, read_head
+from lockbuild.bundle.read import read_bundle, read_head_raw
 from lockbuild.digest import CHUNK, TwinHasher
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -124,6 +124,7 @@ class TrustedBundle:
     evaluation: Evaluation
     statement: Statement
     manifest: Manifest
+    manifest_bytes: bytes  # exactly as the bundle carries them: the bytes the signed manifest-sha256 covers
     limits: Limits = DEFAULT_LIMITS
 
     @property
@@ -134,9 +135,9 @@ class TrustedBundle:
     def signer_ids(self) -> tuple[str, ...]:
         return tuple(k.key_id_hex for k in self.signers)
 
-    def _same_manifest(self, manifest: Manifest) -> None:
-        check_manifest(self.statement, manifest)
-        if manifest != self.manifest:
+    def _same_manifest(self, manifest: Manifest, manifest_bytes: bytes) -> None:
+        check_manifest(self.statement, manifest, manifest_bytes)
+        if manifest_bytes != self.manifest_bytes or manifest != self.manifest:
             raise IntegrityError("the bundle changed while it was read: its manifest differs from the first read.")
 
     def extract(self, dest: Path | None = None, *, progress: Progress | None = None) -> Manifest:
@@ -161,9 +162,9 @@ def open_bundle(
     evaluation = evaluate(signatures, store, name=bundle.name, now=current, file=digests, threshold=threshold)
     statement = evaluation.require()
     check_dates(statement, store.policy)
-    manifest, _ = read_head(bundle, limits)  # parsed only now, after the policy is met
-    check_manifest(statement, manifest)
-    return TrustedBundle(bundle, digests, evaluation, statement, manifest, limits)
+    head = read_head_raw(bundle, limits)  # parsed only now, after the policy is met
+    check_manifest(statement, head.manifest, head.manifest_bytes)
+    return TrustedBundle(bundle, digests, evaluation, statement, head.manifest, head.manifest_bytes, limits)
 
 
 @dataclass(frozen=True)

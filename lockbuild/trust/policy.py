@@ -23,7 +23,7 @@ from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, verify_signature, verify_trusted_comment
 from lockbuild.minisign.encoding import SIG_ALG_HASHED
 from lockbuild.times import iso
-from lockbuild.trust.statement import Statement, manifest_sha256
+from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import Policy, TrustStore
 
 CLOCK_SKEW = dt.timedelta(minutes=10)
@@ -238,9 +238,10 @@ def check_dates(statement: Statement, policy: Policy) -> None:
                              f"{iso(policy.not_after)}; refused.")  # fmt: skip
 
 
-def check_manifest(statement: Statement, manifest: Manifest) -> None:
-    """The manifest read from the bundle must be the one the statement signs, and say the same things."""
-    digest = manifest_sha256(manifest)
+def check_manifest(statement: Statement, manifest: Manifest, manifest_bytes: bytes) -> None:
+    """The manifest read from the bundle must be the one the statement signs (its exact bytes, as the
+    bundle carries them, not a re-serialisation), and say the same things."""
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
     if digest != statement.manifest_sha256:
         raise IntegrityError(
             f"the bundle's manifest has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",

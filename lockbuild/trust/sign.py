@@ -94,7 +94,9 @@ def sign_bundle(
     if sig_path.exists() or sig_path.is_symlink():
         existing = read_signatures(sig_path)
     digests = digest_bundle(bundle)
-    manifest = read_bundle(bundle, progress=progress, expect_sha256=digests.sha256)  # every member, or refused
+    carried: list[bytes] = []  # the manifest's bytes as the bundle carries them: what the statement signs
+    manifest = read_bundle(bundle, progress=progress, expect_sha256=digests.sha256,  # every member, or refused
+                           on_manifest=lambda _m, raw: carried.append(raw))  # fmt: skip
     if bundle.name != manifest.bundle_name:
         raise IntegrityError(
             f"the bundle file is named {bundle.name}, but its manifest names {manifest.bundle_name}.",
@@ -104,7 +106,8 @@ def sign_bundle(
     if store is not None and existing:
         # A trusted key's signature that does not verify raises here: the bundle or its .minisig was altered.
         evaluation = evaluate(existing, store, name=bundle.name, now=now or dt.datetime.now(dt.UTC), file=digests)
-    statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires)
+    statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires,
+                             manifest_bytes=carried[0])  # fmt: skip
     block = sign_statement(key, statement, digests.blake2b)
     replaced = any(s.key_id == key.key_id for s in existing)
     blocks = [block if s.key_id == key.key_id else s.to_text() for s in existing]

@@ -76,8 +76,8 @@ def parse_trusted_comment(text: str) -> dict[str, str]:
 
 
 def manifest_sha256(manifest: Manifest) -> str:
-    """The sha256 of the manifest's bytes as the bundle carries them (``bundle.toml`` is written as
-    ``to_toml()``, and the reader's manifest re-serialises to the same bytes)."""
+    """The sha256 of the bytes the builder writes as ``bundle.toml`` (``to_toml()``). A reader compares
+    a signed digest with the bytes a bundle actually carries, never with this re-serialisation."""
     return hashlib.sha256(manifest.to_toml()).hexdigest()
 
 
@@ -110,9 +110,13 @@ class Statement:
             raise ValueError("a statement's size and serial are not negative")
 
     @classmethod
-    def of(cls, manifest: Manifest, *, name: str, sha256: str, size: int, expires: dt.datetime | None) -> Statement:
+    def of(cls, manifest: Manifest, *, name: str, sha256: str, size: int, expires: dt.datetime | None,
+           manifest_bytes: bytes | None = None) -> Statement:  # fmt: skip
+        """The statement for a bundle with ``manifest``; ``manifest_bytes``: the bytes the bundle carries
+        (a co-signer signs those), else the builder's own serialisation."""
+        digest = manifest_sha256(manifest) if manifest_bytes is None else hashlib.sha256(manifest_bytes).hexdigest()
         return cls(name, manifest.engine, manifest.version, manifest.variant, sha256, size,
-                   manifest_sha256(manifest), manifest.serial, expires)  # fmt: skip
+                   digest, manifest.serial, expires)  # fmt: skip
 
     @property
     def subject(self) -> tuple[object, ...]:

@@ -1,0 +1,54 @@
+"""Red-team findings on the landed trust path, node and builder (issues 11, 12, 18): one test per hole,
+each failing when its defence is removed. docs/threat-model.md, section "Red team (H8)", names them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pytest
+from hostile import AS_OF, bundle_tar, compress, good_members, manifest
+from test_trust import Signer, sign, signer, trust_dir, verify
+
+from lockbuild.errors import IntegrityError
+from lockbuild.trust import sign_bundle
+
+NOW = AS_OF + dt.timedelta(days=3)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Signer]:
+    base = tmp_path_factory.mktemp("keys")
+    return {name: signer(base, name) for name in ("alice", "bob")}
+
+
+# --- the signed manifest digest covers the bytes the bundle carries ------------------------------
+
+
+def _reworded_bundle(directory: Path) -> tuple[Path, bytes]:
+    """A bundle whose bundle.toml says the same things as the builder's but in other bytes (a comment)."""
+    m = manifest(good_members())
+    raw = m.to_toml() + b"# the same manifest, other bytes\n"
+    directory.mkdir(parents=True, exist_ok=True)
+    bundle = directory / m.bundle_name
+    bundle.write_bytes(compress(bundle_tar(listed=raw)))
+    return bundle, raw
+
+
+def test_the_manifest_digest_is_of_the_carried_bytes_not_a_reserialisation(
+    tmp_path: Path, keys: dict[str, Signer]
+) -> None:
+    """A statement signing sha256(to_toml()) of a manifest the bundle carries in other bytes is refused:
+    the file mode checks the same bytes a store, a delta or a registry pull checks (one manifest, one
+    digest). A co-signer's `sign` signs the carried bytes, so its signature verifies everywhere."""
+    bundle, _ = _reworded_bundle(tmp_path / "dist")
+    sign(bundle, manifest(good_members()), keys["alice"])  # digest of the re-serialised manifest
+    with pytest.raises(IntegrityError, match="manifest has sha256"):
+        verify(bundle, trust_dir(tmp_path, keys["alice"], keys["bob"]))
+    bundle.with_name(bundle.name + ".minisig").unlink()
+    sign_bundle(bundle, keys["bob"].key, now=NOW)
+    got = verify(bundle, tmp_path / "trust")
+    assert got.manifest_bytes == _reworded_bundle(tmp_path / "again")[1]
+    assert got.extract() == got.manifest
+    shutil.rmtree(tmp_path / "again")

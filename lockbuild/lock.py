@@ -28,11 +28,11 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion
 
+from lockbuild.digest import is_sha256
 from lockbuild.errors import ResolveError
 from lockbuild.target import Target
 
 Origin = Literal["primary", "second", "direct"]
-_SHA256 = re.compile(r"[0-9a-f]{64}")  # always with fullmatch
 _COMMENT = re.compile(r"(^|\s)#.*$")
 
 
@@ -135,7 +135,7 @@ def parse_requirements_lock(text: str) -> tuple[Pin, ...]:
                 f"the lock has an option lockbuild does not allow: {others[0][:80]!r}; "
                 "expected only NAME==VERSION lines with --hash=sha256:... ."
             )
-        if any(not _SHA256.fullmatch(h) for h in hashes):
+        if any(not is_sha256(h) for h in hashes):
             raise ResolveError(f"the lock has a malformed sha256 in {entry[:80]!r}; expected 64 hex digits.")
         head = " ".join(t for t in tokens if not t.startswith("-"))
         if not hashes:
@@ -275,7 +275,7 @@ def choose_file(
 def _hash_of(entry: Mapping[str, Any], what: str) -> str:
     hashes = entry.get("hashes")
     sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-    if not isinstance(sha, str) or not _SHA256.fullmatch(sha.lower()):
+    if not isinstance(sha, str) or not is_sha256(sha.lower()):
         raise ResolveError(f"the pylock entry for {what} has no sha256; expected hashes = {{ sha256 = ... }}.")
     return sha.lower()
 

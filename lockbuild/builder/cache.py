@@ -16,17 +16,16 @@ import contextlib
 import errno
 import hashlib
 import os
-import re
 import secrets
 import stat
 import time
 from pathlib import Path
 from typing import BinaryIO
 
+from lockbuild.digest import is_sha256
 from lockbuild.errors import FetchError, IntegrityError
 
 STALE_TEMP_SECONDS = 24 * 3600  # a .part file untouched this long belongs to a fetch that died
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 _CHUNK = 1 << 20
@@ -52,7 +51,7 @@ class Cache:
         self.tmp = root / "tmp"
 
     def path(self, sha256: str) -> Path:
-        if not _SHA256.fullmatch(sha256):
+        if not is_sha256(sha256):
             raise IntegrityError(f"expected a sha256 of 64 lowercase hex digits, found {sha256[:80]!r}.")
         return self.files / sha256[:2] / sha256
 

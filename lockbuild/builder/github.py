@@ -10,10 +10,11 @@ import httpx
 from lockbuild.builder.fetch import Wanted
 from lockbuild.builder.http import get_json
 from lockbuild.builder.index import has_control_character
+from lockbuild.digest import SHA256_HEX
 from lockbuild.errors import IntegrityError, RecipeError, RemoteError
 from lockbuild.recipe.checks import git_tag, github_repo
 
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+_DIGEST = re.compile(rf"sha256:({SHA256_HEX.pattern})")
 _BAD_NAME = re.compile(r"[/\\\x00-\x20\x7f]")  # an asset name is one plain file name
 
 

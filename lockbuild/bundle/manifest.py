@@ -15,6 +15,7 @@ from lockbuild.bundle.instructions import InstallTable, check_text, parse_instal
 from lockbuild.bundle.paths import check_member_path, collision_key
 
 __all__ = ["MANIFEST", "Manifest", "Member", "check_member_path", "collision_key", "parse_manifest"]
+from lockbuild.digest import is_sha256
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.times import iso, parse_time
@@ -26,7 +27,6 @@ MANIFEST = "bundle.toml"
 KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter")
 _ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
           "source": 7, "assets": 8}  # fmt: skip
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,63}")
 LOCK_FORMATS = ("requirements.txt", "pylock.toml")
@@ -171,7 +171,7 @@ def _member(f: object, i: int, limits: Limits) -> Member:
     origin = f.get("origin", "")
     if not 0 <= size <= limits.max_member:
         raise _bad(f"the manifest gives {path} a size of {size}; expected 0..{limits.max_member}.")
-    if not _SHA256.fullmatch(sha):
+    if not is_sha256(sha):
         raise _bad(f"the manifest's sha256 for {path} is malformed.")
     if kind not in KINDS:
         raise _bad(f"the manifest gives {path} the unknown kind {kind[:40]!r}; expected one of {', '.join(KINDS)}.")
@@ -236,7 +236,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         raise _bad(f"the bundle unpacks to {total} bytes; expected at most {limits.max_bundle}.")
     serial = _require(data, "serial", int, "")
     recipe_sha256 = _require(data, "recipe-sha256", str, "")
-    if serial < 0 or not _SHA256.fullmatch(recipe_sha256):
+    if serial < 0 or not is_sha256(recipe_sha256):
         raise _bad("the manifest's serial is negative or its recipe-sha256 is malformed.")
     lock_format = _require(data, "lock-format", str, "")
     if lock_format not in LOCK_FORMATS:

@@ -14,13 +14,14 @@ from urllib.parse import unquote, urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from lockbuild.digest import SHA256_HEX
 from lockbuild.recipe.fields import Problems, describe
 from lockbuild.times import parse_time
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?")
 VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
-SHA256 = re.compile(r"[0-9a-f]{64}")
+SHA256 = SHA256_HEX  # one definition: lockbuild.digest
 REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+")
 PYTHON = re.compile(r"3\.\d{1,2}")
 CAPABILITY = re.compile(r"(\d{1,2})\.(\d)")

@@ -133,6 +133,9 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
         assets=tuple(assets),
         interpreter=by_kind.get("interpreter"),
         requirements=tuple(b.requirements),
+        env=engine.env,
+        smoke=engine.smoke,
+        allow_network=engine.allow_network,
     )
 
 

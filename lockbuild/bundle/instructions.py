@@ -13,6 +13,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from lockbuild import envtable
 from lockbuild.bundle.paths import env_reserved, path_problem
 from lockbuild.errors import IntegrityError
 
@@ -60,6 +61,9 @@ class InstallTable:
     assets: tuple[AssetPlace, ...] = ()
     interpreter: str | None = None  # the member path of a standalone interpreter archive
     requirements: tuple[str, ...] = ()  # what the build asked for (recorded in the marker; not acted on)
+    env: tuple[tuple[str, str], ...] = ()  # [engine.env]: runtime settings every entry point sees (issue 15)
+    smoke: tuple[str, ...] = ()  # the self-test's smoke command
+    allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
 
     def to_json(self) -> dict[str, Any]:
         gpu = self.gpu
@@ -78,6 +82,9 @@ class InstallTable:
                                                         "top": self.source.top},
             "assets": [{"member": a.member, "dir": a.dir} for a in self.assets],
             "requirements": list(self.requirements),
+            "env": dict(self.env),
+            "smoke": list(self.smoke),
+            "allow_network": list(self.allow_network),
         }  # fmt: skip
 
     def summary(self) -> list[str]:
@@ -91,6 +98,12 @@ class InstallTable:
         if self.source is not None:
             lines.append(f"source {self.source.member} -> {self.source.dir}/")
         lines += [f"asset {a.member} -> {a.dir}/" for a in self.assets]
+        if self.env:
+            lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env))
+        if self.smoke:
+            lines.append(f"self-test smoke: {shlex.join(self.smoke)}")
+        if self.allow_network:
+            lines.append(f"self-test allows network to: {', '.join(self.allow_network)}")
         return lines
 
     def toml_lines(self, q: Any) -> list[str]:
@@ -103,8 +116,12 @@ class InstallTable:
             f"uv = {q(self.uv)}",
             *([f"interpreter = {q(self.interpreter)}"] if self.interpreter else []),
             f"requirements = [{', '.join(q(r) for r in self.requirements)}]",
+            *([f"smoke = [{', '.join(q(a) for a in self.smoke)}]"] if self.smoke else []),
+            *([f"allow-network = [{', '.join(q(h) for h in self.allow_network)}]"] if self.allow_network else []),
             "",
         ]
+        if self.env:
+            lines += ["[install.env]", *(f"{k} = {q(v)}" for k, v in self.env), ""]
         if self.gpu is not None:
             lines.append("[install.gpu]")
             if self.gpu.min_capability is not None:
@@ -183,7 +200,7 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
     if not isinstance(data, dict):
         raise _bad("the manifest has no [install] table; a format-2 bundle always has one.")
     allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "requirements", "gpu", "source",
-               "assets")  # fmt: skip
+               "assets", "env", "smoke", "allow-network")  # fmt: skip
     _keys(data, allowed, "install")
     binary = _get(data, "binary", str, "install.")
     if not _BINARY.fullmatch(binary):
@@ -235,4 +252,25 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
         assets=tuple(assets),
         interpreter=interpreter,
         requirements=tuple(requirements),
+        **_runtime(data),
     )
+
+
+def _runtime(data: dict[str, Any]) -> dict[str, Any]:
+    """install.env, install.smoke and install.allow-network, by the rules the recipe applies (envtable)."""
+    env = _get(data, "env", dict, "install.", {})
+    if len(env) > envtable.MAX_ENTRIES:
+        raise _bad(f"the manifest's install.env has {len(env)} settings; at most {envtable.MAX_ENTRIES}.")
+    for name, value in env.items():
+        why = envtable.problem(name, value)
+        if why:
+            raise _bad(f"the manifest's install.env is refused: {why}.")
+    smoke = _get(data, "smoke", list, "install.", [])
+    bad = next((w for w in map(envtable.word_problem, smoke) if w), None)
+    if bad or len(smoke) > envtable.MAX_SMOKE_WORDS:
+        raise _bad(f"the manifest's install.smoke is refused: {bad or 'too many words'}.")
+    hosts = _get(data, "allow-network", list, "install.", [])
+    bad = next((w for w in map(envtable.host_problem, hosts) if w), None)
+    if bad or len(hosts) > envtable.MAX_ENTRIES:
+        raise _bad(f"the manifest's install.allow-network is refused: {bad or 'too many hosts'}.")
+    return {"env": tuple(sorted(env.items())), "smoke": tuple(smoke), "allow_network": tuple(hosts)}

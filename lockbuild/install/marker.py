@@ -38,11 +38,13 @@ class Installed:
     lockbuild: str
     dev: int = 0  # the environment directory's st_dev and st_ino when the marker was written
     ino: int = 0
+    env: tuple[tuple[str, str], ...] = ()  # the engine's runtime settings ([engine.env], issue 15)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["requirements"] = list(self.requirements)
         d["signers"] = list(self.signers)
+        d["env"] = dict(self.env)
         return d
 
 
@@ -59,6 +61,7 @@ def read_marker(env_dir: Path) -> Installed | None:
         data = json.loads(raw.decode("utf-8"))
         data["requirements"] = tuple(data["requirements"])
         data["signers"] = tuple(data["signers"])
+        data["env"] = tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items()))
         marker = Installed(**data)
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -19,14 +19,17 @@ PASSED = ("HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
 GPU_PASSED = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 
 
-def engine_env(env_dir: Path, inherit: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment the verify command and the probe see."""
+def engine_env(env_dir: Path, inherit: Mapping[str, str], settings: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    """The whole environment the verify command and the probe see; ``settings`` are the engine's [engine.env]
+    (from the signed manifest), given as defaults the way the environment's own start-up file gives them."""
     env = {k: inherit[k] for k in PASSED + GPU_PASSED if k in inherit and "\0" not in inherit[k]}
     env.setdefault("LANG", "C.UTF-8")
     env.setdefault("HOME", str(env_dir))
     env["PATH"] = f"{env_dir / 'bin'}:{SYSTEM_PATH}"
     env["VIRTUAL_ENV"] = str(env_dir)
     env["PYTHONNOUSERSITE"] = "1"
+    for name, value in settings:
+        env.setdefault(name, value)
     return env
 
 

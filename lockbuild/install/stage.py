@@ -21,7 +21,7 @@ from lockbuild import __version__
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.paths import create_under, make_dirs_under
 from lockbuild.errors import InstallError
-from lockbuild.install import archives
+from lockbuild.install import archives, envfiles
 from lockbuild.install.fit import GpuCheck
 from lockbuild.install.marker import MARKER, RECORD_DIR, Installed
 from lockbuild.install.node import Node
@@ -77,6 +77,7 @@ class Stage:
         p.phase(f"installing {count} package(s) offline with uv {m.uv_version}")
         run(argv, env=env, timeout=3600, what="uv pip install")
         self._place()
+        envfiles.write(self.staged, m.python, m.install.env)  # [engine.env]: every entry point sees it
 
     def _place(self) -> None:
         t, p = self.manifest.install, self.progress
@@ -101,7 +102,7 @@ class Stage:
                 f"{t.binary!r} as the engine's binary.",
                 tip="Rebuild the bundle with engine.binary set to a console script the engine installs.",
             )
-        env = engine_env(self.staged, self.environ)
+        env = engine_env(self.staged, self.environ, t.env)
         argv = list(t.verify)
         if (self.staged / "bin" / argv[0]).exists():
             argv[0] = str(self.staged / "bin" / argv[0])
@@ -148,7 +149,7 @@ class Stage:
             requirements=m.install.requirements, exclude_newer=iso(m.as_of), uv=m.uv_version,
             installed=iso(dt.datetime.now(dt.UTC)), bundle=m.bundle_name, bundle_sha256=sha256, serial=m.serial,
             signers=signers, python=m.python, platform=m.platform, lockbuild=__version__, dev=st.st_dev,
-            ino=st.st_ino,
+            ino=st.st_ino, env=m.install.env,
         )  # fmt: skip
         with create_under(self.staged, MARKER) as f:
             f.write((json.dumps(marker.to_json(), indent=2, sort_keys=True) + "\n").encode())

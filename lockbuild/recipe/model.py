@@ -18,6 +18,9 @@ class Engine:
     binary: str
     verify: tuple[str, ...]
     gpu_probe: str
+    env: tuple[tuple[str, str], ...] = ()  # [engine.env]: runtime settings, sorted by name
+    smoke: tuple[str, ...] = ()  # the self-test's smoke command (lockbuild test)
+    allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
 
 
 @dataclass(frozen=True)

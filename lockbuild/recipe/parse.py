@@ -10,6 +10,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from lockbuild import envtable
 from lockbuild.errors import RecipeError
 from lockbuild.recipe.checks import (
     CAPABILITY,
@@ -49,7 +50,7 @@ from lockbuild.times import iso
 MAX_RECIPE_BYTES = 1 << 20
 
 
-_ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe")
+_ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", "smoke", "allow-network")
 _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
     "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
@@ -69,10 +70,41 @@ def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
     if probe is not None and probe not in ("torch", "none") and not (relative_path(probe) and probe.endswith(".py")):
         p.add("engine.gpu-probe", f'expected "torch", "none", or a relative path to a .py file, found {probe!r}')
         probe = None
+    env, smoke, allow = _runtime(t, p)
     if None in (name, pypi, binary, verify):
         return None
     assert name is not None and pypi is not None and binary is not None and verify is not None
-    return Engine(name, pypi, repo, binary, verify, probe or "none")
+    return Engine(name, pypi, repo, binary, verify, probe or "none", env, smoke, allow)
+
+
+def _runtime(
+    t: Table, p: Problems
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
+    """``[engine.env]``, ``smoke`` and ``allow-network`` (issue 15), checked by the rules the node applies."""
+    env: list[tuple[str, str]] = []
+    data = t.table("env") or {}
+    if len(data) > envtable.MAX_ENTRIES:
+        p.add("engine.env", f"expected at most {envtable.MAX_ENTRIES} settings, found {len(data)}")
+        data = {}
+    for key, value in data.items():
+        why = envtable.problem(key, value)
+        if why:
+            p.add(f"engine.env.{key[:SHOWN]}", why)
+        else:
+            env.append((key, value))
+    smoke = t.strings("smoke", 'a command as a list of strings, e.g. ["engine", "--selftest"]', required=False) or ()
+    bad = next((w for w in (envtable.word_problem(x) for x in smoke) if w), None)
+    if bad or len(smoke) > envtable.MAX_SMOKE_WORDS:
+        p.add("engine.smoke", bad or f"expected at most {envtable.MAX_SMOKE_WORDS} words")
+        smoke = ()
+    hosts = t.strings("allow-network", 'a list of host names, e.g. ["huggingface.co"]', required=False) or ()
+    for h in hosts:
+        why = envtable.host_problem(h)
+        if why:
+            p.add("engine.allow-network", why)
+            hosts = ()
+            break
+    return tuple(sorted(env)), smoke, tuple(hosts)
 
 
 def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:

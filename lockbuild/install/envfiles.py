@@ -1,0 +1,80 @@
+"""``[engine.env]`` written into an environment so that every entry point sees it.
+
+Two mechanisms (docs/site-administrators.md, "Runtime settings"):
+
+- ``site-packages/_lockbuild_env.pth`` imports ``_lockbuild_env``, which sets each variable with
+  ``os.environ.setdefault`` when any interpreter of the environment starts: the console scripts started
+  directly (no activation), ``bin/python``, and every process they spawn (``os.environ`` calls putenv).
+- ``bin/activate`` and ``bin/activate.fish`` export the same values for non-Python programs of the
+  environment started from an activated shell.
+
+Either way a value the operator already set wins (setdefault; ``${NAME+x}``), so a setting can be
+overridden for one run (``HF_HUB_OFFLINE=0 vllm ...``). The values were checked by :mod:`lockbuild.envtable`
+when the signed manifest was parsed; they are written as Python literals and single-quoted shell words.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from lockbuild.bundle.paths import create_under
+from lockbuild.errors import InstallError
+
+MODULE = "_lockbuild_env"
+
+_HEADER = '"""Written by lockbuild: the engine\'s runtime settings ([engine.env] in the signed manifest).\n' \
+          'Set when an interpreter of this environment starts; a value already set wins."""\n'  # fmt: skip
+
+
+def module_text(env: Sequence[tuple[str, str]]) -> str:
+    pairs = ", ".join(f"({k!r}, {v!r})" for k, v in env)
+    return (f"{_HEADER}\n\ndef _set() -> None:\n    import os\n\n    for name, value in ({pairs},):\n"
+            "        os.environ.setdefault(name, value)\n\n\n_set()\n")  # fmt: skip
+
+
+def sh_lines(env: Sequence[tuple[str, str]]) -> str:
+    lines = [f'[ -n "${{{k}+x}}" ] || {{ {k}={shlex.quote(v)}; export {k}; }}' for k, v in env]
+    return "\n# lockbuild: the engine's runtime settings ([engine.env])\n" + "\n".join(lines) + "\n"
+
+
+def _fish_quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def fish_lines(env: Sequence[tuple[str, str]]) -> str:
+    lines = [f"set -q {k}; or set -gx {k} {_fish_quote(v)}" for k, v in env]
+    return "\n# lockbuild: the engine's runtime settings ([engine.env])\n" + "\n".join(lines) + "\n"
+
+
+def site_packages(env_dir: Path, python: str) -> str:
+    """The environment's site-packages, relative to it (as uv venv makes it on Linux)."""
+    rel = f"lib/python{python}/site-packages"
+    if not (env_dir / rel).is_dir() or (env_dir / rel).is_symlink():
+        raise InstallError(f"the new environment has no {rel}/ directory; cannot place its runtime settings.")
+    return rel
+
+
+def _append(path: Path, text: str) -> None:
+    """Append to a file uv venv just made in the staging directory (never through a link)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return  # that shell's script is not made by this uv
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def write(env_dir: Path, python: str, env: Sequence[tuple[str, str]]) -> None:
+    """Place the runtime settings in the (staging) environment; nothing when there are none."""
+    if not env:
+        return
+    rel = site_packages(env_dir, python)
+    with create_under(env_dir, f"{rel}/{MODULE}.py") as f:
+        f.write(module_text(env).encode())
+    with create_under(env_dir, f"{rel}/{MODULE}.pth") as f:
+        f.write(f"import {MODULE}\n".encode())
+    _append(env_dir / "bin" / "activate", sh_lines(env))
+    _append(env_dir / "bin" / "activate.fish", fish_lines(env))

@@ -52,3 +52,37 @@ def test_the_manifest_digest_is_of_the_carried_bytes_not_a_reserialisation(
     assert got.manifest_bytes == _reworded_bundle(tmp_path / "again")[1]
     assert got.extract() == got.manifest
     shutil.rmtree(tmp_path / "again")
+
+
+# --- a manifest never carries credentials ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "https://user:token@files.example.com/a.whl",
+        "https://token@files.example.com/a.whl",
+        "https://u%40x:p%3Ap@files.example.com/a.whl",  # percent-encoded userinfo
+        "https://files.example.com\\@evil.example/a.whl",  # a backslash authority (WHATWG reads it as a path)
+        "https://:@files.example.com/a.whl",
+        "https://files.example.com/a.whl\n",
+        "https://files.example.com/\u202ea.whl",  # a bidi override
+        "ftp://files.example.com/a.whl",
+        "/local/path/a.whl",
+        "https://" + "a" * 5000 + ".example/a.whl",
+    ],
+)
+def test_a_manifest_origin_with_credentials_or_controls_is_refused(origin: str) -> None:
+    """Defence in depth for issue 11 item 4: the builder strips userinfo before it records a URL; a
+    manifest whose origin still carries one (or a control character, or is no http(s) URL) was not made
+    by this lockbuild and is refused by the parser, so `inspect` never shows it and pack never writes it."""
+    from dataclasses import replace
+
+    from lockbuild.bundle.manifest import parse_manifest
+
+    members = good_members()
+    members[-1] = replace(members[-1], origin=origin)
+    with pytest.raises(IntegrityError, match="origin"):
+        parse_manifest(manifest(members).to_toml())
+    members[-1] = replace(members[-1], origin="https://files.example.com/p@1/a%40b.whl")  # '@' in the path is fine
+    assert parse_manifest(manifest(members).to_toml()).members[-1].origin.endswith("a%40b.whl")

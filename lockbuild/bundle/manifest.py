@@ -9,6 +9,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 from lockbuild import __version__
 from lockbuild.bundle.instructions import InstallTable, check_text, parse_install
@@ -177,7 +178,30 @@ def _member(f: object, i: int, limits: Limits) -> Member:
         raise _bad(f"the manifest gives {path} the unknown kind {kind[:40]!r}; expected one of {', '.join(KINDS)}.")
     if not isinstance(origin, str):
         raise _bad(f"the manifest's origin for {path} is not a string.")
-    return Member(path, size, sha, kind, check_text(origin, f"origin for {path}"))
+    return Member(path, size, sha, kind, _origin(origin, path))
+
+
+MAX_ORIGIN = 4096
+
+
+def _origin(value: str, path: str) -> str:
+    """Where a member came from: empty, or an http(s) URL of bounded length with no userinfo (a
+    credential is never recorded, so a manifest carrying one was not made by lockbuild) and no control
+    or format character."""
+    check_text(value, f"origin for {path}")
+    if not value:
+        return value
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if len(value) > MAX_ORIGIN or parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
+        raise _bad(f"the manifest's origin for {path} {value[:60]!r} is not an http(s) URL of at most "
+                   f"{MAX_ORIGIN} characters; the bundle is malformed.")  # fmt: skip
+    if "@" in parts.netloc:
+        raise _bad(f"the manifest's origin for {path} carries userinfo (user:password@); lockbuild never "
+                   "records credentials, so the bundle is malformed.")  # fmt: skip
+    return value
 
 
 def _version(data: dict[str, Any], key: str, where: str) -> str:

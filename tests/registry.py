@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -35,7 +36,12 @@ storage:
       enabled: false
 http:
   addr: 127.0.0.1:{port}
-{auth}"""
+{tls}{auth}"""
+TLS = """\
+  tls:
+    certificate: {cert}
+    key: {key}
+"""
 AUTH = """\
 auth:
   htpasswd:
@@ -65,7 +71,7 @@ class Request:
 
 
 class RealRegistry:
-    def __init__(self, base: Path, *, htpasswd: bool = False) -> None:
+    def __init__(self, base: Path, *, htpasswd: bool = False, tls: tuple[Path, Path] | None = None) -> None:
         exe = binary()
         assert exe is not None
         self.storage = base / "data"
@@ -76,7 +82,10 @@ class RealRegistry:
         if htpasswd:
             (base / "htpasswd").write_text(HTPASSWD)
             auth = AUTH.format(path=base / "htpasswd")
-        config.write_text(CONFIG.format(root=self.storage, port=self.port, auth=auth))
+        tls_text = TLS.format(cert=tls[0], key=tls[1]) if tls else ""
+        config.write_text(CONFIG.format(root=self.storage, port=self.port, auth=auth, tls=tls_text))
+        scheme = "https" if tls else "http"
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(tls[0])) if tls else True
         self.log_path = base / "registry.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen([exe, "serve", str(config)], stdout=self._log, stderr=subprocess.STDOUT)
@@ -84,10 +93,13 @@ class RealRegistry:
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx.get(f"http://{self.host}/v2/", timeout=1).status_code in (200, 401):
+                if httpx.get(f"{scheme}://{self.host}/v2/", timeout=1, verify=verify).status_code in (200, 401):
                     break
             except httpx.HTTPError:
                 pass
+            except BaseException:
+                self.close()
+                raise
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
                 raise RuntimeError(f"docker-registry did not start: {self.log_path.read_text()[-2000:]}")
@@ -131,3 +143,32 @@ class RealRegistry:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+
+
+def self_signed(base: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lockbuild test registry")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    base.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = base / "cert.pem", base / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path

@@ -276,3 +276,20 @@ def test_a_co_signature_is_published_by_pushing_again(tmp_path: Path, reg: RealR
     assert _push(cosigned, signer, target)["uploaded"] == 0  # only the OCI manifest changes
     pulled = _ok("pull", target, "--store", store, "--trust", both)
     assert len(pulled["signers"]) == 2  # type: ignore[arg-type]
+
+
+def test_a_tls_registry_with_the_sites_ca_file(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    from registry import self_signed
+
+    cert, key = self_signed(tmp_path / "tls")
+    secure = RealRegistry(tmp_path / "secure", tls=(cert, key))
+    try:
+        target = secure.ref("site/tls", "1.0-cpu")
+        assert _ok("push", bundles["1.0"], target, "--trust", signer.trust, "--ca-file", cert)["uploaded"] == 5
+        pulled = _ok("pull", target, "--store", tmp_path / "store", "--trust", signer.trust, "--ca-file", cert)
+        assert pulled["fetched"] == 5
+        other, _ = self_signed(tmp_path / "other-ca")  # a CA that did not sign the registry's certificate
+        r = cli("pull", target, "--store", tmp_path / "store2", "--trust", signer.trust, "--ca-file", other)
+        assert r.exit_code == 1 and "ConnectError" in r.output and "certificate verify failed" in r.output
+    finally:
+        secure.close()

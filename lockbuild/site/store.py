@@ -299,6 +299,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot open {path}: {exc.strerror or exc}.") from None
         try:
+            os.fchmod(fd, 0o444)  # content-addressed: never edited in place
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -78,6 +78,7 @@ def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(built: dict[st
     blob = blobs[m.sha256]
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 1
+    blob.chmod(0o644)
     blob.write_bytes(bytes(data))
     root = tmp_path / "engines"
     code, _, err = _install(store, root, keys)

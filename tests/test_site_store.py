@@ -104,6 +104,8 @@ def test_store_verify_names_a_damaged_and_a_missing_blob(tmp_path: Path, bundles
     store = tmp_path / "store"
     _import(bundles["1.0"], signer, store)
     blobs = sorted((store / "blobs" / "sha256").iterdir())
+    assert blobs[0].stat().st_mode & 0o777 == 0o444  # kept read-only
+    blobs[0].chmod(0o644)  # damage, as a careless admin or a failing disk would
     blobs[0].write_bytes(blobs[0].read_bytes() + b"x")
     blobs[1].unlink()
     r = cli("store", "verify", "--store", store)

@@ -18,13 +18,18 @@ REF = "toyengine/1.0-cpu"
 
 @pytest.fixture(scope="module")
 def built(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """Real bundles (uv, wheels) of the toy engine as of day 6 and day 25, each imported into its own store."""
+    """Real bundles (uv, wheels) of the toy engine 1.0 as of day 6 and day 25, each imported into its own
+    store, and of toyengine 1.1."""
     tmp = tmp_path_factory.mktemp("site-install")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCKBUILD_INDEX_URL", server.index_url())
         mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
         later = TOY_RECIPE + 'as-of = "2025-01-25T00:00:00Z"\n'
-        out = {"v1": build(TOY_RECIPE, tmp, keys, "v1"), "v2": build(later, tmp, keys, "v2")}
+        # toyengine 1.1 (published day 30), as of day 31: a new version, sharing uv and toydep with 1.0
+        newer = TOY_RECIPE.replace('version = "1.0"', 'version = "1.1"').replace(
+            'requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.1"]') + 'as-of = "2025-01-31T00:00:00Z"\n'
+        out = {"v1": build(TOY_RECIPE, tmp, keys, "v1"), "v2": build(later, tmp, keys, "v2"),
+               "v11": build(newer, tmp, keys, "v11")}  # fmt: skip
     for name in ("v1", "v2"):
         store = tmp / f"store-{name}"
         code, _, err = cli("import", str(out[name]), "--trust", str(keys.trust), "--store", str(store))
@@ -130,3 +135,27 @@ def test_install_takes_a_part_list_and_names_a_damaged_part(built: dict[str, Pat
     victim.write_bytes(bytes(data))
     code, out, err = cli("install", str(listing), "--root", str(root), "--trust", str(keys.trust), "--json")
     assert code == 0 and json.loads(out)["status"] == "installed", err
+
+
+def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str, Path], keys: Keys,
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    """The issue's 'done when': import a full bundle, then a delta, and install both versions from the store
+    with no network."""
+    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"), "--json")
+    assert code == 0, err
+    delta = json.loads(out)
+    assert delta["included"] < delta["members"]  # uv and toydep are not shipped again
+    store = tmp_path / "store"
+    for source in (built["v1"], Path(delta["delta"])):
+        code, _, err = cli("import", str(source), "--trust", str(keys.trust), "--store", str(store))
+        assert code == 0, err
+    root = tmp_path / "engines"
+    netns = subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    for ref, want in (("toyengine/1.0-cpu", "toyengine 1.0"), ("toyengine/1.1-cpu", "toyengine 1.1")):
+        argv = [sys.executable, "-m", "lockbuild", "install", ref, "--store", str(store), "--root", str(root),
+                "--trust", str(keys.trust), "--json"]  # fmt: skip
+        proc = subprocess.run((["unshare", "-n"] if netns else []) + argv, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        env = root / "toyengine" / ref.split("/")[1]
+        out = subprocess.run([str(env / "bin" / "toyengine"), "--version"], capture_output=True, text=True)
+        assert out.stdout.strip() == want

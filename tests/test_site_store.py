@@ -165,6 +165,11 @@ def test_hostile_store_layouts_are_refused(tmp_path: Path, bundles: dict[str, Pa
     assert r.exit_code == 4 and "is a link or not a plain file" in r.output
     r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", store2)
     assert r.exit_code == 4 and "is a link or not a plain file" in r.output
+    # a blob that is a directory
+    victim.unlink()
+    victim.mkdir()
+    r = cli("store", "verify", "--store", store2)
+    assert r.exit_code == 4 and "is a link or not a plain file" in r.output
     # an engine directory that is a symbolic link
     store3 = tmp_path / "store3"
     _import(bundles["1.0"], signer, store3)

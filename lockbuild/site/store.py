@@ -270,6 +270,10 @@ class Store:
         except OSError as exc:
             raise IntegrityError(f"refused: the blob {sha256} in {self.root} is not a plain file ({exc.strerror}).",
                                  tip=_TIP_DAMAGE) from None  # fmt: skip
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # decided on the open descriptor, not the name
+            os.close(fd)
+            raise IntegrityError(f"refused: the blob {sha256} in {self.root} is a link or not a plain file.",
+                                 tip=_TIP_DAMAGE)  # fmt: skip
         return os.fdopen(fd, "rb")
 
     def partial(self, sha256: str) -> Path:
@@ -329,7 +333,7 @@ class Store:
         engine = self._dir(self.builds, check_name(manifest.engine, "engine"), True, keep=False)
         try:
             name = f"{check_name(manifest.version, 'version')}-{check_name(manifest.variant, 'variant')}"
-            existing = self._read_build(engine, name)
+            existing = self._read_build(engine, name, manifest.engine)
             if existing is not None and existing[0] != manifest_bytes:
                 raise IntegrityError(
                     f"the store already holds a different {manifest.engine}/{name} "
@@ -369,7 +373,7 @@ class Store:
             raise IntegrityError(f"{where} is over {limit} bytes.", tip=_TIP_DAMAGE)
         return data
 
-    def _read_build(self, engine_fd: int, name: str) -> tuple[bytes, bytes] | None:
+    def _read_build(self, engine_fd: int, name: str, engine: str = "") -> tuple[bytes, bytes] | None:
         try:
             st = os.stat(name, dir_fd=engine_fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -378,7 +382,7 @@ class Store:
             raise StoreError(f"refused: the build {name!r} in {self.root} is a link or not a directory.")
         fd = self._dir(engine_fd, name, False, keep=False)
         try:
-            where = self._where("builds", "…", name)
+            where = self._where("builds", engine, name) if engine else self._where("builds", name)
             manifest = self._read_file(fd, MANIFEST_FILE, self.limits.max_manifest, f"{where}/{MANIFEST_FILE}")
             sigs = self._read_file(fd, SIGNATURE_FILE, self.limits.max_signature_file, f"{where}/{SIGNATURE_FILE}")
         finally:
@@ -397,7 +401,7 @@ class Store:
         except StoreError:
             efd = -1
         try:
-            got = self._read_build(efd, f"{version}-{variant}") if efd >= 0 else None
+            got = self._read_build(efd, f"{version}-{variant}", engine) if efd >= 0 else None
         finally:
             if efd >= 0:
                 os.close(efd)

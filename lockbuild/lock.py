@@ -330,10 +330,13 @@ def parse_pylock(text: str, target: Target) -> tuple[Pin, ...]:
     return tuple(out)
 
 
-def bundle_requirements(files: Sequence[LockedFile]) -> str:
-    """The lock the installer uses: each package pinned to the one bundled file's sha256."""
+def bundle_requirements(files: Sequence[LockedFile], exempt: Sequence[tuple[str, str | None]] = ()) -> str:
+    """The lock the installer uses: each package pinned to the one bundled file's sha256; the recipe's
+    per-package cut-offs (``exclude-newer-package``) recorded in a comment, as the manifest records them."""
     lines = ["# Installed by lockbuild with: uv pip install --offline --no-index --require-hashes"]
     lines.append("#   --find-links wheels --find-links sdists -r lock/requirements.txt")
+    for name, when in exempt:
+        lines.append(f"# exclude-newer-package: {name} = {when or 'false (no cut-off)'}")
     for f in sorted(files, key=lambda f: f.name):
         lines.append(f"{f.name}=={f.version} \\\n    --hash=sha256:{f.sha256}")
         lines.append(f"    # {f.bundle_path}")

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import Keys
 from hostile import AS_OF, bundle_tar, compress, good_members, manifest
 from test_trust import Signer, sign, signer, trust_dir, verify
 
@@ -18,7 +19,7 @@ NOW = AS_OF + dt.timedelta(days=3)
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Signer]:
+def people(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Signer]:
     base = tmp_path_factory.mktemp("keys")
     return {name: signer(base, name) for name in ("alice", "bob")}
 
@@ -37,17 +38,17 @@ def _reworded_bundle(directory: Path) -> tuple[Path, bytes]:
 
 
 def test_the_manifest_digest_is_of_the_carried_bytes_not_a_reserialisation(
-    tmp_path: Path, keys: dict[str, Signer]
+    tmp_path: Path, people: dict[str, Signer]
 ) -> None:
     """A statement signing sha256(to_toml()) of a manifest the bundle carries in other bytes is refused:
     the file mode checks the same bytes a store, a delta or a registry pull checks (one manifest, one
     digest). A co-signer's `sign` signs the carried bytes, so its signature verifies everywhere."""
     bundle, _ = _reworded_bundle(tmp_path / "dist")
-    sign(bundle, manifest(good_members()), keys["alice"])  # digest of the re-serialised manifest
+    sign(bundle, manifest(good_members()), people["alice"])  # digest of the re-serialised manifest
     with pytest.raises(IntegrityError, match="manifest has sha256"):
-        verify(bundle, trust_dir(tmp_path, keys["alice"], keys["bob"]))
+        verify(bundle, trust_dir(tmp_path, people["alice"], people["bob"]))
     bundle.with_name(bundle.name + ".minisig").unlink()
-    sign_bundle(bundle, keys["bob"].key, now=NOW)
+    sign_bundle(bundle, people["bob"].key, now=NOW)
     got = verify(bundle, tmp_path / "trust")
     assert got.manifest_bytes == _reworded_bundle(tmp_path / "again")[1]
     assert got.extract() == got.manifest
@@ -86,3 +87,60 @@ def test_a_manifest_origin_with_credentials_or_controls_is_refused(origin: str) 
         parse_manifest(manifest(members).to_toml())
     members[-1] = replace(members[-1], origin="https://files.example.com/p@1/a%40b.whl")  # '@' in the path is fine
     assert parse_manifest(manifest(members).to_toml()).members[-1].origin.endswith("a%40b.whl")
+
+
+# --- issue 17: exclude-newer-package recorded in the manifest and the lock, shown by inspect -------
+
+
+def test_exclude_newer_package_is_in_the_manifest_the_lock_and_inspect(
+    env: object, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from lockbuild.bundle.read import read_bundle
+    from lockbuild.cli import main
+
+    toy_recipe.write_text(
+        toy_recipe.read_text() + 'exclude-newer-package = { Wheel = "2024-06-01T00:00:00Z", toyengine = false }\n'
+    )
+    r = CliRunner().invoke(
+        main, ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d"), "--json"]
+    )
+    assert r.exit_code == 0, r.stderr
+    bundle = Path(json.loads(r.stdout)["bundles"][0]["bundle"])
+    want = (("toyengine", None), ("wheel", "2024-06-01T00:00:00Z"))
+    out = tmp_path / "out"
+    assert read_bundle(bundle, dest=out).exclude_newer_package == want
+    lock = (out / "lock" / "requirements.txt").read_text()
+    assert "# exclude-newer-package: wheel = 2024-06-01T00:00:00Z" in lock
+    assert "# exclude-newer-package: toyengine = false" in lock
+    r = CliRunner().invoke(main, ["inspect", str(bundle), "--json"])
+    assert json.loads(r.stdout)["exclude_newer_package"] == {"toyengine": False, "wheel": "2024-06-01T00:00:00Z"}
+    r = CliRunner().invoke(main, ["inspect", str(bundle)])
+    assert "exclude-newer-package: wheel = 2024-06-01T00:00:00Z" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        "{ Wheel = false }",  # not normalised
+        "{ wheel = true }",
+        '{ wheel = "2024-06-01T00:00:00+00:00" }',  # not as the builder writes it
+        "{ wheel = 2024-06-01T00:00:00Z }",  # a TOML datetime, not a string
+        '{ wheel = "2024-06-01T00:00:00Z\\u001b[2J" }',
+        "{ zz = false, aa = false }",  # out of order
+        '"wheel"',
+    ],
+)
+def test_a_manifest_exclude_newer_package_is_parsed_strictly(table: str) -> None:
+    from lockbuild.bundle.manifest import parse_manifest
+
+    text = (
+        manifest(good_members())
+        .to_toml()
+        .replace(b"\n\n[target]", f"\nexclude-newer-package = {table}\n\n[target]".encode(), 1)
+    )
+    with pytest.raises(IntegrityError, match="exclude-newer-package"):
+        parse_manifest(text)

@@ -142,9 +142,10 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
 def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[Manifest, list[Entry]]:
     """The manifest and the ordered entries of the bundle; ``fetched`` maps sha256 to a verified file."""
     b = plan.build
+    exempt = b.exclude_newer_package
     generated = [
         _bytes_member("recipe.toml", plan.resolved_recipe.encode(), "recipe"),
-        _bytes_member("lock/requirements.txt", bundle_requirements(plan.lock.files).encode(), "lock"),
+        _bytes_member("lock/requirements.txt", bundle_requirements(plan.lock.files, exempt).encode(), "lock"),
         _bytes_member("sbom.cdx.json", sbom(plan), "sbom"),
     ]
     if plan.lock.format == "pylock.toml":
@@ -172,6 +173,7 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
         members=tuple(e.member for e in entries),
         install=install_table(plan, [e.member for e in entries]),
         zstd_version=".".join(map(str, zstandard.ZSTD_VERSION)),
+        exclude_newer_package=b.exclude_newer_package,
     )
     return manifest, entries
 

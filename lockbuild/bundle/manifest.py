@@ -59,6 +59,8 @@ class Manifest:
     install: InstallTable
     format: int = FORMAT
     zstd_version: str = ""  # libzstd that compressed it: a rebuild must use the same to match bit for bit
+    # The recipe's per-package cut-offs (uv's --exclude-newer-package): (canonical name, UTC time or None = none)
+    exclude_newer_package: tuple[tuple[str, str | None], ...] = ()
 
     @property
     def bundle_name(self) -> str:
@@ -85,6 +87,7 @@ class Manifest:
             f"serial = {self.serial}",
             f"recipe-sha256 = {q(self.recipe_sha256)}",
             f"lock-format = {q(self.lock_format)}",
+            *([f"exclude-newer-package = {{ {exempt} }}"] if (exempt := self._exempt_toml()) else []),
             "",
             "[target]",
             f"python = {q(self.python)}",
@@ -109,6 +112,10 @@ class Manifest:
             ]
         return "\n".join(lines).encode()
 
+    def _exempt_toml(self) -> str:
+        return ", ".join(f"{name} = {'false' if when is None else toml_string(when)}"
+                         for name, when in self.exclude_newer_package)  # fmt: skip
+
 
 def toml_string(text: str) -> str:
     """A TOML basic string. JSON's escaping, which TOML shares, except for characters beyond the BMP:
@@ -132,7 +139,9 @@ def member_order(path: str) -> tuple[int, str]:
 
 
 _TOP_KEYS = ("format", "engine", "version", "variant", "as-of", "serial", "recipe-sha256", "lock-format", "target",
-             "builder", "install", "files")  # fmt: skip
+             "builder", "install", "files", "exclude-newer-package")  # fmt: skip
+_CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a PEP 503 normalised project name
+MAX_EXEMPT = 256
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
 
 
@@ -269,6 +278,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     if not isinstance(zstd, str) or (zstd and not _VERSION.fullmatch(zstd)):
         raise _bad("the manifest's builder.zstd is not a plain version string.")
     install = parse_install(data.get("install"), {m.path: m.kind for m in members})
+    exempt = _exclude_newer_package(data.get("exclude-newer-package", {}))
     return Manifest(
         engine=_name(data, "engine", ""),
         version=_name(data, "version", ""),
@@ -285,7 +295,30 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         install=install,
         format=fmt,
         zstd_version=zstd,
+        exclude_newer_package=exempt,
     )
+
+
+def _exclude_newer_package(value: object) -> tuple[tuple[str, str | None], ...]:
+    """``exclude-newer-package = { setuptools = "2024-06-01T00:00:00Z", docopt = false }``: the recipe's
+    per-package cut-offs, as the builder writes them (normalised names in order, UTC times with a Z)."""
+    if not isinstance(value, dict) or len(value) > MAX_EXEMPT:
+        raise _bad(f"the manifest's exclude-newer-package is not a table of at most {MAX_EXEMPT} packages.")
+    out: list[tuple[str, str | None]] = []
+    for name, when in value.items():
+        if not _CANONICAL_NAME.fullmatch(name) or len(name) > 128:
+            raise _bad(f"the manifest's exclude-newer-package names {name[:60]!r}, not a normalised package name.")
+        if when is False:
+            out.append((name, None))
+            continue
+        parsed = parse_time(when) if isinstance(when, str) else None
+        if parsed is None or parsed.tzinfo is None or iso(parsed) != when:
+            raise _bad(f"the manifest's exclude-newer-package time for {name} is not a UTC time such as "
+                       "2024-06-01T00:00:00Z, nor false.")  # fmt: skip
+        out.append((name, when))
+    if [n for n, _ in out] != sorted(n for n, _ in out):
+        raise _bad("the manifest's exclude-newer-package is not in name order; the bundle is malformed.")
+    return tuple(out)
 
 
 def _check_collisions(members: tuple[Member, ...]) -> None:

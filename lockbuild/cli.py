@@ -608,7 +608,6 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
         "as_of": iso(manifest.as_of),
         "serial": manifest.serial,
         "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
-        "exclude_newer_package": {name: when or False for name, when in manifest.exclude_newer_package},
         "signatures": sigs,
         "unpacked_size": manifest.unpacked_size,
         "install": manifest.install.to_json(),
@@ -622,11 +621,12 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
         f"for Python {manifest.python} on {manifest.platform}",
         f"as of {data['as_of']}, built by lockbuild {manifest.lockbuild_version} with uv {manifest.uv_version}",
         f"signatures (not checked here; use verify): {', '.join(s['key_id'] for s in sigs) or 'none'}",
-        *(
-            f"exclude-newer-package: {name} = {when or 'false (no cut-off)'}"
-            for name, when in manifest.exclude_newer_package
-        ),
         *(f"install: {line}" for line in manifest.install.summary()),
+        *(
+            f"interpreter: Python {manifest.python}, {m.path} (sha256 {m.sha256[:16]}…, from {m.origin})"
+            for m in manifest.members
+            if m.kind == "interpreter"
+        ),
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]
@@ -640,7 +640,8 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
               help="Install ENGINE/VERSION-VARIANT from this site store (see `lockbuild import`, `pull`).")  # fmt: skip
 @trust_option
 @threshold_option
-@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
+@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
+              help="Interpreter to use (default: the bundle's own, else pythonX.Y on PATH).")  # fmt: skip
 @click.option(
     "--gpu-check",
     type=click.Choice(["auto", "require", "skip"]),

@@ -17,6 +17,7 @@ from lockbuild.builder import github
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.index import Index, IndexFile, Publication
+from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.resolve import compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sources import read_source_requirements
@@ -232,6 +233,8 @@ class Planner:
                     )
                 got = published[name]
                 extras.append(ExtraFile(f"assets/{name}", "asset", got.url, got.sha256(), got.size))
+        if build.interpreter is not None:
+            extras.append(self._interpreter(build))
         with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
             resolution = compile_lock(
                 requirements,
@@ -273,6 +276,23 @@ class Planner:
             recipe, build, as_of, lock, tuple(requirements), tuple(extras), resolved_recipe(recipe, build, as_of),
             uv, tuple(warnings),
         )  # fmt: skip
+
+    def _interpreter(self, build: Build) -> ExtraFile:
+        """The standalone interpreter: a release asset taken only with its published digest, fetched
+        now and refused unless it is the build's Python X.Y."""
+        it = build.interpreter
+        assert it is not None
+        published = self._release_assets(it.repo, it.tag)
+        got = published.get(it.file)
+        if got is None:
+            raise ResolveError(
+                f"{it.repo} {it.tag} has no asset {it.file!r} (the build's interpreter); "
+                f"it has {len(published)} other(s).",
+                tip="Copy the exact file name from the release page (an install_only archive).",
+            )
+        with open_verified(self.fetcher, got.wanted()) as f:  # read from the descriptor that was hashed
+            check_interpreter_archive(f, it.file, build.python)
+        return ExtraFile(f"python/{it.file}", "interpreter", got.url, got.sha256(), got.size)
 
     def _files(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import lzma
+import os
 import stat
 import tarfile
 import zipfile
@@ -53,8 +54,11 @@ def _zip_kind(mode: int) -> str | None:
     return None
 
 
-def _entries(archive: Path) -> Iterator[tuple[str, str, int, int, BinaryIO | None]]:
-    """(name, kind 'file'|'dir', size, mode, stream) for every entry; other kinds are refused."""
+def _entries(
+    archive: Path, links: list[tuple[str, str]] | None = None
+) -> Iterator[tuple[str, str, int, int, BinaryIO | None]]:
+    """(name, kind 'file'|'dir', size, mode, stream) for every entry; other kinds are refused, except
+    that with ``links`` a tar's symbolic links are collected there as (name, target), not yielded."""
     if archive.name.endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
@@ -76,22 +80,33 @@ def _entries(archive: Path) -> Iterator[tuple[str, str, int, int, BinaryIO | Non
                 yield name, "dir", 0, ti.mode, None
             elif ti.isreg():
                 yield name, "file", ti.size, ti.mode, tf.extractfile(ti)  # type: ignore[misc]
+            elif ti.issym() and links is not None:
+                links.append((ti.name, ti.linkname))
             else:
                 kind = "a link" if ti.issym() or ti.islnk() else "a device or FIFO"
                 raise _refuse(archive, ti.name, f"it is {kind}")
 
 
 def extract(
-    archive: Path, dest: Path, *, strip: str | None = None, limits: Limits = DEFAULT_LIMITS, within: Path | None = None
+    archive: Path,
+    dest: Path,
+    *,
+    strip: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    within: Path | None = None,
+    sibling_links: bool = False,
 ) -> int:
     """Unpack ``archive`` into ``dest``; with ``strip``, only that top directory's contents. Files are
     created O_CREAT|O_EXCL|O_NOFOLLOW and every directory is walked without following links, so two
     archives unpacked into one directory may not overwrite each other, and a link already in the
     destination (an environment has some) is never written through. With ``within``, ``dest`` is made
     under that directory the same way (the installer passes the environment it made).
+    With ``sibling_links`` (a standalone interpreter's ``bin/python3 -> python3.12``), a tar's symbolic
+    link is kept when it names a sibling in its own directory (a plain name, never ``..`` or a path);
+    links are made after every file, so nothing is ever written through one.
     Returns the number of files written."""
     try:
-        return _extract(archive, _base(dest, within), strip, limits)
+        return _extract(archive, _base(dest, within), strip, limits, sibling_links)
     except _READ_ERRORS as exc:
         raise IntegrityError(
             f"{archive.name}: cannot unpack the archive: {exc}.",
@@ -111,11 +126,12 @@ def _base(dest: Path, within: Path | None) -> tuple[Path, str]:
     return within, ""
 
 
-def _extract(archive: Path, base: tuple[Path, str], strip: str | None, limits: Limits) -> int:
+def _extract(archive: Path, base: tuple[Path, str], strip: str | None, limits: Limits, sibling_links: bool) -> int:
     kinds: dict[str, str] = {}
     total = 0
     count = 0
-    for name, kind, size, mode, stream in _entries(archive):
+    links: list[tuple[str, str]] | None = [] if sibling_links else None
+    for name, kind, size, mode, stream in _entries(archive, links):
         try:
             check_member_path(name, limits)
         except IntegrityError as exc:
@@ -143,7 +159,48 @@ def _extract(archive: Path, base: tuple[Path, str], strip: str | None, limits: L
             raise _refuse(archive, name, "the archive is larger than the limits allow")
         assert stream is not None
         place(stream, base[0], where, size=size, mode=mode, what=f"{archive.name}: refused entry {name[:120]!r}")
+    for name, target in links or ():
+        count += 1
+        if count > limits.max_members:
+            raise _refuse(archive, name, "the archive is larger than the limits allow")
+        _sibling_link(archive, base, name, target, strip, kinds, limits)
     return count
+
+
+def _sibling_link(
+    archive: Path,
+    base: tuple[Path, str],
+    name: str,
+    target: str,
+    strip: str | None,
+    kinds: dict[str, str],
+    limits: Limits,
+) -> None:
+    """Make the link ``name -> target`` where ``target`` is a plain name in the link's own directory."""
+    try:
+        check_member_path(name, limits)
+        check_member_path(target, limits)
+    except IntegrityError as exc:
+        raise _refuse(archive, name, exc.message) from None
+    if "/" in target:
+        raise _refuse(archive, name, f"it is a link to {target[:80]!r}, not to a file beside it")
+    rel = name
+    if strip is not None:
+        if not name.startswith(strip + "/"):
+            return
+        rel = name[len(strip) + 1 :]
+    clash = claim(kinds, collision_key(rel), "file")
+    if clash:
+        raise _refuse(archive, name, clash + " in the archive")
+    where = f"{base[1]}/{rel}" if base[1] else rel
+    parent, _, leaf = where.rpartition("/")
+    if parent:
+        make_dirs_under(base[0], parent)  # walked without following links; every one here is a real directory
+    fd = os.open(base[0] / parent if parent else base[0], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.symlink(target, leaf, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def place(src: BinaryIO, base: Path, rel: str, *, size: int, mode: int = 0o644, what: str) -> None:

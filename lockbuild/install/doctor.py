@@ -18,6 +18,7 @@ from lockbuild.errors import LockbuildError
 from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.marker import list_installed
 from lockbuild.install.node import Node, detect, free_bytes
+from lockbuild.install.pythons import base_of, shared_python
 from lockbuild.install.tools import python_version
 from lockbuild.times import iso
 from lockbuild.trust import TrustStore, load_store
@@ -58,6 +59,13 @@ def facts(node: Node, pythons: dict[str, str], free: int) -> Facts:
     return Facts(node, frozenset(pythons), free)
 
 
+def _interpreter(root: Path, env: Path) -> dict[str, Any]:
+    """Which interpreter an environment runs on: its pyvenv.cfg home, and whether it is a bundle's
+    shared one (``<root>/.python/<sha256>``, named by the sha256 of the archive it came from)."""
+    home = base_of(env)
+    return {"home": str(home) if home else None, "bundled_sha256": shared_python(root, env)}
+
+
 def _trust_report(directory: Path) -> dict[str, Any]:
     try:
         store: TrustStore = load_store(directory)
@@ -96,7 +104,13 @@ def examine(
         "root": {"path": str(root), "free_bytes": free},
         "trust": _trust_report(trust),
         "installed": [
-            {"path": str(p), "engine": m.engine, "build": f"{m.version}-{m.variant}", "installed": m.installed}
+            {
+                "path": str(p),
+                "engine": m.engine,
+                "build": f"{m.version}-{m.variant}",
+                "installed": m.installed,
+                "python": _interpreter(root, p),
+            }
             for p, m in list_installed(root)
         ],
         "catalogue": [
@@ -123,6 +137,10 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append(f"trust       {t['dir']}: PROBLEM: {t['error']}")
     lines.append("installed   " + (", ".join(f"{i['engine']} {i['build']}" for i in report["installed"]) or "none"))
+    for i in report["installed"]:
+        py = i["python"]
+        how = f"the bundle's own, {py['bundled_sha256'][:12]}" if py["bundled_sha256"] else "the node's"
+        lines.append(f"  python    {i['engine']} {i['build']}: {how} ({py['home'] or 'unknown'})")
     for c in report["catalogue"]:
         verdict = "fits" if c["fits"] else "does not fit: " + "; ".join(c["reasons"])
         lines.append(f"catalogue   {c['engine']} {c['build']}: {verdict}")

@@ -9,6 +9,7 @@ old environment working and is cleaned up by the next run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -24,6 +25,7 @@ from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
+from lockbuild.install.pythons import PYTHONS, bundled_python, collect
 from lockbuild.install.stage import Hook, Stage
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
 from lockbuild.install.tools import find_python
@@ -115,7 +117,8 @@ class Installer:
     def install_opened(self, opened: Opened, started: float) -> InstallResult:
         m, p = opened.manifest, self.progress
         node = self.node or detect()
-        python = find_python(m.python, self.o.python)
+        # --python wins; else the bundle's own interpreter (placed after the extraction); else PATH's
+        python = find_python(m.python, self.o.python) if self.o.python or not m.install.interpreter else None
         engine_dir = prepare(self.o.root, m.engine)
         target = engine_dir / f"{m.version}-{m.variant}"
 
@@ -146,24 +149,33 @@ class Installer:
         p.finish()  # the CLI prints the result, once, on stdout
         return result("installed")
 
-    def _stage_and_swap(self, opened: Opened, python: Path, node: Node, target: Path) -> None:
+    def _stage_and_swap(self, opened: Opened, python: Path | None, node: Node, target: Path) -> None:
         staged = target.with_name(target.name + STAGING_SUFFIX)
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
         stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ)
         try:
-            unpacked.mkdir(mode=0o700)
-            opened.extract(unpacked)
-            self.hook("extract")
-            stage.build(python)
-            stage.verify(timeout=self.o.verify_timeout, gpu_check=self.o.gpu_check, node=node)
-            stage.write_records(opened.sha256, opened.signers)
-            self.progress.phase(f"swapping {target.name} into place")
-            swap_into_place(staged, target, after_exchange=lambda: self.hook("swap"))
+            with contextlib.ExitStack() as held:
+                unpacked.mkdir(mode=0o700)
+                opened.extract(unpacked)
+                self.hook("extract")
+                if python is None:
+                    python = held.enter_context(self._bundled_python(opened.manifest, unpacked))
+                stage.build(python)
+                stage.verify(timeout=self.o.verify_timeout, gpu_check=self.o.gpu_check, node=node)
+                stage.write_records(opened.sha256, opened.signers)
+                self.progress.phase(f"swapping {target.name} into place")
+                swap_into_place(staged, target, after_exchange=lambda: self.hook("swap"))
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
         finally:
             shutil.rmtree(unpacked, ignore_errors=True)
+
+    def _bundled_python(self, m: Manifest, unpacked: Path) -> contextlib.AbstractContextManager[Path]:
+        """The bundle's interpreter, shared under ``<root>/.python/<sha256>/`` (lockbuild.install.pythons)."""
+        member = next(x for x in m.members if x.path == m.install.interpreter)
+        self.progress.phase(f"placing the bundle's Python {m.python} in {self.o.root / PYTHONS}")
+        return bundled_python(self.o.root, unpacked / member.path, member.sha256, m.python, wait=self.o.wait)
 
 
 def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path:
@@ -185,4 +197,5 @@ def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path
         doomed = target.with_name(f"{target.name}.removing{STAGING_SUFFIX}")
         target.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
+    collect(root, wait=wait)  # interpreters under <root>/.python that no environment uses any more
     return target

@@ -69,6 +69,15 @@ class Assets:
 
 
 @dataclass(frozen=True)
+class Interpreter:
+    """``interpreter = { tag, file }``: a python-build-standalone release asset (``repo`` may be overridden)."""
+
+    repo: str
+    tag: str
+    file: str
+
+
+@dataclass(frozen=True)
 class Build:
     version: str
     variant: str
@@ -85,6 +94,7 @@ class Build:
     pin_sha256: tuple[tuple[str, str], ...] = ()  # (canonical project name, sha256): that exact file
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()  # (name, RFC 3339 time or None = no cut-off)
     build_on_node: tuple[str, ...] = ()  # canonical names that may come as sdists (built on the node)
+    interpreter: Interpreter | None = None  # a standalone interpreter carried in the bundle
 
     def pinned_sha256(self, project: str) -> str | None:
         """The sha256 the recipe pins ``project`` to (canonical name), if any."""

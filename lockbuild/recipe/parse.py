@@ -10,7 +10,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from lockbuild import envtable
+from lockbuild import envtable, interpreter
 from lockbuild.errors import RecipeError
 from lockbuild.recipe.checks import (
     CAPABILITY,
@@ -38,6 +38,7 @@ from lockbuild.recipe.model import (
     Build,
     Engine,
     GpuRequirement,
+    Interpreter,
     Recipe,
     ReleaseWheel,
     SecondIndex,
@@ -54,6 +55,7 @@ _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", 
 _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
     "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
+    "interpreter",
 )  # fmt: skip
 
 
@@ -150,12 +152,13 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     bad = [n for n in on_node if not project_name(n)]
     if bad:
         p.add(f"{where}.build-on-node", f"expected package names, found {bad[0][:SHOWN]!r}")
+    python_exe = _interpreter(t.table("interpreter"), f"{where}.interpreter", p, python)
     if None in (version, variant, target, reqs):
         return None
     assert version is not None and variant is not None and target is not None and reqs is not None
     return Build(
         version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
-        tuple(sorted({canonicalize_name(n) for n in on_node})),
+        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe,
     )  # fmt: skip
 
 
@@ -302,6 +305,28 @@ def _wheel(data: Mapping[str, Any] | None, where: str, p: Problems) -> ReleaseWh
         return None
     assert repo is not None and tag is not None and prefix is not None and suffix is not None and project is not None
     return ReleaseWheel(repo, tag, prefix, suffix, canonicalize_name(project))
+
+
+def _interpreter(data: Mapping[str, Any] | None, where: str, p: Problems, python: str | None) -> Interpreter | None:
+    """``interpreter = { tag, file }`` (``repo`` defaults to python-build-standalone's): an archive of
+    ``python/`` for the build's Python; a file name that names another X.Y is refused here already."""
+    if data is None:
+        return None
+    t = Table(data, where, p, ("repo", "tag", "file"))
+    repo = t.string("repo", "OWNER/NAME of a GitHub repository", check=github_repo, required=False)
+    tag = t.string("tag", TAG_EXPECTED, check=git_tag)
+    file = t.string(
+        "file",
+        "a release file name ending in " + ", ".join(interpreter.SUFFIXES),
+        check=lambda v: plain_name_or_file(v) and v.endswith(interpreter.SUFFIXES),
+    )
+    named = interpreter.version_from_filename(file) if file is not None else None
+    if named is not None and python is not None and named != python:
+        p.add(f"{where}.file", f"expected an interpreter for the build's Python {python}, found one for {named}")
+        return None
+    if tag is None or file is None:
+        return None
+    return Interpreter(repo or interpreter.DEFAULT_REPO, tag, file)
 
 
 def _assets(data: Mapping[str, Any] | None, where: str, p: Problems) -> Assets | None:

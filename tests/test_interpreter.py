@@ -1,0 +1,248 @@
+"""A bundle that carries its own Python (issue 14): fetched only with the digest its release publishes,
+checked to be the build's X.Y, and on the node shared under <root>/.python/<sha256>/ by every engine
+whose bundle carries the same file."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import PY, TOY_RECIPE, Keys
+from servers import FakeServer
+from standalone import archive_name, make_tree, pack, runs_from
+
+from lockbuild.cli import main
+from lockbuild.errors import IntegrityError
+from lockbuild.install import archives
+from lockbuild.recipe import parse_recipe
+
+PBS = "astral-sh/python-build-standalone"
+TAG = "20251014"
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def with_interpreter(text: str, file: str, tag: str = TAG, name: str | None = None) -> str:
+    if name is not None:
+        text = text.replace('name = "toyengine"', f'name = "{name}"', 1)
+    return text + f'interpreter = {{ tag = "{tag}", file = "{file}" }}\n'
+
+
+def build(recipe_text: str, tmp: Path, keys: Keys, name: str) -> tuple[int, str, str]:
+    recipe = tmp / f"{name}.toml"
+    recipe.write_text(recipe_text)
+    return cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / f"dist-{name}"), "--json")
+
+
+def tiny_tar(members: dict[str, bytes]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tf.addfile(info, io.BytesIO(data))
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes]:
+    """This machine's Python, copied into a python-build-standalone shaped tree and packed."""
+    tree = tmp_path_factory.mktemp("pbs")
+    top = make_tree(tree)
+    assert runs_from(top) == str(top)  # the copy runs from its own directory, with its own stdlib
+    return archive_name(TAG), pack(top)
+
+
+@pytest.fixture(scope="module")
+def py_bundles(
+    server: FakeServer, keys: Keys, standalone: tuple[str, bytes], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Path]]:
+    """Two engines (toyengine and toytwin) whose bundles carry the same interpreter archive."""
+    name, data = standalone
+    server.add_release(PBS, TAG, {name: data})
+    tmp = tmp_path_factory.mktemp("pybundles")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCKBUILD_INDEX_URL", server.index_url())
+        mp.setenv("LOCKBUILD_GITHUB_API", server.github_api)
+        mp.setenv("LOCKBUILD_GITHUB_DOWNLOAD", server.github_download)
+        mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
+        out = {}
+        for engine in ("toyengine", "toytwin"):
+            code, stdout, stderr = build(with_interpreter(TOY_RECIPE, name, name=engine), tmp, keys, engine)
+            assert code == 0, stderr
+            out[engine] = Path(json.loads(stdout)["bundles"][0]["bundle"])
+        yield out
+
+
+def no_python_path() -> str:
+    """This PATH without any directory that holds a python<X.Y>."""
+    dirs = [d for d in os.environ.get("PATH", "").split(":") if d and not (Path(d) / f"python{PY}").exists()]
+    path = ":".join(dirs)
+    assert shutil.which(f"python{PY}", path=path) is None
+    return path
+
+
+def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.CompletedProcess[str]:
+    """``lockbuild install`` with no --python, no python<X.Y> on PATH, in a network namespace."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("unshare is not available")
+    ns = next((a for a in ([unshare, "-n"], [unshare, "-rn"]) if subprocess.run([*a, "true"]).returncode == 0), None)
+    if ns is None:
+        pytest.skip("this machine does not allow a network namespace")
+    env = {"PATH": no_python_path(), "HOME": str(root.parent), "LANG": "C.UTF-8"}
+    argv = [*ns, sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
+            "--trust", str(keys.trust), "--json"]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, env=env)
+
+
+def engine_runs(env_dir: Path) -> str:
+    out = subprocess.run([str(env_dir / "bin" / "toyengine"), "--version"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def base_prefix(env_dir: Path) -> str:
+    return subprocess.run([str(env_dir / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+
+
+# --- the builder ---------------------------------------------------------------------------------------
+
+
+def test_recipe_interpreter_of_another_python_is_refused() -> None:
+    other = "cpython-3.9.20+20251014-x86_64-unknown-linux-gnu-install_only.tar.gz"
+    with pytest.raises(Exception, match=r"interpreter\.file: expected an interpreter for the build's Python"):
+        parse_recipe(with_interpreter(TOY_RECIPE, other))
+    r = parse_recipe(with_interpreter(TOY_RECIPE, archive_name()))
+    assert r.builds[0].interpreter is not None and r.builds[0].interpreter.repo == PBS
+
+
+def test_build_refuses_an_archive_holding_another_python(env: FakeServer, keys: Keys, tmp_path: Path) -> None:
+    """The name says 3.X, the archive holds python3.9: read from the archive's entries, refused at build time."""
+    name = archive_name("20990101")
+    env.add_release(PBS, "20990101", {name: tiny_tar({"python/bin/python3.9": b"#!/bin/sh\n"})})
+    code, _, stderr = build(with_interpreter(TOY_RECIPE, name, tag="20990101"), tmp_path, keys, "wrong")
+    assert code != 0
+    assert f"is not Python {PY}" in stderr and "found 3.9" in stderr
+    assert not list((tmp_path / "dist-wrong").glob("*.lbz")) if (tmp_path / "dist-wrong").exists() else True
+
+
+def test_build_refuses_an_interpreter_without_a_published_digest(env: FakeServer, keys: Keys, tmp_path: Path) -> None:
+    name = archive_name("20990102")
+    data = tiny_tar({f"python/bin/python{PY}": b"#!/bin/sh\n"})
+    env.add_release(PBS, "20990102", {name: data}, digests={name: None})
+    code, _, stderr = build(with_interpreter(TOY_RECIPE, name, tag="20990102"), tmp_path, keys, "nodigest")
+    assert code != 0 and "publishes no digest" in stderr
+
+
+def test_the_bundle_carries_the_interpreter_as_a_signed_member(
+    py_bundles: dict[str, Path], standalone: tuple[str, bytes]
+) -> None:
+    import hashlib
+
+    name, data = standalone
+    code, stdout, _ = cli("inspect", str(py_bundles["toyengine"]), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    member = next(f for f in report["files"] if f["kind"] == "interpreter")
+    assert member["path"] == f"python/{name}" and member["sha256"] == hashlib.sha256(data).hexdigest()
+    assert member["origin"].endswith(f"/{PBS}/releases/download/{TAG}/{name}")
+    assert report["install"]["interpreter"] == member["path"]
+    code, text, _ = cli("inspect", str(py_bundles["toyengine"]))
+    assert f"interpreter: Python {PY}, python/{name}" in text
+
+
+# --- the node --------------------------------------------------------------------------------------------
+
+
+def test_a_node_without_that_python_installs_and_runs_the_engine_offline(
+    py_bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    root = tmp_path / "engines"
+    proc = offline_install(py_bundles["toyengine"], root, keys)
+    assert proc.returncode == 0, proc.stderr
+    env_dir = root / "toyengine" / "1.0-cpu"
+    assert engine_runs(env_dir) == "toyengine 1.0"
+    (shared,) = [p for p in (root / ".python").iterdir() if p.is_dir()]
+    assert base_prefix(env_dir) == str(shared / "python")  # the venv stands on the bundle's Python
+    _, stdout, _ = cli("doctor", "--root", str(root), "--trust", str(keys.trust), "--json")
+    (entry,) = json.loads(stdout)["installed"]
+    assert entry["python"]["bundled_sha256"] == shared.name
+
+
+def test_an_interpreter_shared_by_two_engines_survives_the_removal_of_one(
+    py_bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    root = tmp_path / "engines"
+    for engine in ("toyengine", "toytwin"):
+        proc = offline_install(py_bundles[engine], root, keys)
+        assert proc.returncode == 0, proc.stderr
+    shared = [p for p in (root / ".python").iterdir() if p.is_dir()]
+    assert len(shared) == 1  # one copy, placed once
+    code, _, stderr = cli("remove", "toyengine", "1.0-cpu", "--root", str(root))
+    assert code == 0, stderr
+    assert shared[0].is_dir()
+    assert engine_runs(root / "toytwin" / "1.0-cpu") == "toyengine 1.0"
+    code, _, stderr = cli("remove", "toytwin", "1.0-cpu", "--root", str(root))
+    assert code == 0, stderr
+    assert not shared[0].exists()  # the last user is gone: the interpreter is collected
+
+
+def test_python_flag_wins_over_the_bundled_interpreter(py_bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    code, _, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(root), "--trust", str(keys.trust),
+                          "--python", sys.executable)  # fmt: skip
+    assert code == 0, stderr
+    assert not (root / ".python").exists()
+    assert base_prefix(root / "toyengine" / "1.0-cpu") == sys.base_prefix
+
+
+# --- the extraction ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["../../etc/passwd", "/bin/sh", "sub/python3.11", ".."])
+def test_an_interpreter_archive_may_link_only_to_a_sibling(tmp_path: Path, target: str) -> None:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        info = tarfile.TarInfo("python/bin/python3")
+        info.type, info.linkname = tarfile.SYMTYPE, target
+        tf.addfile(info)
+    archive = tmp_path / "p.tar"
+    archive.write_bytes(raw.getvalue())
+    with pytest.raises(IntegrityError, match="refused entry"):
+        archives.extract(archive, tmp_path / "out", sibling_links=True)
+    assert not os.path.lexists(tmp_path / "out" / "python" / "bin" / "python3")
+
+
+def test_a_sibling_link_is_made_after_the_files_and_never_written_through(tmp_path: Path) -> None:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        link = tarfile.TarInfo("python/bin/python3")
+        link.type, link.linkname = tarfile.SYMTYPE, "python3.11"
+        tf.addfile(link)
+        f = tarfile.TarInfo("python/bin/python3.11")
+        f.size = 2
+        tf.addfile(f, io.BytesIO(b"ok"))
+        again = tarfile.TarInfo("python/bin/python3")  # a file of the link's name: a collision, refused
+        again.size = 1
+        tf.addfile(again, io.BytesIO(b"x"))
+    archive = tmp_path / "p.tar"
+    archive.write_bytes(raw.getvalue())
+    with pytest.raises(IntegrityError, match="collides"):
+        archives.extract(archive, tmp_path / "out", sibling_links=True)
+    assert (tmp_path / "out" / "python" / "bin" / "python3.11").read_bytes() == b"ok"

@@ -508,7 +508,7 @@ def test_fetch_command_writes_the_build_and_reuses_the_cache(env: FakeServer, to
     assert code == 0, stderr
     (first,) = json.loads(stdout)["fetches"]
     build = out / "1.0-cpu"
-    assert sorted(p.name for p in build.iterdir()) == ["recipe.toml", "requirements.txt", "tools", "wheels"]
+    assert sorted(p.name for p in build.iterdir()) == ["extras.txt", "recipe.toml", "requirements.txt", "tools", "wheels"]
     assert sorted(p.name for p in (build / "wheels").iterdir()) == [
         "toydep-1.0-py3-none-any.whl",
         "toyengine-1.0-py3-none-any.whl",
@@ -518,6 +518,11 @@ def test_fetch_command_writes_the_build_and_reuses_the_cache(env: FakeServer, to
     for pkg in first["packages"]:
         assert sha((build / "wheels" / pkg["file"]).read_bytes()) == pkg["sha256"]
     assert sha(tool.read_bytes()) == first["extras"][0]["sha256"]
+    # issue 18.3: the uv wheel is recorded in the lock directory with its sha256 and address, in a file uv
+    # never installs from (lock/requirements.txt would put uv into the engine's environment)
+    record = f"tool tools/{tool.name} {first['extras'][0]['sha256']} {first['extras'][0]['url']}"
+    assert record in (build / "extras.txt").read_text().splitlines()
+    assert not any(line.startswith("uv==") for line in (build / "requirements.txt").read_text().splitlines())
     assert "as-of = 2025-01-06T00:00:00Z" in (build / "recipe.toml").read_text()
     assert "toydep==1.0" in (build / "requirements.txt").read_text()
     assert first["files"] == 3 and first["cached"] == 0 and first["downloaded_bytes"] > 0

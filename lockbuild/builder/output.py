@@ -10,6 +10,19 @@ from pathlib import Path
 
 from lockbuild.builder.plan import Plan
 
+EXTRAS = "extras.txt"
+
+
+def extras_text(plan: Plan) -> str:
+    """The record of the files a bundle carries beside the locked packages (the uv wheel the node installs
+    with, source archives, release assets, an interpreter), each with its sha256 and address. Not a
+    requirements file: uv never reads it, so the uv wheel is recorded without entering the engine's
+    environment."""
+    lines = ["# lockbuild: files bundled beside the locked packages (not installed by uv from this file)",
+             "# kind path sha256 url"]  # fmt: skip
+    lines += [f"{e.kind} {e.path} {e.sha256} {e.url}" for e in sorted(plan.extras, key=lambda e: e.path)]
+    return "\n".join(lines) + "\n"
+
 
 def _place(src: Path, dest: Path) -> None:
     """A cached file at ``dest``: a hard link where possible, else a copy."""
@@ -21,7 +34,7 @@ def _place(src: Path, dest: Path) -> None:
 
 
 def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = None) -> Path:
-    """OUT/VERSION-VARIANT with the lock and the resolved recipe, and with ``fetched`` (sha256 → file)
+    """OUT/VERSION-VARIANT with the lock, extras.txt and the resolved recipe, and with ``fetched`` (sha256 → file)
     every file under its bundle path. Written under a temporary name and renamed at the end."""
     out.mkdir(parents=True, exist_ok=True)
     final = out / plan.build.id
@@ -29,6 +42,7 @@ def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = N
     try:
         (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
         (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
+        (tmp / EXTRAS).write_text(extras_text(plan), encoding="utf-8")
         if fetched is not None:
             for f in plan.lock.files:
                 _place(fetched[f.sha256], tmp / f.bundle_path)

@@ -1,7 +1,7 @@
 """The lockbuild command line: parse, call the library, render results and errors. Nothing else.
 
 Exit codes: 0 ok, 1 failure, 2 usage, 3 signature policy not met, 4 integrity (digest, size,
-layout), 5 another installer holds the engine's lock.
+layout), 5 another installer holds the engine's lock, 6 this machine cannot run the bundle (test).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from lockbuild import __version__
 from lockbuild.errors import LockbuildError, SignatureError
 from lockbuild.times import iso, parse_time
 
-EPILOG_EXIT = "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy."
+EPILOG_EXIT = (
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy, 6 cannot run the bundle here (test)."
+)
 
 
 def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -367,6 +369,10 @@ expires_option = click.option(
 @click.option("--threads", type=int, default=None, help="zstd workers (output is identical for any number).")
 @jobs_option
 @insecure_option
+@click.option("--self-test", "self_test", is_flag=True,
+              help="Then run `lockbuild test` on each bundle (trusting --trust, or else the key that signed it).")
+@click.option("--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="With --self-test: the trust directory to check the new bundles against.")  # fmt: skip
 @json_option
 @click.pass_context
 def build(
@@ -379,6 +385,8 @@ def build(
     threads: int | None,
     jobs: int,
     allow_insecure_http: bool,
+    self_test: bool,
+    trust_dir: Path | None,
     as_json: bool,
 ) -> None:
     """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
@@ -448,6 +456,14 @@ def build(
         f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
         for x in results
     )
+    if self_test:  # issue 15: the report follows the build's own result
+        from lockbuild.selftest.cli import run_after_build
+
+        if not ctx.obj.get("json"):
+            _emit(ctx, {}, text)
+        run_after_build(ctx, [Path(x["bundle"]) for x in results], trust_dir, secret.public_key().to_text(),
+                        built={"bundles": results, "warnings": list(settings.warnings)})  # fmt: skip
+        return
     _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
 
 
@@ -810,6 +826,10 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
 from lockbuild.site.cli import register as _register_site  # noqa: E402  (the site wing's commands)
 
 _register_site(main)
+
+from lockbuild.selftest.cli import register as _register_selftest  # noqa: E402  (lockbuild test, issue 15)
+
+_register_selftest(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -62,3 +62,10 @@ class BusyError(InstallError):
     """Another installer holds the engine's lock."""
 
     exit_code = 5
+
+
+class PlatformError(LockbuildError):
+    """This machine cannot run the bundle (another architecture, an older C library, no such Python): a
+    self-test here proves nothing, so it stops with its own exit code instead of passing."""
+
+    exit_code = 6

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import PLATFORM, PY, Keys, day, uv_wheel
+from conftest import PLATFORM, PY, Keys, day, make_keys, uv_wheel
 from servers import FakeServer, make_wheel
 
 from lockbuild.bundle.instructions import InstallTable, parse_install
@@ -89,6 +93,8 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
             "quiet": _build(tmp, keys, "quiet", 'smoke = ["netengine", "--quiet"]'),
             "net": _build(tmp, keys, "net", 'smoke = ["netengine", "--smoke"]'),
             "allowed": _build(tmp, keys, "allowed", 'smoke = ["netengine", "--smoke"]\nallow-network = ["10.255.255.1"]'),
+            "native": _build(tmp, keys, "native",
+                             'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'),
         }
 
 
@@ -167,3 +173,159 @@ def test_the_manifest_env_round_trips_and_is_parsed_strictly() -> None:
                 {"smoke": ["e", "\x1b[2J"]}, {"allow-network": ["http://x/"]}, {"allow-network": [1]}):  # fmt: skip
         with pytest.raises(IntegrityError):
             parse_install(_table(**bad), {"tools/uv.whl": "tool"})
+
+
+# --- lockbuild test -----------------------------------------------------------------------------------
+
+needs_netns = pytest.mark.skipif(
+    shutil.which("unshare") is None or subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode != 0,
+    reason="this machine cannot make a network namespace",
+)
+needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The self-test's work directories go under this test's tmp_path (checked empty afterwards)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path / f"lockbuild-selftest-{os.geteuid()}"
+
+
+def selftest(bundle: Path, keys: Keys, *extra: str) -> tuple[int, dict[str, Any], str]:
+    code, out, err = cli("test", str(bundle), "--trust", str(keys.trust), "--json", *extra)
+    data = json.loads(out)
+    return code, data, err
+
+
+@needs_netns
+def test_a_quiet_connection_attempt_fails_the_test_with_host_port_and_frame(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    code, data, _ = selftest(bundles["net"], keys)
+    assert code == 1 and data["ok"] is False
+    report = data["self_test"][0]
+    assert report["passed"] is False
+    assert {s["name"]: s["status"] for s in report["steps"]} == {
+        "install": "passed", "verify": "passed", "gpu-probe": "skipped", "smoke": "passed"}  # fmt: skip
+    assert "offline: falling back" in report["steps"][-1]["detail"]  # the engine hid its failure; the test did not
+    hooked = [a for a in report["attempts"] if a["source"] == "audit-hook" and a["event"] == "socket.connect"]
+    assert hooked and hooked[0]["host"] == "10.255.255.1" and hooked[0]["port"] == 8080
+    assert hooked[0]["verdict"] == "refused"
+    assert "netengine/__init__.py" in hooked[0]["frame"] and hooked[0]["frame"].endswith("in main")
+    assert any(a["event"] == "socket.getaddrinfo" for a in report["attempts"])
+    if shutil.which("strace"):
+        assert any(a["source"] == "strace" and a["host"] == "10.255.255.1" and a["port"] == 8080
+                   for a in report["attempts"])  # fmt: skip
+    assert list(private_tmp.iterdir()) == []  # the test root is gone
+    # the text report names the attempt too
+    code, text, _ = cli("test", str(bundles["net"]), "--trust", str(keys.trust))
+    assert code == 1 and "refused 10.255.255.1:8080" in text and "FAILED" in text
+
+
+@needs_netns
+def test_the_same_engine_passes_with_allow_network_for_that_host(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    code, data, err = selftest(bundles["allowed"], keys)
+    assert code == 0, (data, err)
+    report = data["self_test"][0]
+    assert report["passed"] and report["refused"] == 0
+    assert {a["verdict"] for a in report["attempts"]} == {"allowed"}
+
+
+@needs_netns
+def test_an_engine_that_attempts_nothing_passes(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    code, data, err = selftest(bundles["quiet"], keys)
+    assert code == 0, (data, err)
+    report = data["self_test"][0]
+    assert report["passed"] and report["attempts"] == []
+    probe = next(s for s in report["steps"] if s["name"] == "gpu-probe")
+    assert probe["status"] == "skipped" and probe["detail"]  # says why
+    assert report["env"]["HF_HUB_OFFLINE"] == "1"
+    code, text, _ = cli("test", str(bundles["quiet"]), "--trust", str(keys.trust))
+    assert code == 0 and "network attempts: none" in text and "PASSED" in text
+    assert list(private_tmp.iterdir()) == []
+
+
+@needs_netns
+@needs_strace
+def test_a_native_attempt_is_caught_by_strace(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    code, data, _ = selftest(bundles["native"], keys)
+    report = data["self_test"][0]
+    assert code == 1 and report["tracer"] == "strace"
+    assert [(a["source"], a["host"], a["port"]) for a in report["attempts"]] == [("strace", "10.255.255.2", 81)]
+    code, data, _ = selftest(bundles["native"], keys, "--no-strace")  # the audit hook alone cannot see it
+    assert code == 0 and data["self_test"][0]["tracer"].startswith("not available")
+
+
+def test_a_machine_that_cannot_run_the_bundle_exits_6(
+    bundles: dict[str, Path], keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lockbuild.install.node import Node
+
+    monkeypatch.setattr("lockbuild.selftest.run.detect", lambda: Node("aarch64", "glibc", (2, 39), None, ()))
+    code, out, err = cli("test", str(bundles["quiet"]), "--trust", str(keys.trust))
+    assert code == 6 and "cannot run" in err and "the node is aarch64" in err
+    monkeypatch.setattr("lockbuild.selftest.run.detect", lambda: Node("x86_64", "glibc", (2, 17), None, ()))
+    code, out, err = cli("test", str(bundles["quiet"]), "--trust", str(keys.trust), "--json")
+    assert code == 6 and json.loads(out)["error"]["exit_code"] == 6 and "needs glibc 2.28+" in err
+
+
+def test_an_untrusted_bundle_is_not_run(bundles: dict[str, Path], tmp_path: Path) -> None:
+    other = make_keys(tmp_path / "other")
+    code, _, err = cli("test", str(bundles["quiet"]), "--trust", str(other.trust))
+    assert code == 3 and "ERROR" in err
+
+
+def test_a_killed_runs_directory_is_swept_by_the_next(tmp_path: Path) -> None:
+    from lockbuild.selftest import sandbox
+
+    parent = sandbox.parent_dir(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = parent / f"run-{dead.pid}-abc"
+    (left / "root" / "e").mkdir(parents=True)
+    (left / "root" / "e" / "f").write_text("x")
+    (left / "root" / "e").chmod(0o500)  # even a read-only directory the engine made
+    mine = parent / f"run-{os.getpid()}-live"
+    mine.mkdir()
+    with sandbox.workdir(tmp_path) as work:
+        assert work.parent == parent and not left.exists() and mine.exists()
+    assert not work.exists()
+
+
+def test_the_self_test_parent_must_be_private(tmp_path: Path) -> None:
+    from lockbuild.errors import LockbuildError
+    from lockbuild.selftest import sandbox
+
+    (tmp_path / f"lockbuild-selftest-{os.geteuid()}").mkdir(mode=0o777)
+    (tmp_path / f"lockbuild-selftest-{os.geteuid()}").chmod(0o777)
+    with pytest.raises(LockbuildError, match="not a private directory"):
+        sandbox.parent_dir(tmp_path)
+
+
+def test_strace_lines_are_read() -> None:
+    from lockbuild.selftest.trace import parse
+
+    text = (
+        '12696 connect(3, {sa_family=AF_INET, sin_port=htons(8080), sin_addr=inet_addr("10.255.255.1")}, 16) = -1\n'
+        '12696 connect(3, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110) = -1 ENOENT\n'
+        '7 connect(4, {sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), '
+        'inet_pton(AF_INET6, "2001:db8::1", &sin6_addr), sin6_scope_id=0}, 28) = -1 ENETUNREACH\n'
+        '8 sendto(5, "x", 1, 0, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("10.0.0.53")}, 16) = 1\n'
+    )
+    assert [(t.call, t.host, t.port, t.pid) for t in parse(text)] == [
+        ("connect", "10.255.255.1", 8080, 12696), ("connect", "2001:db8::1", 443, 7), ("sendto", "10.0.0.53", 53, 8)]
+
+
+def test_verdicts_local_allowed_and_name_server_queries() -> None:
+    from lockbuild.selftest.audit import Seen
+    from lockbuild.selftest.report import judge
+    from lockbuild.selftest.trace import Traced
+
+    seen = [Seen("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),
+            Seen("socket.connect", "127.0.0.1", 80, (), 1), Seen("socket.connect", "::1", 80, (), 1)]  # fmt: skip
+    dns = [Traced("connect", "10.0.0.53", 53, 1)]
+    assert [a.verdict for a in judge(seen, dns, ["hub.example"])] == ["allowed", "local", "local", "allowed"]
+    assert [a.verdict for a in judge(seen, dns, [])] == ["refused", "local", "local", "refused"]
+    assert next(a.verdict for a in judge(seen, dns, ["HUB.example"])) == "allowed"

@@ -1,0 +1,72 @@
+"""The self-test's command, ``lockbuild test``, and what ``build --self-test`` runs after a build.
+
+Registered on the main group by ``register`` (called at the end of ``lockbuild.cli``); parse, call
+:func:`lockbuild.selftest.self_test`, render the report. A failing report is printed (or given as JSON with
+``"ok": false``) and the command exits 1; a machine that cannot run the bundle exits 6.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockbuild.cli import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
+from lockbuild.selftest.report import Report
+from lockbuild.selftest.run import TIMEOUT, SelfTestOptions, self_test
+
+EXIT_FAILED = 1
+
+
+def _show(ctx: click.Context, reports: list[Report], extra: dict[str, Any] | None = None) -> None:
+    """Every report; exits 1 when any failed (after showing them all)."""
+    data: dict[str, Any] = {**(extra or {}), "self_test": [r.to_json() for r in reports]}
+    failed = [r for r in reports if not r.passed]
+    if failed:
+        data["ok"] = False
+    _emit(ctx, data, "\n\n".join(r.text() for r in reports))
+    if failed:
+        ctx.exit(EXIT_FAILED)
+
+
+def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None, public_key_text: str, *,
+                    built: dict[str, Any]) -> None:  # fmt: skip
+    """``build --self-test``: each new bundle, trusted through ``--trust`` or else the key that just signed it."""
+    with tempfile.TemporaryDirectory(prefix="lockbuild-selftest-trust-") as tmp:
+        if trust is None:
+            trust = Path(tmp)
+            (trust / "signer.pub").write_text(public_key_text, encoding="utf-8")
+        opts = SelfTestOptions(trust_dir=trust, environ=dict(os.environ))
+        _show(ctx, [self_test(b, opts, _progress(ctx)) for b in bundles], built)
+
+
+@click.command("test", cls=_Command, epilog="Example: lockbuild test dist/onnxruntime-1.20.1-cpu-py311-x86_64-"
+               "manylinux_2_28.lbz --trust keys/ --json\n"
+               "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "
+               "3 signature, 4 integrity, 6 this machine cannot run the bundle.")  # fmt: skip
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@trust_option
+@threshold_option
+@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=TIMEOUT, show_default=True,
+              help="Seconds each of the verify command, the probe and the smoke command may take.")  # fmt: skip
+@click.option("--no-strace", is_flag=True, help="Do not trace native calls with strace (Python's audit hook only).")
+@json_option
+@click.pass_context
+def test(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, python: Path | None,
+         timeout: float, no_strace: bool, as_json: bool) -> None:  # fmt: skip
+    """Prove a bundle runs offline: install it into a temporary root inside a new network namespace, run its
+    verify command, GPU probe (skipped without a GPU) and smoke command, and report every network attempt
+    (host, port, the Python frame that made it). Fails on any attempt to a host the recipe's allow-network
+    does not name. The temporary root is removed afterwards."""
+    _setup(ctx, as_json)
+    opts = SelfTestOptions(trust_dir=trust_dir, threshold=threshold, python=python, timeout=timeout,
+                           tracer=not no_strace, environ=dict(os.environ))  # fmt: skip
+    _show(ctx, [self_test(bundle, opts, _progress(ctx))])
+
+
+def register(main: _Group) -> None:
+    main.add_command(test)

@@ -40,6 +40,13 @@ def main() -> None:
             print("fetched")
         except OSError:
             print("offline: falling back")
+    elif args == ["--serve"]:  # a server on the namespace's own loopback, and a client of it
+        with socket.create_server(("127.0.0.1", 0)) as srv:
+            with socket.create_connection(srv.getsockname()[:2], timeout=5) as c:
+                conn, _ = srv.accept()
+                conn.sendall(b"pong")
+                print("served", c.recv(4).decode())
+                conn.close()
     else:
         print("netengine ok")
 '''
@@ -93,6 +100,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
             "quiet": _build(tmp, keys, "quiet", 'smoke = ["netengine", "--quiet"]'),
             "net": _build(tmp, keys, "net", 'smoke = ["netengine", "--smoke"]'),
             "allowed": _build(tmp, keys, "allowed", 'smoke = ["netengine", "--smoke"]\nallow-network = ["10.255.255.1"]'),
+            "serve": _build(tmp, keys, "serve", 'smoke = ["netengine", "--serve"]'),
             "native": _build(tmp, keys, "native",
                              'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'),
         }
@@ -329,3 +337,58 @@ def test_verdicts_local_allowed_and_name_server_queries() -> None:
     assert [a.verdict for a in judge(seen, dns, ["hub.example"])] == ["allowed", "local", "local", "allowed"]
     assert [a.verdict for a in judge(seen, dns, [])] == ["refused", "local", "local", "refused"]
     assert next(a.verdict for a in judge(seen, dns, ["HUB.example"])) == "allowed"
+
+
+@needs_netns
+def test_build_self_test_runs_the_test_after_the_build(
+    blank_server: FakeServer, bundles: dict[str, Path], keys: Keys, tmp_path: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("LOCKBUILD_INDEX_URL", blank_server.index_url())
+    for variant, extra, expected in (("quiet", 'smoke = ["netengine", "--quiet"]', 0),
+                                     ("net", 'smoke = ["netengine", "--smoke"]', 1)):  # fmt: skip
+        recipe = tmp_path / f"{variant}.toml"
+        recipe.write_text(RECIPE.format(extra=extra, variant=variant))
+        code, out, err = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / variant),
+                             "--self-test", "--json")  # fmt: skip
+        data = json.loads(out)
+        assert code == expected, err
+        assert Path(data["bundles"][0]["bundle"]).exists()  # the bundle is built either way; the report says why
+        assert data["self_test"][0]["passed"] is (expected == 0)  # trusted through the key that signed it
+
+
+@needs_netns
+def test_a_killed_test_leaves_nothing_after_the_next_run(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path, private_tmp: Path
+) -> None:
+    import signal
+    import sys
+    import time
+
+    from lockbuild.selftest import sandbox
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "lockbuild", "test", str(bundles["net"]), "--trust",
+                             str(keys.trust)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(private_tmp.glob("run-*/root/netengine")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed = list(private_tmp.glob("run-*"))
+    assert killed, "the run was killed before it made its work directory"
+    time.sleep(0.5)  # the namespace's process dies with its parent (PR_SET_PDEATHSIG)
+    with sandbox.workdir(tmp_path) as work:
+        assert list(private_tmp.iterdir()) == [work]  # the killed run's directory is gone
+    assert list(private_tmp.iterdir()) == []
+
+
+@needs_netns
+def test_a_server_on_the_namespaces_loopback_is_local_not_a_failure(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    code, data, err = selftest(bundles["serve"], keys)
+    report = data["self_test"][0]
+    assert code == 0, (report, err)
+    assert "served pong" in report["steps"][-1]["detail"] and "loopback up" in report["namespace"]
+    assert report["attempts"] and {a["verdict"] for a in report["attempts"]} == {"local"}

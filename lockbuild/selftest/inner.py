@@ -9,6 +9,7 @@ JSON to the result file. The outer run (:mod:`lockbuild.selftest.run`) judges it
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,24 @@ from lockbuild.install.runenv import engine_env, tail
 from lockbuild.selftest import audit, trace
 
 
+def loopback_up() -> str:
+    """Bring up the namespace's own loopback, so a smoke command may start a server and talk to it on
+    127.0.0.1 (still no route to any other host); attempts to it are reported as local."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            got = fcntl.ioctl(s, siocgifflags, struct.pack("16sH14x", b"lo", 0))
+            flags = struct.unpack("16sH14x", got)[1]
+            fcntl.ioctl(s, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+    except OSError as exc:
+        return f"down ({exc.strerror})"
+    return "up"
+
+
 def _place_hook(root: Path, report: Path) -> None:
     """The audit hook into the staging environment's site-packages (the installer's "install" phase)."""
     for sp in sorted(root.glob("*/*.partial/lib/python*/site-packages")):
@@ -33,12 +52,18 @@ def _place_hook(root: Path, report: Path) -> None:
             f.write(f"import {audit.MODULE}\n".encode())
 
 
+def shown(argv: list[str], most: int = 100) -> str:
+    text = shlex.join(argv)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def _step(result: dict[str, Any], name: str, status: str, detail: str = "") -> None:
     result["steps"].append({"name": name, "status": status, "detail": detail})
 
 
 def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
     root, report = Path(cfg["root"]), Path(cfg["audit"])
+    result["loopback"] = loopback_up()
     environ: dict[str, str] = cfg["environ"]
 
     def hook(phase: str) -> None:
@@ -61,8 +86,8 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
         _step(result, "smoke", "not run")
         return
     env_dir = installed.path
-    _step(result, "install", "passed", str(env_dir))
-    _step(result, "verify", "passed", " ".join(cfg["verify"]))
+    _step(result, "install", "passed", f"{env_dir.parent.name}/{env_dir.name} in a temporary root (removed afterwards)")
+    _step(result, "verify", "passed", shown(cfg["verify"]))
     if cfg["gpu_probe"] == "none":
         _step(result, "gpu-probe", "skipped", "the bundle has no GPU probe")
     elif not detect().has_nvidia:
@@ -92,7 +117,7 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
     if proc.returncode != 0:
         _step(result, "smoke", "failed", f"exit {proc.returncode}:\n{out}")
     else:
-        _step(result, "smoke", "passed", " ".join(smoke) + (f"\n{out}" if out else ""))
+        _step(result, "smoke", "passed", shown(smoke) + (f"\n{out}" if out else ""))
 
 
 def main(argv: list[str]) -> int:

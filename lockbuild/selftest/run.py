@@ -132,8 +132,9 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
         problems.append(f"the run inside the namespace ended with exit {proc.returncode}:\n"
                         + (out or b"").decode("utf-8", "replace")[-1500:])  # fmt: skip
     return Report(
-        bundle=bundle.name, engine=m.engine, build=build, namespace=" ".join(Path(ns[0]).name if i == 0 else a
-                                                                              for i, a in enumerate(ns)),
+        bundle=bundle.name, engine=m.engine, build=build,
+        namespace=" ".join([Path(ns[0]).name, *ns[1:]])
+        + f"; loopback {result.get('loopback', 'down')}, no other interface",
         tracer="strace" if tracer else "not available (install strace to catch native attempts)",
         steps=steps, attempts=tuple(attempts), allow_network=t.allow_network, env=t.env, problems=tuple(problems),
     )  # fmt: skip

@@ -4,6 +4,7 @@ each failing when its defence is removed. docs/threat-model.md, section "Red tea
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from pathlib import Path
 
@@ -144,3 +145,71 @@ def test_a_manifest_exclude_newer_package_is_parsed_strictly(table: str) -> None
     )
     with pytest.raises(IntegrityError, match="exclude-newer-package"):
         parse_manifest(text)
+
+
+# --- the trust directory belongs to this user or root alone ---------------------------------------
+
+OTHER_UID = 54321
+
+
+# attack: (which file, what changes: "o+w", "g+w", "owner" (needs root), "link" or "hard link" (needs root))
+TRUST_ATTACKS = {
+    "dir-world-writable": ("dir", "o+w"),
+    "dir-group-writable": ("dir", "g+w"),
+    "pub-group-writable": ("pub", "g+w"),
+    "policy-world-writable": ("policy", "o+w"),
+    "revoked-world-writable": ("revoked", "o+w"),
+    "dir-foreign": ("dir", "owner"),
+    "pub-foreign": ("pub", "owner"),
+    "policy-foreign": ("policy", "owner"),
+    "link-to-foreign-dir": ("dir", "link"),
+    "pub-hard-link-to-foreign-file": ("pub", "hard link"),
+}
+
+
+@pytest.mark.parametrize("attack", list(TRUST_ATTACKS))
+def test_a_trust_directory_another_user_could_write_is_refused(
+    tmp_path: Path, people: dict[str, Signer], attack: str
+) -> None:
+    """A trust directory (or a .pub, revoked.txt or policy.toml in it) that another local user owns or can
+    write lets that user add their key, drop a revocation or lower the threshold, and so have root install
+    anything. Checked on the opened directory's descriptor (so a link to it is judged by what it points
+    to) and on each opened file: refused, fail closed."""
+    from lockbuild.errors import SignatureError
+    from lockbuild.trust import load_store
+
+    which, change = TRUST_ATTACKS[attack]
+    if change in ("owner", "link", "hard link") and os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    trust = trust_dir(tmp_path, people["alice"], policy="threshold = 1\n", revoked="")
+    assert load_store(trust).policy.threshold == 1
+    target = {"dir": trust, "pub": trust / people["alice"].pub.name, "policy": trust / "policy.toml",
+              "revoked": trust / "revoked.txt"}[which]  # fmt: skip
+    named = trust
+    if change == "owner":
+        os.chown(target, OTHER_UID, OTHER_UID)
+    elif change == "link":
+        os.chown(trust, OTHER_UID, OTHER_UID)
+        named = tmp_path / "keys-link"
+        named.symlink_to(trust)
+    elif change == "hard link":
+        planted = tmp_path / "planted.pub"
+        shutil.copyfile(people["bob"].pub, planted)
+        os.chown(planted, OTHER_UID, OTHER_UID)
+        os.link(planted, trust / "bob.pub")
+    else:
+        target.chmod(target.stat().st_mode | (0o002 if change == "o+w" else 0o020))
+    with pytest.raises(SignatureError, match=r"refused .* (owned by uid 54321|writable by its group or by others)"):
+        load_store(named)
+
+
+def test_a_trust_directory_owned_by_root_or_this_user_and_read_only_to_others_is_accepted(
+    tmp_path: Path, people: dict[str, Signer]
+) -> None:
+    from lockbuild.trust import load_store
+
+    trust = trust_dir(tmp_path, people["alice"], people["bob"], policy="threshold = 2\n")
+    trust.chmod(0o755)
+    link = tmp_path / "keys-link"
+    link.symlink_to(trust)  # a link the administrator made to a directory they own is followed
+    assert load_store(link).policy.threshold == 2

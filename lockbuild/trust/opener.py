@@ -10,6 +10,9 @@ digest and the signed manifest. ``lockbuild verify`` and ``Installer.install`` b
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +24,9 @@ from lockbuild.digest import CHUNK, TwinHasher
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
-from lockbuild.minisign.keyfiles import read_text
+from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
 from lockbuild.progress import Progress
+from lockbuild.regular import _kind as kind_of
 from lockbuild.regular import open_regular, read_regular
 from lockbuild.trust.policy import (
     Evaluation,
@@ -42,40 +46,97 @@ def signature_path(bundle: Path) -> Path:
     return bundle.with_name(bundle.name + ".minisig")
 
 
-def _optional_text(path: Path, what: str) -> str | None:
-    """A trust-directory file that may be absent (None); present but unreadable in any way (a dangling
-    symlink, a directory, no permission, not UTF-8) fails closed."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _check_owner(st: os.stat_result, path: Path, what: str) -> None:
+    """What decides which keys this machine trusts must be writable by this user or root alone: a trust
+    directory (or a file in it) that another user owns or can write lets that user add a key, drop a
+    revocation or lower the threshold, and so install anything."""
+    problem = None
+    if st.st_uid not in (os.geteuid(), 0):
+        problem = f"is owned by uid {st.st_uid}, neither this user (uid {os.geteuid()}) nor root"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problem = f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if problem:
+        raise SignatureError(
+            f"refused {what} {path}: it {problem}, so another user could choose the keys this machine trusts;"
+            " the trust store fails closed.",
+            tip=f"Make {path} owned by root (or the installing user) and writable by no one else: chmod go-w.",
+        )
+
+
+def _read_in(dfd: int, directory: Path, name: str, what: str, limit: int) -> str | None:
+    """A file of the (already opened) trust directory, by descriptor: None when truly absent; a link,
+    FIFO, device, directory, oversized, unreadable, non-UTF-8 or foreign-owned file fails closed."""
+    path = directory / name
+    closed = "the trust store fails closed"
     try:
-        return read_text(path, what=what)
-    except SignatureError as exc:
-        if not (path.exists() or path.is_symlink()):
-            return None
-        raise SignatureError(f"{exc.message}; the trust store fails closed.", tip=exc.tip) from None
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SignatureError(f"the {what} {path} is a symbolic link: expected a regular file; {closed}.",
+                                 tip=f"Copy the {what} into place instead of linking it.") from None  # fmt: skip
+        raise SignatureError(f"cannot open the {what} {path}: {exc.strerror or exc}; {closed}.",
+                             tip=f"Make {path} readable, or remove it.") from None  # fmt: skip
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)
+        shape = f"is {kind_of(st.st_mode)}" if not stat.S_ISREG(st.st_mode) else f"is {st.st_size} bytes"
+        raise SignatureError(f"the {what} {path} {shape}: expected a regular file of at most {limit} bytes; {closed}.",
+                             tip=f"Make {path} a small plain file, or remove it.")  # fmt: skip
+    with os.fdopen(fd, "rb") as f:
+        _check_owner(st, path, what)
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise SignatureError(f"cannot read {what} {path}: {why}; the trust store fails closed.") from None
+    if len(data) > limit:
+        raise SignatureError(f"{what} {path} grew while it was read; the trust store fails closed.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SignatureError(f"{what} {path} is not UTF-8 text; the trust store fails closed.") from None
 
 
 def load_store(directory: Path) -> TrustStore:
-    """Every ``*.pub`` in ``directory``, ``revoked.txt`` and ``policy.toml``; anything malformed fails closed."""
+    """Every ``*.pub`` in ``directory``, ``revoked.txt`` and ``policy.toml``; anything malformed fails closed.
+    The directory is opened once and checked on its descriptor (owned by this user or root, writable by
+    no one else); its files are opened relative to it, never through a link."""
     tip = (f"Put the publishers' minisign .pub files in {directory} (and optionally revoked.txt with one key id"
            " per line); remove or fix any file that is not a valid public key.")  # fmt: skip
-    if not directory.is_dir():
-        state = "is not a directory" if directory.exists() else "does not exist"
-        raise SignatureError(f"trust directory {directory} {state}: expected a directory of .pub files", tip=tip)
     try:
-        pub_files = sorted(p for p in directory.iterdir() if p.name.endswith(".pub"))
+        dfd = os.open(directory, _DIR_FLAGS)
     except OSError as exc:
-        raise SignatureError(f"cannot list trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
-    keys: list[tuple[str, PublicKey]] = []
-    for pub in pub_files:
+        state = {errno.ENOENT: "does not exist", errno.ENOTDIR: "is not a directory"}.get(exc.errno or 0)
+        if state is None:
+            raise SignatureError(f"cannot open trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
+        raise SignatureError(f"trust directory {directory} {state}: expected a directory of .pub files",
+                             tip=tip) from None  # fmt: skip
+    try:
+        _check_owner(os.fstat(dfd), directory, "trust directory")
         try:
-            keys.append((pub.name, parse_public_key(read_text(pub, what="public key"), source=str(pub))))
-        except SignatureError as exc:
-            raise SignatureError(f"malformed public key in trust directory: {exc.message}", tip=tip) from None
-    return build_store(
-        keys,
-        source=str(directory),
-        revoked=_optional_text(directory / REVOKED_FILE, "revocation list") or "",
-        policy=_optional_text(directory / POLICY_FILE, "policy"),
-    )
+            names = sorted(n for n in os.listdir(dfd) if n.endswith(".pub"))  # noqa: PTH208 (by descriptor)
+        except OSError as exc:
+            raise SignatureError(f"cannot list trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
+        keys: list[tuple[str, PublicKey]] = []
+        for name in names:
+            try:
+                text = _read_in(dfd, directory, name, "public key", MAX_KEY_FILE_BYTES)
+                if text is None:  # listed, then gone
+                    raise SignatureError(f"public key {directory / name} vanished while it was read")
+                keys.append((name, parse_public_key(text, source=str(directory / name))))
+            except SignatureError as exc:
+                raise SignatureError(f"malformed public key in trust directory: {exc.message}", tip=tip) from None
+        revoked = _read_in(dfd, directory, REVOKED_FILE, "revocation list", MAX_KEY_FILE_BYTES)
+        policy = _read_in(dfd, directory, POLICY_FILE, "policy", MAX_KEY_FILE_BYTES)
+    finally:
+        os.close(dfd)
+    return build_store(keys, source=str(directory), revoked=revoked or "", policy=policy)
 
 
 def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signature, ...]:

@@ -278,3 +278,17 @@ def test_a_tls_registry_with_the_sites_ca_file(tmp_path: Path, bundles: dict[str
         assert r.exit_code == 1 and "ConnectError" in r.output and "certificate verify failed" in r.output
     finally:
         secure.close()
+
+
+def test_a_different_build_under_a_name_the_store_holds_is_refused_before_any_member(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
+    target = reg.ref("site/rebuilt", "1.0-cpu")
+    rebuilt = make_bundle(tmp_path / "rebuilt", [signer.secret], version="1.0", serial_days=3)
+    _push(rebuilt, signer, target)
+    store = tmp_path / "store"
+    _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
+    reg.mark()
+    r = cli("pull", target, "--store", store, "--trust", signer.trust)
+    assert r.exit_code == 4 and "already holds a different toyengine/1.0-cpu; nothing was fetched" in r.output
+    assert len(reg.blob_gets()) == 1  # the signed manifest only

@@ -167,6 +167,10 @@ def pull(
                              f"{DEFAULT_LIMITS.max_manifest}.")  # fmt: skip
     manifest_bytes = registry.get_small_blob(artifact.config_digest, DEFAULT_LIMITS.max_manifest)
     manifest = check_manifest(claim, manifest_bytes)
+    ref = f"{manifest.engine}/{manifest.version}-{manifest.variant}"
+    if ref in store.refs() and store.build_files(ref)[0] != manifest_bytes:
+        raise IntegrityError(f"the store already holds a different {ref}; nothing was fetched.",
+                             tip="Keep one store per site release train, or pull into another store.")  # fmt: skip
     members = _distinct(manifest.members)
     moved = moved_bytes = 0
     with store.lock(exclusive=True, wait=wait):
@@ -186,8 +190,7 @@ def pull(
         store.sync()
         store.put_build(manifest, manifest_bytes, artifact.signatures)
     progress.finish()
-    return Moved(f"{manifest.engine}/{manifest.version}-{manifest.variant}", len(members), moved, moved_bytes,
-                 claim.signers)  # fmt: skip
+    return Moved(ref, len(members), moved, moved_bytes, claim.signers)
 
 
 def _fetch(registry: Registry, store: Store, m: Member, progress: Progress) -> None:

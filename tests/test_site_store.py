@@ -113,6 +113,11 @@ def test_store_verify_names_a_damaged_and_a_missing_blob(tmp_path: Path, bundles
     assert f"blobs/sha256/{blobs[0].name}: its content has sha256" in r.output
     assert f"missing blob {blobs[1].name}" in r.output
     assert [row["complete"] for row in _list(store)] == [False]
+    r = cli("store", "verify", "--store", store, "--remove-damaged")
+    assert r.exit_code == 4 and "the damaged blobs were removed" in r.output
+    assert not blobs[0].exists()
+    _import(bundles["1.0"], signer, store)  # puts back only what is missing
+    assert cli("store", "verify", "--store", store).exit_code == 0
 
 
 def test_gc_removes_only_unreferenced_blobs(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:

@@ -101,23 +101,30 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
 @store_group.command("verify", epilog="Example: lockbuild store verify --store /srv/lockbuild")
 @store_option
 @wait_option
+@click.option("--remove-damaged", is_flag=True, help="Delete damaged blobs (import or pull again to restore them).")
 @json_option
 @click.pass_context
-def store_verify(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) -> None:
+def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damaged: bool, as_json: bool) -> None:
     """Re-hash every blob and check every build's manifest and blobs; exit 4 if anything is damaged."""
     _setup(ctx, as_json)
     from lockbuild.site.store import Store
 
-    with Store(store_dir) as store, store.lock(exclusive=False, wait=wait):
-        damage = store.verify()
+    with Store(store_dir) as store, store.lock(exclusive=remove_damaged, wait=wait):
+        damage = store.verify(remove=remove_damaged)
         count = len(store.blob_names())
+    if damage and remove_damaged:
+        raise IntegrityError(
+            f"the store {store_dir} had {len(damage)} problem(s); the damaged blobs were removed: "
+            + "; ".join(f"{d.path}: {d.problem}" for d in damage[:20]) + ".",
+            tip="Import or pull the builds again: they fetch only the blobs that are missing.",
+        )
     if damage:
         listed = "; ".join(f"{d.path}: {d.problem}" for d in damage[:20])
         more = f" (and {len(damage) - 20} more)" if len(damage) > 20 else ""
         raise IntegrityError(
             f"the store {store_dir} has {len(damage)} problem(s): {listed}{more}.",
-            tip="Remove the damaged blobs (lockbuild store gc keeps referenced ones) and import or pull the "
-            "builds again; they fetch only what is missing.",
+            tip="Run it again with --remove-damaged, then import or pull the builds again; they fetch only "
+            "what is missing.",
         )
     _emit(ctx, {"store": str(store_dir), "blobs": count, "damage": []},
           f"OK {store_dir}: {count} blobs re-hashed, every build complete")  # fmt: skip

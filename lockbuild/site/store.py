@@ -443,8 +443,10 @@ class Store:
             else:
                 path.unlink()
 
-    def verify(self) -> list[Damage]:
-        """Re-hash every blob; check every build's manifest and that its blobs are all present."""
+    def verify(self, *, remove: bool = False) -> list[Damage]:
+        """Re-hash every blob; check every build's manifest and that its blobs are all present.
+        With ``remove`` (hold the exclusive lock), a damaged blob is deleted, so that importing or pulling
+        the build again puts it back (they fetch only what is missing)."""
         damage: list[Damage] = []
         for name in self.blob_names():
             rel = f"blobs/sha256/{name}"
@@ -455,9 +457,12 @@ class Store:
                 got = self.rehash(name)
             except LockbuildError as exc:
                 damage.append(Damage(rel, exc.message))
-                continue
+                got = ""
             if got != name:
-                damage.append(Damage(rel, f"its content has sha256 {got}"))
+                if got:
+                    damage.append(Damage(rel, f"its content has sha256 {got}"))
+                if remove:
+                    self._remove_blob(name)
         for ref in self.refs():
             try:
                 b = self.build(ref)
@@ -471,6 +476,14 @@ class Store:
                 except LockbuildError as exc:
                     damage.append(Damage(f"builds/{ref}", f"{m.path}: {exc.message}"))
         return damage
+
+    def _remove_blob(self, name: str) -> None:
+        try:
+            os.unlink(name, dir_fd=self.blobs)
+        except IsADirectoryError:
+            shutil.rmtree(self.root / "blobs" / "sha256" / name)
+        except PermissionError:  # a directory, on some systems
+            shutil.rmtree(self.root / "blobs" / "sha256" / name)
 
     def gc(self) -> tuple[int, int]:
         """Remove blobs no build references, and tmp/ leftovers (hold the exclusive lock).

@@ -34,9 +34,11 @@ def origin(url: str) -> tuple[str, str, int | None]:
 
 
 def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 and localhost: traffic that never leaves this machine."""
+    """127.0.0.0/8, ::1 and the name localhost itself: traffic that never leaves this machine. Not
+    ``*.localhost`` nor ``localhost.`` (a resolver without RFC 6761's rule asks DNS for them, and a network
+    attacker answers), nor a name such as ``127.0.0.1.nip.io`` or ``localhost.evil.com``."""
     host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback

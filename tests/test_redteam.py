@@ -213,3 +213,35 @@ def test_a_trust_directory_owned_by_root_or_this_user_and_read_only_to_others_is
     link = tmp_path / "keys-link"
     link.symlink_to(trust)  # a link the administrator made to a directory they own is followed
     assert load_store(link).policy.threshold == 2
+
+
+# --- plain http: only this machine, named in a way no resolver sends to DNS ---------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://evil.localhost/simple",  # RFC 6761 says loopback, but glibc without systemd-resolved asks DNS
+        "http://localhost./simple",  # a fully qualified name: DNS, not /etc/hosts
+        "http://localhost.evil.com/simple",
+        "http://127.0.0.1.nip.io/simple",
+        "http://127.1/simple",  # not an address Python's ipaddress reads: treated as a name
+        "http://0.0.0.0/simple",
+        "http://[::ffff:8.8.8.8]/simple",
+        "ftp://127.0.0.1/simple",
+    ],
+)
+def test_plain_http_is_refused_to_every_look_alike_of_this_machine(url: str) -> None:
+    from lockbuild.urls import InsecureTransportError, check_transport, is_secure
+
+    assert not is_secure(url)
+    with pytest.raises(InsecureTransportError):
+        check_transport(url, what="LOCKBUILD_INDEX_URL", allow_insecure=False)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/simple", "http://127.5.6.7/x", "http://[::1]:9/x",
+                                 "http://localhost/x", "http://LOCALHOST:80/x", "https://evil.localhost/x"])  # fmt: skip
+def test_plain_http_to_this_machine_is_allowed(url: str) -> None:
+    from lockbuild.urls import is_secure
+
+    assert is_secure(url)

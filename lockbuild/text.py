@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 # scheme://userinfo@ : the userinfo part of a URL (RFC 3986), wherever it appears in a text.
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")  # up to the LAST @ of the authority
 MASK = "***@"
 
 

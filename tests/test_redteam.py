@@ -245,3 +245,20 @@ def test_plain_http_to_this_machine_is_allowed(url: str) -> None:
     from lockbuild.urls import is_secure
 
     assert is_secure(url)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("https://user:p@ss@index.example/simple", "ss"),  # an unencoded @ in the password: userinfo ends at the last @
+        ("https://user:p@s@s@index.example/simple", "s@s"),
+        ("ERROR cannot reach https://tok:x@@h.io/a?b=c@d", "x@"),
+        ("git+https://u:pw@github.com/o/r", "pw"),
+    ],
+)
+def test_every_credential_in_a_printed_url_is_masked(text: str, secret: str) -> None:
+    from lockbuild.text import for_terminal, mask_data
+
+    for shown in (for_terminal(text), mask_data({"error": text})["error"]):
+        authority = shown.split("://", 1)[1].split("/", 1)[0]
+        assert authority.startswith("***@") and secret not in authority, shown

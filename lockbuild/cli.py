@@ -643,6 +643,14 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
             for m in manifest.members
             if m.kind == "interpreter"
         ),
+        *(
+            [
+                "build dependencies (the node builds the sdists offline from these only): "
+                + ", ".join(m.path.rsplit("/", 1)[-1] for m in manifest.members if m.kind == "build-dep")
+            ]
+            if any(m.kind == "build-dep" for m in manifest.members)
+            else []
+        ),
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]

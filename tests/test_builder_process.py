@@ -410,7 +410,10 @@ def test_no_library_module_reads_the_environment() -> None:
 
 
 def test_warnings_are_data_in_json_and_lines_in_text(env: FakeServer, tmp_path: Path) -> None:
-    sdist = make_tar_gz({"lkstatic-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkstatic\nVersion: 1.0\n"})
+    sdist = make_tar_gz({
+        "lkstatic-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkstatic\nVersion: 1.0\n",
+        "lkstatic-1.0/pyproject.toml": b"[build-system]\nrequires = []\n",  # no build dependency to lock
+    })  # fmt: skip
     if not env.projects.get(("primary", "lkstatic")):
         env.publish("lkstatic-1.0.tar.gz", sdist, uploaded=day(1))
     recipe = recipe_with(tmp_path, "lkstatic==1.0")

@@ -16,6 +16,7 @@ import zstandard
 
 from lockbuild import __version__
 from lockbuild.builder.plan import Plan
+from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text
 from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
 from lockbuild.bundle.paths import env_reserved
@@ -56,6 +57,22 @@ def sbom(plan: Plan) -> bytes:
                 "purl": purl,
                 "hashes": [{"alg": "SHA-256", "content": f.sha256}],
                 "externalReferences": [{"type": "distribution", "url": f.url}],
+            }
+        )
+    needed_by = [sdist for sdist, reqs in plan.build_requires if reqs]  # the closure is shared by them
+    for f in sorted(plan.build_deps, key=lambda f: f.name):
+        purl = f"pkg:pypi/{f.name}@{f.version}?file_name={f.filename}"
+        components.append(
+            {
+                "type": "library",
+                "bom-ref": f"build:{purl}",
+                "name": f.name,
+                "version": f.version,
+                "purl": purl,
+                "scope": "excluded",  # needed to build the sdists, never installed in the environment
+                "hashes": [{"alg": "SHA-256", "content": f.sha256}],
+                "externalReferences": [{"type": "distribution", "url": f.url}],
+                "properties": [{"name": "lockbuild:build-dependency-of", "value": " ".join(needed_by)}],
             }
         )
     for e in sorted(plan.extras, key=lambda e: e.path):
@@ -150,10 +167,16 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
     ]
     if plan.lock.format == "pylock.toml":
         generated.append(_bytes_member("lock/pylock.toml", bundle_pylock(plan.lock.files, b.target).encode(), "lock"))
+    if plan.build_requires:  # the lock has sdists: the node builds them from this hashed closure only
+        text = build_lock_text(plan.build_deps, plan.build_requires)
+        generated.append(_bytes_member(BUILD_LOCK, text.encode(), "lock"))
     entries: list[Entry] = [Entry(m, data) for m, data in generated]
     for f in plan.lock.files:
         src = fetched[f.sha256]
         entries.append(Entry(Member(f.bundle_path, src.stat().st_size, f.sha256, f.kind, f.url), src))
+    for f in plan.build_deps:
+        src = fetched[f.sha256]
+        entries.append(Entry(Member(f"{BUILD_DIR}/{f.filename}", src.stat().st_size, f.sha256, KIND, f.url), src))
     for e in plan.extras:
         src = fetched[e.sha256]
         entries.append(Entry(Member(e.path, src.stat().st_size, e.sha256, e.kind, e.url), src))

@@ -14,6 +14,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, canonicalize_version, parse_wheel_filename
 
 from lockbuild.builder import github
+from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.index import Index, IndexFile, Publication
@@ -59,10 +60,12 @@ class Plan:
     resolved_recipe: str
     uv_version: str
     warnings: tuple[str, ...] = ()  # shown by the CLI in text and in --json
+    build_deps: tuple[LockedFile, ...] = ()  # the hashed closure the lock's sdists are built from (issue 14)
+    build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
 
     def wanted(self) -> list[Wanted]:
         # Credentials are added by the HTTP client, per host, from the settings (never per file).
-        out = [Wanted(f.url, f.sha256, f.size, f.filename) for f in self.lock.files]
+        out = [Wanted(f.url, f.sha256, f.size, f.filename) for f in (*self.lock.files, *self.build_deps)]
         out += [Wanted(e.url, e.sha256, e.size, e.path) for e in self.extras]
         return out
 
@@ -262,11 +265,12 @@ class Planner:
                 tip="Remove the stale entry, or add the package to requirements.",
             )
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
+        build_deps, build_requires = self._build_closure(files, build, as_of, second)
         if sdists:
             warnings.append(
                 f"{len(sdists)} package(s) have no wheel for {build.platform} and come as sdists "
-                f"({', '.join(sdists[:5])}); their build dependencies are not in the lock, so an offline "
-                "install must build them with what the node has, and may fail"
+                f"({', '.join(sdists[:5])}); the node builds them offline from the {len(build_deps)} hashed "
+                "build dependencies bundled with them"
             )
         uv = uv_version(uv_binary())
         tool = choose_uv_wheel(self.primary, build.target, uv)
@@ -274,8 +278,42 @@ class Planner:
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
             recipe, build, as_of, lock, tuple(requirements), tuple(extras), resolved_recipe(recipe, build, as_of),
-            uv, tuple(warnings),
+            uv, tuple(warnings), build_deps, build_requires,
         )  # fmt: skip
+
+    def _build_closure(
+        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, second: Index | None
+    ) -> tuple[tuple[LockedFile, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+        """The lock's sdists' build requirements (read from each sdist, never run), resolved at the same
+        cut-off for the same target, wheels only, with hashes: what the node builds them from."""
+        per: list[tuple[str, tuple[str, ...]]] = []
+        for f in sorted((f for f in files if f.kind == "sdist"), key=lambda f: f.filename):
+            with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:
+                per.append((f.filename, build_requires(fh, f.filename)))
+        wanted = sorted({r for _, reqs in per for r in reqs})
+        if not wanted:
+            return (), tuple(per)
+        self.progress.phase(f"{build.id}: resolving the build dependencies of {len(per)} sdist(s)")
+        try:
+            with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
+                resolution = compile_lock(
+                    wanted, build.target, as_of, index_url=self.index_url, second=build.index, workdir=Path(tmp),
+                    cache_dir=self.cache.uv_cache(), inherit=dict(self.settings.child_environ),
+                    credentials=self.settings.index_credentials, exclude_newer_package=build.exclude_newer_package,
+                )  # fmt: skip
+        except ResolveError as exc:
+            shown = "; ".join(f"{sdist} needs {', '.join(reqs)}" for sdist, reqs in per if reqs)
+            raise ResolveError(
+                f"cannot lock the build dependencies of the sdists ({shown}) as of {iso(as_of)}: {exc.message}",
+                tip="The node builds an sdist only from hashed build dependencies bundled with it. Require a "
+                "version of the package that publishes a wheel for this target, or make its build "
+                "dependencies available as wheels on the index by the cut-off.",
+            ) from None
+        if resolution.format == "pylock.toml":
+            pins = parse_pylock(resolution.text, build.target)
+        else:
+            pins = parse_requirements_lock(resolution.text)
+        return self._files(pins, build, {}, as_of, second), tuple(per)
 
     def _interpreter(self, build: Build) -> ExtraFile:
         """The standalone interpreter: a release asset taken only with its published digest, fetched

@@ -25,9 +25,9 @@ FORMAT = 2
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
 MANIFEST = "bundle.toml"
-KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter")
+KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter", "build-dep")
 _ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
-          "source": 7, "assets": 8}  # fmt: skip
+          "source": 7, "assets": 8, "build-deps": 9}  # fmt: skip
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,63}")
 LOCK_FORMATS = ("requirements.txt", "pylock.toml")

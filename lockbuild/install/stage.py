@@ -26,6 +26,7 @@ from lockbuild.install.fit import GpuCheck
 from lockbuild.install.marker import MARKER, RECORD_DIR, Installed
 from lockbuild.install.node import Node
 from lockbuild.install.runenv import engine_env, run
+from lockbuild.install.sdists import build_sdists, has_build_closure
 from lockbuild.install.tools import extract_uv
 from lockbuild.progress import Progress
 from lockbuild.times import iso
@@ -65,14 +66,21 @@ class Stage:
             raise InstallError(f"uv venv did not make a plain directory at {self.staged}.")
         self.staged.chmod(0o755)
         self.hook("install")
+        lock, kinds = self.unpacked / "lock" / "requirements.txt", {"wheel", "sdist"}
+        if has_build_closure(m):  # issue 14: sdists built from the bundle's hashed build dependencies only
+            built, lock = build_sdists(uv, python, self.unpacked, m, env, p)
+            run([str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
+                 "--no-index", "--no-deps", *map(str, built)],
+                env=env, timeout=3600, what="uv pip install")  # fmt: skip
+            kinds = {"wheel"}
         argv = [str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
                 "--no-index", "--require-hashes"]  # fmt: skip
         for kind, folder in (("wheel", "wheels"), ("sdist", "sdists")):
-            if any(x.kind == kind for x in m.members):  # only folders the bundle has (uv refuses a missing one)
+            if kind in kinds and any(x.kind == kind for x in m.members):  # only folders the bundle has
                 argv += ["--find-links", str(self.unpacked / folder)]
-        if not any(x.kind == "sdist" for x in m.members):
+        if "sdist" not in kinds or not any(x.kind == "sdist" for x in m.members):
             argv.append("--no-build")
-        argv += ["-r", str(self.unpacked / "lock" / "requirements.txt")]
+        argv += ["-r", str(lock)]
         count = sum(1 for x in m.members if x.kind in ("wheel", "sdist"))
         p.phase(f"installing {count} package(s) offline with uv {m.uv_version}")
         run(argv, env=env, timeout=3600, what="uv pip install")

@@ -1,0 +1,37 @@
+"""The build closure of a bundle's sdists (issue 14): where its wheels live and the hashed lock the node
+builds with (``uv build --build-constraints lock/build-requirements.txt --require-hashes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+BUILD_LOCK = "lock/build-requirements.txt"
+BUILD_DIR = "build-deps"
+KIND = "build-dep"
+
+
+class _Dep(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def filename(self) -> str: ...
+
+
+def build_lock_text(deps: Sequence[_Dep], requires: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+    """Each build dependency pinned to its one bundled file's sha256; each sdist's own build
+    requirements recorded in comments (what the builder read from its pyproject.toml)."""
+    lines = [
+        "# Build dependencies of this bundle's sdists, for:",
+        f"#   uv build --wheel --offline --no-index --find-links {BUILD_DIR} --build-constraints {BUILD_LOCK} "
+        "--require-hashes SDIST",
+    ]
+    lines += [f"# {sdist} requires: {', '.join(reqs) or 'nothing'}" for sdist, reqs in requires]
+    for d in sorted(deps, key=lambda d: d.name):
+        lines.append(f"{d.name}=={d.version} \\\n    --hash=sha256:{d.sha256}")
+        lines.append(f"    # {BUILD_DIR}/{d.filename}")
+    return "\n".join(lines) + "\n"

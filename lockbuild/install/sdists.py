@@ -1,0 +1,78 @@
+"""Building a bundle's sdists on the node from their hashed build closure only (issue 14).
+
+Each sdist is built by ``uv build --wheel`` in its own isolated build environment, offline, with no
+index: its build dependencies can come only from the bundle's ``build-deps/``, and uv takes one only
+when its sha256 is the one ``lock/build-requirements.txt`` (signed with the manifest) gives
+(``--build-constraints ... --require-hashes``). A requirement the lock does not name, or a file with
+another digest, stops the install; nothing is fetched. The wheels built are then installed with
+``--no-deps``, and the rest of the lock without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
+
+from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.paths import create_under
+from lockbuild.errors import InstallError
+from lockbuild.install.runenv import run
+from lockbuild.lock import parse_requirements_lock
+from lockbuild.progress import Progress
+
+BUILD_TIMEOUT = 3600.0
+NODE_LOCK = "lock/node-requirements.txt"
+
+
+def has_build_closure(m: Manifest) -> bool:
+    return any(x.path == BUILD_LOCK and x.kind == "lock" for x in m.members)
+
+
+def build_sdists(
+    uv: Path, python: Path, unpacked: Path, m: Manifest, env: Mapping[str, str], progress: Progress
+) -> tuple[list[Path], Path]:
+    """The wheels built from the bundle's sdists, and the lock of everything else (to install after them)."""
+    pins = parse_requirements_lock((unpacked / "lock" / "requirements.txt").read_text(encoding="utf-8"))
+    by_hash = {h: p for p in pins for h in p.hashes}
+    out = unpacked / ".built"
+    out.mkdir(mode=0o700)
+    built: list[Path] = []
+    names: set[str] = set()
+    for x in sorted((x for x in m.members if x.kind == "sdist"), key=lambda x: x.path):
+        pin = by_hash.get(x.sha256)
+        if pin is None:
+            raise InstallError(f"the bundle's lock names no package with the digest of {x.path}; refused.")
+        argv = [str(uv), "build", "--wheel", "--offline", "--no-index", "--python", str(python), "--build-constraints",
+                str(unpacked / BUILD_LOCK), "--require-hashes", "--out-dir", str(out)]  # fmt: skip
+        if any(d.kind == KIND for d in m.members):
+            argv += ["--find-links", str(unpacked / BUILD_DIR)]
+        progress.phase(f"building {x.path.rsplit('/', 1)[-1]} offline from the bundle's hashed build dependencies")
+        before = set(out.glob("*.whl"))  # uv also writes a .gitignore there
+        run([*argv, str(unpacked / x.path)], env=dict(env), timeout=BUILD_TIMEOUT, what=f"building {x.path}")
+        made = sorted(set(out.glob("*.whl")) - before)
+        if len(made) != 1 or not _is_wheel_of(made[0].name, pin.name, pin.version):
+            raise InstallError(
+                f"building {x.path} made {', '.join(p.name for p in made) or 'nothing'}; expected one wheel of "
+                f"{pin.name} {pin.version}."
+            )
+        built.append(made[0])
+        names.add(pin.name)
+    rest = [p for p in pins if p.name not in names]
+    text = "".join(f"{p.name}=={p.version} " + " ".join(f"--hash=sha256:{h}" for h in sorted(p.hashes)) + "\n"
+                   for p in rest)  # fmt: skip
+    with create_under(unpacked, NODE_LOCK) as f:
+        f.write(text.encode())
+    return built, unpacked / NODE_LOCK
+
+
+def _is_wheel_of(filename: str, name: str, version: str) -> bool:
+    try:
+        got_name, got_version, _, _ = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return False
+    return canonicalize_name(got_name) == canonicalize_name(name) and canonicalize_version(
+        got_version
+    ) == canonicalize_version(version)

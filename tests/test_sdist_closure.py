@@ -1,0 +1,174 @@
+"""sdists with a hashed build closure (issue 14): an sdist's build requirements are read from it (never
+run), locked at the build's cut-off with hashes and bundled; the node builds it offline from exactly
+those files, in a throw-away build environment, and refuses any other."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import PLATFORM, PY, Keys, day
+from hostile import INSTALL
+from hostile import manifest as make_manifest
+from sdistkit import backend_wheel, sdist_needing_backend
+from servers import FakeServer, make_tar_gz, make_wheel
+
+from lockbuild.builder.buildreqs import LEGACY_REQUIRES, build_requires
+from lockbuild.bundle.buildlock import BUILD_LOCK
+from lockbuild.bundle.manifest import Member
+from lockbuild.cli import main
+from lockbuild.errors import InstallError, ResolveError
+from lockbuild.install.sdists import build_sdists
+from lockbuild.progress import Progress
+from lockbuild.uvtool import clean_env, uv_binary
+
+RECIPE = f"""\
+[engine]
+name = "lkbuilt"
+pypi = "lkbuilt"
+binary = "lkbuilt"
+verify = ["lkbuilt"]
+gpu-probe = "none"
+
+[[builds]]
+version = "1.0"
+variant = "cpu"
+python = "{PY}"
+platform = "{PLATFORM}"
+requirements = ["lkbuilt==1.0"]
+build-on-node = ["lkbuilt"]
+"""
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def publish(server: FakeServer) -> None:
+    """lkbuilt 1.0 exists only as an sdist whose backend, toybackend, is on the index; toybackend 2.0
+    appears after the cut-off and must not be locked."""
+    if server.projects.get(("primary", "lkbuilt")):
+        return
+    server.publish(*sdist_needing_backend("lkbuilt", "1.0"), uploaded=day(1))
+    server.publish(*backend_wheel("1.0"), uploaded=day(1))
+    server.publish(*backend_wheel("2.0"), uploaded=day(20))
+
+
+def test_an_sdists_build_closure_is_locked_bundled_and_built_offline(
+    env: FakeServer, keys: Keys, tmp_path: Path
+) -> None:
+    publish(env)
+    recipe = tmp_path / "lkbuilt.toml"
+    recipe.write_text(RECIPE)
+    code, stdout, stderr = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d"), "--json")
+    assert code == 0, stderr
+    bundle = Path(json.loads(stdout)["bundles"][0]["bundle"])
+    code, stdout, _ = cli("inspect", str(bundle), "--json")
+    files = {f["path"]: f["kind"] for f in json.loads(stdout)["files"]}
+    assert files["build-deps/toybackend-1.0-py3-none-any.whl"] == "build-dep"  # as of the cut-off: not 2.0
+    assert files[BUILD_LOCK] == "lock" and files["sdists/lkbuilt-1.0.tar.gz"] == "sdist"
+    assert not any("toybackend-2.0" in p for p in files)
+    _, text, _ = cli("inspect", str(bundle))
+    assert "build dependencies (the node builds the sdists offline from these only): toybackend-1.0-py3" in text
+
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-rn", "true"]).returncode != 0:
+        pytest.skip("no network namespace here")
+    root = tmp_path / "engines"
+    argv = [unshare, "-rn", sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
+            "--trust", str(keys.trust), "--json"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    env_dir = root / "lkbuilt" / "1.0-cpu"
+    out = subprocess.run([str(env_dir / "bin" / "lkbuilt")], capture_output=True, text=True)
+    assert out.stdout.strip() == "lkbuilt 1.0"
+    # the build dependency stayed in the throw-away build environment
+    assert not list(env_dir.glob("lib/python*/site-packages/toybackend*"))
+    sbom = json.loads((env_dir / "lockbuild" / "sbom.cdx.json").read_text())
+    (dep,) = [c for c in sbom["components"] if c["name"] == "toybackend"]
+    assert dep["scope"] == "excluded" and dep["version"] == "1.0"
+
+
+def unpacked_bundle(tmp: Path, backend: tuple[str, bytes], locked_backend: bytes) -> tuple[Path, list[Member]]:
+    """An unpacked bundle (as the reader leaves it) whose build lock pins ``locked_backend``'s digest
+    while build-deps/ holds ``backend``."""
+    u = tmp / "u"
+    (u / "sdists").mkdir(parents=True)
+    (u / "build-deps").mkdir()
+    (u / "lock").mkdir()
+    name, data = sdist_needing_backend("lkbuilt", "1.0")
+    (u / "sdists" / name).write_bytes(data)
+    (u / "build-deps" / backend[0]).write_bytes(backend[1])
+    sdist_sha = hashlib.sha256(data).hexdigest()
+    (u / "lock" / "requirements.txt").write_text(f"lkbuilt==1.0 --hash=sha256:{sdist_sha}\n")
+    (u / BUILD_LOCK).write_text(f"toybackend==1.0 --hash=sha256:{hashlib.sha256(locked_backend).hexdigest()}\n")
+    members = [
+        Member(INSTALL.uv, 1, "0" * 64, "tool", ""),
+        Member("lock/requirements.txt", 1, "0" * 64, "lock", ""),
+        Member(BUILD_LOCK, 1, "0" * 64, "lock", ""),
+        Member(f"sdists/{name}", len(data), sdist_sha, "sdist", ""),
+        Member(f"build-deps/{backend[0]}", 1, hashlib.sha256(backend[1]).hexdigest(), "build-dep", ""),
+    ]
+    return u, members
+
+
+def run_build(u: Path, members: list[Member], tmp: Path) -> tuple[list[Path], Path]:
+    env = clean_env(tmp / "uv-cache", offline=True, inherit={"PATH": "/usr/bin:/bin", "HOME": str(tmp)})
+    m = make_manifest(members, python=PY)
+    return build_sdists(Path(uv_binary()), Path(sys.executable), u, m, env, Progress.quiet())
+
+
+def test_the_node_builds_an_sdist_from_the_hashed_closure(tmp_path: Path) -> None:
+    genuine = backend_wheel("1.0")
+    u, members = unpacked_bundle(tmp_path, genuine, genuine[1])
+    built, rest = run_build(u, members, tmp_path)
+    assert [p.name for p in built] == ["lkbuilt-1.0-py3-none-any.whl"]
+    assert rest.read_text() == ""  # everything else of the lock: nothing here
+
+
+def test_a_tampered_build_dependency_is_refused(tmp_path: Path) -> None:
+    """build-deps/ holds another toybackend 1.0 than the signed build lock pins: the build stops before its
+    code runs (without --require-hashes and the pinned digest, the planted backend would run)."""
+    planted = tmp_path / "planted-ran"
+    evil = make_wheel("toybackend", "1.0", modules={
+        "toybackend/__init__.py": f"open({str(planted)!r}, 'w').close()\n" + "raise SystemExit('planted')\n",
+    })  # fmt: skip
+    u, members = unpacked_bundle(tmp_path, evil, backend_wheel("1.0")[1])
+    with pytest.raises(InstallError, match="Hash mismatch"):
+        run_build(u, members, tmp_path)
+    assert not planted.exists()
+
+
+def test_build_requirements_are_read_from_the_sdist_without_running_it() -> None:
+    def sdist(files: dict[str, bytes]) -> io.BytesIO:
+        return io.BytesIO(make_tar_gz(files))
+
+    pyproject = b'[build-system]\nrequires = ["hatchling>=1.0", "setuptools"]\nbuild-backend = "x"\n'
+    assert build_requires(sdist({"a-1/pyproject.toml": pyproject}), "a-1.tar.gz") == ("hatchling>=1.0", "setuptools")
+    assert build_requires(sdist({"a-1/setup.py": b"raise SystemExit\n"}), "a-1.tar.gz") == LEGACY_REQUIRES
+    assert build_requires(sdist({"a-1/pyproject.toml": b"[tool.x]\n"}), "a-1.tar.gz") == LEGACY_REQUIRES
+    nested = {"a-1/sub/pyproject.toml": b'[build-system]\nrequires = ["evil"]\n'}
+    assert build_requires(sdist(nested), "a-1.tar.gz") == LEGACY_REQUIRES  # only the top-level file counts
+    url = b'[build-system]\nrequires = ["x @ https://example.com/x.whl"]\n'
+    with pytest.raises(ResolveError, match="names a URL"):
+        build_requires(sdist({"a-1/pyproject.toml": url}), "a-1.tar.gz")
+
+
+def test_an_sdist_whose_build_dependencies_cannot_be_locked_is_refused_by_name(env: FakeServer, tmp_path: Path) -> None:
+    """No pyproject.toml: setuptools' legacy default, which this index lacks; the lock stops, naming both."""
+    if not env.projects.get(("primary", "lklegacy")):
+        files = {"lklegacy-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lklegacy\nVersion: 1.0\n"}
+        env.publish("lklegacy-1.0.tar.gz", make_tar_gz(files), uploaded=day(1))
+    recipe = tmp_path / "lklegacy.toml"
+    recipe.write_text(RECIPE.replace("lkbuilt", "lklegacy"))
+    code, _, stderr = cli("lock", str(recipe), "--out", str(tmp_path / "o"))
+    assert code != 0
+    assert "cannot lock the build dependencies of the sdists (lklegacy-1.0.tar.gz needs setuptools>=40.8.0)" in stderr

@@ -392,3 +392,14 @@ def test_a_server_on_the_namespaces_loopback_is_local_not_a_failure(
     assert code == 0, (report, err)
     assert "served pong" in report["steps"][-1]["detail"] and "loopback up" in report["namespace"]
     assert report["attempts"] and {a["verdict"] for a in report["attempts"]} == {"local"}
+
+
+@needs_netns
+def test_an_unprivileged_user_namespace_works_too(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    from lockbuild.selftest import SelfTestOptions, self_test
+
+    opts = SelfTestOptions(trust_dir=keys.trust, environ=dict(os.environ), base=tmp_path, user_namespace=True)
+    net = self_test(bundles["net"], opts)
+    assert net.namespace.startswith("unshare -r -n") and not net.passed
+    assert [(a.host, a.port) for a in net.refused if a.event == "socket.connect"] == [("10.255.255.1", 8080)]
+    assert self_test(bundles["quiet"], opts).passed

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -46,6 +47,7 @@ class SelfTestOptions:
     tracer: bool = True  # trace native calls with strace where it is installed
     environ: Mapping[str, str] = field(default_factory=dict)  # the CLI's; the test run gets an allow-list of it
     base: Path | None = None  # where lockbuild-selftest-<uid> lives (default: the temp directory)
+    user_namespace: bool | None = None  # unshare -rn (True) or -n (False); default: -rn unless root
 
 
 def _die_with_parent() -> None:  # pragma: no cover (runs in the child)
@@ -67,6 +69,23 @@ def platform_problems(manifest: Any, python: Path | None) -> tuple[str, ...]:
     return unmet(Needs(manifest.python, manifest.platform, None, 0), facts, "skip")
 
 
+def copy_trust(src: Path, dest: Path, most: int = 1 << 20) -> None:
+    """The trust directory's regular files into ``dest`` (0700, this user's): inside an unprivileged user
+    namespace a root-owned /etc/lockbuild/keys shows as owned by nobody, which the installer rightly refuses.
+    The outer run has already checked the signatures against ``src`` itself."""
+    dest.mkdir(mode=0o700)
+    for entry in sorted(src.iterdir()):
+        st = entry.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > most:
+            continue
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(most + 1)
+        out = os.open(dest / entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(out, "wb") as f:
+            f.write(data)
+
+
 def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None = None) -> Report:
     p = progress or Progress.quiet()
     p.phase(f"checking the signatures of {bundle.name}")
@@ -80,15 +99,16 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
             f"this machine cannot run {m.bundle_name}: " + "; ".join(reasons) + "; the self-test proves nothing here.",
             tip=f"Run `lockbuild test` on a machine of the bundle's platform ({m.platform}, Python {m.python}).",
         )
-    ns = sandbox.namespace()
+    ns = sandbox.namespace(options.user_namespace)
     tracer = trace.strace() if options.tracer else None
     with sandbox.workdir(options.base) as work:
         for d in ("root", "home", "tmp"):
             (work / d).mkdir(mode=0o755 if d == "root" else 0o700)
+        copy_trust(trust_dir(options.trust_dir), work / "trust")
         environ = {k: options.environ[k] for k in PASSED if k in options.environ}
         environ.update(HOME=str(work / "home"), TMPDIR=str(work / "tmp"))
         cfg = {
-            "bundle": str(bundle.absolute()), "trust": str(trust_dir(options.trust_dir).absolute()),
+            "bundle": str(bundle.absolute()), "trust": str(work / "trust"),
             "threshold": options.threshold, "python": str(options.python.absolute()) if options.python else None,
             "root": str(work / "root"), "audit": str(work / "audit.jsonl"), "result": str(work / "result.json"),
             "strace": tracer, "trace_out": str(work / "strace.txt"), "timeout": options.timeout,

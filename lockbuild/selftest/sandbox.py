@@ -78,15 +78,16 @@ def workdir(base: Path | None = None) -> Iterator[Path]:
             _force_remove(work)
 
 
-def namespace() -> list[str]:
-    """The command prefix that runs a program in a new network namespace; raises where none can be made."""
+def namespace(user: bool | None = None) -> list[str]:
+    """The command prefix that runs a program in a new network namespace; raises where none can be made.
+    ``user``: also a new user namespace (``unshare -rn``); default: only when not root."""
     exe = shutil.which("unshare")
     if exe is None:
         raise LockbuildError(
             "the self-test needs a network namespace, and unshare (util-linux) is not installed.",
             tip="Install util-linux; the self-test never runs an engine with the network in reach.",
         )
-    argv = [exe, "-n"] if os.geteuid() == 0 else [exe, "-r", "-n"]
+    argv = [exe, "-r", "-n"] if (os.geteuid() != 0 if user is None else user) else [exe, "-n"]
     proc = subprocess.run([*argv, "true"], capture_output=True, text=True, timeout=60, check=False)
     if proc.returncode != 0:
         raise LockbuildError(

@@ -1,6 +1,6 @@
 """bench/run: measure lockbuild against the classic air-gap path (pip download + tar + pip install).
 
-    bench/run [--workload small|vllm-shape|live] [--repeat N] [--scale 0.25,0.5,1] [--plot] [--quick]
+    bench/run [--workload small|vllm-shape|live|vllm-live] [--repeat N] [--scale 0.25,0.5,1] [--plot] [--quick]
 
 Starts a static index on 127.0.0.1 serving a generated workload (or uses the real PyPI for ``live``),
 then measures lock, fetch, pack and sign, verify, install and the whole pipeline, for lockbuild and
@@ -144,8 +144,16 @@ def show(path: Path, *, plot: bool) -> int:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--workload", choices=("small", "vllm-shape", "live"), default="small")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of every variant (default 3)")
+    ap.add_argument(
+        "--workload",
+        choices=("small", "vllm-shape", "live", "vllm-live"),
+        default="small",
+        help="vllm-live: bundles/vllm.toml cu128 from the real PyPI (4.9 GB; needs ~25 GB free disk)",
+    )
+    ap.add_argument("--repeat", type=int, default=None, help="runs of every variant (default 3; vllm-live 1)")
+    ap.add_argument(
+        "--phases", default=None, help="vllm-live only: some of lock,fetch,build-cold,build-warm,verify,install,classic"
+    )
     ap.add_argument(
         "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"
     )
@@ -163,6 +171,8 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.report is not None:
         return show(args.report, plot=args.plot)
+    if args.repeat is None:
+        args.repeat = 1 if args.workload == "vllm-live" else 3
     scales = [float(x) for x in args.scale.split(",")] if args.scale else [1.0]
     if args.workload != "vllm-shape":
         scales = [0.03]
@@ -171,6 +181,13 @@ def main(argv: list[str]) -> int:
     all_results: list[Results] = []
     started = time.monotonic()
     for scale in scales:
+        if args.workload == "vllm-live":
+            from bench import vllm_live
+
+            r = vllm_live.main(args, work / "vllm-live", keys(work / "vllm-live-keys"), log)
+            all_results.append(r)
+            sys.stdout.write(report.table(r) + "\n\n")
+            break
         r = run_one(args.workload, scale, args, work)
         all_results.append(r)
         sys.stdout.write(report.table(r) + "\n\n")

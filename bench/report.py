@@ -9,7 +9,7 @@ from typing import Any
 
 from bench.suite import Results
 
-PHASES = ("lock", "fetch", "pack", "verify", "install", "pipeline")
+PHASES = ("lock", "fetch", "build", "pack", "verify", "install", "classic", "pipeline")
 
 
 def _mb(n: float) -> str:
@@ -121,6 +121,28 @@ def _bars(ax: Any, r: Results) -> None:
     ax.legend()
 
 
+def _live_bars(ax: Any, r: Results) -> None:
+    """vllm-live: each lockbuild step beside its floor, with the issue's target as a tick."""
+    from bench import vllm_live as v
+
+    steps = (("lock", ("lock", v.LB_LOCK), ("lock", v.UV_LOCK), None),
+             ("build cold", ("build", v.COLD), ("fetch", v.RAW), 75.0),
+             ("build warm", ("build", v.WARM), ("build", v.ZSTD), 20.0),
+             ("verify", ("verify", v.VERIFY), ("verify", v.B2SUM), None),
+             ("install", ("install", v.INSTALL), ("install", v.UV_INSTALL), 55.0))  # fmt: skip
+    width = 0.38
+    for i, (_, lb, floor, target) in enumerate(steps):
+        a, b = r.get(*lb), r.get(*floor)
+        ax.bar(i - width / 2, a.median if a else 0.0, width, color="#1f77b4", label="lockbuild" if i == 0 else None)
+        ax.bar(i + width / 2, b.median if b else 0.0, width, color="#7f7f7f", label="floor" if i == 0 else None)
+        if target is not None:
+            ax.hlines(target, i - width, i + width, colors="#d62728", label="target" if i == 1 else None)
+    ax.set_xticks(range(len(steps)), [s[0] for s in steps])
+    ax.set_ylabel("seconds (median)")
+    ax.set_title(f"{r.label}: lockbuild against its floors (uv compile, curl, tar|zstd, b2sum, bare uv)")
+    ax.legend()
+
+
 def plot(results: Sequence[Results], path: Path) -> bool:
     """A PNG of time per phase (lockbuild, classic, floor) per workload, and peak RSS against size."""
     try:
@@ -145,6 +167,8 @@ def plot(results: Sequence[Results], path: Path) -> bool:
                  title="peak memory against bundle size", ylim=(0, None))  # fmt: skip
         ax_t.legend(fontsize=8)
         ax_m.legend(fontsize=8)
+    elif results[-1].label.startswith("vllm-live"):
+        _live_bars(axes[0][0], results[-1])
     else:
         _bars(axes[0][0], results[-1])
     fig.tight_layout()

@@ -80,7 +80,12 @@ class Results:
             fig.rss_kb = [round(m * 1024) for m in f["rss_mb"]]
             fig.cpu_s, fig.contention = list(f["cpu_s"]), list(f["others_busy_cpus"])
             fig.self_rss_kb = [round(m * 1024) for m in f.get("self_rss_mb", [0] * len(fig.seconds))]
-        r.ratios = ratios(r)
+        if r.label.startswith("vllm-live"):
+            from bench.vllm_live import ratios as live_ratios
+
+            r.ratios = live_ratios(r)
+        else:
+            r.ratios = ratios(r)
         return r
 
 

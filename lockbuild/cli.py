@@ -7,6 +7,7 @@ layout), 5 another installer holds the engine's lock, 6 this machine cannot run 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import sys
@@ -396,7 +397,7 @@ def build(
     the key is read only once every build is locked and fetched, just before signing.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.pack import pack
+    from lockbuild.builder.pack import pack_or_refetch
     from lockbuild.builder.session import session
     from lockbuild.minisign import read_secret_key
     from lockbuild.recipe import load_recipe
@@ -412,14 +413,22 @@ def build(
         for b in builds:
             plan = s.planner.plan(r, b)
             _warn(ctx, plan.warnings)
-            planned.append((plan, s.fetch(plan)[0]))
+            planned.append((plan, s.fetch(plan, hash_hits=False)[0]))  # the pack hashes every byte, once
     # The secret key is read only now: nothing from the index runs while it is in memory.
     secret = read_secret_key(key, (lambda: password) if password is not None else _password())
+
+    def refetch(plan: Any, damaged: str) -> dict[str, Path]:
+        """A cache entry the pack found damaged: removed, and the plan's files fetched again (hashed)."""
+        with session(settings, progress=progress, jobs=jobs) as again:
+            again.cache.discard(damaged)
+            return again.fetch(plan)[0]
+
     for plan, paths in planned:
-        packed = pack(
+        packed = pack_or_refetch(
             plan,
             paths,
             out,
+            functools.partial(refetch, plan),
             key=secret,
             uv_version=plan.uv_version,
             expires=expires,

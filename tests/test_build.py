@@ -312,3 +312,25 @@ def test_keygen_refuses_a_secret_key_that_git_would_track(tmp_path: Path) -> Non
     (repo / ".gitignore").write_text("*.key\n")
     assert cli("keygen", str(repo / "keys" / "other"), "--no-password")[0] == 0  # ignored: allowed
     assert cli("keygen", str(tmp_path / "outside"), "--no-password")[0] == 0
+
+
+def test_warm_build_hashes_in_the_pack_and_refetches_a_damaged_entry(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
+    """A warm build checks cache hits by size only and leaves the digest to the bundle writer, which hashes
+    every byte it packs (each byte hashed once). A cache entry damaged in place (same size) is therefore
+    caught while packing: removed, fetched again, and the bundle is byte-identical to a clean build."""
+    cache = tmp_path / "cache"
+    clean = build(toy_recipe, keys.secret, tmp_path / "a", env={"LOCKBUILD_CACHE_DIR": str(cache)})
+    entries = sorted((cache / "sha256").rglob("*"), key=lambda p: p.name)
+    wheel = next(p for p in entries if p.is_file() and p.stat().st_size > 1000)
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only a digest finds it
+    wheel.chmod(0o600)
+    wheel.write_bytes(bytes(data))
+    code, stdout, stderr = cli("build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "b"),
+                               "--json", env={"LOCKBUILD_CACHE_DIR": str(cache)})  # fmt: skip
+    assert code == 0, stderr
+    again = Path(json.loads(stdout)["bundles"][0]["bundle"])
+    assert again.read_bytes() == clean.read_bytes()
+    assert wheel.read_bytes() != bytes(data)  # the entry was replaced by a good download

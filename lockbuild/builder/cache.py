@@ -78,9 +78,13 @@ class Cache:
                 tip="Check the permissions there, or set LOCKBUILD_CACHE_DIR to another directory.",
             ) from None
 
-    def open_entry(self, sha256: str, size: int | None) -> BinaryIO | None:
+    def open_entry(self, sha256: str, size: int | None, *, hashed: bool = True) -> BinaryIO | None:
         """The cached file for ``sha256``, opened (never through a symlink) and hashed from that same
-        descriptor, positioned at its start; None (and a corrupt entry removed) if absent or wrong."""
+        descriptor, positioned at its start; None (and a corrupt entry removed) if absent or wrong.
+
+        ``hashed=False`` (only with a known ``size``) checks the type and size but not the digest: for a
+        caller that hashes every byte it reads and refuses a mismatch itself (the bundle writer), so that a
+        warm build hashes each byte once."""
         p = self.path(sha256)
         try:
             fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -101,6 +105,8 @@ class Cache:
                 f.close()
                 p.unlink(missing_ok=True)
                 return None
+            if not hashed and size is not None:
+                return f
             h = hashlib.sha256()
             while chunk := f.read(_CHUNK):
                 h.update(chunk)
@@ -114,9 +120,10 @@ class Cache:
             raise self._unreadable(p, exc) from None
         return f
 
-    def lookup(self, sha256: str, size: int | None) -> Path | None:
-        """The cached file for ``sha256`` if present and intact; a corrupt entry is removed."""
-        f = self.open_entry(sha256, size)
+    def lookup(self, sha256: str, size: int | None, *, hashed: bool = True) -> Path | None:
+        """The cached file for ``sha256`` if present and intact; a corrupt entry is removed.
+        ``hashed=False``: see ``open_entry`` (the caller must hash what it reads)."""
+        f = self.open_entry(sha256, size, hashed=hashed)
         if f is None:
             return None
         f.close()
@@ -132,6 +139,10 @@ class Cache:
     def new_temp(self, sha256: str) -> Path:
         self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
         return self.tmp / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.part"
+
+    def discard(self, sha256: str) -> None:
+        """Remove an entry found damaged by a reader that hashed it (the next fetch downloads it again)."""
+        self.path(sha256).unlink(missing_ok=True)
 
     def commit(self, temp: Path, sha256: str) -> Path:
         dest = self.path(sha256)

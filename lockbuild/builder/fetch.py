@@ -127,6 +127,7 @@ class Fetcher:
         backoff: float = BACKOFF,
         sleep: Callable[[float], None] = time.sleep,
         max_unsized: int = MAX_UNSIZED,
+        hash_hits: bool = True,
     ) -> None:
         self.cache = cache
         self.client = client
@@ -136,6 +137,9 @@ class Fetcher:
         self.backoff = backoff
         self.sleep = sleep
         self.max_unsized = max_unsized
+        # False: a cache hit of known size is checked by type and size only, and the caller hashes every
+        # byte it reads (the bundle writer does, and refuses a mismatch): each byte hashed once
+        self.hash_hits = hash_hits
 
     def fetch_all(self, wanted: Sequence[Wanted]) -> FetchReport:
         """Bring every file (cached ones are only re-hashed); the first failure cancels the rest and is raised."""
@@ -170,7 +174,7 @@ class Fetcher:
     def _one(self, w: Wanted, cancel: threading.Event) -> Fetched:
         if cancel.is_set():
             raise _cancelled(w)
-        hit = self.cache.lookup(w.sha256, w.size)
+        hit = self.cache.lookup(w.sha256, w.size, hashed=self.hash_hits)
         if hit is not None:
             self.progress.advance(w.size or 0)
             self.progress.file_done()

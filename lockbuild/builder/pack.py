@@ -7,10 +7,10 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 import zstandard
 
@@ -20,7 +20,7 @@ from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_t
 from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
 from lockbuild.bundle.paths import env_reserved
-from lockbuild.bundle.write import Entry, write_bundle
+from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
 from lockbuild.digest import HashingWriter
 from lockbuild.errors import RecipeError, SignatureError
 from lockbuild.lock import bundle_pylock, bundle_requirements
@@ -252,6 +252,25 @@ def pack(
         tmp_sig.unlink(missing_ok=True)
     return Packed(final, sig_final, manifest, digests.sha256, digests.size,
                   tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
+
+
+def pack_or_refetch(
+    plan: Plan,
+    fetched: Mapping[str, Path],
+    out_dir: Path,
+    refetch: Callable[[str], Mapping[str, Path]],
+    **kw: Any,
+) -> Packed:
+    """``pack``, where ``fetched`` came from the cache checked by size only: the writer hashes every
+    byte it packs, so a damaged entry is found there (``DamagedSource``); then ``refetch(sha256)``
+    (remove that entry, fetch the plan's files again, hashing them) and pack once more."""
+    try:
+        return pack(plan, fetched, out_dir, **kw)
+    except DamagedSource as exc:
+        progress = kw.get("progress")
+        if progress is not None:
+            progress.note(f"a cached file was damaged ({exc.message}); fetching it again")
+        return pack(plan, refetch(exc.sha256), out_dir, **kw)
 
 
 def _existing_signatures(path: Path) -> tuple[Signature, ...]:

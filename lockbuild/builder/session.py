@@ -22,8 +22,15 @@ class Session:
     fetcher: Fetcher
     planner: Planner
 
-    def fetch(self, plan: Plan) -> tuple[dict[str, Path], FetchReport]:
-        report = self.fetcher.fetch_all(plan.wanted())
+    def fetch(self, plan: Plan, *, hash_hits: bool = True) -> tuple[dict[str, Path], FetchReport]:
+        """Every file of the plan, downloaded or from the cache. ``hash_hits=False`` is for the build:
+        the bundle writer hashes every byte it packs and refuses a mismatch (``DamagedSource``), so cache
+        hits are checked by size only here, and each byte is hashed once."""
+        self.fetcher.hash_hits = hash_hits
+        try:
+            report = self.fetcher.fetch_all(plan.wanted())
+        finally:
+            self.fetcher.hash_hits = True
         return {f.wanted.sha256: f.path for f in report.files}, report
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,14 @@ from lockbuild.errors import IntegrityError
 from lockbuild.progress import Progress
 
 ZSTD_LEVEL = 3
+
+
+class DamagedSource(IntegrityError):
+    """A source file's bytes are not the ones its member names (a cache entry changed on disk)."""
+
+    def __init__(self, message: str, *, sha256: str, tip: str | None = None) -> None:
+        super().__init__(message, tip=tip)
+        self.sha256 = sha256
 
 
 @dataclass(frozen=True)
@@ -74,11 +83,18 @@ class _TarWriter:
         self._pad(len(data))
 
     def add_file(self, m: Member, source: Path, mtime: int) -> None:
-        """Stream ``source`` in, hashing it: a file that changed since it was verified is refused."""
-        with source.open("rb") as f:
-            if os.fstat(f.fileno()).st_size != m.size:
-                raise IntegrityError(
+        """Stream ``source`` in, hashing it: this digest is what proves the packed bytes are the ones the
+        manifest names (the cache checks only sizes for a build), so a mismatch is refused."""
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise DamagedSource(f"cannot read {source}: {exc.strerror or exc}.", sha256=m.sha256) from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != m.size:
+                raise DamagedSource(
                     f"{source} changed size since it was verified: expected {m.size} bytes.",
+                    sha256=m.sha256,
                     tip="Something is writing to the cache; run the build again.",
                 )
             self._write(tar_header(m.path, m.size, mtime))
@@ -88,8 +104,9 @@ class _TarWriter:
             while left:
                 n = f.readinto(view[: min(CHUNK, left)])
                 if not n:
-                    raise IntegrityError(
+                    raise DamagedSource(
                         f"{source} shrank while it was packed: expected {m.size} bytes.",
+                        sha256=m.sha256,
                         tip="Something is writing to the cache; run the build again.",
                     )
                 h.update(view[:n])
@@ -97,8 +114,9 @@ class _TarWriter:
                 self.progress.advance(n)
                 left -= n
         if h.hexdigest() != m.sha256:
-            raise IntegrityError(
+            raise DamagedSource(
                 f"{source} changed since it was verified: its sha256 is not {m.sha256}.",
+                sha256=m.sha256,
                 tip="The cached file was modified; clear it from the cache and run the build again.",
             )
         self._pad(m.size)

@@ -1,0 +1,322 @@
+"""``bench/run --workload vllm-live``: the real workload of issue 16. ``bundles/vllm.toml``, build cu128 (vLLM
+0.11.0: 141 packages, 4.9 GB of wheels, a 9 GB environment), locked, built and installed from the real PyPI,
+next to its floors and the classic path, in the same run:
+
+    lock         lockbuild lock                        | uv pip compile with the same flags (cold caches)
+    fetch        raw parallel download (curl, 8 streams) of the lock's files, nothing checked
+    build        lockbuild build, cold cache           | max(fetch floor, tar | zstd floor)
+                 lockbuild build, warm cache           | tar cf - | zstd -T0 -3 of the same files
+    verify       lockbuild verify                      | b2sum (BLAKE2b-512, one thread), sha256sum
+    install      lockbuild install                     | uv venv + uv pip install --offline (cache on the same disk)
+    classic      pip download + tar czf + pip install --no-index (skipped with --quick)
+
+It needs about 25 GB of free disk under bench/work/ (the cache, the bundles, two environments of 9 GB):
+it checks first and refuses to start with less. The lockbuild cache is kept in bench/work/vllm-live/cache
+between runs (``--phases`` without ``build-cold`` then reuses it; the cold build always starts empty).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.measure import Figure, Ratio, Run, StepFailed, run, wait_quiet
+from bench.suite import LOCKBUILD, PIP, Results, clean_env
+from lockbuild.uvtool import uv_binary
+
+HERE = Path(__file__).resolve().parent
+RECIPE = HERE.parent / "bundles" / "vllm.toml"
+BUILD = "cu128"
+REQUIREMENT = "vllm==0.11.0"
+INDEX = "https://pypi.org/simple"
+NEEDS_GB = 25
+PHASES = ("lock", "fetch", "build-cold", "build-warm", "verify", "install", "classic")
+
+# the variants, named once (the ratios and the README refer to them)
+LB_LOCK, UV_LOCK = "lockbuild lock", "uv pip compile (same flags)"
+RAW = "raw parallel download (curl --parallel, 8)"
+COLD, WARM = "lockbuild build, cold cache", "lockbuild build, warm cache"
+ZSTD = "tar cf - | zstd -T0 -3 (same files)"
+VERIFY, B2SUM, SHA256SUM = "lockbuild verify (signature + every digest)", "b2sum (BLAKE2b-512)", "sha256sum"
+INSTALL, UV_INSTALL = "lockbuild install (offline)", "uv venv + uv pip install --offline (floor)"
+CL_DL, CL_TGZ, CL_INST = "classic: pip download", "classic: tar czf", "classic: venv + pip install --no-index"
+
+
+def free_gb(path: Path) -> float:
+    path.mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(path).free / 1e9
+
+
+def python312() -> str:
+    """The node's interpreter for the cu128 build (Python 3.12)."""
+    for cand in ("python3.12", "/root/.pyenv/versions/3.12.1/bin/python3.12", "/usr/bin/python3.12"):
+        found = shutil.which(cand)
+        if found:
+            try:
+                run([found, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"])
+            except StepFailed:
+                continue
+            return found
+    raise SystemExit("vllm-live needs a Python 3.12 interpreter (the bundle's); none found (python3.12 on PATH).")
+
+
+class LiveSuite:
+    def __init__(self, work: Path, keys: tuple[Path, Path], *, repeat: int, quick: bool, phases: tuple[str, ...],
+                 quiet_wait: float, log: Callable[[str], None]) -> None:  # fmt: skip
+        self.work = work  # scratch of this run (removed at the end)
+        self.keep = HERE / "work" / "vllm-live"  # the warm cache, kept between runs
+        self.cache = self.keep / "cache"
+        self.secret, self.trust = keys
+        self.repeat, self.quick, self.phases, self.quiet_wait, self.log = repeat, quick, phases, quiet_wait, log
+        self.r = Results("vllm-live-cu128")
+        self.env = clean_env()
+        self.python = python312()
+        self.lock_doc: dict[str, Any] = {}
+        self.bundle: Path | None = None
+        self.files: Path | None = None  # the lock's files, as `lockbuild fetch --out` lays them out
+
+    # helpers -----------------------------------------------------------------------------------
+    def lb_env(self, cache: Path) -> dict[str, str]:
+        return {**self.env, "LOCKBUILD_CACHE_DIR": str(cache)}
+
+    def run(self, argv: list[str], *, env: dict[str, str] | None = None, stdin: str | None = None) -> Run:
+        wait_quiet(max_wait=self.quiet_wait)
+        return run(argv, env=env or self.env, stdin=stdin)
+
+    def shell(self, script: str, env: dict[str, str] | None = None) -> Run:
+        return self.run(["bash", "-o", "pipefail", "-ec", script], env=env)
+
+    def timed(self, phase: str, variant: str, r: Run, *, size: int = 0) -> Run:
+        f = self.r.fig(phase, variant)
+        f.add(r.seconds, r.max_rss_kb, r.cpu_s, r.others_cpu_s / max(r.seconds, 1e-9), r.self_rss_kb)
+        if size:
+            f.bytes = size
+        self.log(f"  {variant}: {r.seconds:.1f} s, peak RSS {r.max_rss_kb / 1024:.0f} MB")
+        return r
+
+    def fresh(self, name: str) -> Path:
+        p = self.work / name
+        shutil.rmtree(p, ignore_errors=True)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def wanted_bytes(self) -> int:
+        return sum(int(p["size"]) for p in self.lock_doc["packages"]) + sum(
+            int(e.get("size") or 0) for e in self.lock_doc.get("extras", [])
+        )
+
+    # phases ------------------------------------------------------------------------------------
+    def run_all(self) -> Results:
+        self.phase_lock()  # always: the other phases need the lock
+        for name in PHASES[1:]:
+            if name in self.phases and not (name == "classic" and self.quick):
+                self.log(f"[vllm-live] {name}")
+                getattr(self, "phase_" + name.replace("-", "_"))()
+        self.r.ratios = ratios(self.r)
+        self.r.facts.update({"repeat": self.repeat, "phases": list(self.phases)})
+        return self.r
+
+    def phase_lock(self) -> None:
+        self.log("[vllm-live] lock")
+        for _ in range(self.repeat):
+            out = self.fresh("lock")
+            r = self.timed("lock", LB_LOCK, self.run(
+                [*LOCKBUILD, "lock", str(RECIPE), "--build", BUILD, "--out", str(out), "--json"],
+                env=self.lb_env(self.fresh("lock-cache"))))  # fmt: skip
+            doc = json.loads(r.stdout)["locks"][0]
+            argv = [uv_binary(), "pip", "compile", "-", "--python-version", doc["python"],
+                    "--python-platform", doc["platform"], "--exclude-newer", doc["as_of"], "--index-url", INDEX,
+                    "--generate-hashes", "--no-header", "--quiet", "--only-binary", ":all:",
+                    "--output-file", str(out / "uv.txt")]  # fmt: skip
+            self.timed("lock", UV_LOCK, self.run(argv, env={**self.env, "UV_CACHE_DIR": str(self.fresh("uv-cache"))},
+                                                 stdin=REQUIREMENT + "\n"))  # fmt: skip
+            self.lock_doc = doc
+        shutil.rmtree(self.work / "lock-cache", ignore_errors=True)
+        shutil.rmtree(self.work / "uv-cache", ignore_errors=True)
+        self.r.facts.update({"packages": len(self.lock_doc["packages"]), "as_of": self.lock_doc["as_of"],
+                             "fetch_files": len(self.lock_doc["packages"]) + len(self.lock_doc.get("extras", [])),
+                             "fetch_bytes": self.wanted_bytes()})  # fmt: skip
+
+    def phase_fetch(self) -> None:
+        urls = [(p["url"], p["file"]) for p in self.lock_doc["packages"]]
+        urls += [(e["url"], e["path"].rsplit("/", 1)[-1]) for e in self.lock_doc.get("extras", [])]
+        for _ in range(self.repeat):
+            out = self.fresh("raw")
+            out.mkdir()
+            cfg = self.work / "curl.cfg"
+            cfg.write_text("".join(f'url = "{u}"\noutput = "{out / n}"\n' for u, n in urls))
+            r = self.timed("fetch", RAW, self.run(["curl", "--parallel", "--parallel-max", "8", "--fail", "-sS",
+                                                   "-L", "-K", str(cfg)]))  # fmt: skip
+            got = sum(p.stat().st_size for p in out.iterdir())
+            self.r.fig("fetch", RAW).bytes = got
+            del r
+            shutil.rmtree(out, ignore_errors=True)
+
+    def _build(self, cache: Path, variant: str) -> dict[str, Any]:
+        out = self.fresh("dist-" + ("cold" if "cold" in variant else "warm"))
+        r = self.run([*LOCKBUILD, "build", str(RECIPE), "--build", BUILD, "--key", str(self.secret), "--out",
+                      str(out), "--json"], env=self.lb_env(cache))  # fmt: skip
+        doc: dict[str, Any] = json.loads(r.stdout)["bundles"][0]
+        self.timed("build", variant, r, size=int(doc.get("size") or 0))
+        return doc
+
+    def phase_build_cold(self) -> None:
+        for i in range(self.repeat):
+            cache = self.fresh("cold-cache")
+            doc = self._build(cache, COLD)
+            self.r.facts.setdefault("bundle_sha256", {}).setdefault("cold", []).append(doc["sha256"])
+            self.bundle = Path(doc["bundle"])
+            if i == self.repeat - 1:  # keep the newest cold cache as the warm one
+                shutil.rmtree(self.cache, ignore_errors=True)
+                self.cache.parent.mkdir(parents=True, exist_ok=True)
+                cache.rename(self.cache)
+            else:
+                shutil.rmtree(cache, ignore_errors=True)
+
+    def _files(self) -> Path:
+        """The lock's files laid out by `lockbuild fetch --out` from the warm cache (not timed)."""
+        if self.files is None:
+            out = self.fresh("fetched")
+            r = run([*LOCKBUILD, "fetch", str(RECIPE), "--build", BUILD, "--out", str(out), "--json"],
+                    env=self.lb_env(self.cache))  # fmt: skip
+            self.files = out / json.loads(r.stdout)["fetches"][0]["build"]
+        return self.files
+
+    def phase_build_warm(self) -> None:
+        if not (self.cache / "sha256").is_dir():
+            raise StepFailed(f"no warm cache at {self.cache}: run the build-cold phase first.")
+        files = self._files()
+        size = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
+        for _ in range(self.repeat):
+            doc = self._build(self.cache, WARM)
+            self.r.facts.setdefault("bundle_sha256", {}).setdefault("warm", []).append(doc["sha256"])
+            self.bundle = Path(doc["bundle"])
+            tar = self.fresh("tar")
+            tar.mkdir()
+            self.timed("build", ZSTD, self.shell(f"tar cf - -C {files} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}"),
+                       size=size)  # fmt: skip
+            shutil.rmtree(tar, ignore_errors=True)
+        shas = {s for v in self.r.facts["bundle_sha256"].values() for s in v}
+        self.r.facts["same_bytes_cold_warm"] = len(shas) == 1
+        if len(shas) != 1:
+            raise StepFailed(f"the cold and warm builds gave different bundles: {sorted(shas)}")
+
+    def _need_bundle(self) -> Path:
+        if self.bundle is None:
+            self.log("  (building from the warm cache first, not timed)")
+            doc = self._build(self.cache, "lockbuild build, warm cache (setup)")
+            self.bundle = Path(doc["bundle"])
+        return self.bundle
+
+    def phase_verify(self) -> None:
+        bundle = self._need_bundle()
+        size = bundle.stat().st_size
+        self.r.facts["bundle_bytes"] = size
+        for _ in range(self.repeat):
+            self.timed("verify", VERIFY, self.run([*LOCKBUILD, "verify", str(bundle), "--trust", str(self.trust),
+                                                   "--json"]), size=size)  # fmt: skip
+            self.timed("verify", B2SUM, self.run(["b2sum", str(bundle)]), size=size)
+            self.timed("verify", SHA256SUM, self.run(["sha256sum", str(bundle)]), size=size)
+
+    def phase_install(self) -> None:
+        bundle = self._need_bundle()
+        files = self._files()
+        size = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
+        uv = uv_binary()
+        for _ in range(self.repeat):
+            root = self.fresh("root")
+            self.timed("install", INSTALL, self.run(
+                [*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.trust),
+                 "--python", self.python, "--gpu-check", "skip", "--json"]), size=size)  # fmt: skip
+            shutil.rmtree(root, ignore_errors=True)
+            venv, cache = self.fresh("uv-venv"), self.fresh("uv-install-cache")
+            self.timed("install", UV_INSTALL, self.shell(
+                f"{uv} venv {venv} --python {self.python} -q && {uv} pip install --python {venv}/bin/python "
+                f"--offline --no-index --find-links {files}/wheels -r {files}/requirements.txt -q",
+                env={**self.env, "UV_CACHE_DIR": str(cache)}), size=size)  # fmt: skip
+            shutil.rmtree(venv, ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
+
+    def phase_classic(self) -> None:
+        dl, tgz, venv = self.fresh("classic-dl"), self.fresh("classic-tgz"), self.fresh("classic-venv")
+        tgz.mkdir()
+        self.timed("classic", CL_DL, self.run(
+            [*PIP, "download", REQUIREMENT, "-d", str(dl), "--index-url", INDEX, "--no-cache-dir", "-q",
+             "--progress-bar", "off", "--only-binary", ":all:", "--python-version", "3.12",
+             "--platform", "manylinux_2_28_x86_64"]))  # fmt: skip
+        self.timed("classic", CL_TGZ, self.shell(f"tar czf {tgz}/w.tgz -C {dl} ."))
+        self.timed("classic", CL_INST, self.shell(
+            f"{self.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
+            f"install --no-index --find-links {dl} '{REQUIREMENT}' --no-cache-dir -q"))  # fmt: skip
+        for d in (dl, tgz, venv):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+# targets (issue 16) ------------------------------------------------------------------------------
+def ratios(r: Results) -> list[Ratio]:
+    out: list[Ratio] = []
+
+    def med(phase: str, variant: str) -> Figure | None:
+        return r.get(phase, variant)
+
+    def add(name: str, values: tuple[float, ...], target: str, ok: Callable[[float], bool]) -> None:
+        if values:
+            out.append(Ratio(name, values, target, ok(sorted(values)[len(values) // 2])))
+
+    lb, uv = med("lock", LB_LOCK), med("lock", UV_LOCK)
+    if lb and uv:
+        add("lock / uv pip compile", tuple(a / b for a, b in zip(lb.seconds, uv.seconds, strict=False)), "<= 1.3",
+            lambda v: v <= 1.3)  # fmt: skip
+    cold, raw, zstd, warm = med("build", COLD), med("fetch", RAW), med("build", ZSTD), med("build", WARM)
+    if cold:
+        add("build, cold cache: seconds", tuple(cold.seconds), "<= 75", lambda v: v <= 75)
+        if raw and zstd:
+            floor = max(raw.median, zstd.median)
+            add("build cold / max(raw download, tar|zstd)", tuple(s / floor for s in cold.seconds), "(none)",
+                lambda v: True)  # fmt: skip
+    if warm:
+        add("build, warm cache: seconds", tuple(warm.seconds), "<= 20", lambda v: v <= 20)
+        if zstd:
+            add("build warm / tar|zstd", tuple(a / b for a, b in zip(warm.seconds, zstd.seconds, strict=False)),
+                "(none)", lambda v: True)  # fmt: skip
+    v = med("verify", VERIFY)
+    if v:
+        add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), ">= 450", lambda x: x >= 450)
+    inst, floor_i = med("install", INSTALL), med("install", UV_INSTALL)
+    if inst:
+        add("install (offline): seconds", tuple(inst.seconds), "<= 55", lambda x: x <= 55)
+        if floor_i:
+            add("install / bare uv", tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)),
+                "(none)", lambda x: True)  # fmt: skip
+    own = [f.self_rss_mb for f in r.figures.values() if f.self_rss_kb and f.variant.startswith("lockbuild")]
+    if own:
+        add("lockbuild's own peak RSS, MB (largest step)", (max(own),), "<= 150", lambda x: x <= 150)
+    return out
+
+
+def main(args: Any, work: Path, keys: tuple[Path, Path], log: Callable[[str], None]) -> Results:
+    have = free_gb(HERE / "work")
+    if have < NEEDS_GB:
+        raise SystemExit(
+            f"vllm-live needs about {NEEDS_GB} GB of free disk under {HERE / 'work'} (the cache, the bundles and "
+            f"two 9 GB environments); found {have:.1f} GB. Free some space, or run the synthetic workloads."
+        )
+    phases = tuple(p.strip() for p in (args.phases or ",".join(PHASES)).split(",") if p.strip())
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise SystemExit(f"unknown phase(s) {unknown}; expected some of {', '.join(PHASES)}.")
+    suite = LiveSuite(work, keys, repeat=args.repeat, quick=args.quick, phases=phases, quiet_wait=args.quiet_wait,
+                      log=log)  # fmt: skip
+    try:
+        return suite.run_all()
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run it as bench/run --workload vllm-live")

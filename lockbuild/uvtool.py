@@ -59,8 +59,9 @@ def clean_env(
     env["UV_PYTHON_DOWNLOADS"] = "never"
     env["PIP_CONFIG_FILE"] = os.devnull
     env["NO_COLOR"] = "1"
-    if netrc is not None:
-        env["NETRC"] = str(netrc)
+    # No ~/.netrc: uv answers a 401 from any port or scheme of a netrc host with its password (plain
+    # http included); the index's credentials come scoped to its origin instead (builder/resolve.py).
+    env["NETRC"] = str(netrc) if netrc is not None else os.devnull
     if offline:
         env["UV_OFFLINE"] = "1"
     return env

@@ -13,7 +13,7 @@ from conftest import Keys
 from hostile import AS_OF, bundle_tar, compress, good_members, manifest
 from test_trust import Signer, sign, signer, trust_dir, verify
 
-from lockbuild.errors import IntegrityError
+from lockbuild.errors import IntegrityError, ResolveError
 from lockbuild.trust import sign_bundle
 
 NOW = AS_OF + dt.timedelta(days=3)
@@ -262,3 +262,132 @@ def test_every_credential_in_a_printed_url_is_masked(text: str, secret: str) -> 
     for shown in (for_terminal(text), mask_data({"error": text})["error"]):
         authority = shown.split("://", 1)[1].split("/", 1)[0]
         assert authority.startswith("***@") and secret not in authority, shown
+
+
+# --- --root below a directory another user can write --------------------------------------------
+
+
+@pytest.mark.parametrize("attack", ["parent-world-writable", "grandparent-group-writable", "parent-foreign",
+                                    "link-into-world-writable"])  # fmt: skip
+def test_a_root_below_a_directory_another_user_can_write_is_refused(tmp_path: Path, attack: str) -> None:
+    """--root itself passed the ownership rule, but a directory above it that another user can write lets
+    that user rename --root away and put their own tree (or a link) in its place between the installer's
+    checks and its writes: every check made by name is then judged on the wrong tree. Refused before
+    anything is created; a sticky directory (like /tmp) is fine, since no one may rename another's entry."""
+    from lockbuild.errors import InstallError
+    from lockbuild.install.places import prepare
+
+    base = tmp_path / "site"
+    (base / "shared").mkdir(parents=True)
+    base.chmod(0o755)
+    (base / "shared").chmod(0o755)
+    root = base / "shared" / "engines"
+    if attack == "parent-world-writable":
+        (base / "shared").chmod(0o777)
+    elif attack == "grandparent-group-writable":
+        base.chmod(0o775)
+    elif attack == "parent-foreign":
+        if os.geteuid() != 0:
+            pytest.skip("changing a file's owner needs root")
+        os.chown(base / "shared", OTHER_UID, OTHER_UID)
+    else:
+        (base / "open").mkdir()
+        (base / "open").chmod(0o777)
+        (base / "shared").rmdir()
+        (base / "shared").symlink_to(base / "open")
+    with pytest.raises(InstallError, match=r"refused --root .* the directory .* above it"):
+        prepare(root, "toyengine")
+    assert not os.path.lexists(root)  # refused before anything was made there
+    (base / "sticky").mkdir()
+    (base / "sticky").chmod(0o1777)
+    base.chmod(0o755)
+    assert prepare(base / "sticky" / "engines", "toyengine").is_dir()
+
+
+# --- the index's credentials, as uv holds them, stay on the index's origin -------------------------
+
+
+def _wheel() -> bytes:
+    import io
+    import zipfile
+
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w") as z:
+        z.writestr("lkpkg/__init__.py", "")
+        z.writestr("lkpkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: lkpkg\nVersion: 1.0\n")
+        z.writestr(
+            "lkpkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        z.writestr("lkpkg-1.0.dist-info/RECORD", "")
+    return b.getvalue()
+
+
+def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host(tmp_path: Path) -> None:
+    """A plain-http link on the index's host (another port here, as port 80 would be) that answers 401:
+    uv answers a netrc host's challenge on any port or scheme, so a network attacker on that http link
+    would get the password. lockbuild gives uv the credentials in the index URL (kept to its origin) and
+    no ~/.netrc at all, so the other port never sees them."""
+    import base64
+    import hashlib
+    import http.server
+    import json
+    import threading
+
+    from lockbuild.builder.resolve import compile_lock
+    from lockbuild.settings import Credentials
+    from lockbuild.target import Target
+
+    wheel = _wheel()
+    seen: list[tuple[int, str, str | None]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            port = self.server.server_address[1]
+            seen.append((port, self.path, self.headers.get("Authorization")))
+            if not self.headers.get("Authorization"):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="files"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.path.startswith("/simple/lkpkg"):
+                body = json.dumps({"meta": {"api-version": "1.0"}, "name": "lkpkg", "files": [
+                    {"filename": "lkpkg-1.0-py3-none-any.whl", "hashes": {"sha256": hashlib.sha256(wheel).hexdigest()}, "upload-time": "2024-01-01T00:00:00Z",
+                     "url": f"http://127.0.0.1:{other.server_address[1]}/f/lkpkg-1.0-py3-none-any.whl"}]}).encode()  # fmt: skip
+                kind = "application/vnd.pypi.simple.v1+json"
+            else:
+                body, kind = wheel, "application/octet-stream"
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET  # uv asks HEAD first (range requests for the wheel's metadata)
+
+    index = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    for server in (index, other):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text("machine 127.0.0.1 login netrcuser password FROM-HOME-NETRC\n")
+    (home / ".netrc").chmod(0o600)
+    (tmp_path / "w").mkdir()
+    try:
+        with pytest.raises(ResolveError) as refused:  # the file host refuses without credentials: uv gives up
+            compile_lock(["lkpkg==1.0"], Target.of("3.11", "x86_64-manylinux_2_28"), AS_OF,
+                         index_url=f"http://127.0.0.1:{index.server_address[1]}/simple", second=None,
+                         workdir=tmp_path / "w", cache_dir=tmp_path / "uv-cache",
+                         inherit={"PATH": os.environ["PATH"], "HOME": str(home)},
+                         credentials=Credentials("lbuser", "IDX-PASSWORD"))  # fmt: skip
+    finally:
+        index.shutdown()
+        other.shutdown()
+    basic = "Basic " + base64.b64encode(b"lbuser:IDX-PASSWORD").decode()
+    assert any(port == index.server_address[1] and auth == basic for port, _, auth in seen)  # the index got them
+    to_other = [auth for port, _, auth in seen if port == other.server_address[1]]
+    assert to_other and all(auth is None for auth in to_other), (seen, refused.value.message)

@@ -3,8 +3,9 @@
 Resolution runs no code from the index: uv is told to take wheels only (``--only-binary :all:``), so it
 never runs an sdist's PEP 517 backend to learn its metadata. Packages the build names as allowed to
 come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds). uv's
-environment is an allow-list (``lockbuild.uvtool``), and the index's credentials reach it only through a
-netrc file in the private work directory, removed with it.
+environment is an allow-list (``lockbuild.uvtool``), and the index's credentials reach it only in the
+index URL of its environment (``UV_INDEX_URL``), where uv keeps them to the index's origin (or, when a
+build backend may run, in a netrc file in the private work directory, removed with it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from lockbuild.errors import ResolveError
 from lockbuild.recipe import SecondIndex
@@ -87,7 +89,7 @@ def _write_netrc(workdir: Path, index_url: str, credentials: Credentials) -> Pat
     if any(not v or any(c.isspace() or c in "\"'#" for c in v) for v in fields):
         raise ResolveError(
             "the index's user name or password contains a space, a quote or '#', which a netrc file "
-            "(how uv is given them) cannot carry.",
+            "(how uv is given them when a build backend may run) cannot carry.",
             tip="Use a token without such characters.",
         )
     path = workdir / "netrc"
@@ -95,6 +97,16 @@ def _write_netrc(workdir: Path, index_url: str, credentials: Credentials) -> Pat
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(f"machine {host}\nlogin {credentials.username}\npassword {credentials.password}\n")
     return path
+
+
+def _with_credentials(index_url: str, credentials: Credentials) -> str:
+    """The index URL with its credentials, for uv's environment (never its argv, which other users can
+    read). Not a netrc: uv answers a 401 from ANY port or scheme of a netrc host with the netrc's
+    password, so an index page linking a plain-http file on the index's host would hand the password to
+    a network attacker; credentials in the index URL are kept to its origin (scheme, host and port)."""
+    parts = urlsplit(index_url)
+    userinfo = f"{quote(credentials.username, safe='')}:{quote(credentials.password, safe='')}"
+    return urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, parts.query, parts.fragment))
 
 
 def _tail(text: str, lines: int = 8) -> str:
@@ -118,17 +130,21 @@ def compile_lock(
 ) -> Resolution:
     """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash.
 
-    ``index_url`` carries no credentials; ``credentials`` are handed to uv in a netrc file. Only the
+    ``index_url`` carries no credentials; ``credentials`` are handed to uv in its environment. Only the
     packages in ``sdists_allowed`` may come as sdists (their build backend may run); every other
     package must have a wheel for the target.
     """
     out = workdir / ("pylock.toml" if second else "requirements.txt")
+    # The index's credentials: in uv's environment as part of the index URL (uv keeps them to its origin),
+    # unless a build backend may run (sdists_allowed), which would inherit that environment: then in a
+    # netrc file, as uv's only other way (uv sends a netrc's password to any port of the host that asks).
+    in_url = credentials if credentials is not None and not sdists_allowed else None
     argv = [
         uv_binary(), "pip", "compile",
         "--python-version", target.python,
         "--python-platform", target.platform,
         "--exclude-newer", iso(as_of),
-        "--index-url", index_url,
+        *(["--index-url", index_url] if in_url is None else []),  # with credentials: UV_INDEX_URL below
         "--generate-hashes",
         "--no-header", "--quiet",
         "--output-file", str(out),
@@ -151,8 +167,10 @@ def compile_lock(
             argv += ["--exclude-newer-package", f"{name}=false"]
         argv.append(str(project))
         stdin = None
-    netrc = _write_netrc(workdir, index_url, credentials) if credentials is not None else None
+    netrc = _write_netrc(workdir, index_url, credentials) if credentials is not None and in_url is None else None
     env = clean_env(cache_dir, inherit=inherit or {}, netrc=netrc)
+    if in_url is not None:
+        env["UV_INDEX_URL"] = _with_credentials(index_url, in_url)
     try:
         proc = subprocess.run(
             argv,

@@ -42,15 +42,48 @@ def check_place(path: Path, what: str) -> os.stat_result:
     return st
 
 
+def check_ancestors(root: Path) -> None:
+    """Every directory above ``root`` (as named, and as it resolves) must be owned by root or this user and
+    writable by no one else, unless it is sticky (like /tmp, where no one may rename another's entry).
+    Otherwise another user could rename --root away and put a link or a directory of theirs in its place
+    between the checks and the writes, and every check made by name would be judged on the wrong tree."""
+    absolute = Path(os.path.abspath(root))  # noqa: PTH100 (normalised, links kept: the path as named)
+    chains = {absolute.parent, Path(os.path.realpath(absolute)).parent}
+    for start in chains:
+        for d in (start, *start.parents):
+            try:
+                st = os.lstat(d)
+            except FileNotFoundError:
+                continue  # not made yet: checked again once prepare() has made it
+            except OSError as exc:
+                raise InstallError(f"cannot examine {d}, above --root {root}: {exc.strerror}.", tip=_TIP) from None
+            if stat.S_ISLNK(st.st_mode):
+                st = d.stat()  # the link itself sits in a checked directory; judge what it points to too
+            problem = None
+            if st.st_uid not in (0, os.geteuid()):
+                problem = f"is owned by uid {st.st_uid}, neither root nor the installing user"
+            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                problem = f"is writable by its group or by others and not sticky (mode {stat.S_IMODE(st.st_mode):04o})"
+            if problem:
+                raise InstallError(
+                    f"refused --root {root}: the directory {d} above it {problem}, so another user could swap"
+                    " --root for a tree of theirs while lockbuild works in it.",
+                    tip="Put --root under directories only root (or the installing user) can write, or make the"
+                    f" shared one sticky (chmod +t {d}); see docs/site-administrators.md.",
+                )
+
+
 def prepare(root: Path, engine: str) -> Path:
     """Make (if absent) and check --root and ROOT/ENGINE; the engine directory is made by descriptor, so
     a link planted in its place is refused, never followed. Returns ROOT/ENGINE."""
+    check_ancestors(root)  # before anything is made there
     if not os.path.lexists(root):
         try:
             root.mkdir(parents=True, mode=0o755)
             root.chmod(0o755)
         except OSError as exc:
             raise InstallError(f"cannot create --root {root}: {exc.strerror}.", tip=_TIP) from None
+    check_ancestors(root)
     check_place(root, "--root")
     fd = os.open(root, _DIR_FLAGS)
     try:

@@ -391,3 +391,30 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
     assert any(port == index.server_address[1] and auth == basic for port, _, auth in seen)  # the index got them
     to_other = [auth for port, _, auth in seen if port == other.server_address[1]]
     assert to_other and all(auth is None for auth in to_other), (seen, refused.value.message)
+
+
+# --- the reader reopens the bundle by name: only as a regular, bounded file ------------------------
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "too-large"])
+def test_the_bundle_reader_opens_only_a_regular_bounded_file(tmp_path: Path, kind: str) -> None:
+    """The opener hashes the bundle from a checked descriptor, but the reader (manifest, members) opens it
+    again by name: a bundle swapped for a link or a FIFO in between is refused at once (a FIFO would hang
+    the install), whatever the member digests would later say."""
+    from hostile import good_bundle
+
+    from lockbuild.bundle.read import read_bundle, read_head
+    from lockbuild.limits import Limits
+
+    real = tmp_path / "real.lbz"
+    real.write_bytes(good_bundle())
+    path, limits = tmp_path / "b.lbz", Limits()
+    if kind == "link":
+        path.symlink_to(real)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path, limits = real, Limits(max_bundle=100)
+    for read in (lambda: read_bundle(path, limits=limits), lambda: read_head(path, limits)):
+        with pytest.raises(IntegrityError, match=r"symbolic link|FIFO|expected at most 100"):
+            read()

@@ -23,6 +23,7 @@ from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompres
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
+from lockbuild.regular import open_regular
 
 # The strict reader's pieces, for the site wing's readers (a delta is read by the same rules).
 _check_header = check_header
@@ -64,11 +65,14 @@ def _create(dest: Path, path: str) -> BinaryIO:
         raise
 
 
-def _open(path: Path) -> BinaryIO:
+def _open(path: Path, limits: Limits) -> BinaryIO:
+    """The bundle, as a regular file of bounded size: a FIFO, a device or a link (say, one swapped in
+    after the signatures were checked) is refused, never read."""
     try:
-        return path.open("rb")
-    except OSError as exc:
-        raise LockbuildError(f"cannot read the bundle {path}: {exc.strerror or exc}.") from None
+        f, _ = open_regular(path, what="bundle", max_size=limits.max_bundle, error=IntegrityError)
+    except FileNotFoundError:
+        raise LockbuildError(f"cannot read the bundle {path}: No such file or directory.") from None
+    return f
 
 
 def _read_manifest(tar: TarReader, limits: Limits) -> tuple[Manifest, bytes]:
@@ -107,7 +111,7 @@ def read_bundle(
             dest.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise LockbuildError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
-    with _open(path) as raw_file:
+    with _open(path, limits) as raw_file:
         check_zstd_frame(raw_file, limits)
         f = Hashing(raw_file)
         tar = _open_tar(f, limits)
@@ -174,7 +178,7 @@ def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, by
 
 def read_head_raw(path: Path, limits: Limits = DEFAULT_LIMITS) -> Head:
     """As :func:`read_head`, with the manifest's exact bytes."""
-    with _open(path) as f:
+    with _open(path, limits) as f:
         check_zstd_frame(f, limits)
         tar = _open_tar(f, limits)
         manifest, manifest_bytes = _read_manifest(tar, limits)

@@ -418,3 +418,22 @@ def test_the_bundle_reader_opens_only_a_regular_bounded_file(tmp_path: Path, kin
     for read in (lambda: read_bundle(path, limits=limits), lambda: read_head(path, limits)):
         with pytest.raises(IntegrityError, match=r"symbolic link|FIFO|expected at most 100"):
             read()
+
+
+def test_sign_never_writes_a_signature_file_every_reader_refuses(tmp_path: Path) -> None:
+    """A .minisig already holding 64 blocks (the readers' limit): a 65th would make the bundle refused on
+    every node. `sign` refuses and leaves the file as it was."""
+    from test_trust import make_bundle
+
+    from lockbuild.errors import SignatureError
+    from lockbuild.minisign import generate_secret_key
+    from lockbuild.trust import Statement, digest_bundle, sign_statement, signature_path
+
+    bundle, m = make_bundle(tmp_path / "dist")
+    d = digest_bundle(bundle)
+    st = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
+    blocks = "".join(sign_statement(generate_secret_key(), st, d.blake2b) for _ in range(64))
+    signature_path(bundle).write_text(blocks)
+    with pytest.raises(SignatureError, match="would hold 65 signature blocks"):
+        sign_bundle(bundle, generate_secret_key(), now=NOW)
+    assert signature_path(bundle).read_text() == blocks

@@ -66,11 +66,14 @@ class Signature:
         )
 
 
+MAX_SIGNATURES = 64  # signature blocks in one .minisig (one per signing key)
+
+
 def parse_signatures(
     text: str | bytes,
     *,
     source: str = "signature",
-    max_signatures: int = 64,
+    max_signatures: int = MAX_SIGNATURES,
     max_bytes: int = DEFAULT_LIMITS.max_signature_file,
 ) -> tuple[Signature, ...]:
     """Parse one or more consecutive 4-line minisign signature blocks, strictly."""

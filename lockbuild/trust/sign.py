@@ -13,7 +13,9 @@ from typing import Any
 
 from lockbuild.bundle.read import read_bundle
 from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.limits import DEFAULT_LIMITS
 from lockbuild.minisign import SecretKey, Signature, sign_prehashed
+from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.progress import Progress
 from lockbuild.trust.opener import digest_bundle, read_signatures, signature_path
 from lockbuild.trust.policy import Evaluation, evaluate
@@ -113,5 +115,13 @@ def sign_bundle(
     blocks = [block if s.key_id == key.key_id else s.to_text() for s in existing]
     if not replaced:
         blocks.append(block)
-    _write_atomically(sig_path, "".join(blocks))
+    text = "".join(blocks)
+    if len(blocks) > MAX_SIGNATURES or len(text.encode()) > DEFAULT_LIMITS.max_signature_file:
+        raise SignatureError(
+            f"{sig_path} would hold {len(blocks)} signature blocks ({len(text.encode())} bytes); every reader "
+            f"refuses more than {MAX_SIGNATURES} blocks or {DEFAULT_LIMITS.max_signature_file} bytes, so this "
+            "signature would make the bundle uninstallable everywhere; nothing was written.",
+            tip="Remove the blocks of signers the sites do not trust from the .minisig, then sign again.",
+        )
+    _write_atomically(sig_path, text)
     return SignResult(bundle, sig_path, key.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)

@@ -437,3 +437,30 @@ def test_sign_never_writes_a_signature_file_every_reader_refuses(tmp_path: Path)
     with pytest.raises(SignatureError, match="would hold 65 signature blocks"):
         sign_bundle(bundle, generate_secret_key(), now=NOW)
     assert signature_path(bundle).read_text() == blocks
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep-json"])
+def test_a_planted_marker_never_hangs_or_crashes_list(tmp_path: Path, kind: str) -> None:
+    """`list` and `doctor` read every environment's marker: one that is a FIFO (no writer) hung the open,
+    and JSON nested a million deep raised RecursionError (a traceback). Either is just "not installed"."""
+    import signal
+
+    from lockbuild.install.marker import MARKER, read_marker
+
+    env = tmp_path / "toyengine" / "1.0-cpu"
+    env.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(env / MARKER)
+    else:
+        (env / MARKER).write_text("[" * 500_000 + "]" * 500_000)
+
+    def timeout(*_: object) -> None:
+        raise TimeoutError("read_marker hung on a planted marker")
+
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(10)
+    try:
+        assert read_marker(env) is None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

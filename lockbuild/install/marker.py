@@ -53,7 +53,8 @@ def read_marker(env_dir: Path) -> Installed | None:
     written into this very directory (a symlink, or a directory that is not the one the installer made)."""
     try:
         st = os.lstat(env_dir)
-        fd = os.open(env_dir / MARKER, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: a FIFO planted as the marker must not hang `list` or `doctor` (fstat refuses it next)
+        fd = os.open(env_dir / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return None
@@ -63,7 +64,7 @@ def read_marker(env_dir: Path) -> Installed | None:
         data["signers"] = tuple(data["signers"])
         data["env"] = tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items()))
         marker = Installed(**data)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
         return None
     if not stat.S_ISDIR(st.st_mode) or (marker.dev, marker.ino) != (st.st_dev, st.st_ino):
         return None

@@ -464,3 +464,21 @@ def test_a_planted_marker_never_hangs_or_crashes_list(tmp_path: Path, kind: str)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_deeply_nested_answers_and_policies_are_lockbuild_errors(tmp_path: Path) -> None:
+    """JSON from any server (not only index pages: the release API too) and a policy.toml nested far
+    too deep raised RecursionError, a raw traceback; each is now lockbuild's own error."""
+    import httpx
+
+    from lockbuild.builder.http import get_json, make_client
+    from lockbuild.errors import RemoteError, SignatureError
+    from lockbuild.trust.store import parse_policy
+
+    deep = b"[" * 200_000 + b"]" * 200_000
+    client = make_client()
+    client._transport = httpx.MockTransport(lambda _req: httpx.Response(200, content=deep))
+    with pytest.raises(RemoteError, match="nested too deeply"):
+        get_json(client, "https://api.github.example/repos/o/r/releases/tags/v1", what="asking the release API")
+    with pytest.raises(SignatureError, match="nested too deeply"):
+        parse_policy("threshold = " + "[" * 100_000 + "]" * 100_000 + "\n")

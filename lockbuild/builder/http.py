@@ -103,6 +103,8 @@ def get_json(
             return json.loads(body), current
         except (ValueError, UnicodeDecodeError) as exc:
             raise RemoteError(f"{what}: {current} did not answer valid JSON ({exc}).") from None
+        except RecursionError:  # every JSON answer (index pages, the release API): never a traceback
+            raise RemoteError(f"{what}: {current} answered JSON nested too deeply to be an answer.") from None
     raise RemoteError(f"{what}: {url} redirected more than {MAX_REDIRECTS} times.")
 
 

@@ -99,6 +99,8 @@ def parse_policy(text: str, *, source: str = POLICY_FILE) -> Policy:
         raise SignatureError(
             f"{source} is not valid TOML ({exc}); the trust store fails closed.", tip=_POLICY_TIP
         ) from None
+    except RecursionError:
+        raise SignatureError(f"{source} is nested too deeply; the trust store fails closed.", tip=_POLICY_TIP) from None
     unknown = sorted(set(data) - set(POLICY_KEYS))
     if unknown:
         raise SignatureError(

@@ -7,7 +7,6 @@ layout), 5 another installer holds the engine's lock, 6 this machine cannot run 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import sys
@@ -397,7 +396,7 @@ def build(
     the key is read only once every build is locked and fetched, just before signing.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.pack import pack_or_refetch
+    from lockbuild.builder.pack import Written, fetch_and_write, sign
     from lockbuild.builder.session import session
     from lockbuild.minisign import read_secret_key
     from lockbuild.recipe import load_recipe
@@ -409,32 +408,27 @@ def build(
     progress = _progress(ctx)
     results: list[dict[str, Any]] = []
     with session(settings, progress=progress, jobs=jobs) as s:
-        planned: list[tuple[Any, dict[str, Path]]] = []
-        for b in builds:
+        plans = []
+        for b in builds:  # every lock first: uv and the index's answers are done with before any packing
             plan = s.planner.plan(r, b)
             _warn(ctx, plan.warnings)
-            planned.append((plan, s.fetch(plan, hash_hits=False)[0]))  # the pack hashes every byte, once
-    # The secret key is read only now: nothing from the index runs while it is in memory.
-    secret = read_secret_key(key, (lambda: password) if password is not None else _password())
-
-    def refetch(plan: Any, damaged: str) -> dict[str, Path]:
-        """A cache entry the pack found damaged: removed, and the plan's files fetched again (hashed)."""
-        with session(settings, progress=progress, jobs=jobs) as again:
-            again.cache.discard(damaged)
-            return again.fetch(plan)[0]
-
-    for plan, paths in planned:
-        packed = pack_or_refetch(
-            plan,
-            paths,
-            out,
-            functools.partial(refetch, plan),
-            key=secret,
-            uv_version=plan.uv_version,
-            expires=expires,
-            threads=threads,
-            progress=progress,
-        )
+            plans.append(plan)
+        written: list[Written] = []
+        try:
+            for plan in plans:  # fetched and packed at once, members in manifest order as they arrive
+                written.append(fetch_and_write(plan, s.fetcher, out, threads=threads)[0])
+        except BaseException:
+            for w in written:
+                w.discard()
+            raise
+    # The secret key is read only now: every build is locked and fetched, nothing from the index runs.
+    try:
+        secret = read_secret_key(key, (lambda: password) if password is not None else _password())
+        signed = [(plan, sign(w, key=secret, expires=expires)) for plan, w in zip(plans, written, strict=True)]
+    finally:
+        for w in written:
+            w.discard()
+    for plan, packed in signed:
         results.append(
             {
                 "bundle": str(packed.bundle),

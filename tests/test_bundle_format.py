@@ -218,6 +218,7 @@ def test_a_file_that_shrinks_while_packed_is_refused(tmp_path: Path, monkeypatch
 
     class Stat:
         st_size = 5000
+        st_mode = 0o100644  # a regular file
 
     monkeypatch.setattr(os, "fstat", lambda fd: Stat() if fd > 2 else real(fd))
     with pytest.raises(IntegrityError, match="shrank while it was packed: expected 5000 bytes"):

@@ -12,7 +12,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -171,6 +171,11 @@ class Fetcher:
         )
         return report
 
+    def start(self, wanted: Sequence[Wanted]) -> Batch:
+        """Start bringing every file, in the given order (the order the caller will read them in), on
+        ``jobs`` threads; the caller takes each file as it completes (``Batch.path``)."""
+        return Batch(self, wanted)
+
     def _one(self, w: Wanted, cancel: threading.Event) -> Fetched:
         if cancel.is_set():
             raise _cancelled(w)
@@ -257,6 +262,48 @@ class Fetcher:
                 if cancel.is_set():
                     raise _cancelled(w)
                 sink.write(chunk)
+
+
+class Batch:
+    """Downloads in flight (cache hits checked as ``Fetcher.hash_hits`` says), handed out one file at a
+    time: ``path`` waits for that file only, so a reader can consume files in its own order while the
+    rest are still arriving. ``finish`` waits for all (the first failure is raised); ``abort`` cancels."""
+
+    def __init__(self, fetcher: Fetcher, wanted: Sequence[Wanted]) -> None:
+        self.fetcher = fetcher
+        self.started = time.monotonic()
+        unique: dict[str, Wanted] = {}
+        for w in wanted:
+            unique.setdefault(w.sha256, w)
+        self.wanted = unique
+        fetcher.progress.start("fetching", total_bytes=sum(w.size or 0 for w in unique.values()), files=len(unique))
+        self.cancel = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=fetcher.jobs, thread_name_prefix="lockbuild-fetch")
+        self.futures: dict[str, Future[Fetched]] = {
+            sha: self.pool.submit(fetcher._one, w, self.cancel) for sha, w in unique.items()
+        }
+
+    def path(self, sha256: str) -> Path:
+        return self.futures[sha256].result().path
+
+    def finish(self) -> FetchReport:
+        try:
+            files = tuple(f.result() for f in self.futures.values())
+        except BaseException:
+            self.abort()
+            raise
+        self.pool.shutdown(wait=True)
+        report = FetchReport(files, time.monotonic() - self.started)
+        self.fetcher.progress.finish(
+            f"fetched {len(files)} file{'' if len(files) == 1 else 's'}: {len(files) - report.cached} downloaded, "
+            f"{report.cached} from the cache, in {report.seconds:.1f} s"
+        )
+        return report
+
+    def abort(self) -> None:
+        self.cancel.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.fetcher.progress.finish()
 
 
 def _check(w: Wanted, sink: _Sink) -> None:

@@ -10,11 +10,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
 import zstandard
 
 from lockbuild import __version__
+from lockbuild.builder.fetch import Fetcher, FetchReport
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text
 from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
@@ -156,8 +157,19 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
     )
 
 
+Source = Path | Callable[[], Path]  # a file, or a file still arriving (the writer waits for it)
+
+
 def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[Manifest, list[Entry]]:
     """The manifest and the ordered entries of the bundle; ``fetched`` maps sha256 to a verified file."""
+    return assemble_from(plan, fetched.__getitem__, lambda sha: fetched[sha].stat().st_size, uv_version)
+
+
+def assemble_from(
+    plan: Plan, source: Callable[[str], Source], size: Callable[[str], int], uv_version: str
+) -> tuple[Manifest, list[Entry]]:
+    """The manifest and the ordered entries; ``source(sha256)`` gives a member's file (or a callable that
+    waits for it), ``size(sha256)`` its size, known before any byte arrives."""
     b = plan.build
     exempt = b.exclude_newer_package
     generated = [
@@ -172,14 +184,12 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
         generated.append(_bytes_member(BUILD_LOCK, text.encode(), "lock"))
     entries: list[Entry] = [Entry(m, data) for m, data in generated]
     for f in plan.lock.files:
-        src = fetched[f.sha256]
-        entries.append(Entry(Member(f.bundle_path, src.stat().st_size, f.sha256, f.kind, f.url), src))
+        entries.append(Entry(Member(f.bundle_path, size(f.sha256), f.sha256, f.kind, f.url), source(f.sha256)))
     for f in plan.build_deps:
-        src = fetched[f.sha256]
-        entries.append(Entry(Member(f"{BUILD_DIR}/{f.filename}", src.stat().st_size, f.sha256, KIND, f.url), src))
+        member = Member(f"{BUILD_DIR}/{f.filename}", size(f.sha256), f.sha256, KIND, f.url)
+        entries.append(Entry(member, source(f.sha256)))
     for e in plan.extras:
-        src = fetched[e.sha256]
-        entries.append(Entry(Member(e.path, src.stat().st_size, e.sha256, e.kind, e.url), src))
+        entries.append(Entry(Member(e.path, size(e.sha256), e.sha256, e.kind, e.url), source(e.sha256)))
     entries.sort(key=lambda e: member_order(e.member.path))
     manifest = Manifest(
         engine=plan.recipe.engine.name,
@@ -210,6 +220,68 @@ def signature_block(
     return sign_statement(key, statement, digests.blake2b)
 
 
+@dataclass(frozen=True)
+class Written:
+    """A bundle written under a temporary name in its output directory, not yet signed or in place."""
+
+    tmp: Path
+    final: Path
+    manifest: Manifest
+    digests: FileDigests
+
+    def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
+
+
+def write(
+    manifest: Manifest,
+    entries: list[Entry],
+    out_dir: Path,
+    *,
+    threads: int | None = None,
+    progress: Progress | None = None,
+) -> Written:
+    """Write the bundle to a temporary file in ``out_dir``, hashed as it is written (never read back)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / manifest.bundle_name
+    tmp = out_dir / f".{manifest.bundle_name}.{os.getpid()}.partial"
+    try:
+        with tmp.open("wb") as raw:
+            out = HashingWriter(raw)  # the bundle is hashed as it is written, never read back
+            write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
+            raw.flush()
+            os.fsync(raw.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return Written(tmp, final, manifest, FileDigests(*out.hasher.finish()))
+
+
+def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
+    """Sign a written bundle (keeping co-signers' blocks when it is byte-identical); move both into place."""
+    final, manifest, digests = written.final, written.manifest, written.digests
+    tmp_sig = final.with_name(f".{manifest.bundle_name}.minisig.{os.getpid()}.partial")
+    sig_final = None
+    kept: tuple[Signature, ...] = ()
+    dropped: tuple[Signature, ...] = ()
+    try:
+        if key is not None:
+            sig_final = signature_path(final)
+            statement = Statement.of(manifest, name=final.name, sha256=digests.sha256, size=digests.size,
+                                     expires=expires)  # fmt: skip
+            kept, dropped = carry_over(_existing_signatures(sig_final), statement, key.key_id)
+            block = sign_statement(key, statement, digests.blake2b)
+            tmp_sig.write_text(block + "".join(s.to_text() for s in kept), encoding="utf-8")
+        written.tmp.replace(final)
+        if sig_final is not None:
+            tmp_sig.replace(sig_final)
+    finally:
+        written.discard()
+        tmp_sig.unlink(missing_ok=True)
+    return Packed(final, sig_final, manifest, digests.sha256, digests.size,
+                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
+
+
 def pack(
     plan: Plan,
     fetched: Mapping[str, Path],
@@ -223,54 +295,53 @@ def pack(
 ) -> Packed:
     """Write NAME.lbz (and NAME.lbz.minisig) into ``out_dir``; on failure ``out_dir`` gets nothing."""
     manifest, entries = assemble(plan, fetched, uv_version)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / manifest.bundle_name
-    tmp = out_dir / f".{manifest.bundle_name}.{os.getpid()}.partial"
-    tmp_sig = out_dir / f".{manifest.bundle_name}.minisig.{os.getpid()}.partial"
+    return sign(write(manifest, entries, out_dir, threads=threads, progress=progress), key=key, expires=expires)
+
+
+def fetch_and_write(
+    plan: Plan, fetcher: Fetcher, out_dir: Path, *, threads: int | None = None
+) -> tuple[Written, FetchReport]:
+    """Fetch and pack at once: downloads start in manifest order and each member is written as soon as it
+    has arrived and been checked, so a cold build costs about the longer of the two, not their sum. The
+    bytes do not depend on arrival order or thread count: members are always written in manifest order.
+
+    Cache hits are checked by type and size only; the writer hashes every byte it packs, and a damaged
+    entry (``DamagedSource``) is removed and everything fetched again, hashed, before one more write."""
+    wanted = plan.wanted()
+    sizes = {w.sha256: w.size for w in wanted if w.size is not None}
+    unsized = [w for w in wanted if w.size is None]
+    if unsized:  # the manifest, written first, names every size: these (few) are brought first
+        for f in fetcher.fetch_all(unsized).files:
+            sizes[f.wanted.sha256] = f.path.stat().st_size
+
+    def source(sha: str) -> Callable[[], Path]:
+        return lambda: batch.path(sha)  # waits for that download (or cache check) only
+
+    manifest, entries = assemble_from(plan, source, sizes.__getitem__, plan.uv_version)
+    by_sha = {w.sha256: w for w in wanted}
+    fetcher.hash_hits = False
     try:
-        with tmp.open("wb") as raw:
-            out = HashingWriter(raw)  # the bundle is hashed as it is written, never read back
-            write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
-            raw.flush()
-            os.fsync(raw.fileno())
-        digests = FileDigests(*out.hasher.finish())
-        sig_final = None
-        kept: tuple[Signature, ...] = ()
-        dropped: tuple[Signature, ...] = ()
-        if key is not None:
-            sig_final = signature_path(final)
-            statement = Statement.of(manifest, name=final.name, sha256=digests.sha256, size=digests.size,
-                                     expires=expires)  # fmt: skip
-            kept, dropped = carry_over(_existing_signatures(sig_final), statement, key.key_id)
-            block = sign_statement(key, statement, digests.blake2b)
-            tmp_sig.write_text(block + "".join(s.to_text() for s in kept), encoding="utf-8")
-        tmp.replace(final)
-        if sig_final is not None:
-            tmp_sig.replace(sig_final)
+        batch = fetcher.start([by_sha[e.member.sha256] for e in entries if e.member.sha256 in by_sha])
+        try:
+            written = write(manifest, entries, out_dir, threads=threads, progress=Progress.quiet())
+        except DamagedSource as exc:
+            batch.abort()
+            fetcher.cache.discard(exc.sha256)
+            fetcher.progress.note(f"a cached file was damaged ({exc.message}); fetching it again")
+            fetcher.hash_hits = True
+            report = fetcher.fetch_all(wanted)
+            manifest, entries = assemble(plan, {f.wanted.sha256: f.path for f in report.files}, plan.uv_version)
+            return write(manifest, entries, out_dir, threads=threads, progress=fetcher.progress), report
+        except BaseException:
+            batch.abort()
+            raise
+        try:
+            return written, batch.finish()
+        except BaseException:
+            written.discard()
+            raise
     finally:
-        tmp.unlink(missing_ok=True)
-        tmp_sig.unlink(missing_ok=True)
-    return Packed(final, sig_final, manifest, digests.sha256, digests.size,
-                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
-
-
-def pack_or_refetch(
-    plan: Plan,
-    fetched: Mapping[str, Path],
-    out_dir: Path,
-    refetch: Callable[[str], Mapping[str, Path]],
-    **kw: Any,
-) -> Packed:
-    """``pack``, where ``fetched`` came from the cache checked by size only: the writer hashes every
-    byte it packs, so a damaged entry is found there (``DamagedSource``); then ``refetch(sha256)``
-    (remove that entry, fetch the plan's files again, hashing them) and pack once more."""
-    try:
-        return pack(plan, fetched, out_dir, **kw)
-    except DamagedSource as exc:
-        progress = kw.get("progress")
-        if progress is not None:
-            progress.note(f"a cached file was damaged ({exc.message}); fetching it again")
-        return pack(plan, refetch(exc.sha256), out_dir, **kw)
+        fetcher.hash_hits = True
 
 
 def _existing_signatures(path: Path) -> tuple[Signature, ...]:

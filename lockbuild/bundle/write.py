@@ -14,7 +14,7 @@ import hashlib
 import os
 import stat
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -39,8 +39,11 @@ class DamagedSource(IntegrityError):
 
 @dataclass(frozen=True)
 class Entry:
+    """One member and its bytes: in memory, a file, or a file still arriving (called when the writer
+    reaches it, in manifest order: a build packs while its downloads complete)."""
+
     member: Member
-    source: Path | bytes
+    source: Path | bytes | Callable[[], Path]
 
 
 BLOCK = 512
@@ -158,7 +161,7 @@ def write_bundle(
                 raise IntegrityError(f"internal: {m.path} does not match its manifest entry.")
             tar.add_bytes(m.path, e.source, mtime)
         else:
-            tar.add_file(e.member, e.source, mtime)
+            tar.add_file(e.member, e.source if isinstance(e.source, Path) else e.source(), mtime)
         progress.file_done()
     tar.close()
     writer.close()  # type: ignore[no-untyped-call]  # ends the one frame (with its checksum); closefd=False leaves ``out`` open

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.errors import InstallError
+from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
 from lockbuild.install.node import Node, detect, free_bytes
@@ -153,6 +154,7 @@ class Installer:
         staged = target.with_name(target.name + STAGING_SUFFIX)
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
         stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ)
+        cleaner: threading.Thread | None = None
         try:
             with contextlib.ExitStack() as held:
                 unpacked.mkdir(mode=0o700)
@@ -161,6 +163,10 @@ class Installer:
                 if python is None:
                     python = held.enter_context(self._bundled_python(opened.manifest, unpacked))
                 stage.build(python)
+                # uv is done with the wheels and its cache (the environment holds hard links, not
+                # references): remove them while the verify command runs instead of after it
+                cleaner = threading.Thread(target=_remove_spent, args=(unpacked,), name="lockbuild-cleanup")
+                cleaner.start()
                 stage.verify(timeout=self.o.verify_timeout, gpu_check=self.o.gpu_check, node=node)
                 stage.write_records(opened.sha256, opened.signers)
                 self.progress.phase(f"swapping {target.name} into place")
@@ -169,6 +175,8 @@ class Installer:
             shutil.rmtree(staged, ignore_errors=True)
             raise
         finally:
+            if cleaner is not None:
+                cleaner.join()
             shutil.rmtree(unpacked, ignore_errors=True)
 
     def _bundled_python(self, m: Manifest, unpacked: Path) -> contextlib.AbstractContextManager[Path]:
@@ -176,6 +184,14 @@ class Installer:
         member = next(x for x in m.members if x.path == m.install.interpreter)
         self.progress.phase(f"placing the bundle's Python {m.python} in {self.o.root / PYTHONS}")
         return bundled_python(self.o.root, unpacked / member.path, member.sha256, m.python, wait=self.o.wait)
+
+
+SPENT = ("wheels", "sdists", ".uv-cache")  # what only uv reads: the records (lock, recipe, SBOM) stay
+
+
+def _remove_spent(unpacked: Path) -> None:
+    for name in SPENT:
+        shutil.rmtree(unpacked / name, ignore_errors=True)
 
 
 def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path:
@@ -197,5 +213,6 @@ def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path
         doomed = target.with_name(f"{target.name}.removing{STAGING_SUFFIX}")
         target.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
-    collect(root, wait=wait)  # interpreters under <root>/.python that no environment uses any more
+    with contextlib.suppress(LockbuildError):  # the environment is gone; an interpreter can go next time
+        collect(root, wait=wait)  # interpreters under <root>/.python that no environment uses any more
     return target

@@ -73,8 +73,10 @@ class Stage:
                  "--no-index", "--no-deps", *map(str, built)],
                 env=env, timeout=3600, what="uv pip install")  # fmt: skip
             kinds = {"wheel"}
+        # uv unpacks each wheel once into its cache (.uv-cache, beside the staging directory, so on the
+        # target's filesystem) and hard-links the files into the environment: no second copy is written
         argv = [str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
-                "--no-index", "--require-hashes"]  # fmt: skip
+                "--no-index", "--require-hashes", "--link-mode", "hardlink"]  # fmt: skip
         for kind, folder in (("wheel", "wheels"), ("sdist", "sdists")):
             if kind in kinds and any(x.kind == kind for x in m.members):  # only folders the bundle has
                 argv += ["--find-links", str(self.unpacked / folder)]

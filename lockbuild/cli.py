@@ -260,8 +260,9 @@ def lock(
 ) -> None:
     """Resolve a recipe's builds into hashed locks, as the index stood at each build's cut-off.
 
-    Writes OUT/VERSION-VARIANT/ with requirements.txt (or pylock.toml for builds with a second index)
-    and recipe.toml with as-of filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
+    Writes OUT/VERSION-VARIANT/ with requirements.txt (or pylock.toml for builds with a second index),
+    extras.txt (the uv wheel and other bundled files, with sha256 and URL) and recipe.toml with as-of
+    filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
     """
     _setup(ctx, as_json)
     from lockbuild.builder.output import write_plan_dir

@@ -246,3 +246,19 @@ def test_a_sibling_link_is_made_after_the_files_and_never_written_through(tmp_pa
     with pytest.raises(IntegrityError, match="collides"):
         archives.extract(archive, tmp_path / "out", sibling_links=True)
     assert (tmp_path / "out" / "python" / "bin" / "python3.11").read_bytes() == b"ok"
+
+
+def test_an_environment_is_known_to_use_its_interpreter_through_a_linked_root(tmp_path: Path) -> None:
+    """remove's collection must see the use whichever way the root is spelled (else it deletes a used one)."""
+    from lockbuild.install.pythons import shared_python
+
+    real = tmp_path / "data" / "engines"
+    sha = "a" * 64
+    env_dir = real / "e" / "1-cpu"
+    env_dir.mkdir(parents=True)
+    (tmp_path / "opt").symlink_to(tmp_path / "data")
+    linked = tmp_path / "opt" / "engines"
+    (env_dir / "pyvenv.cfg").write_text(f"home = {real}/.python/{sha}/python/bin\n")
+    assert shared_python(linked, env_dir) == sha
+    (env_dir / "pyvenv.cfg").write_text(f"home = {linked}/.python/{sha}/python/bin\n")
+    assert shared_python(real, env_dir) == sha

@@ -124,8 +124,8 @@ def shared_python(root: Path, env_dir: Path) -> str | None:
     home = base_of(env_dir)
     if home is None:
         return None
-    try:
-        rel = home.relative_to(root.absolute() / PYTHONS)
+    try:  # either side may be spelled through a symbolic link (a root under /opt -> /data/opt)
+        rel = Path(os.path.realpath(home)).relative_to(os.path.realpath(root.absolute() / PYTHONS))
     except ValueError:
         return None
     return rel.parts[0] if rel.parts and _SHA.fullmatch(rel.parts[0]) else None

@@ -334,3 +334,18 @@ def test_warm_build_hashes_in_the_pack_and_refetches_a_damaged_entry(
     again = Path(json.loads(stdout)["bundles"][0]["bundle"])
     assert again.read_bytes() == clean.read_bytes()
     assert wheel.read_bytes() != bytes(data)  # the entry was replaced by a good download
+
+
+def test_cold_build_bytes_do_not_depend_on_arrival_order(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    """A cold build packs members in manifest order while the downloads complete: a file that arrives
+    last (its server answers 500 twice first) changes nothing in the bundle, at any thread count."""
+    first = build(toy_recipe, keys.secret, tmp_path / "a", "--threads", "1",
+                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c1")})  # fmt: skip
+    wheels = sorted(p for p in env.files if p.endswith(".whl"))
+    late = wheels[0]
+    before = env.files[late].hits
+    env.files[late].fail_first = 2
+    again = build(toy_recipe, keys.secret, tmp_path / "b", "--threads", "4", "--jobs", "4",
+                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c2")})  # fmt: skip
+    assert env.files[late].hits - before >= 3  # two refusals, then the file
+    assert again.read_bytes() == first.read_bytes()

@@ -10,7 +10,7 @@ from pathlib import Path
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import DEFAULT_JOBS, Fetcher, FetchReport
 from lockbuild.builder.http import make_client
-from lockbuild.builder.plan import Plan, Planner
+from lockbuild.builder.plan import LOOKUP_THREADS, Plan, Planner
 from lockbuild.progress import Progress
 from lockbuild.settings import Settings
 
@@ -40,7 +40,7 @@ def session(settings: Settings, *, progress: Progress, jobs: int = DEFAULT_JOBS)
     cache.check_owner()  # before anything is read from it or handed to uv
     cache.sweep()  # temp files of fetches killed long ago
     with (
-        make_client(connections=max(jobs, 8), settings=settings) as api,
+        make_client(connections=max(jobs, LOOKUP_THREADS), settings=settings) as api,
         make_client(connections=jobs, settings=settings) as downloads,
     ):
         downloads.follow_redirects = True

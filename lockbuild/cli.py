@@ -207,7 +207,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
     """Build signed, hashed, reproducible bundles of inference engines, and install them offline.
 
     \b
-    Builder (online):   lockbuild lock | fetch | build | sign
+    Builder (online):   lockbuild lock | fetch | build | sign | test
     Node (air-gapped):  lockbuild verify | inspect | install | list | remove | doctor
     Keys:               lockbuild keygen
     """

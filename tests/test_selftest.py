@@ -76,9 +76,12 @@ def cli(*args: str) -> tuple[int, str, str]:
     return r.exit_code, r.stdout, r.stderr
 
 
-def _build(tmp: Path, keys: Keys, variant: str, extra: str = "") -> Path:
+def _build(tmp: Path, keys: Keys, variant: str, extra: str = "", verify: str | None = None) -> Path:
     recipe = tmp / f"{variant}.toml"
-    recipe.write_text(RECIPE.format(extra=extra, variant=variant))
+    text = RECIPE.format(extra=extra, variant=variant)
+    if verify is not None:
+        text = text.replace('verify = ["netengine", "--version"]', f"verify = {verify}")
+    recipe.write_text(text)
     code, out, err = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / variant), "--json")
     assert code == 0, err
     return Path(json.loads(out)["bundles"][0]["bundle"])
@@ -101,6 +104,9 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
             "net": _build(tmp, keys, "net", 'smoke = ["netengine", "--smoke"]'),
             "allowed": _build(tmp, keys, "allowed", 'smoke = ["netengine", "--smoke"]\nallow-network = ["10.255.255.1"]'),
             "serve": _build(tmp, keys, "serve", 'smoke = ["netengine", "--serve"]'),
+            # verify and smoke commands that are not Python (no .pth runs): they see the settings all the same
+            "shell": _build(tmp, keys, "shell", 'smoke = ["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1"]',
+                            verify='["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && netengine --version"]'),
             "native": _build(tmp, keys, "native",
                              'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'),
         }
@@ -211,6 +217,7 @@ def test_a_quiet_connection_attempt_fails_the_test_with_host_port_and_frame(
 ) -> None:
     code, data, _ = selftest(bundles["net"], keys)
     assert code == 1 and data["ok"] is False
+    assert data["error"]["exit_code"] == 1 and "hosts not allowed: 10.255.255.1:8080" in data["error"]["message"]
     report = data["self_test"][0]
     assert report["passed"] is False
     assert {s["name"]: s["status"] for s in report["steps"]} == {
@@ -226,8 +233,9 @@ def test_a_quiet_connection_attempt_fails_the_test_with_host_port_and_frame(
                    for a in report["attempts"])  # fmt: skip
     assert list(private_tmp.iterdir()) == []  # the test root is gone
     # the text report names the attempt too
-    code, text, _ = cli("test", str(bundles["net"]), "--trust", str(keys.trust))
+    code, text, err = cli("test", str(bundles["net"]), "--trust", str(keys.trust))
     assert code == 1 and "refused 10.255.255.1:8080" in text and "FAILED" in text
+    assert "ERROR the self-test of netengine-1.0-net" in err and "TIP" in err
 
 
 @needs_netns
@@ -403,3 +411,12 @@ def test_an_unprivileged_user_namespace_works_too(bundles: dict[str, Path], keys
     assert net.namespace.startswith("unshare -r -n") and not net.passed
     assert [(a.host, a.port) for a in net.refused if a.event == "socket.connect"] == [("10.255.255.1", 8080)]
     assert self_test(bundles["quiet"], opts).passed
+
+
+
+@needs_netns
+def test_the_verify_and_smoke_commands_run_with_the_env(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    """Shell commands (no Python start-up file runs): install's verify fails, and the smoke fails, without it."""
+    code, data, err = selftest(bundles["shell"], keys)
+    assert code == 0, (data, err)
+    assert [s["status"] for s in data["self_test"][0]["steps"]] == ["passed", "passed", "skipped", "passed"]

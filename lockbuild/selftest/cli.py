@@ -17,6 +17,7 @@ import click
 from lockbuild.cli import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.selftest.report import Report
 from lockbuild.selftest.run import TIMEOUT, SelfTestOptions, self_test
+from lockbuild.text import for_terminal
 
 EXIT_FAILED = 1
 
@@ -26,10 +27,28 @@ def _show(ctx: click.Context, reports: list[Report], extra: dict[str, Any] | Non
     data: dict[str, Any] = {**(extra or {}), "self_test": [r.to_json() for r in reports]}
     failed = [r for r in reports if not r.passed]
     if failed:
+        message = "; ".join(summary(r) for r in failed)
         data["ok"] = False
+        data["error"] = {"type": "SelfTestFailed", "message": message, "tip": TIP, "exit_code": EXIT_FAILED}
     _emit(ctx, data, "\n\n".join(r.text() for r in reports))
     if failed:
+        if not ctx.obj.get("json"):
+            click.echo(f"ERROR {for_terminal(message)}", err=True)
+            click.echo(f"TIP {TIP}", err=True)
         ctx.exit(EXIT_FAILED)
+
+
+TIP = ("Make the engine work offline (its [engine.env] settings, bundled assets), or, for a documented optional "
+       "feature, name the host in [engine] allow-network.")  # fmt: skip
+
+
+def summary(r: Report) -> str:
+    """One line: why the self-test of ``r`` failed."""
+    parts = [f"{s.name} {s.status}" for s in r.steps if s.status == "failed"] + list(r.problems[:1])
+    if r.refused:
+        hosts = sorted({f"{a.host}:{a.port}" for a in r.refused})
+        parts.append(f"{len(r.refused)} network attempt(s) to hosts not allowed: {', '.join(hosts[:5])}")
+    return f"the self-test of {r.bundle} failed: " + "; ".join(parts or ["no install step passed"])
 
 
 def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None, public_key_text: str, *,
@@ -52,7 +71,7 @@ def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None,
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=TIMEOUT, show_default=True,
-              help="Seconds each of the verify command, the probe and the smoke command may take.")  # fmt: skip
+              help="Seconds the verify command and the smoke command may each take.")  # fmt: skip
 @click.option("--no-strace", is_flag=True, help="Do not trace native calls with strace (Python's audit hook only).")
 @json_option
 @click.pass_context

@@ -628,6 +628,7 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
         "as_of": iso(manifest.as_of),
         "serial": manifest.serial,
         "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
+        "exclude_newer_package": {name: when or False for name, when in manifest.exclude_newer_package},
         "signatures": sigs,
         "unpacked_size": manifest.unpacked_size,
         "install": manifest.install.to_json(),
@@ -641,6 +642,10 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
         f"for Python {manifest.python} on {manifest.platform}",
         f"as of {data['as_of']}, built by lockbuild {manifest.lockbuild_version} with uv {manifest.uv_version}",
         f"signatures (not checked here; use verify): {', '.join(s['key_id'] for s in sigs) or 'none'}",
+        *(
+            f"exclude-newer-package: {name} = {when or 'false (no cut-off)'}"
+            for name, when in manifest.exclude_newer_package
+        ),
         *(f"install: {line}" for line in manifest.install.summary()),
         *(
             f"interpreter: Python {manifest.python}, {m.path} (sha256 {m.sha256[:16]}…, from {m.origin})"

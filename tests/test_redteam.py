@@ -385,8 +385,9 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
                          inherit={"PATH": os.environ["PATH"], "HOME": str(home)},
                          credentials=Credentials("lbuser", "IDX-PASSWORD"))  # fmt: skip
     finally:
-        index.shutdown()
-        other.shutdown()
+        for server in (index, other):
+            server.shutdown()
+            server.server_close()
     basic = "Basic " + base64.b64encode(b"lbuser:IDX-PASSWORD").decode()
     assert any(port == index.server_address[1] and auth == basic for port, _, auth in seen)  # the index got them
     to_other = [auth for port, _, auth in seen if port == other.server_address[1]]

@@ -420,3 +420,17 @@ def test_the_verify_and_smoke_commands_run_with_the_env(bundles: dict[str, Path]
     code, data, err = selftest(bundles["shell"], keys)
     assert code == 0, (data, err)
     assert [s["status"] for s in data["self_test"][0]["steps"]] == ["passed", "passed", "skipped", "passed"]
+
+
+@needs_netns
+def test_a_strace_that_cannot_trace_here_is_said_not_a_failure(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "strace").write_text("#!/bin/sh\necho 'strace: PTRACE_TRACEME: Operation not permitted' >&2\nexit 1\n")
+    (fake / "strace").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    code, data, err = selftest(bundles["quiet"], keys)
+    assert code == 0, (data, err)
+    assert "strace cannot trace here (strace: PTRACE_TRACEME: Operation not permitted)" in data["self_test"][0]["tracer"]

@@ -103,7 +103,11 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
     if (env_dir / "bin" / argv[0]).exists():
         argv[0] = str(env_dir / "bin" / argv[0])
     if cfg["strace"]:
-        argv = trace.wrap(cfg["strace"], Path(cfg["trace_out"]), argv)
+        why = trace.unusable(cfg["strace"])
+        if why:
+            result["tracer"] = f"strace cannot trace here ({why}); native attempts not traced"
+        else:
+            argv = trace.wrap(cfg["strace"], Path(cfg["trace_out"]), argv)
     try:
         proc = subprocess.run(argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=cfg["timeout"], check=False)  # fmt: skip

@@ -36,6 +36,7 @@ from lockbuild.trust import load_store, open_bundle, trust_dir
 
 TIMEOUT = 1800.0
 PR_SET_PDEATHSIG = 1
+NO_TRACER = "not available (install strace to catch native attempts)"
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,6 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
         bundle=bundle.name, engine=m.engine, build=build,
         namespace=" ".join([Path(ns[0]).name, *ns[1:]])
         + f"; loopback {result.get('loopback', 'down')}, no other interface",
-        tracer="strace" if tracer else "not available (install strace to catch native attempts)",
+        tracer=result.get("tracer") or ("strace" if tracer else NO_TRACER),
         steps=steps, attempts=tuple(attempts), allow_network=t.allow_network, env=t.env, problems=tuple(problems),
     )  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def wrap(tracer: str, out: Path, argv: list[str]) -> list[str]:
     """``argv`` under strace: every thread and child, only the calls that reach for an address."""
     return [tracer, "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-e", "signal=none", "-o", str(out), "--",
             *argv]  # fmt: skip
+
+
+def unusable(tracer: str) -> str | None:
+    """Why strace cannot trace a child here (ptrace forbidden by a seccomp profile or Yama), or None."""
+    try:
+        proc = subprocess.run([tracer, "-f", "-qq", "-o", "/dev/null", "--", "true"], capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)[:200]
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:200]
 
 
 def parse(text: str, limit: int = 10_000) -> list[Traced]:

@@ -660,6 +660,12 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
             if any(m.kind == "build-dep" for m in manifest.members)
             else []
         ),
+        *(
+            f"built on the builder: {m.path} from the sdist beside it ({m.origin}), with the build dependencies "
+            "pinned in lock/build-requirements.txt"
+            for m in manifest.members
+            if m.kind == "wheel" and m.path.startswith("sdists/")
+        ),
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]

@@ -31,14 +31,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             with open(path, "rb") as f:
                 files[path.replace(os.sep, "/")] = f.read()
     files[info + "/METADATA"] = f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n".encode()
-    files[info + "/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: toybackend\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    tag = open("WHEEL_TAG").read().strip() if os.path.exists("WHEEL_TAG") else "py3-none-any"
+    files[info + "/WHEEL"] = f"Wheel-Version: 1.0\\nGenerator: toybackend\\nRoot-Is-Purelib: true\\nTag: {tag}\\n".encode()
     files[info + "/entry_points.txt"] = f"[console_scripts]\\n{name} = {dist}:main\\n".encode()
     record = ""
     for path, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record += f"{path},sha256={digest},{len(data)}\\n"
     files[info + "/RECORD"] = (record + info + "/RECORD,,\\n").encode()
-    filename = f"{dist}-{version}-py3-none-any.whl"
+    filename = f"{dist}-{version}-{tag}.whl"
     with zipfile.ZipFile(os.path.join(wheel_directory, filename), "w") as z:
         for path, data in files.items():
             zi = zipfile.ZipInfo(path, (1980, 1, 1, 0, 0, 0))
@@ -52,7 +53,9 @@ def backend_wheel(version: str = "1.0") -> tuple[str, bytes]:
     return make_wheel("toybackend", version, modules={"toybackend/__init__.py": BACKEND})
 
 
-def sdist_needing_backend(name: str, version: str, requires: str = '["toybackend"]') -> tuple[str, bytes]:
+def sdist_needing_backend(
+    name: str, version: str, requires: str = '["toybackend"]', tag: str | None = None
+) -> tuple[str, bytes]:
     dist = name.replace("-", "_")
     pyproject = f'[build-system]\nrequires = {requires}\nbuild-backend = "toybackend"\n'.encode()
     module = f"def main():\n    print('{name} {version}')\n".encode()
@@ -60,4 +63,5 @@ def sdist_needing_backend(name: str, version: str, requires: str = '["toybackend
         f"{dist}-{version}/PKG-INFO": f"Metadata-Version: 2.2\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist}-{version}/pyproject.toml": pyproject,
         f"{dist}-{version}/{dist}/__init__.py": module,
+        **({f"{dist}-{version}/WHEEL_TAG": tag.encode()} if tag else {}),
     })  # fmt: skip

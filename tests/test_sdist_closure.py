@@ -172,3 +172,60 @@ def test_an_sdist_whose_build_dependencies_cannot_be_locked_is_refused_by_name(e
     code, _, stderr = cli("lock", str(recipe), "--out", str(tmp_path / "o"))
     assert code != 0
     assert "cannot lock the build dependencies of the sdists (lklegacy-1.0.tar.gz needs setuptools>=40.8.0)" in stderr
+
+
+def test_a_pure_python_sdist_is_built_on_the_builder_the_same_twice(
+    env: FakeServer, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built here without network from its hashed closure, bundled next to its sdist: two builds from cold
+    caches give the same wheel (and the same bundle); the node installs it without building."""
+    from lockbuild.builder.prebuild import sandbox
+
+    if sandbox() is None:
+        pytest.skip("no network namespace here")
+    publish(env)
+    recipe = tmp_path / "lkbuilt.toml"
+    recipe.write_text(RECIPE)
+    results = []
+    for n in (1, 2):
+        monkeypatch.setenv("LOCKBUILD_CACHE_DIR", str(tmp_path / f"cache{n}"))
+        code, stdout, stderr = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / f"d{n}"),
+                                   "--json")  # fmt: skip
+        assert code == 0, stderr
+        results.append(json.loads(stdout)["bundles"][0])
+    bundle = Path(results[0]["bundle"])
+    _, stdout, _ = cli("inspect", str(bundle), "--json")
+    wheels = [f for f in json.loads(stdout)["files"] if f["path"] == "sdists/lkbuilt-1.0-py3-none-any.whl"]
+    assert [w["kind"] for w in wheels] == ["wheel"] and wheels[0]["origin"].endswith("/lkbuilt-1.0.tar.gz")
+    assert results[0]["sha256"] == results[1]["sha256"]  # the same wheel, so the same bundle
+    _, text, _ = cli("inspect", str(bundle))
+    assert "built on the builder: sdists/lkbuilt-1.0-py3-none-any.whl from the sdist beside it" in text
+
+    root = tmp_path / "engines"
+    code, _, stderr = cli("install", str(bundle), "--root", str(root), "--trust", str(keys.trust))
+    assert code == 0, stderr
+    assert "built on the builder from sdists/lkbuilt-1.0.tar.gz" in stderr and "building sdists/" not in stderr
+    out = subprocess.run([str(root / "lkbuilt" / "1.0-cpu" / "bin" / "lkbuilt")], capture_output=True, text=True)
+    assert out.stdout.strip() == "lkbuilt 1.0"
+    record = (root / "lkbuilt" / "1.0-cpu" / "lockbuild" / BUILD_LOCK).read_text()
+    assert f"# sdists/lkbuilt-1.0-py3-none-any.whl (sha256 {wheels[0]['sha256']}) was built on the builder" in record
+
+
+def test_a_wheel_that_would_not_run_on_the_node_is_left_for_the_node_to_build(tmp_path: Path) -> None:
+    from conftest import PLATFORM as TARGET_PLATFORM
+
+    from lockbuild.builder.cache import Cache
+    from lockbuild.builder.prebuild import prebuild, sandbox
+    from lockbuild.target import Target
+
+    if sandbox() is None:
+        pytest.skip("no network namespace here")
+    name, data = sdist_needing_backend("lkwin", "1.0", tag="cp311-cp311-win_amd64")
+    wheel = backend_wheel("1.0")
+    lock = f"toybackend==1.0 --hash=sha256:{hashlib.sha256(wheel[1]).hexdigest()}\n"
+    got, why = prebuild(
+        sdist=io.BytesIO(data), sdist_name=name, project="lkwin", version="1.0",
+        deps=[(wheel[0], io.BytesIO(wheel[1]))], lock_text=lock, target=Target.of(PY, TARGET_PLATFORM),
+        as_of=day(2), cache=Cache(tmp_path / "c"), inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert got is None and "lkwin-1.0-cp311-cp311-win_amd64.whl, which does not run on" in why

@@ -180,7 +180,7 @@ def assemble_from(
     if plan.lock.format == "pylock.toml":
         generated.append(_bytes_member("lock/pylock.toml", bundle_pylock(plan.lock.files, b.target).encode(), "lock"))
     if plan.build_requires:  # the lock has sdists: the node builds them from this hashed closure only
-        text = build_lock_text(plan.build_deps, plan.build_requires)
+        text = build_lock_text(plan.build_deps, plan.build_requires, plan.prebuilt)
         generated.append(_bytes_member(BUILD_LOCK, text.encode(), "lock"))
     entries: list[Entry] = [Entry(m, data) for m, data in generated]
     for f in plan.lock.files:

@@ -18,10 +18,12 @@ from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.index import Index, IndexFile, Publication
+from lockbuild.builder.prebuild import Prebuilt, prebuild
 from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.resolve import compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sources import read_source_requirements
+from lockbuild.bundle.buildlock import build_lock_text
 from lockbuild.errors import RecipeError, RemoteError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
@@ -62,6 +64,7 @@ class Plan:
     warnings: tuple[str, ...] = ()  # shown by the CLI in text and in --json
     build_deps: tuple[LockedFile, ...] = ()  # the hashed closure the lock's sdists are built from (issue 14)
     build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
+    prebuilt: tuple[Prebuilt, ...] = ()  # wheels built here from sdists, bundled next to them
 
     def wanted(self) -> list[Wanted]:
         # Credentials are added by the HTTP client, per host, from the settings (never per file).
@@ -282,18 +285,21 @@ class Planner:
             )
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
         build_deps, build_requires = self._build_closure(files, build, as_of, second)
+        prebuilt = self._prebuild(files, build, as_of, build_deps, build_requires, warnings)
+        urls = {f.filename: f.url for f in files}
+        extras += [ExtraFile(p.path, "wheel", urls[p.sdist], p.sha256, p.size) for p in prebuilt]
         if sdists:
             warnings.append(
                 f"{len(sdists)} package(s) have no wheel for {build.platform} and come as sdists "
-                f"({', '.join(sdists[:5])}); the node builds them offline from the {len(build_deps)} hashed "
-                "build dependencies bundled with them"
+                f"({', '.join(sdists[:5])}); {len(prebuilt)} built here into wheels that run on the node, the "
+                f"rest built by the node offline from the {len(build_deps)} hashed build dependencies bundled"
             )
         uv, tool = tool_lookup.result()
         extras.append(tool)
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
             recipe, build, as_of, lock, tuple(requirements), tuple(extras), resolved_recipe(recipe, build, as_of),
-            uv, tuple(warnings), build_deps, build_requires,
+            uv, tuple(warnings), build_deps, build_requires, tuple(prebuilt),
         )  # fmt: skip
 
     def _build_closure(
@@ -329,6 +335,37 @@ class Planner:
         else:
             pins = parse_requirements_lock(resolution.text)
         return self._files(pins, build, {}, as_of, second), tuple(per)
+
+    def _prebuild(
+        self,
+        files: Sequence[LockedFile],
+        build: Build,
+        as_of: dt.datetime,
+        deps: Sequence[LockedFile],
+        requires: Sequence[tuple[str, tuple[str, ...]]],
+        warnings: list[str],
+    ) -> list[Prebuilt]:
+        """Each sdist built here, from its hashed closure only, when the wheel runs on the node."""
+        out: list[Prebuilt] = []
+        lock_text = build_lock_text(deps, requires)
+        for f in sorted((f for f in files if f.kind == "sdist"), key=lambda f: f.filename):
+            self.progress.phase(f"{build.id}: building {f.filename} without network from its hashed build closure")
+            opened = [open_verified(self.fetcher, Wanted(d.url, d.sha256, d.size, d.filename)) for d in deps]
+            try:
+                with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as sdist:
+                    got, why = prebuild(
+                        sdist=sdist, sdist_name=f.filename, project=f.name, version=f.version,
+                        deps=[(d.filename, fh) for d, fh in zip(deps, opened, strict=True)], lock_text=lock_text,
+                        target=build.target, as_of=as_of, cache=self.cache, inherit=dict(self.settings.child_environ),
+                    )  # fmt: skip
+            finally:
+                for fh in opened:
+                    fh.close()
+            if got is None:
+                warnings.append(f"{f.filename} was not built on the builder: {why}; the node builds it")
+            else:
+                out.append(got)
+        return out
 
     def _interpreter(self, build: Build) -> ExtraFile:
         """The standalone interpreter: a release asset taken only with its published digest, fetched

@@ -22,15 +22,29 @@ class _Dep(Protocol):
     def filename(self) -> str: ...
 
 
-def build_lock_text(deps: Sequence[_Dep], requires: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+class _Built(Protocol):
+    @property
+    def path(self) -> str: ...
+    @property
+    def sdist(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+
+
+def build_lock_text(
+    deps: Sequence[_Dep], requires: Sequence[tuple[str, tuple[str, ...]]], built: Sequence[_Built] = ()
+) -> str:
     """Each build dependency pinned to its one bundled file's sha256; each sdist's own build
-    requirements recorded in comments (what the builder read from its pyproject.toml)."""
+    requirements recorded in comments (what the builder read from its pyproject.toml), and each wheel
+    the builder made from an sdist with these dependencies."""
     lines = [
         "# Build dependencies of this bundle's sdists, for:",
         f"#   uv build --wheel --offline --no-index --find-links {BUILD_DIR} --build-constraints {BUILD_LOCK} "
         "--require-hashes SDIST",
     ]
     lines += [f"# {sdist} requires: {', '.join(reqs) or 'nothing'}" for sdist, reqs in requires]
+    lines += [f"# {b.path} (sha256 {b.sha256}) was built on the builder from sdists/{b.sdist} with these"
+              for b in built]  # fmt: skip
     for d in sorted(deps, key=lambda d: d.name):
         lines.append(f"{d.name}=={d.version} \\\n    --hash=sha256:{d.sha256}")
         lines.append(f"    # {BUILD_DIR}/{d.filename}")

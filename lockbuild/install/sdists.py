@@ -45,6 +45,13 @@ def build_sdists(
         pin = by_hash.get(x.sha256)
         if pin is None:
             raise InstallError(f"the bundle's lock names no package with the digest of {x.path}; refused.")
+        ready = [w for w in m.members if w.kind == "wheel" and w.path.startswith("sdists/")
+                 and _is_wheel_of(w.path.rsplit("/", 1)[-1], pin.name, pin.version)]  # fmt: skip
+        if ready:  # built on the builder from this sdist and the same hashed closure (signed with it)
+            progress.phase(f"installing {ready[0].path.rsplit('/', 1)[-1]}, built on the builder from {x.path}")
+            built.append(unpacked / ready[0].path)
+            names.add(pin.name)
+            continue
         argv = [str(uv), "build", "--wheel", "--offline", "--no-index", "--python", str(python), "--build-constraints",
                 str(unpacked / BUILD_LOCK), "--require-hashes", "--out-dir", str(out)]  # fmt: skip
         if any(d.kind == KIND for d in m.members):

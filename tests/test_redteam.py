@@ -483,3 +483,27 @@ def test_deeply_nested_answers_and_policies_are_lockbuild_errors(tmp_path: Path)
         get_json(client, "https://api.github.example/repos/o/r/releases/tags/v1", what="asking the release API")
     with pytest.raises(SignatureError, match="nested too deeply"):
         parse_policy("threshold = " + "[" * 100_000 + "]" * 100_000 + "\n")
+
+
+def test_a_statement_with_a_field_twice_never_counts(tmp_path: Path, people: dict[str, Signer]) -> None:
+    """`sha256=OTHER ... sha256=THIS`: a reader that keeps the last value and one that keeps the first
+    would disagree about what was signed. A trusted key's block carrying any field twice is not a
+    statement at all: it does not count (and does not veto the others)."""
+    from test_trust import make_bundle
+
+    from lockbuild.errors import SignatureError
+    from lockbuild.minisign import sign_prehashed
+    from lockbuild.trust import Statement, digest_bundle, signature_path
+
+    bundle, m = make_bundle(tmp_path / "dist")
+    d = digest_bundle(bundle)
+    comment = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None).to_comment()
+    twice = comment.replace(f" sha256={d.sha256}", f" sha256={'0' * 64} sha256={d.sha256}")
+    assert twice != comment
+    block = sign_prehashed(people["alice"].key, d.blake2b, twice, untrusted_comment="x")
+    signature_path(bundle).write_text(block)
+    with pytest.raises(SignatureError, match="duplicated trusted comment field 'sha256'"):
+        verify(bundle, trust_dir(tmp_path, people["alice"], people["bob"]))
+    good = sign_prehashed(people["bob"].key, d.blake2b, comment, untrusted_comment="y")
+    signature_path(bundle).write_text(block + good)
+    assert [k.key_id for k in verify(bundle, tmp_path / "trust").signers] == [people["bob"].key.key_id]

@@ -19,7 +19,7 @@ from hostile import AS_OF, RECIPE, SERIAL, UV_MEMBER, manifest, member, sha
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, member_order, parse_manifest
 from lockbuild.bundle.read import check_zstd_frame, read_bundle, read_head
-from lockbuild.bundle.write import ZSTD_LEVEL, Entry, write_bundle
+from lockbuild.bundle.write import JOB_SIZE, ZSTD_LEVEL, Entry, write_bundle
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS
 
@@ -91,7 +91,7 @@ def test_zstd_frame_parameters(tmp_path: Path) -> None:
     bundle.write_bytes(data)
     with bundle.open("rb") as f:
         check_zstd_frame(f)
-    assert ZSTD_LEVEL == 3
+    assert (ZSTD_LEVEL, JOB_SIZE) == (1, 2 << 20)  # as docs/bundle-format.md says
 
 
 def mixed(n_mib: int) -> bytes:

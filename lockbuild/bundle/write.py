@@ -26,7 +26,11 @@ from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError
 from lockbuild.progress import Progress
 
-ZSTD_LEVEL = 3
+# Level 1: a bundle is mostly wheels, already deflated; level 3 gains ~1 % more on them at 2.5x the CPU
+# (torch's wheel: 0.993 vs 0.981 of its size, 590 vs 240 MB/s on one core). Jobs of 2 MiB keep zstd's
+# buffers small (~18 MB with two workers instead of ~48 MB); the bytes depend on both, never on workers.
+ZSTD_LEVEL = 1
+JOB_SIZE = 2 << 20
 
 
 class DamagedSource(IntegrityError):
@@ -64,7 +68,10 @@ def tar_header(path: str, size: int, mtime: int) -> bytes:
 
 def compressor(threads: int | None = None) -> zstandard.ZstdCompressor:
     workers = max(1, threads if threads is not None else (os.cpu_count() or 1))
-    return zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=workers, write_checksum=True, write_content_size=False)
+    params = zstandard.ZstdCompressionParameters.from_level(
+        ZSTD_LEVEL, threads=workers, job_size=JOB_SIZE, write_checksum=True, write_content_size=False
+    )
+    return zstandard.ZstdCompressor(compression_params=params)
 
 
 class _TarWriter:

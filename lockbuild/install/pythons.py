@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -25,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lockbuild import interpreter
+from lockbuild.digest import SHA256_HEX
 from lockbuild.errors import InstallError
 from lockbuild.install import archives
 from lockbuild.install.marker import list_installed
@@ -34,7 +34,7 @@ from lockbuild.install.tools import python_version
 
 PYTHONS = ".python"
 _UNPACKING = ".unpacking-"
-_SHA = re.compile(r"[0-9a-f]{64}")
+_SHA = SHA256_HEX  # one definition: lockbuild.digest
 
 
 @contextlib.contextmanager

@@ -31,6 +31,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             with open(path, "rb") as f:
                 files[path.replace(os.sep, "/")] = f.read()
     files[info + "/METADATA"] = f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n".encode()
+    if os.path.exists("NET_PROBE"):  # the build says whether it could reach HOST:PORT
+        import socket
+
+        host, port = open("NET_PROBE").read().split(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=3).close()
+            files[f"{dist}/net.txt"] = b"reached"
+        except OSError:
+            files[f"{dist}/net.txt"] = b"unreachable"
     tag = open("WHEEL_TAG").read().strip() if os.path.exists("WHEEL_TAG") else "py3-none-any"
     files[info + "/WHEEL"] = f"Wheel-Version: 1.0\\nGenerator: toybackend\\nRoot-Is-Purelib: true\\nTag: {tag}\\n".encode()
     files[info + "/entry_points.txt"] = f"[console_scripts]\\n{name} = {dist}:main\\n".encode()
@@ -54,7 +63,7 @@ def backend_wheel(version: str = "1.0") -> tuple[str, bytes]:
 
 
 def sdist_needing_backend(
-    name: str, version: str, requires: str = '["toybackend"]', tag: str | None = None
+    name: str, version: str, requires: str = '["toybackend"]', tag: str | None = None, net_probe: str | None = None
 ) -> tuple[str, bytes]:
     dist = name.replace("-", "_")
     pyproject = f'[build-system]\nrequires = {requires}\nbuild-backend = "toybackend"\n'.encode()
@@ -64,4 +73,5 @@ def sdist_needing_backend(
         f"{dist}-{version}/pyproject.toml": pyproject,
         f"{dist}-{version}/{dist}/__init__.py": module,
         **({f"{dist}-{version}/WHEEL_TAG": tag.encode()} if tag else {}),
+        **({f"{dist}-{version}/NET_PROBE": net_probe.encode()} if net_probe else {}),
     })  # fmt: skip

@@ -229,3 +229,32 @@ def test_a_wheel_that_would_not_run_on_the_node_is_left_for_the_node_to_build(tm
         as_of=day(2), cache=Cache(tmp_path / "c"), inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
     )  # fmt: skip
     assert got is None and "lkwin-1.0-cp311-cp311-win_amd64.whl, which does not run on" in why
+
+
+def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
+    """The backend tries to reach a server listening on this machine: from the build's namespace it cannot."""
+    import socket
+    import zipfile
+
+    from conftest import PLATFORM as TARGET_PLATFORM
+
+    from lockbuild.builder.cache import Cache
+    from lockbuild.builder.prebuild import prebuild, sandbox
+    from lockbuild.target import Target
+
+    if sandbox() is None:
+        pytest.skip("no network namespace here")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        name, data = sdist_needing_backend("lknet", "1.0", net_probe=f"127.0.0.1:{port}")
+        wheel = backend_wheel("1.0")
+        lock = f"toybackend==1.0 --hash=sha256:{hashlib.sha256(wheel[1]).hexdigest()}\n"
+        cache = Cache(tmp_path / "c")
+        got, why = prebuild(
+            sdist=io.BytesIO(data), sdist_name=name, project="lknet", version="1.0",
+            deps=[(wheel[0], io.BytesIO(wheel[1]))], lock_text=lock, target=Target.of(PY, TARGET_PLATFORM),
+            as_of=day(2), cache=cache, inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        )  # fmt: skip
+    assert got is not None, why
+    with zipfile.ZipFile(cache.path(got.sha256)) as z:
+        assert z.read("lknet/net.txt") == b"unreachable"

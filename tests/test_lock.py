@@ -829,7 +829,7 @@ def test_a_release_time_near_year_9999_is_lockbuilds_error(srv: FakeServer, clie
 
 def test_deeply_nested_json_is_lockbuilds_error(srv: FakeServer, client: httpx.Client) -> None:
     index = raw_index(srv, "deep", b"[" * 200_000 + b"]" * 200_000, client)
-    with pytest.raises(RemoteError, match=r"page for deep: .* nested too deeply"):
+    with pytest.raises(RemoteError, match=r"the package index.* for deep: .* nested too deeply"):
         index.files("deep")
 
 

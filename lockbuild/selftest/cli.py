@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from lockbuild.cli import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
+from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.selftest.report import Report
 from lockbuild.selftest.run import TIMEOUT, SelfTestOptions, self_test
 from lockbuild.text import for_terminal

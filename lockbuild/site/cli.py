@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.cli import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
+from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.errors import IntegrityError
 
 if TYPE_CHECKING:

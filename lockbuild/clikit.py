@@ -1,0 +1,238 @@
+"""The command line's shared parts: the command and group classes (errors, --json, -v anywhere), result
+and warning rendering, settings and passphrases read once, and the options several commands share.
+
+Command modules (``lockbuild.commands``, the site wing, the self-test) import these; ``lockbuild.cli``
+holds the group and registers them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockbuild.errors import LockbuildError, SignatureError
+from lockbuild.times import parse_time
+
+EPILOG_EXIT = (
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy, 6 cannot run the bundle here (test)."
+)
+
+
+def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.ensure_object(dict)
+        ctx.find_root().ensure_object(dict)["verbose"] = True
+    return value
+
+
+class _Command(click.Command):
+    """Every command also takes -v/--verbose after its name; its example is printed as written, never rewrapped."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.epilog:
+            formatter.write_paragraph()
+            for line in self.epilog.splitlines():
+                formatter.write(f"{' ' * formatter.current_indent}  {line}\n")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(
+            click.Option(
+                ["-v", "--verbose"],
+                is_flag=True,
+                expose_value=False,
+                callback=_verbose,
+                is_eager=True,
+                help="Show a traceback with errors.",
+            )
+        )
+
+
+class _Group(click.Group):
+    """Catches lockbuild's errors once, at the top: ERROR and TIP lines, a traceback only with --verbose."""
+
+    command_class = _Command
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """click's main, but a usage error under --json is a JSON object like every other error."""
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            if "--json" in argv:
+                click.echo(json.dumps({"ok": False, "error": _usage_error(exc)}))
+            if not standalone_mode:
+                raise
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            if not standalone_mode:
+                raise
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LockbuildError as exc:
+            from lockbuild.text import for_terminal, mask_data
+
+            obj = ctx.obj or {}
+            if obj.get("verbose"):
+                click.echo(for_terminal(traceback.format_exc()), err=True, nl=False)
+            if obj.get("json"):
+                error = {"type": type(exc).__name__, "message": exc.message, "tip": exc.tip, "exit_code": exc.exit_code}
+                click.echo(json.dumps({"ok": False, "error": mask_data(error)}))
+            click.echo(f"ERROR {for_terminal(exc.message)}", err=True)
+            if exc.tip:
+                click.echo(f"TIP {for_terminal(exc.tip)}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("ERROR interrupted", err=True)
+            ctx.exit(130)
+
+
+def _usage_error(exc: click.ClickException) -> dict[str, Any]:
+    """The JSON error object for a usage error: the same fields as lockbuild's own errors."""
+    tip = None
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        tip = f"Run '{exc.ctx.command_path} --help' for the options and an example."
+    return {"type": "UsageError", "message": exc.format_message(), "tip": tip, "exit_code": exc.exit_code}
+
+
+def _progress(ctx: click.Context) -> Any:
+    from lockbuild.progress import Progress
+
+    return Progress(enabled=not ctx.obj.get("json"))
+
+
+def _emit(ctx: click.Context, data: dict[str, Any], text: str) -> None:
+    """The result: JSON on stdout under --json, else ``text``; either way with credentials in URLs masked
+    and (in text) every non-printable character escaped, whatever the text came from."""
+    from lockbuild.text import for_terminal, mask_data
+
+    if ctx.obj.get("json"):
+        click.echo(json.dumps(mask_data({"ok": True, **data}), indent=2, default=str))
+    else:
+        click.echo(for_terminal(text))
+
+
+def _warn(ctx: click.Context, warnings: Any) -> None:
+    """Warnings (data on settings, plans and results) as lines on stderr; --json shows them in its object."""
+    from lockbuild.text import for_terminal
+
+    if not ctx.obj.get("json"):
+        for w in warnings:
+            click.echo(f"warning: {for_terminal(w)}", err=True)
+
+
+def _settings(ctx: click.Context, allow_insecure_http: bool) -> Any:
+    """The builder's settings, read once from the flags and the environment (nothing below reads it)."""
+    from lockbuild.settings import load
+
+    settings = load(os.environ, home=Path.home(), allow_insecure_http=allow_insecure_http)
+    _warn(ctx, settings.warnings)
+    return settings
+
+
+insecure_option = click.option(
+    "--allow-insecure-http",
+    is_flag=True,
+    help="INSECURE: allow plain http to hosts other than this machine (also LOCKBUILD_ALLOW_INSECURE_HTTP=1); "
+    "a warning is printed and no credentials are sent over it.",
+)
+
+
+def _take_password() -> str | None:
+    """LOCKBUILD_KEY_PASSWORD, removed from this process's environment as it is read, so that no child
+    process (uv, a build backend) can inherit it."""
+    return os.environ.pop("LOCKBUILD_KEY_PASSWORD", None)
+
+
+def _password(prompt: str = "Passphrase for the secret key") -> Callable[[], str]:
+    def get() -> str:
+        env = _take_password()
+        if env is not None:
+            return env
+        if not sys.stdin.isatty():
+            raise SignatureError(
+                "the secret key is encrypted and there is no terminal to ask for its passphrase.",
+                tip="Set LOCKBUILD_KEY_PASSWORD, or run the command in a terminal.",
+            )
+        return str(click.prompt(prompt, hide_input=True))
+
+    return get
+
+
+DEFAULT_ROOT = Path("/opt/engines")
+root_option = click.option(
+    "--root",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar="LOCKBUILD_ROOT",
+    default=DEFAULT_ROOT,
+    show_default=True,
+    help="Where engines live (or LOCKBUILD_ROOT); the same default for install, list, remove and doctor.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON result on stdout.")
+
+
+def _setup(ctx: click.Context, as_json: bool) -> None:
+    ctx.ensure_object(dict)
+    ctx.obj["json"] = ctx.obj.get("json") or as_json
+
+
+build_option = click.option(
+    "--build", "build_spec", metavar="VARIANT|VERSION-VARIANT", help="Only this build of the recipe (default: all)."
+)
+jobs_option = click.option("--jobs", default=8, show_default=True, help="Files downloaded at once.")
+
+
+def _expires(_ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    t = parse_time(value)
+    if t is None:
+        raise click.BadParameter(f"expected a time such as 2027-01-01T00:00:00Z, found {value!r}", param=param)
+    if t.tzinfo is None:
+        raise click.BadParameter("expected a time with a zone, e.g. 2027-01-01T00:00:00Z", param=param)
+    if t <= dt.datetime.now(dt.UTC):
+        raise click.BadParameter(f"{value} is already past; an expiry must be in the future", param=param)
+    return t
+
+
+expires_option = click.option(
+    "--expires",
+    callback=_expires,
+    metavar="TIME",
+    help="Signed expiry (RFC 3339, e.g. 2027-01-01T00:00:00Z): nodes refuse the bundle after it.",
+)
+
+
+trust_option = click.option(
+    "--trust",
+    "trust_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar="LOCKBUILD_TRUST_DIR",  # read here, in the CLI; the library takes the directory it is given
+    help="Directory of trusted .pub keys (default: LOCKBUILD_TRUST_DIR, then /etc/lockbuild/keys).",
+)
+threshold_option = click.option("--threshold", type=click.IntRange(min=1), help="Distinct trusted signatures required.")
+
+

@@ -1,0 +1,1 @@
+"""The click commands, one module per wing; ``lockbuild.cli`` registers them on the group."""

@@ -1,0 +1,261 @@
+"""Builder commands: lock, fetch and build (online; recipe to signed bundle)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockbuild.clikit import (
+    _Command,
+    _emit,
+    _password,
+    _progress,
+    _settings,
+    _setup,
+    _take_password,
+    _warn,
+    build_option,
+    expires_option,
+    insecure_option,
+    jobs_option,
+    json_option,
+)
+from lockbuild.times import iso
+
+Command = _Command
+
+
+def _lock_json(plan: Any) -> dict[str, Any]:
+    return {
+        "engine": plan.recipe.engine.name,
+        "build": plan.build.id,
+        "as_of": iso(plan.as_of),
+        "python": plan.build.python,
+        "platform": plan.build.platform,
+        "lock_format": plan.lock.format,
+        "packages": [
+            {
+                "name": f.name,
+                "version": f.version,
+                "file": f.filename,
+                "sha256": f.sha256,
+                "size": f.size,
+                "url": f.url,
+                "origin": f.origin,
+            }
+            for f in plan.lock.files
+        ],
+        "exclude_newer_package": {name: when or False for name, when in plan.build.exclude_newer_package},
+        "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
+        "warnings": list(plan.warnings),
+    }
+
+
+@click.command(cls=Command, epilog="Example: lockbuild lock bundles/vllm.toml --build cu128 --out locks/")
+@click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
+@build_option
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the locks.")
+@insecure_option
+@json_option
+@click.pass_context
+def lock(
+    ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, allow_insecure_http: bool, as_json: bool
+) -> None:
+    """Resolve a recipe's builds into hashed locks, as the index stood at each build's cut-off.
+
+    Writes OUT/VERSION-VARIANT/ with requirements.txt (or pylock.toml for builds with a second index),
+    extras.txt (the uv wheel and other bundled files, with sha256 and URL) and recipe.toml with as-of
+    filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
+    """
+    _setup(ctx, as_json)
+    from lockbuild.builder.output import write_plan_dir
+    from lockbuild.builder.session import session
+    from lockbuild.recipe import load_recipe
+
+    settings = _settings(ctx, allow_insecure_http)
+    r = load_recipe(recipe)
+    results = []
+    with session(settings, progress=_progress(ctx)) as s:
+        plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
+    for plan in plans:
+        write_plan_dir(plan, out)
+        _warn(ctx, plan.warnings)
+        results.append(_lock_json(plan))
+    text = "\n".join(
+        f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
+        f"-> {out / res['build'] / res['lock_format']}"
+        for res in results
+    )
+    _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
+
+
+@click.command(cls=Command, epilog="Example: lockbuild fetch bundles/onnxruntime.toml --build cpu-py311 --out fetched/")
+@click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
+@build_option
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the files.")
+@jobs_option
+@insecure_option
+@json_option
+@click.pass_context
+def fetch(
+    ctx: click.Context,
+    recipe: Path,
+    build_spec: str | None,
+    out: Path,
+    jobs: int,
+    allow_insecure_http: bool,
+    as_json: bool,
+) -> None:
+    """Lock, then download and verify every file a build needs (no bundle), for inspection.
+
+    Files come through the content-addressed cache (LOCKBUILD_CACHE_DIR); each is checked against its
+    sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
+    """
+    _setup(ctx, as_json)
+    from lockbuild.builder.output import write_plan_dir
+    from lockbuild.builder.session import session
+    from lockbuild.recipe import load_recipe
+
+    settings = _settings(ctx, allow_insecure_http)
+    r = load_recipe(recipe)
+    results = []
+    with session(settings, progress=_progress(ctx), jobs=jobs) as s:
+        for b in r.select(build_spec):
+            plan = s.planner.plan(r, b)
+            _warn(ctx, plan.warnings)
+            paths, report = s.fetch(plan)
+            write_plan_dir(plan, out, paths)
+            results.append(
+                {
+                    **_lock_json(plan),
+                    "files": len(report.files),
+                    "cached": report.cached,
+                    "downloaded_bytes": report.downloaded_bytes,
+                    "seconds": round(report.seconds, 3),
+                }
+            )
+    text = "\n".join(
+        f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> {out / x['build']}"
+        for x in results
+    )
+    _emit(ctx, {"fetches": results, "warnings": list(settings.warnings)}, text)
+
+
+@click.command(
+    cls=Command,
+    epilog="Example: lockbuild build bundles/onnxruntime.toml --build cpu-py311 --key release.key --out dist/"
+)
+@click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
+@build_option
+@click.option("--key", type=click.Path(path_type=Path, dir_okay=False), required=True, help="minisign secret key.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for bundles.")
+@expires_option
+@click.option("--threads", type=int, default=None, help="zstd workers (output is identical for any number).")
+@jobs_option
+@insecure_option
+@click.option("--self-test", "self_test", is_flag=True,
+              help="Then run `lockbuild test` on each bundle (trusting --trust, or else the key that signed it).")
+@click.option("--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="With --self-test: the trust directory to check the new bundles against.")  # fmt: skip
+@json_option
+@click.pass_context
+def build(
+    ctx: click.Context,
+    recipe: Path,
+    build_spec: str | None,
+    key: Path,
+    out: Path,
+    expires: dt.datetime | None,
+    threads: int | None,
+    jobs: int,
+    allow_insecure_http: bool,
+    self_test: bool,
+    trust_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
+
+    The bundle is bit-for-bit reproducible: the same recipe gives the same bytes on any machine. If any
+    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt;
+    the key is read only once every build is locked and fetched, just before signing.
+    """
+    _setup(ctx, as_json)
+    from lockbuild.builder.pack import Written, fetch_and_write, sign
+    from lockbuild.builder.session import session
+    from lockbuild.minisign import read_secret_key
+    from lockbuild.recipe import load_recipe
+
+    settings = _settings(ctx, allow_insecure_http)
+    password = _take_password()  # out of the environment before uv or anything else runs
+    r = load_recipe(recipe)
+    builds = r.select(build_spec)
+    progress = _progress(ctx)
+    results: list[dict[str, Any]] = []
+    with session(settings, progress=progress, jobs=jobs) as s:
+        plans = []
+        for b in builds:  # every lock first: uv and the index's answers are done with before any packing
+            plan = s.planner.plan(r, b)
+            _warn(ctx, plan.warnings)
+            plans.append(plan)
+        written: list[Written] = []
+        try:
+            for plan in plans:  # fetched and packed at once, members in manifest order as they arrive
+                written.append(fetch_and_write(plan, s.fetcher, out, threads=threads)[0])
+        except BaseException:
+            for w in written:
+                w.discard()
+            raise
+    # The secret key is read only now: every build is locked and fetched, nothing from the index runs.
+    try:
+        secret = read_secret_key(key, (lambda: password) if password is not None else _password())
+        signed = [(plan, sign(w, key=secret, expires=expires)) for plan, w in zip(plans, written, strict=True)]
+    finally:
+        for w in written:
+            w.discard()
+    for plan, packed in signed:
+        results.append(
+            {
+                "bundle": str(packed.bundle),
+                "signature": str(packed.signature),
+                "sha256": packed.sha256,
+                "size": packed.size,
+                "members": len(packed.manifest.members),
+                "signer": secret.key_id_hex,
+                "as_of": iso(plan.as_of),
+                "warnings": list(plan.warnings),
+                "kept_signers": list(packed.kept_signers),
+                "dropped_signers": list(packed.dropped_signers),
+            }
+        )
+
+    def signatures_note(x: dict[str, Any]) -> str:
+        note = ""
+        if x["kept_signers"]:
+            note += f"\n  kept the signatures of {', '.join(x['kept_signers'])}: the bundle is byte-identical"
+        if x["dropped_signers"]:
+            note += (f"\n  dropped the old signatures of {', '.join(x['dropped_signers'])}: the bundle changed,"
+                     " so they must sign it again (lockbuild sign)")  # fmt: skip
+        return note
+
+    text = "\n".join(
+        f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members'] + 1} files with the manifest)\n"
+        f"  sha256 {x['sha256']}\n"
+        f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
+        for x in results
+    )
+    if self_test:  # issue 15: the report follows the build's own result
+        from lockbuild.selftest.cli import run_after_build
+
+        if not ctx.obj.get("json"):
+            _emit(ctx, {}, text)
+        run_after_build(ctx, [Path(x["bundle"]) for x in results], trust_dir, secret.public_key().to_text(),
+                        built={"bundles": results, "warnings": list(settings.warnings)})  # fmt: skip
+        return
+    _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
+
+
+
+COMMANDS = (lock, fetch, build)

@@ -1,0 +1,307 @@
+"""Node commands: verify, inspect, install, list, remove, doctor (no network code below them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockbuild.clikit import (
+    _Command,
+    _emit,
+    _progress,
+    _setup,
+    json_option,
+    root_option,
+    threshold_option,
+    trust_option,
+)
+from lockbuild.errors import LockbuildError
+from lockbuild.times import iso
+
+Command = _Command
+
+
+@click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@trust_option
+@threshold_option
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, as_json: bool) -> None:
+    """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold."""
+    _setup(ctx, as_json)
+    if bundle.name.endswith(".delta.lbz"):  # the site wing's delta bundles
+        from lockbuild.site.cli import delta_verify
+
+        delta_verify(ctx, bundle, trust_dir, threshold)
+        return
+    from lockbuild.trust import load_store, verify_bundle
+    from lockbuild.trust import trust_dir as resolve_trust_dir
+
+    store = load_store(resolve_trust_dir(trust_dir))
+    res = verify_bundle(bundle, store, threshold=threshold, progress=_progress(ctx))
+    _emit(
+        ctx,
+        res.to_json(),
+        f"OK {bundle.name}: signed by {', '.join(res.signers)}; {res.members} members match the signed manifest",
+    )
+
+
+@click.command(cls=Command, epilog="Example: lockbuild inspect demo.lbz --json")
+@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@json_option
+@click.pass_context
+def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
+    """Show a bundle's engine, build, target, as-of, signers and file table (signatures NOT checked)."""
+    _setup(ctx, as_json)
+    if bundle.name.endswith(".delta.lbz"):  # the site wing's delta bundles
+        from lockbuild.site.cli import delta_inspect
+
+        delta_inspect(ctx, bundle)
+        return
+    from lockbuild.bundle.read import read_head
+    from lockbuild.errors import SignatureError as SigErr
+    from lockbuild.trust import read_signatures, signature_path
+
+    manifest, _ = read_head(bundle)
+    try:
+        sigs = [
+            {"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment}
+            for s in read_signatures(signature_path(bundle))
+        ]
+    except SigErr:
+        sigs = []
+    data = {
+        "engine": manifest.engine,
+        "version": manifest.version,
+        "variant": manifest.variant,
+        "python": manifest.python,
+        "platform": manifest.platform,
+        "as_of": iso(manifest.as_of),
+        "serial": manifest.serial,
+        "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
+        "exclude_newer_package": {name: when or False for name, when in manifest.exclude_newer_package},
+        "signatures": sigs,
+        "unpacked_size": manifest.unpacked_size,
+        "install": manifest.install.to_json(),
+        "files": [
+            {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin}
+            for m in manifest.members
+        ],
+    }
+    lines = [
+        f"{manifest.engine} {manifest.version} ({manifest.variant}) "
+        f"for Python {manifest.python} on {manifest.platform}",
+        f"as of {data['as_of']}, built by lockbuild {manifest.lockbuild_version} with uv {manifest.uv_version}",
+        f"signatures (not checked here; use verify): {', '.join(s['key_id'] for s in sigs) or 'none'}",
+        *(
+            f"exclude-newer-package: {name} = {when or 'false (no cut-off)'}"
+            for name, when in manifest.exclude_newer_package
+        ),
+        *(f"install: {line}" for line in manifest.install.summary()),
+        *(
+            f"interpreter: Python {manifest.python}, {m.path} (sha256 {m.sha256[:16]}…, from {m.origin})"
+            for m in manifest.members
+            if m.kind == "interpreter"
+        ),
+        *(
+            [
+                "build dependencies (the node builds the sdists offline from these only): "
+                + ", ".join(m.path.rsplit("/", 1)[-1] for m in manifest.members if m.kind == "build-dep")
+            ]
+            if any(m.kind == "build-dep" for m in manifest.members)
+            else []
+        ),
+        *(
+            f"built on the builder: {m.path} from the sdist beside it ({m.origin}), with the build dependencies "
+            "pinned in lock/build-requirements.txt"
+            for m in manifest.members
+            if m.kind == "wheel" and m.path.startswith("sdists/")
+        ),
+        f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
+    ]
+    lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]
+    _emit(ctx, data, "\n".join(lines))
+
+
+@click.command(
+    cls=Command, epilog="Example: lockbuild install demo.lbz --root /opt/engines --trust /etc/lockbuild/keys"
+)
+@click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT", type=click.Path(path_type=Path, dir_okay=False))
+@root_option
+@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Install ENGINE/VERSION-VARIANT from this site store (see `lockbuild import`, `pull`).")  # fmt: skip
+@trust_option
+@threshold_option
+@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
+              help="Interpreter to use (default: the bundle's own, else pythonX.Y on PATH).")  # fmt: skip
+@click.option(
+    "--gpu-check",
+    type=click.Choice(["auto", "require", "skip"]),
+    default="auto",
+    show_default=True,
+    help="Run the GPU probe: auto = only where an NVIDIA driver is present.",
+)
+@click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
+@click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
+@click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@json_option
+@click.pass_context
+def install(
+    ctx: click.Context,
+    bundle: Path,
+    root: Path,
+    store_dir: Path | None,
+    trust_dir: Path | None,
+    threshold: int | None,
+    python: Path | None,
+    gpu_check: str,
+    force: bool,
+    allow_downgrade: bool,
+    wait: float,
+    as_json: bool,
+) -> None:
+    """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
+
+    Signatures are checked before anything is unpacked; every file is checked against the manifest;
+    the environment is built under a .partial name with the bundled uv (no index, --require-hashes),
+    the engine's verify command and GPU probe run, and only then is it swapped into place. A failure
+    leaves the previous install untouched.
+    """
+    _setup(ctx, as_json)
+    from lockbuild.install.installer import Installer, InstallOptions
+
+    opts = InstallOptions(
+        root=root,
+        trust_dir=trust_dir,
+        python=python,
+        gpu_check=gpu_check,  # type: ignore[arg-type]
+        force=force,
+        allow_downgrade=allow_downgrade,
+        threshold=threshold,
+        wait=wait,
+        environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
+    )
+    installer = Installer(opts, progress=_progress(ctx))
+    if store_dir is not None:  # the site wing's store: no network code either
+        import time
+
+        from lockbuild.site.storeopen import open_store_build
+
+        opened = open_store_build(store_dir, str(bundle), trust=trust_dir, threshold=threshold,
+                                  progress=installer.progress)  # fmt: skip
+        result = installer.install_opened(opened, time.monotonic())
+    elif not bundle.exists():
+        raise click.BadParameter(f"Path {str(bundle)!r} does not exist.", param_hint="'BUNDLE'")
+    elif bundle.name.endswith(".parts.toml"):  # `lockbuild split`'s part list: joined in TMPDIR, each part checked
+        import tempfile
+
+        from lockbuild.site.parts import join_to
+
+        with tempfile.TemporaryDirectory(prefix="lockbuild-parts-") as tmp:
+            result = installer.install(join_to(bundle, Path(tmp)))
+    else:
+        result = installer.install(bundle)
+    verb = "installed" if result.status == "installed" else "already installed"
+    _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
+
+
+@click.command("list", cls=Command, epilog="Example: lockbuild list --root /opt/engines --json")
+@root_option
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
+    """List installed engines with version, variant, installed time and bundle digest."""
+    _setup(ctx, as_json)
+    from lockbuild.install.marker import list_installed
+
+    rows = list_installed(root.absolute())
+    data = [{"path": str(p), **m.to_json()} for p, m in rows]
+    text = (
+        "\n".join(
+            f"{m.engine:<16} {m.version}-{m.variant:<12} installed {m.installed}  sha256 {m.bundle_sha256[:16]}…  {p}"
+            + "".join(f"\n    env {k}={v}" for k, v in m.env)
+            for p, m in rows
+        )
+        or f"no engines under {root}"
+    )
+    _emit(ctx, {"root": str(root.absolute()), "installed": data}, text)
+
+
+@click.command(cls=Command, epilog="Example: lockbuild remove vllm 0.11.0-cu128 --root /opt/engines")
+@click.argument("engine")
+@click.argument("build_id", metavar="VERSION-VARIANT")
+@root_option
+@click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@json_option
+@click.pass_context
+def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: float, as_json: bool) -> None:
+    """Remove an installed engine environment."""
+    _setup(ctx, as_json)
+    from lockbuild.install.installer import remove as do_remove
+
+    path = do_remove(root, engine, build_id, wait=wait)
+    _emit(ctx, {"removed": str(path)}, f"removed {path}")
+
+
+@click.command(cls=Command, epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
+@root_option
+@click.option(
+    "--catalogue",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("bundles"),
+    show_default=True,
+    help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node.",
+)
+@trust_option
+@json_option
+@click.pass_context
+def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool) -> None:
+    """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
+    engines, and which catalogue builds fit it (and why the others don't)."""
+    _setup(ctx, as_json)
+    from lockbuild.install.doctor import examine, render
+    from lockbuild.trust import trust_dir as resolve_trust_dir
+
+    candidates, problems = _catalogue(catalogue)
+    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir))
+    _emit(ctx, report, render(report))
+
+
+def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
+    """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
+    from lockbuild.bundle.instructions import GpuNeeds
+    from lockbuild.bundle.read import read_head
+    from lockbuild.install.doctor import Candidate
+    from lockbuild.install.fit import Needs, space_needed
+    from lockbuild.recipe import load_recipe
+
+    if not directory.is_dir():
+        return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
+    out: list[Any] = []
+    problems: list[str] = []
+    for path in sorted(directory.glob("*.toml")):
+        try:
+            recipe = load_recipe(path)
+        except LockbuildError as exc:
+            problems.append(exc.message)
+            continue
+        for b in recipe.builds:
+            gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver) if b.gpu else None
+            needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
+            out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
+    for path in sorted(directory.glob("*.lbz")):
+        try:
+            manifest, _ = read_head(path)
+        except LockbuildError as exc:
+            problems.append(f"{path.name}: {exc.message}")
+            continue
+        out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
+    return out, problems
+
+
+
+COMMANDS = (verify, inspect, install, list_, remove, doctor)

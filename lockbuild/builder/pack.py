@@ -319,16 +319,17 @@ def fetch_and_write(
 
     manifest, entries = assemble_from(plan, source, sizes.__getitem__, plan.uv_version)
     by_sha = {w.sha256: w for w in wanted}
-    fetcher.hash_hits = False
+    shown = fetcher.progress  # one bar, the writer's: it advances as the files arrive and are packed
+    fetcher.hash_hits, fetcher.progress = False, Progress.quiet()
     try:
         batch = fetcher.start([by_sha[e.member.sha256] for e in entries if e.member.sha256 in by_sha])
         try:
-            written = write(manifest, entries, out_dir, threads=threads, progress=Progress.quiet())
+            written = write(manifest, entries, out_dir, threads=threads, progress=shown)
         except DamagedSource as exc:
             batch.abort()
             fetcher.cache.discard(exc.sha256)
-            fetcher.progress.note(f"a cached file was damaged ({exc.message}); fetching it again")
-            fetcher.hash_hits = True
+            shown.note(f"a cached file was damaged ({exc.message}); fetching it again")
+            fetcher.hash_hits, fetcher.progress = True, shown
             report = fetcher.fetch_all(wanted)
             manifest, entries = assemble(plan, {f.wanted.sha256: f.path for f in report.files}, plan.uv_version)
             return write(manifest, entries, out_dir, threads=threads, progress=fetcher.progress), report
@@ -336,12 +337,16 @@ def fetch_and_write(
             batch.abort()
             raise
         try:
-            return written, batch.finish()
+            report = batch.finish()
         except BaseException:
             written.discard()
             raise
+        n = len(report.files)
+        shown.note(f"fetched {n} file{'' if n == 1 else 's'}: {n - report.cached} downloaded, {report.cached} from "
+                   f"the cache ({report.downloaded_bytes / 1e6:,.1f} MB downloaded)")  # fmt: skip
+        return written, report
     finally:
-        fetcher.hash_hits = True
+        fetcher.hash_hits, fetcher.progress = True, shown
 
 
 def _existing_signatures(path: Path) -> tuple[Signature, ...]:

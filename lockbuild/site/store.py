@@ -24,97 +24,37 @@ import errno
 import fcntl
 import hashlib
 import os
-import re
-import shutil
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild.bundle.manifest import Manifest, parse_manifest
 from lockbuild.digest import CHUNK
-from lockbuild.errors import BusyError, IntegrityError, LockbuildError
+from lockbuild.errors import BusyError, IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.minisign import parse_signatures
+from lockbuild.site import storecare
+from lockbuild.site.storemodel import (
+    Build,
+    Damage,
+    StoreError,
+    _fsync_dir,
+    _names,
+    check_hex,
+    check_name,
+    merge_signatures,
+    parse_ref,
+)
 
 MARK = "lockbuild-store"
 MARK_TEXT = b"lockbuild store 1\n"
 MANIFEST_FILE = "bundle.toml"
 SIGNATURE_FILE = "bundle.toml.minisig"
-_HEX = re.compile(r"[0-9a-f]{64}")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
 
-
-class StoreError(LockbuildError):
-    """The store directory is not usable as a store (not one, or holds a link or a stray file)."""
-
-
-def check_name(value: str, what: str) -> str:
-    """Engine, version and variant name directories: plain words, no '/', never '.' or '..'."""
-    if not _NAME.fullmatch(value) or value in (".", ".."):
-        raise StoreError(f"the {what} {value[:80]!r} is not a plain name (letters, digits, . _ + -).")
-    return value
-
-
-def check_hex(value: str) -> str:
-    if not _HEX.fullmatch(value):
-        raise StoreError(f"{value[:80]!r} is not a sha256 (64 lower-case hex digits).")
-    return value
-
-
-def parse_ref(ref: str) -> tuple[str, str, str]:
-    """ENGINE/VERSION-VARIANT, as `store list` shows it. The variant is the text after the last '-'."""
-    engine, sep, build = ref.partition("/")
-    version, dash, variant = build.rpartition("-")
-    if not sep or not dash:
-        raise StoreError(f"{ref[:120]!r} is not ENGINE/VERSION-VARIANT (for example vllm/0.11.0-cu128).",
-                         tip="`lockbuild store list --store DIR` shows the builds a store holds.")  # fmt: skip
-    return check_name(engine, "engine"), check_name(version, "version"), check_name(variant, "variant")
-
-
-def merge_signatures(old: bytes, new: bytes) -> bytes:
-    """The blocks of ``old`` followed by those of ``new`` it lacks: a co-signature is added, and a
-    later import with fewer signatures never removes one. (Each node judges them all with its keys.)"""
-    seen = [b.to_text() for b in parse_signatures(old, source="the stored signatures")]
-    for b in parse_signatures(new, source="the new signatures"):
-        if b.to_text() not in seen:
-            seen.append(b.to_text())
-    return "".join(seen).encode()
-
-
-@dataclass(frozen=True)
-class Build:
-    """One engine/version-variant in the store: its signed manifest and signature blocks."""
-
-    manifest: Manifest
-    manifest_bytes: bytes
-    signatures: bytes
-
-    @property
-    def ref(self) -> str:
-        m = self.manifest
-        return f"{m.engine}/{m.version}-{m.variant}"
-
-
-@dataclass(frozen=True)
-class Damage:
-    path: str  # relative to the store
-    problem: str
-
-
-def _names(dir_fd: int) -> list[str]:
-    """The entries of a directory opened by descriptor (pathlib cannot list by descriptor)."""
-    return sorted(os.listdir(dir_fd))
-
-
-def _fsync_dir(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.fsync(fd)
 
 
 class Store:
@@ -430,81 +370,15 @@ class Store:
     def builds_all(self) -> list[Build]:
         return [self.build(ref) for ref in self.refs()]
 
-    # -- maintenance --------------------------------------------------------------------------
+    # -- maintenance (lockbuild/site/storecare.py) ------------------------------------------------
     def clear_tmp(self) -> None:
-        """Remove what killed imports left in tmp/ (hold the exclusive lock); partial blobs stay,
-        so an interrupted pull resumes."""
-        for name in _names(self.tmp):
-            if name.endswith(".partial"):
-                continue
-            path = self.root / "tmp" / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+        """Remove what killed imports left in tmp/ (hold the exclusive lock); partial blobs stay."""
+        storecare.clear_tmp(self)
 
     def verify(self, *, remove: bool = False) -> list[Damage]:
-        """Re-hash every blob; check every build's manifest and that its blobs are all present.
-        With ``remove`` (hold the exclusive lock), a damaged blob is deleted, so that importing or pulling
-        the build again puts it back (they fetch only what is missing)."""
-        damage: list[Damage] = []
-        for name in self.blob_names():
-            rel = f"blobs/sha256/{name}"
-            if not _HEX.fullmatch(name):
-                damage.append(Damage(rel, "a file that is not named by a sha256"))
-                continue
-            try:
-                got = self.rehash(name)
-            except LockbuildError as exc:
-                damage.append(Damage(rel, exc.message))
-                got = ""
-            if got != name:
-                if got:
-                    damage.append(Damage(rel, f"its content has sha256 {got}"))
-                if remove:
-                    self._remove_blob(name)
-        for ref in self.refs():
-            try:
-                b = self.build(ref)
-            except LockbuildError as exc:
-                damage.append(Damage(f"builds/{ref}", exc.message))
-                continue
-            for m in b.manifest.members:
-                try:
-                    if not self.has_blob(m.sha256, m.size):
-                        damage.append(Damage(f"builds/{ref}", f"missing blob {m.sha256} for {m.path}"))
-                except LockbuildError as exc:
-                    damage.append(Damage(f"builds/{ref}", f"{m.path}: {exc.message}"))
-        return damage
-
-    def _remove_blob(self, name: str) -> None:
-        try:
-            os.unlink(name, dir_fd=self.blobs)
-        except IsADirectoryError:
-            shutil.rmtree(self.root / "blobs" / "sha256" / name)
-        except PermissionError:  # a directory, on some systems
-            shutil.rmtree(self.root / "blobs" / "sha256" / name)
+        """Re-hash every blob and check every build; with ``remove``, delete damaged blobs."""
+        return storecare.verify(self, remove=remove)
 
     def gc(self) -> tuple[int, int]:
-        """Remove blobs no build references, and tmp/ leftovers (hold the exclusive lock).
-        Returns (blobs removed, bytes freed). Refuses if any build cannot be read: a build that
-        cannot be read cannot say which blobs it needs."""
-        keep: set[str] = set()
-        for b in self.builds_all():
-            keep.update(m.sha256 for m in b.manifest.members)
-        removed = freed = 0
-        for name in self.blob_names():
-            if name in keep:
-                continue
-            st = os.stat(name, dir_fd=self.blobs, follow_symlinks=False)
-            os.unlink(name, dir_fd=self.blobs)
-            removed += 1
-            freed += st.st_size
-        for name in _names(self.tmp):
-            path = self.root / "tmp" / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        _fsync_dir(self.blobs)
-        return removed, freed
+        """Remove blobs no build references, and tmp/ leftovers: (blobs removed, bytes freed)."""
+        return storecare.gc(self)

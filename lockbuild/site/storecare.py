@@ -1,0 +1,96 @@
+"""Looking after a site store: re-hash and check it (verify), drop what nothing references (gc), and
+clear what killed imports left behind. The caller holds the store's lock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TYPE_CHECKING
+
+from lockbuild.errors import LockbuildError
+from lockbuild.site.storemodel import _HEX, Damage, _fsync_dir, _names
+
+if TYPE_CHECKING:
+    from lockbuild.site.store import Store
+
+
+def clear_tmp(store: Store) -> None:
+    """Remove what killed imports left in tmp/ (hold the exclusive lock); partial blobs stay,
+    so an interrupted pull resumes."""
+    for name in _names(store.tmp):
+        if name.endswith(".partial"):
+            continue
+        path = store.root / "tmp" / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def verify(store: Store, *, remove: bool = False) -> list[Damage]:
+    """Re-hash every blob; check every build's manifest and that its blobs are all present.
+    With ``remove`` (hold the exclusive lock), a damaged blob is deleted, so that importing or pulling
+    the build again puts it back (they fetch only what is missing)."""
+    damage: list[Damage] = []
+    for name in store.blob_names():
+        rel = f"blobs/sha256/{name}"
+        if not _HEX.fullmatch(name):
+            damage.append(Damage(rel, "a file that is not named by a sha256"))
+            continue
+        try:
+            got = store.rehash(name)
+        except LockbuildError as exc:
+            damage.append(Damage(rel, exc.message))
+            got = ""
+        if got != name:
+            if got:
+                damage.append(Damage(rel, f"its content has sha256 {got}"))
+            if remove:
+                _remove_blob(store, name)
+    for ref in store.refs():
+        try:
+            b = store.build(ref)
+        except LockbuildError as exc:
+            damage.append(Damage(f"builds/{ref}", exc.message))
+            continue
+        for m in b.manifest.members:
+            try:
+                if not store.has_blob(m.sha256, m.size):
+                    damage.append(Damage(f"builds/{ref}", f"missing blob {m.sha256} for {m.path}"))
+            except LockbuildError as exc:
+                damage.append(Damage(f"builds/{ref}", f"{m.path}: {exc.message}"))
+    return damage
+
+
+def _remove_blob(store: Store, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=store.blobs)
+    except IsADirectoryError:
+        shutil.rmtree(store.root / "blobs" / "sha256" / name)
+    except PermissionError:  # a directory, on some systems
+        shutil.rmtree(store.root / "blobs" / "sha256" / name)
+
+
+def gc(store: Store) -> tuple[int, int]:
+    """Remove blobs no build references, and tmp/ leftovers (hold the exclusive lock).
+    Returns (blobs removed, bytes freed). Refuses if any build cannot be read: a build that
+    cannot be read cannot say which blobs it needs."""
+    keep: set[str] = set()
+    for b in store.builds_all():
+        keep.update(m.sha256 for m in b.manifest.members)
+    removed = freed = 0
+    for name in store.blob_names():
+        if name in keep:
+            continue
+        st = os.stat(name, dir_fd=store.blobs, follow_symlinks=False)
+        os.unlink(name, dir_fd=store.blobs)
+        removed += 1
+        freed += st.st_size
+    for name in _names(store.tmp):
+        path = store.root / "tmp" / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    _fsync_dir(store.blobs)
+    return removed, freed

@@ -8,6 +8,7 @@ the releases a plan asks for are kept, never whole pages.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from urllib.parse import urljoin
 import httpx
 from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.utils import canonicalize_name, canonicalize_version
-from packaging.version import InvalidVersion
+from packaging.version import InvalidVersion, Version
 
 from lockbuild import times
 from lockbuild.builder.http import get_json
@@ -66,7 +67,27 @@ def file_version(filename: str) -> str | None:
 
 def has_control_character(text: str) -> bool:
     """True when ``text`` holds a character of Unicode category C (control, format, unassigned...)."""
+    if text.isascii() and text.isprintable():  # printable ASCII has no category C character (the common case)
+        return False
     return any(unicodedata.category(c).startswith("C") for c in text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_version(text: str) -> str | None:
+    try:
+        return canonicalize_version(Version(text))
+    except InvalidVersion:
+        return None
+
+
+def _wheel_version_field(filename: str) -> str | None:
+    """A wheel's normalised version from its second field, without parsing the rest of the name: the
+    version ``file_version`` gives for it when that is not None (a page lists thousands of other versions'
+    files, and parsing each name whole was most of a lock's time). None when not a plain wheel name."""
+    if not filename.endswith(".whl"):
+        return None
+    parts = filename[:-4].split("-")
+    return _canonical_version(parts[1]) if len(parts) in (5, 6) else None
 
 
 def parse_time(value: object) -> dt.datetime | None:
@@ -116,6 +137,10 @@ def parse_project_page(
                 f"{what}: {page_url} lists a file named {filename[:_SHOWN]!r}; expected a plain file name "
                 "without control characters (Unicode category C), at most 255 characters; refused."
             )
+        if keep is not None:  # keep(None) is False for every caller: a quick "no" is the slow one's "no"
+            quick = _wheel_version_field(filename)
+            if quick is not None and not keep(quick):
+                continue
         version = file_version(filename)
         if keep is not None and not keep(version):
             continue

@@ -32,7 +32,12 @@ from lockbuild.digest import is_sha256
 from lockbuild.errors import ResolveError
 from lockbuild.target import Target
 
-Origin = Literal["primary", "second", "direct"]
+Origin = Literal["primary", "second", "direct"]  # "second": any extra index (``index`` or ``indexes``)
+# Where a file's time came from: "upload-time" when the index's upload time was checked against the
+# cut-off; "exemption" when no cut-off applied to it (an extra index without upload times, whose file the
+# recipe's == pin and the lock's hash hold instead; exclude-newer-package = false; a wheel the recipe pins
+# by URL and sha256).
+TimeFrom = Literal["upload-time", "exemption"]
 _COMMENT = re.compile(r"(^|\s)#.*$")
 
 
@@ -47,6 +52,8 @@ class LockedFile:
     sha256: str
     size: int | None
     origin: Origin
+    index: str = "primary"  # the name of the index that served it ("primary", "second", an indexes name; "" for a URL)
+    time_from: TimeFrom = "upload-time"
 
     @property
     def kind(self) -> Literal["wheel", "sdist"]:
@@ -197,13 +204,15 @@ def choose_file(
     as_of: dt.datetime | None = None,
     pinned_sha256: str | None = None,
     one_file: bool = False,
+    index: str | None = None,
 ) -> LockedFile:
     """The one file of ``pin`` the node installs: the best wheel for its tags, else the sdist.
 
     Only files whose sha256 the lock allows are considered, and each must have a sha256 from the index.
     A file uploaded at or after ``as_of`` is absent; a yanked file (PEP 592) is never a candidate unless
     the recipe pins its sha256 (``pinned_sha256``). With ``one_file`` (an index without upload times),
-    exactly one file may fit the node: anything more is ambiguous and refused.
+    exactly one file may fit the node: anything more is ambiguous and refused. ``index`` names the index
+    the candidates come from (default: "primary" for origin primary, "second" for second, "" for direct).
     """
     allowed = [c for c in candidates if c.sha256 is not None and c.sha256 in pin.hashes]
     what = f"{pin.name}=={pin.version}"
@@ -269,6 +278,8 @@ def choose_file(
         sha256=best.sha256,
         size=best.size,
         origin=origin,
+        index=index if index is not None else {"primary": "primary", "second": "second", "direct": ""}[origin],
+        time_from="upload-time" if as_of is not None and best.upload_time is not None else "exemption",
     )
 
 
@@ -339,7 +350,7 @@ def bundle_requirements(files: Sequence[LockedFile], exempt: Sequence[tuple[str,
         lines.append(f"# exclude-newer-package: {name} = {when or 'false (no cut-off)'}")
     for f in sorted(files, key=lambda f: f.name):
         lines.append(f"{f.name}=={f.version} \\\n    --hash=sha256:{f.sha256}")
-        lines.append(f"    # {f.bundle_path}")
+        lines.append(f"    # {f.bundle_path}{_provenance(f)}")
     return "\n".join(lines) + "\n"
 
 
@@ -365,4 +376,14 @@ def bundle_pylock(files: Sequence[LockedFile], target: Target) -> str:
         else:
             out.append(f"sdist = {entry}")
         out.append("")
+        # Which index served the file, and whether the cut-off held it by its upload time (PEP 751 [tool]).
+        out.append("[packages.tool.lockbuild]")
+        out.append(f"index = {q(f.index)}")
+        out.append(f"time-from = {q(f.time_from)}")
+        out.append("")
     return "\n".join(out)
+
+
+def _provenance(f: LockedFile) -> str:
+    where = f"index {f.index}" if f.index else "the recipe's URL"
+    return f" (from {where}; time: {f.time_from})"

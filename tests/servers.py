@@ -106,11 +106,11 @@ class FakeServer:
         yanked: bool | str = False,
         **faults: object,
     ) -> str:
-        """Put a distribution file on an index ("primary" has upload times; "second" has none)."""
+        """Put a distribution file on an index ("primary" has upload times; any other, like PyTorch's, none)."""
         name = canonicalize_name(filename.split("-", 1)[0].replace("_", "-"))
         path = f"/files/{index}/{filename}"
         self.add_file(path, data, **faults)
-        when = None if index == "second" else (uploaded or dt.datetime(2025, 1, 1, tzinfo=dt.UTC))
+        when = None if index != "primary" else (uploaded or dt.datetime(2025, 1, 1, tzinfo=dt.UTC))
         self.projects.setdefault((index, name), []).append(
             IndexEntry(filename, hashlib.sha256(data).hexdigest(), len(data), when, yanked)
         )

@@ -101,7 +101,6 @@ def test_a_backend_allowed_to_run_sees_no_secret(env: FakeServer, tmp_path: Path
         target,
         day(10),
         index_url=settings.index_url,
-        second=None,
         workdir=tmp_path / "w",
         cache_dir=tmp_path / "uv-cache",
         inherit=dict(settings.child_environ),

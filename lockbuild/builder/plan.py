@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -27,7 +27,7 @@ from lockbuild.bundle.buildlock import build_lock_text
 from lockbuild.errors import RecipeError, RemoteError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
-from lockbuild.recipe import Build, Recipe, UrlWheel
+from lockbuild.recipe import Build, Recipe, SecondIndex, UrlWheel
 from lockbuild.recipe.checks import pinned_version, wheel_filename
 from lockbuild.settings import Settings
 from lockbuild.target import Target
@@ -165,7 +165,7 @@ LOOKUP_THREADS = 8
 
 
 class Planner:
-    """Locks builds against a primary index (and the build's second index, when it has one)."""
+    """Locks builds against a primary index (and the build's extra indexes, each for its own packages)."""
 
     def __init__(self, client: httpx.Client, cache: Cache, fetcher: Fetcher, *, settings: Settings, progress: Progress):
         self.client = client
@@ -198,8 +198,8 @@ class Planner:
         return uv, choose_uv_wheel(self.primary, build.target, uv)
 
     def _plan(self, recipe: Recipe, build: Build, tool_lookup: Future[tuple[str, ExtraFile]]) -> Plan:
-        if build.index is not None:  # uv reaches it too, on its own: the transport rule is checked first
-            self.settings.check(build.index.url, what=f"{build.id}: the second index")
+        for ix in build.extra_indexes:  # uv reaches them too, on its own: the transport rule is checked first
+            self.settings.check(ix.url, what=f"{build.id}: {_index_label(ix)}")
         engine = recipe.engine
         warnings: list[str] = []
         if build.as_of is not None:
@@ -211,13 +211,12 @@ class Planner:
             if late is not None:
                 warnings.append(late)
         self.progress.phase(f"{engine.name} {build.id}: resolving as of {iso(as_of)}")
-        second = Index(build.index.url, self.client, name="the second index") if build.index else None
-        exact: dict[str, str] = {}
-        if build.index is not None and second is not None:
-            for name in build.index.packages:
+        extra = {ix.name: Index(ix.url, self.client, name=_index_label(ix)) for ix in build.extra_indexes}
+        for ix in build.extra_indexes:  # no upload times: each == pin must name exactly one release
+            for name in ix.packages:
                 spec = recipe_pin(build, name)
-                matched = second.matching(name, spec) if spec is not None else ()
-                exact[name] = check_exact_pin(build, name, matched, second)
+                matched = extra[ix.name].matching(name, spec) if spec is not None else ()
+                check_exact_pin(build, name, matched, extra[ix.name])
         requirements = list(build.requirements)
         extras: list[ExtraFile] = []
         direct: dict[str, Candidate] = {}
@@ -265,7 +264,7 @@ class Planner:
                 build.target,
                 as_of,
                 index_url=self.index_url,
-                second=build.index,
+                indexes=build.extra_indexes,
                 workdir=Path(tmp),
                 cache_dir=self.cache.uv_cache(),
                 inherit=dict(self.settings.child_environ),
@@ -277,7 +276,7 @@ class Planner:
             pins = parse_pylock(resolution.text, build.target)
         else:
             pins = parse_requirements_lock(resolution.text)
-        files = self._files(pins, build, direct, as_of, second)
+        files = self._files(pins, build, direct, as_of, extra)
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(
@@ -286,7 +285,7 @@ class Planner:
                 tip="Remove the stale entry, or add the package to requirements.",
             )
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
-        build_deps, build_requires = self._build_closure(files, build, as_of, second)
+        build_deps, build_requires = self._build_closure(files, build, as_of, extra)
         prebuilt = self._prebuild(files, build, as_of, build_deps, build_requires, warnings)
         urls = {f.filename: f.url for f in files}
         extras += [ExtraFile(p.path, "wheel", urls[p.sdist], p.sha256, p.size) for p in prebuilt]
@@ -305,7 +304,7 @@ class Planner:
         )  # fmt: skip
 
     def _build_closure(
-        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, second: Index | None
+        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: Mapping[str, Index]
     ) -> tuple[tuple[LockedFile, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
         """The lock's sdists' build requirements (read from each sdist, never run), resolved at the same
         cut-off for the same target, wheels only, with hashes: what the node builds them from."""
@@ -320,7 +319,8 @@ class Planner:
         try:
             with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
                 resolution = compile_lock(
-                    wanted, build.target, as_of, index_url=self.index_url, second=build.index, workdir=Path(tmp),
+                    wanted, build.target, as_of, index_url=self.index_url, indexes=build.extra_indexes,
+                    workdir=Path(tmp),
                     cache_dir=self.cache.uv_cache(), inherit=dict(self.settings.child_environ),
                     credentials=self.settings.index_credentials, exclude_newer_package=build.exclude_newer_package,
                 )  # fmt: skip
@@ -336,7 +336,7 @@ class Planner:
             pins = parse_pylock(resolution.text, build.target)
         else:
             pins = parse_requirements_lock(resolution.text)
-        return self._files(pins, build, {}, as_of, second), tuple(per)
+        return self._files(pins, build, {}, as_of, extra), tuple(per)
 
     def _prebuild(
         self,
@@ -392,9 +392,8 @@ class Planner:
         build: Build,
         direct: dict[str, Candidate],
         as_of: dt.datetime,
-        second: Index | None,
+        extra: Mapping[str, Index],
     ) -> tuple[LockedFile, ...]:
-        second_names = set(build.index.packages) if build.index else set()
         primary = self.primary
 
         def one(pin: Pin) -> LockedFile:
@@ -405,11 +404,11 @@ class Planner:
                     raise ResolveError(f"the lock takes {pin.name} from a URL ({pin.url}) the recipe does not name.")
                 version = pin.version or _wheel_version(cand.filename)
                 return choose_file(Pin(pin.name, version, pin.hashes), [cand], build.target, origin="direct")
-            if pin.name in second_names:
-                assert second is not None
-                files = _candidates(second.release(pin.name, pin.version))
+            served = build.index_for(pin.name)
+            if served is not None:  # from its own index only, exempt from the cut-off: the == pin holds it
+                files = _candidates(extra[served.name].release(pin.name, pin.version))
                 return choose_file(
-                    pin, files, build.target, origin="second", pinned_sha256=pinned, one_file=True
+                    pin, files, build.target, origin="second", pinned_sha256=pinned, one_file=True, index=served.name
                 )  # fmt: skip
             files = _candidates(primary.release(pin.name, pin.version))
             cut = package_cut_off(build, pin.name, as_of)
@@ -417,6 +416,11 @@ class Planner:
 
         with ThreadPoolExecutor(max_workers=LOOKUP_THREADS) as pool:
             return tuple(pool.map(one, pins))
+
+
+def _index_label(index: SecondIndex) -> str:
+    """How messages name an extra index: "the second index" (``index``), "index NAME" (``indexes``)."""
+    return "the second index" if index.name == "second" else f"index {index.name!r}"
 
 
 def choose_uv_wheel(primary: Index, target: Target, version: str) -> ExtraFile:

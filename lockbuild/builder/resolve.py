@@ -39,15 +39,23 @@ class Resolution:
     argv: tuple[str, ...]
 
 
-def second_index_project(requirements: Sequence[str], second: SecondIndex) -> str:
-    """A pyproject.toml in which the second index is explicit and named only for its packages."""
+def uv_index_name(index: SecondIndex) -> str:
+    """The name uv knows an extra index by in the resolution project ("lockbuild-second" for ``index``)."""
+    return f"lockbuild-{index.name}" if index.name == "second" else f"lockbuild-extra-{index.name}"
+
+
+def second_index_project(requirements: Sequence[str], indexes: Sequence[SecondIndex]) -> str:
+    """A pyproject.toml in which each extra index is explicit and named only for its own packages."""
     q = json.dumps
     deps = "".join(f"    {q(r)},\n" for r in requirements)
-    sources = "".join(f'{q(name)} = {{ index = "lockbuild-second" }}\n' for name in second.packages)
+    blocks = "".join(
+        f"[[tool.uv.index]]\nname = {q(uv_index_name(ix))}\nurl = {q(ix.url)}\nexplicit = true\n\n" for ix in indexes
+    )
+    sources = "".join(f"{q(name)} = {{ index = {q(uv_index_name(ix))} }}\n" for ix in indexes for name in ix.packages)
     return (
         '[project]\nname = "lockbuild-resolve"\nversion = "0"\n'
         f"dependencies = [\n{deps}]\n\n"
-        f'[[tool.uv.index]]\nname = "lockbuild-second"\nurl = {q(second.url)}\nexplicit = true\n\n'
+        f"{blocks}"
         f"[tool.uv.sources]\n{sources}"
     )
 
@@ -120,7 +128,7 @@ def compile_lock(
     as_of: dt.datetime,
     *,
     index_url: str,
-    second: SecondIndex | None,
+    indexes: Sequence[SecondIndex] = (),
     workdir: Path,
     cache_dir: Path,
     inherit: Mapping[str, str] | None = None,
@@ -134,7 +142,7 @@ def compile_lock(
     packages in ``sdists_allowed`` may come as sdists (their build backend may run); every other
     package must have a wheel for the target.
     """
-    out = workdir / ("pylock.toml" if second else "requirements.txt")
+    out = workdir / ("pylock.toml" if indexes else "requirements.txt")
     # The index's credentials: in uv's environment as part of the index URL (uv keeps them to its origin),
     # unless a build backend may run (sdists_allowed), which would inherit that environment: then in a
     # netrc file, as uv's only other way (uv sends a netrc's password to any port of the host that asks).
@@ -155,15 +163,15 @@ def compile_lock(
     for name, when in exclude_newer_package:  # the recipe's per-package cut-off (None: none at all)
         argv += ["--exclude-newer-package", f"{name}={when or 'false'}"]
     stdin: str | None
-    if second is None:
+    if not indexes:
         argv.append("-")
         stdin = "".join(r + "\n" for r in requirements)
     else:
         project = workdir / "pyproject.toml"
-        project.write_text(second_index_project(requirements, second), encoding="utf-8")
+        project.write_text(second_index_project(requirements, indexes), encoding="utf-8")
         argv += ["--format", "pylock.toml"]
-        for name in second.packages:
-            # The second index publishes no upload times; the recipe pins these with == instead.
+        for name in (name for ix in indexes for name in ix.packages):
+            # An extra index publishes no upload times; the recipe pins these with == instead.
             argv += ["--exclude-newer-package", f"{name}=false"]
         argv.append(str(project))
         stdin = None
@@ -195,4 +203,4 @@ def compile_lock(
             f"as of {iso(as_of)}:\n{_tail(proc.stderr)}",
             tip=_resolve_tip(proc.stderr),
         )
-    return Resolution("pylock.toml" if second else "requirements.txt", out.read_text(encoding="utf-8"), tuple(argv))
+    return Resolution("pylock.toml" if indexes else "requirements.txt", out.read_text(encoding="utf-8"), tuple(argv))

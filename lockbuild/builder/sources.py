@@ -23,7 +23,7 @@ def source_requirements(text: str, *, skip: tuple[str, ...], where: str) -> tupl
     """The requirement lines of an engine's source requirements file.
 
     Options (``-r``, ``-e``, ``--index-url``...), URLs and ``name @ url`` are refused: they would fetch
-    from elsewhere or install what the lock never saw. Lines naming a second index's packages are skipped
+    from elsewhere or install what the lock never saw. Lines naming an extra index's packages are skipped
     (the build names those itself).
     """
     out: list[str] = []
@@ -91,5 +91,5 @@ def read_source_requirements(archive: Path | BinaryIO, build: Build) -> tuple[st
         return ()
     if text is None:
         raise RecipeError(f"{where}: the source archive has no {wanted}.", tip="Check source.requirements.")
-    skip = build.index.packages if build.index else ()
+    skip = tuple(name for ix in build.extra_indexes for name in ix.packages)  # each extra index's own
     return source_requirements(text, skip=skip, where=where)

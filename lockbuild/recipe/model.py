@@ -31,8 +31,14 @@ class GpuRequirement:
 
 @dataclass(frozen=True)
 class SecondIndex:
+    """An explicit extra index: it serves exactly the packages it names (canonical names), nothing else.
+
+    ``index = { url, packages }`` is named "second"; each of ``indexes = [{ name, url, packages }]`` by
+    its name. The lock records the name of the index that served each file."""
+
     url: str
     packages: tuple[str, ...]
+    name: str = "second"
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,16 @@ class Build:
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()  # (name, RFC 3339 time or None = no cut-off)
     build_on_node: tuple[str, ...] = ()  # canonical names that may come as sdists (built on the node)
     interpreter: Interpreter | None = None  # a standalone interpreter carried in the bundle
+    indexes: tuple[SecondIndex, ...] = ()  # the list form, indexes = [{ name, url, packages }] (issue 15)
+
+    @property
+    def extra_indexes(self) -> tuple[SecondIndex, ...]:
+        """Every extra index: ``index`` (if any) first, then ``indexes`` in recipe order."""
+        return ((self.index,) if self.index is not None else ()) + self.indexes
+
+    def index_for(self, project: str) -> SecondIndex | None:
+        """The extra index that serves ``project`` (canonical name), or None: the primary index."""
+        return next((i for i in self.extra_indexes if project in i.packages), None)
 
     def pinned_sha256(self, project: str) -> str | None:
         """The sha256 the recipe pins ``project`` to (canonical name), if any."""

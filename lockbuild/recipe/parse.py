@@ -55,7 +55,7 @@ _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", 
 _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
     "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
-    "interpreter",
+    "interpreter", "indexes",
 )  # fmt: skip
 
 
@@ -143,6 +143,7 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
         p.add(f"{where}.free-gb", f"expected between 1 and 99999, found {free_gb}")
     gpu = _gpu(t.table("gpu"), f"{where}.gpu", p)
     index = _index(t.table("index"), f"{where}.index", p, parsed)
+    indexes = _indexes(t, where, p, parsed, index)
     source = _source(t.table("source"), f"{where}.source", p)
     wheel = _wheel(t.table("wheel"), f"{where}.wheel", p)
     assets = _assets(t.table("assets"), f"{where}.assets", p)
@@ -158,7 +159,7 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     assert version is not None and variant is not None and target is not None and reqs is not None
     return Build(
         version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
-        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe,
+        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes,
     )  # fmt: skip
 
 
@@ -226,14 +227,36 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirem
     return GpuRequirement(capability, driver)
 
 
-def _index(data: Mapping[str, Any] | None, where: str, p: Problems, reqs: list[Requirement]) -> SecondIndex | None:
+MAX_INDEXES = 16
+_RESERVED_INDEX_NAMES = ("primary", "second")  # the package index, and the name ``index = {...}`` has
+
+
+def _index(
+    data: Mapping[str, Any] | None,
+    where: str,
+    p: Problems,
+    reqs: list[Requirement],
+    *,
+    keys: tuple[str, ...] = ("url", "packages"),
+    name: str = "second",
+) -> SecondIndex | None:
+    """One explicit extra index: ``index = { url, packages }``, or an entry of ``indexes`` (with a name)."""
     if data is None:
         return None
-    t = Table(data, where, p, ("url", "packages"))
+    t = Table(data, where, p, keys)
+    if "name" in keys:
+        got = t.string("name", "a lower-case name of letters, digits, '.', '_' or '-'", check=plain_name)
+        if got in _RESERVED_INDEX_NAMES:
+            p.add(f"{where}.name", f"expected a name other than {got!r}, which lockbuild uses for another index")
+            got = None
+        if got is None:
+            return None
+        name = got
+    what = "the second index" if name == "second" else f"index {name!r}"
     url = t.string("url", "an http(s) URL of a simple index", check=https_url)
     packages = t.strings("packages", "a list of package names")
     if packages is not None and not packages:
-        p.add(f"{where}.packages", "expected at least one package; a second index serves only the packages it names")
+        p.add(f"{where}.packages", f"expected at least one package; {what} serves only the packages it names")
     if packages is not None:
         bad = [n for n in packages if not project_name(n)]
         if bad:
@@ -241,20 +264,66 @@ def _index(data: Mapping[str, Any] | None, where: str, p: Problems, reqs: list[R
             packages = None
     if url is None or packages is None:
         return None
-    for name in packages:
-        named = [r for r in reqs if canonicalize_name(r.name) == canonicalize_name(name)]
+    canonical = [canonicalize_name(n) for n in packages]
+    twice = sorted({n for n in canonical if canonical.count(n) > 1})
+    if twice:
+        p.add(f"{where}.packages", f"expected each package once, found {twice[0]!r} named twice")
+    for pkg in packages:
+        named = [r for r in reqs if canonicalize_name(r.name) == canonicalize_name(pkg)]
         if not named:
             p.add(
                 f"{where}.packages",
-                f"{name!r} comes from the second index but is not in requirements; add it pinned, e.g. '{name}==X.Y.Z'",
+                f"{pkg!r} comes from {what} but is not in requirements; add it pinned, e.g. '{pkg}==X.Y.Z'",
             )
         elif all(pinned_version(r) is None for r in named):
             p.add(
                 f"{where}.packages",
-                f"{name!r} comes from the second index, which publishes no upload times, so the cut-off cannot "
+                f"{pkg!r} comes from {what}, which publishes no upload times, so the cut-off cannot "
                 f"hold it back: it must be pinned with == in requirements, found {str(named[0])!r}",
             )
-    return SecondIndex(url.rstrip("/"), tuple(canonicalize_name(n) for n in packages))
+    return SecondIndex(url.rstrip("/"), tuple(dict.fromkeys(canonical)), name)
+
+
+def _indexes(
+    t: Table, where: str, p: Problems, reqs: list[Requirement], single: SecondIndex | None
+) -> tuple[SecondIndex, ...]:
+    """``indexes = [{ name, url, packages }, ...]``: more explicit extra indexes. A name is given once, and
+    a package comes from one index only: named on two (or on ``index`` and ``indexes``), it is refused,
+    never resolved "best version wins" across them."""
+    data = t.get("indexes", list, "a list of tables { name, url, packages }", required=False)
+    if data is None:
+        return ()
+    if not data:
+        p.add(f"{where}.indexes", "expected at least one { name, url, packages } table, found an empty list")
+    if len(data) > MAX_INDEXES:
+        p.add(f"{where}.indexes", f"expected at most {MAX_INDEXES} indexes, found {len(data)}")
+        return ()
+    out: list[SecondIndex] = []
+    for j, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            p.add(f"{where}.indexes[{j}]", f"expected a table {{ name, url, packages }}, found {describe(entry)}")
+            continue
+        got = _index(entry, f"{where}.indexes[{j}]", p, reqs, keys=("name", "url", "packages"))
+        if got is not None:
+            out.append(got)
+    names: dict[str, int] = {}
+    for j, ix in enumerate(out):
+        if ix.name in names:
+            p.add(f"{where}.indexes", f"expected each index name once, found {ix.name!r} twice")
+        names[ix.name] = j
+    served: dict[str, str] = {}
+    for ix in ((single,) if single is not None else ()) + tuple(out):
+        label = "the index key" if ix.name == "second" else f"indexes entry {ix.name!r}"
+        for pkg in ix.packages:
+            if pkg in served and served[pkg] != label:
+                p.add(
+                    f"{where}.indexes",
+                    f"{pkg!r} is named on two indexes, {served[pkg]} and {label}; expected each package on one "
+                    "index only: a name on two indexes would come from whichever offers the better version "
+                    "(how torchtriton was taken in 2022)",
+                )
+            served.setdefault(pkg, label)
+    return tuple(out)
 
 
 def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> Source | None:

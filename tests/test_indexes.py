@@ -1,0 +1,238 @@
+"""Several extra indexes (issue 15): ``indexes = [{ name, url, packages }]`` next to ``index``.
+
+Each extra index serves exactly the packages it names, pinned with ==, and nothing else; a package named
+on two indexes is refused when the recipe is read; the lock records which index served each file and
+whether its time came from the index's upload times or from an exemption."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import PLATFORM, PY, day
+from servers import FakeServer, make_wheel
+
+from lockbuild.builder.resolve import second_index_project
+from lockbuild.builder.session import session
+from lockbuild.builder.sources import read_source_requirements
+from lockbuild.cli import main
+from lockbuild.errors import RecipeError
+from lockbuild.lock import bundle_pylock, bundle_requirements
+from lockbuild.progress import Progress
+from lockbuild.recipe import SecondIndex, load_recipe, parse_recipe
+from lockbuild.settings import load
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def body(name: str, where: str) -> bytes:
+    """A wheel of NAME 1.0 whose content says which index it was put on (so each copy has its own hash)."""
+    return make_wheel(name, "1.0", modules={f"{name}/__init__.py": f"where = {where!r}\n"})[1]
+
+
+WHEEL = "{}-1.0-py3-none-any.whl"
+
+
+@pytest.fixture(scope="module")
+def indexes(server: FakeServer) -> FakeServer:
+    """ixeng on the primary index needs ixa and ixb; every index offers both, each copy different."""
+    server.publish(*make_wheel("ixeng", "1.0", deps=("ixa", "ixb", "ixdep")), uploaded=day(5))
+    server.publish(*make_wheel("ixdep", "1.0"), uploaded=day(1))
+    for name in ("ixa", "ixb"):
+        for where in ("primary", "alpha", "beta"):
+            server.publish(WHEEL.format(name), body(name, where), index=where, uploaded=day(1))
+    return server
+
+
+def recipe(server: FakeServer, *, reqs: str = '"ixeng==1.0", "ixa==1.0", "ixb==1.0"', extra: str = "") -> str:
+    return (
+        '[engine]\nname = "ixeng"\npypi = "ixeng"\nbinary = "ixeng"\nverify = ["ixeng"]\n\n'
+        f'[[builds]]\nversion = "1.0"\nvariant = "two"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
+        f"requirements = [{reqs}]\n"
+        f"indexes = [\n"
+        f'  {{ name = "alpha", url = "{server.index_url("alpha")}", packages = ["ixa"] }},\n'
+        f'  {{ name = "beta", url = "{server.index_url("beta")}", packages = ["ixb"] }},\n'
+        f"]\n{extra}"
+    )
+
+
+def run_lock(path: Path, out: Path) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, ["lock", str(path), "--out", str(out), "--json"], catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_two_extra_indexes_each_serve_only_their_own_package(
+    env: FakeServer, indexes: FakeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "ixeng.toml"
+    path.write_text(recipe(indexes))
+    code, stdout, stderr = run_lock(path, tmp_path / "out")
+    assert code == 0, stderr
+    lock = json.loads(stdout)["locks"][0]
+    assert lock["lock_format"] == "pylock.toml"
+    pkgs = {p["name"]: p for p in lock["packages"]}
+    assert sorted(pkgs) == ["ixa", "ixb", "ixdep", "ixeng"]
+    assert pkgs["ixa"]["url"] == f"{indexes.url}/files/alpha/{WHEEL.format('ixa')}"
+    assert pkgs["ixa"]["sha256"] == sha(body("ixa", "alpha"))
+    assert pkgs["ixb"]["url"] == f"{indexes.url}/files/beta/{WHEEL.format('ixb')}"
+    assert pkgs["ixb"]["sha256"] == sha(body("ixb", "beta"))
+    assert pkgs["ixeng"]["url"].startswith(f"{indexes.url}/files/primary/")
+    pylock = (tmp_path / "out" / "1.0-two" / "pylock.toml").read_text()
+    for name, other in (("ixa", "beta"), ("ixa", "primary"), ("ixb", "alpha"), ("ixb", "primary")):
+        assert sha(body(name, other)) not in pylock, f"{name} from {other}"
+    data = {p["name"]: p for p in tomllib.loads(pylock)["packages"]}
+    assert [w["url"] for w in data["ixa"]["wheels"]] == [pkgs["ixa"]["url"]]
+    assert [w["url"] for w in data["ixb"]["wheels"]] == [pkgs["ixb"]["url"]]
+
+    # The lock records, per file, the index that served it and where its time came from.
+    settings = load(dict(os.environ), home=tmp_path)
+    with session(settings, progress=Progress.quiet()) as s:
+        r = load_recipe(path)
+        plan = s.planner.plan(r, r.builds[0])
+    got = {f.name: (f.index, f.time_from, f.origin) for f in plan.lock.files}
+    assert got == {
+        "ixa": ("alpha", "exemption", "second"),
+        "ixb": ("beta", "exemption", "second"),
+        "ixeng": ("primary", "upload-time", "primary"),
+        "ixdep": ("primary", "upload-time", "primary"),
+    }
+    bundled = {p["name"]: p for p in tomllib.loads(bundle_pylock(plan.lock.files, r.builds[0].target))["packages"]}
+    assert bundled["ixa"]["tool"]["lockbuild"] == {"index": "alpha", "time-from": "exemption"}
+    assert bundled["ixeng"]["tool"]["lockbuild"] == {"index": "primary", "time-from": "upload-time"}
+    assert "# wheels/ixb-1.0-py3-none-any.whl (from index beta; time: exemption)" in bundle_requirements(
+        plan.lock.files
+    )
+
+
+def test_an_exemption_on_the_primary_index_is_recorded(env: FakeServer, indexes: FakeServer, tmp_path: Path) -> None:
+    path = tmp_path / "ixeng.toml"
+    path.write_text(recipe(indexes, extra="exclude-newer-package = { ixdep = false }\n"))
+    settings = load(dict(os.environ), home=tmp_path)
+    with session(settings, progress=Progress.quiet()) as s:
+        r = load_recipe(path)
+        plan = s.planner.plan(r, r.builds[0])
+    got = {f.name: (f.index, f.time_from) for f in plan.lock.files}
+    assert got["ixdep"] == ("primary", "exemption") and got["ixeng"] == ("primary", "upload-time")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            'index = { url = "https://download.example/whl", packages = ["ixa"] }\n',
+            "'ixa' is named on two indexes, the index key and indexes entry 'alpha'",
+        ),
+        (
+            'indexes = [{ name = "a", url = "https://a.example/s", packages = ["ixa"] },'
+            ' { name = "b", url = "https://b.example/s", packages = ["IXA"] }]\n',
+            "'ixa' is named on two indexes, indexes entry 'a' and indexes entry 'b'",
+        ),
+    ],
+    ids=["index-and-indexes", "two-indexes"],
+)
+def test_a_package_named_on_two_indexes_is_refused(extra: str, expected: str) -> None:
+    head = (
+        '[engine]\nname = "ixeng"\npypi = "ixeng"\nbinary = "ixeng"\nverify = ["ixeng"]\n\n'
+        f'[[builds]]\nversion = "1.0"\nvariant = "two"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
+        'requirements = ["ixeng==1.0", "ixa==1.0"]\n'
+    )
+    if extra.startswith("index ="):
+        extra += 'indexes = [{ name = "alpha", url = "https://alpha.example/s", packages = ["ixa"] }]\n'
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(head + extra)
+    assert err.value.problems == (f"builds[0].indexes: {expected}; expected each package on one index only: a name on "
+                                  "two indexes would come from whichever offers the better version (how torchtriton "
+                                  "was taken in 2022)",)  # fmt: skip
+
+
+def test_a_package_named_on_two_indexes_is_refused_before_anything_is_fetched(
+    env: FakeServer, indexes: FakeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "ixeng.toml"
+    text = recipe(indexes).replace('packages = ["ixb"]', 'packages = ["ixb", "ixa"]')
+    path.write_text(text)
+    before = len(indexes.requests)
+    code, _, stderr = run_lock(path, tmp_path / "out")
+    assert code == 1
+    assert "'ixa' is named on two indexes, indexes entry 'alpha' and indexes entry 'beta'" in stderr
+    assert "Traceback" not in stderr
+    assert len(indexes.requests) == before and not (tmp_path / "out").exists()
+
+
+def test_a_package_on_an_extra_index_that_is_not_pinned_is_refused(
+    env: FakeServer, indexes: FakeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "ixeng.toml"
+    path.write_text(recipe(indexes, reqs='"ixeng==1.0", "ixa==1.0", "ixb>=1.0"'))
+    code, _, stderr = run_lock(path, tmp_path / "out")
+    assert code == 1
+    assert "builds[0].indexes[1].packages: 'ixb' comes from index 'beta', which publishes no upload times" in stderr
+    assert "must be pinned with == in requirements, found 'ixb>=1.0'" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ('{ name = "primary", url = "https://a.example/s", packages = ["ixa"] }', "indexes[0].name: expected a name"),
+        ('{ url = "https://a.example/s", packages = ["ixa"] }', "indexes[0].name: missing"),
+        ('{ name = "a", url = "https://a.example/s", packages = ["ixa", "ixa"] }', "found 'ixa' named twice"),
+        ('{ name = "a", url = "https://a.example/s", packages = ["ixb"] }', "'ixb' comes from index 'a' but is not in"),
+        ('"https://a.example/s"', "indexes[0]: expected a table { name, url, packages }"),
+    ],
+)
+def test_a_malformed_indexes_entry_is_refused(entry: str, expected: str) -> None:
+    text = (
+        '[engine]\nname = "ixeng"\npypi = "ixeng"\nbinary = "ixeng"\nverify = ["ixeng"]\n\n'
+        f'[[builds]]\nversion = "1.0"\nvariant = "two"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
+        f'requirements = ["ixeng==1.0", "ixa==1.0"]\nindexes = [{entry}]\n'
+    )
+    with pytest.raises(RecipeError) as err:
+        parse_recipe(text)
+    assert any(expected in p for p in err.value.problems), err.value.problems
+
+
+def test_each_index_is_explicit_in_the_resolution_project() -> None:
+    got = tomllib.loads(
+        second_index_project(
+            ["ixeng==1.0"],
+            [SecondIndex("https://a.example/s", ("ixa",)), SecondIndex("https://b.example/s", ("ixb", "ixc"), "b")],
+        )
+    )
+    assert got["tool"]["uv"]["index"] == [
+        {"name": "lockbuild-second", "url": "https://a.example/s", "explicit": True},
+        {"name": "lockbuild-extra-b", "url": "https://b.example/s", "explicit": True},
+    ]
+    assert got["tool"]["uv"]["sources"] == {
+        "ixa": {"index": "lockbuild-second"},
+        "ixb": {"index": "lockbuild-extra-b"},
+        "ixc": {"index": "lockbuild-extra-b"},
+    }
+
+
+def test_source_requirement_lines_naming_any_extra_indexes_package_are_skipped(tmp_path: Path) -> None:
+    reqs = b"ixa>=0.1\nixb\nixdep==1.0\n"
+    archive = tmp_path / "src.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        info = tarfile.TarInfo("eng-1.0/requirements.txt")
+        info.size = len(reqs)
+        tf.addfile(info, io.BytesIO(reqs))
+    r = parse_recipe(
+        '[engine]\nname = "ixeng"\npypi = "ixeng"\nbinary = "ixeng"\nverify = ["ixeng"]\n\n'
+        f'[[builds]]\nversion = "1.0"\nvariant = "two"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
+        'requirements = ["ixeng==1.0", "ixa==1.0", "ixb==1.0"]\n'
+        f'source = {{ url = "https://x.example/eng.tar.gz", sha256 = "{"a" * 64}", top = "eng-1.0", dir = "src", '
+        'requirements = "requirements.txt" }\n'
+        'index = { url = "https://a.example/s", packages = ["ixa"] }\n'
+        'indexes = [{ name = "b", url = "https://b.example/s", packages = ["ixb"] }]\n'
+    )
+    assert read_source_requirements(archive, r.builds[0]) == ("ixdep==1.0",)

@@ -171,7 +171,7 @@ def test_an_sdist_whose_build_dependencies_cannot_be_locked_is_refused_by_name(e
     recipe.write_text(RECIPE.replace("lkbuilt", "lklegacy"))
     code, _, stderr = cli("lock", str(recipe), "--out", str(tmp_path / "o"))
     assert code != 0
-    assert "cannot lock the build dependencies of the sdists (lklegacy-1.0.tar.gz needs setuptools>=40.8.0)" in stderr
+    assert "cannot lock the build dependencies of the sdists (lklegacy-1.0.tar.gz needs setuptools>=40.8.0, wheel)" in stderr
 
 
 def test_a_pure_python_sdist_is_built_on_the_builder_the_same_twice(

@@ -19,7 +19,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from lockbuild.errors import ResolveError
 
-LEGACY_REQUIRES = ("setuptools>=40.8.0",)  # pip's and uv's default for an sdist without build-system.requires
+# pip's default for an sdist without build-system.requires (PEP 517's legacy path). setuptools' backend
+# also asks for `wheel` at build time (get_requires_for_build_wheel, setuptools < 70.1): known in
+# advance, so it is locked with the rest whenever the backend is setuptools.
+LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
+SETUPTOOLS_BACKENDS = (None, "setuptools.build_meta", "setuptools.build_meta:__legacy__")
 MAX_PYPROJECT = 1 << 20
 MAX_REQUIRES = 100
 
@@ -48,6 +52,9 @@ def build_requires(f: BinaryIO, filename: str) -> tuple[str, ...]:
         if req.url:
             raise _bad(filename, f"build-system.requires names a URL ({r[:80]!r}); only index packages can be locked")
         out.append(str(req))
+    backend = system.get("build-backend")
+    if backend in SETUPTOOLS_BACKENDS and not any(Requirement(r).name.lower() == "wheel" for r in out):
+        out.append("wheel")
     return tuple(sorted(set(out)))
 
 

@@ -86,7 +86,9 @@ def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
         "Locking it would run its build backend (code from the index) on the builder, with the builder's "
         "files in reach; lockbuild refuses that.",
         tip=f"Require a version of {shown} that publishes a wheel for this target, or name it in the build's "
-        "build-on-node list so that it comes as an sdist that the node builds.",
+        "build-on-node list: it then comes as an sdist with its build dependencies locked by hash, and is built "
+        "either here, with no network, when its wheel runs on the node (pure Python, or this platform), or "
+        "else by the node, offline, from those bundled build dependencies.",
     )
 
 

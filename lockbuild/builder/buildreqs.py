@@ -52,8 +52,8 @@ def build_requires(f: BinaryIO, filename: str) -> tuple[str, ...]:
         if req.url:
             raise _bad(filename, f"build-system.requires names a URL ({r[:80]!r}); only index packages can be locked")
         out.append(str(req))
-    backend = system.get("build-backend")
-    if backend in SETUPTOOLS_BACKENDS and not any(Requirement(r).name.lower() == "wheel" for r in out):
+    names = {Requirement(r).name.lower() for r in out}
+    if system.get("build-backend") in SETUPTOOLS_BACKENDS and "setuptools" in names and "wheel" not in names:
         out.append("wheel")
     return tuple(sorted(set(out)))
 

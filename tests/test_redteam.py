@@ -1,5 +1,5 @@
 """Red-team findings on the landed trust path, node and builder (issues 11, 12, 18): one test per hole,
-each failing when its defence is removed. docs/threat-model.md, section "Red team (H8)", names them."""
+each failing when its defence is removed. docs/threat-model.md, section "Second review", names them."""
 
 from __future__ import annotations
 

@@ -75,9 +75,9 @@ def test_recipe_says_where_its_numbers_come_from(path: Path) -> None:
             assert cap in notes, f"{path.name}: no comment says where capability {cap} is from"
         if b.free_gb is not None:
             assert "free-gb" in notes, f"{path.name}: {b.id} sets free-gb; a comment should say how it was chosen"
-        if b.index is not None:
-            host = b.index.url.split("/")[2]
-            assert host in notes, f"{path.name}: no comment explains the second index {b.index.url}"
+        for ix in b.extra_indexes:  # index, and each of indexes
+            host = ix.url.split("/")[2]
+            assert host in notes, f"{path.name}: no comment explains the extra index {ix.url}"
         if b.wheel is not None:
             assert b.wheel.tag.lstrip("v") in notes, f"{path.name}: no comment names the release of the wheel"
         if b.assets is not None:
@@ -91,11 +91,9 @@ def test_second_index_packages_are_pinned(path: Path) -> None:
     and only a full version with its local label (or a pin-sha256) names one release: ``torch==2.8.0`` also
     matches a ``2.8.0+cu128.post1`` added later (issue 18.4)."""
     for b in load_recipe(path).builds:
-        if b.index is None:
-            continue
         pins = _pins(b)
-        for name in b.index.packages:
-            assert name in pins, f"{path.name}: {b.id} takes {name} from {b.index.url} without an == pin"
+        for url, name in ((i.url, n) for i in b.extra_indexes for n in i.packages):  # index, and each of indexes
+            assert name in pins, f"{path.name}: {b.id} takes {name} from {url} without an == pin"
             assert "+" in pins[name] or b.pinned_sha256(name), (
                 f"{path.name}: {b.id} pins {name}=={pins[name]} on an index without upload times; "
                 "name the full version with its local label (e.g. 2.8.0+cu129) or pin-sha256 the file"

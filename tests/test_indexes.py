@@ -236,3 +236,22 @@ def test_source_requirement_lines_naming_any_extra_indexes_package_are_skipped(t
         'indexes = [{ name = "b", url = "https://b.example/s", packages = ["ixb"] }]\n'
     )
     assert read_source_requirements(archive, r.builds[0]) == ("ixdep==1.0",)
+
+
+def test_the_exact_pin_rule_holds_on_every_extra_index(env: FakeServer, indexes: FakeServer, tmp_path: Path) -> None:
+    """An index without upload times: `==1.0` must name exactly one release there, on beta as on alpha."""
+    for label in ("cu128", "cu129"):
+        indexes.publish(*make_wheel("ixcuda", f"1.0+{label}"), index="beta")
+    path = tmp_path / "ixeng.toml"
+    text = recipe(indexes, reqs='"ixeng==1.0", "ixa==1.0", "ixb==1.0", "ixcuda==1.0"')
+    path.write_text(text.replace('packages = ["ixb"]', 'packages = ["ixb", "ixcuda"]'))
+    code, stdout, _ = run_lock(path, tmp_path / "out")
+    assert code != 0
+    message = json.loads(stdout)["error"]["message"]
+    assert message.startswith("ixcuda==1.0 matches 2 releases on index 'beta' (")
+    assert "1+cu128, 1+cu129" in message
+    path.write_text(path.read_text().replace('"ixcuda==1.0"', '"ixcuda==1.0+cu129"'))
+    code, stdout, stderr = run_lock(path, tmp_path / "out")
+    assert code == 0, stdout + stderr
+    pkgs = {p["name"]: p for p in json.loads(stdout)["locks"][0]["packages"]}
+    assert pkgs["ixcuda"]["url"] == f"{indexes.url}/files/beta/ixcuda-1.0+cu129-py3-none-any.whl"

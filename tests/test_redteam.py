@@ -380,7 +380,7 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
     try:
         with pytest.raises(ResolveError) as refused:  # the file host refuses without credentials: uv gives up
             compile_lock(["lkpkg==1.0"], Target.of("3.11", "x86_64-manylinux_2_28"), AS_OF,
-                         index_url=f"http://127.0.0.1:{index.server_address[1]}/simple", second=None,
+                         index_url=f"http://127.0.0.1:{index.server_address[1]}/simple",
                          workdir=tmp_path / "w", cache_dir=tmp_path / "uv-cache",
                          inherit={"PATH": os.environ["PATH"], "HOME": str(home)},
                          credentials=Credentials("lbuser", "IDX-PASSWORD"))  # fmt: skip

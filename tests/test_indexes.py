@@ -92,6 +92,8 @@ def test_two_extra_indexes_each_serve_only_their_own_package(
     data = {p["name"]: p for p in tomllib.loads(pylock)["packages"]}
     assert [w["url"] for w in data["ixa"]["wheels"]] == [pkgs["ixa"]["url"]]
     assert [w["url"] for w in data["ixb"]["wheels"]] == [pkgs["ixb"]["url"]]
+    resolved = parse_recipe((tmp_path / "out" / "1.0-two" / "recipe.toml").read_text()).builds[0]
+    assert [(i.name, i.packages) for i in resolved.extra_indexes] == [("alpha", ("ixa",)), ("beta", ("ixb",))]
 
     # The lock records, per file, the index that served it and where its time came from.
     settings = load(dict(os.environ), home=tmp_path)

@@ -257,3 +257,14 @@ def test_the_exact_pin_rule_holds_on_every_extra_index(env: FakeServer, indexes:
     assert code == 0, stdout + stderr
     pkgs = {p["name"]: p for p in json.loads(stdout)["locks"][0]["packages"]}
     assert pkgs["ixcuda"]["url"] == f"{indexes.url}/files/beta/ixcuda-1.0+cu129-py3-none-any.whl"
+
+
+def test_an_extra_index_over_plain_http_is_refused_before_uv_runs(
+    env: FakeServer, indexes: FakeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "ixeng.toml"
+    path.write_text(recipe(indexes).replace(indexes.index_url("beta"), "http://mirror.example.org/simple"))
+    code, _, stderr = run_lock(path, tmp_path / "out")
+    assert code == 1
+    assert "1.0-two: index 'beta': refusing plain http to mirror.example.org" in stderr
+    assert not (tmp_path / "out").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PLATFORM, PY, day
+from conftest import PLATFORM, PY, TOY_RECIPE, Keys, day
 from servers import FakeServer, make_wheel
 
 from lockbuild.builder.resolve import second_index_project
@@ -268,3 +268,43 @@ def test_an_extra_index_over_plain_http_is_refused_before_uv_runs(
     assert code == 1
     assert "1.0-two: index 'beta': refusing plain http to mirror.example.org" in stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bundle_with_an_extra_index_records_it_and_installs_its_file(
+    env: FakeServer, keys: Keys, tmp_path: Path
+) -> None:
+    """Built, signed, installed offline: the node gets toydep from index alpha, and the bundle's lock says so."""
+    import subprocess
+
+    import zstandard
+
+    alpha = make_wheel("toydep", "1.0", modules={"toydep/__init__.py": "where = 'alpha'\n"})
+    env.publish(*alpha, index="alpha")
+    path = tmp_path / "toyengine.toml"
+    path.write_text(
+        TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "toydep==1.0"]')
+        + f'indexes = [{{ name = "alpha", url = "{env.index_url("alpha")}", packages = ["toydep"] }}]\n'
+    )
+    r = CliRunner().invoke(main, ["build", str(path), "--key", str(keys.secret), "--out", str(tmp_path / "d")])
+    assert r.exit_code == 0, r.stderr
+    bundle = next((tmp_path / "d").glob("*.lbz"))
+    with (
+        bundle.open("rb") as f,
+        zstandard.ZstdDecompressor().stream_reader(f) as z,
+        tarfile.open(fileobj=z, mode="r|") as tf,
+    ):
+        members = {m.name: tf.extractfile(m).read() for m in tf if m.name.startswith("lock/")}  # type: ignore[union-attr]
+    pylock = {p["name"]: p for p in tomllib.loads(members["lock/pylock.toml"].decode())["packages"]}
+    assert pylock["toydep"]["tool"]["lockbuild"] == {"index": "alpha", "time-from": "exemption"}
+    assert pylock["toyengine"]["tool"]["lockbuild"] == {"index": "primary", "time-from": "upload-time"}
+    assert pylock["toydep"]["wheels"][0]["hashes"]["sha256"] == sha(alpha[1])
+    assert "(from index alpha; time: exemption)" in members["lock/requirements.txt"].decode()
+
+    root = tmp_path / "root"
+    r = CliRunner().invoke(
+        main, ["install", str(bundle), "--root", str(root), "--trust", str(keys.trust), "--gpu-check", "skip"]
+    )
+    assert r.exit_code == 0, r.stdout + r.stderr
+    python = next(root.glob("toyengine/1.0-cpu/bin/python"))
+    out = subprocess.run([str(python), "-c", "import toydep; print(toydep.where)"], capture_output=True, text=True)
+    assert out.stdout.strip() == "alpha", out.stderr

@@ -106,11 +106,12 @@ class FakeServer:
         yanked: bool | str = False,
         **faults: object,
     ) -> str:
-        """Put a distribution file on an index ("primary" has upload times; any other, like PyTorch's, none)."""
+        """Put a distribution file on an index ("primary" has upload times; any other, like PyTorch's, has them
+        only when ``uploaded`` is given)."""
         name = canonicalize_name(filename.split("-", 1)[0].replace("_", "-"))
         path = f"/files/{index}/{filename}"
         self.add_file(path, data, **faults)
-        when = None if index != "primary" else (uploaded or dt.datetime(2025, 1, 1, tzinfo=dt.UTC))
+        when = (uploaded or dt.datetime(2025, 1, 1, tzinfo=dt.UTC)) if index == "primary" else uploaded
         self.projects.setdefault((index, name), []).append(
             IndexEntry(filename, hashlib.sha256(data).hexdigest(), len(data), when, yanked)
         )

@@ -49,7 +49,8 @@ def indexes(server: FakeServer) -> FakeServer:
     server.publish(*make_wheel("ixdep", "1.0"), uploaded=day(1))
     for name in ("ixa", "ixb"):
         for where in ("primary", "alpha", "beta"):
-            server.publish(WHEEL.format(name), body(name, where), index=where, uploaded=day(1))
+            when = day(1) if where == "primary" else None  # extra indexes without upload times, like PyTorch's
+            server.publish(WHEEL.format(name), body(name, where), index=where, uploaded=when)
     return server
 
 
@@ -308,3 +309,31 @@ def test_a_bundle_with_an_extra_index_records_it_and_installs_its_file(
     python = next(root.glob("toyengine/1.0-cpu/bin/python"))
     out = subprocess.run([str(python), "-c", "import toydep; print(toydep.where)"], capture_output=True, text=True)
     assert out.stdout.strip() == "alpha", out.stderr
+
+
+def test_an_extra_index_with_upload_times_is_held_by_the_cut_off(
+    env: FakeServer, indexes: FakeServer, tmp_path: Path
+) -> None:
+    """Where an extra index gives upload times for the pinned release, the cut-off holds it as on the primary
+    index (time-from upload-time); a release uploaded after the cut-off is absent unless exclude-newer-package
+    exempts it, and the lock then says exemption."""
+    indexes.publish(*make_wheel("ixtimed", "1.0"), index="gamma", uploaded=day(2))
+    indexes.publish(*make_wheel("ixlate", "1.0"), index="gamma", uploaded=day(30))  # after ixeng's cut-off (day 6)
+    gamma = f'  {{ name = "gamma", url = "{indexes.index_url("gamma")}", packages = ["ixtimed", "ixlate"] }},\n'
+    path = tmp_path / "ixeng.toml"
+    text = recipe(indexes, reqs='"ixeng==1.0", "ixa==1.0", "ixb==1.0", "ixtimed==1.0", "ixlate==1.0"')
+    path.write_text(text.replace('packages = ["ixb"] },\n', 'packages = ["ixb"] },\n' + gamma))
+    code, stdout, _ = run_lock(path, tmp_path / "out")
+    assert code != 0
+    message = json.loads(stdout)["error"]["message"]
+    assert "`ixlate` was filtered by `exclude-newer`" in message, message
+
+    path.write_text(path.read_text() + "exclude-newer-package = { ixlate = false }\n")
+    settings = load(dict(os.environ), home=tmp_path)
+    with session(settings, progress=Progress.quiet()) as s:
+        r = load_recipe(path)
+        plan = s.planner.plan(r, r.builds[0])
+    got = {f.name: (f.index, f.time_from) for f in plan.lock.files}
+    assert got["ixtimed"] == ("gamma", "upload-time")
+    assert got["ixlate"] == ("gamma", "exemption")
+    assert got["ixa"] == ("alpha", "exemption")

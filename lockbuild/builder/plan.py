@@ -159,6 +159,14 @@ def check_exact_pin(build: Build, project: str, files: Sequence[IndexFile], inde
     return versions[0] if versions else (spec or "")
 
 
+@dataclass(frozen=True)
+class ExtraIndexes:
+    """The build's extra indexes as clients (by index name), and which of their packages the cut-off holds."""
+
+    clients: Mapping[str, Index]
+    timed: frozenset[str]  # packages whose pinned release has upload times on its index
+
+
 # Index pages fetched at once to choose each locked file. More threads hardly help (the pages are parsed
 # under the GIL) and cost memory: vLLM's lock peaked at 126 MB with 8, 146 MB with 16, 155 MB with 32.
 LOOKUP_THREADS = 8
@@ -211,12 +219,7 @@ class Planner:
             if late is not None:
                 warnings.append(late)
         self.progress.phase(f"{engine.name} {build.id}: resolving as of {iso(as_of)}")
-        extra = {ix.name: Index(ix.url, self.client, name=_index_label(ix)) for ix in build.extra_indexes}
-        for ix in build.extra_indexes:  # no upload times: each == pin must name exactly one release
-            for name in ix.packages:
-                spec = recipe_pin(build, name)
-                matched = extra[ix.name].matching(name, spec) if spec is not None else ()
-                check_exact_pin(build, name, matched, extra[ix.name])
+        extra = self._extra_indexes(build)
         requirements = list(build.requirements)
         extras: list[ExtraFile] = []
         direct: dict[str, Candidate] = {}
@@ -265,6 +268,7 @@ class Planner:
                 as_of,
                 index_url=self.index_url,
                 indexes=build.extra_indexes,
+                timed=extra.timed,
                 workdir=Path(tmp),
                 cache_dir=self.cache.uv_cache(),
                 inherit=dict(self.settings.child_environ),
@@ -304,7 +308,7 @@ class Planner:
         )  # fmt: skip
 
     def _build_closure(
-        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: Mapping[str, Index]
+        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: ExtraIndexes
     ) -> tuple[tuple[LockedFile, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
         """The lock's sdists' build requirements (read from each sdist, never run), resolved at the same
         cut-off for the same target, wheels only, with hashes: what the node builds them from."""
@@ -320,7 +324,7 @@ class Planner:
             with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
                 resolution = compile_lock(
                     wanted, build.target, as_of, index_url=self.index_url, indexes=build.extra_indexes,
-                    workdir=Path(tmp),
+                    timed=extra.timed, workdir=Path(tmp),
                     cache_dir=self.cache.uv_cache(), inherit=dict(self.settings.child_environ),
                     credentials=self.settings.index_credentials, exclude_newer_package=build.exclude_newer_package,
                 )  # fmt: skip
@@ -369,6 +373,21 @@ class Planner:
                 out.append(got)
         return out
 
+    def _extra_indexes(self, build: Build) -> ExtraIndexes:
+        """A client for each extra index, each == pin checked to name exactly one release there (the rules of
+        an index without upload times), and the packages whose pinned release has upload times on its index:
+        for those the cut-off holds too, unless exclude-newer-package exempts them."""
+        clients = {ix.name: Index(ix.url, self.client, name=_index_label(ix)) for ix in build.extra_indexes}
+        timed: set[str] = set()
+        for ix in build.extra_indexes:
+            for name in ix.packages:
+                spec = recipe_pin(build, name)
+                matched = clients[ix.name].matching(name, spec) if spec is not None else ()
+                check_exact_pin(build, name, matched, clients[ix.name])
+                if matched and all(f.upload_time is not None for f in matched):
+                    timed.add(name)
+        return ExtraIndexes(clients, frozenset(timed))
+
     def _interpreter(self, build: Build) -> ExtraFile:
         """The standalone interpreter: a release asset taken only with its published digest, fetched
         now and refused unless it is the build's Python X.Y."""
@@ -392,7 +411,7 @@ class Planner:
         build: Build,
         direct: dict[str, Candidate],
         as_of: dt.datetime,
-        extra: Mapping[str, Index],
+        extra: ExtraIndexes,
     ) -> tuple[LockedFile, ...]:
         primary = self.primary
 
@@ -405,10 +424,12 @@ class Planner:
                 version = pin.version or _wheel_version(cand.filename)
                 return choose_file(Pin(pin.name, version, pin.hashes), [cand], build.target, origin="direct")
             served = build.index_for(pin.name)
-            if served is not None:  # from its own index only, exempt from the cut-off: the == pin holds it
-                files = _candidates(extra[served.name].release(pin.name, pin.version))
+            if served is not None:  # from its own index only; the == pin holds it (and the cut-off, if timed)
+                files = _candidates(extra.clients[served.name].release(pin.name, pin.version))
+                cut = package_cut_off(build, pin.name, as_of) if pin.name in extra.timed else None
                 return choose_file(
-                    pin, files, build.target, origin="second", pinned_sha256=pinned, one_file=True, index=served.name
+                    pin, files, build.target, origin="second", as_of=cut, pinned_sha256=pinned, one_file=True,
+                    index=served.name,
                 )  # fmt: skip
             files = _candidates(primary.release(pin.name, pin.version))
             cut = package_cut_off(build, pin.name, as_of)

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -137,12 +137,15 @@ def compile_lock(
     credentials: Credentials | None = None,
     sdists_allowed: Sequence[str] = (),
     exclude_newer_package: Sequence[tuple[str, str | None]] = (),
+    timed: Collection[str] = (),
 ) -> Resolution:
     """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash.
 
     ``index_url`` carries no credentials; ``credentials`` are handed to uv in its environment. Only the
     packages in ``sdists_allowed`` may come as sdists (their build backend may run); every other
-    package must have a wheel for the target.
+    package must have a wheel for the target. The packages of ``indexes`` are exempt from the cut-off
+    (their index publishes no upload times; the recipe's == pins hold them), except those in ``timed``,
+    whose index gives upload times for the pinned release: the cut-off holds them as it does the primary's.
     """
     out = workdir / ("pylock.toml" if indexes else "requirements.txt")
     # The index's credentials: in uv's environment as part of the index URL (uv keeps them to its origin),
@@ -172,8 +175,8 @@ def compile_lock(
         project = workdir / "pyproject.toml"
         project.write_text(second_index_project(requirements, indexes), encoding="utf-8")
         argv += ["--format", "pylock.toml"]
-        for name in (name for ix in indexes for name in ix.packages):
-            # An extra index publishes no upload times; the recipe pins these with == instead.
+        for name in (name for ix in indexes for name in ix.packages if name not in timed):
+            # Its index publishes no upload times for it; the recipe pins these with == instead.
             argv += ["--exclude-newer-package", f"{name}=false"]
         argv.append(str(project))
         stdin = None

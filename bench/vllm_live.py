@@ -172,6 +172,7 @@ class LiveSuite:
                       str(out), "--json"], env=self.lb_env(cache))  # fmt: skip
         doc: dict[str, Any] = json.loads(r.stdout)["bundles"][0]
         self.timed("build", variant, r, size=int(doc.get("size") or 0))
+        self.r.facts["bundle_bytes"] = int(doc.get("size") or 0)
         return doc
 
     def phase_build_cold(self) -> None:

@@ -125,7 +125,11 @@ class LiveSuite:
         for name in PHASES[1:]:
             if name in self.phases and not (name == "classic" and self.quick):
                 self.log(f"[vllm-live] {name}")
-                getattr(self, "phase_" + name.replace("-", "_"))()
+                try:
+                    getattr(self, "phase_" + name.replace("-", "_"))()
+                except StepFailed as exc:  # the other phases' figures are still worth saving
+                    self.log(f"  {name} FAILED: {exc}")
+                    self.r.facts.setdefault("failed", {})[name] = str(exc)[:2000]
         self.r.ratios = ratios(self.r)
         self.r.facts.update({"repeat": self.repeat, "phases": list(self.phases)})
         return self.r

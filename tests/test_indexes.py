@@ -87,6 +87,8 @@ def test_two_extra_indexes_each_serve_only_their_own_package(
     assert pkgs["ixb"]["url"] == f"{indexes.url}/files/beta/{WHEEL.format('ixb')}"
     assert pkgs["ixb"]["sha256"] == sha(body("ixb", "beta"))
     assert pkgs["ixeng"]["url"].startswith(f"{indexes.url}/files/primary/")
+    assert [(pkgs[n]["index"], pkgs[n]["time_from"]) for n in ("ixa", "ixb", "ixeng")] == [
+        ("alpha", "exemption"), ("beta", "exemption"), ("primary", "upload-time")]
     pylock = (tmp_path / "out" / "1.0-two" / "pylock.toml").read_text()
     for name, other in (("ixa", "beta"), ("ixa", "primary"), ("ixb", "alpha"), ("ixb", "primary")):
         assert sha(body(name, other)) not in pylock, f"{name} from {other}"

@@ -45,6 +45,8 @@ def _lock_json(plan: Any) -> dict[str, Any]:
                 "size": f.size,
                 "url": f.url,
                 "origin": f.origin,
+                "index": f.index,
+                "time_from": f.time_from,
             }
             for f in plan.lock.files
         ],

@@ -4,7 +4,8 @@ Every problem in a recipe is collected and reported together, each naming the fi
 what was expected and what was found. Unknown keys get a "did you mean".
 
 ``model`` holds the records, ``fields`` the collecting table reader, ``checks`` the single-value
-checks, ``parse`` the recipe reader. What only the builder needs (the resolved recipe, the engine's
+checks, ``tables`` the readers of tables that name files from outside the index, ``parse`` the recipe
+reader. What only the builder needs (the resolved recipe, the engine's
 source requirements) lives in ``lockbuild.builder``.
 """
 

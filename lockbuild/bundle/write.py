@@ -22,7 +22,7 @@ from typing import BinaryIO
 import zstandard
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
-from lockbuild.digest import CHUNK
+from lockbuild.digest import CHUNK, BackgroundHash
 from lockbuild.errors import IntegrityError
 from lockbuild.progress import Progress
 
@@ -81,7 +81,6 @@ class _TarWriter:
         self.out = out
         self.offset = 0
         self.progress = progress
-        self.buf = bytearray(CHUNK)
 
     def _write(self, data: bytes | memoryview) -> None:
         self.out.write(data)
@@ -108,21 +107,20 @@ class _TarWriter:
                     tip="Something is writing to the cache; run the build again.",
                 )
             self._write(tar_header(m.path, m.size, mtime))
-            h = hashlib.sha256()
-            view = memoryview(self.buf)
+            h = BackgroundHash("sha256")  # on another thread: the same immutable chunks are hashed and packed
             left = m.size
             while left:
-                n = f.readinto(view[: min(CHUNK, left)])
-                if not n:
+                chunk = f.read(min(CHUNK, left))
+                if not chunk:
                     raise DamagedSource(
                         f"{source} shrank while it was packed: expected {m.size} bytes.",
                         sha256=m.sha256,
                         tip="Something is writing to the cache; run the build again.",
                     )
-                h.update(view[:n])
-                self._write(view[:n])
-                self.progress.advance(n)
-                left -= n
+                h.update(chunk)
+                self._write(chunk)
+                self.progress.advance(len(chunk))
+                left -= len(chunk)
         if h.hexdigest() != m.sha256:
             raise DamagedSource(
                 f"{source} changed since it was verified: its sha256 is not {m.sha256}.",

@@ -257,16 +257,22 @@ class LiveSuite:
             shutil.rmtree(cache, ignore_errors=True)
 
     def phase_classic(self) -> None:
+        """pip download + tar czf + pip install --no-index, of the lock's own files (its requirements.txt,
+        pinned with hashes, --no-deps): the same file set as lockbuild's, so the times compare."""
         dl, tgz, venv = self.fresh("classic-dl"), self.fresh("classic-tgz"), self.fresh("classic-venv")
         tgz.mkdir()
+        reqs = next((self.work / "lock").glob("*/requirements.txt"))
+        # pip takes a wheel only for a platform named exactly: every manylinux tag glibc 2.28 runs
+        platforms = [f"manylinux_2_{i}_x86_64" for i in range(28, 4, -1)]
+        platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
         self.timed("classic", CL_DL, self.run(
-            [*PIP, "download", REQUIREMENT, "-d", str(dl), "--index-url", INDEX, "--no-cache-dir", "-q",
-             "--progress-bar", "off", "--only-binary", ":all:", "--python-version", "3.12",
-             "--platform", "manylinux_2_28_x86_64"]))  # fmt: skip
+            [*PIP, "download", "--no-deps", "--require-hashes", "-r", str(reqs), "-d", str(dl), "--index-url", INDEX,
+             "--no-cache-dir", "-q", "--progress-bar", "off", "--only-binary", ":all:", "--python-version", "3.12",
+             *(x for p in platforms for x in ("--platform", p))]))  # fmt: skip
         self.timed("classic", CL_TGZ, self.shell(f"tar czf {tgz}/w.tgz -C {dl} ."))
         self.timed("classic", CL_INST, self.shell(
             f"{self.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
-            f"install --no-index --find-links {dl} '{REQUIREMENT}' --no-cache-dir -q"))  # fmt: skip
+            f"install --no-index --find-links {dl} -r {reqs} --no-cache-dir -q"))  # fmt: skip
         for d in (dl, tgz, venv):
             shutil.rmtree(d, ignore_errors=True)
 

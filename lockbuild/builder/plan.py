@@ -10,31 +10,38 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import httpx
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, canonicalize_version, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from lockbuild.builder import github
 from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
+from lockbuild.builder.cutoff import (
+    check_exact_pin,
+    cut_off,
+    index_candidates,
+    late_files_warning,
+    package_cut_off,
+    recipe_pin,
+    release_cut_off,
+)
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.index import Index, IndexFile, Publication
+from lockbuild.builder.index import Index, Publication
 from lockbuild.builder.prebuild import Prebuilt, prebuild
 from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.resolve import compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sources import read_source_requirements
 from lockbuild.bundle.buildlock import build_lock_text
-from lockbuild.errors import RecipeError, RemoteError, ResolveError
+from lockbuild.errors import RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, SecondIndex, UrlWheel
-from lockbuild.recipe.checks import pinned_version, wheel_filename
+from lockbuild.recipe.checks import wheel_filename
 from lockbuild.settings import Settings
 from lockbuild.target import Target
-from lockbuild.times import iso, parse_time
+from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
 
-CUT_OFF_DELAY = dt.timedelta(hours=24)
 MAX_REQUIREMENTS_FILE = 1 << 20
 
 
@@ -71,92 +78,6 @@ class Plan:
         out = [Wanted(f.url, f.sha256, f.size, f.filename) for f in (*self.lock.files, *self.build_deps)]
         out += [Wanted(e.url, e.sha256, e.size, e.path) for e in self.extras]
         return out
-
-
-def cut_off(recipe: Recipe, build: Build, index: Index) -> dt.datetime:
-    """``as-of`` when set, else the release's first upload plus 24 hours (a file added to the release
-    later never moves it).
-
-    Whole seconds (rounded down), in UTC: uv, the lock, the resolved recipe and the manifest all
-    record the same instant, and nothing uploaded after the named time can slip in.
-    """
-    if build.as_of is not None:
-        return build.as_of.astimezone(dt.UTC).replace(microsecond=0)
-    pub = index.publication(recipe.engine.pypi, build.version)
-    return _release_cut_off(index, pub, recipe.engine.pypi, build.version)
-
-
-def _release_cut_off(index: Index, pub: Publication, project: str, version: str) -> dt.datetime:
-    try:
-        return (pub.first + CUT_OFF_DELAY).astimezone(dt.UTC).replace(microsecond=0)
-    except OverflowError:
-        raise RemoteError(
-            f"{index.name} ({index.url}) says {project}=={version} was first uploaded at {iso(pub.first)}; "
-            "expected a time at least a day before year 9999; refused.",
-            tip="Set as-of on the build to give the cut-off explicitly.",
-        ) from None
-
-
-def late_files_warning(project: str, version: str, pub: Publication, as_of: dt.datetime) -> str | None:
-    """A warning when the release's own files span more than a day: the later ones are not locked."""
-    if pub.last - pub.first <= CUT_OFF_DELAY:
-        return None
-    late = sorted(f.filename for f in pub.files if f.upload_time is not None and f.upload_time >= as_of)
-    shown = ", ".join(late[:5]) + (f" and {len(late) - 5} more" if len(late) > 5 else "")
-    return (
-        f"{project}=={version}'s files were uploaded over more than a day ({iso(pub.first)} to {iso(pub.last)}); "
-        f"the cut-off is the first upload + 24 h ({iso(as_of)}), so only files that existed then are locked"
-        + (f"; treated as absent: {shown}" if late else "")
-    )
-
-
-def _candidates(files: Sequence[IndexFile]) -> list[Candidate]:
-    return [Candidate(f.filename, f.url, f.sha256, f.size, f.upload_time, f.yanked, f.yank_reason) for f in files]
-
-
-def package_cut_off(build: Build, project: str, as_of: dt.datetime) -> dt.datetime | None:
-    """The cut-off for one package: the build's, or the recipe's exclude-newer-package time (None: none)."""
-    exempt = dict(build.exclude_newer_package)
-    if project not in exempt:
-        return as_of
-    when = exempt[project]
-    return parse_time(when) if when is not None else None
-
-
-def recipe_pin(build: Build, project: str) -> str | None:
-    """The version the recipe's requirements pin ``project`` to with ``==``, if they do."""
-    for r in map(Requirement, build.requirements):
-        if canonicalize_name(r.name) == project:
-            return pinned_version(r)
-    return None
-
-
-def check_exact_pin(build: Build, project: str, files: Sequence[IndexFile], index: Index) -> str:
-    """The one version ``project`` may take from an index without upload times.
-
-    The recipe's ``==`` must name a full version, local label included, that exactly one release on the
-    index matches (``torch==2.8.0`` also matches ``2.8.0+cu129`` and any ``2.8.0+...`` added later), unless
-    the recipe pins the file by sha256.
-    """
-    spec = recipe_pin(build, project)
-    versions = sorted({v for v in (f.version for f in files) if v is not None})
-    if build.pinned_sha256(project) is not None:
-        return spec or ""
-    if len(versions) > 1:
-        raise ResolveError(
-            f"{project}=={spec} matches {len(versions)} releases on {index.name} ({index.url}): "
-            f"{', '.join(versions[:10])}; it publishes no upload times, so the pin must name exactly one.",
-            tip=f"Name the full version, local label included (e.g. {project}=={versions[0]}), "
-            f'or pin the file: pin-sha256 = {{ {project} = "..." }}.',
-        )
-    if versions and spec is not None and canonicalize_version(spec) != versions[0]:
-        raise ResolveError(
-            f"{project}=={spec} matches only {project} {versions[0]} on {index.name} ({index.url}) today, but a "
-            "release with another local label added later would match it too; the index publishes no upload "
-            "times, so the pin must name the full version.",
-            tip=f"Pin {project}=={versions[0]} in requirements, or pin the file by sha256 with pin-sha256.",
-        )
-    return versions[0] if versions else (spec or "")
 
 
 @dataclass(frozen=True)
@@ -214,7 +135,7 @@ class Planner:
             as_of = cut_off(recipe, build, self.primary)
         else:
             pub = self.primary.publication(engine.pypi, build.version)
-            as_of = _release_cut_off(self.primary, pub, engine.pypi, build.version)
+            as_of = release_cut_off(self.primary, pub, engine.pypi, build.version)
             late = late_files_warning(engine.pypi, build.version, pub, as_of)
             if late is not None:
                 warnings.append(late)
@@ -425,13 +346,13 @@ class Planner:
                 return choose_file(Pin(pin.name, version, pin.hashes), [cand], build.target, origin="direct")
             served = build.index_for(pin.name)
             if served is not None:  # from its own index only; the == pin holds it (and the cut-off, if timed)
-                files = _candidates(extra.clients[served.name].release(pin.name, pin.version))
+                files = index_candidates(extra.clients[served.name].release(pin.name, pin.version))
                 cut = package_cut_off(build, pin.name, as_of) if pin.name in extra.timed else None
                 return choose_file(
                     pin, files, build.target, origin="second", as_of=cut, pinned_sha256=pinned, one_file=True,
                     index=served.name,
                 )  # fmt: skip
-            files = _candidates(primary.release(pin.name, pin.version))
+            files = index_candidates(primary.release(pin.name, pin.version))
             cut = package_cut_off(build, pin.name, as_of)
             return choose_file(pin, files, build.target, origin="primary", as_of=cut, pinned_sha256=pinned)
 
@@ -451,7 +372,7 @@ def choose_uv_wheel(primary: Index, target: Target, version: str) -> ExtraFile:
     that uv release later is absent) and never a yanked file. It is recorded with the lock's extras.
     """
     files = [f for f in primary.release("uv", version) if f.is_wheel]
-    cands = _candidates(files)
+    cands = index_candidates(files)
     pin = Pin("uv", version, frozenset(c.sha256 for c in cands if c.sha256))
     if not pin.hashes:
         raise ResolveError(
@@ -461,7 +382,7 @@ def choose_uv_wheel(primary: Index, target: Target, version: str) -> ExtraFile:
     times = [f.upload_time for f in files if f.upload_time is not None]
     uv_cut = None
     if times:
-        uv_cut = _release_cut_off(primary, Publication(min(times), max(times), tuple(files)), "uv", version)
+        uv_cut = release_cut_off(primary, Publication(min(times), max(times), tuple(files)), "uv", version)
     chosen = choose_file(pin, cands, target, origin="primary", as_of=uv_cut)
     return ExtraFile(f"tools/{chosen.filename}", "tool", chosen.url, chosen.sha256, chosen.size)
 

@@ -14,12 +14,11 @@ through the core's trust opener (``lockbuild.trust``).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockbuild.bundle.manifest import Manifest, parse_manifest
-from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.errors import SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import Signature, parse_signatures
 from lockbuild.progress import Progress
@@ -31,9 +30,9 @@ from lockbuild.trust import (
     open_bundle,
     read_signatures,
     signature_path,
+    signed_manifest,
     trust_dir,
 )
-from lockbuild.trust import check_manifest as check_signed_manifest_matches
 
 
 @dataclass(frozen=True)
@@ -113,15 +112,7 @@ def _statements(blocks: tuple[Signature, ...]) -> list[Statement]:
 
 def check_manifest(claim: SignedClaim, manifest_bytes: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     """The manifest bytes are exactly the signed ones, and say what the signed statement says."""
-    got = hashlib.sha256(manifest_bytes).hexdigest()
-    if got != claim.manifest_sha256:
-        raise IntegrityError(
-            f"the manifest has sha256 {got}; the signatures sign {claim.manifest_sha256}.",
-            tip="The manifest is not the signed one; do not use it. Fetch it again from the publisher.",
-        )
-    manifest = parse_manifest(manifest_bytes, limits)
-    check_signed_manifest_matches(claim.statement, manifest, manifest_bytes)
-    return manifest
+    return signed_manifest(claim.statement, manifest_bytes, limits)
 
 
 def check_signed_manifest(

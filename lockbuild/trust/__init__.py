@@ -27,6 +27,7 @@ from lockbuild.trust.policy import (
     check_signed_metadata,
     evaluate,
     prove_manifest,
+    signed_manifest,
 )
 from lockbuild.trust.sign import SignResult, carry_over, sign_bundle, sign_statement
 from lockbuild.trust.statement import Statement, format_trusted_comment, manifest_sha256, parse_trusted_comment
@@ -63,6 +64,7 @@ __all__ = [
     "sign_bundle",
     "sign_statement",
     "signature_path",
+    "signed_manifest",
     "trust_dir",
     "verify_bundle",
 ]

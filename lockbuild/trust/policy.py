@@ -278,6 +278,13 @@ def prove_manifest(
     evaluation = evaluate(signatures, store, name=None, now=now, threshold=threshold)
     statement = evaluation.require()
     check_dates(statement, store.policy)
+    return signed_manifest(statement, manifest_bytes, limits), evaluation
+
+
+def signed_manifest(statement: Statement, manifest_bytes: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
+    """``manifest_bytes`` parsed, only once their sha256 is the one ``statement`` signs and only if they
+    say what it says: how a manifest that arrives without its bundle (a store, a delta, a registry) is
+    accepted after the signature blocks met the policy."""
     digest = hashlib.sha256(manifest_bytes).hexdigest()
     if digest != statement.manifest_sha256:
         raise IntegrityError(
@@ -286,4 +293,4 @@ def prove_manifest(
         )
     manifest = parse_manifest(manifest_bytes, limits)
     check_signed_metadata(statement, manifest)
-    return manifest, evaluation
+    return manifest

@@ -21,6 +21,26 @@ from lockbuild.uvtool import uv_binary, uv_version
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 PLATFORM = "x86_64-manylinux_2_28"
+
+
+def build_on_node_recipe(name: str) -> str:
+    """A one-package engine that PyPI serves only as an sdist, named in build-on-node."""
+    return f"""\
+[engine]
+name = "{name}"
+pypi = "{name}"
+binary = "{name}"
+verify = ["{name}"]
+gpu-probe = "none"
+
+[[builds]]
+version = "1.0"
+variant = "cpu"
+python = "{PY}"
+platform = "{PLATFORM}"
+requirements = ["{name}==1.0"]
+build-on-node = ["{name}"]
+"""
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PLATFORM, PY, TOY_RECIPE, Keys, day
+from conftest import PLATFORM, PY, TOY_RECIPE, Keys, build_on_node_recipe, day
 from servers import FakeServer, make_wheel
 
 from lockbuild.bundle.instructions import AssetPlace, InstallTable
@@ -710,22 +710,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     return name
 '''
 
-SDIST_RECIPE = f"""\
-[engine]
-name = "lksdist"
-pypi = "lksdist"
-binary = "lksdist"
-verify = ["lksdist"]
-gpu-probe = "none"
-
-[[builds]]
-version = "1.0"
-variant = "cpu"
-python = "{PY}"
-platform = "{PLATFORM}"
-requirements = ["lksdist==1.0"]
-build-on-node = ["lksdist"]
-"""
+SDIST_RECIPE = build_on_node_recipe("lksdist")
 
 
 def test_a_bundle_with_only_an_sdist_installs(env: FakeServer, keys: Keys, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PLATFORM, PY, Keys, day
+from conftest import PY, Keys, build_on_node_recipe, day
 from hostile import INSTALL
 from hostile import manifest as make_manifest
 from sdistkit import backend_wheel, sdist_needing_backend
@@ -29,22 +29,7 @@ from lockbuild.install.sdists import build_sdists
 from lockbuild.progress import Progress
 from lockbuild.uvtool import clean_env, uv_binary
 
-RECIPE = f"""\
-[engine]
-name = "lkbuilt"
-pypi = "lkbuilt"
-binary = "lkbuilt"
-verify = ["lkbuilt"]
-gpu-probe = "none"
-
-[[builds]]
-version = "1.0"
-variant = "cpu"
-python = "{PY}"
-platform = "{PLATFORM}"
-requirements = ["lkbuilt==1.0"]
-build-on-node = ["lkbuilt"]
-"""
+RECIPE = build_on_node_recipe("lkbuilt")
 
 
 def cli(*args: str) -> tuple[int, str, str]:

@@ -34,10 +34,12 @@ from lockbuild.trust import (
     build_store,
     check_dates,
     digest_bundle,
+    evaluate,
     format_trusted_comment,
     load_store,
     open_bundle,
     parse_policy,
+    read_signatures,
     signature_path,
 )
 from lockbuild.trust.store import POLICY_FILE
@@ -345,12 +347,10 @@ def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "why"),
     [
-        ({"sha256": "0" * 64}, "signs sha256 0000"),
         ({"file": "-"}, "lacks file"),
         ({"size": "-"}, "lacks size: it was made by an older lockbuild, which did not sign the manifest"),
         ({"manifest-sha256": "-"}, "lacks manifest-sha256: it was made by an older lockbuild"),
         ({"manifest-sha256": "AB" * 32}, "the signed manifest-sha256 'ABAB.* is not a sha256"),
-        ({"size": "12"}, "is for a file of 12 bytes"),
         ({"extra": "1"}, "fields this lockbuild does not know: extra"),
         ({"serial": "soon"}, "the signed serial 'soon' is not a number"),
         ({"serial": "\u00b2"}, "the signed serial '²' is not a number"),
@@ -359,8 +359,8 @@ def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
         ({"expires": "never"}, "the signed expiry 'never' is not a time with a zone"),
         ({"expires": "2030-01-01T00:00:00"}, "is not a time with a zone"),
     ],
-    ids=["sha256", "no-file", "no-size", "no-manifest", "manifest-upper", "size", "unknown", "serial-word", "serial-superscript", "serial-huge", "no-serial", "expiry-word",
-         "expiry-local"],
+    ids=["no-file", "no-size", "no-manifest", "manifest-upper", "unknown", "serial-word", "serial-superscript",
+         "serial-huge", "no-serial", "expiry-word", "expiry-local"],
 )
 def test_signed_fields_that_do_not_hold(
     tmp_path: Path, signers: dict[str, Signer], fields: dict[str, str], why: str
@@ -372,6 +372,39 @@ def test_signed_fields_that_do_not_hold(
     with pytest.raises(SignatureError, match="signature policy not met") as exc:
         verify(bundle, trust_dir(tmp_path, signers["alice"]))
     assert re.search(why, exc.value.message), exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [({"sha256": "0" * 64}, "it signs sha256 0000"), ({"size": "12"}, "it signs a file of 12 bytes; this one has")],
+    ids=["sha256", "size"],
+)
+def test_a_statement_for_this_file_with_other_digests_does_not_verify(
+    tmp_path: Path, signers: dict[str, Signer], fields: dict[str, str], why: str
+) -> None:
+    """The statement's sha256 and size are what bind the file (the node does not compute minisign's
+    BLAKE2b prehash): a trusted statement that names this file with another digest or size is the same
+    hard failure as a bad file signature, even where the ED file signature itself holds."""
+    bundle, _ = make_bundle(tmp_path / "dist")
+    custom_signature(bundle, signers["alice"].key, **fields)
+    trust = trust_dir(tmp_path, signers["alice"])
+    with pytest.raises(SignatureError, match="does not verify") as exc:
+        verify(bundle, trust)
+    assert why in exc.value.message and "altered" in (exc.value.tip or ""), exc.value
+    store = load_store(trust)
+    blocks = read_signatures(signature_path(bundle))
+    with pytest.raises(SignatureError, match="does not verify"):  # the same with the prehash known
+        evaluate(blocks, store, name=bundle.name, now=NOW, file=digest_bundle(bundle, prehash=True))
+
+
+def test_the_node_binds_the_file_by_the_signed_sha256_alone(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """open_bundle hashes the file with sha256 only; the statement under the global signature binds it."""
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    d = digest_bundle(bundle, prehash=False)
+    assert d.blake2b is None and d == dataclasses.replace(digest_bundle(bundle), blake2b=None)
+    got = verify(bundle, trust_dir(tmp_path, signers["alice"]))
+    assert got.digests == d and got.statement.sha256 == d.sha256 and got.statement.size == d.size
 
 
 def test_policy_dates_may_be_quoted(tmp_path: Path) -> None:

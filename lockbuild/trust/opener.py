@@ -1,16 +1,18 @@
 """The one opener: the only place the trust path touches the file system.
 
 ``open_bundle`` reads the trust directory and the ``.minisig``, opens the bundle as a regular file of
-bounded size, refuses an incomplete copy by its signed size before hashing, hashes it once, lets the
-pure policy decide, and only then reads the manifest, which must be the signed one. What it returns,
-a :class:`TrustedBundle`, is the only way to the members: its ``extract`` enforces the checked file
-digest and the signed manifest. ``lockbuild verify`` and ``Installer.install`` both start here.
+bounded size, refuses an incomplete copy by its signed size before hashing, hashes it once (sha256: what
+the signed statements bind), lets the pure policy decide, and only then reads the manifest, which must
+be the signed one. What it returns, a :class:`TrustedBundle`, is the only way to the members: its
+``extract`` checks every member against the signed manifest. ``lockbuild verify`` and
+``Installer.install`` both start here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import errno
+import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -152,10 +154,11 @@ def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signat
 
 
 def digest_bundle(
-    path: Path, limits: Limits = DEFAULT_LIMITS, check: Callable[[int], None] | None = None
+    path: Path, limits: Limits = DEFAULT_LIMITS, check: Callable[[int], None] | None = None, *, prehash: bool = True
 ) -> FileDigests:
     """Open the bundle (a regular file, bounded), run ``check(size)`` before reading a byte, then hash it
-    (sha256 and BLAKE2b-512, one pass)."""
+    in one pass: sha256, and with ``prehash`` BLAKE2b-512 beside it (minisign's prehash, needed to sign
+    the file; the node's check needs only the sha256 and size, see trust/policy.py)."""
     try:
         f, size = open_regular(path, what="bundle", max_size=limits.max_bundle, error=IntegrityError)
     except FileNotFoundError:
@@ -163,17 +166,21 @@ def digest_bundle(
     with f:
         if check is not None:
             check(size)
-        hasher = TwinHasher()
+        hasher = TwinHasher() if prehash else None
+        sha = hasher.sha256 if hasher is not None else hashlib.sha256()
+        update = hasher.update if hasher is not None else sha.update
         left = size
         while left:
             chunk = f.read(min(CHUNK, left))
             if not chunk:
                 raise IntegrityError(f"the bundle {path} shrank while it was read: expected {size} bytes.")
-            hasher.update(chunk)
+            update(chunk)
             left -= len(chunk)
         if f.read(1):
             raise IntegrityError(f"the bundle {path} grew while it was read: expected {size} bytes.")
-    return FileDigests(*hasher.finish())
+    if hasher is not None:
+        return FileDigests(*hasher.finish())
+    return FileDigests(size, sha.hexdigest())
 
 
 @dataclass(frozen=True)
@@ -202,10 +209,15 @@ class TrustedBundle:
             raise IntegrityError("the bundle changed while it was read: its manifest differs from the first read.")
 
     def extract(self, dest: Path | None = None, *, progress: Progress | None = None) -> Manifest:
-        """Check every member against the signed manifest (and with ``dest``, write them there); the bytes
-        read must be the file whose digests the signatures were checked over."""
+        """Check every member against the signed manifest (and with ``dest``, write them there).
+
+        What the node uses from the bundle is the manifest and the members' bytes, and each is checked
+        here against what the signatures prove: the manifest's exact bytes against the signed
+        manifest-sha256 before any other member is read, every member's name, order, size and sha256
+        against that manifest. So a file swapped after its signatures were checked is refused as soon
+        as anything it carries differs; the raw file is not hashed a second time (docs/threat-model.md)."""
         return read_bundle(self.path, dest=dest, limits=self.limits, progress=progress,
-                           on_manifest=self._same_manifest, expect_sha256=self.digests.sha256)  # fmt: skip
+                           on_manifest=self._same_manifest)  # fmt: skip
 
 
 def open_bundle(
@@ -219,7 +231,8 @@ def open_bundle(
     """Check ``bundle`` against ``store``; raise (SignatureError, IntegrityError) unless it is trusted."""
     current = now or dt.datetime.now(dt.UTC)
     signatures = read_signatures(signature_path(bundle), limits)
-    digests = digest_bundle(bundle, limits, lambda size: check_complete(signatures, store, name=bundle.name, size=size))
+    digests = digest_bundle(bundle, limits, lambda size: check_complete(signatures, store, name=bundle.name, size=size),
+                            prehash=False)  # fmt: skip
     evaluation = evaluate(signatures, store, name=bundle.name, now=current, file=digests, threshold=threshold)
     statement = evaluation.require()
     check_dates(statement, store.policy)

@@ -4,9 +4,12 @@ Inputs: the signature blocks, the store (keys, revocations, policy), the bundle'
 of the file (its size, and once hashed its digests; nothing at all for a signature block checked on its
 own), and the time. Output: an :class:`Evaluation` in which each signature either counts or says why
 not. The rule: a signature from a trusted key that fails cryptographically is a hard failure (someone
-altered the file or the signature); anything else (unknown or revoked key, legacy algorithm, expired,
-a trusted comment that is not a lockbuild statement, facts that do not hold) only stops that signature
-from counting, and never vetoes the others. No I/O.
+altered the file or the signature), and so is its statement naming this file with another sha256 or
+size: minisign's global signature covers the statement, so the statement's sha256 is what binds the
+file (the ``ED`` file signature over the BLAKE2b-512 prehash is checked too where that digest is known,
+and is there for stock ``minisign -V``). Anything else (unknown or revoked key, legacy algorithm,
+expired, a trusted comment that is not a lockbuild statement, a statement for another file name) only
+stops that signature from counting, and never vetoes the others. No I/O.
 """
 
 from __future__ import annotations
@@ -33,9 +36,14 @@ _ALTERED_TIP = ("Do not install this bundle: it or its signature was altered. Re
 
 @dataclass(frozen=True)
 class FileDigests:
+    """What is known of the bundle file: its size and sha256, which every lockbuild statement signs and
+    which alone bind the file to a counted signature; and, where it was computed (to sign, or for tests),
+    its BLAKE2b-512, minisign's prehash, over which the ``ED`` file signature is checked as well. The
+    node does not compute it: stock ``minisign -V`` checks the file signature, lockbuild the statement."""
+
     size: int
     sha256: str
-    blake2b: bytes
+    blake2b: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -97,15 +105,20 @@ class Evaluation:
         return {"threshold": self.threshold, "met": self.met, "signatures": [v.to_json() for v in self.verdicts]}
 
 
-def statement_problem(st: Statement, *, name: str | None, file: FileDigests | None, now: dt.datetime) -> str | None:
-    """Why a cryptographically good statement does not hold for this file at this time (None: it holds).
-    ``name=None``: no file name to compare (a signature block checked on its own)."""
+def file_mismatch(st: Statement, file: FileDigests) -> str | None:
+    """Why the file is not the one ``st`` signs (None: its size and sha256 are the signed ones)."""
+    if st.size != file.size:
+        return f"it signs a file of {st.size} bytes; this one has {file.size}"
+    if st.sha256 != file.sha256:
+        return f"it signs sha256 {st.sha256}; this file has sha256 {file.sha256}"
+    return None
+
+
+def statement_problem(st: Statement, *, name: str | None, now: dt.datetime) -> str | None:
+    """Why a cryptographically good statement does not hold at this time, or for a file of this name
+    (None: it holds). ``name=None``: no file name to compare (a signature block checked on its own)."""
     if name is not None and st.file != name:
         return f"is for {st.file!r}, but the bundle file is named {name!r} (a renamed or swapped bundle)"
-    if file is not None and st.size != file.size:
-        return f"is for a file of {st.size} bytes; this one has {file.size}"
-    if file is not None and st.sha256 != file.sha256:
-        return f"signs sha256 {st.sha256}, not this file's ({file.sha256})"
     if st.expires is not None and now >= st.expires:
         return f"expired at {iso(st.expires)} (now {iso(now)})"
     if now + CLOCK_SKEW < st.as_of:
@@ -125,22 +138,28 @@ def _judge(
         return Verdict(index, kid, False, "is from a revoked key", key)
     if sig.algorithm != SIG_ALG_HASHED:
         return Verdict(index, kid, False, "uses the legacy non-prehashed 'Ed' algorithm, which is not accepted", key)
+
+    def altered(why: str) -> SignatureError:
+        return SignatureError(f"signature {index} (key {kid}) names trusted key {key.key_id_hex} from {store.source}"
+                              f" but does not verify: {why}", tip=_ALTERED_TIP)  # fmt: skip
+
     try:  # cryptography: a trusted key's signature that fails is a hard failure
-        if file is None:
-            verify_trusted_comment(sig, key)
+        if file is not None and file.blake2b is not None:
+            verify_signature(sig, key, file_blake2b=file.blake2b)  # the ED file signature, then the global one
         else:
-            verify_signature(sig, key, file_blake2b=file.blake2b)
+            verify_trusted_comment(sig, key)  # the global signature: the statement is the key's
     except SignatureError as exc:
-        raise SignatureError(
-            f"signature {index} (key {kid}) names trusted key {key.key_id_hex} from {store.source} but does not"
-            f" verify: {exc.message}",
-            tip=_ALTERED_TIP,
-        ) from None
+        raise altered(exc.message) from None
     try:  # meaning: a statement that is not lockbuild's, or not about this file, does not count
         st = Statement.from_comment(sig.trusted_comment)
     except SignatureError as exc:
         return Verdict(index, kid, False, f"carries no lockbuild statement ({exc.message})", key)
-    problem = statement_problem(st, name=name, file=file, now=now)
+    # The statement binds the file by its sha256 and size, under the global signature: for a statement
+    # about a file of this name, another digest is the same failure as a bad file signature.
+    mismatch = None if file is None or (name is not None and st.file != name) else file_mismatch(st, file)
+    if mismatch is not None:
+        raise altered(f"{mismatch} (the file was altered, or the signature was made for another file)")
+    problem = statement_problem(st, name=name, now=now)
     if problem is not None:
         return Verdict(index, kid, False, problem, key, st)
     return Verdict(index, kid, True, "", key, st)

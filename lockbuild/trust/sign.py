@@ -23,8 +23,11 @@ from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
 
 
-def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes) -> str:
-    """One minisign ED block over the file with BLAKE2b-512 ``file_blake2b``, carrying ``statement``."""
+def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes | None) -> str:
+    """One minisign ED block over the file with BLAKE2b-512 ``file_blake2b``, carrying ``statement``.
+    ``file_blake2b`` is ``FileDigests.blake2b``, which only a digest made with ``prehash`` carries."""
+    if file_blake2b is None:
+        raise ValueError("signing needs the file's BLAKE2b-512 (minisign's prehash): digest it with prehash=True")
     return sign_prehashed(key, file_blake2b, statement.to_comment(),
                           untrusted_comment=f"lockbuild signature {key.key_id_hex}")  # fmt: skip
 

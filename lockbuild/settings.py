@@ -50,6 +50,7 @@ class Settings:
     allow_insecure_http: bool = False
     warnings: tuple[str, ...] = ()
     child_environ: tuple[tuple[str, str], ...] = ()  # the allow-listed variables a child may inherit
+    fresh_lock: bool = False  # --fresh-lock: run uv even when its answer for the same inputs is remembered
 
     def check(self, url: str, *, what: str) -> None:
         """Refuse ``url`` unless it is https, loopback http, or http under the explicit opt-in."""

@@ -1,12 +1,13 @@
 """A content-addressed file cache: entries named by sha256, written under a temporary name, renamed once verified.
 
 Layout: ROOT/sha256/AB/ABCD… (the entries), ROOT/tmp/*.part (transfers in progress, never read as
-entries), ROOT/uv (uv's own cache). Only ``commit`` puts a file under sha256/, after the fetcher has
-checked it, and ``lookup`` re-hashes an entry before handing it out.
+entries), ROOT/uv (uv's own cache), ROOT/resolutions (uv's answers by their inputs: ``memo.py``). Only
+``commit`` puts a file under sha256/, after the fetcher has checked it, and ``lookup`` re-hashes an entry
+before handing it out.
 
-The cache is trusted only as far as its owner: ``check_owner`` refuses a root (or its sha256/, tmp/
-and uv/ directories) that is a symlink, is owned by another user, or is writable by group or others,
-since whoever can write there chooses what uv and the bundle read. Entries are opened without
+The cache is trusted only as far as its owner: ``check_owner`` refuses a root (or its sha256/, tmp/,
+uv/ and resolutions/ directories) that is a symlink, is owned by another user, or is writable by group
+or others, since whoever can write there chooses what uv and the bundle read. Entries are opened without
 following symlinks, and a caller that reads an entry reads it from the descriptor that was hashed.
 """
 
@@ -59,7 +60,7 @@ class Cache:
         """Create the cache (mode 0700) if missing; refuse one that another user could write to."""
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for d in (self.root, self.files, self.tmp, self.uv_cache()):
+            for d in (self.root, self.files, self.tmp, self.uv_cache(), self.resolutions()):
                 try:
                     st = d.lstat()
                 except FileNotFoundError:
@@ -167,3 +168,7 @@ class Cache:
 
     def uv_cache(self) -> Path:
         return self.root / "uv"
+
+    def resolutions(self) -> Path:
+        """Where uv's resolutions are remembered by their inputs (``memo.ResolutionMemo``)."""
+        return self.root / "resolutions"

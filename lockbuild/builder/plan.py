@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import tempfile
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -25,14 +25,16 @@ from lockbuild.builder.cutoff import (
     release_cut_off,
 )
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.index import Index, Publication
+from lockbuild.builder.index import Index, IndexFile, Publication
+from lockbuild.builder.lookahead import Lookahead
+from lockbuild.builder.memo import ResolutionMemo
 from lockbuild.builder.prebuild import Prebuilt, prebuild
 from lockbuild.builder.pyarchive import check_interpreter_archive
-from lockbuild.builder.resolve import compile_lock
+from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sources import read_source_requirements
 from lockbuild.bundle.buildlock import build_lock_text
-from lockbuild.errors import RecipeError, ResolveError
+from lockbuild.errors import LockbuildError, RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, SecondIndex, UrlWheel
@@ -72,6 +74,7 @@ class Plan:
     build_deps: tuple[LockedFile, ...] = ()  # the hashed closure the lock's sdists are built from (issue 14)
     build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
     prebuilt: tuple[Prebuilt, ...] = ()  # wheels built here from sdists, bundled next to them
+    resolution_reused: bool = False  # uv's resolution was remembered from an earlier run (memo.py), uv not run
 
     def wanted(self) -> list[Wanted]:
         # Credentials are added by the HTTP client, per host, from the settings (never per file).
@@ -88,8 +91,9 @@ class ExtraIndexes:
     timed: frozenset[str]  # packages whose pinned release has upload times on its index
 
 
-# Index pages fetched at once to choose each locked file. More threads hardly help (the pages are parsed
-# under the GIL) and cost memory: vLLM's lock peaked at 126 MB with 8, 146 MB with 16, 155 MB with 32.
+# Index pages fetched at once to choose each locked file (started as uv chooses each version, see
+# lookahead.py). More threads hardly help (the pages are parsed under the GIL) and cost memory: vLLM's
+# lock peaked at 126 MB with 8, 146 MB with 16, 155 MB with 32.
 LOOKUP_THREADS = 8
 
 
@@ -104,6 +108,7 @@ class Planner:
         self.index_url = settings.index_url  # never carries credentials: they live in settings
         self.primary = self._primary()
         self.progress = progress
+        self.memo = ResolutionMemo(cache.resolutions())
 
     def _primary(self) -> Index:
         return Index(self.index_url, self.client, name="the package index")
@@ -115,10 +120,13 @@ class Planner:
     def plan(self, recipe: Recipe, build: Build) -> Plan:
         self.primary = self._primary()  # index answers are kept for one plan only
         # The uv wheel the node needs does not depend on the resolution: looked up while uv resolves.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-uv-wheel") as bg:
+        with (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-uv-wheel") as bg,
+            ThreadPoolExecutor(max_workers=LOOKUP_THREADS, thread_name_prefix="lockbuild-lookup") as pool,
+        ):
             tool = bg.submit(lambda: self._uv_tool(build))
             try:
-                return self._plan(recipe, build, tool)
+                return self._plan(recipe, build, tool, pool)
             finally:
                 tool.cancel()
 
@@ -126,7 +134,7 @@ class Planner:
         uv = uv_version(uv_binary())
         return uv, choose_uv_wheel(self.primary, build.target, uv)
 
-    def _plan(self, recipe: Recipe, build: Build, tool_lookup: Future[tuple[str, ExtraFile]]) -> Plan:
+    def _plan(self, recipe: Recipe, build: Build, tool_lookup: Future[tuple[str, ExtraFile]], pool: Executor) -> Plan:
         for ix in build.extra_indexes:  # uv reaches them too, on its own: the transport rule is checked first
             self.settings.check(ix.url, what=f"{build.id}: {_index_label(ix)}")
         engine = recipe.engine
@@ -182,26 +190,7 @@ class Planner:
                 extras.append(ExtraFile(f"assets/{name}", "asset", got.url, got.sha256(), got.size))
         if build.interpreter is not None:
             extras.append(self._interpreter(build))
-        with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
-            resolution = compile_lock(
-                requirements,
-                build.target,
-                as_of,
-                index_url=self.index_url,
-                indexes=build.extra_indexes,
-                timed=extra.timed,
-                workdir=Path(tmp),
-                cache_dir=self.cache.uv_cache(),
-                inherit=dict(self.settings.child_environ),
-                credentials=self.settings.index_credentials,
-                sdists_allowed=build.build_on_node,
-                exclude_newer_package=build.exclude_newer_package,
-            )
-        if resolution.format == "pylock.toml":
-            pins = parse_pylock(resolution.text, build.target)
-        else:
-            pins = parse_requirements_lock(resolution.text)
-        files = self._files(pins, build, direct, as_of, extra)
+        resolution, files = self._resolve(requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node)
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(
@@ -210,7 +199,7 @@ class Planner:
                 tip="Remove the stale entry, or add the package to requirements.",
             )
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
-        build_deps, build_requires = self._build_closure(files, build, as_of, extra)
+        build_deps, build_requires = self._build_closure(files, build, as_of, extra, pool)
         prebuilt = self._prebuild(files, build, as_of, build_deps, build_requires, warnings)
         urls = {f.filename: f.url for f in files}
         extras += [ExtraFile(p.path, "wheel", urls[p.sdist], p.sha256, p.size) for p in prebuilt]
@@ -225,11 +214,57 @@ class Planner:
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
             recipe, build, as_of, lock, tuple(requirements), tuple(extras), resolved_recipe(recipe, build, as_of),
-            uv, tuple(warnings), build_deps, build_requires, tuple(prebuilt),
+            uv, tuple(warnings), build_deps, build_requires, tuple(prebuilt), resolution.reused,
         )  # fmt: skip
 
+    def _resolve(
+        self,
+        requirements: Sequence[str],
+        build: Build,
+        as_of: dt.datetime,
+        extra: ExtraIndexes,
+        direct: dict[str, Candidate],
+        pool: Executor,
+        *,
+        sdists: Sequence[str] = (),
+    ) -> tuple[Resolution, tuple[LockedFile, ...]]:
+        """uv's resolution (remembered, or run with its choices hinting the look-ups) and each pin's file.
+
+        A remembered resolution is checked like a fresh one: every pin's file is chosen from the live
+        index by the same rules. If any pin fails there (yanked, deleted, another digest), the memory is
+        dropped and uv resolves afresh, once, so the outcome is what a fresh lock gives."""
+        reuse = not self.settings.fresh_lock
+        while True:
+            ahead = Lookahead(pool, self.primary.release, lambda n: n not in direct and build.index_for(n) is None)
+            try:
+                with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
+                    resolution = compile_lock(
+                        requirements, build.target, as_of, index_url=self.index_url, indexes=build.extra_indexes,
+                        timed=extra.timed, workdir=Path(tmp), cache_dir=self.cache.uv_cache(),
+                        inherit=dict(self.settings.child_environ), credentials=self.settings.index_credentials,
+                        sdists_allowed=sdists, exclude_newer_package=build.exclude_newer_package,
+                        memo=self.memo, reuse=reuse, on_select=ahead.hint,
+                    )  # fmt: skip
+                try:
+                    if resolution.format == "pylock.toml":
+                        pins = parse_pylock(resolution.text, build.target)
+                    else:
+                        pins = parse_requirements_lock(resolution.text)
+                    return resolution, self._files(pins, build, direct, as_of, extra, pool, ahead)
+                except LockbuildError as exc:
+                    if not resolution.reused or resolution.key is None:
+                        raise
+                    self.memo.discard(resolution.key)
+                    self.progress.phase(
+                        f"{build.id}: the remembered resolution does not hold on the index now "
+                        f"({exc.message.splitlines()[0][:120]}); resolving afresh"
+                    )
+                    reuse = False
+            finally:
+                ahead.close()
+
     def _build_closure(
-        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: ExtraIndexes
+        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: ExtraIndexes, pool: Executor
     ) -> tuple[tuple[LockedFile, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
         """The lock's sdists' build requirements (read from each sdist, never run), resolved at the same
         cut-off for the same target, wheels only, with hashes: what the node builds them from."""
@@ -242,13 +277,7 @@ class Planner:
             return (), tuple(per)
         self.progress.phase(f"{build.id}: resolving the build dependencies of {len(per)} sdist(s)")
         try:
-            with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
-                resolution = compile_lock(
-                    wanted, build.target, as_of, index_url=self.index_url, indexes=build.extra_indexes,
-                    timed=extra.timed, workdir=Path(tmp),
-                    cache_dir=self.cache.uv_cache(), inherit=dict(self.settings.child_environ),
-                    credentials=self.settings.index_credentials, exclude_newer_package=build.exclude_newer_package,
-                )  # fmt: skip
+            return self._resolve(wanted, build, as_of, extra, {}, pool)[1], tuple(per)
         except ResolveError as exc:
             shown = "; ".join(f"{sdist} needs {', '.join(reqs)}" for sdist, reqs in per if reqs)
             raise ResolveError(
@@ -257,11 +286,6 @@ class Planner:
                 "version of the package that publishes a wheel for this target, or make its build "
                 "dependencies available as wheels on the index by the cut-off.",
             ) from None
-        if resolution.format == "pylock.toml":
-            pins = parse_pylock(resolution.text, build.target)
-        else:
-            pins = parse_requirements_lock(resolution.text)
-        return self._files(pins, build, {}, as_of, extra), tuple(per)
 
     def _prebuild(
         self,
@@ -333,8 +357,16 @@ class Planner:
         direct: dict[str, Candidate],
         as_of: dt.datetime,
         extra: ExtraIndexes,
+        pool: Executor,
+        ahead: Lookahead[tuple[IndexFile, ...]] | None = None,
     ) -> tuple[LockedFile, ...]:
         primary = self.primary
+
+        def release(pin: Pin) -> tuple[IndexFile, ...]:
+            early = ahead.take(pin.name, pin.version) if ahead is not None else None
+            if early is not None and not early.cancel():  # started (or done): its answer, or its error
+                return early.result()
+            return primary.release(pin.name, pin.version)  # here, not queued behind this worker
 
         def one(pin: Pin) -> LockedFile:
             pinned = build.pinned_sha256(pin.name)
@@ -352,12 +384,11 @@ class Planner:
                     pin, files, build.target, origin="second", as_of=cut, pinned_sha256=pinned, one_file=True,
                     index=served.name,
                 )  # fmt: skip
-            files = index_candidates(primary.release(pin.name, pin.version))
+            files = index_candidates(release(pin))
             cut = package_cut_off(build, pin.name, as_of)
             return choose_file(pin, files, build.target, origin="primary", as_of=cut, pinned_sha256=pinned)
 
-        with ThreadPoolExecutor(max_workers=LOOKUP_THREADS) as pool:
-            return tuple(pool.map(one, pins))
+        return tuple(pool.map(one, pins))
 
 
 def _index_label(index: SecondIndex) -> str:

@@ -10,24 +10,29 @@ build backend may run, in a netrc file in the private work directory, removed wi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import re
 import subprocess
-from collections.abc import Collection, Mapping, Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from lockbuild.builder.memo import ResolutionMemo, resolution_key
 from lockbuild.errors import ResolveError
 from lockbuild.recipe import SecondIndex
 from lockbuild.settings import Credentials
 from lockbuild.target import Target
 from lockbuild.times import iso
 from lockbuild.urls import origin
-from lockbuild.uvtool import clean_env, uv_binary
+from lockbuild.uvtool import clean_env, uv_binary, uv_version
 
 RESOLVE_TIMEOUT = 1800
 
@@ -37,6 +42,8 @@ class Resolution:
     format: Literal["requirements.txt", "pylock.toml"]
     text: str
     argv: tuple[str, ...]
+    reused: bool = False  # remembered from an earlier run with the same inputs (memo.py), uv not run
+    key: str | None = None  # the inputs' key, when remembering was asked for
 
 
 def uv_index_name(index: SecondIndex) -> str:
@@ -124,6 +131,74 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(f"    {line}" for line in kept[-lines:])
 
 
+# uv's resolver logs each decision as "DEBUG Selecting: NAME==VERSION [...] (file)" when RUST_LOG asks for
+# its debug events (no -v: uv's own output stays as it was). Only a hint for starting index look-ups early:
+# if the format changes, nothing is started early and the lock is the same.
+UV_LOG_FILTER = "uv_resolver=debug"
+_SELECTING = re.compile(rb"DEBUG Selecting: ([A-Za-z0-9][A-Za-z0-9._-]{0,199})==([A-Za-z0-9.+!_-]{1,200}) ")
+_LOG_LEVELS = (b"TRACE ", b"DEBUG ", b"INFO ", b"WARN ", b"ERROR ")
+MAX_MESSAGE_LINES = 400  # uv's messages (not its log) kept for an error: the end of them
+MAX_LINE = 8192  # a longer line is kept in pieces
+
+
+def read_uv_stderr(stream: IO[bytes], on_select: Callable[[str, str], None] | None) -> str:
+    """uv's messages from its stderr, without its log lines, bounded (the last MAX_MESSAGE_LINES lines);
+    ``on_select(name, version)`` for each decision the log shows."""
+    kept: deque[bytes] = deque(maxlen=MAX_MESSAGE_LINES)
+    while line := stream.readline(MAX_LINE):
+        if line.startswith(_LOG_LEVELS):
+            m = _SELECTING.match(line)
+            if m is not None and on_select is not None:
+                on_select(m[1].decode("ascii"), m[2].decode("ascii"))
+            continue
+        kept.append(line)
+    return b"".join(kept).decode("utf-8", errors="replace")
+
+
+def _run_uv(
+    argv: Sequence[str],
+    stdin: str | None,
+    env: Mapping[str, str],
+    cwd: Path,
+    on_select: Callable[[str, str], None] | None,
+) -> tuple[int, str]:
+    """Run uv, its stderr read as it comes (log lines to ``on_select``, messages kept); (exit code, messages)."""
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(env), cwd=cwd
+        )
+    except OSError as exc:
+        raise ResolveError(f"cannot run uv at {argv[0]}: {exc.strerror}") from None
+    assert proc.stdin is not None and proc.stderr is not None
+    messages: list[str] = []
+    reader = threading.Thread(
+        target=lambda: messages.append(read_uv_stderr(proc.stderr, on_select)),  # type: ignore[arg-type]
+        name="lockbuild-uv-stderr",
+        daemon=True,
+    )
+    reader.start()
+    try:
+        with contextlib.suppress(BrokenPipeError):  # uv may exit (an argument error) before reading it
+            proc.stdin.write((stdin or "").encode("utf-8"))
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        code = proc.wait(timeout=RESOLVE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ResolveError(f"uv pip compile did not finish within {RESOLVE_TIMEOUT} s.") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join()
+        proc.stderr.close()
+    return code, messages[0] if messages else ""
+
+
+@functools.lru_cache(maxsize=4)
+def _uv_version(binary: str) -> str:
+    return uv_version(binary)
+
+
 def compile_lock(
     requirements: Sequence[str],
     target: Target,
@@ -138,6 +213,9 @@ def compile_lock(
     sdists_allowed: Sequence[str] = (),
     exclude_newer_package: Sequence[tuple[str, str | None]] = (),
     timed: Collection[str] = (),
+    memo: ResolutionMemo | None = None,
+    reuse: bool = True,
+    on_select: Callable[[str, str], None] | None = None,
 ) -> Resolution:
     """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash.
 
@@ -146,6 +224,12 @@ def compile_lock(
     package must have a wheel for the target. The packages of ``indexes`` are exempt from the cut-off
     (their index publishes no upload times; the recipe's == pins hold them), except those in ``timed``,
     whose index gives upload times for the pinned release: the cut-off holds them as it does the primary's.
+
+    With ``memo``, the answer is remembered by its inputs, and with ``reuse`` an answer remembered earlier
+    is returned without running uv (``Resolution.reused``); the caller must still check every pin against
+    the live index, and resolve afresh (``reuse=False``) if a check fails. A resolution that may run a
+    build backend (``sdists_allowed``) is never remembered: its answer comes from code run here.
+    ``on_select(name, version)`` is called (from another thread) as uv's log shows it choosing a version.
     """
     out = workdir / ("pylock.toml" if indexes else "requirements.txt")
     # The index's credentials: in uv's environment as part of the index URL (uv keeps them to its origin),
@@ -168,44 +252,49 @@ def compile_lock(
     for name, when in exclude_newer_package:  # the recipe's per-package cut-off (None: none at all)
         argv += ["--exclude-newer-package", f"{name}={when or 'false'}"]
     stdin: str | None
+    project_text: str | None = None
     if not indexes:
         argv.append("-")
         stdin = "".join(r + "\n" for r in requirements)
     else:
         project = workdir / "pyproject.toml"
-        project.write_text(second_index_project(requirements, indexes), encoding="utf-8")
+        project_text = second_index_project(requirements, indexes)
+        project.write_text(project_text, encoding="utf-8")
         argv += ["--format", "pylock.toml"]
         for name in (name for ix in indexes for name in ix.packages if name not in timed):
             # Its index publishes no upload times for it; the recipe pins these with == instead.
             argv += ["--exclude-newer-package", f"{name}=false"]
         argv.append(str(project))
         stdin = None
+    lock_format: Literal["requirements.txt", "pylock.toml"] = "pylock.toml" if indexes else "requirements.txt"
+    key = None
+    if memo is not None and not sdists_allowed:
+        fixed = {str(out): "<output>", str(workdir / "pyproject.toml"): "<project>"}
+        key = resolution_key(
+            uv_version=_uv_version(argv[0]), argv=[fixed.get(a, a) for a in argv[1:]], stdin=stdin,
+            project=project_text, index_url=index_url, authenticated=credentials is not None,
+        )  # fmt: skip
+        remembered = memo.get(key) if reuse else None
+        if remembered is not None and remembered.format == lock_format:
+            return Resolution(lock_format, remembered.text, tuple(argv), reused=True, key=key)
     netrc = _write_netrc(workdir, index_url, credentials) if credentials is not None and in_url is None else None
     env = clean_env(cache_dir, inherit=inherit or {}, netrc=netrc)
     if in_url is not None:
         env["UV_INDEX_URL"] = _with_credentials(index_url, in_url)
-    try:
-        proc = subprocess.run(
-            argv,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=workdir,
-            timeout=RESOLVE_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ResolveError(f"uv pip compile did not finish within {RESOLVE_TIMEOUT} s.") from None
-    except OSError as exc:
-        raise ResolveError(f"cannot run uv at {argv[0]}: {exc.strerror}") from None
-    if proc.returncode != 0:
-        refused = _needs_build_error(proc.stderr, target)
+    if on_select is not None:
+        env["RUST_LOG"] = UV_LOG_FILTER
+    code, stderr = _run_uv(argv, stdin, env, workdir, on_select)
+    if code != 0:
+        refused = _needs_build_error(stderr, target)
         if refused is not None:
             raise refused
         raise ResolveError(
             f"uv could not resolve the requirements for Python {target.python} on {target.platform} "
-            f"as of {iso(as_of)}:\n{_tail(proc.stderr)}",
-            tip=_resolve_tip(proc.stderr),
+            f"as of {iso(as_of)}:\n{_tail(stderr)}",
+            tip=_resolve_tip(stderr),
         )
-    return Resolution("pylock.toml" if indexes else "requirements.txt", out.read_text(encoding="utf-8"), tuple(argv))
+    text = out.read_text(encoding="utf-8")
+    if memo is not None and key is not None:
+        held = () if credentials is None else (credentials.password, credentials.username)
+        memo.put(key, lock_format, text, secrets_held=held)
+    return Resolution(lock_format, text, tuple(argv), key=key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ from lockbuild.times import iso
 
 Command = _Command
 
+fresh_lock_option = click.option(
+    "--fresh-lock",
+    is_flag=True,
+    help="Run uv's resolution even when the cache remembers its answer for the same inputs (every pin is "
+    "checked against the live index either way).",
+)
+
 
 def _lock_json(plan: Any) -> dict[str, Any]:
     return {
@@ -36,6 +44,7 @@ def _lock_json(plan: Any) -> dict[str, Any]:
         "python": plan.build.python,
         "platform": plan.build.platform,
         "lock_format": plan.lock.format,
+        "resolution_reused": plan.resolution_reused,
         "packages": [
             {
                 "name": f.name,
@@ -61,10 +70,17 @@ def _lock_json(plan: Any) -> dict[str, Any]:
 @build_option
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the locks.")
 @insecure_option
+@fresh_lock_option
 @json_option
 @click.pass_context
 def lock(
-    ctx: click.Context, recipe: Path, build_spec: str | None, out: Path, allow_insecure_http: bool, as_json: bool
+    ctx: click.Context,
+    recipe: Path,
+    build_spec: str | None,
+    out: Path,
+    allow_insecure_http: bool,
+    fresh_lock: bool,
+    as_json: bool,
 ) -> None:
     """Resolve a recipe's builds into hashed locks, as the index stood at each build's cut-off.
 
@@ -77,7 +93,7 @@ def lock(
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
-    settings = _settings(ctx, allow_insecure_http)
+    settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx)) as s:
@@ -100,6 +116,7 @@ def lock(
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the files.")
 @jobs_option
 @insecure_option
+@fresh_lock_option
 @json_option
 @click.pass_context
 def fetch(
@@ -109,6 +126,7 @@ def fetch(
     out: Path,
     jobs: int,
     allow_insecure_http: bool,
+    fresh_lock: bool,
     as_json: bool,
 ) -> None:
     """Lock, then download and verify every file a build needs (no bundle), for inspection.
@@ -121,7 +139,7 @@ def fetch(
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
-    settings = _settings(ctx, allow_insecure_http)
+    settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx), jobs=jobs) as s:
@@ -158,6 +176,7 @@ def fetch(
 @click.option("--threads", type=int, default=None, help="zstd workers (output is identical for any number).")
 @jobs_option
 @insecure_option
+@fresh_lock_option
 @click.option("--self-test", "self_test", is_flag=True,
               help="Then run `lockbuild test` on each bundle (trusting --trust, or else the key that signed it).")
 @click.option("--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
@@ -174,6 +193,7 @@ def build(
     threads: int | None,
     jobs: int,
     allow_insecure_http: bool,
+    fresh_lock: bool,
     self_test: bool,
     trust_dir: Path | None,
     as_json: bool,
@@ -190,7 +210,7 @@ def build(
     from lockbuild.minisign import read_secret_key
     from lockbuild.recipe import load_recipe
 
-    settings = _settings(ctx, allow_insecure_http)
+    settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)
@@ -227,6 +247,7 @@ def build(
                 "members": len(packed.manifest.members),
                 "signer": secret.key_id_hex,
                 "as_of": iso(plan.as_of),
+                "resolution_reused": plan.resolution_reused,
                 "warnings": list(plan.warnings),
                 "kept_signers": list(packed.kept_signers),
                 "dropped_signers": list(packed.dropped_signers),

@@ -912,3 +912,25 @@ def test_a_pin_sha256_for_a_package_the_lock_does_not_have_is_refused(
     assert code != 0 and not (tmp_path / "out" / "1.0-cpu").exists()
     assert "pin-sha256 names lkgone, which the lock does not contain" in json.loads(stdout)["error"]["message"]
 
+
+
+def test_reading_only_a_release_keeps_exactly_the_files_the_full_parse_would() -> None:
+    """The index reads a file's version from its name's version field alone when asking for one release;
+    that shortcut must keep the same files as parsing every name whole (wheels, sdists, and the rest)."""
+    from lockbuild.builder.index import file_version
+
+    names = [
+        "pkg-1.0-py3-none-any.whl", "pkg-1.0.0-py3-none-any.whl", "pkg-1-1-py3-none-any.whl", "pkg-1.0.tar.gz",
+        "pkg-1.0.0.zip", "pkg-1.0rc1.tar.gz", "pkg-1.0.post0.tar.gz", "pkg-1.0.tar.bz2", "pkg-1.0-py2.7.egg",
+        "pkg-1.0.win32.exe", "1.0.tar.gz", "-1.0.tar.gz", "pkg_extra-name-1.0.tar.gz", "pkg-1.0+local.tar.gz",
+        "pkg-01.00.zip", "pkg-1.0.TAR.GZ", "pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "pkg-x.y.tar.gz",
+        "pkg-1.0-bad.whl", "pkg-2.0.tar.gz", "pkg-v1.0.tar.gz",
+    ]  # fmt: skip
+    page = {"files": [{"filename": n, "url": f"/f/{n}"} for n in names]}
+    for want in ("1", "1rc1", "1.post0", "1+local", "2"):
+
+        def keep(v: str | None, want: str = want) -> bool:
+            return v == want
+
+        got = {f.filename for f in parse_project_page(page, "https://x/simple/pkg/", what="t", keep=keep)}
+        assert got == {n for n in names if keep(file_version(n))}, want

@@ -90,6 +90,18 @@ def _wheel_version_field(filename: str) -> str | None:
     return _canonical_version(parts[1]) if len(parts) in (5, 6) else None
 
 
+_SDIST_SUFFIXES = (".tar.gz", ".zip")  # the only sdist names file_version reads (as packaging does)
+
+
+def _sdist_version_field(filename: str) -> str | None:
+    """An sdist's normalised version from after its last dash (how packaging splits it), without the rest
+    of the parse: the version ``file_version`` gives when that is not None. None when not such a name."""
+    for suffix in _SDIST_SUFFIXES:
+        if filename.endswith(suffix):
+            return _canonical_version(filename[: -len(suffix)].rpartition("-")[2])
+    return None
+
+
 def parse_time(value: object) -> dt.datetime | None:
     """An index's upload time in UTC, or None when it is not a readable time."""
     if not isinstance(value, str):
@@ -138,7 +150,12 @@ def parse_project_page(
                 "without control characters (Unicode category C), at most 255 characters; refused."
             )
         if keep is not None:  # keep(None) is False for every caller: a quick "no" is the slow one's "no"
-            quick = _wheel_version_field(filename)
+            if filename.endswith(".whl"):
+                quick = _wheel_version_field(filename)
+            elif filename.endswith(_SDIST_SUFFIXES):
+                quick = _sdist_version_field(filename)
+            else:
+                continue  # neither a wheel nor an sdist: file_version would give None
             if quick is not None and not keep(quick):
                 continue
         version = file_version(filename)

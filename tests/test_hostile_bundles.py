@@ -8,13 +8,16 @@ proves the baseline itself reads, so each refusal is the defect's.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import zstandard
 from hostile import (
     BLOCK,
     GOOD_FILES,
@@ -45,10 +48,12 @@ from hostile import (
 )
 
 from lockbuild.bundle.manifest import MANIFEST, parse_manifest
-from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_bundle, read_head
+from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_bundle, read_head, read_head_raw
 from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.install import archives
 from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.minisign import read_secret_key, write_keypair
+from lockbuild.trust import Statement, digest_bundle, load_store, open_bundle, sign_statement, signature_path
 
 NAME = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
 GOOD_PATHS = {p for p, _, _ in GOOD_FILES}
@@ -628,12 +633,73 @@ def test_structural_walk_needs_no_decompression(tmp_path: Path) -> None:
 # --- the file as signed ---------------------------------------------------------------------------
 
 
-def test_bundle_swapped_after_its_signature_was_checked(tmp_path: Path) -> None:
+def signed_bundle(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
+    """``data`` as a bundle signed by a fresh key (its manifest as it carries it), and a trust directory."""
+    bundle = write(tmp_path / NAME, data)
+    (tmp_path / "keys").mkdir()
+    secret, public = write_keypair(tmp_path / "keys" / "k", password=None)
+    d, head = digest_bundle(bundle), read_head_raw(bundle)
+    st = Statement.of(head.manifest, name=NAME, sha256=d.sha256, size=d.size, expires=None,
+                      manifest_bytes=head.manifest_bytes)  # fmt: skip
+    signature_path(bundle).write_text(sign_statement(read_secret_key(secret, lambda: ""), st, d.blake2b))
+    trust = tmp_path / "trust"
+    trust.mkdir()
+    shutil.copyfile(public, trust / "k.pub")
+    return bundle, trust
+
+
+CHANGED = b"!" + (bytes(range(256)) * 9)[1:]  # assets/model.bin, one byte altered (same size)
+
+
+@pytest.mark.parametrize(
+    ("swapped_in", "match"),
+    [
+        (lambda: compress(bundle_tar(with_entry(4, TarEntry("assets/model.bin", CHANGED)),
+                                     listed=manifest([*good_members()[:4], member("assets/model.bin", CHANGED)]))),
+         r"the bundle's manifest has sha256 [0-9a-f]{64}; the signatures sign"),
+        (lambda: compress(bundle_tar(with_entry(4, TarEntry("assets/model.bin", CHANGED)))),
+         r"member 'assets/model.bin' has sha256 [0-9a-f]{64}; the manifest says"),
+        (lambda: compress(bundle_tar(good_entries()[:4])), r"the bundle ends before 1 listed member"),
+        (lambda: compress(bundle_tar([*good_entries(), TarEntry("assets/extra", b"x")])),
+         r"refused member 'assets/extra': it is not listed in the manifest"),
+    ],
+    ids=["other-manifest", "other-member", "member-missing", "member-added"],
+)
+def test_bundle_swapped_after_its_signature_was_checked(
+    tmp_path: Path, swapped_in: Callable[[], bytes], match: str
+) -> None:
+    """The signatures are checked on one file, then another is put in its place before it is unpacked.
+    The node does not hash the raw file twice: what it uses, the manifest (its exact bytes against the
+    signed manifest-sha256) and every member (name, order, size, sha256 against that manifest), is
+    checked as it is read, so any change to what the bundle carries is refused."""
+    bundle, trust = signed_bundle(tmp_path, good_bundle())
+    trusted = open_bundle(bundle, load_store(trust))
+    write(tmp_path / "other.lbz", swapped_in()).replace(bundle)
+    dest = tmp_path / "dest"
+    with pytest.raises(IntegrityError, match=match):
+        trusted.extract(dest)
+
+
+def test_a_swapped_file_that_carries_the_same_contents_is_the_signed_bundle(tmp_path: Path) -> None:
+    """Other compressed bytes (another zstd level, the content size in the frame header) for the same manifest and
+    members: the node uses exactly the signed manifest and members, so this is what was signed."""
+    bundle, trust = signed_bundle(tmp_path, good_bundle())
+    trusted = open_bundle(bundle, load_store(trust))
+    other = zstandard.ZstdCompressor(level=19, write_checksum=True).compress(bundle_tar())
+    assert other != bundle.read_bytes()
+    write(tmp_path / "other.lbz", other).replace(bundle)
+    assert trusted.extract(tmp_path / "dest") == trusted.manifest
+    assert all((tmp_path / "dest" / p).read_bytes() == data for p, data, _ in GOOD_FILES)
+
+
+def test_sign_reads_the_file_it_hashed(tmp_path: Path) -> None:
+    """``expect_sha256`` (lockbuild sign: its statement asserts a file digest taken on an earlier pass):
+    the raw bytes read must be that file."""
     bundle = write(tmp_path / NAME, good_bundle())
-    signed = sha(b"the bytes the signatures covered")
+    other = sha(b"the bytes hashed before")
     (tmp_path / "dest").mkdir()
-    with pytest.raises(IntegrityError, match=f"the bundle changed while it was read: sha256 .*, signed {signed}"):
-        read_bundle(bundle, dest=tmp_path / "dest", expect_sha256=signed)
+    with pytest.raises(IntegrityError, match=f"the bundle changed while it was read: sha256 .*, expected {other}"):
+        read_bundle(bundle, dest=tmp_path / "dest", expect_sha256=other)
     assert read_bundle(bundle, expect_sha256=sha(bundle.read_bytes())).members
 
 

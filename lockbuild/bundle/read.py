@@ -11,14 +11,17 @@ the family's root, LockbuildError. docs/bundle-format.md describes the format.
 
 from __future__ import annotations
 
+import hashlib
 import io
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.bundle.paths import create_under
-from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member
+from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -100,9 +103,10 @@ def read_bundle(
     """Check every member of the bundle against its manifest; with ``dest``, write them there.
 
     ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
-    its exact bytes (what a signed manifest-sha256 covers): a place to refuse early.
-    With ``expect_sha256`` (the digest the signatures were checked over), the bytes read must be that
-    file: a bundle swapped after its signature was checked is refused.
+    its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With it, what the
+    caller uses (the manifest, the members) is checked against what it trusts, whatever file is read.
+    With ``expect_sha256``, the raw bytes read must also be that file, hashed again as they are read:
+    for ``lockbuild sign``, whose signature asserts a file digest it computed on an earlier pass.
     The caller owns ``dest`` (an empty staging directory) and removes it if this raises.
     """
     progress = progress or Progress.quiet()
@@ -111,10 +115,10 @@ def read_bundle(
             dest.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise LockbuildError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
-    with _open(path, limits) as raw_file:
+    with _open(path, limits) as raw_file, _Digests() as digests:
         check_zstd_frame(raw_file, limits)
-        f = Hashing(raw_file)
-        tar = _open_tar(f, limits)
+        f = Hashing(raw_file) if expect_sha256 is not None else None
+        tar = _open_tar(f or raw_file, limits)
         manifest, manifest_bytes = _read_manifest(tar, limits)
         if on_manifest is not None:
             on_manifest(manifest, manifest_bytes)
@@ -132,15 +136,15 @@ def read_bundle(
                 raise _bad(_misplaced(h.name, done, listed, f"expected {member.path!r} next"))
             if h.size != member.size:
                 raise _bad(f"member {h.name!r} is {h.size} bytes; the manifest says {member.size}.")
-            _extract_one(tar, h, member, dest, progress)
+            _extract_one(tar, h, member, dest, progress, digests)
             done.add(h.name)
             progress.file_done()
         extra = tar.next()
         if extra is not None:
             raise _bad(_misplaced(extra.name, done, listed, "expected the end of the archive"))
-        got = f.finish()
+        got = f.finish() if f is not None else None
     if expect_sha256 is not None and got != expect_sha256:
-        raise _bad(f"the bundle changed while it was read: sha256 {got}, signed {expect_sha256}.")
+        raise _bad(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.")
     progress.finish()
     return manifest
 
@@ -153,13 +157,48 @@ def _misplaced(name: str, done: set[str], listed: set[str], expected: str) -> st
     return f"member {name!r} is out of order: {expected}."
 
 
-def _extract_one(tar: TarReader, h: TarHeader, member: Member, dest: Path | None, progress: Progress) -> None:
+class _Digests:
+    """Members' sha256 computed on one worker thread, fed in order and at most DEPTH pieces behind the
+    reader, so hashing overlaps decompression and writing (hashlib releases the GIL on large updates).
+    The pieces are read-only views of the decompressor's chunks: nothing is copied for the hash."""
+
+    DEPTH = 4  # 1 MiB pieces: what the hash may lag, and what it holds
+    INLINE = 1 << 20  # a smaller member is hashed on the reader's thread
+
+    def __enter__(self) -> _Digests:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-sha256")
+        self._pending: deque[Future[None]] = deque()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def member(self, tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress) -> str:
+        """Stream one member to ``dst``; its sha256."""
+        if h.size < self.INLINE:
+            return copy_member(tar, h, dst, progress)
+        sha = hashlib.sha256()
+
+        def feed(piece: memoryview) -> None:
+            if len(self._pending) >= self.DEPTH:
+                self._pending.popleft().result()
+            self._pending.append(self._pool.submit(sha.update, piece))
+
+        stream_member(tar, h, dst, progress, feed)
+        while self._pending:
+            self._pending.popleft().result()
+        return sha.hexdigest()
+
+
+def _extract_one(
+    tar: TarReader, h: TarHeader, member: Member, dest: Path | None, progress: Progress, digests: _Digests
+) -> None:
     if dest is None:
-        digest = copy_member(tar, h, None, progress)
+        digest = digests.member(tar, h, None, progress)
     else:
         try:
             with _create(dest, member.path) as out:
-                digest = copy_member(tar, h, out, progress)
+                digest = digests.member(tar, h, out, progress)
         except OSError as exc:
             raise LockbuildError(
                 f"cannot write {member.path} into {dest}: {exc.strerror or exc}.",

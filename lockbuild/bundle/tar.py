@@ -9,11 +9,12 @@ never looks at what follows it, which would let bytes hide in a signed bundle.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from lockbuild.bundle.paths import check_member_path
-from lockbuild.bundle.zstdframe import TIP
+from lockbuild.bundle.zstdframe import TIP, Decompressed
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import Limits
@@ -116,7 +117,7 @@ def parse_pax(data: bytes, offset: int = 0) -> dict[str, str]:
 class TarReader:
     """Headers and data from a tar stream, read forwards once."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: Decompressed) -> None:
         self.f = f
         self.offset = 0
 
@@ -191,21 +192,27 @@ def check_header(h: TarHeader, limits: Limits) -> None:
         raise _bad(f"refused member {h.name!r}: {h.size} bytes is over the limit of {limits.max_member}.")
 
 
-def copy_member(tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress) -> str:
-    """Stream one member's data (and its padding), hashing it and writing it to ``dst``."""
-    h_sha = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+def stream_member(
+    tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress, hash_piece: Callable[[memoryview], None]
+) -> None:
+    """Stream one member's data (and its padding) as the decompressor produced it, no copy made: each
+    piece (a read-only view) goes to ``hash_piece`` and to ``dst``."""
     left = h.size
     while left:
-        n = tar.f.readinto(view[: min(CHUNK, left)])  # type: ignore[attr-defined]
-        if not n:
+        piece = tar.f.take(left)
+        if not piece:
             raise _bad(f"the bundle is truncated inside {h.name!r}.")
-        h_sha.update(view[:n])
+        hash_piece(piece)
         if dst is not None:
-            dst.write(view[:n])
-        progress.advance(n)
-        left -= n
+            dst.write(piece)
+        progress.advance(len(piece))
+        left -= len(piece)
     tar.offset += h.size
     tar.padding(h.size, repr(h.name))
+
+
+def copy_member(tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress) -> str:
+    """Stream one member's data (and its padding), hashing it and writing it to ``dst``; its sha256."""
+    h_sha = hashlib.sha256()
+    stream_member(tar, h, dst, progress, h_sha.update)
     return h_sha.hexdigest()

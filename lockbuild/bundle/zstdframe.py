@@ -107,8 +107,10 @@ class Hashing(io.RawIOBase):
         return self.h.hexdigest()
 
 
-class DecompressedStream(io.RawIOBase):
-    """Decompressed bytes as a file, produced in bounded pieces and counted against a limit."""
+class Decompressed:
+    """The decompressed stream of a checked frame, as the decompressor produces it: immutable chunks,
+    handed out as zero-copy views (``take``: a member's data) or copied (``read``: headers, padding),
+    and counted against ``limit`` as they are produced."""
 
     def __init__(self, chunks: Iterator[bytes], limit: int) -> None:
         self.chunks = chunks
@@ -117,29 +119,39 @@ class DecompressedStream(io.RawIOBase):
         self.total = 0
         self.limit = limit
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+    def take(self, n: int) -> memoryview:
+        """The next at most ``n`` bytes, as a view of one chunk (read-only: the chunk is ``bytes``, so the
+        view stays valid and unchanged wherever it is handed); empty only at the end of the stream."""
         while self.pos >= len(self.buf):
             try:
                 chunk = next(self.chunks)
             except StopIteration:
-                return 0
+                return memoryview(b"")
             except zstandard.ZstdError as exc:
                 raise _bad(f"the bundle's zstd stream is corrupt: {exc}.") from None
             self.buf, self.pos = memoryview(chunk), 0
             self.total += len(chunk)
             if self.total > self.limit:
                 raise _bad(f"the bundle decompresses to more than {self.limit} bytes; refused.")
-        n = min(len(b), len(self.buf) - self.pos)
-        b[:n] = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return n
+        start = self.pos
+        self.pos = min(start + n, len(self.buf))
+        return self.buf[start : self.pos]
+
+    def read(self, n: int) -> bytes:
+        """The next ``n`` bytes, copied (fewer only at the end of the stream)."""
+        first = self.take(n)
+        if len(first) == n or not first:
+            return first.tobytes()
+        parts = [first]
+        left = n - len(first)
+        while left and (piece := self.take(left)):
+            parts.append(piece)
+            left -= len(piece)
+        return b"".join(parts)
 
 
-def decompressed(f: BinaryIO | Hashing, limits: Limits) -> io.BufferedReader:
-    """The decompressed stream of a checked frame (``max_window_size`` is in bytes), as a buffered file."""
+def decompressed(f: BinaryIO | Hashing, limits: Limits) -> Decompressed:
+    """The decompressed stream of a checked frame (``max_window_size`` is in bytes)."""
     dctx = zstandard.ZstdDecompressor(max_window_size=limits.zstd_window)
     chunks = dctx.read_to_iter(cast(IO[bytes], f), read_size=CHUNK, write_size=CHUNK)
-    return io.BufferedReader(DecompressedStream(chunks, limits.max_bundle + (64 << 20)), buffer_size=CHUNK)
+    return Decompressed(chunks, limits.max_bundle + (64 << 20))

@@ -357,3 +357,36 @@ def test_the_lock_is_the_same_with_and_without_hints(
     without = lock(path, tmp_path / "b", "--fresh-lock")
     assert with_hints == without
     assert dt.datetime.fromisoformat(str(with_hints["as_of"]).replace("Z", "+00:00")) == day(6)
+
+
+def test_a_resolution_with_a_package_exempt_from_the_cut_off_is_never_remembered(
+    env: FakeServer, tmp_path: Path
+) -> None:
+    """exclude-newer-package = false lets a package take releases published any time: uv must see them."""
+    publish_engine(env, "lmexempt")
+    path = recipe(tmp_path, "lmexempt", extra="exclude-newer-package = { lmexempt-dep = false }\n")
+    assert lock(path, tmp_path / "a")["resolution_reused"] is False
+    env.publish(*make_wheel("lmexempt-dep", "1.2"), uploaded=day(40))  # after the cut-off: only the exempt see it
+    again = lock(path, tmp_path / "b")
+    assert again["resolution_reused"] is False and versions(again)["lmexempt-dep"] == "1.2"
+    assert not (tmp_path / "cache" / "resolutions").exists() or entries(tmp_path / "cache") == []
+
+
+def test_a_resolution_that_may_run_a_build_backend_is_never_remembered(env: FakeServer, tmp_path: Path) -> None:
+    """Its answer comes from code run here (the sdist's backend), not only from its inputs."""
+    from test_builder_process import hostile_sdist
+
+    ran = tmp_path / "backend-ran.json"
+    if ("primary", "lmbackend") not in env.projects:
+        env.publish("lmbackend-1.0.tar.gz", hostile_sdist("lmbackend", ran), uploaded=day(1))
+    memo = ResolutionMemo(tmp_path / "resolutions")
+    for attempt in ("first", "second"):
+        (tmp_path / attempt).mkdir()
+        ran.unlink(missing_ok=True)
+        got = compile_lock(
+            ["lmbackend==1.0"], Target.of(PY, PLATFORM), day(6), index_url=env.index_url(),
+            workdir=tmp_path / attempt, cache_dir=tmp_path / "uv-cache", sdists_allowed=("lmbackend",), memo=memo,
+            inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+        )  # fmt: skip
+        assert got.reused is False and got.key is None and "lmbackend==1.0" in got.text
+    assert not (tmp_path / "resolutions").exists()

@@ -228,7 +228,9 @@ def compile_lock(
     With ``memo``, the answer is remembered by its inputs, and with ``reuse`` an answer remembered earlier
     is returned without running uv (``Resolution.reused``); the caller must still check every pin against
     the live index, and resolve afresh (``reuse=False``) if a check fails. A resolution that may run a
-    build backend (``sdists_allowed``) is never remembered: its answer comes from code run here.
+    build backend (``sdists_allowed``) is never remembered: its answer comes from code run here; nor one
+    with a package exempt from the cut-off (an extra index's untimed package, ``exclude-newer-package``
+    false): its candidates can grow at any time.
     ``on_select(name, version)`` is called (from another thread) as uv's log shows it choosing a version.
     """
     out = workdir / ("pylock.toml" if indexes else "requirements.txt")
@@ -267,8 +269,13 @@ def compile_lock(
         argv.append(str(project))
         stdin = None
     lock_format: Literal["requirements.txt", "pylock.toml"] = "pylock.toml" if indexes else "requirements.txt"
+    # Remembered only when every file uv may choose is held by a cut-off (a package exempt from one can gain
+    # files or releases at any time) and no build backend runs (its answer comes from code run here).
+    exempt = any(when is None for _, when in exclude_newer_package) or any(
+        name not in timed for ix in indexes for name in ix.packages
+    )
     key = None
-    if memo is not None and not sdists_allowed:
+    if memo is not None and not sdists_allowed and not exempt:
         fixed = {str(out): "<output>", str(workdir / "pyproject.toml"): "<project>"}
         key = resolution_key(
             uv_version=_uv_version(argv[0]), argv=[fixed.get(a, a) for a in argv[1:]], stdin=stdin,

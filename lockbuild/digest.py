@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import re
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Protocol
+
+from lockbuild.channel import Cancelled, Channel, End
 
 CHUNK = 1 << 20
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as lockbuild writes it: 64 lowercase hex digits (fullmatch)
@@ -104,21 +107,73 @@ def file_twin_digests(path: Path) -> tuple[int, str, bytes]:
     return hasher.finish()
 
 
-class HashingWriter(io.RawIOBase):
-    """A write-only file that hashes what passes through it on its way to ``out``."""
+class HashingWriter:
+    """A write-only sink that writes a stream to ``out`` and takes its sha256 and BLAKE2b-512, each of the
+    three on its own thread fed through a bounded channel: the producer (zstd's output callback) hands a
+    chunk on and goes back to work, and the file write and the two hashes run side by side instead of one
+    after the other, never more than ``depth`` chunks behind. Every chunk reaches all three in order.
+    ``finish`` waits for them and returns (size, sha256 hex, BLAKE2b-512 bytes); the first failure (an
+    ``OSError`` from ``out``) is raised, the same exception, by the producer's next ``write`` or by
+    ``finish``. ``abort`` stops and joins the threads; call it whatever happened (a no-op after ``finish``)."""
 
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
-        self.hasher = TwinHasher()
+    def __init__(self, out: BinaryIO, *, depth: int = 8) -> None:
+        self.size = 0
+        self._sha256 = hashlib.sha256()
+        self._blake2b = hashlib.blake2b(digest_size=64)
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        consumers: list[tuple[str, Callable[[bytes], object]]] = [
+            ("lockbuild-out", out.write),  # a BufferedWriter writes the whole chunk or raises
+            ("lockbuild-sha256", self._sha256.update),
+            ("lockbuild-blake2b", self._blake2b.update),
+        ]
+        self._channels: list[Channel[bytes]] = [Channel(depth) for _ in consumers]
+        self._threads = [
+            threading.Thread(target=self._consume, args=(use, ch), name=name, daemon=True)
+            for (name, use), ch in zip(consumers, self._channels, strict=True)
+        ]
+        for t in self._threads:
+            t.start()
 
-    def writable(self) -> bool:
-        return True
+    def _consume(self, use: Callable[[bytes], object], channel: Channel[bytes]) -> None:
+        try:
+            while not isinstance(chunk := channel.get(), End):
+                use(chunk)
+        except Cancelled:
+            return
+        except BaseException as exc:  # raised on the producer's thread (write or finish)
+            with self._lock:
+                if self._error is None:
+                    self._error = exc
+            for ch in self._channels:
+                ch.stop()
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        chunk = bytes(data)
-        self.out.write(chunk)
-        self.hasher.update(chunk)
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        chunk = data if type(data) is bytes else bytes(data)  # zstd hands over new bytes: shared, not copied
+        try:
+            for ch in self._channels:
+                ch.put(chunk)
+        except Cancelled:
+            assert self._error is not None  # only a failing consumer stops the channels before finish/abort
+            raise self._error from None
+        self.size += len(chunk)
         return len(chunk)
 
     def flush(self) -> None:
-        self.out.flush()
+        """zstd calls this at the end of its frame; ``out`` is written (and flushed) by ``finish``'s caller."""
+
+    def finish(self) -> tuple[int, str, bytes]:
+        """Wait for every chunk to be written and hashed: (size, sha256 hex, BLAKE2b-512 bytes)."""
+        for ch in self._channels:
+            ch.close()
+        for t in self._threads:
+            t.join()
+        if self._error is not None:
+            raise self._error
+        return self.size, self._sha256.hexdigest(), self._blake2b.digest()
+
+    def abort(self) -> None:
+        for ch in self._channels:
+            ch.stop()
+        for t in self._threads:
+            t.join()

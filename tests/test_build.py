@@ -178,6 +178,32 @@ def test_failure_while_packing_leaves_nothing(
     assert list(out.iterdir()) == []
 
 
+def test_an_output_error_is_a_lockbuild_error_and_leaves_nothing(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle is written on a thread of its own: a full disk there still stops the build with an
+    ERROR that says what to do (not a traceback), and the output directory keeps nothing."""
+    import errno
+
+    import lockbuild.builder.pack as pack_module
+    from lockbuild.digest import HashingWriter
+
+    class FullDisk:
+        def __init__(self, raw: object) -> None:
+            self.raw = raw
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pack_module, "HashingWriter", lambda raw: HashingWriter(FullDisk(raw)))  # type: ignore[arg-type]
+    out = tmp_path / "dist"
+    code, _, stderr = cli("build", str(toy_recipe), "--key", str(keys.secret), "--out", str(out))
+    assert code == 1, stderr
+    assert "ERROR cannot write the bundle" in stderr and "No space left on device" in stderr
+    assert "TIP Check the free space" in stderr
+    assert list(out.iterdir()) == []
+
+
 def test_keygen_encrypts_and_build_reads_the_passphrase_from_the_environment(
     env, toy_recipe: Path, tmp_path: Path
 ) -> None:

@@ -4,12 +4,15 @@ docs/bundle-format.md is the prose version of these tests."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
 import shutil
 import subprocess
 import tarfile
+import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from hostile import AS_OF, RECIPE, SERIAL, UV_MEMBER, manifest, member, sha
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, member_order, parse_manifest
 from lockbuild.bundle.read import check_zstd_frame, read_bundle, read_head
-from lockbuild.bundle.write import JOB_SIZE, ZSTD_LEVEL, Entry, write_bundle
+from lockbuild.bundle.write import JOB_SIZE, READ_AHEAD, READ_SIZE, ZSTD_LEVEL, DamagedSource, Entry, write_bundle
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS
 
@@ -27,6 +30,15 @@ LONG = "wheels/" + "ñ" * 70 + "-1.0-py3-none-any.whl"  # non-ASCII and over 100
 
 
 UV = Entry(member(UV_MEMBER, b"PK uv", "tool"), b"PK uv")  # every format-2 manifest names its uv wheel
+
+
+def no_thread_left() -> bool:
+    deadline = time.monotonic() + 10
+    while any(t.name == "lockbuild-read" for t in threading.enumerate()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def sample(tmp_path: Path) -> tuple[Manifest, list[Entry]]:
@@ -225,6 +237,38 @@ def test_a_file_that_shrinks_while_packed_is_refused(tmp_path: Path, monkeypatch
         pack(m, entries)
 
 
+def test_a_source_refused_on_the_reader_thread_stops_the_bundle_there(tmp_path: Path) -> None:
+    """The reader reads and hashes ahead of the compressor: a damaged file is raised where the writer reaches
+    it, after every member before it and before any member after it; no reader thread is left behind."""
+    m, entries = sample(tmp_path)
+    damaged = entries[3].source
+    assert isinstance(damaged, Path)
+    damaged.write_bytes(b"x" * m.members[3].size)  # same size, other bytes
+    out = io.BytesIO()
+    with pytest.raises(DamagedSource, match="changed since it was verified") as info:
+        write_bundle(out, m, entries, threads=1)
+    assert info.value.sha256 == m.members[3].sha256
+    assert no_thread_left()
+
+
+def test_an_output_error_stops_the_reader(tmp_path: Path) -> None:
+    """The output fails (a full disk) while the reader is ahead: the error is the writer's, the reader ends."""
+    data = mixed(24)
+    big = tmp_path / "big.bin"
+    big.write_bytes(data)
+    m = manifest([member("assets/big.bin", data), UV.member])
+
+    class FullDisk(io.BytesIO):
+        def write(self, b: object) -> int:  # type: ignore[override]
+            if self.tell() > 1 << 20:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(b)  # type: ignore[arg-type]
+
+    with pytest.raises(OSError, match="No space left"):
+        write_bundle(FullDisk(), m, [Entry(m.members[0], big), UV], threads=1)
+    assert no_thread_left()
+
+
 def test_bytes_that_do_not_match_their_member_are_refused(tmp_path: Path) -> None:
     m, entries = sample(tmp_path)
     entries[0] = Entry(entries[0].member, RECIPE + b"#")
@@ -281,7 +325,8 @@ def test_writing_and_reading_stream_a_large_file(tmp_path: Path) -> None:
         _, read_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert write_peak < 8 << 20, f"writing held {write_peak} bytes"
+    # the reader runs at most READ_AHEAD pieces ahead: those, one it is reading, one being compressed
+    assert write_peak < (READ_AHEAD + 2) * READ_SIZE + (1 << 20), f"writing held {write_peak} bytes"
     assert read_peak < 8 << 20, f"reading held {read_peak} bytes"
     assert bundle.stat().st_size < 1 << 20
 

@@ -23,7 +23,7 @@ from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_orde
 from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
 from lockbuild.digest import HashingWriter
-from lockbuild.errors import RecipeError, SignatureError
+from lockbuild.errors import LockbuildError, RecipeError, SignatureError
 from lockbuild.lock import bundle_pylock, bundle_requirements
 from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
@@ -242,19 +242,29 @@ def write(
     progress: Progress | None = None,
 ) -> Written:
     """Write the bundle to a temporary file in ``out_dir``, hashed as it is written (never read back)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / manifest.bundle_name
     tmp = out_dir / f".{manifest.bundle_name}.{os.getpid()}.partial"
     try:
+        out_dir.mkdir(parents=True, exist_ok=True)
         with tmp.open("wb") as raw:
-            out = HashingWriter(raw)  # the bundle is hashed as it is written, never read back
-            write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
+            out = HashingWriter(raw)  # written and hashed on threads of their own, never read back
+            try:
+                write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
+                digests = FileDigests(*out.finish())
+            finally:
+                out.abort()
             raw.flush()
             os.fsync(raw.fileno())
+    except OSError as exc:  # the sources' read errors are DamagedSource: this is the output's
+        tmp.unlink(missing_ok=True)
+        raise LockbuildError(
+            f"cannot write the bundle {tmp}: {exc.strerror or exc}.",
+            tip="Check the free space and the permissions of the output directory (--out).",
+        ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Written(tmp, final, manifest, FileDigests(*out.hasher.finish()))
+    return Written(tmp, final, manifest, digests)
 
 
 def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:

@@ -5,7 +5,8 @@ empty owner names and mode 0644; a pax header (path only) where a name is long o
 archive ends with two zero blocks, padded to a whole 10240-byte record, as tarfile writes it.
 zstd runs in its multi-threaded mode with at least one worker, whose output does not depend on the
 worker count (threads=0, the single-threaded mode, gives different bytes), at a fixed level, with a
-content checksum and no content size. Sources are streamed in 1 MiB pieces, never held whole.
+content checksum and no content size. Sources are streamed in pieces, never held whole: a reader thread
+reads and hashes them a few pieces ahead of the compressor (bounded), in the manifest's order.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import BinaryIO
 import zstandard
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
-from lockbuild.digest import CHUNK, BackgroundHash
+from lockbuild.channel import Channel, End, start
+from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError
 from lockbuild.progress import Progress
 
@@ -31,6 +33,10 @@ from lockbuild.progress import Progress
 # buffers small (~18 MB with two workers instead of ~48 MB); the bytes depend on both, never on workers.
 ZSTD_LEVEL = 1
 JOB_SIZE = 2 << 20
+# Sources are read on a thread of their own, hashed there, and handed to the compressor in pieces of
+# READ_SIZE, at most READ_AHEAD pieces ahead (~8 MiB): reading and hashing overlap the compression.
+READ_SIZE = 2 << 20
+READ_AHEAD = 4
 
 
 class DamagedSource(IntegrityError):
@@ -91,42 +97,15 @@ class _TarWriter:
         self._write(data)
         self._pad(len(data))
 
-    def add_file(self, m: Member, source: Path, mtime: int) -> None:
-        """Stream ``source`` in, hashing it: this digest is what proves the packed bytes are the ones the
-        manifest names (the cache checks only sizes for a build), so a mismatch is refused."""
-        try:
-            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise DamagedSource(f"cannot read {source}: {exc.strerror or exc}.", sha256=m.sha256) from None
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != m.size:
-                raise DamagedSource(
-                    f"{source} changed size since it was verified: expected {m.size} bytes.",
-                    sha256=m.sha256,
-                    tip="Something is writing to the cache; run the build again.",
-                )
-            self._write(tar_header(m.path, m.size, mtime))
-            h = BackgroundHash("sha256")  # on another thread: the same immutable chunks are hashed and packed
-            left = m.size
-            while left:
-                chunk = f.read(min(CHUNK, left))
-                if not chunk:
-                    raise DamagedSource(
-                        f"{source} shrank while it was packed: expected {m.size} bytes.",
-                        sha256=m.sha256,
-                        tip="Something is writing to the cache; run the build again.",
-                    )
-                h.update(chunk)
-                self._write(chunk)
-                self.progress.advance(len(chunk))
-                left -= len(chunk)
-        if h.hexdigest() != m.sha256:
-            raise DamagedSource(
-                f"{source} changed since it was verified: its sha256 is not {m.sha256}.",
-                sha256=m.sha256,
-                tip="The cached file was modified; clear it from the cache and run the build again.",
-            )
+    def add_file(self, m: Member, source: Channel[bytes | _Verified], mtime: int) -> None:
+        """The member's bytes as the reader thread hands them on; they end with its word that the file was
+        read whole and has the member's sha256 (or the reader's error is raised here)."""
+        self._write(tar_header(m.path, m.size, mtime))
+        while not isinstance(piece := source.get(), _Verified):
+            if isinstance(piece, End):
+                raise IntegrityError(f"internal: the reader ended before {m.path}.")
+            self._write(piece)
+            self.progress.advance(len(piece))
         self._pad(m.size)
 
     def _pad(self, size: int) -> None:
@@ -156,18 +135,79 @@ def write_bundle(
     parse_manifest(head)  # the reader's rules (paths, collisions, names): what it would refuse is never written
     mtime = manifest.serial
     progress.start("packing", total_bytes=manifest.unpacked_size, files=len(entries) + 1)
-    writer = compressor(threads).stream_writer(out, closefd=False, write_size=CHUNK)
-    tar = _TarWriter(writer, progress)
-    tar.add_bytes(MANIFEST, head, mtime)
-    for e in entries:
-        m = e.member
-        if isinstance(e.source, bytes):
-            if len(e.source) != m.size or hashlib.sha256(e.source).hexdigest() != m.sha256:
-                raise IntegrityError(f"internal: {m.path} does not match its manifest entry.")
-            tar.add_bytes(m.path, e.source, mtime)
-        else:
-            tar.add_file(e.member, e.source if isinstance(e.source, Path) else e.source(), mtime)
-        progress.file_done()
-    tar.close()
-    writer.close()  # type: ignore[no-untyped-call]  # ends the one frame (with its checksum); closefd=False leaves ``out`` open
+    sources: Channel[bytes | _Verified] = Channel(READ_AHEAD)
+    reader = start("lockbuild-read", lambda out: _read_sources(entries, out), sources)
+    try:
+        writer = compressor(threads).stream_writer(out, closefd=False, write_size=CHUNK)
+        tar = _TarWriter(writer, progress)
+        tar.add_bytes(MANIFEST, head, mtime)
+        for e in entries:
+            m = e.member
+            if isinstance(e.source, bytes):
+                if len(e.source) != m.size or hashlib.sha256(e.source).hexdigest() != m.sha256:
+                    raise IntegrityError(f"internal: {m.path} does not match its manifest entry.")
+                tar.add_bytes(m.path, e.source, mtime)
+            else:
+                tar.add_file(m, sources, mtime)
+            progress.file_done()
+        tar.close()
+        writer.close()  # type: ignore[no-untyped-call]  # ends the one frame (with its checksum); closefd=False leaves ``out`` open
+    finally:
+        sources.stop()  # after a failure, the reader ends at its next hand-off (it is not waited for)
+    reader.join()
     progress.finish()
+
+
+class _Verified:
+    """The reader's word, after a file's last piece, that it was read whole and has the member's sha256."""
+
+
+VERIFIED = _Verified()
+
+
+def _read_sources(entries: Sequence[Entry], out: Channel[bytes | _Verified]) -> None:
+    """On the reader thread: every file entry's bytes in order, each file followed by VERIFIED."""
+    for e in entries:
+        if not isinstance(e.source, bytes):
+            _read_file(e.member, e.source if isinstance(e.source, Path) else e.source(), out)
+
+
+def _read_file(m: Member, source: Path, out: Channel[bytes | _Verified]) -> None:
+    """Hand ``source`` on in pieces and hash it: this digest is what proves the packed bytes are the ones
+    the manifest names (the cache checks only sizes for a build), so a mismatch is refused. Each piece is
+    immutable ``bytes``: the compressor packs exactly the bytes that were hashed."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise DamagedSource(f"cannot read {source}: {exc.strerror or exc}.", sha256=m.sha256) from None
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != m.size:
+            raise DamagedSource(
+                f"{source} changed size since it was verified: expected {m.size} bytes.",
+                sha256=m.sha256,
+                tip="Something is writing to the cache; run the build again.",
+            )
+        h = hashlib.sha256()
+        left = m.size
+        while left:
+            try:
+                piece = f.read(min(READ_SIZE, left))
+            except OSError as exc:
+                raise DamagedSource(f"cannot read {source}: {exc.strerror or exc}.", sha256=m.sha256) from None
+            if not piece:
+                raise DamagedSource(
+                    f"{source} shrank while it was packed: expected {m.size} bytes.",
+                    sha256=m.sha256,
+                    tip="Something is writing to the cache; run the build again.",
+                )
+            out.put(piece)
+            h.update(piece)  # while the compressor takes the same piece on the main thread
+            left -= len(piece)
+    if h.hexdigest() != m.sha256:
+        raise DamagedSource(
+            f"{source} changed since it was verified: its sha256 is not {m.sha256}.",
+            sha256=m.sha256,
+            tip="The cached file was modified; clear it from the cache and run the build again.",
+        )
+    out.put(VERIFIED)

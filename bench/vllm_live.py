@@ -3,10 +3,11 @@
 next to its floors and the classic path, in the same run:
 
     lock         lockbuild lock                        | uv pip compile with the same flags (cold caches)
+                 lockbuild lock, warm cache (uv's resolution reused; every pin still checked on the index)
     fetch        raw parallel download (curl, 8 streams) of the lock's files, nothing checked
     build        lockbuild build, cold cache           | max(fetch floor, tar | zstd floor)
                  lockbuild build, warm cache           | tar cf - | zstd -T0 -3 of the same files
-    verify       lockbuild verify                      | b2sum (BLAKE2b-512, one thread), sha256sum
+    verify       lockbuild verify                      | b2sum (BLAKE2b-512, one thread), sha256sum, openssl sha256
     install      lockbuild install                     | uv venv + uv pip install --offline (cache on the same disk)
     classic      pip download + tar czf + pip install --no-index (skipped with --quick)
 
@@ -42,10 +43,12 @@ PHASES = ("lock", "fetch", "build-cold", "build-warm", "verify", "install", "cla
 
 # the variants, named once (the ratios and the README refer to them)
 LB_LOCK, UV_LOCK = "lockbuild lock", "uv pip compile (same flags)"
+LB_RELOCK = "lockbuild lock, warm cache (uv's resolution reused, every pin checked on the index)"
 RAW = "raw parallel download (curl --parallel, 8)"
 COLD, WARM = "lockbuild build, cold cache", "lockbuild build, warm cache"
 ZSTD = "tar cf - | zstd -T0 -3 (same files)"
 VERIFY, B2SUM, SHA256SUM = "lockbuild verify (signature + every digest)", "b2sum (BLAKE2b-512)", "sha256sum"
+OPENSSL = "openssl dgst -sha256 (one sha256 pass, SHA-NI)"
 INSTALL, UV_INSTALL = "lockbuild install (offline)", "uv venv + uv pip install --offline (floor)"
 CL_DL, CL_TGZ, CL_INST = "classic: pip download", "classic: tar czf", "classic: venv + pip install --no-index"
 
@@ -149,6 +152,16 @@ class LiveSuite:
             self.timed("lock", UV_LOCK, self.run(argv, env={**self.env, "UV_CACHE_DIR": str(self.fresh("uv-cache"))},
                                                  stdin=REQUIREMENT + "\n"))  # fmt: skip
             self.lock_doc = doc
+            # A rebuild's lock: the kept cache remembers uv's resolution (an untimed call fills it if needed).
+            relock = [*LOCKBUILD, "lock", str(self.recipe), "--build", BUILD, "--out", str(self.work / "relock"),
+                      "--json"]  # fmt: skip
+            self.fresh("relock")
+            self.run(relock, env=self.lb_env(self.cache))
+            self.fresh("relock")
+            r = self.timed("lock", LB_RELOCK, self.run(relock, env=self.lb_env(self.cache)))
+            if not json.loads(r.stdout)["locks"][0].get("resolution_reused"):
+                self.log("  (the warm lock did not reuse the remembered resolution)")
+        shutil.rmtree(self.work / "relock", ignore_errors=True)
         shutil.rmtree(self.work / "lock-cache", ignore_errors=True)
         shutil.rmtree(self.work / "uv-cache", ignore_errors=True)
         self.r.facts.update({"packages": len(self.lock_doc["packages"]), "as_of": self.lock_doc["as_of"],
@@ -236,6 +249,7 @@ class LiveSuite:
                                                    "--json"]), size=size)  # fmt: skip
             self.timed("verify", B2SUM, self.run(["b2sum", str(bundle)]), size=size)
             self.timed("verify", SHA256SUM, self.run(["sha256sum", str(bundle)]), size=size)
+            self.timed("verify", OPENSSL, self.run(["openssl", "dgst", "-sha256", str(bundle)]), size=size)
 
     def phase_install(self) -> None:
         bundle = self._need_bundle()
@@ -292,6 +306,10 @@ def ratios(r: Results) -> list[Ratio]:
     if lb and uv:
         add("lock / uv pip compile", tuple(a / b for a, b in zip(lb.seconds, uv.seconds, strict=False)), "<= 1.3",
             lambda v: v <= 1.3)  # fmt: skip
+    relock = med("lock", LB_RELOCK)
+    if relock and uv:
+        add("lock, warm cache / uv pip compile (cold)",
+            tuple(a / b for a, b in zip(relock.seconds, uv.seconds, strict=False)), "(none)", lambda v: True)
     cold, raw, zstd, warm = med("build", COLD), med("fetch", RAW), med("build", ZSTD), med("build", WARM)
     if cold:
         add("build, cold cache: seconds", tuple(cold.seconds), "<= 75", lambda v: v <= 75)
@@ -307,6 +325,10 @@ def ratios(r: Results) -> list[Ratio]:
     v = med("verify", VERIFY)
     if v:
         add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), ">= 450", lambda x: x >= 450)
+        one = med("verify", OPENSSL)
+        if one:
+            pairs = zip(v.seconds, one.seconds, strict=False)
+            add("verify / one sha256 pass (openssl)", tuple(a / b for a, b in pairs), "(none)", lambda x: True)
     inst, floor_i = med("install", INSTALL), med("install", UV_INSTALL)
     if inst:
         add("install (offline): seconds", tuple(inst.seconds), "<= 55", lambda x: x <= 55)

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
-import hashlib
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.read import read_bundle, read_head_raw
-from lockbuild.digest import CHUNK, TwinHasher
+from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
@@ -166,21 +165,26 @@ def digest_bundle(
     with f:
         if check is not None:
             check(size)
-        hasher = TwinHasher() if prehash else None
-        sha = hasher.sha256 if hasher is not None else hashlib.sha256()
-        update = hasher.update if hasher is not None else sha.update
-        left = size
-        while left:
-            chunk = f.read(min(CHUNK, left))
-            if not chunk:
-                raise IntegrityError(f"the bundle {path} shrank while it was read: expected {size} bytes.")
-            update(chunk)
-            left -= len(chunk)
-        if f.read(1):
-            raise IntegrityError(f"the bundle {path} grew while it was read: expected {size} bytes.")
-    if hasher is not None:
-        return FileDigests(*hasher.finish())
-    return FileDigests(size, sha.hexdigest())
+        if prehash:
+            twin = TwinHasher()
+            _read_all(f, path, size, twin.update)
+            return FileDigests(*twin.finish())
+        sha = BackgroundHash("sha256")  # beside the reads: the next chunk is read while this one is hashed
+        _read_all(f, path, size, sha.update)
+        return FileDigests(size, sha.hexdigest())
+
+
+def _read_all(f: BinaryIO, path: Path, size: int, update: Callable[[bytes], None]) -> None:
+    """Exactly ``size`` bytes of ``f``, in chunks, to ``update``: a file that shrinks or grows is refused."""
+    left = size
+    while left:
+        chunk = f.read(min(CHUNK, left))
+        if not chunk:
+            raise IntegrityError(f"the bundle {path} shrank while it was read: expected {size} bytes.")
+        update(chunk)
+        left -= len(chunk)
+    if f.read(1):
+        raise IntegrityError(f"the bundle {path} grew while it was read: expected {size} bytes.")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -77,7 +78,7 @@ class InstallResult:
 @dataclass(frozen=True)
 class Opened:
     """A bundle whose signatures met the policy: its signed manifest, and how to unpack its members
-    (checked against that manifest and the signed file digest)."""
+    (each checked against that manifest as it is read)."""
 
     manifest: Manifest
     sha256: str
@@ -108,16 +109,20 @@ class Installer:
 
     def install(self, bundle: Path) -> InstallResult:
         started = time.monotonic()
-        self.progress.phase(f"checking the signatures of {bundle.name}")
-        trusted = open_bundle(bundle, load_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
-        # the signed manifest, read only after the signature policy is met; extract enforces it and the digest
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-node") as pool:
+            # the node's facts (nvidia-smi can take a second) are gathered while the bundle is hashed
+            facts = pool.submit(detect) if self.node is None else None
+            self.progress.phase(f"checking the signatures of {bundle.name}")
+            trusted = open_bundle(bundle, load_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
+            node = facts.result() if facts is not None else self.node
+        # the signed manifest, read only after the signature policy is met; extract checks every member against it
         opened = Opened(trusted.manifest, trusted.digests.sha256, trusted.signer_ids,
                         lambda dest: trusted.extract(dest, progress=self.progress))  # fmt: skip
-        return self.install_opened(opened, started)
+        return self.install_opened(opened, started, node)
 
-    def install_opened(self, opened: Opened, started: float) -> InstallResult:
+    def install_opened(self, opened: Opened, started: float, node: Node | None = None) -> InstallResult:
         m, p = opened.manifest, self.progress
-        node = self.node or detect()
+        node = node or self.node or detect()
         # --python wins; else the bundle's own interpreter (placed after the extraction); else PATH's
         python = find_python(m.python, self.o.python) if self.o.python or not m.install.interpreter else None
         engine_dir = prepare(self.o.root, m.engine)

@@ -24,8 +24,9 @@ from lockbuild.builder.cutoff import (
     recipe_pin,
     release_cut_off,
 )
+from lockbuild.builder.extras import ExtraFile, choose_uv_wheel
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.index import Index, IndexFile, Publication
+from lockbuild.builder.index import Index, IndexFile
 from lockbuild.builder.lookahead import Lookahead
 from lockbuild.builder.memo import ResolutionMemo
 from lockbuild.builder.prebuild import Prebuilt, prebuild
@@ -40,22 +41,10 @@ from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, SecondIndex, UrlWheel
 from lockbuild.recipe.checks import wheel_filename
 from lockbuild.settings import Settings
-from lockbuild.target import Target
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
 
 MAX_REQUIREMENTS_FILE = 1 << 20
-
-
-@dataclass(frozen=True)
-class ExtraFile:
-    """A bundled file that is not a Python distribution from the lock (source, asset, tool)."""
-
-    path: str  # inside the bundle
-    kind: str  # "source", "asset", "tool"
-    url: str
-    sha256: str
-    size: int | None
 
 
 @dataclass(frozen=True)
@@ -394,28 +383,6 @@ class Planner:
 def _index_label(index: SecondIndex) -> str:
     """How messages name an extra index: "the second index" (``index``), "index NAME" (``indexes``)."""
     return "the second index" if index.name == "second" else f"index {index.name!r}"
-
-
-def choose_uv_wheel(primary: Index, target: Target, version: str) -> ExtraFile:
-    """The uv wheel for the node's platform, at the builder's uv version, from the primary index.
-
-    The same rules as every other file: its release's cut-off (first upload + 24 h: a wheel added to
-    that uv release later is absent) and never a yanked file. It is recorded with the lock's extras.
-    """
-    files = [f for f in primary.release("uv", version) if f.is_wheel]
-    cands = index_candidates(files)
-    pin = Pin("uv", version, frozenset(c.sha256 for c in cands if c.sha256))
-    if not pin.hashes:
-        raise ResolveError(
-            f"the package index has no uv {version} wheels with sha256 digests; the node needs one to install.",
-            tip="Use a builder whose uv version is published on the index.",
-        )
-    times = [f.upload_time for f in files if f.upload_time is not None]
-    uv_cut = None
-    if times:
-        uv_cut = release_cut_off(primary, Publication(min(times), max(times), tuple(files)), "uv", version)
-    chosen = choose_file(pin, cands, target, origin="primary", as_of=uv_cut)
-    return ExtraFile(f"tools/{chosen.filename}", "tool", chosen.url, chosen.sha256, chosen.size)
 
 
 def _wheel_version(filename: str) -> str:

@@ -390,3 +390,12 @@ def test_a_resolution_that_may_run_a_build_backend_is_never_remembered(env: Fake
         )  # fmt: skip
         assert got.reused is False and got.key is None and "lmbackend==1.0" in got.text
     assert not (tmp_path / "resolutions").exists()
+
+
+def test_the_text_output_says_when_uv_s_resolution_was_remembered(env: FakeServer, tmp_path: Path) -> None:
+    publish_engine(env, "lmtext")
+    path = recipe(tmp_path, "lmtext")
+    outputs = [CliRunner().invoke(main, ["lock", str(path), "--out", str(tmp_path / n)]) for n in ("a", "b")]
+    assert all(r.exit_code == 0 for r in outputs)
+    assert "remembered" not in outputs[0].stdout
+    assert "uv's resolution remembered from an earlier lock" in outputs[1].stdout

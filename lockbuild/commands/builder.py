@@ -28,6 +28,7 @@ from lockbuild.times import iso
 
 Command = _Command
 
+REUSED_NOTE = " (uv's resolution remembered from an earlier lock; every pin checked on the index)"
 fresh_lock_option = click.option(
     "--fresh-lock",
     is_flag=True,
@@ -105,6 +106,7 @@ def lock(
     text = "\n".join(
         f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
         f"-> {out / res['build'] / res['lock_format']}"
+        + (REUSED_NOTE if res["resolution_reused"] else "")
         for res in results
     )
     _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)

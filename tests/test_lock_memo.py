@@ -399,3 +399,15 @@ def test_the_text_output_says_when_uv_s_resolution_was_remembered(env: FakeServe
     assert all(r.exit_code == 0 for r in outputs)
     assert "remembered" not in outputs[0].stdout
     assert "uv's resolution remembered from an earlier lock" in outputs[1].stdout
+
+
+def test_a_hint_that_fails_stops_the_hints_not_the_reading() -> None:
+    calls: list[str] = []
+
+    def hint(name: str, version: str) -> None:
+        calls.append(name)
+        raise RuntimeError("the pool is gone")
+
+    log = b"DEBUG Selecting: a==1 [compatible] (a-1.whl)\nDEBUG Selecting: b==1 [compatible] (b-1.whl)\nerror: x\n"
+    assert read_uv_stderr(io.BytesIO(log), hint) == "error: x\n"
+    assert calls == ["a"]

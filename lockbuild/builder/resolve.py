@@ -149,7 +149,10 @@ def read_uv_stderr(stream: IO[bytes], on_select: Callable[[str, str], None] | No
         if line.startswith(_LOG_LEVELS):
             m = _SELECTING.match(line)
             if m is not None and on_select is not None:
-                on_select(m[1].decode("ascii"), m[2].decode("ascii"))
+                try:
+                    on_select(m[1].decode("ascii"), m[2].decode("ascii"))
+                except Exception:  # a hint that fails ends the hints, never the reading (uv would block)
+                    on_select = None
             continue
         kept.append(line)
     return b"".join(kept).decode("utf-8", errors="replace")

@@ -411,3 +411,22 @@ def test_a_hint_that_fails_stops_the_hints_not_the_reading() -> None:
     log = b"DEBUG Selecting: a==1 [compatible] (a-1.whl)\nDEBUG Selecting: b==1 [compatible] (b-1.whl)\nerror: x\n"
     assert read_uv_stderr(io.BytesIO(log), hint) == "error: x\n"
     assert calls == ["a"]
+
+
+@pytest.mark.parametrize("attack", ["group-writable", "symlink"])
+def test_a_resolutions_directory_another_user_could_write_is_refused(tmp_path: Path, attack: str) -> None:
+    """Whoever writes there could choose uv's answer (each pin is still checked, but not which pins)."""
+    from lockbuild.builder.cache import Cache
+    from lockbuild.errors import FetchError
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    if attack == "group-writable":
+        (root / "resolutions").mkdir()
+        (root / "resolutions").chmod(0o775)
+    else:
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        (root / "resolutions").symlink_to(tmp_path / "elsewhere")
+    why = "is writable by group or others" if attack == "group-writable" else "is a symbolic link"
+    with pytest.raises(FetchError, match=f"resolutions {why}"):
+        Cache(root).check_owner()

@@ -107,6 +107,10 @@ def file_twin_digests(path: Path) -> tuple[int, str, bytes]:
     return hasher.finish()
 
 
+class Writable(Protocol):
+    def write(self, data: bytes, /) -> int | None: ...
+
+
 class HashingWriter:
     """A write-only sink that writes a stream to ``out`` and takes its sha256 and BLAKE2b-512, each of the
     three on its own thread fed through a bounded channel: the producer (zstd's output callback) hands a
@@ -116,7 +120,7 @@ class HashingWriter:
     ``OSError`` from ``out``) is raised, the same exception, by the producer's next ``write`` or by
     ``finish``. ``abort`` stops and joins the threads; call it whatever happened (a no-op after ``finish``)."""
 
-    def __init__(self, out: BinaryIO, *, depth: int = 8) -> None:
+    def __init__(self, out: Writable, *, depth: int = 4) -> None:
         self.size = 0
         self._sha256 = hashlib.sha256()
         self._blake2b = hashlib.blake2b(digest_size=64)

@@ -1,19 +1,25 @@
-"""Threads that hand a stream on (lockbuild.channel) and the bundle's output sink (digest.HashingWriter):
-order kept, memory bounded, a failure on any thread raised on the caller's, no thread left behind."""
+"""Threads that hand a stream on (lockbuild.channel), the bundle's output sink (digest.HashingWriter) and its
+file (writeback.EarlyWriteback): order kept, memory bounded, a failure on any thread raised on the
+caller's, no thread left behind, every byte written."""
 
 from __future__ import annotations
 
 import errno
 import hashlib
 import io
+import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from lockbuild import writeback
 from lockbuild.channel import Cancelled, Channel, End, start
 from lockbuild.digest import HashingWriter
+from lockbuild.writeback import EarlyWriteback
 
 
 def until(condition: Callable[[], bool], wait: float = 10.0) -> bool:
@@ -152,3 +158,24 @@ def test_an_aborted_writer_leaves_no_thread() -> None:
     sink.write(b"some bytes")
     sink.abort()
     assert no_thread_left()
+
+
+def test_early_writeback_writes_every_byte_and_starts_each_stretch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle's file asks the kernel to start writing each finished stretch (the final fsync then
+    waits for the last one only); every byte is written, in order, whatever the calls."""
+    if sys.platform == "linux":
+        assert writeback._sync_file_range() is not None  # the real call is found where it exists
+    started: list[tuple[int, int]] = []
+    monkeypatch.setattr(writeback, "_sync_file_range", lambda: lambda fd, offset, n, flags: started.append((offset, n)))
+    data = bytes(range(256)) * 400
+    path = tmp_path / "bundle"
+    with path.open("wb") as raw:
+        out = EarlyWriteback(raw, stretch=10_000)
+        for i in range(0, len(data), 3_000):
+            assert out.write(data[i : i + 3_000]) == len(data[i : i + 3_000])
+    assert path.read_bytes() == data
+    assert started[0][0] == 0 and all(n >= 10_000 for _, n in started)
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(started))
+    assert sum(n for _, n in started) > len(data) - 10_000

@@ -29,6 +29,7 @@ from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
 from lockbuild.times import iso
 from lockbuild.trust import FileDigests, Statement, carry_over, read_signatures, sign_statement, signature_path
+from lockbuild.writeback import EarlyWriteback
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def write(
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with tmp.open("wb") as raw:
-            out = HashingWriter(raw)  # written and hashed on threads of their own, never read back
+            out = HashingWriter(EarlyWriteback(raw))  # written and hashed on threads of their own, never read back
             try:
                 write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
                 digests = FileDigests(*out.finish())

@@ -271,6 +271,22 @@ def test_wrong_digest(tmp_path: Path) -> None:
     refused(tmp_path, compress(tar), f"'assets/model.bin' has sha256 {sha(swapped)}; the manifest says {sha(data)}")
 
 
+@pytest.mark.parametrize("at", [0, (3 << 20) // 2, (3 << 20) - 1], ids=["first", "middle", "last"])
+def test_wrong_digest_of_a_large_member(tmp_path: Path, at: int) -> None:
+    """A member of 1 MiB or more is hashed on a second thread while it is decompressed and written: one
+    changed byte anywhere in it is refused all the same."""
+    path = "assets/model.bin"
+    data = bytes(range(256)) * (3 << 12)  # 3 MiB
+    changed = bytearray(data)
+    changed[at] ^= 1
+    members = good_members()
+    members[-1] = member(path, data)
+    tar = bundle_tar(with_entry(-1, TarEntry(path, bytes(changed))), listed=manifest(members))
+    refused(tmp_path, compress(tar), f"'{path}' has sha256 {sha(bytes(changed))}; the manifest says {sha(data)}")
+    assert read_bundle(write(tmp_path / "good.lbz", compress(bundle_tar(with_entry(-1, TarEntry(path, data)),
+                                                                        listed=manifest(members))))).members
+
+
 def test_member_over_the_size_limit(tmp_path: Path) -> None:
     limits = Limits(max_member=2000)
     refused(tmp_path, good_bundle(), "gives assets/model.bin a size of 2304; expected 0..2000", limits=limits)

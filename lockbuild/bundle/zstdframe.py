@@ -1,6 +1,7 @@
 """The zstd layer of a bundle: the frame's structure walked before anything is decompressed (one
 complete frame, a bounded window, a content checksum, nothing after it), then a streaming decompressor
-whose output is counted against a limit, and the raw bytes hashed as the decompressor reads them."""
+whose output is counted against a limit and handed out without copies; and, for ``lockbuild sign``, the
+raw bytes hashed as the decompressor reads them."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def test_zstd_frame_parameters(tmp_path: Path) -> None:
     bundle.write_bytes(data)
     with bundle.open("rb") as f:
         check_zstd_frame(f)
-    assert (ZSTD_LEVEL, JOB_SIZE) == (1, 2 << 20)  # as docs/bundle-format.md says
+    assert (ZSTD_LEVEL, JOB_SIZE) == (-3, 2 << 20)  # as docs/bundle-format.md says
 
 
 def mixed(n_mib: int) -> bytes:

@@ -121,7 +121,9 @@ def _usage_error(exc: click.ClickException) -> dict[str, Any]:
 def _progress(ctx: click.Context) -> Any:
     from lockbuild.progress import Progress
 
-    return Progress(enabled=not ctx.obj.get("json"))
+    progress = Progress(enabled=not ctx.obj.get("json"))
+    ctx.call_on_close(progress.close)  # its heartbeat thread ends with the command (tests run many in one process)
+    return progress
 
 
 def _emit(ctx: click.Context, data: dict[str, Any], text: str) -> None:

@@ -375,3 +375,15 @@ def test_cold_build_bytes_do_not_depend_on_arrival_order(env, keys: Keys, toy_re
                   env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c2")})  # fmt: skip
     assert env.files[late].hits - before >= 3  # two refusals, then the file
     assert again.read_bytes() == first.read_bytes()
+
+
+def test_a_command_leaves_no_progress_thread_behind(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    """The heartbeat thread of a command's progress ends with the command, not with the process (many
+    commands run in one process: tests, or a program that calls lockbuild's CLI in-process)."""
+    import threading
+
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    code, _, stderr = cli("verify", str(bundle), "--trust", str(keys.trust))  # text mode: progress on stderr
+    assert code == 0, stderr
+    assert "lockbuild:" in stderr  # the progress was on, so its heartbeat thread was started
+    assert [t.name for t in threading.enumerate() if t.name == "lockbuild-progress"] == []

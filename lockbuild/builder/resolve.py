@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -185,7 +186,10 @@ def _run_uv(
             proc.stdin.write((stdin or "").encode("utf-8"))
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.close()
-        code = proc.wait(timeout=RESOLVE_TIMEOUT)
+        # uv's stderr ends when uv does: wait on the reader (no polling), then reap uv.
+        deadline = time.monotonic() + RESOLVE_TIMEOUT
+        reader.join(timeout=RESOLVE_TIMEOUT)
+        code = proc.wait(timeout=max(0.001, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         raise ResolveError(f"uv pip compile did not finish within {RESOLVE_TIMEOUT} s.") from None
     finally:

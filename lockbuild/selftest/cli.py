@@ -10,14 +10,17 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
-from lockbuild.selftest.report import Report
-from lockbuild.selftest.run import TIMEOUT, SelfTestOptions, self_test
+from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.text import for_terminal
+
+if TYPE_CHECKING:  # the self-test's machinery loads when the command runs, not with every other command
+    from lockbuild.selftest.report import Report
+
 
 EXIT_FAILED = 1
 
@@ -58,6 +61,8 @@ def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None,
         if trust is None:
             trust = Path(tmp)
             (trust / "signer.pub").write_text(public_key_text, encoding="utf-8")
+        from lockbuild.selftest.run import SelfTestOptions, self_test
+
         opts = SelfTestOptions(trust_dir=trust, environ=dict(os.environ))
         _show(ctx, [self_test(b, opts, _progress(ctx)) for b in bundles], built)
 
@@ -82,6 +87,8 @@ def test(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: in
     (host, port, the Python frame that made it). Fails on any attempt to a host the recipe's allow-network
     does not name. The temporary root is removed afterwards."""
     _setup(ctx, as_json)
+    from lockbuild.selftest.run import SelfTestOptions, self_test
+
     opts = SelfTestOptions(trust_dir=trust_dir, threshold=threshold, python=python, timeout=timeout,
                            tracer=not no_strace, environ=dict(os.environ))  # fmt: skip
     _show(ctx, [self_test(bundle, opts, _progress(ctx))])

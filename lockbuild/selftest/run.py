@@ -31,10 +31,10 @@ from lockbuild.install.runenv import PASSED
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress
 from lockbuild.selftest import audit, sandbox, trace
+from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.trust import load_store, open_bundle, trust_dir
 
-TIMEOUT = 1800.0
 PR_SET_PDEATHSIG = 1
 NO_TRACER = "not available (install strace to catch native attempts)"
 

@@ -24,6 +24,7 @@ from lockbuild.builder.resolve import MAX_MESSAGE_LINES, compile_lock, read_uv_s
 from lockbuild.cli import main
 from lockbuild.errors import RemoteError
 from lockbuild.target import Target
+from lockbuild.times import iso
 
 
 def recipe(tmp_path: Path, engine: str, *, extra: str = "") -> Path:
@@ -430,3 +431,82 @@ def test_a_resolutions_directory_another_user_could_write_is_refused(tmp_path: P
     why = "is writable by group or others" if attack == "group-writable" else "is a symbolic link"
     with pytest.raises(FetchError, match=f"resolutions {why}"):
         Cache(root).check_owner()
+
+
+def test_a_resolution_whose_cut_off_is_still_to_come_is_never_remembered(env: FakeServer, tmp_path: Path) -> None:
+    """A release's first day gives a cut-off in the future: the index may still gain files before it, which
+    a fresh lock then sees (even once that time has passed); a remembered answer would hide them for good."""
+    publish_engine(env, "lmsoon")
+    memo = ResolutionMemo(tmp_path / "resolutions")
+    cut = day(6)
+    excluded = [("lmsoon-dep", iso(cut + dt.timedelta(hours=5)))]
+    for now, per_package, remembered in [
+        (cut - dt.timedelta(hours=3), (), False),  # the cut-off is still to come
+        (cut + dt.timedelta(minutes=10), (), False),  # just past: the index's clock may trail ours
+        (cut + dt.timedelta(hours=2), excluded, False),  # a package's own cut-off is still to come
+        (cut + dt.timedelta(hours=2), (), True),  # settled: remembered, and the next lock reuses it
+    ]:
+        got = []
+        for attempt in ("first", "second"):
+            work = tmp_path / f"{now:%H%M}-{len(per_package)}-{attempt}"
+            work.mkdir()
+            got.append(compile_lock(
+                ["lmsoon==1.0"], Target.of(PY, PLATFORM), cut, index_url=env.index_url(), workdir=work,
+                cache_dir=tmp_path / "uv-cache", memo=memo, exclude_newer_package=per_package, now=now,
+                inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+            ))  # fmt: skip
+        assert got[1].reused is remembered, (now, per_package)
+        assert got[0].text == got[1].text
+
+
+def test_a_process_uv_leaves_holding_its_stderr_does_not_hang_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build backend (build-on-node) may start a process that keeps uv's stderr open after uv exits: the
+    lock ends with uv's time limit, as it did before uv's stderr was read as it came, never waits for ever."""
+    import lockbuild.builder.resolve as resolve_module
+
+    monkeypatch.setattr(resolve_module, "RESOLVE_TIMEOUT", 1)
+    monkeypatch.setattr(resolve_module, "READER_GRACE", 0.5)
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            resolve_module._run_uv(["sh", "-c", "sleep 6 >&2 & exit 0"], None, {"PATH": os.environ["PATH"]},
+                                   tmp_path, None)  # fmt: skip
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(15)
+    assert not t.is_alive(), "the lock waited on a pipe held by a process uv left behind"
+    assert isinstance(outcome[0], resolve_module.ResolveError) and "did not finish" in outcome[0].message
+
+
+def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uv is given the credentials percent-encoded in its index URL: an answer echoing that URL holds them
+    even where neither the user name nor the password appears as given (say, an e-mail address)."""
+    import lockbuild.builder.resolve as resolve_module
+    from lockbuild.settings import Credentials
+
+    fake = tmp_path / "uv"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "uv 0.0.1"; exit 0; fi\n'
+        'while [ $# -gt 0 ]; do [ "$1" = "--output-file" ] && out="$2"; shift; done\ncat >/dev/null\n'
+        'printf "x==1 --hash=sha256:%064d\\n# %s\\n" 0 "$UV_INDEX_URL" > "$out"\n'
+    )
+    fake.chmod(0o700)
+    monkeypatch.setattr(resolve_module, "uv_binary", lambda: str(fake))
+    memo = ResolutionMemo(tmp_path / "resolutions")
+    (tmp_path / "w").mkdir()
+    got = compile_lock(
+        ["x==1"], Target.of(PY, PLATFORM), day(6), index_url="https://index.example/simple", workdir=tmp_path / "w",
+        cache_dir=tmp_path / "uv-cache", memo=memo, credentials=Credentials("me@corp.example", "p@ss/w:rd"),
+        inherit={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert "me%40corp.example:p%40ss%2Fw%3Ard@index.example" in got.text and got.key is not None
+    assert memo.get(got.key) is None and not any((tmp_path / "resolutions").glob("*"))

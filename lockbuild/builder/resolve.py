@@ -31,11 +31,16 @@ from lockbuild.errors import ResolveError
 from lockbuild.recipe import SecondIndex
 from lockbuild.settings import Credentials
 from lockbuild.target import Target
-from lockbuild.times import iso
+from lockbuild.times import iso, parse_time
 from lockbuild.urls import origin
 from lockbuild.uvtool import clean_env, uv_binary, uv_version
 
 RESOLVE_TIMEOUT = 1800
+READER_GRACE = 5  # seconds to wait, once uv is gone, for the end of its stderr after a failure
+# A cut-off this close to now (or later) may still gain files: the index's clock may trail ours, and a
+# file stamped before the cut-off may be uploaded after we looked. Only an answer whose every cut-off was
+# this far in the past when uv gave it is remembered (memo.py).
+SETTLED = dt.timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,14 @@ def _with_credentials(index_url: str, credentials: Credentials) -> str:
     return urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, parts.query, parts.fragment))
 
 
+def _secret_forms(credentials: Credentials) -> tuple[str, ...]:
+    """The credentials as uv's output could show them: as given, percent-encoded (as in UV_INDEX_URL),
+    and as the Basic authorization value."""
+    raw = (credentials.username, credentials.password)
+    encoded = tuple(quote(v, safe="") for v in raw) + tuple(quote(v) for v in raw)
+    return (*raw, *encoded, credentials.authorization().removeprefix("Basic "))
+
+
 def _tail(text: str, lines: int = 8) -> str:
     kept = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(f"    {line}" for line in kept[-lines:])
@@ -175,8 +188,14 @@ def _run_uv(
         raise ResolveError(f"cannot run uv at {argv[0]}: {exc.strerror}") from None
     assert proc.stdin is not None and proc.stderr is not None
     messages: list[str] = []
+    stderr = proc.stderr
+
+    def read() -> None:
+        with stderr:  # closed by the reader, when it ends (it may outlive this call: see below)
+            messages.append(read_uv_stderr(stderr, on_select))
+
     reader = threading.Thread(
-        target=lambda: messages.append(read_uv_stderr(proc.stderr, on_select)),  # type: ignore[arg-type]
+        target=read,
         name="lockbuild-uv-stderr",
         daemon=True,
     )
@@ -189,15 +208,20 @@ def _run_uv(
         # uv's stderr ends when uv does: wait on the reader (no polling), then reap uv.
         deadline = time.monotonic() + RESOLVE_TIMEOUT
         reader.join(timeout=RESOLVE_TIMEOUT)
+        if reader.is_alive():  # uv runs on, or a process it started (a build backend) holds its stderr
+            raise subprocess.TimeoutExpired(argv, RESOLVE_TIMEOUT)
         code = proc.wait(timeout=max(0.001, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        raise ResolveError(f"uv pip compile did not finish within {RESOLVE_TIMEOUT} s.") from None
+        raise ResolveError(
+            f"uv pip compile did not finish within {RESOLVE_TIMEOUT} s (or a process it started kept its output open)."
+        ) from None
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        reader.join()
-        proc.stderr.close()
+        # Bounded: a process uv started may hold the pipe open after uv is gone; the (daemon) reader then
+        # ends when it does, and this call does not wait for it.
+        reader.join(timeout=READER_GRACE)
     return code, messages[0] if messages else ""
 
 
@@ -223,6 +247,7 @@ def compile_lock(
     memo: ResolutionMemo | None = None,
     reuse: bool = True,
     on_select: Callable[[str, str], None] | None = None,
+    now: dt.datetime | None = None,
 ) -> Resolution:
     """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash.
 
@@ -237,7 +262,10 @@ def compile_lock(
     the live index, and resolve afresh (``reuse=False``) if a check fails. A resolution that may run a
     build backend (``sdists_allowed``) is never remembered: its answer comes from code run here; nor one
     with a package exempt from the cut-off (an extra index's untimed package, ``exclude-newer-package``
-    false): its candidates can grow at any time.
+    false): its candidates can grow at any time; nor one whose cut-off (``as_of``, or an
+    ``exclude_newer_package`` time) is later than ``now`` less SETTLED: the index can still gain files
+    before it (a release's first day gives a cut-off in the future), which a remembered answer would hide
+    even once that time has passed.
     ``on_select(name, version)`` is called (from another thread) as uv's log shows it choosing a version.
     """
     out = workdir / ("pylock.toml" if indexes else "requirements.txt")
@@ -277,10 +305,14 @@ def compile_lock(
         stdin = None
     lock_format: Literal["requirements.txt", "pylock.toml"] = "pylock.toml" if indexes else "requirements.txt"
     # Remembered only when every file uv may choose is held by a cut-off (a package exempt from one can gain
-    # files or releases at any time) and no build backend runs (its answer comes from code run here).
+    # files or releases at any time), that cut-off has passed (SETTLED), and no build backend runs (its
+    # answer comes from code run here).
     exempt = any(when is None for _, when in exclude_newer_package) or any(
         name not in timed for ix in indexes for name in ix.packages
     )
+    cut_offs = [as_of, *(parse_time(when) for _, when in exclude_newer_package if when is not None)]
+    settled = (now or dt.datetime.now(dt.UTC)) - SETTLED
+    exempt = exempt or any(c is None or c.tzinfo is None or c > settled for c in cut_offs)
     key = None
     if memo is not None and not sdists_allowed and not exempt:
         fixed = {str(out): "<output>", str(workdir / "pyproject.toml"): "<project>"}
@@ -309,6 +341,6 @@ def compile_lock(
         )
     text = out.read_text(encoding="utf-8")
     if memo is not None and key is not None:
-        held = () if credentials is None else (credentials.password, credentials.username)
+        held = () if credentials is None else _secret_forms(credentials)
         memo.put(key, lock_format, text, secrets_held=held)
     return Resolution(lock_format, text, tuple(argv), key=key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import threading
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -206,7 +207,8 @@ class Index:
         self.name = name
         self.limits = limits
         self._releases: dict[tuple[str, str], tuple[IndexFile, ...]] = {}
-        self._read = 0  # entries read over all pages
+        self._read = 0  # entries read over all pages (look-ups run on several threads: counted under a lock)
+        self._read_lock = threading.Lock()
 
     def _page(self, project: str, keep: Callable[[str | None], bool] | None) -> tuple[IndexFile, ...]:
         key = canonicalize_name(project)
@@ -222,10 +224,12 @@ class Index:
         except RecursionError:
             raise RemoteError(f"{what}: {self.url}/{key}/ is JSON nested too deeply to be a project page.") from None
         if isinstance(data, dict) and isinstance(data.get("files"), list):
-            self._read += len(data["files"])
-            if self._read > self.limits.max_index_files_total:
+            with self._read_lock:
+                self._read += len(data["files"])
+                read = self._read
+            if read > self.limits.max_index_files_total:
                 raise RemoteError(
-                    f"{what}: {self.name} ({self.url}) has listed {self._read} files in this run; expected at most "
+                    f"{what}: {self.name} ({self.url}) has listed {read} files in this run; expected at most "
                     f"{self.limits.max_index_files_total} (Limits.max_index_files_total); refused."
                 )
         return parse_project_page(data, final, what=what, keep=keep, limits=self.limits)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -53,23 +54,28 @@ def file_sha256(path: Path) -> str:
 
 
 class BackgroundHash:
-    """A hash fed on another thread, one chunk at a time in order, so hashing overlaps the caller's
-    work (decompressing, writing). Chunks must be immutable ``bytes``."""
+    """A hash fed on another thread, in order, at most ``depth`` chunks behind the caller, so hashing
+    overlaps the caller's work (decompressing, writing). Chunks must not change once handed over
+    (``bytes``, or read-only views of bytes). ``pool``: a single-worker executor to share (one stream
+    after another on the same thread); without one, the hash has its own."""
 
-    def __init__(self, name: str = "sha256") -> None:
+    def __init__(self, name: str = "sha256", *, depth: int = 1, pool: Executor | None = None) -> None:
         self.h = hashlib.new(name)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        self._pending: Future[None] | None = None
+        self._own = pool is None
+        self._pool = pool if pool is not None else ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._depth = depth
+        self._pending: deque[Future[None]] = deque()
 
-    def update(self, data: bytes) -> None:
-        if self._pending is not None:
-            self._pending.result()
-        self._pending = self._pool.submit(self.h.update, data)
+    def update(self, data: bytes | memoryview) -> None:
+        if len(self._pending) >= self._depth:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(self.h.update, data))
 
     def hexdigest(self) -> str:
-        if self._pending is not None:
-            self._pending.result()
-        self._pool.shutdown()
+        while self._pending:
+            self._pending.popleft().result()
+        if self._own:
+            self._pool.shutdown()
         return self.h.hexdigest()
 
 
@@ -97,14 +103,6 @@ class TwinHasher:
             self._pending.result()
         self._pool.shutdown()
         return self.size, self.sha256.hexdigest(), self.blake2b.digest()
-
-
-def file_twin_digests(path: Path) -> tuple[int, str, bytes]:
-    hasher = TwinHasher()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            hasher.update(chunk)
-    return hasher.finish()
 
 
 class Writable(Protocol):

@@ -219,13 +219,13 @@ def _mock_client(settings: Settings, seen: list[httpx.Request]) -> httpx.Client:
 
 def test_the_token_is_never_sent_over_plain_http(tmp_path: Path) -> None:
     s = Settings(
-        "https://pypi.example.org/simple", "http://api.example.org", "https://github.com", tmp_path,
+        "https://pypi.example.org/simple", "http://api.example.org", "https://downloads.example.org", tmp_path,
         github_token="ghp_x", allow_insecure_http=True,
     )  # fmt: skip
     seen: list[httpx.Request] = []
     with _mock_client(s, seen) as c:
         c.get("http://api.example.org/repos/o/r/releases/tags/v1", headers={"Authorization": "Bearer planted"})
-        c.get("https://github.com/o/r/releases/download/v1/a.tgz")
+        c.get("https://downloads.example.org/o/r/releases/download/v1/a.tgz")
     assert "authorization" not in seen[0].headers  # not the token, nor a header a caller put there
     assert seen[1].headers["authorization"] == "Bearer ghp_x"  # over https, the token
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lockbuild.digest import is_sha256
+
 FORMAT = 1  # of the key and of an entry: a new lockbuild that changes either changes this
 MAX_ENTRY_BYTES = 16 << 20  # a lock text (vLLM's requirements.txt is about 0.3 MB)
 MAX_ENTRIES = 256  # the oldest are removed beyond this
@@ -68,10 +70,6 @@ def resolution_key(
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-def _is_key(key: str) -> bool:
-    return len(key) == 64 and all(c in "0123456789abcdef" for c in key)
-
-
 def parse_entry(raw: bytes, key: str) -> Remembered | None:
     """An entry's content, or None unless it is exactly what ``put`` writes for ``key``."""
     try:
@@ -96,7 +94,7 @@ class ResolutionMemo:
         self.root = root
 
     def _path(self, key: str) -> Path:
-        if not _is_key(key):
+        if not is_sha256(key):
             raise ValueError(f"not a resolution key: {key[:80]!r}")
         return self.root / key
 

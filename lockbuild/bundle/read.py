@@ -11,11 +11,9 @@ the family's root, LockbuildError. docs/bundle-format.md describes the format.
 
 from __future__ import annotations
 
-import hashlib
 import io
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -23,6 +21,7 @@ from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.bundle.paths import create_under
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
+from lockbuild.digest import BackgroundHash
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
@@ -167,7 +166,6 @@ class _Digests:
 
     def __enter__(self) -> _Digests:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-sha256")
-        self._pending: deque[Future[None]] = deque()
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -177,16 +175,8 @@ class _Digests:
         """Stream one member to ``dst``; its sha256."""
         if h.size < self.INLINE:
             return copy_member(tar, h, dst, progress)
-        sha = hashlib.sha256()
-
-        def feed(piece: memoryview) -> None:
-            if len(self._pending) >= self.DEPTH:
-                self._pending.popleft().result()
-            self._pending.append(self._pool.submit(sha.update, piece))
-
-        stream_member(tar, h, dst, progress, feed)
-        while self._pending:
-            self._pending.popleft().result()
+        sha = BackgroundHash("sha256", depth=self.DEPTH, pool=self._pool)
+        stream_member(tar, h, dst, progress, sha.update)
         return sha.hexdigest()
 
 

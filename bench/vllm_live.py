@@ -335,6 +335,12 @@ def ratios(r: Results) -> list[Ratio]:
         if floor_i:
             add("install / bare uv", tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)),
                 "(none)", lambda x: True)  # fmt: skip
+    classic = [med("classic", v) for v in (CL_DL, CL_TGZ, CL_INST)]
+    if cold and inst and all(classic):
+        ours = cold.median + inst.median
+        theirs = sum(f.median for f in classic if f is not None)
+        add("classic / lockbuild, index -> installed (pip download + tar czf + pip install vs build + install)",
+            (theirs / ours,), "(none)", lambda x: True)  # fmt: skip
     own = [f.self_rss_mb for f in r.figures.values() if f.self_rss_kb and f.variant.startswith("lockbuild")]
     if own:
         add("lockbuild's own peak RSS, MB (largest step)", (max(own),), "<= 150", lambda x: x <= 150)

@@ -1,5 +1,5 @@
-"""Path safety: the one set of rules for names that come from a bundle or an archive, and the one way
-to create a file under a directory without following a link anyone else could have planted.
+"""Path safety: the one set of rules for names that come from a bundle or an archive (creating a file
+under a directory is lockbuild.fsio's).
 
 Used by the bundle reader (members), archive extraction (source and assets) and the manifest parser
 (install-table paths). A path is refused, never rewritten.
@@ -7,18 +7,13 @@ Used by the bundle reader (members), archive extraction (source and assets) and 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import unicodedata
-from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from pathlib import PurePosixPath
 
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 # What `uv venv` puts in an environment: a placed file may never take one of these names.
 _ENV_FILES = ("pyvenv.cfg", "lockbuild.json", "CACHEDIR.TAG", ".gitignore", ".lock")
@@ -81,42 +76,3 @@ def env_reserved(path: str) -> str | None:
     if parts[0] in ("bin", "scripts") and len(parts) > 1 and parts[1].startswith(_ENV_BIN_PREFIXES):
         return f"{path} is the environment's interpreter or activation script"
     return None
-
-
-def open_dir(path: Path) -> int:
-    """A descriptor for the directory ``path``, refusing a symbolic link at its last component."""
-    return os.open(path, _DIR_FLAGS)
-
-
-def create_under(dest: Path, rel: str, mode: int = 0o644) -> BinaryIO:
-    """A new file at ``dest/rel``. Each directory on the way is made here or is already a plain
-    directory, walked by descriptor with O_NOFOLLOW (a link planted in the tree is never followed);
-    the file is created O_CREAT|O_EXCL|O_NOFOLLOW, so nothing that exists is overwritten.
-    Raises FileExistsError (the name is taken) or NotADirectoryError/OSError (a link or file on the way)."""
-    parts = rel.split("/")
-    fd = open_dir(dest)
-    try:
-        for part in parts[:-1]:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        out = os.open(parts[-1], _NEW_FILE, mode, dir_fd=fd)
-    finally:
-        os.close(fd)
-    return os.fdopen(out, "wb")
-
-
-def make_dirs_under(dest: Path, rel: str) -> None:
-    """Make ``dest/rel`` directory by directory, never following a link on the way."""
-    fd = open_dir(dest)
-    try:
-        for part in rel.split("/"):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    finally:
-        os.close(fd)

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
-from lockbuild.bundle.paths import create_under
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
 from lockbuild.digest import BackgroundHash
 from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.fsio import create_under, open_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
-from lockbuild.regular import open_regular
 
 # The strict reader's pieces, for the site wing's readers (a delta is read by the same rules).
 _check_header = check_header

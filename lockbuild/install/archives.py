@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from lockbuild.bundle.paths import check_member_path, claim, collision_key, create_under, make_dirs_under
+from lockbuild.bundle.paths import check_member_path, claim, collision_key
 from lockbuild.digest import hash_stream
 from lockbuild.errors import IntegrityError
+from lockbuild.fsio import create_under, make_dirs_under
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar", ".zip")

@@ -20,8 +20,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from lockbuild.bundle.paths import create_under
 from lockbuild.errors import InstallError
+from lockbuild.fsio import create_under
 
 MODULE = "_lockbuild_env"
 

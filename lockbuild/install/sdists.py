@@ -17,8 +17,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicaliz
 
 from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.bundle.paths import create_under
 from lockbuild.errors import InstallError
+from lockbuild.fsio import create_under
 from lockbuild.install.runenv import run
 from lockbuild.lock import parse_requirements_lock
 from lockbuild.progress import Progress

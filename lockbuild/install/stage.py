@@ -19,8 +19,8 @@ from pathlib import Path
 
 from lockbuild import __version__
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.bundle.paths import create_under, make_dirs_under
 from lockbuild.errors import InstallError
+from lockbuild.fsio import create_under, make_dirs_under
 from lockbuild.install import archives, envfiles
 from lockbuild.install.fit import GpuCheck
 from lockbuild.install.marker import MARKER, RECORD_DIR, Installed

@@ -7,8 +7,8 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from lockbuild.bundle.paths import create_under
 from lockbuild.errors import InstallError
+from lockbuild.fsio import create_under
 
 MAX_UV_BINARY = 256 << 20
 

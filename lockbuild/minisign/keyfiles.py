@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lockbuild.errors import SignatureError
+from lockbuild.fsio import read_regular
 from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
 from lockbuild.minisign.keys import (
     PublicKey,
@@ -17,7 +18,6 @@ from lockbuild.minisign.keys import (
     generate_secret_key,
     parse_public_key,
 )
-from lockbuild.regular import read_regular
 
 
 def read_text(path: Path, *, what: str, limit: int = MAX_KEY_FILE_BYTES) -> str:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lockbuild.bundle.paths import create_under
 from lockbuild.errors import LockbuildError
+from lockbuild.fsio import create_under
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.node import detect
 from lockbuild.install.runenv import engine_env, tail

@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from lockbuild.bundle.paths import create_under  # O_EXCL|O_NOFOLLOW, directories walked by descriptor
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.fsio import create_under
 from lockbuild.install.installer import Opened
 from lockbuild.progress import Progress
 from lockbuild.site.store import Store

@@ -23,12 +23,11 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.read import read_bundle, read_head_raw
 from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
 from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.fsio import kind_of, open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
 from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
 from lockbuild.progress import Progress
-from lockbuild.regular import _kind as kind_of
-from lockbuild.regular import open_regular, read_regular
 from lockbuild.trust.policy import (
     Evaluation,
     FileDigests,

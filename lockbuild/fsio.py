@@ -1,0 +1,357 @@
+"""The file primitives: the one module of the package that opens, lists, locks and deletes files.
+
+Everything lockbuild reads from outside (a bundle, a signature file, a key, a store's blob, a part, a
+delta, a registry answer) and every tree it deletes goes through these functions, so each rule lives
+once:
+
+- a file from outside is opened with ``O_NOFOLLOW | O_NONBLOCK`` and judged on its descriptor
+  (``fstat``): a regular file of bounded size, never a link, FIFO, device or directory (a FIFO would
+  hang the reader, ``/dev/zero`` would never end, a link in a shared directory could point anywhere);
+- a directory is opened without following a link, and what is inside it is opened, listed and
+  deleted *relative to that descriptor* (``openat``/``unlinkat``), never through a path built after a
+  check (a directory another user can write could be swapped for a link between the two);
+- reads are bounded, JSON is parsed with a size and a nesting bound, copies hash what they copy;
+- a lock waits up to a deadline and then fails; a directory is fsynced after a rename into it.
+
+``tests/test_layout.py`` fails when library code outside this module calls ``os.open`` (or deletes a
+tree by path) outside a short allow-list, each entry with its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from lockbuild.errors import BusyError, LockbuildError
+
+CHUNK = 1 << 20
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_JSON_DEPTH = 64
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words, for a message."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+# --- opening -----------------------------------------------------------------------------------
+
+
+def open_regular(
+    path: Path | str,
+    *,
+    what: str,
+    max_size: int,
+    error: type[LockbuildError] = LockbuildError,
+    dir_fd: int | None = None,
+    shown: str | None = None,
+) -> tuple[BinaryIO, int]:
+    """``path`` (relative to ``dir_fd`` when given) opened for reading, and its size; raise ``error``
+    unless it is a regular file (not a symbolic link, FIFO, device or directory) of at most
+    ``max_size`` bytes, decided on the open descriptor. ``FileNotFoundError`` passes through, so that
+    callers can tell "absent" from "unreadable". ``shown``: the path as messages name it."""
+    where = shown or str(path)
+    tip = f"Give the path of the {what} itself: a plain file, not a link, pipe or device."
+    try:
+        fd = os.open(path, FILE_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise error(f"the {what} {where} is a symbolic link: expected a regular file.",
+                        tip=f"Copy the {what} into place instead of linking it.") from None  # fmt: skip
+        raise error(f"cannot open the {what} {where}: {exc.strerror or exc}.", tip=tip) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"the {what} {where} is {kind_of(st.st_mode)}: expected a regular file.", tip=tip)
+        if st.st_size > max_size:
+            raise error(f"the {what} {where} is {st.st_size} bytes: expected at most {max_size}.",
+                        tip=f"Check that {where} is the {what} you meant.")  # fmt: skip
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(
+    path: Path | str,
+    *,
+    what: str,
+    max_size: int,
+    error: type[LockbuildError] = LockbuildError,
+    dir_fd: int | None = None,
+    shown: str | None = None,
+) -> bytes:
+    """The whole of a small regular file (see :func:`open_regular`); one that grows past the size it
+    had when opened is refused."""
+    f, size = open_regular(path, what=what, max_size=max_size, error=error, dir_fd=dir_fd, shown=shown)
+    with f:
+        return bounded_read(f, size, what=f"the {what} {shown or path}", error=error, grew=True)
+
+
+def bounded_read(
+    f: BinaryIO, limit: int, *, what: str, error: type[LockbuildError] = LockbuildError, grew: bool = False
+) -> bytes:
+    """At most ``limit`` bytes of ``f``; more is an error (``grew``: the file grew while it was read)."""
+    try:
+        data = f.read(limit + 1)
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror or exc}.") from None
+    if len(data) > limit:
+        why = f"grew while it was read: expected {limit} bytes" if grew else f"is over {limit} bytes"
+        raise error(f"{what} {why}.")
+    return data
+
+
+def open_dir(path: Path | str, *, dir_fd: int | None = None, follow: bool = False) -> int:
+    """A descriptor for a directory; a symbolic link at its last component is refused (ELOOP or
+    ENOTDIR) unless ``follow``. The caller closes it."""
+    flags = DIR_FLAGS & ~os.O_NOFOLLOW if follow else DIR_FLAGS
+    return os.open(path, flags, dir_fd=dir_fd)
+
+
+@contextlib.contextmanager
+def opened_dir(path: Path | str, *, dir_fd: int | None = None, follow: bool = False) -> Iterator[int]:
+    fd = open_dir(path, dir_fd=dir_fd, follow=follow)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def create_new(name: Path | str, *, dir_fd: int | None = None, mode: int = 0o644) -> BinaryIO:
+    """A new file, created ``O_EXCL|O_NOFOLLOW`` (nothing that exists, link or file, is written through)."""
+    return os.fdopen(os.open(name, NEW_FLAGS, mode, dir_fd=dir_fd), "wb")
+
+
+def open_writable(name: str, *, dir_fd: int, append: bool, mode: int = 0o644) -> BinaryIO:
+    """A file of ours to (re)write or extend, never through a link; a non-regular file is refused."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(name, flags | (os.O_APPEND if append else 0), mode, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{name} is {kind_of(st.st_mode)}")
+    if not append:
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, "ab" if append else "wb")
+
+
+def open_lockfile(name: str, *, dir_fd: int | None = None) -> int:
+    """A lock file's descriptor (created if absent), never through a link; a non-regular file is refused."""
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{name} is not a regular file")
+    return fd
+
+
+def create_under(dest: Path, rel: str, mode: int = 0o644) -> BinaryIO:
+    """A new file at ``dest/rel``. Each directory on the way is made here or is already a plain
+    directory, walked by descriptor with O_NOFOLLOW (a link planted in the tree is never followed);
+    the file is created O_CREAT|O_EXCL|O_NOFOLLOW, so nothing that exists is overwritten.
+    Raises FileExistsError (the name is taken) or NotADirectoryError/OSError (a link or file on the way)."""
+    parts = rel.split("/")
+    fd = open_dir(dest)
+    try:
+        for part in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        out = os.open(parts[-1], NEW_FLAGS, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return os.fdopen(out, "wb")
+
+
+def make_dirs_under(dest: Path, rel: str) -> None:
+    """Make ``dest/rel`` directory by directory, never following a link on the way."""
+    fd = open_dir(dest)
+    try:
+        for part in rel.split("/"):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+
+
+def list_dir(dir_fd: int) -> list[str]:
+    """The entries of a directory opened by descriptor, sorted."""
+    return sorted(os.listdir(dir_fd))
+
+
+def lstat_at(name: str, dir_fd: int) -> os.stat_result | None:
+    """The entry ``name`` of an opened directory, not following a link; None when absent."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+# --- deleting ----------------------------------------------------------------------------------
+
+
+def remove_at(dir_fd: int, name: str) -> None:
+    """Delete the entry ``name`` of an opened directory: a file or link is unlinked (a link is never
+    followed), a directory is removed with everything in it, walked by descriptor (``shutil.rmtree``
+    with ``dir_fd``, which on Linux never follows a link inside the tree either). Absent is fine."""
+    st = lstat_at(name, dir_fd)
+    if st is None:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
+def remove_tree(path: Path, *, missing_ok: bool = True) -> None:
+    """Delete ``path`` (a tree or a file) by descriptor from its parent: the parent is opened without
+    following a link at its last component, then :func:`remove_at`. A tree another user can write
+    inside cannot redirect the deletion elsewhere."""
+    try:
+        parent = open_dir(path.parent, follow=True)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
+    try:
+        if not missing_ok and lstat_at(path.name, parent) is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        remove_at(parent, path.name)
+    finally:
+        os.close(parent)
+
+
+def fsync_dir(fd: int) -> None:
+    """Make a rename into the directory ``fd`` durable (a file system that cannot is no error)."""
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+
+
+def fsync_dir_path(path: Path) -> None:
+    with contextlib.suppress(OSError), opened_dir(path, follow=True) as fd:
+        os.fsync(fd)
+
+
+# --- locks -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def flocked(fd: int, *, exclusive: bool, wait: float, busy: Callable[[], LockbuildError]) -> Iterator[None]:
+    """Hold ``flock`` on ``fd``, waiting up to ``wait`` seconds; then raise ``busy()`` (a BusyError)."""
+    deadline = time.monotonic() + wait
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    delay = 0.02
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            break
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise busy() from None
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.2)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def busy_error(message: str, tip: str) -> Callable[[], LockbuildError]:
+    return lambda: BusyError(message, tip=tip)
+
+
+# --- copying and parsing -----------------------------------------------------------------------
+
+
+def copy_with_hash(
+    src: BinaryIO,
+    dst: BinaryIO | None,
+    size: int,
+    *,
+    advance: Callable[[int], None] | None = None,
+) -> tuple[int, str]:
+    """Copy up to ``size`` bytes of ``src`` to ``dst`` (None: only hash), reading at most one byte
+    more, so a longer source is seen without being copied: (bytes seen, sha256 of the first ``size``)."""
+    h = hashlib.sha256()
+    n = 0
+    while chunk := src.read(min(CHUNK, size + 1 - n)):
+        n += len(chunk)
+        if n > size:
+            break
+        h.update(chunk)
+        if dst is not None:
+            dst.write(chunk)
+        if advance is not None:
+            advance(len(chunk))
+    return n, h.hexdigest()
+
+
+def json_depth_ok(raw: bytes, max_depth: int) -> bool:
+    """Whether the JSON text ``raw`` nests arrays and objects at most ``max_depth`` deep (brackets
+    inside strings do not count): checked before parsing, so a deep answer is never recursed into."""
+    depth = 0
+    in_string = escaped = False
+    for b in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b in (0x5B, 0x7B):
+            depth += 1
+            if depth > max_depth:
+                return False
+        elif b in (0x5D, 0x7D):
+            depth -= 1
+    return True
+
+
+def loads_json(
+    raw: bytes, *, what: str, max_bytes: int, max_depth: int = MAX_JSON_DEPTH, error: type[LockbuildError]
+) -> Any:
+    """``raw`` parsed as JSON, refused (``error``) when over ``max_bytes``, nested deeper than
+    ``max_depth``, not UTF-8 or not JSON."""
+    if len(raw) > max_bytes:
+        raise error(f"{what} is {len(raw)} bytes: expected at most {max_bytes}.")
+    if not json_depth_ok(raw, max_depth):
+        raise error(f"{what} nests deeper than {max_depth} levels: expected a plain JSON document.")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise error(f"{what} is not valid JSON.") from None

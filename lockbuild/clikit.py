@@ -108,6 +108,28 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("ERROR interrupted", err=True)
             ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # the last resort: a defect of lockbuild, never a traceback under --json
+            _internal(ctx, exc)
+
+
+def _internal(ctx: click.Context, exc: Exception) -> None:
+    """An unexpected exception: one ERROR line (and a JSON object under --json) with exit 1; the
+    traceback only with --verbose."""
+    from lockbuild.text import for_terminal, mask_data
+
+    obj = ctx.obj or {}
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    tip = "This is a defect of lockbuild; run the command again with --verbose and report the traceback."
+    if obj.get("verbose"):
+        click.echo(for_terminal(traceback.format_exc()), err=True, nl=False)
+    if obj.get("json"):
+        error = {"type": type(exc).__name__, "kind": "internal", "message": message, "tip": tip, "exit_code": 1}
+        click.echo(json.dumps({"ok": False, "error": mask_data(error), "kind": "internal"}))
+    click.echo(f"ERROR {for_terminal(message)}", err=True)
+    click.echo(f"TIP {for_terminal(tip)}", err=True)
+    ctx.exit(1)
 
 
 def _usage_error(exc: click.ClickException) -> dict[str, Any]:

@@ -12,25 +12,24 @@ the family's root, LockbuildError. docs/bundle-format.md describes the format.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from lockbuild.bundle.extract import extract
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
-from lockbuild.digest import BackgroundHash
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.fsio import create_under, open_regular
+from lockbuild.fsio import open_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 
 # The strict reader's pieces, for the site wing's readers (a delta is read by the same rules).
 _check_header = check_header
 _copy = copy_member
-__all__ = ["MAX_TRAILER", "Head", "TarReader", "_check_header", "_copy", "_create", "_open_tar", "check_zstd_frame",
-           "read_bundle", "read_head", "read_head_raw"]  # fmt: skip
+__all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "_check_header", "_copy", "_open_tar", "check_zstd_frame",
+           "read_bundle", "read_head", "read_head_raw", "tar_pieces"]  # fmt: skip
 
 
 class Head(NamedTuple):
@@ -49,21 +48,6 @@ def _bad(message: str) -> IntegrityError:
 def _open_tar(f: BinaryIO | Hashing, limits: Limits) -> TarReader:
     """The decompressed tar stream, as a strict tar reader."""
     return TarReader(decompressed(f, limits))
-
-
-def _create(dest: Path, path: str) -> BinaryIO:
-    """A new file at ``path`` under ``dest``: every directory on the way is made here or is a plain
-    directory already (never a link, walked by descriptor), and the file must not exist."""
-    try:
-        return create_under(dest, path)
-    except FileExistsError:
-        raise _bad(f"refused member {path!r}: {dest / path} already exists.") from None
-    except (NotADirectoryError, IsADirectoryError) as exc:
-        raise _bad(f"refused member {path!r}: {exc.filename or dest} is not a plain directory.") from None
-    except OSError as exc:
-        if exc.errno == 40:  # ELOOP: a link on the way
-            raise _bad(f"refused member {path!r}: a directory on the way is a link, not a plain directory.") from None
-        raise
 
 
 def _open(path: Path, limits: Limits) -> BinaryIO:
@@ -89,6 +73,48 @@ def _read_manifest(tar: TarReader, limits: Limits) -> tuple[Manifest, bytes]:
     return parse_manifest(raw.getvalue(), limits), raw.getvalue()
 
 
+class TarPiece:
+    """A member of the tar stream, as :func:`lockbuild.bundle.extract.extract` takes it."""
+
+    absent = False
+
+    def __init__(self, tar: TarReader, header: TarHeader) -> None:
+        self.tar, self.header = tar, header
+        self.name, self.size = header.name, header.size
+
+    def pump(self, dst: BinaryIO | None, update: Callable[[bytes | memoryview], None],
+             advance: Callable[[int], None]) -> int:  # fmt: skip
+        stream_member(self.tar, self.header, dst, _Advance(advance), update)
+        return self.size
+
+    def skip(self) -> None:
+        stream_member(self.tar, self.header, None, _Advance(None), _ignore)
+
+
+def _ignore(_piece: bytes | memoryview) -> None:
+    return None
+
+
+class _Advance:
+    """The one method of Progress that stream_member calls."""
+
+    def __init__(self, advance: Callable[[int], None] | None) -> None:
+        self._advance = advance
+
+    def advance(self, n: int) -> None:
+        if self._advance is not None:
+            self._advance(n)
+
+
+def tar_pieces(tar: TarReader, limits: Limits) -> Iterator[TarPiece]:
+    """The members after the manifest, each header checked (a regular file, a plain path, no setuid
+    bits, bounded size); the extraction decides whether each is the one the manifest lists next."""
+    while (h := tar.next()) is not None:
+        check_header(h, limits)
+        piece = TarPiece(tar, h)
+        yield piece
+
+
 def read_bundle(
     path: Path,
     *,
@@ -97,8 +123,10 @@ def read_bundle(
     progress: Progress | None = None,
     on_manifest: Callable[[Manifest, bytes], None] | None = None,
     expect_sha256: str | None = None,
+    want: Callable[[Member], bool] | None = None,
 ) -> Manifest:
-    """Check every member of the bundle against its manifest; with ``dest``, write them there.
+    """Check every member of the bundle against its manifest (:func:`lockbuild.bundle.extract.extract`);
+    with ``dest``, write them there.
 
     ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
     its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With it, what the
@@ -113,7 +141,7 @@ def read_bundle(
             dest.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise LockbuildError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
-    with _open(path, limits) as raw_file, _Digests() as digests:
+    with _open(path, limits) as raw_file:
         check_zstd_frame(raw_file, limits)
         f = Hashing(raw_file) if expect_sha256 is not None else None
         tar = _open_tar(f or raw_file, limits)
@@ -122,79 +150,12 @@ def read_bundle(
             on_manifest(manifest, manifest_bytes)
         progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
                        files=len(manifest.members))  # fmt: skip
-        listed = {m.path for m in manifest.members}
-        done = {MANIFEST}
-        for i, member in enumerate(manifest.members):
-            h = tar.next()
-            if h is None:
-                missing = ", ".join(m.path for m in manifest.members[i : i + 3])
-                raise _bad(f"the bundle ends before {len(manifest.members) - i} listed member(s): {missing}.")
-            check_header(h, limits)
-            if h.name != member.path:
-                raise _bad(_misplaced(h.name, done, listed, f"expected {member.path!r} next"))
-            if h.size != member.size:
-                raise _bad(f"member {h.name!r} is {h.size} bytes; the manifest says {member.size}.")
-            _extract_one(tar, h, member, dest, progress, digests)
-            done.add(h.name)
-            progress.file_done()
-        extra = tar.next()
-        if extra is not None:
-            raise _bad(_misplaced(extra.name, done, listed, "expected the end of the archive"))
+        extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
         got = f.finish() if f is not None else None
     if expect_sha256 is not None and got != expect_sha256:
         raise _bad(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.")
     progress.finish()
     return manifest
-
-
-def _misplaced(name: str, done: set[str], listed: set[str], expected: str) -> str:
-    if name in done:
-        return f"refused member {name!r}: it appears twice in the bundle ({expected})."
-    if name not in listed:
-        return f"refused member {name!r}: it is not listed in the manifest ({expected})."
-    return f"member {name!r} is out of order: {expected}."
-
-
-class _Digests:
-    """Members' sha256 computed on one worker thread, fed in order and at most DEPTH pieces behind the
-    reader, so hashing overlaps decompression and writing (hashlib releases the GIL on large updates).
-    The pieces are read-only views of the decompressor's chunks: nothing is copied for the hash."""
-
-    DEPTH = 4  # 1 MiB pieces: what the hash may lag, and what it holds
-    INLINE = 1 << 20  # a smaller member is hashed on the reader's thread
-
-    def __enter__(self) -> _Digests:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-sha256")
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def member(self, tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress) -> str:
-        """Stream one member to ``dst``; its sha256."""
-        if h.size < self.INLINE:
-            return copy_member(tar, h, dst, progress)
-        sha = BackgroundHash("sha256", depth=self.DEPTH, pool=self._pool)
-        stream_member(tar, h, dst, progress, sha.update)
-        return sha.hexdigest()
-
-
-def _extract_one(
-    tar: TarReader, h: TarHeader, member: Member, dest: Path | None, progress: Progress, digests: _Digests
-) -> None:
-    if dest is None:
-        digest = digests.member(tar, h, None, progress)
-    else:
-        try:
-            with _create(dest, member.path) as out:
-                digest = digests.member(tar, h, out, progress)
-        except OSError as exc:
-            raise LockbuildError(
-                f"cannot write {member.path} into {dest}: {exc.strerror or exc}.",
-                tip="Check the free space and permissions of the destination, then run it again.",
-            ) from None
-    if digest != member.sha256:
-        raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.")
 
 
 def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, bytes]:

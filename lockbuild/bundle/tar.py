@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from lockbuild.bundle.paths import check_member_path
 from lockbuild.bundle.zstdframe import TIP, Decompressed
@@ -192,8 +192,12 @@ def check_header(h: TarHeader, limits: Limits) -> None:
         raise _bad(f"refused member {h.name!r}: {h.size} bytes is over the limit of {limits.max_member}.")
 
 
+class Advancing(Protocol):
+    def advance(self, n: int) -> None: ...
+
+
 def stream_member(
-    tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Progress, hash_piece: Callable[[memoryview], None]
+    tar: TarReader, h: TarHeader, dst: BinaryIO | None, progress: Advancing, hash_piece: Callable[[memoryview], None]
 ) -> None:
     """Stream one member's data (and its padding) as the decompressor produced it, no copy made: each
     piece (a read-only view) goes to ``hash_piece`` and to ``dst``."""

@@ -1,0 +1,207 @@
+"""The one extraction: every member of a signed manifest, from any source, checked the same way.
+
+A source (a ``.lbz``'s tar stream, a delta with the store it completes, a store's blobs) hands over
+its members as :class:`Piece` objects in the order it holds them; :func:`extract` walks the signed
+manifest and demands, for each listed member in turn, a piece of exactly that name and size whose
+bytes have exactly its sha256. Unlisted, missing, repeated and reordered members, a size that
+differs, a digest that differs, and anything after the last listed member are refused, whatever the
+source: no adapter can relax a rule, because no adapter checks one. Members are written only through
+:func:`lockbuild.fsio.create_under` (``O_EXCL|O_NOFOLLOW``, directories walked by descriptor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from lockbuild.bundle.manifest import Manifest, Member
+from lockbuild.digest import BackgroundHash
+from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.fsio import create_under
+from lockbuild.progress import Progress
+
+TIP = "The bundle is damaged or was altered; do not install it. Fetch it again from its publisher."
+INLINE = 1 << 20  # a smaller member is hashed on the reader's thread; a larger one beside it
+DEPTH = 4  # 1 MiB pieces a background hash may lag behind the reader
+
+Update = Callable[[bytes | memoryview], None]
+
+
+class Piece(Protocol):
+    """One member as a source holds it. ``absent``: the source knows the member but does not hold its
+    bytes (a delta's member that neither it nor the store carries)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def absent(self) -> bool: ...
+
+    def pump(self, dst: BinaryIO | None, update: Update, advance: Callable[[int], None]) -> int:
+        """Feed the member's bytes to ``update`` (and ``dst``): the count seen, at most ``size + 1``."""
+        ...
+
+    def skip(self) -> None:
+        """Pass over the member unread (a stream source reads past it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Extracted:
+    manifest: Manifest
+    written: tuple[Member, ...]  # members written under ``dest``
+    absent: tuple[Member, ...]  # members the source does not hold (only with ``allow_absent``)
+
+
+def _bad(message: str, tip: str = TIP) -> IntegrityError:
+    return IntegrityError(message, tip=tip)
+
+
+def misplaced(name: str, done: set[str], listed: set[str], expected: str) -> str:
+    if name in done:
+        return f"refused member {name!r}: it appears twice in the bundle ({expected})."
+    if name not in listed:
+        return f"refused member {name!r}: it is not listed in the manifest ({expected})."
+    return f"member {name!r} is out of order: {expected}."
+
+
+def _create(dest: Path, path: str) -> BinaryIO:
+    try:
+        return create_under(dest, path)
+    except FileExistsError:
+        raise _bad(f"refused member {path!r}: {dest / path} already exists.") from None
+    except (NotADirectoryError, IsADirectoryError) as exc:
+        raise _bad(f"refused member {path!r}: {exc.filename or dest} is not a plain directory.") from None
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: a link on the way
+            raise _bad(f"refused member {path!r}: a directory on the way is a link, not a plain directory.") from None
+        raise LockbuildError(
+            f"cannot write {path} into {dest}: {exc.strerror or exc}.",
+            tip="Check the free space and permissions of the destination, then run it again.",
+        ) from None
+
+
+def extract(
+    manifest: Manifest,
+    pieces: Iterator[Piece],
+    *,
+    dest: Path | None = None,
+    want: Callable[[Member], bool] | None = None,
+    progress: Progress | None = None,
+    allow_absent: bool = False,
+    absent_tip: str = TIP,
+    where: str = "the bundle",
+) -> Extracted:
+    """Check every member of ``manifest`` against ``pieces``; with ``dest``, write each member that
+    ``want`` accepts (all, without ``want``) at its path under ``dest``. A member ``want`` declines is
+    passed over unread (its bytes are not used). The caller owns ``dest`` and removes it on failure."""
+    progress = progress or Progress.quiet()
+    listed = {m.path for m in manifest.members}
+    done: set[str] = {"bundle.toml"}
+    written: list[Member] = []
+    absent: list[Member] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-sha256") as pool:
+        for i, member in enumerate(manifest.members):
+            piece = next(pieces, None)
+            if piece is None:
+                left = manifest.members[i : i + 3]
+                raise _bad(f"{where} ends before {len(manifest.members) - i} listed member(s): "
+                           + ", ".join(m.path for m in left) + ".")  # fmt: skip
+            if piece.name != member.path:
+                raise _bad(misplaced(piece.name, done, listed, f"expected {member.path!r} next"))
+            if piece.size != member.size:
+                raise _bad(f"member {piece.name!r} is {piece.size} bytes; the manifest says {member.size}.")
+            done.add(member.path)
+            if piece.absent:
+                absent.append(member)
+                continue
+            if want is not None and not want(member):
+                piece.skip()
+                progress.advance(member.size)
+                progress.file_done()
+                continue
+            out = _create(dest, member.path) if dest is not None else None
+            try:
+                n, digest = _pump(piece, out, member.size, pool, progress.advance)
+            finally:
+                if out is not None:
+                    out.close()
+            if n != member.size:
+                raise _bad(f"member {member.path!r} is {'longer' if n > member.size else 'shorter'} than the"
+                           f" {member.size} bytes the signed manifest says.")  # fmt: skip
+            if digest != member.sha256:
+                raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.")
+            if dest is not None:
+                written.append(member)
+            progress.file_done()
+        extra = next(pieces, None)
+        if extra is not None:
+            raise _bad(misplaced(extra.name, done, listed, "expected the end of the archive"))
+    if absent and not allow_absent:
+        more = f" and {len(absent) - 5} more" if len(absent) > 5 else ""
+        raise IntegrityError(f"{where} lacks {len(absent)} member(s) of its signed manifest: "
+                             + ", ".join(m.path for m in absent[:5]) + more + ".", tip=absent_tip)  # fmt: skip
+    return Extracted(manifest, tuple(written), tuple(absent))
+
+
+def _pump(piece: Piece, out: BinaryIO | None, size: int, pool: ThreadPoolExecutor,
+          advance: Callable[[int], None]) -> tuple[int, str]:  # fmt: skip
+    try:
+        if size < INLINE:
+            h = hashlib.sha256()
+            n = piece.pump(out, h.update, advance)
+            return n, h.hexdigest()
+        sha = BackgroundHash("sha256", depth=DEPTH, pool=pool)
+        n = piece.pump(out, sha.update, advance)
+        return n, sha.hexdigest()
+    except OSError as exc:
+        raise LockbuildError(
+            f"cannot write {piece.name}: {exc.strerror or exc}.",
+            tip="Check the free space and permissions of the destination, then run it again.",
+        ) from None
+
+
+@dataclass
+class FilePiece:
+    """A member held as a whole file (a store's blob): opened lazily, read at most ``size + 1`` bytes."""
+
+    name: str
+    size: int
+    opener: Callable[[], BinaryIO]
+    absent: bool = False
+
+    def pump(self, dst: BinaryIO | None, update: Update, advance: Callable[[int], None]) -> int:
+        n = 0
+        with self.opener() as f:
+            while chunk := f.read(min(1 << 20, self.size + 1 - n)):
+                n += len(chunk)
+                if n > self.size:
+                    break
+                update(chunk)
+                if dst is not None:
+                    dst.write(chunk)
+                advance(len(chunk))
+        return n
+
+    def skip(self) -> None:
+        return None
+
+
+@dataclass
+class AbsentPiece:
+    name: str
+    size: int
+    absent: bool = True
+
+    def pump(self, dst: BinaryIO | None, update: Update, advance: Callable[[int], None]) -> int:
+        raise IntegrityError(f"internal: {self.name} is absent and has no bytes to read.")
+
+    def skip(self) -> None:
+        return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sysconfig
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -67,13 +69,31 @@ def clean_env(
     return env
 
 
+_FOUND: str | None = None
+_FINDING = threading.Lock()
+
+
 def uv_binary() -> str:
-    """The uv that came with lockbuild's own installation (the ``uv`` package)."""
-    try:
-        from uv import find_uv_bin
-    except ImportError:  # pragma: no cover - uv is a dependency
-        raise LockbuildError("the uv package is not installed; expected it beside lockbuild.") from None
-    return str(find_uv_bin())
+    """The uv that came with lockbuild's own installation (the ``uv`` package), found once per process.
+
+    Finding it reads ``sysconfig.get_config_vars()``, whose first initialisation is not thread-safe on
+    Python 3.11: a second thread can see the half-filled table (``EXE`` missing) and fail with
+    ``TypeError: can only concatenate str (not "NoneType") to str`` in ``uv/_find_uv.py`` (issue 28: a
+    lock's uv-wheel look-up runs on a background thread while the main thread starts uv). So the look-up
+    is made under a lock and kept; the builder's commands call this before they start any thread."""
+    global _FOUND
+    found = _FOUND
+    if found is not None:
+        return found
+    with _FINDING:
+        if _FOUND is None:
+            try:
+                from uv import find_uv_bin
+            except ImportError:  # pragma: no cover - uv is a dependency
+                raise LockbuildError("the uv package is not installed; expected it beside lockbuild.") from None
+            sysconfig.get_config_vars()  # the whole table, filled here, under the lock
+            _FOUND = str(find_uv_bin())
+        return _FOUND
 
 
 def uv_version(binary: str) -> str:

@@ -25,6 +25,7 @@ from lockbuild.clikit import (
     json_option,
 )
 from lockbuild.times import iso
+from lockbuild.uvtool import uv_binary
 
 Command = _Command
 
@@ -95,6 +96,7 @@ def lock(
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx)) as s:
@@ -142,6 +144,7 @@ def fetch(
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx), jobs=jobs) as s:
@@ -213,6 +216,7 @@ def build(
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)

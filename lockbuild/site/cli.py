@@ -67,7 +67,7 @@ def import_(
     )
 
 
-@click.group("store", cls=_Group)
+@click.group("store", cls=_Group, epilog="Example: lockbuild store list --store /srv/lockbuild")
 def store_group() -> None:
     """Look after a site store: list its builds, re-hash its blobs, remove unreferenced blobs."""
 

@@ -8,7 +8,8 @@ boundary so that it travels only as an Authorization header (see ``lockbuild.bui
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import unquote, urlsplit, urlunsplit
+import re
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from lockbuild.errors import RemoteError
 
@@ -60,6 +61,54 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
 def public(url: str) -> str:
     """``url`` as it may be recorded or shown: without userinfo."""
     return split_credentials(url)[0]
+
+
+# Query or fragment parameters that carry a credential in a presigned or token URL. Matched on the
+# lower-cased name: exact names, prefixes (AWS SigV4 ``X-Amz-*``, Google's ``X-Goog-*``) and parts of a
+# name (``hf_token``, ``client_secret``, ``X-Goog-Signature``).
+_SECRET_NAMES = frozenset({
+    "sig", "signature", "token", "key", "access_token", "id_token", "refresh_token", "auth", "authorization",
+    "api_key", "apikey", "api-key", "secret", "password", "passwd", "pwd", "awsaccesskeyid", "key-pair-id",
+    "policy", "credential", "credentials", "jwt", "session", "sessionid", "sid", "code", "ticket",
+})  # fmt: skip
+_SECRET_PREFIXES = ("x-amz-", "x-goog-", "x-oss-", "x-ms-", "x-cos-")
+_SECRET_PARTS = re.compile(r"token|secret|signature|passw|apikey|api_key|api-key|credential|private|sas")
+_AZURE_SAS = frozenset({"sv", "se", "sp", "sr", "st", "spr", "skoid", "sktid", "ske", "sks"})
+
+
+def _parameter_names(part: str) -> list[str]:
+    """The names of a query (or a fragment written like one), lower-cased; a bare word counts as a name."""
+    names = [name for name, _ in parse_qsl(part, keep_blank_values=True)]
+    names += [w for w in re.split(r"[&;]", part) if w and "=" not in w]
+    return [unquote(n).strip().lower() for n in names]
+
+
+def secret_parameter(url: str) -> str | None:
+    """Why ``url`` looks like it carries a credential: ``"userinfo"`` for ``user:token@``, or the name of
+    the query or fragment parameter (as written) that looks like one; None when it looks like none. The
+    value is never part of the answer. A credential in a URL's path cannot be told from a path."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        return "userinfo"
+    for part in (parts.query, parts.fragment):
+        if not part:
+            continue
+        names = _parameter_names(part)
+        for name in names:
+            if name in _SECRET_NAMES or name.startswith(_SECRET_PREFIXES) or _SECRET_PARTS.search(name):
+                return name
+        sas = sorted(_AZURE_SAS.intersection(names))
+        if len(sas) >= 2:  # an Azure shared access signature (its sig is caught above)
+            return sas[0]
+    return None
+
+
+def redacted(url: str) -> str:
+    """``url`` as a message may show one that was refused: scheme, host, port and path only (no userinfo,
+    query or fragment, any of which may hold a credential)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def is_secure(url: str) -> bool:

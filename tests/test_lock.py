@@ -473,7 +473,7 @@ def test_an_unpinned_second_index_package_is_refused_and_nothing_is_written(
     recipe = write(tmp_path, recipe_text(second_build(published, torch="lktorch>=1.0"), pypi="lkgpu"))
     out = tmp_path / "out"
     code, _, stderr = run_lock(recipe, out)
-    assert code == 1
+    assert code == 2, "a recipe with problems in its keys is a usage error"
     assert stderr.startswith(f"ERROR {recipe}: 1 problem in the recipe:")
     assert "'lktorch' comes from the second index, which publishes no upload times" in stderr
     assert "must be pinned with == in requirements, found 'lktorch>=1.0'" in stderr
@@ -502,7 +502,7 @@ def test_a_recipe_with_three_mistakes_fails_with_all_three_and_writes_nothing(
     recipe = write(tmp_path, text.replace('binary = "lkeng"', 'bin = "lkeng"'))
     out = tmp_path / "out"
     code, _, stderr = run_lock(recipe, out)
-    assert code == 1
+    assert code == 2
     assert stderr.startswith(f"ERROR {recipe}: 4 problems in the recipe:")
     for key in (
         "engine.bin: unknown key; did you mean 'binary'?",

@@ -258,13 +258,6 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
 
 def _runtime(data: dict[str, Any]) -> dict[str, Any]:
     """install.env, install.smoke and install.allow-network, by the rules the recipe applies (envtable)."""
-    env = _get(data, "env", dict, "install.", {})
-    if len(env) > envtable.MAX_ENTRIES:
-        raise _bad(f"the manifest's install.env has {len(env)} settings; at most {envtable.MAX_ENTRIES}.")
-    for name, value in env.items():
-        why = envtable.problem(name, value)
-        if why:
-            raise _bad(f"the manifest's install.env is refused: {why}.")
     smoke = _get(data, "smoke", list, "install.", [])
     bad = next((w for w in map(envtable.word_problem, smoke) if w), None)
     if bad or len(smoke) > envtable.MAX_SMOKE_WORDS:
@@ -273,4 +266,11 @@ def _runtime(data: dict[str, Any]) -> dict[str, Any]:
     bad = next((w for w in map(envtable.host_problem, hosts) if w), None)
     if bad or len(hosts) > envtable.MAX_ENTRIES:
         raise _bad(f"the manifest's install.allow-network is refused: {bad or 'too many hosts'}.")
+    env = _get(data, "env", dict, "install.", {})
+    if len(env) > envtable.MAX_ENTRIES:
+        raise _bad(f"the manifest's install.env has {len(env)} settings; at most {envtable.MAX_ENTRIES}.")
+    for name, value in env.items():
+        why = envtable.problem(name, value, allow_network=hosts)  # the recipe's rule, from the one place
+        if why:
+            raise _bad(f"the manifest's install.env is refused: {why}.")
     return {"env": tuple(sorted(env.items())), "smoke": tuple(smoke), "allow_network": tuple(hosts)}

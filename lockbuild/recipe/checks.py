@@ -15,8 +15,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from lockbuild.digest import SHA256_HEX
-from lockbuild.recipe.fields import Problems, describe
+from lockbuild.recipe.fields import SHOWN, Problems, describe
 from lockbuild.times import parse_time
+from lockbuild.urls import redacted, secret_parameter
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?")
@@ -92,7 +93,30 @@ def https_url(value: str) -> bool:
     clean = value.startswith(("https://", "http://")) and not any(
         c.isspace() or unicodedata.category(c).startswith("C") for c in value
     )
-    return clean and "@" not in urlsplit(value).netloc
+    return clean and secret_parameter(value) is None
+
+
+def url_problem(value: str, expected: str) -> str | None:
+    """Why ``value`` is not a URL a recipe may hold, or None. A URL that looks like it carries a credential
+    (userinfo, or a query or fragment parameter such as ``X-Amz-Signature``, ``sig``, ``token``) is refused,
+    naming the parameter and never its value: the recipe is signed into every bundle, and its URLs are
+    recorded in the manifest, the SBOM and ``inspect``."""
+    secret = secret_parameter(value)
+    if secret == "userinfo":  # noqa: S105 (the name of a URL part, not a password)
+        return (
+            f"expected {expected} without credentials, found one with user:password@ ({redacted(value)[:SHOWN]!r}); "
+            "a recipe is signed into every bundle, so a credential in it would be published"
+        )
+    if secret is not None:
+        return (
+            f"expected {expected} without credentials, found a query or fragment parameter {secret[:40]!r} that "
+            f"looks like one ({redacted(value)[:SHOWN]!r}; its value is not shown); a recipe is signed into every "
+            "bundle, so a presigned or token URL would be published. Use a URL that needs no secret, or give the "
+            "index's credentials through netrc or LOCKBUILD_INDEX_TOKEN"
+        )
+    if not https_url(value):
+        return f"expected {expected}, found {redacted(value)[:SHOWN]!r}"
+    return None
 
 
 def project_name(value: str) -> bool:
@@ -115,6 +139,14 @@ def requirement(value: str) -> Requirement | str:
     if req.name.lower().endswith(_ARCHIVE_SUFFIXES):
         return "uv reads a name ending in an archive suffix as a local file path; name the project instead"
     return req
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s;]*")
+
+
+def shown_requirement(value: str) -> str:
+    """A refused requirement as a message shows it: any URL in it without userinfo, query or fragment."""
+    return _URL_IN_TEXT.sub(lambda m: redacted(m.group()), value)
 
 
 def pinned_version(req: Requirement) -> str | None:

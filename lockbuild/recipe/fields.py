@@ -11,6 +11,7 @@ from lockbuild.errors import RecipeError
 MAX_STRING = 4096
 MAX_LIST = 1000
 SHOWN = 80
+USAGE_EXIT = 2  # the CLI's exit status for a recipe with problems in its keys (as for a usage error)
 
 T = TypeVar("T")
 
@@ -29,11 +30,13 @@ class Problems:
         if self.items:
             n = len(self.items)
             shown = listing(self.items)
-            raise RecipeError(
+            err = RecipeError(
                 f"{self.path}: {n} problem{'s' if n > 1 else ''} in the recipe:\n{shown}",
                 problems=tuple(self.items),
                 tip="Fix each key listed; docs/release-engineers.md describes every recipe key.",
             )
+            err.exit_code = USAGE_EXIT  # a key given wrongly is a usage error, like a wrong option
+            raise err
 
 
 def listing(items: list[str], most: int = 50) -> str:

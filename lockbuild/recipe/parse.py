@@ -25,6 +25,7 @@ from lockbuild.recipe.checks import (
     project_name,
     relative_path,
     requirement,
+    shown_requirement,
 )
 from lockbuild.recipe.fields import MAX_LIST, SHOWN, Problems, Table, describe
 from lockbuild.recipe.model import (
@@ -54,11 +55,11 @@ def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
     pypi = t.string("pypi", "a PyPI project name", check=project_name)
     repo = t.string("repo", "OWNER/NAME of a GitHub repository", required=False, check=github_repo)
     binary = t.string("binary", "a file name in the environment's bin/", check=plain_name_or_file)
-    verify = t.strings("verify", 'a command as a list of strings, e.g. ["vllm", "--version"]')
-    if verify is not None and not verify:
-        p.add("engine.verify", "expected a command of at least one word, found an empty list")
+    verify = _command(t, "verify", 'a command as a list of strings, e.g. ["vllm", "--version"]', required=True)
     probe = t.string("gpu-probe", '"torch", "none", or a relative path to a .py file', required=False)
-    if probe is not None and probe not in ("torch", "none") and not (relative_path(probe) and probe.endswith(".py")):
+    if probe is not None and probe not in ("torch", "none") and not (
+        relative_path(probe) and probe.endswith(".py") and envtable.word_problem(probe) is None
+    ):
         p.add("engine.gpu-probe", f'expected "torch", "none", or a relative path to a .py file, found {probe!r}')
         probe = None
     env, smoke, allow = _runtime(t, p)
@@ -68,26 +69,31 @@ def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
     return Engine(name, pypi, repo, binary, verify, probe or "none", env, smoke, allow)
 
 
+def _command(t: Table, key: str, expected: str, *, required: bool) -> tuple[str, ...] | None:
+    """A command (``verify``, ``smoke``): a list of at least one word, each plain text, no control character
+    (a newline, NUL or escape in a signed command is refused here, not met later as a damaged download)."""
+    words = t.strings(key, expected, required=required)
+    if words is None:
+        return None
+    if not words:
+        t.p.add(t.key(key), "expected a command of at least one word, found an empty list")
+        return None
+    if len(words) > envtable.MAX_SMOKE_WORDS:
+        t.p.add(t.key(key), f"expected at most {envtable.MAX_SMOKE_WORDS} words, found {len(words)}")
+        return None
+    for i, word in enumerate(words):
+        why = envtable.word_problem(word)
+        if why is not None:
+            t.p.add(t.key(key), f"word {i}: {why}; expected plain text (no newline, NUL, escape or other control)")
+            return None
+    return words
+
+
 def _runtime(
     t: Table, p: Problems
 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
     """``[engine.env]``, ``smoke`` and ``allow-network`` (issue 15), checked by the rules the node applies."""
-    env: list[tuple[str, str]] = []
-    data = t.table("env") or {}
-    if len(data) > envtable.MAX_ENTRIES:
-        p.add("engine.env", f"expected at most {envtable.MAX_ENTRIES} settings, found {len(data)}")
-        data = {}
-    for key, value in data.items():
-        why = envtable.problem(key, value)
-        if why:
-            p.add(f"engine.env.{key[:SHOWN]}", why)
-        else:
-            env.append((key, value))
-    smoke = t.strings("smoke", 'a command as a list of strings, e.g. ["engine", "--selftest"]', required=False) or ()
-    bad = next((w for w in (envtable.word_problem(x) for x in smoke) if w), None)
-    if bad or len(smoke) > envtable.MAX_SMOKE_WORDS:
-        p.add("engine.smoke", bad or f"expected at most {envtable.MAX_SMOKE_WORDS} words")
-        smoke = ()
+    smoke = _command(t, "smoke", 'a command as a list of strings, e.g. ["engine", "--selftest"]', required=False) or ()
     hosts = t.strings("allow-network", 'a list of host names, e.g. ["huggingface.co"]', required=False) or ()
     for h in hosts:
         why = envtable.host_problem(h)
@@ -95,6 +101,17 @@ def _runtime(
             p.add("engine.allow-network", why)
             hosts = ()
             break
+    env: list[tuple[str, str]] = []
+    data = t.table("env") or {}
+    if len(data) > envtable.MAX_ENTRIES:
+        p.add("engine.env", f"expected at most {envtable.MAX_ENTRIES} settings, found {len(data)}")
+        data = {}
+    for key, value in data.items():
+        why = envtable.problem(key, value, allow_network=hosts)  # the one rule, which the node applies too
+        if why:
+            p.add(f"engine.env.{key[:SHOWN]}", why)
+        else:
+            env.append((key, value))
     return tuple(sorted(env)), smoke, tuple(hosts)
 
 
@@ -123,7 +140,7 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
         for j, r in enumerate(reqs):
             got = requirement(r)
             if isinstance(got, str):
-                p.add(f"{where}.requirements[{j}]", f"{got}: {r[:80]!r}")
+                p.add(f"{where}.requirements[{j}]", f"{got}: {shown_requirement(r)[:80]!r}")
             else:
                 parsed.append(got)
     as_of = parse_as_of(data["as-of"], f"{where}.as-of", p) if "as-of" in data else None

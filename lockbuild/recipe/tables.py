@@ -17,12 +17,12 @@ from lockbuild.recipe.checks import (
     file_part,
     git_tag,
     github_repo,
-    https_url,
     pinned_version,
     plain_name,
     plain_name_or_file,
     project_name,
     relative_path,
+    url_problem,
     wheel_filename,
 )
 from lockbuild.recipe.fields import SHOWN, Problems, Table, describe
@@ -37,6 +37,18 @@ from lockbuild.recipe.model import (
 
 MAX_INDEXES = 16
 _RESERVED_INDEX_NAMES = ("primary", "second")  # the package index, and the name ``index = {...}`` has
+
+
+def _url(t: Table, name: str, expected: str) -> str | None:
+    """A URL key: checked by ``url_problem`` (no credential in it, and none echoed in the message)."""
+    value = t.get(name, str, expected)
+    if value is None:
+        return None
+    why = url_problem(value, expected)
+    if why is not None:
+        t.p.add(t.key(name), why)
+        return None
+    return value
 
 
 def _index(
@@ -61,7 +73,7 @@ def _index(
             return None
         name = got
     what = "the second index" if name == "second" else f"index {name!r}"
-    url = t.string("url", "an http(s) URL of a simple index", check=https_url)
+    url = _url(t, "url", "an http(s) URL of a simple index")
     packages = t.strings("packages", "a list of package names")
     if packages is not None and not packages:
         p.add(f"{where}.packages", f"expected at least one package; {what} serves only the packages it names")
@@ -138,7 +150,7 @@ def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> Source |
     if data is None:
         return None
     t = Table(data, where, p, ("url", "sha256", "top", "dir", "requirements"))
-    url = t.string("url", "an http(s) URL of a source archive", check=https_url)
+    url = _url(t, "url", "an http(s) URL of a source archive")
     sha = t.string("sha256", "64 lower-case hex digits", check=lambda v: bool(SHA256.fullmatch(v)))
     top = t.string("top", "the archive's top directory (a relative path)", check=relative_path)
     dest = t.string("dir", "a relative path inside the environment", check=relative_path)
@@ -151,7 +163,7 @@ def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> Source |
 
 def _url_wheel(data: Mapping[str, Any], where: str, p: Problems) -> UrlWheel | None:
     t = Table(data, where, p, ("url", "sha256"))
-    url = t.string("url", "an http(s) URL of a wheel file", check=https_url)
+    url = _url(t, "url", "an http(s) URL of a wheel file")
     sha = t.string("sha256", "the wheel's sha256, 64 lower-case hex digits", check=lambda v: bool(SHA256.fullmatch(v)))
     if url is not None and wheel_filename(url) is None:
         p.add(

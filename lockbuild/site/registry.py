@@ -28,15 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from lockbuild.bundle.manifest import Member
 from lockbuild.digest import CHUNK
-from lockbuild.errors import IntegrityError
+from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.fsio import open_regular, remove_at
 from lockbuild.limits import DEFAULT_LIMITS
 from lockbuild.progress import Progress
 from lockbuild.site.oci import OCI_MANIFEST, Registry, RegistryError
 from lockbuild.site.store import Store
+from lockbuild.site.storemodel import StoreError
 from lockbuild.site.trusted import check_manifest, check_signatures
 
 ARTIFACT_TYPE = "application/vnd.lockbuild.bundle.v1"
@@ -194,47 +194,77 @@ def pull(
 
 
 def _fetch(registry: Registry, store: Store, m: Member, progress: Progress) -> None:
-    """One blob into tmp/<sha256>.partial (resuming what is there), checked, then into blobs/."""
-    digest = f"sha256:{m.sha256}"
-    have = store.partial_size(m.sha256)
-    if have > m.size:
-        have = 0
-    h = hashlib.sha256()
-    if have:
-        with store.partial(m.sha256).open("rb") as f:
-            left = have
-            while left and (chunk := f.read(min(CHUNK, left))):
-                h.update(chunk)
-                left -= len(chunk)
+    """One blob into tmp/<sha256>.partial (resuming what is there), checked, then into blobs/.
+
+    A partial that already holds the whole blob (a pull killed after it was written) is checked and
+    adopted without a request; a complete one that is wrong is deleted and fetched again. The first
+    failure stops the pull's other transfers (``Registry.stop``), so the error, and with it the
+    store's lock, come back at once rather than after every running download."""
     try:
-        with registry.get_blob(digest, offset=have) as (r, start):
-            if start != have:
-                have, h = 0, hashlib.sha256()
-            with store.open_partial(m.sha256, append=bool(have)) as out:
-                for chunk in r.iter_bytes(CHUNK):
-                    have += len(chunk)
-                    if have > m.size:
-                        break
-                    h.update(chunk)
-                    out.write(chunk)
-                    progress.advance(len(chunk))
-                out.flush()
-                os.fsync(out.fileno())
-    except httpx.HTTPError as exc:
-        raise RegistryError(
-            f"the download of {m.path} ({digest}) from {registry.ref.host} broke off: {type(exc).__name__}.",
-            tip="Run the same pull again: it resumes where this one stopped.",
-        ) from None
+        _fetch_blob(registry, store, m, progress)
+    except LockbuildError as exc:
+        registry.stop(f"the download of {m.path} failed: {exc.message}")
+        raise
+    except OSError as exc:
+        registry.stop(f"the download of {m.path} failed")
+        raise StoreError(f"cannot write the partial blob {store.partial(m.sha256)}: {exc.strerror or exc}.",
+                         tip="Check the store's disk (free space, permissions), then run the same pull again: "
+                         "it resumes.") from None  # fmt: skip
+
+
+def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress) -> None:
+    digest = f"sha256:{m.sha256}"
+    h = hashlib.sha256()
+    have = _hash_partial(store, m, h)
+    if have == m.size:
+        if h.hexdigest() == m.sha256:  # complete and right: adopted, nothing is requested
+            progress.advance(m.size)
+            store.adopt(store.partial(m.sha256), m.sha256)
+            return
+        remove_at(store.tmp, f"{m.sha256}.partial")  # complete but wrong: fetched again from the start
+        have, h = 0, hashlib.sha256()
+    with registry.get_blob(digest, size=m.size, offset=have) as (chunks, start):
+        if start != have:
+            have, h = 0, hashlib.sha256()
+        with store.open_partial(m.sha256, append=bool(have)) as out:
+            for chunk in chunks:
+                have += len(chunk)
+                if have > m.size:
+                    break
+                h.update(chunk)
+                out.write(chunk)
+                progress.advance(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())
+    _check_blob(store, m, have, h.hexdigest())
+
+
+def _hash_partial(store: Store, m: Member, h: hashlib._Hash) -> int:
+    """How many bytes of tmp/<sha256>.partial count (0: none, or more than the blob), hashed into ``h``."""
+    have = store.partial_size(m.sha256)
+    if not 0 < have <= m.size:
+        return 0
+    f, _ = open_regular(f"{m.sha256}.partial", what="partial blob", max_size=m.size, error=StoreError,
+                        dir_fd=store.tmp, shown=str(store.partial(m.sha256)))  # fmt: skip
+    with f:
+        left = have
+        while left and (chunk := f.read(min(CHUNK, left))):
+            h.update(chunk)
+            left -= len(chunk)
+    return have - left
+
+
+def _check_blob(store: Store, m: Member, have: int, got: str) -> None:
+    digest = f"sha256:{m.sha256}"
     if have > m.size:
-        store.partial(m.sha256).unlink(missing_ok=True)
+        remove_at(store.tmp, f"{m.sha256}.partial")
         raise IntegrityError(f"the registry's blob for {m.path} ({digest}) is longer than the signed {m.size} bytes; "
                              "refused.")  # fmt: skip
     if have < m.size:
         raise RegistryError(f"the registry's blob for {m.path} ended after {have} of {m.size} bytes.",
                             tip="Run the same pull again: it resumes where this one stopped.")  # fmt: skip
-    got = h.hexdigest()
     if got != m.sha256:
-        store.partial(m.sha256).unlink(missing_ok=True)
+        remove_at(store.tmp, f"{m.sha256}.partial")
         raise IntegrityError(
             f"the registry's blob for {m.path} is damaged: sha256 {got}, the signed manifest says {m.sha256}; refused.",
             tip="Push the build to the registry again from a checked store (the registry keeps the damaged blob until "

@@ -363,7 +363,7 @@ def test_a_recipe_url_with_credentials_is_refused_without_showing_them(tmp_path:
     )
     for extra in ([], ["--json"]):
         r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o"), *extra])
-        assert r.exit_code == 1
+        assert r.exit_code == 2  # a recipe problem: a usage error
         assert "builds[0].source.url: expected an http(s) URL" in r.stdout + r.stderr  # refused by the recipe
         assert "tok-SECRET-55" not in r.stdout + r.stderr
 

@@ -167,7 +167,7 @@ def test_a_package_named_on_two_indexes_is_refused_before_anything_is_fetched(
     path.write_text(text)
     before = len(indexes.requests)
     code, _, stderr = run_lock(path, tmp_path / "out")
-    assert code == 1
+    assert code == 2  # a recipe problem: a usage error
     assert "'ixa' is named on two indexes, indexes entry 'alpha' and indexes entry 'beta'" in stderr
     assert "Traceback" not in stderr
     assert len(indexes.requests) == before and not (tmp_path / "out").exists()
@@ -179,7 +179,7 @@ def test_a_package_on_an_extra_index_that_is_not_pinned_is_refused(
     path = tmp_path / "ixeng.toml"
     path.write_text(recipe(indexes, reqs='"ixeng==1.0", "ixa==1.0", "ixb>=1.0"'))
     code, _, stderr = run_lock(path, tmp_path / "out")
-    assert code == 1
+    assert code == 2  # a recipe problem: a usage error
     assert "builds[0].indexes[1].packages: 'ixb' comes from index 'beta', which publishes no upload times" in stderr
     assert "must be pinned with == in requirements, found 'ixb>=1.0'" in stderr
     assert not (tmp_path / "out").exists()
@@ -339,3 +339,74 @@ def test_an_extra_index_with_upload_times_is_held_by_the_cut_off(
     assert got["ixtimed"] == ("gamma", "upload-time")
     assert got["ixlate"] == ("gamma", "exemption")
     assert got["ixa"] == ("alpha", "exemption")
+
+
+# --- torchtriton, transitively (issue 23) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def triton(server: FakeServer) -> FakeServer:
+    """tteng (primary) needs ttorch, which the "ptx" index serves and which needs ttriton: ptx serves the
+    real ttriton, and an impostor holds the name on the primary index."""
+    server.publish(*make_wheel("tteng", "1.0", deps=("ttorch",)), uploaded=day(5))
+    server.publish(*make_wheel("ttorch", "1.0", deps=("ttriton",)), index="ptx")
+    server.publish(WHEEL.format("ttriton"), body("ttriton", "ptx"), index="ptx")
+    server.publish(WHEEL.format("ttriton"), body("ttriton", "impostor"), uploaded=day(1))
+    return server
+
+
+def triton_recipe(server: FakeServer, *, reqs: str = '"tteng==1.0", "ttorch==1.0"', packages: str = '"ttorch"',
+                  extra: str = "") -> str:  # fmt: skip
+    return (
+        '[engine]\nname = "tteng"\npypi = "tteng"\nbinary = "tteng"\nverify = ["tteng"]\n\n'
+        f'[[builds]]\nversion = "1.0"\nvariant = "tt"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
+        f"requirements = [{reqs}]\n"
+        f'index = {{ url = "{server.index_url("ptx")}", packages = [{packages}] }}\n{extra}'
+    )
+
+
+def test_a_dependency_that_an_extra_index_serves_is_not_taken_from_the_primary_index(
+    env: FakeServer, triton: FakeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "tteng.toml"
+    path.write_text(triton_recipe(triton))
+    code, stdout, stderr = run_lock(path, tmp_path / "out")
+    assert code == 1, stdout
+    err = json.loads(stdout)["error"]
+    assert err["type"] == "ResolveError"
+    assert f"ttriton from the package index ({triton.index_url()})" in err["message"]
+    assert f"the second index ({triton.index_url('ptx')}) serves ttriton too" in err["message"]
+    assert "torchtriton" in err["message"]
+    assert "primary-packages" in err["tip"] and "add it to the second index's packages" in err["tip"]
+    assert not (tmp_path / "out").exists()
+    assert sha(body("ttriton", "impostor")) not in stdout + stderr
+
+
+def test_the_recipe_settles_a_name_on_two_indexes_by_naming_its_index(
+    env: FakeServer, triton: FakeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "tteng.toml"
+    # on the extra index, with its package: the genuine ttriton
+    path.write_text(triton_recipe(triton, reqs='"tteng==1.0", "ttorch==1.0", "ttriton==1.0"',
+                                  packages='"ttorch", "ttriton"'))  # fmt: skip
+    code, stdout, stderr = run_lock(path, tmp_path / "a")
+    assert code == 0, stderr
+    pkgs = {p["name"]: p for p in json.loads(stdout)["locks"][0]["packages"]}
+    assert pkgs["ttriton"]["sha256"] == sha(body("ttriton", "ptx"))
+    # or, explicitly, from the primary index
+    path.write_text(triton_recipe(triton, extra='primary-packages = ["TTriton"]\n'))
+    code, stdout, stderr = run_lock(path, tmp_path / "b")
+    assert code == 0, stderr
+    pkgs = {p["name"]: p for p in json.loads(stdout)["locks"][0]["packages"]}
+    assert pkgs["ttriton"]["sha256"] == sha(body("ttriton", "impostor"))
+    assert parse_recipe(path.read_text()).builds[0].primary_packages == ("ttriton",)
+
+
+def test_primary_packages_is_checked_when_the_recipe_is_read(triton: FakeServer) -> None:
+    with pytest.raises(RecipeError) as exc:
+        parse_recipe(triton_recipe(triton, extra='primary-packages = ["ttorch"]\n'))
+    assert "builds[0].primary-packages: 'ttorch' is named both here and on the index key" in exc.value.message
+    text = triton_recipe(triton).split("index = ")[0] + 'primary-packages = ["x"]\n'
+    with pytest.raises(RecipeError) as exc:
+        parse_recipe(text.replace('"ttorch==1.0"', ""))
+    assert "expected an extra index" in exc.value.message

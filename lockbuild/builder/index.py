@@ -219,7 +219,7 @@ class Index:
                 f"{self.url}/{key}/",
                 what=f"asking {self.name} for {project}",
                 headers={"Accept": SIMPLE_JSON},
-                not_found=f"{self.name} ({self.url}) has no project {project!r}.",
+                not_found=self._missing(project),
             )
         except RecursionError:
             raise RemoteError(f"{what}: {self.url}/{key}/ is JSON nested too deeply to be a project page.") from None
@@ -233,6 +233,20 @@ class Index:
                     f"{self.limits.max_index_files_total} (Limits.max_index_files_total); refused."
                 )
         return parse_project_page(data, final, what=what, keep=keep, limits=self.limits)
+
+    def _missing(self, project: str) -> str:
+        return f"{self.name} ({self.url}) has no project {project!r}."
+
+    def serves(self, project: str) -> bool:
+        """Whether this index has a page for ``project`` (an answer other than 404). No file of it is kept;
+        any other failure is raised: an index that cannot say is not taken to serve nothing."""
+        try:
+            self._page(project, lambda _v: False)
+        except RemoteError as exc:
+            if exc.message == self._missing(project):  # the 404 answer get_json gives for this page
+                return False
+            raise
+        return True
 
     def files(self, project: str) -> tuple[IndexFile, ...]:
         """Every file the project's page lists (not kept)."""

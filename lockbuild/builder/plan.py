@@ -377,7 +377,39 @@ class Planner:
             cut = package_cut_off(build, pin.name, as_of)
             return choose_file(pin, files, build.target, origin="primary", as_of=cut, pinned_sha256=pinned)
 
-        return tuple(pool.map(one, pins))
+        locked = tuple(pool.map(one, pins))
+        self._check_names_on_one_index(locked, build, extra, pool)
+        return locked
+
+    def _check_names_on_one_index(
+        self, locked: Sequence[LockedFile], build: Build, extra: ExtraIndexes, pool: Executor
+    ) -> None:
+        """Every package locked from the primary index, transitive ones too, is a name no extra index serves,
+        unless the recipe names it in primary-packages. Otherwise a dependency of an extra index's package
+        that the extra index also serves (torchtriton for PyTorch's nightlies, 2022) would be locked from
+        whoever claimed the name on the primary index; the recipe must say which index it belongs to."""
+        if not build.extra_indexes:
+            return
+        names = sorted({f.name for f in locked if f.origin == "primary" and f.name not in build.primary_packages})
+        asks = [(name, ix) for name in names for ix in build.extra_indexes]
+        served = pool.map(lambda a: extra.clients[a[1].name].serves(a[0]), asks)
+        both = [(name, ix) for (name, ix), yes in zip(asks, served, strict=True) if yes]
+        if not both:
+            return
+        shown = "; ".join(
+            f"{name} from the package index ({self.index_url}), and {_index_label(ix)} ({ix.url}) serves {name} too"
+            for name, ix in both[:20]
+        )
+        first, ix = both[0]
+        raise ResolveError(
+            f"{build.id}: {len(both)} package(s) of the lock are served by both the package index and an extra "
+            f"index: {shown}{' ...' if len(both) > 20 else ''}. Expected each locked name on one index only: a "
+            "dependency that an extra index serves would otherwise be taken from whoever holds its name on the "
+            "primary index (how torchtriton was taken in 2022).",
+            tip=f"Say in the recipe which index each belongs to: if {first} belongs with its index's packages, "
+            f"add it to {_index_label(ix)}'s packages and pin it with == in requirements; if it is the primary "
+            f'index\'s, name it in the build\'s primary-packages = ["{first}", ...].',
+        )
 
 
 def _index_label(index: SecondIndex) -> str:

@@ -102,6 +102,7 @@ class Build:
     build_on_node: tuple[str, ...] = ()  # canonical names that may come as sdists (built on the node)
     interpreter: Interpreter | None = None  # a standalone interpreter carried in the bundle
     indexes: tuple[SecondIndex, ...] = ()  # the list form, indexes = [{ name, url, packages }] (issue 15)
+    primary_packages: tuple[str, ...] = ()  # canonical names an extra index serves too, taken from the primary
 
     @property
     def extra_indexes(self) -> tuple[SecondIndex, ...]:

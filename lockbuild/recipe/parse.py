@@ -33,6 +33,7 @@ from lockbuild.recipe.model import (
     Engine,
     GpuRequirement,
     Recipe,
+    SecondIndex,
 )
 from lockbuild.recipe.tables import _assets, _index, _indexes, _interpreter, _source, _wheel
 from lockbuild.target import Target, parse_platform
@@ -45,7 +46,7 @@ _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", 
 _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
     "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
-    "interpreter", "indexes",
+    "interpreter", "indexes", "primary-packages",
 )  # fmt: skip
 
 
@@ -160,13 +161,37 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     if bad:
         p.add(f"{where}.build-on-node", f"expected package names, found {bad[0][:SHOWN]!r}")
     python_exe = _interpreter(t.table("interpreter"), f"{where}.interpreter", p, python)
+    on_primary = _primary_packages(t, where, p, ((index,) if index is not None else ()) + indexes)
     if None in (version, variant, target, reqs):
         return None
     assert version is not None and variant is not None and target is not None and reqs is not None
     return Build(
         version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
-        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes,
+        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes, on_primary,
     )  # fmt: skip
+
+
+def _primary_packages(t: Table, where: str, p: Problems, extra: tuple[SecondIndex, ...]) -> tuple[str, ...]:
+    """``primary-packages = ["numpy", ...]``: names an extra index serves too, which the lock takes from the
+    primary index anyway: the recipe's explicit choice, where the lock would otherwise refuse such a name
+    (issue 23, torchtriton). A name may not be both here and on an extra index."""
+    names = t.strings("primary-packages", "a list of package names", required=False) or ()
+    bad = [n for n in names if not project_name(n)]
+    if bad:
+        p.add(f"{where}.primary-packages", f"expected package names, found {bad[0][:SHOWN]!r}")
+        return ()
+    if names and not extra:
+        p.add(f"{where}.primary-packages", "expected an extra index (index or indexes) for it to choose against")
+    canonical = tuple(sorted({canonicalize_name(n) for n in names}))
+    for ix in extra:
+        both = sorted(set(canonical) & set(ix.packages))
+        if both:
+            p.add(
+                f"{where}.primary-packages",
+                f"{both[0]!r} is named both here and on {'the index key' if ix.name == 'second' else repr(ix.name)}; "
+                "expected each package on one index only",
+            )
+    return canonical
 
 
 def _pin_sha256(data: Mapping[str, Any] | None, where: str, p: Problems) -> tuple[tuple[str, str], ...]:

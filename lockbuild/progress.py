@@ -1,10 +1,21 @@
 """Progress for long work: a live bar on a terminal, plain lines with a heartbeat elsewhere, nothing under --json.
 
 On a terminal, a phase that counts bytes draws a bar with its rate and ETA, and a phase that cannot count
-(resolving, uv installing) shows how long it has run. Elsewhere (CI logs, pipes) every phase prints one
-line when it starts and, while it runs, a heartbeat line every ``heartbeat`` seconds, so a long step is
-never silent: ``lockbuild: installing packages with uv: 61 s, still working``. Every text shown passes
-through ``lockbuild.text.for_terminal`` (names and URLs come from outside).
+(resolving, uv installing) shows how long it has run. Elsewhere (CI logs, pipes, ``nohup``) every phase
+prints one line when it starts and, while it runs, a line every ``heartbeat`` seconds with the same fields
+as the bar (what it is doing, bytes done of total, rate, ETA, files), so a long step is never silent:
+``lockbuild: packing: 20 s, 65/146 files, 228.7 MB of 4.9 GB at 11.4 MB/s, ETA 6:50``, or for a step that
+cannot count, ``lockbuild: installing packages with uv: 61 s, still working``.
+
+Two counts can run at once: a cold build downloads and packs together (builder/pack.py), so the fetcher
+reports into ``alongside("downloading", "downloaded")`` and the bundle writer into the main count. The line
+then reads ``downloading and packing: ..., downloaded 1.2 GB of 4.9 GB at 52.0 MB/s, packed ...``, and the
+ETA follows the download while it runs (packing waits on it), then the packing: neither stalls while
+gigabytes arrive for a member further down the manifest.
+
+Every text shown passes through ``lockbuild.text.for_terminal`` (names and URLs come from outside).
+Written here rather than with rich or tqdm: two counts in one line, a heartbeat line instead of a bar
+off a terminal, and silence under --json are a few dozen lines, and neither library does the heartbeat.
 """
 
 from __future__ import annotations
@@ -13,11 +24,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO
 
 from lockbuild.text import for_terminal
 
 BAR_WIDTH = 24
+HEARTBEAT = 10.0  # seconds between lines when the output is not a terminal (tests set it lower)
+_DONE_WORDS = {"downloading": "downloaded", "fetching": "fetched", "packing": "packed"}
 
 
 def _size(n: float) -> str:
@@ -33,16 +47,73 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+@dataclass
+class _Count:
+    """One thing being counted: its bytes and files done of total, since when."""
+
+    label: str  # "packing", "downloading"
+    word: str  # what a done byte is: "packed", "downloaded"
+    total: int
+    files: int
+    started: float
+    done: int = 0
+    files_done: int = 0
+    finished: bool = False
+
+    def rate(self, now: float) -> float:
+        elapsed = now - self.started
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def eta(self, now: float) -> float | None:
+        rate = self.rate(now)
+        return (self.total - self.done) / rate if rate > 0 and self.done < self.total else None
+
+    def fraction(self) -> float:
+        return min(1.0, self.done / self.total) if self.total > 0 else (1.0 if self.finished else 0.0)
+
+
+def _eta(counts: list[_Count], now: float) -> str:
+    """The ETA of the first count still under way (the download, which the packing waits on)."""
+    for c in counts:
+        if c.done < c.total:
+            eta = c.eta(now)
+            return _clock(eta) if eta is not None else "--:--"
+    return "--:--"
+
+
+def _bar(counts: list[_Count], now: float) -> str:
+    frac = sum(c.fraction() for c in counts) / len(counts)
+    filled = int(frac * BAR_WIDTH)
+    head = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {frac * 100:3.0f}%  "
+    if len(counts) == 1:
+        c = counts[0]
+        return (
+            f"{head}{_size(c.done)}/{_size(c.total)}  {_size(c.rate(now))}/s  ETA {_eta(counts, now)}  "
+            f"{c.files_done}/{c.files} files"
+        )
+    parts = [f"{c.word} {_size(c.done)}/{_size(c.total)} {_size(c.rate(now))}/s" for c in counts]
+    return f"{head}{'  '.join(parts)}  ETA {_eta(counts, now)}  {counts[-1].files_done}/{counts[-1].files} files"
+
+
+def _fields(counts: list[_Count], now: float) -> str:
+    """The heartbeat's fields: the bar's, in words."""
+    if len(counts) == 1:
+        c = counts[0]
+        return (
+            f"{c.files_done}/{c.files} files, {_size(c.done)} of {_size(c.total)} at {_size(c.rate(now))}/s, "
+            f"ETA {_eta(counts, now)}"
+        )
+    parts = [
+        f"{c.word} {c.files_done}/{c.files} files, {_size(c.done)} of {_size(c.total)} at {_size(c.rate(now))}/s"
+        for c in counts
+    ]
+    return f"{'; '.join(parts)}; ETA {_eta(counts, now)}"
+
+
 def bar_line(label: str, done: int, total: int, files_done: int, files: int, elapsed: float) -> str:
     """One line of a byte-counting phase: bar, percent, bytes, rate, ETA and files (pure, for tests)."""
-    frac = min(1.0, done / total) if total > 0 else 0.0
-    filled = int(frac * BAR_WIDTH)
-    rate = done / elapsed if elapsed > 0 else 0.0
-    eta = _clock((total - done) / rate) if rate > 0 and done < total else "--:--"
-    return (
-        f"{label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {frac * 100:3.0f}%  "
-        f"{_size(done)}/{_size(total)}  {_size(rate)}/s  ETA {eta}  {files_done}/{files} files"
-    )
+    count = _Count(label, label, total, files, started=0.0, done=done, files_done=files_done)
+    return f"{label} {_bar([count], elapsed)}"
 
 
 class Progress:
@@ -53,22 +124,17 @@ class Progress:
         stream: TextIO | None = None,
         *,
         enabled: bool = True,
-        heartbeat: float = 10.0,
+        heartbeat: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.live = enabled and self.stream.isatty()
-        self.heartbeat = heartbeat
+        self.heartbeat = HEARTBEAT if heartbeat is None else heartbeat
         self._now = clock
         self._lock = threading.Lock()
-        self._label = ""
-        self._counting = False
-        self._done = 0
-        self._total = 0
-        self._files_done = 0
-        self._files = 0
-        self._started = 0.0
+        self._main: _Count | None = None  # the count started by start(), until finish()
+        self._side: _Count | None = None  # a count running alongside it (downloads while packing)
         self._drawn = 0.0
         self._phase: str | None = None  # the work under way, for the heartbeat
         self._phase_started = 0.0
@@ -90,29 +156,41 @@ class Progress:
 
     def start(self, label: str, *, total_bytes: int, files: int) -> None:
         with self._lock:
-            self._label, self._total, self._files = for_terminal(label), total_bytes, files
-            self._done = self._files_done = 0
-            self._started = self._now()
-            self._counting = True
-        self.phase(f"{label}: {files} file(s), {_size(total_bytes)}")
+            label = for_terminal(label)
+            self._main = _Count(label, _DONE_WORDS.get(label, "done"), total_bytes, files, self._now())
+            shown = self._label()
+        self.phase(f"{shown}: {files} file(s), {_size(total_bytes)}")
 
     def advance(self, n: int) -> None:
         with self._lock:
-            self._done += n
+            if self._main is not None:
+                self._main.done += n
             self._draw()
+
+    def skip(self, n: int) -> None:
+        """A whole file of ``n`` bytes that needed no work (a cache hit): done, for a count of everything."""
+        self.advance(n)
+        self.file_done()
 
     def file_done(self) -> None:
         with self._lock:
-            self._files_done += 1
-            self._draw(force=self._files_done == self._files)
+            if self._main is not None:
+                self._main.files_done += 1
+                self._draw(force=self._main.files_done == self._main.files)
 
     def finish(self, summary: str | None = None) -> None:
         with self._lock:
             self._clear()
-            self._counting = False
+            self._main = None
             self._phase = None
         if summary:
             self.note(summary)
+
+    def alongside(self, label: str, word: str) -> Progress:
+        """A count shown in this one's line while it runs (``label`` "downloading", ``word`` "downloaded"):
+        what is reported into the returned Progress is counted here, never printed on its own. Its cache
+        hits (``skip``) are taken off its total: it counts only the bytes really moving."""
+        return _Alongside(self, for_terminal(label), for_terminal(word))
 
     def close(self) -> None:
         """Stop the heartbeat (it is a daemon thread, so a process that exits needs no call)."""
@@ -125,6 +203,15 @@ class Progress:
         self._wake.clear()
 
     # --------------------------------------------------------------------------------- internals
+    def _counts(self) -> list[_Count]:
+        """What the line shows: the side count (while it has anything to count), then the main one."""
+        side = self._side
+        shown = [side] if side is not None and not (side.finished and side.done == 0) else []
+        return [*shown, self._main] if self._main is not None else shown
+
+    def _label(self) -> str:
+        return " and ".join(c.label for c in self._counts())
+
     def _line(self, text: str, *, ongoing: bool) -> None:
         if not self.enabled:
             return
@@ -137,7 +224,7 @@ class Progress:
             self._last_line = now
             if ongoing:
                 self._phase, self._phase_started = text, now
-            elif not self._counting:
+            elif self._main is None:
                 self._phase = None
             if ongoing and self._thread is None and self.heartbeat > 0:
                 self._thread = threading.Thread(target=self._beat, name="lockbuild-progress", daemon=True)
@@ -153,7 +240,7 @@ class Progress:
                     continue
                 now = self._now()
                 try:
-                    if self.live and self._counting:
+                    if self.live and self._main is not None:
                         self._draw(force=True)
                     elif self.live:
                         self._draw_timer(now)
@@ -165,9 +252,9 @@ class Progress:
 
     def _heartbeat_line(self, now: float) -> None:
         elapsed = now - self._phase_started
-        if self._counting:
-            detail = f"{self._files_done}/{self._files} files, {_size(self._done)} of {_size(self._total)}"
-            label = self._label
+        counts = self._counts()
+        if self._main is not None:
+            detail, label = _fields(counts, now), self._label()
         else:
             detail, label = "still working", self._phase or ""
         self.stream.write(f"lockbuild: {label}: {elapsed:.0f} s, {detail}\n")
@@ -180,17 +267,63 @@ class Progress:
         self._drawn = now
 
     def _draw(self, force: bool = False) -> None:
-        if not self.live:
+        if not self.live or self._main is None:
             return
         now = self._now()
         if not force and now - self._drawn < 0.1:
             return
         self._drawn = now
-        line = bar_line(self._label, self._done, self._total, self._files_done, self._files, now - self._started)
-        self.stream.write(f"\r\x1b[K{line}")
+        self.stream.write(f"\r\x1b[K{self._label()} {_bar(self._counts(), now)}")
         self.stream.flush()
 
     def _clear(self) -> None:
         if self.live and self._drawn:
             self.stream.write("\r\x1b[K")
             self._drawn = 0.0
+
+
+class _Alongside(Progress):
+    """A count reported into another Progress's line (see ``Progress.alongside``); prints nothing itself."""
+
+    def __init__(self, parent: Progress, label: str, word: str) -> None:
+        super().__init__(parent.stream, enabled=False, heartbeat=0, clock=parent._now)
+        self.parent = parent
+        self.side_label = label
+        self.word = word
+
+    def start(self, label: str, *, total_bytes: int, files: int) -> None:
+        p = self.parent
+        with p._lock:
+            p._side = _Count(self.side_label, self.word, total_bytes, files, p._now())
+
+    def advance(self, n: int) -> None:
+        p = self.parent
+        with p._lock:
+            if p._side is not None:
+                p._side.done += n
+                p._draw()
+
+    def skip(self, n: int) -> None:
+        p = self.parent
+        with p._lock:
+            if p._side is not None:
+                p._side.total -= n
+                p._side.files -= 1
+
+    def file_done(self) -> None:
+        p = self.parent
+        with p._lock:
+            if p._side is not None:
+                p._side.files_done += 1
+
+    def finish(self, summary: str | None = None) -> None:
+        p = self.parent
+        with p._lock:
+            if p._side is not None:
+                p._side.finished = True
+
+    def close(self) -> None:
+        """Take the count out of the parent's line."""
+        p = self.parent
+        with p._lock:
+            p._side = None

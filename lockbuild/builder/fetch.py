@@ -181,8 +181,7 @@ class Fetcher:
             raise _cancelled(w)
         hit = self.cache.lookup(w.sha256, w.size, hashed=self.hash_hits)
         if hit is not None:
-            self.progress.advance(w.size or 0)
-            self.progress.file_done()
+            self.progress.skip(w.size or 0)
             return Fetched(w, hit, downloaded=False)
         path = self.download(w, cancel)
         self.progress.file_done()

@@ -330,8 +330,11 @@ def fetch_and_write(
 
     manifest, entries = assemble_from(plan, source, sizes.__getitem__, plan.uv_version)
     by_sha = {w.sha256: w for w in wanted}
-    shown = fetcher.progress  # one bar, the writer's: it advances as the files arrive and are packed
-    fetcher.hash_hits, fetcher.progress = False, Progress.quiet()
+    # One line for both: the bytes downloaded (cache hits left out) and the bytes packed, each with its
+    # rate, "downloading and packing"; the ETA follows the download while it runs (progress.py).
+    shown = fetcher.progress
+    downloads = shown.alongside("downloading", "downloaded")
+    fetcher.hash_hits, fetcher.progress = False, downloads
     try:
         batch = fetcher.start([by_sha[e.member.sha256] for e in entries if e.member.sha256 in by_sha])
         try:
@@ -339,6 +342,7 @@ def fetch_and_write(
         except DamagedSource as exc:
             batch.abort()
             fetcher.cache.discard(exc.sha256)
+            downloads.close()
             shown.note(f"a cached file was damaged ({exc.message}); fetching it again")
             fetcher.hash_hits, fetcher.progress = True, shown
             report = fetcher.fetch_all(wanted)
@@ -357,6 +361,7 @@ def fetch_and_write(
                    f"the cache ({report.downloaded_bytes / 1e6:,.1f} MB downloaded)")  # fmt: skip
         return written, report
     finally:
+        downloads.close()
         fetcher.hash_hits, fetcher.progress = True, shown
 
 

@@ -30,7 +30,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from lockbuild.errors import BusyError, LockbuildError
 
@@ -295,9 +295,13 @@ def busy_error(message: str, tip: str) -> Callable[[], LockbuildError]:
 # --- copying and parsing -----------------------------------------------------------------------
 
 
+class Writer(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
 def copy_with_hash(
     src: BinaryIO,
-    dst: BinaryIO | None,
+    dst: Writer | None,
     size: int,
     *,
     advance: Callable[[int], None] | None = None,

@@ -704,7 +704,7 @@ def test_a_swapped_file_that_carries_the_same_contents_is_the_signed_bundle(tmp_
     other = zstandard.ZstdCompressor(level=19, write_checksum=True).compress(bundle_tar())
     assert other != bundle.read_bytes()
     write(tmp_path / "other.lbz", other).replace(bundle)
-    assert trusted.extract(tmp_path / "dest") == trusted.manifest
+    assert trusted.extract(tmp_path / "dest").manifest == trusted.manifest
     assert all((tmp_path / "dest" / p).read_bytes() == data for p, data, _ in GOOD_FILES)
 
 

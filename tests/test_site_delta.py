@@ -65,7 +65,7 @@ def test_a_delta_without_its_base_names_what_is_missing(tmp_path: Path, bundles:
 
 def test_an_untrusted_delta_is_refused_before_decompressing(tmp_path: Path, bundles: dict[str, Path],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    import lockbuild.site.delta
+    import lockbuild.site.sources
 
     delta = _delta(bundles, tmp_path / "deltas")
     stranger = make_keys(tmp_path / "stranger")
@@ -73,7 +73,7 @@ def test_an_untrusted_delta_is_refused_before_decompressing(tmp_path: Path, bund
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("decompressed before the signature policy was met")
 
-    monkeypatch.setattr(lockbuild.site.delta, "_open_tar", boom)
+    monkeypatch.setattr(lockbuild.site.sources, "_open_tar", boom)
     r = cli("import", delta, "--trust", stranger.trust, "--store", tmp_path / "store")
     assert r.exit_code == 3 and "signature policy not met" in r.output
 
@@ -105,11 +105,15 @@ def test_inspect_and_verify_say_what_a_delta_is_and_needs(tmp_path: Path, bundle
                                                          signer: Keys) -> None:  # fmt: skip
     delta = _delta(bundles, tmp_path / "deltas")
     shown = _ok("inspect", delta)
-    assert shown["bundle"] == bundles["1.1"].name and shown["base"] == "toyengine/1.0-cpu"
-    assert [x["path"] for x in shown["needs"]] == ["tools/uv-0.9.0-py3-none-any.whl", "wheels/torch-2.0-py3-none-any.whl"]
+    assert (shown["engine"], shown["version"], shown["variant"]) == ("toyengine", "1.1", "cpu")
+    needs = ["tools/uv-0.9.0-py3-none-any.whl", "wheels/torch-2.0-py3-none-any.whl"]
     checked = _ok("verify", delta, "--trust", signer.trust)
-    assert checked["build"] == "toyengine/1.1-cpu" and len(checked["carried"]) == 3 and len(checked["needs"]) == 2
+    assert checked["build"] == "toyengine/1.1-cpu" and checked["members"] == 5 and checked["absent"] == needs
     text = cli("verify", delta, "--trust", signer.trust)
-    assert text.exit_code == 0 and "it needs 2 more from toyengine/1.0-cpu" in text.output
+    assert text.exit_code == 0 and "3 members match the signed manifest; 2 left to a store" in text.output
+    store = tmp_path / "store"
+    _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
+    whole = _ok("verify", delta, "--trust", signer.trust, "--store", store)  # the store completes it
+    assert whole["absent"] == [] and whole["members"] == 5
     stranger = make_keys(tmp_path / "stranger")
     assert cli("verify", delta, "--trust", stranger.trust).exit_code == 3

@@ -215,8 +215,37 @@ def test_a_co_signature_is_added_and_never_removed(tmp_path: Path, bundles: dict
     Path(f"{cosigned}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
     second = make_keys(tmp_path / "second", "second")
     sign_bundle(cosigned, read_secret_key(second.secret, lambda: ""))
-    _import(cosigned, signer, store)
     sigs = store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml.minisig"
+    _import(cosigned, signer, store)  # the second key is not trusted here: its block is not kept
+    assert len(parse_signatures(sigs.read_bytes())) == 1
+    both = tmp_path / "trust-both"
+    both.mkdir()
+    for k in (signer, second):
+        (both / k.public.name).write_bytes(k.public.read_bytes())
+    _import(cosigned, Keys(signer.secret, signer.public, both), store)
     assert len(parse_signatures(sigs.read_bytes())) == 2
     _import(bundles["1.0"], signer, store)  # the older .minisig, with one signature
     assert len(parse_signatures(sigs.read_bytes())) == 2
+
+
+def test_junk_blocks_from_untrusted_keys_never_reach_the_store(tmp_path: Path, bundles: dict[str, Path],
+                                                              signer: Keys) -> None:  # fmt: skip
+    """Two accepted imports must not wedge a build: only blocks that count are kept, one per key, so the
+    store's .minisig stays within what every reader accepts."""
+    from lockbuild.minisign import parse_signatures, read_secret_key
+    from lockbuild.trust import sign_bundle
+
+    store = tmp_path / "store"
+    sigs = store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml.minisig"
+    for i in range(3):
+        junk = tmp_path / f"junk{i}" / bundles["1.0"].name
+        junk.parent.mkdir()
+        junk.write_bytes(bundles["1.0"].read_bytes())
+        Path(f"{junk}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
+        for j in range(20):  # 20 untrusted co-signers beside the one trusted signature
+            other = make_keys(tmp_path / f"k{i}-{j}", f"k{i}x{j}")
+            sign_bundle(junk, read_secret_key(other.secret, lambda: ""))
+        _import(junk, signer, store)
+        assert len(parse_signatures(sigs.read_bytes())) == 1
+    r = cli("verify", "toyengine/1.0-cpu", "--store", store, "--trust", signer.trust)
+    assert r.exit_code == 0, r.output

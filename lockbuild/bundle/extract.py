@@ -97,6 +97,7 @@ def extract(
     progress: Progress | None = None,
     allow_absent: bool = False,
     absent_tip: str = TIP,
+    damage_tip: str = TIP,
     where: str = "the bundle",
 ) -> Extracted:
     """Check every member of ``manifest`` against ``pieces``; with ``dest``, write each member that
@@ -135,9 +136,10 @@ def extract(
                     out.close()
             if n != member.size:
                 raise _bad(f"member {member.path!r} is {'longer' if n > member.size else 'shorter'} than the"
-                           f" {member.size} bytes the signed manifest says.")  # fmt: skip
+                           f" {member.size} bytes the signed manifest says.", damage_tip)  # fmt: skip
             if digest != member.sha256:
-                raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.")
+                raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.",
+                           damage_tip)  # fmt: skip
             if dest is not None:
                 written.append(member)
             progress.file_done()
@@ -146,7 +148,7 @@ def extract(
             raise _bad(misplaced(extra.name, done, listed, "expected the end of the archive"))
     if absent and not allow_absent:
         more = f" and {len(absent) - 5} more" if len(absent) > 5 else ""
-        raise IntegrityError(f"{where} lacks {len(absent)} member(s) of its signed manifest: "
+        raise IntegrityError(f"{where} needs {len(absent)} member(s) the store lacks: "
                              + ", ".join(m.path for m in absent[:5]) + more + ".", tip=absent_tip)  # fmt: skip
     return Extracted(manifest, tuple(written), tuple(absent))
 
@@ -179,7 +181,11 @@ class FilePiece:
 
     def pump(self, dst: BinaryIO | None, update: Update, advance: Callable[[int], None]) -> int:
         n = 0
-        with self.opener() as f:
+        try:
+            f = self.opener()
+        except LockbuildError as exc:  # named by the member it was to be
+            raise type(exc)(f"{self.name}: {exc.message}", tip=exc.tip) from None
+        with f:
             while chunk := f.read(min(1 << 20, self.size + 1 - n)):
                 n += len(chunk)
                 if n > self.size:

@@ -24,56 +24,66 @@ from lockbuild.times import iso
 Command = _Command
 
 
+SOURCE_HELP = ("BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz "
+               "from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.")  # fmt: skip
+store_option = click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
+                            help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a "
+                            "delta.")  # fmt: skip
+
+
 @click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
-@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("bundle", metavar="BUNDLE")
+@store_option
 @trust_option
 @threshold_option
 @json_option
 @click.pass_context
-def verify(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, as_json: bool) -> None:
-    """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold."""
-    _setup(ctx, as_json)
-    if bundle.name.endswith(".delta.lbz"):  # the site wing's delta bundles
-        from lockbuild.site.cli import delta_verify
+def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
+           as_json: bool) -> None:  # fmt: skip
+    """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
 
-        delta_verify(ctx, bundle, trust_dir, threshold)
-        return
-    from lockbuild.trust import load_store, verify_bundle
+    \b
+    """ + SOURCE_HELP + """
+    """
+    _setup(ctx, as_json)
+    from lockbuild.site.sources import named_source
+    from lockbuild.trust import load_store, verify_source
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    store = load_store(resolve_trust_dir(trust_dir))
-    res = verify_bundle(bundle, store, threshold=threshold, progress=_progress(ctx))
-    _emit(
-        ctx,
-        res.to_json(),
-        f"OK {bundle.name}: signed by {', '.join(res.signers)}; {res.members} members match the signed manifest",
-    )
+    with named_source(bundle, store=store_dir) as source:
+        store = load_store(resolve_trust_dir(trust_dir))
+        res = verify_source(source, store, threshold=threshold, progress=_progress(ctx))
+    left = f"; {len(res.absent)} left to a store (pass --store to check them too)" if res.absent else ""
+    checked = res.members - len(res.absent)
+    _emit(ctx, res.to_json(), f"OK {Path(bundle).name}: signed by {', '.join(res.signers)}; {checked} members match "
+          f"the signed manifest{left}")  # fmt: skip
 
 
 @click.command(cls=Command, epilog="Example: lockbuild inspect demo.lbz --json")
-@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("bundle", metavar="BUNDLE")
+@store_option
 @json_option
 @click.pass_context
-def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
-    """Show a bundle's engine, build, target, as-of, signers and file table (signatures NOT checked)."""
+def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bool) -> None:
+    """Show a bundle's engine, build, target, as-of, signers and file table (signatures NOT checked).
+
+    \b
+    """ + SOURCE_HELP + """
+    """
     _setup(ctx, as_json)
-    if bundle.name.endswith(".delta.lbz"):  # the site wing's delta bundles
-        from lockbuild.site.cli import delta_inspect
-
-        delta_inspect(ctx, bundle)
-        return
-    from lockbuild.bundle.read import read_head
+    from lockbuild.bundle.manifest import parse_manifest
     from lockbuild.errors import SignatureError as SigErr
-    from lockbuild.trust import read_signatures, signature_path
+    from lockbuild.limits import DEFAULT_LIMITS
+    from lockbuild.minisign import parse_signatures
+    from lockbuild.site.sources import named_source
 
-    manifest, _ = read_head(bundle)
-    try:
-        sigs = [
-            {"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment}
-            for s in read_signatures(signature_path(bundle))
-        ]
-    except SigErr:
-        sigs = []
+    with named_source(bundle, store=store_dir) as source:
+        manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
+        try:
+            blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
+            sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
+        except SigErr:
+            sigs = []
     data = {
         "engine": manifest.engine,
         "version": manifest.version,
@@ -130,10 +140,9 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
 @click.command(
     cls=Command, epilog="Example: lockbuild install demo.lbz --root /opt/engines --trust /etc/lockbuild/keys"
 )
-@click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT")
 @root_option
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Install ENGINE/VERSION-VARIANT from this site store (see `lockbuild import`, `pull`).")  # fmt: skip
+@store_option
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
@@ -152,7 +161,7 @@ def inspect(ctx: click.Context, bundle: Path, as_json: bool) -> None:
 @click.pass_context
 def install(
     ctx: click.Context,
-    bundle: Path,
+    bundle: str,
     root: Path,
     store_dir: Path | None,
     trust_dir: Path | None,
@@ -170,6 +179,9 @@ def install(
     the environment is built under a .partial name with the bundled uv (no index, --require-hashes),
     the engine's verify command and GPU probe run, and only then is it swapped into place. A failure
     leaves the previous install untouched.
+
+    \b
+    """ + SOURCE_HELP + """
     """
     _setup(ctx, as_json)
     from lockbuild.install.installer import Installer, InstallOptions
@@ -186,25 +198,10 @@ def install(
         environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
     )
     installer = Installer(opts, progress=_progress(ctx))
-    if store_dir is not None:  # the site wing's store: no network code either
-        import time
+    from lockbuild.site.sources import named_source  # no network code either
 
-        from lockbuild.site.storeopen import open_store_build
-
-        opened = open_store_build(store_dir, str(bundle), trust=trust_dir, threshold=threshold,
-                                  progress=installer.progress)  # fmt: skip
-        result = installer.install_opened(opened, time.monotonic())
-    elif not bundle.exists():
-        raise click.BadParameter(f"Path {str(bundle)!r} does not exist.", param_hint="'BUNDLE'")
-    elif bundle.name.endswith(".parts.toml"):  # `lockbuild split`'s part list: joined in TMPDIR, each part checked
-        import tempfile
-
-        from lockbuild.site.parts import join_to
-
-        with tempfile.TemporaryDirectory(prefix="lockbuild-parts-") as tmp:
-            result = installer.install(join_to(bundle, Path(tmp)))
-    else:
-        result = installer.install(bundle)
+    with named_source(bundle, store=store_dir) as source:
+        result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
     _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
 

@@ -15,7 +15,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,8 @@ from lockbuild.install.stage import Hook, Stage
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress
-from lockbuild.trust import load_store, open_bundle, trust_dir
+from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
+from lockbuild.trust.source import BundleFile, Source
 
 VERIFY_TIMEOUT = 600.0
 
@@ -75,17 +76,6 @@ class InstallResult:
         }
 
 
-@dataclass(frozen=True)
-class Opened:
-    """A bundle whose signatures met the policy: its signed manifest, and how to unpack its members
-    (each checked against that manifest as it is read)."""
-
-    manifest: Manifest
-    sha256: str
-    signers: tuple[str, ...]
-    extract: Callable[[Path], object]
-
-
 def _no_hook(_phase: str) -> None:
     return None
 
@@ -107,20 +97,22 @@ class Installer:
         self.node = node
         self.hook = hook or _no_hook
 
-    def install(self, bundle: Path) -> InstallResult:
+    def install(self, source: Source | Path) -> InstallResult:
+        """Install a bundle from any source (a ``.lbz`` path, or a source named by
+        ``lockbuild.site.sources.named_source``): the one trust decision, then the one extraction."""
         started = time.monotonic()
+        if isinstance(source, Path):
+            source = BundleFile(source)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-node") as pool:
             # the node's facts (nvidia-smi can take a second) are gathered while the bundle is hashed
             facts = pool.submit(detect) if self.node is None else None
-            self.progress.phase(f"checking the signatures of {bundle.name}")
-            trusted = open_bundle(bundle, load_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
+            self.progress.phase(f"checking the signatures of {Path(source.label).name}")
+            trusted = open_source(source, load_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
             node = facts.result() if facts is not None else self.node
         # the signed manifest, read only after the signature policy is met; extract checks every member against it
-        opened = Opened(trusted.manifest, trusted.digests.sha256, trusted.signer_ids,
-                        lambda dest: trusted.extract(dest, progress=self.progress))  # fmt: skip
-        return self.install_opened(opened, started, node)
+        return self.install_opened(trusted, started, node)
 
-    def install_opened(self, opened: Opened, started: float, node: Node | None = None) -> InstallResult:
+    def install_opened(self, opened: TrustedBundle, started: float, node: Node | None = None) -> InstallResult:
         m, p = opened.manifest, self.progress
         node = node or self.node or detect()
         # --python wins; else the bundle's own interpreter (placed after the extraction); else PATH's
@@ -129,7 +121,7 @@ class Installer:
         target = engine_dir / f"{m.version}-{m.variant}"
 
         def result(status: Literal["installed", "unchanged"]) -> InstallResult:
-            return InstallResult(status, m.engine, m.version, m.variant, target, opened.sha256, opened.signers,
+            return InstallResult(status, m.engine, m.version, m.variant, target, opened.sha256, opened.signer_ids,
                                  time.monotonic() - started)  # fmt: skip
 
         with engine_lock(engine_dir, wait=self.o.wait):
@@ -155,7 +147,7 @@ class Installer:
         p.finish()  # the CLI prints the result, once, on stdout
         return result("installed")
 
-    def _stage_and_swap(self, opened: Opened, python: Path | None, node: Node, target: Path) -> None:
+    def _stage_and_swap(self, opened: TrustedBundle, python: Path | None, node: Node, target: Path) -> None:
         staged = target.with_name(target.name + STAGING_SUFFIX)
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
         stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ)
@@ -163,7 +155,7 @@ class Installer:
         try:
             with contextlib.ExitStack() as held:
                 unpacked.mkdir(mode=0o700)
-                opened.extract(unpacked)
+                opened.extract(unpacked, progress=self.progress)
                 self.hook("extract")
                 if python is None:
                     python = held.enter_context(self._bundled_python(opened.manifest, unpacked))
@@ -173,7 +165,7 @@ class Installer:
                 cleaner = threading.Thread(target=_remove_spent, args=(unpacked,), name="lockbuild-cleanup")
                 cleaner.start()
                 stage.verify(timeout=self.o.verify_timeout, gpu_check=self.o.gpu_check, node=node)
-                stage.write_records(opened.sha256, opened.signers)
+                stage.write_records(opened.sha256, opened.signer_ids)
                 self.progress.phase(f"swapping {target.name} into place")
                 swap_into_place(staged, target, after_exchange=lambda: self.hook("swap"))
         except BaseException:

@@ -188,6 +188,9 @@ def registry_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="CA certificate(s) to trust for the registry's TLS."),
         click.option("--username", help="Registry user name (the password is read from stdin)."),
         click.option("--password-stdin", is_flag=True, help="Read the registry password from stdin's first line."),
+        click.option("--auth-realm", "auth_realms", multiple=True, metavar="HOST[:PORT]",
+                     help="A token service on another host that may receive the credentials (the registry's "
+                     "own host and port always may; repeatable)."),
     )):  # fmt: skip
         f = option(f)
     return f
@@ -199,7 +202,7 @@ def registry_options(f: Callable[..., None]) -> Callable[..., None]:
 @click.argument("source")
 @click.argument("target")
 @click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="The store holding ENGINE/VERSION-VARIANT (or keeping an imported BUNDLE).")  # fmt: skip
+              help="The store holding ENGINE/VERSION-VARIANT (or completing a delta).")  # fmt: skip
 @trust_option
 @threshold_option
 @registry_options
@@ -216,32 +219,27 @@ def push_(
     ca_file: Path | None,
     username: str | None,
     password_stdin: bool,
+    auth_realms: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Push a build to an OCI registry: SOURCE is ENGINE/VERSION-VARIANT in --store, or a signed BUNDLE
-    (checked with --trust and imported first). Each member is one blob, by its sha256, uploaded once."""
+    """Push a signed build to an OCI registry. SOURCE is ENGINE/VERSION-VARIANT in --store, a .lbz, a
+    part list or a delta (completed by --store). Its signatures are checked against --trust and every
+    member against the signed manifest before it is uploaded; each member is one blob, by its sha256,
+    uploaded once."""
     _setup(ctx, as_json)
-    import tempfile
-
-    from lockbuild.site.importer import import_bundle
     from lockbuild.site.oci import Registry, parse_ref
     from lockbuild.site.registry import push
-    from lockbuild.site.store import Store
+    from lockbuild.site.sources import named_source
+    from lockbuild.trust import load_store, open_source
+    from lockbuild.trust import trust_dir as resolve_trust_dir
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
-    with tempfile.TemporaryDirectory(prefix="lockbuild-push-") as scratch:
-        path = Path(source)
-        if path.is_file():
-            with Store(store_dir or Path(scratch) / "store", create=True) as store:
-                build_ref = import_bundle(store, path, trust_dir=trust_dir, threshold=threshold).ref
-        elif store_dir is None:
-            raise click.UsageError("pushing ENGINE/VERSION-VARIANT needs --store DIR.")
-        else:
-            build_ref = source
-        with Store(store_dir or Path(scratch) / "store") as store, \
-                Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds) as reg:  # fmt: skip
-            done = push(store, build_ref, reg, progress=_progress(ctx))
+    with named_source(source, store=store_dir) as src:
+        # the same trust decision as install: nothing unchecked is uploaded
+        trusted = open_source(src, load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
+        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms) as reg:
+            done = push(trusted, reg, progress=_progress(ctx))
     data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
             "uploaded_bytes": done.moved_bytes}  # fmt: skip
     _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
@@ -270,6 +268,7 @@ def pull_(
     ca_file: Path | None,
     username: str | None,
     password_stdin: bool,
+    auth_realms: tuple[str, ...],
     wait: float,
     jobs: int,
     as_json: bool,
@@ -284,7 +283,8 @@ def pull_(
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
     with Store(store_dir, create=True) as store, \
-            Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds) as reg:  # fmt: skip
+            Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
+                     auth_realms=auth_realms) as reg:  # fmt: skip
         done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
             "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}  # fmt: skip
@@ -313,43 +313,6 @@ def delta_(ctx: click.Context, new: Path, base: Path, out: Path, as_json: bool) 
             "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}  # fmt: skip
     _emit(ctx, data, f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "
                      f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)")  # fmt: skip
-
-
-def delta_verify(ctx: click.Context, delta: Path, trust_dir: Path | None, threshold: int | None) -> None:
-    """`lockbuild verify NAME.delta.lbz`: its signatures, its manifest and every member it carries."""
-    from lockbuild.site.delta import read_delta
-
-    info, _, carried = read_delta(delta, trust=trust_dir, threshold=threshold, staging=None, store=None,
-                                  progress=_progress(ctx))  # fmt: skip
-    m = info.manifest
-    have = {x.sha256 for x in carried}
-    needs = [x for x in m.members if x.sha256 not in have]
-    data = {"delta": str(delta), "build": f"{m.engine}/{m.version}-{m.variant}", "bundle": info.head.bundle,
-            "base": info.head.base, "signers": list(info.signers), "carried": [x.path for x in carried],
-            "needs": [{"path": x.path, "sha256": x.sha256, "size": x.size} for x in needs]}  # fmt: skip
-    _emit(ctx, data, f"OK {delta.name}: a delta of {info.head.bundle}, signed by {', '.join(info.signers)}; "
-                     f"{len(carried)} members match the signed manifest; it needs {len(needs)} more from "
-                     f"{info.head.base} (or any store holding them): `lockbuild import` names any missing")  # fmt: skip
-
-
-def delta_inspect(ctx: click.Context, delta: Path) -> None:
-    """`lockbuild inspect NAME.delta.lbz`: what it is, what it carries, what it needs (signatures NOT checked)."""
-    from lockbuild.site.delta import inspect_delta
-
-    head, m, carried = inspect_delta(delta)
-    have = {x.sha256 for x in carried}
-    needs = [x for x in m.members if x.sha256 not in have]
-    data = {"delta": str(delta), "bundle": head.bundle, "base": head.base, "engine": m.engine,
-            "version": m.version, "variant": m.variant, "platform": m.platform,
-            "carried": [{"path": x.path, "size": x.size, "sha256": x.sha256} for x in carried],
-            "needs": [{"path": x.path, "size": x.size, "sha256": x.sha256} for x in needs]}  # fmt: skip
-    lines = [f"a delta of {head.bundle} ({m.engine} {m.version}, {m.variant}) cut against {head.base}",
-             "signatures: not checked here; use verify",
-             f"carries {len(carried)} members ({sum(x.size for x in carried) / 1e6:.1f} MB):",
-             *[f"  {x.size:>14,}  {x.path}" for x in carried],
-             f"needs {len(needs)} members from the base ({sum(x.size for x in needs) / 1e6:.1f} MB):",
-             *[f"  {x.size:>14,}  {x.path}" for x in needs]]  # fmt: skip
-    _emit(ctx, data, "\n".join(lines))
 
 
 def register(main: click.Group) -> None:

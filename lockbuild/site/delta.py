@@ -19,39 +19,22 @@ already be in the store, or the import fails naming them.
 
 from __future__ import annotations
 
-import importlib
 import io
 import os
 import shutil
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest, toml_string
+from lockbuild.bundle.manifest import MANIFEST, toml_string
 from lockbuild.bundle.read import read_bundle, read_head
 from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
-from lockbuild.site.store import Store
-from lockbuild.site.trusted import check_manifest, check_signatures
 from lockbuild.trust import read_signatures, signature_path
-
-# The strict bundle reader's own pieces (a delta is read by the same rules). They are moving from
-# bundle/read.py into bundle/tar.py and bundle/zstdframe.py; found at run time in either place.
-_read: Any = importlib.import_module("lockbuild.bundle.read")
-try:
-    _tar: Any = importlib.import_module("lockbuild.bundle.tar")
-    _frame: Any = importlib.import_module("lockbuild.bundle.zstdframe")
-    _check_header, _copy, check_zstd_frame = _tar.check_header, _tar.copy_member, _frame.check_zstd_frame
-except ImportError:  # pragma: no cover  (before the split)
-    _check_header, _copy, check_zstd_frame = _read._check_header, _read._copy, _read.check_zstd_frame
-_open_tar = _read._open_tar
-TarReader = Any
-TarHeader = Any
 
 SUFFIX = ".delta.lbz"
 HEAD = "delta.toml"
@@ -172,118 +155,3 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
         shutil.rmtree(work, ignore_errors=True)
     final = out_dir / name
     return Written(final, len(manifest.members), len(keep), sum(m.size for m in keep), new.stat().st_size)
-
-
-# --- reading -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeltaInfo:
-    head: DeltaHead
-    manifest: Manifest
-    manifest_bytes: bytes
-    signatures: bytes
-    signers: tuple[str, ...]
-
-
-def read_delta(
-    delta: Path,
-    *,
-    trust: Path | None,
-    threshold: int | None,
-    staging: Path | None,
-    store: Store | None,
-    limits: Limits = DEFAULT_LIMITS,
-    progress: Progress | None = None,
-) -> tuple[DeltaInfo, list[Member], list[Member]]:
-    """Check a delta; with ``staging`` and ``store``, write the members it carries that the store lacks
-    under ``staging`` (by sha256), and fail naming any member the store lacks that it does not carry.
-    Returns the checked delta, the members written and the members carried."""
-    progress = progress or Progress.quiet()
-    signatures = "".join(s.to_text() for s in read_signatures(signature_path(delta), limits)).encode()
-    # Trust first, from the signature blocks alone: nothing is decompressed before the policy is met.
-    claim = check_signatures(signatures, name=full_name(delta), trust=trust, threshold=threshold,
-                             source=str(signature_path(delta)))  # fmt: skip
-    if staging is not None:
-        staging.mkdir(parents=True, exist_ok=True)
-    written: list[Member] = []
-    carried: list[Member] = []
-    with _open(delta) as f:
-        check_zstd_frame(f, limits)
-        tar = _open_tar(f, limits)
-        head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))
-        manifest_bytes = _small(tar, MANIFEST, limits.max_manifest, limits)
-        manifest = check_manifest(claim, manifest_bytes, limits)
-        need = {m.sha256 for m in manifest.members if not store.has_blob(m.sha256, m.size)} if store else set()
-        for h, m in _members(tar, manifest, limits):
-            target = staging / m.sha256 if staging is not None else None
-            if target is not None and m.sha256 in need and not target.exists():
-                with target.open("xb") as out:
-                    digest = _copy(tar, h, out, progress)
-                written.append(m)
-            else:
-                digest = _copy(tar, h, None, progress)
-            if digest != m.sha256:
-                raise _bad(f"member {m.path!r} of the delta has sha256 {digest}; the signed manifest says {m.sha256}.")
-            carried.append(m)
-    if store is not None:
-        have = {m.sha256 for m in carried}
-        missing = [m for m in manifest.members if m.sha256 in need and m.sha256 not in have]
-        if missing:
-            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            names = ", ".join(m.path for m in missing[:5]) + more
-            raise IntegrityError(
-                f"the delta {delta.name} needs {len(missing)} member(s) the store lacks: {names}.",
-                tip=f"Import the base it was cut against ({head.base}) or the full bundle first, then this delta.",
-            )
-    return DeltaInfo(head, manifest, manifest_bytes, signatures, claim.signers), written, carried
-
-
-def _open(delta: Path) -> BinaryIO:
-    try:
-        return delta.open("rb")
-    except OSError as exc:
-        raise LockbuildError(f"cannot read the delta {delta}: {exc.strerror or exc}.") from None
-
-
-def _members(tar: TarReader, manifest: Manifest, limits: Limits) -> Iterator[tuple[TarHeader, Member]]:
-    """The delta's members after the manifest: each listed, in the manifest's order, at its listed size."""
-    index = {m.path: i for i, m in enumerate(manifest.members)}
-    last = -1
-    while (h := tar.next()) is not None:
-        _check_header(h, limits)
-        i = index.get(h.name, -1)
-        if i <= last:
-            why = "not in the signed manifest" if i < 0 else "repeated or out of the manifest's order"
-            raise _bad(f"refused member {h.name!r} of the delta: it is {why}.")
-        m = manifest.members[i]
-        if h.size != m.size:
-            raise _bad(f"member {h.name!r} of the delta is {h.size} bytes; the signed manifest says {m.size}.")
-        last = i
-        yield h, m
-
-
-def inspect_delta(delta: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[DeltaHead, Manifest, list[Member]]:
-    """What a delta says it is and carries (signatures NOT checked: `verify` does that)."""
-    with _open(delta) as f:
-        check_zstd_frame(f, limits)
-        tar = _open_tar(f, limits)
-        head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))
-        manifest = parse_manifest(_small(tar, MANIFEST, limits.max_manifest, limits), limits)
-        carried = []
-        for h, m in _members(tar, manifest, limits):
-            _copy(tar, h, None, Progress.quiet())
-            carried.append(m)
-    return head, manifest, carried
-
-
-def _small(tar: TarReader, name: str, limit: int, limits: Limits) -> bytes:
-    h = tar.next()
-    if h is None or h.name != name:
-        raise _bad(f"the delta's member is {h.name if h else 'missing'!r}; expected {name}.")
-    _check_header(h, limits)
-    if h.size > limit:
-        raise _bad(f"the delta's {name} is {h.size} bytes; expected at most {limit}.")
-    buf = io.BytesIO()
-    _copy(tar, h, buf, Progress.quiet())
-    return buf.getvalue()

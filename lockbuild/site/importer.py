@@ -1,31 +1,35 @@
-"""`lockbuild import`: a signed bundle (a .lbz, or the part list of its media parts) into a store.
+"""`lockbuild import`: a signed bundle, from any source, into a store.
 
-The bundle is checked exactly as install checks it (``trusted.extract_bundle``: signature policy
-over the whole file before anything is decompressed, then every member against the manifest while
-streaming) into a staging directory under the store's tmp/. Members the store lacks are fsynced and
-renamed into blobs/; the build's manifest and signatures are recorded last. The whole import holds
-the store's lock, so a gc cannot remove a blob the import is about to reference.
+The source (a ``.lbz``, the part list of its media parts, a delta completed by this store) is named
+the one way every command names it (``site.sources.named_source``), judged by the one trust decision
+(``trust.open_source``: the signature policy before anything is decompressed) and read by the one
+extraction (every member against the signed manifest while streaming) into a staging directory under
+the store's tmp/. Each member the extraction wrote is fsynced and renamed into blobs/ under its sha256,
+replacing a damaged copy if one was there; the build's manifest and the signature blocks that counted
+are recorded last. The whole import holds the store's lock, so a gc cannot remove a blob the import is
+about to reference.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockbuild.bundle.manifest import Member
+from lockbuild.fsio import remove_tree
 from lockbuild.progress import Progress
-from lockbuild.site.delta import is_delta, read_delta
-from lockbuild.site.parts import is_part_list, join_to
+from lockbuild.site.sources import DeltaFile, named_source
 from lockbuild.site.store import Store
-from lockbuild.site.trusted import extract_bundle
+from lockbuild.trust import load_store, open_source
+from lockbuild.trust import trust_dir as default_trust_dir
 
 
 @dataclass(frozen=True)
 class Imported:
     ref: str
     members: int
-    added: int  # blobs new to the store
+    added: int  # blobs new to the store (or repaired)
     added_bytes: int
     signers: tuple[str, ...]
 
@@ -42,44 +46,31 @@ def import_bundle(
     with store.lock(exclusive=True, wait=wait):
         store.clear_tmp()
         work = store.root / "tmp" / f"import-{os.getpid()}"
-        work.mkdir()
+        work.mkdir(mode=0o700)
         try:
-            if is_delta(bundle):
-                return _import_delta(store, bundle, work, trust_dir=trust_dir, threshold=threshold,
-                                     progress=progress)  # fmt: skip
-            source = bundle
-            if is_part_list(bundle):
-                source = join_to(bundle, work)
-            staging = work / "members"
-            trusted = extract_bundle(source, trust=trust_dir, threshold=threshold, dest=staging,
-                                     progress=progress)  # fmt: skip
+            with named_source(bundle, store=store.root, work=work) as source:
+                trusted = open_source(source, load_store(default_trust_dir(trust_dir)), threshold=threshold)
+                staging = work / "members"
+                seen: set[str] = set()
+
+                def want(m: Member) -> bool:
+                    # a delta's members already in the store are not read again (their digest was
+                    # checked when they were adopted); a .lbz's are, and replace a damaged copy
+                    if m.sha256 in seen or (isinstance(source, DeltaFile) and store.blob_size(m.sha256) is not None):
+                        return False
+                    seen.add(m.sha256)
+                    return True
+
+                done = trusted.extract(staging, progress=progress, want=want)
             added = added_bytes = 0
-            for m in trusted.manifest.members:
-                staged = staging / m.path
-                if store.has_blob(m.sha256, m.size):
-                    staged.unlink(missing_ok=True)  # already kept (or listed twice in this bundle)
-                    continue
-                store.adopt(staged, m.sha256)
-                added += 1
-                added_bytes += m.size
+            for m in done.written:
+                fresh = store.blob_size(m.sha256) is None
+                store.adopt(staging / m.path, m.sha256)
+                if fresh:
+                    added += 1
+                    added_bytes += m.size
             store.sync()
-            store.put_build(trusted.manifest, trusted.manifest_bytes, trusted.signatures)
+            store.put_build(trusted.manifest, trusted.manifest_bytes, trusted.counted_signatures())
         finally:
-            shutil.rmtree(work, ignore_errors=True)
-    man = trusted.manifest
-    return Imported(f"{man.engine}/{man.version}-{man.variant}", len(man.members), added, added_bytes,
-                    trusted.signers)  # fmt: skip
-
-
-def _import_delta(store: Store, delta: Path, work: Path, *, trust_dir: Path | None, threshold: int | None,
-                  progress: Progress | None) -> Imported:  # fmt: skip
-    staging = work / "blobs"
-    info, written, _ = read_delta(delta, trust=trust_dir, threshold=threshold, staging=staging, store=store,
-                               progress=progress)  # fmt: skip
-    for m in written:
-        store.adopt(staging / m.sha256, m.sha256)
-    store.sync()
-    store.put_build(info.manifest, info.manifest_bytes, info.signatures)
-    man = info.manifest
-    return Imported(f"{man.engine}/{man.version}-{man.variant}", len(man.members), len(written),
-                    sum(m.size for m in written), info.signers)  # fmt: skip
+            remove_tree(work)
+    return Imported(trusted.ref, len(trusted.manifest.members), added, added_bytes, trusted.signer_ids)

@@ -23,15 +23,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from lockbuild.bundle.manifest import toml_string
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.fsio import copy_with_hash, open_regular, read_regular
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.trust import signature_path
 
 PARTS_SUFFIX = ".parts.toml"
@@ -160,54 +161,46 @@ def parse_part_list(raw: bytes, source: str) -> PartList:
 
 def read_part_list(path: Path) -> PartList:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise LockbuildError(f"cannot read the part list {path}: {exc.strerror or exc}.") from None
-    with os.fdopen(fd, "rb") as f:
-        raw = f.read(MAX_LIST + 1)
-    if len(raw) > MAX_LIST:
-        raise _bad(f"{path} is over {MAX_LIST} bytes; a part list is small.")
+        raw = read_regular(path, what="part list", max_size=MAX_LIST, error=IntegrityError)
+    except FileNotFoundError:
+        raise LockbuildError(f"the part list {path} does not exist.", tip="Check the path.") from None
     return parse_part_list(raw, str(path))
 
 
-def join(part_list: Path, dst: BinaryIO) -> PartList:
+def join(part_list: Path, dst: BinaryIO, *, listing: PartList | None = None,
+         limits: Limits = DEFAULT_LIMITS) -> PartList:  # fmt: skip
     """Concatenate the parts into ``dst``, checking each part's size and sha256 as it streams; a
-    damaged, short or long part is refused by name. The whole file's digest is checked at the end."""
-    listing = read_part_list(part_list)
+    damaged, short or long part is refused by name (never read past its listed size), a part that is
+    not a regular file is refused without being opened for long. The whole file's digest is checked
+    at the end. The caller checks the list's total size against what it trusts before calling this."""
+    listing = listing or read_part_list(part_list)
     whole = hashlib.sha256()
     for p in listing.parts:
-        path = part_list.parent / p.name
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise _bad(f"cannot read the part {p.name}: {exc.strerror or exc}.") from None
-        h = hashlib.sha256()
-        n = 0
-        with os.fdopen(fd, "rb") as f:
-            while chunk := f.read(min(CHUNK, p.size + 1 - n)):
-                n += len(chunk)
-                if n > p.size:
-                    raise _bad(f"the part {p.name} is longer than the {p.size} bytes its list gives.")
-                h.update(chunk)
-                whole.update(chunk)
-                dst.write(chunk)
+            f, size = open_regular(part_list.parent / p.name, what="part", max_size=limits.max_bundle,
+                                   error=IntegrityError)  # fmt: skip
+        except FileNotFoundError:
+            raise _bad(f"cannot read the part {p.name}: it is missing beside {part_list.name}.") from None
+        if size != p.size:
+            f.close()
+            raise _bad(f"the part {p.name} is {size} bytes; its list says {p.size} (truncated or another file?).")
+        with f:
+            n, digest = copy_with_hash(f, _Tee(dst, whole), p.size)
         if n != p.size:
-            raise _bad(f"the part {p.name} is {n} bytes; its list says {p.size} (truncated?).")
-        if h.hexdigest() != p.sha256:
-            raise _bad(f"the part {p.name} is damaged: sha256 {h.hexdigest()}, its list says {p.sha256}.")
+            raise _bad(f"the part {p.name} is {n} bytes; its list says {p.size} (it changed while it was read).")
+        if digest != p.sha256:
+            raise _bad(f"the part {p.name} is damaged: sha256 {digest}, its list says {p.sha256}.")
     if whole.hexdigest() != listing.sha256:
         raise _bad(f"the joined parts have sha256 {whole.hexdigest()}; the part list says {listing.sha256}.")
     return listing
 
 
-def join_to(part_list: Path, work: Path) -> Path:
-    """The parts joined into ``work`` (each checked as it streams) under the bundle's own name, with
-    its .minisig beside: a file `import` and `install` open like any bundle."""
-    listing = read_part_list(part_list)
-    joined = work / listing.file
-    with joined.open("xb") as f:
-        join(part_list, f)
-    sig = signature_path(part_list.parent / listing.file)
-    if sig.exists():
-        shutil.copyfile(sig, signature_path(joined), follow_symlinks=False)
-    return joined
+class _Tee:
+    """Writes to ``dst`` and hashes what it writes."""
+
+    def __init__(self, dst: BinaryIO, h: Any) -> None:
+        self.dst, self.h = dst, h
+
+    def write(self, data: bytes) -> int:
+        self.h.update(data)
+        return self.dst.write(data)

@@ -23,21 +23,24 @@ import hashlib
 import io
 import json
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lockbuild.bundle.manifest import Member
 from lockbuild.digest import CHUNK
-from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import open_regular, remove_at
-from lockbuild.limits import DEFAULT_LIMITS
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 from lockbuild.site.oci import OCI_MANIFEST, Registry, RegistryError
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import StoreError
-from lockbuild.site.trusted import check_manifest, check_signatures
+from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
+from lockbuild.trust.source import SizeCheck, Stream
 
 ARTIFACT_TYPE = "application/vnd.lockbuild.bundle.v1"
 CONFIG_TYPE = "application/vnd.lockbuild.manifest.v1+toml"
@@ -117,28 +120,75 @@ def parse_artifact(raw: bytes, where: str) -> Artifact:
     return Artifact(name, sigs.encode("utf-8"), digest, size)
 
 
-def push(store: Store, build_ref: str, registry: Registry, *, progress: Progress | None = None) -> Moved:
+class RegistryArtifact:
+    """A registry's artifact as a source behind the one trust port: the signature blocks it carries,
+    and its config blob (the manifest), requested only after the blocks met the policy. Its members are
+    fetched by :func:`pull` in parallel, each checked against the signed manifest as it streams."""
+
+    def __init__(self, registry: Registry, artifact: Artifact) -> None:
+        self.registry = registry
+        self.artifact = artifact
+        self.label = str(registry.ref)
+        self.file_name: str | None = artifact.bundle_name
+        self.expect_ref: str | None = None
+
+    def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        if len(self.artifact.signatures) > limits.max_signature_file:
+            raise SignatureError(f"the signatures of {self.label} are {len(self.artifact.signatures)} bytes; "
+                                 f"expected at most {limits.max_signature_file}.",
+                                 tip="Push the build again from a checked store.")  # fmt: skip
+        return self.artifact.signatures
+
+    def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
+        return None
+
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        a = self.artifact
+        if a.config_size > limits.max_manifest:
+            raise IntegrityError(f"{self.label}: the manifest is {a.config_size} bytes; expected at most "
+                                 f"{limits.max_manifest}.")  # fmt: skip
+        return self.registry.get_small_blob(a.config_digest, limits.max_manifest)
+
+    def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
+        raise IntegrityError("internal: a registry artifact's members are fetched by pull, blob by blob.")
+
+
+def push(trusted: TrustedBundle, registry: Registry, *, progress: Progress | None = None) -> Moved:
+    """Upload a build that the one trust decision accepted: every member the registry lacks is first
+    extracted (checked against the signed manifest) into a private staging directory, then uploaded
+    from there; the OCI manifest carries the signature blocks that counted."""
     progress = progress or Progress.quiet()
-    build = store.build(build_ref)
-    m = build.manifest
+    m = trusted.manifest
     members = _distinct(m.members)
+    lacking = {x.sha256 for x in members if not registry.has_blob(f"sha256:{x.sha256}")}
     moved = moved_bytes = 0
-    progress.start("pushing", total_bytes=sum(x.size for x in members), files=len(members))
-    for x in members:
-        if not registry.has_blob(f"sha256:{x.sha256}"):
-            with store.open_blob(x.sha256) as f:
+    with tempfile.TemporaryDirectory(prefix="lockbuild-push-") as scratch:
+        staging = Path(scratch) / "members"
+        taken: set[str] = set()
+
+        def want(x: Member) -> bool:
+            if x.sha256 in lacking and x.sha256 not in taken:
+                taken.add(x.sha256)
+                return True
+            return False
+
+        done = trusted.extract(staging, progress=progress, want=want)
+        progress.start("pushing", total_bytes=sum(x.size for x in done.written), files=len(done.written))
+        for x in done.written:
+            f, _ = open_regular(staging / x.path, what="staged member", max_size=x.size, error=IntegrityError)
+            with f:
                 registry.upload_blob(f"sha256:{x.sha256}", f, x.size)
             moved += 1
             moved_bytes += x.size
-        progress.advance(x.size)
-        progress.file_done()
-    config = "sha256:" + hashlib.sha256(build.manifest_bytes).hexdigest()
+            progress.advance(x.size)
+            progress.file_done()
+    config = "sha256:" + hashlib.sha256(trusted.manifest_bytes).hexdigest()
     if not registry.has_blob(config):
-        registry.upload_blob(config, io.BytesIO(build.manifest_bytes), len(build.manifest_bytes))
-    registry.put_manifest(registry.ref.tag, oci_manifest(build.manifest_bytes, m.members, build.signatures,
-                                                         m.bundle_name))  # fmt: skip
+        registry.upload_blob(config, io.BytesIO(trusted.manifest_bytes), len(trusted.manifest_bytes))
+    registry.put_manifest(registry.ref.tag, oci_manifest(trusted.manifest_bytes, m.members,
+                                                         trusted.counted_signatures(), m.bundle_name))  # fmt: skip
     progress.finish()
-    return Moved(build.ref, len(members), moved, moved_bytes)
+    return Moved(trusted.ref, len(members), moved, moved_bytes, trusted.signer_ids)
 
 
 def pull(
@@ -152,22 +202,10 @@ def pull(
     jobs: int = 4,
 ) -> Moved:
     progress = progress or Progress.quiet()
-    where = str(registry.ref)
-    artifact = parse_artifact(registry.get_manifest(registry.ref.tag), where)
-    # Trust first: the signature blocks alone, before any blob is requested.
-    claim = check_signatures(artifact.signatures, name=artifact.bundle_name, trust=trust, threshold=threshold,
-                             source=f"the signatures of {where}")  # fmt: skip
-    if artifact.config_digest != f"sha256:{claim.manifest_sha256}":
-        raise IntegrityError(
-            f"{where} names the manifest {artifact.config_digest}; its signatures sign sha256:{claim.manifest_sha256}.",
-            tip="The registry's artifact was altered or mixed up; push the build again from a checked store.",
-        )
-    if artifact.config_size > DEFAULT_LIMITS.max_manifest:
-        raise IntegrityError(f"{where}: the manifest is {artifact.config_size} bytes; expected at most "
-                             f"{DEFAULT_LIMITS.max_manifest}.")  # fmt: skip
-    manifest_bytes = registry.get_small_blob(artifact.config_digest, DEFAULT_LIMITS.max_manifest)
-    manifest = check_manifest(claim, manifest_bytes)
-    ref = f"{manifest.engine}/{manifest.version}-{manifest.variant}"
+    artifact = parse_artifact(registry.get_manifest(registry.ref.tag), str(registry.ref))
+    # The one trust decision, from the signature blocks alone, before any member blob is requested.
+    trusted = open_source(RegistryArtifact(registry, artifact), load_store(trust_dir(trust)), threshold=threshold)
+    manifest, manifest_bytes, ref = trusted.manifest, trusted.manifest_bytes, trusted.ref
     if ref in store.refs() and store.build_files(ref)[0] != manifest_bytes:
         raise IntegrityError(f"the store already holds a different {ref}; nothing was fetched.",
                              tip="Keep one store per site release train, or pull into another store.")  # fmt: skip
@@ -188,9 +226,9 @@ def pull(
                 for future in futures:
                     future.cancel()
         store.sync()
-        store.put_build(manifest, manifest_bytes, artifact.signatures)
+        store.put_build(manifest, manifest_bytes, trusted.counted_signatures())
     progress.finish()
-    return Moved(ref, len(members), moved, moved_bytes, claim.signers)
+    return Moved(ref, len(members), moved, moved_bytes, trusted.signer_ids)
 
 
 def _fetch(registry: Registry, store: Store, m: Member, progress: Progress) -> None:

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.digest import SHA256_HEX
 from lockbuild.errors import LockbuildError
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import parse_signatures
+from lockbuild.minisign.sigfile import MAX_SIGNATURES
 
 _HEX = re.compile(SHA256_HEX)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -44,14 +46,25 @@ def parse_ref(ref: str) -> tuple[str, str, str]:
     return check_name(engine, "engine"), check_name(version, "version"), check_name(variant, "variant")
 
 
-def merge_signatures(old: bytes, new: bytes) -> bytes:
-    """The blocks of ``old`` followed by those of ``new`` it lacks: a co-signature is added, and a
-    later import with fewer signatures never removes one. (Each node judges them all with its keys.)"""
-    seen = [b.to_text() for b in parse_signatures(old, source="the stored signatures")]
-    for b in parse_signatures(new, source="the new signatures"):
-        if b.to_text() not in seen:
-            seen.append(b.to_text())
-    return "".join(seen).encode()
+def merge_signatures(old: bytes, new: bytes, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """A build's kept blocks after another accepted import or pull: ``new`` holds only blocks that
+    counted under the importer's trust store (``TrustedBundle.counted_signatures``). One block per key:
+    a key's newer block replaces its older one, a key seen only in ``old`` stays (a co-signature is
+    never removed by a later import with fewer signatures). The result is bounded by the readers' own
+    limits (``MAX_SIGNATURES`` blocks, ``limits.max_signature_file`` bytes), so no sequence of
+    accepted imports can make the store's signatures unreadable."""
+    fresh = parse_signatures(new, source="the new signatures")
+    keys = {b.key_id for b in fresh}
+    kept = [b for b in parse_signatures(old, source="the stored signatures") if b.key_id not in keys]
+    out: list[str] = []
+    size = 0
+    for b in (*fresh, *kept):
+        text = b.to_text()
+        if len(out) == MAX_SIGNATURES or size + len(text.encode()) > limits.max_signature_file:
+            break
+        out.append(text)
+        size += len(text.encode())
+    return "".join(out).encode()
 
 
 @dataclass(frozen=True)

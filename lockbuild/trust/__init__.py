@@ -1,8 +1,8 @@
 """The trust path: one signed statement per signature, a trust store, a pure policy, one opener.
 
 ``statement`` (the signed fields), ``store`` (keys, revocations, policy; identity by raw key),
-``policy`` (pure: who counts and why), ``opener`` (the only I/O: ``open_bundle`` returns a
-:class:`TrustedBundle`), ``sign`` (adding a checked co-signature).
+``policy`` (pure: who counts and why), ``source`` (the one port every source implements), ``opener``
+(the one trust decision: ``open_source`` returns a :class:`TrustedBundle`), ``sign`` (adding a checked co-signature).
 """
 
 from lockbuild.trust.opener import (
@@ -12,10 +12,12 @@ from lockbuild.trust.opener import (
     digest_bundle,
     load_store,
     open_bundle,
+    open_source,
     read_signatures,
     signature_path,
     trust_dir,
     verify_bundle,
+    verify_source,
 )
 from lockbuild.trust.policy import (
     Evaluation,
@@ -57,6 +59,7 @@ __all__ = [
     "load_store",
     "manifest_sha256",
     "open_bundle",
+    "open_source",
     "parse_policy",
     "parse_trusted_comment",
     "prove_manifest",
@@ -67,4 +70,5 @@ __all__ = [
     "signed_manifest",
     "trust_dir",
     "verify_bundle",
+    "verify_source",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -19,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lockbuild.bundle.manifest import Manifest
-from lockbuild.bundle.read import read_bundle, read_head_raw
+from lockbuild.bundle.extract import TIP, Extracted, extract
+from lockbuild.bundle.manifest import Manifest, Member
 from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
-from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import kind_of, open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
@@ -33,17 +34,17 @@ from lockbuild.trust.policy import (
     FileDigests,
     check_complete,
     check_dates,
-    check_manifest,
+    check_not_larger,
     evaluate,
+    signed_manifest,
+    signed_sizes,
 )
+from lockbuild.trust.source import BundleFile, Source
+from lockbuild.trust.source import signature_path as signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import POLICY_FILE, REVOKED_FILE, TrustStore, build_store
 
 DEFAULT_TRUST_DIR = Path("/etc/lockbuild/keys")
-
-
-def signature_path(bundle: Path) -> Path:
-    return bundle.with_name(bundle.name + ".minisig")
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -188,15 +189,27 @@ def _read_all(f: BinaryIO, path: Path, size: int, update: Callable[[bytes], None
 
 @dataclass(frozen=True)
 class TrustedBundle:
-    """A bundle file whose signatures met the policy, and whose manifest is the signed one."""
+    """A source whose signatures met the policy, and whose manifest is the signed one: the only way to
+    its members (:meth:`extract` checks every one against that manifest). Whatever the source, this is
+    made by :func:`open_source` alone."""
 
-    path: Path
-    digests: FileDigests
+    source: Source
+    digests: FileDigests | None  # the file's, for a source that is the signed file itself
     evaluation: Evaluation
     statement: Statement
     manifest: Manifest
-    manifest_bytes: bytes  # exactly as the bundle carries them: the bytes the signed manifest-sha256 covers
+    manifest_bytes: bytes  # exactly as the source carries them: the bytes the signed manifest-sha256 covers
+    blocks: tuple[Signature, ...]  # every block the source carried
     limits: Limits = DEFAULT_LIMITS
+
+    @property
+    def path(self) -> Path:
+        return Path(self.source.label)
+
+    @property
+    def sha256(self) -> str:
+        """The signed bundle file's sha256 (what the counted statements assert)."""
+        return self.statement.sha256
 
     @property
     def signers(self) -> tuple[PublicKey, ...]:
@@ -206,21 +219,110 @@ class TrustedBundle:
     def signer_ids(self) -> tuple[str, ...]:
         return tuple(k.key_id_hex for k in self.signers)
 
-    def _same_manifest(self, manifest: Manifest, manifest_bytes: bytes) -> None:
-        check_manifest(self.statement, manifest, manifest_bytes)
-        if manifest_bytes != self.manifest_bytes or manifest != self.manifest:
-            raise IntegrityError("the bundle changed while it was read: its manifest differs from the first read.")
+    @property
+    def ref(self) -> str:
+        m = self.manifest
+        return f"{m.engine}/{m.version}-{m.variant}"
 
-    def extract(self, dest: Path | None = None, *, progress: Progress | None = None) -> Manifest:
-        """Check every member against the signed manifest (and with ``dest``, write them there).
+    def counted_signatures(self) -> bytes:
+        """The blocks that counted under this trust store, as text: what a store or a registry keeps
+        (bounded by the readers' limits, since at most that many can count)."""
+        counted = {v.index for v in self.evaluation.verdicts if v.counts}
+        return "".join(b.to_text() for i, b in enumerate(self.blocks, 1) if i in counted).encode()
 
-        What the node uses from the bundle is the manifest and the members' bytes, and each is checked
-        here against what the signatures prove: the manifest's exact bytes against the signed
-        manifest-sha256 before any other member is read, every member's name, order, size and sha256
-        against that manifest. So a file swapped after its signatures were checked is refused as soon
-        as anything it carries differs; the raw file is not hashed a second time (docs/threat-model.md)."""
-        return read_bundle(self.path, dest=dest, limits=self.limits, progress=progress,
-                           on_manifest=self._same_manifest)  # fmt: skip
+    def extract(
+        self,
+        dest: Path | None = None,
+        *,
+        progress: Progress | None = None,
+        want: Callable[[Member], bool] | None = None,
+        allow_absent: bool = False,
+    ) -> Extracted:
+        """Check every member against the signed manifest (and with ``dest``, write those ``want``
+        accepts there): the one extraction, :func:`lockbuild.bundle.extract.extract`.
+
+        A source that carries the manifest again (a file read a second time) must carry the same bytes,
+        so a file swapped after its signatures were checked is refused as soon as anything it carries
+        differs; the raw file is not hashed a second time (docs/threat-model.md)."""
+        progress = progress or Progress.quiet()
+        if dest is not None:
+            try:
+                dest.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LockbuildError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
+        with self.source.members(self.limits) as stream:
+            again = stream.manifest_bytes
+            if again is not None and again != self.manifest_bytes:
+                raise IntegrityError(f"the bundle's manifest has sha256 {hashlib.sha256(again).hexdigest()}; the "
+                                     f"signatures sign {self.statement.manifest_sha256} ({self.source.label} changed"
+                                     " while it was read).", tip=_TIP_AGAIN)  # fmt: skip
+            progress.start("checking" if dest is None else "unpacking", total_bytes=self.manifest.unpacked_size,
+                           files=len(self.manifest.members))  # fmt: skip
+            done = extract(self.manifest, stream.pieces, dest=dest, want=want, progress=progress,
+                           allow_absent=allow_absent, absent_tip=getattr(self.source, "absent_tip", _TIP_AGAIN),
+                           damage_tip=getattr(self.source, "damage_tip", TIP),
+                           where=getattr(self.source, "where", self.source.label))  # fmt: skip
+        progress.finish()
+        return done
+
+
+_TIP_AGAIN = "Fetch the bundle again from its publisher (or import or pull it again), then retry."
+
+
+def _names_in(blocks: tuple[Signature, ...]) -> list[str]:
+    names = set()
+    for b in blocks:
+        try:
+            names.add(Statement.from_comment(b.trusted_comment).file)
+        except SignatureError:
+            continue  # judged (and reported) by evaluate()
+    return sorted(names) or [""]
+
+
+def open_source(
+    source: Source,
+    store: TrustStore,
+    *,
+    threshold: int | None = None,
+    now: dt.datetime | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> TrustedBundle:
+    """The one trust decision, for every source: the signature blocks are judged against ``store``
+    (with the file's digests where the source is the signed file, its size checked before a byte is
+    hashed); the signed dates are checked; then, only then, the manifest bytes are read and must be the
+    signed ones, say what the statement says, and be the build the user named. Raises SignatureError
+    or IntegrityError; returns the only object that reaches the members."""
+    current = now or dt.datetime.now(dt.UTC)
+    raw = source.signature_blocks(limits)
+    blocks = parse_signatures(raw, source=f"the signatures of {source.label}", max_bytes=limits.max_signature_file)
+    name = source.file_name
+    digests = None
+    if name is not None:
+        if not signed_sizes(blocks, store, name=name):  # no trusted statement names it: refuse before reading it
+            evaluate(blocks, store, name=name, now=current, threshold=threshold).require()
+        def check(size: int, *, assembles: bool = False) -> None:
+            if assembles:  # the file is about to be written from pieces: never past what was signed
+                check_not_larger(blocks, store, name=name, size=size)
+            check_complete(blocks, store, name=name, size=size)
+
+        digests = source.file_digests(check, limits)
+        evaluation = evaluate(blocks, store, name=name, now=current, file=digests, threshold=threshold)
+    else:  # a store names builds, not files: the name each statement gives, checked against the manifest below
+        tried = [evaluate(blocks, store, name=n, now=current, threshold=threshold) for n in _names_in(blocks)]
+        evaluation = next((e for e in tried if e.met), tried[0])
+    statement = evaluation.require()
+    check_dates(statement, store.policy)
+    manifest_bytes = source.manifest_bytes(limits)  # read only now, after the policy is met
+    manifest = signed_manifest(statement, manifest_bytes, limits)
+    if manifest.bundle_name != statement.file:
+        raise IntegrityError(f"{source.label} holds the manifest of {manifest.bundle_name}; its signatures name "
+                             f"{statement.file}.", tip=_TIP_AGAIN)  # fmt: skip
+    asked = source.expect_ref
+    got = f"{manifest.engine}/{manifest.version}-{manifest.variant}"
+    if asked is not None and got != asked:
+        raise IntegrityError(f"{source.label} holds the signed manifest of another build ({got}); refused.",
+                             tip="Import or pull the build again: the store's entry was altered.")  # fmt: skip
+    return TrustedBundle(source, digests, evaluation, statement, manifest, manifest_bytes, blocks, limits)
 
 
 def open_bundle(
@@ -231,31 +333,42 @@ def open_bundle(
     now: dt.datetime | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> TrustedBundle:
-    """Check ``bundle`` against ``store``; raise (SignatureError, IntegrityError) unless it is trusted."""
-    current = now or dt.datetime.now(dt.UTC)
-    signatures = read_signatures(signature_path(bundle), limits)
-    digests = digest_bundle(bundle, limits, lambda size: check_complete(signatures, store, name=bundle.name, size=size),
-                            prehash=False)  # fmt: skip
-    evaluation = evaluate(signatures, store, name=bundle.name, now=current, file=digests, threshold=threshold)
-    statement = evaluation.require()
-    check_dates(statement, store.policy)
-    head = read_head_raw(bundle, limits)  # parsed only now, after the policy is met
-    check_manifest(statement, head.manifest, head.manifest_bytes)
-    return TrustedBundle(bundle, digests, evaluation, statement, head.manifest, head.manifest_bytes, limits)
+    """A ``.lbz`` and its ``.minisig``: :func:`open_source` of a :class:`BundleFile`."""
+    return open_source(BundleFile(bundle), store, threshold=threshold, now=now, limits=limits)
 
 
 @dataclass(frozen=True)
 class VerifyResult:
     bundle: Path
-    sha256: str
+    sha256: str  # the signed bundle file's
     size: int
     signers: tuple[str, ...]
     members: int
     evaluation: Evaluation
+    absent: tuple[str, ...] = ()  # members a delta leaves to a store (verified without one)
+    build: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"bundle": str(self.bundle), "sha256": self.sha256, "size": self.size, "signers": list(self.signers),
-                "members": self.members, "policy": self.evaluation.to_json()}  # fmt: skip
+        return {"bundle": str(self.bundle), "build": self.build, "sha256": self.sha256, "size": self.size,
+                "signers": list(self.signers), "members": self.members, "absent": list(self.absent),
+                "policy": self.evaluation.to_json()}  # fmt: skip
+
+
+def verify_source(
+    source: Source,
+    store: TrustStore,
+    *,
+    threshold: int | None = None,
+    now: dt.datetime | None = None,
+    progress: Progress | None = None,
+) -> VerifyResult:
+    """``lockbuild verify``: the signatures, then every member against the signed manifest, whatever the
+    source. Only a delta verified without its store may lack members; they are reported, not hidden."""
+    trusted = open_source(source, store, threshold=threshold, now=now)
+    done = trusted.extract(progress=progress, allow_absent=getattr(source, "partial", False))
+    return VerifyResult(Path(source.label), trusted.sha256, trusted.statement.size, trusted.signer_ids,
+                        len(done.manifest.members), trusted.evaluation, tuple(m.path for m in done.absent),
+                        trusted.ref)  # fmt: skip
 
 
 def verify_bundle(
@@ -266,11 +379,8 @@ def verify_bundle(
     now: dt.datetime | None = None,
     progress: Progress | None = None,
 ) -> VerifyResult:
-    """``lockbuild verify``: the signatures, then every member against the signed manifest."""
-    trusted = open_bundle(bundle, store, threshold=threshold, now=now)
-    manifest = trusted.extract(progress=progress)
-    return VerifyResult(bundle, trusted.digests.sha256, trusted.digests.size, trusted.signer_ids,
-                        len(manifest.members), trusted.evaluation)  # fmt: skip
+    """``verify_source`` of a ``.lbz``."""
+    return verify_source(BundleFile(bundle), store, threshold=threshold, now=now, progress=progress)
 
 
 def trust_dir(explicit: Path | None) -> Path:

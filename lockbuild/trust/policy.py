@@ -216,6 +216,25 @@ def evaluate(
 def check_complete(signatures: Sequence[Signature], store: TrustStore, *, name: str, size: int) -> None:
     """Before hashing: a file shorter than every size a trusted key signed for it is an incomplete copy
     (IntegrityError), not tampering. Only statements whose global signature verifies are believed."""
+    signed = signed_sizes(signatures, store, name=name)
+    _check_not_short(signed, name=name, size=size)
+
+
+def check_not_larger(signatures: Sequence[Signature], store: TrustStore, *, name: str, size: int) -> None:
+    """Before a file is assembled (a part list joined): one larger than every size a trusted key signed
+    for it is not the signed file, and is refused before a byte of it is written (a part list can claim
+    any size, and would fill the disk first)."""
+    signed = signed_sizes(signatures, store, name=name)
+    if signed and size > max(signed):
+        raise SignatureError(
+            f"{name} would be {size:,} bytes; its trusted signatures sign at most {max(signed):,}: it is not the"
+            " signed file, and nothing of it was joined.",
+            tip="Copy the bundle's parts and part list again from their source.",
+        )
+
+
+def signed_sizes(signatures: Sequence[Signature], store: TrustStore, *, name: str) -> set[int]:
+    """The sizes that trusted, non-revoked keys signed for the file ``name`` (global signatures checked)."""
     signed: set[int] = set()
     for sig in signatures:
         key = store.find(sig.key_id)
@@ -228,6 +247,10 @@ def check_complete(signatures: Sequence[Signature], store: TrustStore, *, name: 
             continue  # judged (and reported, or refused) by evaluate()
         if st.file == name:
             signed.add(st.size)
+    return signed
+
+
+def _check_not_short(signed: set[int], *, name: str, size: int) -> None:
     bigger = [s for s in signed if s > size]
     if size in signed or not bigger:
         return
@@ -307,7 +330,7 @@ def signed_manifest(statement: Statement, manifest_bytes: bytes, limits: Limits 
     digest = hashlib.sha256(manifest_bytes).hexdigest()
     if digest != statement.manifest_sha256:
         raise IntegrityError(
-            f"the manifest has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
+            f"the bundle's manifest has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
             tip="The manifest is not the signed one: do not use it; fetch it again from its publisher.",
         )
     manifest = parse_manifest(manifest_bytes, limits)

@@ -1,0 +1,246 @@
+"""The site wing's sources behind the one trust port (``lockbuild.trust.source``): plain I/O, no
+decision. Each hands over signature blocks, the manifest's exact bytes and member pieces; the trust
+decision is :func:`lockbuild.trust.open_source`'s and the checks of every member
+:func:`lockbuild.bundle.extract.extract`'s.
+
+- :class:`PartsFile`: ``NAME.lbz.parts.toml`` from ``split``: the parts are joined (each checked
+  against the part list as it streams) into a work directory, and only up to the size the trusted
+  signatures sign, checked before a byte is joined; then it is the joined ``.lbz``.
+- :class:`DeltaFile`: ``NAME.delta.lbz`` from ``delta``, with the store it completes: the members it
+  carries come from it, those it leaves out from the store's blobs.
+- :class:`StoreBuild`: ``ENGINE/VERSION-VARIANT`` in a store: its kept signature blocks, manifest and
+  blobs.
+
+No network code: a node reads these from local or shared disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import BinaryIO
+
+from lockbuild.bundle.extract import AbsentPiece, FilePiece, Piece
+from lockbuild.bundle.manifest import MANIFEST, Member, parse_manifest
+from lockbuild.bundle.read import TarPiece, _open_tar, check_zstd_frame
+from lockbuild.bundle.tar import TarReader, check_header, copy_member
+from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
+from lockbuild.fsio import create_new, open_regular, read_regular
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.progress import Progress
+from lockbuild.site.delta import HEAD, MAX_HEAD, full_name, is_delta, parse_head
+from lockbuild.site.parts import PARTS_SUFFIX, join, read_part_list
+from lockbuild.site.store import Store
+from lockbuild.site.storemodel import parse_ref
+from lockbuild.trust.policy import FileDigests
+from lockbuild.trust.source import BundleFile, SizeCheck, Source, Stream, signature_path
+
+
+def _blocks(path: Path, limits: Limits) -> bytes:
+    try:
+        return read_regular(path, what="signature file", max_size=limits.max_signature_file, error=SignatureError)
+    except FileNotFoundError:
+        raise SignatureError(
+            f"no signature file {path}; expected the bundle's .minisig beside it.",
+            tip="Copy the .minisig that was published with the bundle next to it.",
+        ) from None
+
+
+class PartsFile:
+    """A part list, its parts and the bundle's ``.minisig`` beside them; joined into ``work``."""
+
+    def __init__(self, part_list: Path, work: Path) -> None:
+        self.part_list = part_list
+        self.work = work
+        self.listing = read_part_list(part_list)
+        self.label = str(part_list)
+        self.file_name: str | None = self.listing.file
+        self.expect_ref: str | None = None
+        self.joined = work / self.listing.file
+        self._bundle = BundleFile(self.joined, signatures=part_list.parent / (self.listing.file + ".minisig"))
+
+    def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        return self._bundle.signature_blocks(limits)
+
+    def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
+        check(self.listing.size, assembles=True)  # the size the list claims, against the signed ones, first
+        try:
+            out = create_new(self.joined, mode=0o600)
+        except FileExistsError:
+            raise IntegrityError(f"{self.joined} exists already; refused to join the parts over it.") from None
+        with out:
+            join(self.part_list, out, listing=self.listing, limits=limits)
+        return self._bundle.file_digests(check, limits)
+
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        return self._bundle.manifest_bytes(limits)
+
+    def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
+        return self._bundle.members(limits)
+
+
+class DeltaFile:
+    """A delta and (optionally) the store it completes. Without a store, the members it leaves out are
+    absent: ``verify`` checks what it carries and says what it leaves to a store."""
+
+    absent_tip = "Import the base the delta was cut against (or the full bundle) first, then this delta."
+
+    def __init__(self, delta: Path, store: Store | None) -> None:
+        self.delta = delta
+        self.store = store
+        self.label = str(delta)
+        self.file_name: str | None = full_name(delta)
+        self.expect_ref: str | None = None
+        self.partial = store is None  # verified alone, it may leave members to a store
+
+    def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        return _blocks(signature_path(self.delta), limits)
+
+    def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
+        return None  # the signatures name the full bundle; a delta proves its manifest, not a file
+
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        with self._open(limits) as (_, manifest_bytes):
+            return manifest_bytes
+
+    @contextlib.contextmanager
+    def _open(self, limits: Limits) -> Iterator[tuple[TarReader, bytes]]:
+        try:
+            f, _ = open_regular(self.delta, what="delta", max_size=limits.max_bundle, error=IntegrityError)
+        except FileNotFoundError:
+            raise IntegrityError(f"the delta {self.delta} does not exist.", tip="Check the path.") from None
+        with f:
+            check_zstd_frame(f, limits)
+            tar = _open_tar(f, limits)
+            head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))  # a hint for messages, not trusted
+            self.absent_tip = (f"Import the base it was cut against ({head.base}) or the full bundle first, "
+                               "then this delta.")  # fmt: skip
+            yield tar, _small(tar, MANIFEST, limits.max_manifest, limits)
+
+    @contextlib.contextmanager
+    def members(self, limits: Limits = DEFAULT_LIMITS) -> Iterator[Stream]:
+        with self._open(limits) as (tar, manifest_bytes):
+            manifest = parse_manifest(manifest_bytes, limits)
+            yield Stream(manifest_bytes, self._pieces(tar, manifest.members, limits))
+
+    def _pieces(self, tar: TarReader, members: tuple[Member, ...], limits: Limits) -> Iterator[Piece]:
+        """In the manifest's order: the delta's next member where it carries this one, else the store's
+        blob, else absent. A carried member out of order, repeated or unlisted is never matched, and is
+        left for the extraction to refuse."""
+        pending = tar.next()
+        for m in members:
+            if pending is not None and pending.name == m.path:
+                check_header(pending, limits)
+                yield TarPiece(tar, pending)
+                pending = tar.next()
+            elif self.store is not None and self.store.blob_size(m.sha256) is not None:
+                yield FilePiece(m.path, m.size, _opener(self.store, m.sha256))
+            else:
+                yield AbsentPiece(m.path, m.size)
+        if pending is not None:
+            check_header(pending, limits)
+            yield TarPiece(tar, pending)
+
+
+def _opener(store: Store, sha256: str) -> Callable[[], BinaryIO]:
+    return lambda: store.open_blob(sha256)
+
+
+def _small(tar: TarReader, name: str, limit: int, limits: Limits) -> bytes:
+    h = tar.next()
+    if h is None or h.name != name:
+        raise IntegrityError(f"the delta's member is {h.name if h else 'missing'!r}; expected {name}.",
+                             tip="Copy the delta again, or import the full bundle.")  # fmt: skip
+    check_header(h, limits)
+    if h.size > limit:
+        raise IntegrityError(f"the delta's {name} is {h.size} bytes; expected at most {limit}.")
+    buf = io.BytesIO()
+    copy_member(tar, h, buf, Progress.quiet())
+    return buf.getvalue()
+
+
+class StoreBuild:
+    """``ENGINE/VERSION-VARIANT`` in a store."""
+
+    damage_tip = ("Run `lockbuild store verify --store DIR --remove-damaged`, then import or pull the build again "
+                  "(only what is missing moves).")  # fmt: skip
+
+    def __init__(self, store: Store, ref: str) -> None:
+        self.store = store
+        self.ref = ref
+        self.label = f"{ref} in the store {store.root}"
+        self.file_name: str | None = None
+        self.expect_ref: str | None = ref
+        self._files: tuple[bytes, bytes] | None = None
+
+    def _build(self) -> tuple[bytes, bytes]:
+        if self._files is None:
+            self._files = self.store.build_files(self.ref)
+        return self._files
+
+    def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        return self._build()[1]
+
+    def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
+        return None
+
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        return self._build()[0]
+
+    @contextlib.contextmanager
+    def members(self, limits: Limits = DEFAULT_LIMITS) -> Iterator[Stream]:
+        manifest = parse_manifest(self._build()[0], limits)
+        yield Stream(None, iter([FilePiece(m.path, m.size, _opener(self.store, m.sha256))
+                                 for m in manifest.members]))  # fmt: skip
+
+
+@contextlib.contextmanager
+def named_source(arg: str | Path, *, store: Path | None = None, work: Path | None = None) -> Iterator[Source]:
+    """The one way every command names a bundle: ``ENGINE/VERSION-VARIANT`` with ``--store``, a part
+    list (``NAME.lbz.parts.toml``), a delta (``NAME.delta.lbz``, completed by ``--store`` when given),
+    or a ``.lbz``. ``work``: where a part list is joined (default: a private directory in TMPDIR,
+    removed afterwards, whatever happens)."""
+    text = str(arg)
+    path = Path(text)
+    if store is not None and not path.exists() and _is_ref(text):
+        with Store(store) as s:
+            yield StoreBuild(s, text)
+        return
+    if not path.exists():
+        hint = "" if store is not None else ", and no --store to look ENGINE/VERSION-VARIANT up in"
+        raise LockbuildError(f"no bundle {text}: no such file{hint}.",
+                             tip="Give a .lbz, a NAME.lbz.parts.toml, a NAME.delta.lbz, or ENGINE/VERSION-VARIANT "
+                             "with --store DIR.")  # fmt: skip
+    if path.name.endswith(PARTS_SUFFIX):
+        with _work(work) as w:
+            yield PartsFile(path, w)
+        return
+    if is_delta(path):
+        if store is None:
+            yield DeltaFile(path, None)
+            return
+        with Store(store) as s:
+            yield DeltaFile(path, s)
+        return
+    yield BundleFile(path)
+
+
+def _is_ref(text: str) -> bool:
+    try:
+        parse_ref(text)
+    except LockbuildError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _work(work: Path | None) -> Iterator[Path]:
+    if work is not None:
+        yield work
+        return
+    with tempfile.TemporaryDirectory(prefix="lockbuild-parts-") as tmp:  # 0700, removed whatever happens
+        yield Path(tmp)

@@ -1,0 +1,136 @@
+"""The one port: what every source of a signed bundle must be able to hand over, and nothing more.
+
+A source is plain I/O (the model is pypa/installer's ``WheelSource``): its signature blocks, its
+manifest's exact bytes, and its members as pieces in the order it holds them. It decides nothing:
+:func:`lockbuild.trust.opener.open_source` makes the one trust decision from what it hands over, and
+:func:`lockbuild.bundle.extract.extract` the one extraction. Adapters:
+
+- :class:`BundleFile` here (a ``.lbz`` and its ``.minisig``);
+- ``lockbuild.site.sources``: a part list, a delta (with the store it completes), a store's build;
+- ``lockbuild.site.registry``: a registry artifact (the site wing's network side).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from lockbuild.bundle.extract import Piece
+from lockbuild.bundle.read import _open, _open_tar, _read_manifest, check_zstd_frame, read_head_raw, tar_pieces
+from lockbuild.errors import SignatureError
+from lockbuild.fsio import read_regular
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.trust.policy import FileDigests
+
+
+def signature_path(bundle: Path) -> Path:
+    return bundle.with_name(bundle.name + ".minisig")
+
+
+class SizeCheck(Protocol):
+    def __call__(self, size: int, *, assembles: bool = False) -> None: ...
+
+
+class Source(Protocol):
+    """Where a signed bundle comes from."""
+
+    @property
+    def label(self) -> str:
+        """How messages name it (a path, a store build, a registry reference)."""
+        ...
+
+    @property
+    def file_name(self) -> str | None:
+        """The bundle file name the signed statements must name; None: the name they give, which must
+        then be the manifest's own (a store names builds, not files)."""
+        ...
+
+    @property
+    def expect_ref(self) -> str | None:
+        """ENGINE/VERSION-VARIANT the user asked for, when the source is named that way."""
+        ...
+
+    def signature_blocks(self, limits: Limits) -> bytes:
+        """The ``.minisig`` blocks, bounded by ``limits.max_signature_file``."""
+        ...
+
+    def file_digests(self, check: SizeCheck, limits: Limits) -> FileDigests | None:
+        """For a source that is the signed file itself: its size (passed to ``check`` before a byte is
+        read; with ``assembles=True`` before a file is put together from pieces) and sha256. None for a
+        source that holds the manifest and members without the file."""
+        ...
+
+    def manifest_bytes(self, limits: Limits) -> bytes:
+        """The manifest's exact bytes (read only after the signature blocks met the policy)."""
+        ...
+
+    def members(self, limits: Limits) -> AbstractContextManager[Stream]:
+        """The members after the manifest, as pieces, in the order the source holds them."""
+        ...
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A source's members. ``manifest_bytes``: the manifest as the stream carries it again (a file read
+    a second time), or None when the source holds it once; the trust side compares it."""
+
+    manifest_bytes: bytes | None
+    pieces: Iterator[Piece]
+
+
+class BundleFile:
+    """A ``.lbz`` with its ``.minisig`` beside it."""
+
+    def __init__(self, path: Path, *, signatures: Path | None = None) -> None:
+        self.path = path
+        self.signatures = signatures or signature_path(path)
+        self.label = str(path)
+        self.where = "the bundle"
+        self.file_name: str | None = path.name
+        self.expect_ref: str | None = None
+
+    def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        try:
+            return read_regular(self.signatures, what="signature file", max_size=limits.max_signature_file,
+                                error=SignatureError)  # fmt: skip
+        except FileNotFoundError:
+            raise SignatureError(
+                f"no signature file {self.signatures}; expected the bundle's .minisig beside it.",
+                tip="Copy the .lbz.minisig that was published with the bundle next to it.",
+            ) from None
+
+    def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
+        from lockbuild.trust.opener import digest_bundle
+
+        return digest_bundle(self.path, limits, check, prehash=False)
+
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        return read_head_raw(self.path, limits).manifest_bytes
+
+    def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
+        return _TarMembers(self.path, limits)
+
+
+class _TarMembers:
+    """The tar stream of a ``.lbz`` after its manifest (the manifest is read again and must be the same
+    bytes the trust decision bound: the extraction's caller compares them)."""
+
+    def __init__(self, path: Path, limits: Limits) -> None:
+        self.path, self.limits = path, limits
+
+    def __enter__(self) -> Stream:
+        self.f = _open(self.path, self.limits)
+        try:
+            check_zstd_frame(self.f, self.limits)
+            tar = _open_tar(self.f, self.limits)
+            _, again = _read_manifest(tar, self.limits)
+        except BaseException:
+            self.f.close()
+            raise
+        return Stream(again, iter(tar_pieces(tar, self.limits)))
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()

@@ -61,7 +61,7 @@ def fetch(wanted_json: Path, cache_dir: Path, jobs: int) -> dict[str, object]:
 
 
 def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, object]:
-    from lockbuild.builder.pack import pack as do_pack
+    from lockbuild.builder.pack import assemble, sign, write
     from lockbuild.builder.session import session
     from lockbuild.minisign import read_secret_key
     from lockbuild.progress import Progress
@@ -77,7 +77,8 @@ def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, 
         t1 = time.perf_counter()
         paths, report = s.fetch(plan)
         t2 = time.perf_counter()
-    packed = do_pack(plan, paths, out, key=secret, uv_version=plan.uv_version)
+    manifest, entries = assemble(plan, paths, plan.uv_version)
+    packed = sign(write(manifest, entries, out), key=secret)
     t3 = time.perf_counter()
     return {
         "plan_s": t1 - t0, "check_s": t2 - t1, "pack_s": t3 - t2, "downloaded_bytes": report.downloaded_bytes,

@@ -8,7 +8,6 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from lockbuild.channel import Cancelled, Channel, End
@@ -44,13 +43,6 @@ def hash_stream(src: BinaryIO, *hashes: _Hash, dst: BinaryIO | None = None, limi
             dst.write(chunk)
         total += n
     return total
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        hash_stream(f, h)
-    return h.hexdigest()
 
 
 class BackgroundHash:

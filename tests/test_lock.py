@@ -243,7 +243,7 @@ def client() -> Iterator[httpx.Client]:
 def test_publication_is_the_first_file_upload(clock: FakeServer, client: httpx.Client) -> None:
     """Issue 11.1: a file added to an old release later never moves its publication time."""
     index = Index(clock.index_url(), client)
-    assert index.publication_time("TwoFiles", "1.0.0") == day(5) + dt.timedelta(microseconds=250_000)
+    assert index.publication("TwoFiles", "1.0.0").first == day(5) + dt.timedelta(microseconds=250_000)
 
 
 def test_the_cut_off_is_publication_plus_24_hours_in_whole_seconds(clock: FakeServer, client: httpx.Client) -> None:
@@ -270,7 +270,7 @@ def test_an_as_of_overrides_the_index(clock: FakeServer, client: httpx.Client) -
 
 def test_without_upload_times_the_json_api_releases_map_is_read(clock: FakeServer, client: httpx.Client) -> None:
     index = Index(clock.index_url("second"), client)
-    assert index.publication_time("fromjson", "1.0") == dt.datetime(2025, 2, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)
+    assert index.publication("fromjson", "1.0").first == dt.datetime(2025, 2, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)
     assert "/second/pypi/fromjson/json" in clock.requests
     assert not [r for r in clock.requests if "/pypi/fromjson/1.0" in r], "the per-version endpoint is not used"
 
@@ -278,22 +278,22 @@ def test_without_upload_times_the_json_api_releases_map_is_read(clock: FakeServe
 def test_a_release_with_no_upload_times_anywhere_is_a_clear_error(clock: FakeServer, client: httpx.Client) -> None:
     index = Index(clock.index_url("second"), client, name="the second index")
     with pytest.raises(RemoteError) as info:
-        index.publication_time("fromjson", "2.0")
+        index.publication("fromjson", "2.0")
     assert info.value.message == (
         "the second index publishes no upload times for fromjson==2.0; expected PEP 700 upload-time on its files."
     )
     assert info.value.tip is not None and "as-of" in info.value.tip
     with pytest.raises(RemoteError, match=r"publishes no upload times for notimes==1\.0"):
-        index.publication_time("notimes", "1.0")
+        index.publication("notimes", "1.0")
 
 
 def test_a_missing_release_is_a_clear_error(clock: FakeServer, client: httpx.Client) -> None:
     index = Index(clock.index_url(), client)
     with pytest.raises(RemoteError) as info:
-        index.publication_time("twofiles", "1.5")
+        index.publication("twofiles", "1.5")
     assert info.value.message == f"the package index ({clock.index_url()}) has no release twofiles==1.5."
     with pytest.raises(RemoteError, match=r"has no project 'nothing-here'"):
-        index.publication_time("nothing-here", "1.0")
+        index.publication("nothing-here", "1.0")
 
 
 def test_an_index_page_that_is_not_pep_691_is_a_clear_error(clock: FakeServer, client: httpx.Client) -> None:
@@ -814,7 +814,7 @@ def test_an_upload_time_that_cannot_be_read_is_lockbuilds_error(srv: FakeServer,
     page = {"files": [{"filename": "odd-1.0.tar.gz", "url": "x", "hashes": {"sha256": A}, "upload-time": when}]}
     index = raw_index(srv, "odd", json.dumps(page).encode(), client)
     with pytest.raises(RemoteError) as info:
-        index.publication_time("odd", "1.0")
+        index.publication("odd", "1.0")
     assert info.value.message.startswith(f"reading the package index's page for odd: {srv.index_url()}/odd/ gives")
     assert "odd-1.0.tar.gz an upload-time lockbuild cannot read" in info.value.message
 

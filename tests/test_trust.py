@@ -22,12 +22,12 @@ from hostile import AS_OF, GOOD_FILES, TarEntry, bundle_tar, compress, manifest,
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockbuild.builder.pack import signature_block
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.write import Entry, write_bundle
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.minisign import SecretKey, read_secret_key, sign_prehashed, write_keypair
 from lockbuild.trust import (
+    FileDigests,
     Policy,
     Statement,
     TrustedBundle,
@@ -40,9 +40,19 @@ from lockbuild.trust import (
     open_bundle,
     parse_policy,
     read_signatures,
+    sign_statement,
     signature_path,
 )
 from lockbuild.trust.store import POLICY_FILE
+
+
+def signature_block(
+    key: SecretKey, name: str, digests: FileDigests, m: Manifest, *, expires: dt.datetime | None = None
+) -> str:
+    """One signature block over bundle ``name``, as ``lockbuild build`` and ``sign`` make it (the signed statement)."""
+    statement = Statement.of(m, name=name, sha256=digests.sha256, size=digests.size, expires=expires)
+    return sign_statement(key, statement, digests.blake2b)
+
 
 NOW = AS_OF + dt.timedelta(days=3)
 

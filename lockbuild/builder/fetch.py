@@ -320,12 +320,6 @@ def _check(w: Wanted, sink: _Sink) -> None:
         )
 
 
-def fetch_one(fetcher: Fetcher, w: Wanted) -> Path:
-    """One file through the cache (used for source archives and release assets)."""
-    hit = fetcher.cache.lookup(w.sha256, w.size)
-    return hit if hit is not None else fetcher.download(w)
-
-
 def open_verified(fetcher: Fetcher, w: Wanted) -> BinaryIO:
     """One file through the cache, open for reading: the bytes read are the bytes that were hashed
     (the entry is hashed from this descriptor), so a file swapped after the check is never read."""

@@ -292,10 +292,6 @@ class Index:
             )
         return Publication(min(found), max(found), files)
 
-    def publication_time(self, project: str, version: str) -> dt.datetime:
-        """When the release's first file was uploaded: later files never move the cut-off."""
-        return self.publication(project, version).first
-
     def _json_api_times(self, project: str, version: str) -> list[dt.datetime]:
         base = self.url.removesuffix("/simple")
         try:

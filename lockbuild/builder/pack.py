@@ -212,15 +212,6 @@ def assemble_from(
     return manifest, entries
 
 
-def signature_block(
-    key: SecretKey, name: str, digests: FileDigests, manifest: Manifest, *, expires: dt.datetime | None = None
-) -> str:
-    """One minisign ED signature over the bundle file ``name`` with ``digests``; its trusted comment is
-    the signed statement (lockbuild.trust.statement), manifest digest and file size included."""
-    statement = Statement.of(manifest, name=name, sha256=digests.sha256, size=digests.size, expires=expires)
-    return sign_statement(key, statement, digests.blake2b)
-
-
 @dataclass(frozen=True)
 class Written:
     """A bundle written under a temporary name in its output directory, not yet signed or in place."""
@@ -291,22 +282,6 @@ def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None
         tmp_sig.unlink(missing_ok=True)
     return Packed(final, sig_final, manifest, digests.sha256, digests.size,
                   tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
-
-
-def pack(
-    plan: Plan,
-    fetched: Mapping[str, Path],
-    out_dir: Path,
-    *,
-    key: SecretKey | None,
-    uv_version: str,
-    expires: dt.datetime | None = None,
-    threads: int | None = None,
-    progress: Progress | None = None,
-) -> Packed:
-    """Write NAME.lbz (and NAME.lbz.minisig) into ``out_dir``; on failure ``out_dir`` gets nothing."""
-    manifest, entries = assemble(plan, fetched, uv_version)
-    return sign(write(manifest, entries, out_dir, threads=threads, progress=progress), key=key, expires=expires)
 
 
 def fetch_and_write(

@@ -510,3 +510,112 @@ def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
     )  # fmt: skip
     assert "me%40corp.example:p%40ss%2Fw%3Ard@index.example" in got.text and got.key is not None
     assert memo.get(got.key) is None and not any((tmp_path / "resolutions").glob("*"))
+
+
+# --------------------------------------------------------------------------- a memory is only a hint (issue 23)
+def test_a_package_added_to_the_memory_never_reaches_the_lock(env: FakeServer, tmp_path: Path) -> None:
+    """A rewritten CACHE/resolutions entry that pins one more package, a real file on the index with its
+    real digest (so every per-pin check passes), is not the closure of the requirements: uv runs afresh."""
+    publish_engine(env, "lmadd")
+    if ("primary", "lmadd-implant") not in env.projects:
+        env.publish(*make_wheel("lmadd-implant", "1.0"), uploaded=day(1))
+    implant = env.projects[("primary", "lmadd-implant")][0].sha256
+    path = recipe(tmp_path, "lmadd")
+    first = lock(path, tmp_path / "a")
+    (entry,) = entries(tmp_path / "cache")
+    doc = json.loads(entry.read_text())
+    doc["text"] += f"lmadd-implant==1.0 \\\n    --hash=sha256:{implant}\n"
+    entry.write_text(json.dumps(doc))
+    before = len(env.request_headers)
+    second = lock(path, tmp_path / "b")
+    assert second.pop("resolution_reused") is False and uv_requests(env, before)
+    assert "lmadd-implant" not in versions(second)
+    assert "lmadd-implant" not in (tmp_path / "b/1.0-cpu/requirements.txt").read_text()
+    first.pop("resolution_reused")
+    assert first == second
+    assert "lmadd-implant" not in json.loads(entries(tmp_path / "cache")[0].read_text())["text"]  # re-remembered
+
+
+def test_a_package_taken_out_of_the_memory_is_resolved_afresh(env: FakeServer, tmp_path: Path) -> None:
+    publish_engine(env, "lmdrop")
+    path = recipe(tmp_path, "lmdrop")
+    first = lock(path, tmp_path / "a")
+    (entry,) = entries(tmp_path / "cache")
+    doc = json.loads(entry.read_text())
+    out, skip = [], False
+    for line in doc["text"].splitlines(keepends=True):  # the dep's pin and the --hash lines that follow it
+        skip = line.startswith("lmdrop-dep") or (skip and line.startswith(" "))
+        if not skip:
+            out.append(line)
+    doc["text"] = "".join(out)
+    assert "lmdrop-dep" not in doc["text"] and "lmdrop==1.0" in doc["text"]
+    entry.write_text(json.dumps(doc))
+    second = lock(path, tmp_path / "b")
+    assert second.pop("resolution_reused") is False
+    first.pop("resolution_reused")
+    assert first == second
+
+
+def test_the_closure_follows_markers_and_extras_for_the_target() -> None:
+    from lockbuild.builder.closure import closure_problem
+
+    meta = {
+        "eng": b"Name: eng\nVersion: 1.0\nRequires-Dist: dep>=1\nRequires-Dist: winonly; sys_platform == 'win32'\n"
+        b"Requires-Dist: extraonly; extra == 'fast'\n",
+        "dep": b"Name: dep\nVersion: 1.2\n",
+        "winonly": b"Name: winonly\nVersion: 1.0\n",
+        "extraonly": b"Name: extraonly\nVersion: 1.0\n",
+    }
+    env = Target.of(PY, PLATFORM).marker_environment()
+    get = meta.__getitem__
+    assert closure_problem(["eng==1.0"], {"eng": "1.0", "dep": "1.2"}, get, env) is None
+    assert closure_problem(["eng[fast]==1.0"], {"eng": "1.0", "dep": "1.2", "extraonly": "1.0"}, get, env) is None
+    why = closure_problem(["eng==1.0"], {"eng": "1.0", "dep": "1.2", "winonly": "1.0"}, get, env)
+    assert why is not None and "winonly==1.0, which nothing in the requirements needs" in why
+    why = closure_problem(["eng==1.0"], {"eng": "1.0", "dep": "1.2", "extraonly": "1.0"}, get, env)
+    assert why is not None and "extraonly" in why
+    why = closure_problem(["eng==1.0"], {"eng": "1.0"}, get, env)
+    assert why is not None and "dep is required by eng==1.0" in why
+    why = closure_problem(["eng==2.0"], {"eng": "1.0", "dep": "1.2"}, get, env)
+    assert why is not None and "does not satisfy" in why
+    meta["dep"] = b"Name: other\nVersion: 1.2\n"
+    why = closure_problem(["eng==1.0"], {"eng": "1.0", "dep": "1.2"}, get, env)
+    assert why is not None and "names 'other'" in why
+
+
+def test_the_closure_reads_pep_658_metadata_where_the_index_publishes_it(
+    env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index that lists each wheel's METADATA (PEP 658/714, as PyPI does) is asked for that small file,
+    taken by its listed sha256 (through the fetcher, like any file), instead of the wheel."""
+    import hashlib
+    import zipfile
+
+    publish_engine(env, "lmpep")
+    original = env._project_page
+
+    def with_metadata(index: str, name: str) -> bytes | None:
+        page = original(index, name)
+        if page is None or not name.startswith("lmpep"):
+            return page
+        doc = json.loads(page)
+        for f in doc["files"]:
+            body = env.files[f"/files/{index}/{f['filename']}"].data
+            assert isinstance(body, bytes)
+            with zipfile.ZipFile(io.BytesIO(body)) as z:
+                meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA")))
+            env.add_file(f"/files/{index}/{f['filename']}.metadata", meta)
+            f["core-metadata"] = {"sha256": hashlib.sha256(meta).hexdigest()}
+        return json.dumps(doc).encode()
+
+    monkeypatch.setattr(env, "_project_page", with_metadata)
+    path = recipe(tmp_path, "lmpep")
+    first = lock(path, tmp_path / "a")
+    before = len(env.requests)
+    second = lock(path, tmp_path / "b")
+    assert second.pop("resolution_reused") is True
+    asked = env.requests[before:]
+    assert any(p.endswith("lmpep-1.0-py3-none-any.whl.metadata") for p in asked), asked
+    assert not any(p.endswith(".whl") for p in asked), "the wheels themselves were not needed"
+    first.pop("resolution_reused")
+    assert first == second

@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from lockbuild import times
 from lockbuild.builder.http import get_json
+from lockbuild.digest import is_sha256
 from lockbuild.errors import RemoteError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.lock import file_name_and_version
@@ -41,6 +42,12 @@ class IndexFile:
     upload_time: dt.datetime | None
     yanked: bool
     yank_reason: str = ""
+    metadata_sha256: str | None = None  # PEP 658/714: the sha256 of the file's METADATA at URL + ".metadata"
+
+    @property
+    def metadata_url(self) -> str:
+        """Where PEP 658 puts the file's METADATA (meaningful only when ``metadata_sha256`` is set)."""
+        return self.url.split("#", 1)[0] + ".metadata"
 
     @property
     def version(self) -> str | None:
@@ -173,6 +180,8 @@ def parse_project_page(
                 f"({str(raw_time)[:_SHOWN]!r}); expected an RFC 3339 time in years 1 to 9999; refused."
             )
         yanked, reason = _yank(f.get("yanked", False))
+        meta = f.get("core-metadata", f.get("dist-info-metadata"))  # PEP 714's name, then PEP 658's
+        meta_sha = meta.get("sha256") if isinstance(meta, dict) else None
         got = IndexFile(
             filename=filename,
             url=public(urljoin(page_url, f["url"])),  # a URL that is recorded carries no credentials
@@ -181,6 +190,7 @@ def parse_project_page(
             upload_time=upload_time,
             yanked=yanked,
             yank_reason=reason,
+            metadata_sha256=meta_sha.lower() if isinstance(meta_sha, str) and is_sha256(meta_sha.lower()) else None,
         )
         before = out.get(filename)
         if before is not None and (before.sha256 != got.sha256 or before.sha256 is None):

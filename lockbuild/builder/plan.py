@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from lockbuild.builder import github
 from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
+from lockbuild.builder.closure import MAX_METADATA_BYTES, closure_problem, wheel_metadata
 from lockbuild.builder.cutoff import (
     check_exact_pin,
     cut_off,
@@ -239,7 +240,17 @@ class Planner:
                         pins = parse_pylock(resolution.text, build.target)
                     else:
                         pins = parse_requirements_lock(resolution.text)
-                    return resolution, self._files(pins, build, direct, as_of, extra, pool, ahead)
+                    files = self._files(pins, build, direct, as_of, extra, pool, ahead)
+                    why = self._not_the_closure(requirements, files, build, extra, pool) if resolution.reused else None
+                    if why is None:
+                        return resolution, files
+                    assert resolution.key is not None
+                    self.memo.discard(resolution.key)
+                    self.progress.phase(
+                        f"{build.id}: the remembered resolution is not what the requirements need ({why[:160]}); "
+                        "resolving afresh"
+                    )
+                    reuse = False
                 except LockbuildError as exc:
                     if not resolution.reused or resolution.key is None:
                         raise
@@ -251,6 +262,39 @@ class Planner:
                     reuse = False
             finally:
                 ahead.close()
+
+    def _not_the_closure(
+        self,
+        requirements: Sequence[str],
+        files: Sequence[LockedFile],
+        build: Build,
+        extra: ExtraIndexes,
+        pool: Executor,
+    ) -> str | None:
+        """Why a remembered resolution's files are not exactly the closure of ``requirements`` on the build's
+        target (closure.py), or None. Each pin's METADATA is the index's PEP 658 file where it publishes one,
+        else the wheel's own, each taken only with its digest (the wheel is then in the cache for the fetch)."""
+        by_name = {f.name: f for f in files}
+        if len(by_name) != len(files) or any(f.kind != "wheel" for f in files):
+            return "it pins a package twice, or an sdist"
+        got = dict(zip(by_name, pool.map(lambda f: self._metadata(f, extra), files), strict=True))
+        pins = {f.name: f.version for f in files}
+        return closure_problem(requirements, pins, got.__getitem__, build.target.marker_environment())
+
+    def _metadata(self, f: LockedFile, extra: ExtraIndexes) -> bytes:
+        """A locked wheel's METADATA: the index's PEP 658 file (by its listed sha256), or the wheel's own."""
+        listed: tuple[IndexFile, ...] = ()
+        if f.origin == "primary":
+            listed = self.primary.release(f.name, f.version)
+        elif f.origin == "second" and f.index in extra.clients:
+            listed = extra.clients[f.index].release(f.name, f.version)
+        entry = next((x for x in listed if x.filename == f.filename and x.sha256 == f.sha256), None)
+        if entry is not None and entry.metadata_sha256 is not None:
+            w = Wanted(entry.metadata_url, entry.metadata_sha256, None, f"the metadata of {f.filename}")
+            with open_verified(self.fetcher, w) as fh:
+                return fh.read(MAX_METADATA_BYTES + 1)[:MAX_METADATA_BYTES]
+        with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:
+            return wheel_metadata(fh, f.filename)
 
     def _build_closure(
         self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: ExtraIndexes, pool: Executor

@@ -1,0 +1,112 @@
+"""Whether a set of pins is exactly what some requirements need on one target (issue 23).
+
+A remembered resolution (``memo.py``) is only a hint: its pins are used only if they answer the
+requirements and every pin is reached from them through the pinned wheels' ``Requires-Dist`` (with
+markers evaluated for the target, extras followed). A pin nothing reaches is a package someone added;
+a requirement no pin satisfies is a package someone took out or swapped. Pure: the metadata comes from
+the caller (the index's PEP 658 file or the wheel's own ``METADATA``, each checked by its digest).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from email.parser import BytesHeaderParser
+from typing import BinaryIO
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, canonicalize_version
+from packaging.version import InvalidVersion
+
+from lockbuild.errors import IntegrityError
+
+MAX_METADATA_BYTES = 16 << 20  # a METADATA file with its long description (the largest seen are ~2 MB)
+MAX_DEPENDENCIES = 10_000  # edges walked over the whole closure
+
+
+def wheel_metadata(f: BinaryIO, filename: str) -> bytes:
+    """The ``*.dist-info/METADATA`` of a wheel (read from ``f``, bounded); IntegrityError when it has none."""
+    try:
+        with zipfile.ZipFile(f) as z:
+            names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(names) != 1:
+                raise IntegrityError(f"{filename}: expected one .dist-info/METADATA, found {len(names)}.")
+            info = z.getinfo(names[0])
+            if info.file_size > MAX_METADATA_BYTES:
+                size = info.file_size
+                raise IntegrityError(f"{filename}: its METADATA is {size} bytes; at most {MAX_METADATA_BYTES}.")
+            with z.open(info) as m:
+                return m.read(MAX_METADATA_BYTES + 1)[:MAX_METADATA_BYTES]
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise IntegrityError(f"{filename}: cannot read it as a wheel ({exc.__class__.__name__}).") from None
+
+
+def _requires(raw: bytes, name: str, version: str) -> list[str] | str:
+    """The ``Requires-Dist`` of one pin's metadata, or why the metadata is not that pin's."""
+    headers = BytesHeaderParser().parse(io.BytesIO(raw))
+    got_name, got_version = headers.get("Name", ""), headers.get("Version", "")
+    try:
+        same = canonicalize_name(str(got_name)) == name and canonicalize_version(str(got_version)) == (
+            canonicalize_version(version)
+        )
+    except InvalidVersion:
+        same = False
+    if not same:
+        return f"the metadata of {name}=={version} names {str(got_name)[:60]!r} {str(got_version)[:40]!r}"
+    return [str(v) for v in headers.get_all("Requires-Dist") or []]
+
+
+def closure_problem(
+    requirements: Sequence[str],
+    pins: Mapping[str, str],
+    metadata: Callable[[str], bytes],
+    environment: Mapping[str, str],
+) -> str | None:
+    """Why ``pins`` (canonical name -> version) are not exactly the closure of ``requirements`` for the
+    target whose PEP 508 ``environment`` is given, or None. ``metadata(name)`` gives a pin's METADATA."""
+    queue: deque[tuple[Requirement, str]] = deque()
+    for text in requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            return f"cannot read the requirement {text[:80]!r}"
+        if req.marker is None or req.marker.evaluate({**environment, "extra": ""}):
+            queue.append((req, "the requirements"))
+    reached: set[str] = set()
+    walked: set[tuple[str, str]] = set()
+    edges = 0
+    while queue:
+        req, by = queue.popleft()
+        name = canonicalize_name(req.name)
+        version = pins.get(name)
+        if version is None:
+            return f"{name} is required by {by} ({str(req)[:80]}) but not pinned"
+        if req.url is None and not req.specifier.contains(version, prereleases=True):
+            return f"{name}=={version} does not satisfy {str(req)[:80]} (required by {by})"
+        reached.add(name)
+        for extra in ("", *sorted(canonicalize_name(e) for e in req.extras)):
+            if (name, extra) in walked:
+                continue
+            walked.add((name, extra))
+            deps = _requires(metadata(name), name, version)
+            if isinstance(deps, str):
+                return deps
+            for dep in deps:
+                edges += 1
+                if edges > MAX_DEPENDENCIES:
+                    return f"more than {MAX_DEPENDENCIES} dependencies to follow"
+                try:
+                    d = Requirement(dep)
+                except InvalidRequirement:
+                    return f"{name}=={version} has a Requires-Dist lockbuild cannot read ({dep[:80]!r})"
+                # A dependency without a marker belongs to the package itself (walked with extra "").
+                applies = extra == "" if d.marker is None else d.marker.evaluate({**environment, "extra": extra})
+                if applies:
+                    queue.append((d, f"{name}=={version}"))
+    extra_pins = sorted(set(pins) - reached)
+    if extra_pins:
+        shown = ", ".join(f"{n}=={pins[n]}" for n in extra_pins[:10])
+        return f"it pins {shown}, which nothing in the requirements needs on this target"
+    return None

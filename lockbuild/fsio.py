@@ -265,22 +265,26 @@ def fsync_dir_path(path: Path) -> None:
 # --- locks -------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def flocked(fd: int, *, exclusive: bool, wait: float, busy: Callable[[], LockbuildError]) -> Iterator[None]:
-    """Hold ``flock`` on ``fd``, waiting up to ``wait`` seconds; then raise ``busy()`` (a BusyError)."""
-    deadline = time.monotonic() + wait
+def flock_by(fd: int, *, exclusive: bool, deadline: float, busy: Callable[[], LockbuildError]) -> None:
+    """Take ``flock`` on ``fd``, retrying until the monotonic ``deadline``; then raise ``busy()``."""
     mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
     delay = 0.02
     while True:
         try:
             fcntl.flock(fd, mode)
-            break
+            return
         except BlockingIOError:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise busy() from None
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.2)
+
+
+@contextlib.contextmanager
+def flocked(fd: int, *, exclusive: bool, wait: float, busy: Callable[[], LockbuildError]) -> Iterator[None]:
+    """Hold ``flock`` on ``fd``, waiting up to ``wait`` seconds; then raise ``busy()`` (a BusyError)."""
+    flock_by(fd, exclusive=exclusive, deadline=time.monotonic() + wait, busy=busy)
     try:
         yield
     finally:
@@ -359,3 +363,19 @@ def loads_json(
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise error(f"{what} is not valid JSON.") from None
+
+
+# --- ownership ---------------------------------------------------------------------------------
+
+
+def owner_problem(st: os.stat_result, *, allow_root: bool = True) -> str | None:
+    """Why a directory (or file) that decides what lockbuild trusts or writes is unsafe: owned by
+    someone other than this user (or root, with ``allow_root``), or writable by its group or others.
+    None when it is safe. The one rule for trust directories and stores."""
+    owners = (os.geteuid(), 0) if allow_root else (os.geteuid(),)
+    if st.st_uid not in owners:
+        who = "neither this user" + (" nor root" if allow_root else "")
+        return f"is owned by uid {st.st_uid}, {who} (this user is uid {os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None

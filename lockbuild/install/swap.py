@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
-import fcntl
 import os
 import shutil
 import stat
@@ -15,13 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lockbuild.errors import BusyError, InstallError
+from lockbuild.fsio import flock_by, fsync_dir_path, list_dir, open_lockfile, opened_dir, remove_at
 
 STAGING_SUFFIX = ".partial"
 LOCK_NAME = ".lockbuild.lock"
 _RENAME_EXCHANGE = 2
 
 
-_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def _same(path: Path, st: os.stat_result) -> bool:
@@ -36,7 +36,7 @@ def _open_lock(path: Path) -> tuple[int, os.stat_result]:
     """The lock file, opened without following a link and without truncating anything; refused unless
     it is a regular file of the installing user (another user's file is never written to)."""
     try:
-        fd = os.open(path, _LOCK_FLAGS, 0o644)
+        fd = open_lockfile(str(path))
     except OSError as exc:
         raise InstallError(
             f"cannot open the lock file {path}: {exc.strerror} (a symbolic link or another user's file?).",
@@ -86,42 +86,31 @@ def engine_lock(engine_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
 
 
 def _acquire(fd: int, engine_dir: Path, deadline: float) -> None:
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                raise BusyError(
-                    f"another lockbuild (pid {holder}) is installing or removing {engine_dir.name} under "
-                    f"{engine_dir.parent}; only one may run per engine.",
-                    tip="Wait for it to finish, or pass --wait SECONDS to queue behind it.",
-                ) from None
-            time.sleep(0.2)
+    def busy() -> BusyError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        return BusyError(
+            f"another lockbuild (pid {holder}) is installing or removing {engine_dir.name} under "
+            f"{engine_dir.parent}; only one may run per engine.",
+            tip="Wait for it to finish, or pass --wait SECONDS to queue behind it.",
+        )
+
+    flock_by(fd, exclusive=True, deadline=deadline, busy=busy)
 
 
 def clean_stale(engine_dir: Path) -> list[str]:
     """Remove staging directories left by killed runs (call only while holding the engine lock). Links
     are never followed: a planted link is removed as a link, a directory's tree by descriptor."""
     removed = []
-    with os.scandir(engine_dir) as entries:
-        stale = sorted((e for e in entries if e.name.endswith(STAGING_SUFFIX)), key=lambda e: e.name)
-    for e in stale:
-        if e.is_dir(follow_symlinks=False):
-            shutil.rmtree(e.path, ignore_errors=True)
-        else:
-            Path(e.path).unlink(missing_ok=True)
-        removed.append(e.name)
+    with opened_dir(engine_dir) as dfd:  # listed and deleted relative to the directory, never by path
+        for name in list_dir(dfd):
+            if name.endswith(STAGING_SUFFIX):
+                with contextlib.suppress(OSError):
+                    remove_at(dfd, name)
+                removed.append(name)
     return removed
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = fsync_dir_path
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import stat
@@ -32,14 +31,25 @@ from typing import BinaryIO
 
 from lockbuild.bundle.manifest import Manifest, parse_manifest
 from lockbuild.digest import CHUNK
-from lockbuild.errors import BusyError, IntegrityError
+from lockbuild.errors import IntegrityError
+from lockbuild.fsio import (
+    busy_error,
+    create_new,
+    flocked,
+    fsync_dir,
+    open_dir,
+    open_lockfile,
+    open_regular,
+    open_writable,
+    owner_problem,
+    read_regular,
+)
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.site import storecare
 from lockbuild.site.storemodel import (
     Build,
     Damage,
     StoreError,
-    _fsync_dir,
     _names,
     check_hex,
     check_name,
@@ -51,8 +61,6 @@ MARK = "lockbuild-store"
 MARK_TEXT = b"lockbuild store 1\n"
 MANIFEST_FILE = "bundle.toml"
 SIGNATURE_FILE = "bundle.toml.minisig"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
 
 
@@ -70,13 +78,14 @@ class Store:
             except OSError as exc:
                 raise StoreError(f"cannot make the store {root}: {exc.strerror or exc}.") from None
         try:
-            self.fd = self._keep(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            self.fd = self._keep(open_dir(root, follow=True))
         except OSError as exc:
             raise StoreError(
                 f"cannot open the store {root}: {exc.strerror or exc}.",
                 tip="Give --store the directory `lockbuild import` or `pull` made.",
             ) from None
         try:
+            self._check_owner(self.fd, str(root))
             self._mark(create)
             self.blobs = self._dir(self._dir(self.fd, "blobs", create), "sha256", create)
             self.builds = self._dir(self.fd, "builds", create)
@@ -86,6 +95,15 @@ class Store:
             raise
 
     # -- plumbing -----------------------------------------------------------------------------
+    def _check_owner(self, fd: int, where: str) -> None:
+        """The rule --root has: a store (and each directory in it) is owned by this user or root and
+        writable by no one else, or another user could plant, swap or delete what nodes install."""
+        problem = owner_problem(os.fstat(fd))
+        if problem:
+            raise StoreError(f"refused the store {self.root}: {where} {problem}, so another user could change "
+                             "what it holds.", tip=f"Make {where} owned by the user running lockbuild (or root) and "
+                             "writable by no one else (chown, chmod go-w).")  # fmt: skip
+
     def _keep(self, fd: int) -> int:
         self._fds.append(fd)
         return fd
@@ -110,7 +128,7 @@ class Store:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o755, dir_fd=parent)
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            fd = open_dir(name, dir_fd=parent)
         except FileNotFoundError:
             raise StoreError(f"the store {self.root} has no {name}/; it is not a store or is damaged.",
                              tip=_TIP_DAMAGE) from None  # fmt: skip
@@ -122,62 +140,52 @@ class Store:
                     tip="Remove the link; a store must not point outside itself.",
                 ) from None
             raise StoreError(f"cannot open {name!r} in the store {self.root}: {exc.strerror or exc}.") from None
+        try:
+            self._check_owner(fd, f"its directory {name}/")
+        except BaseException:
+            os.close(fd)
+            raise
         return self._keep(fd) if keep else fd
 
     def _mark(self, create: bool) -> None:
         try:
-            fd = os.open(MARK, _READ_FLAGS, dir_fd=self.fd)
+            text = read_regular(MARK, what="store mark", max_size=64, error=StoreError, dir_fd=self.fd,
+                                shown=self._where(MARK))  # fmt: skip
         except FileNotFoundError:
             if not create or _names(self.fd):
                 raise StoreError(
                     f"{self.root} is not a lockbuild store (no {MARK} file).",
                     tip="Give --store an empty directory (import makes the store) or one lockbuild made.",
                 ) from None
-            fd = os.open(MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                         dir_fd=self.fd)  # fmt: skip
-            with os.fdopen(fd, "wb") as f:
+            with create_new(MARK, dir_fd=self.fd) as f:
                 f.write(MARK_TEXT)
                 os.fsync(f.fileno())
             return
-        except OSError as exc:
-            raise StoreError(f"refused: {self._where(MARK)} is not a plain file ({exc.strerror}).") from None
-        with os.fdopen(fd, "rb") as f:
-            if f.read(64) != MARK_TEXT:
-                raise StoreError(f"{self._where(MARK)} is not a format-1 lockbuild store mark.")
+        if text != MARK_TEXT:
+            raise StoreError(f"{self._where(MARK)} is not a format-1 lockbuild store mark.")
 
     def _write_new(self, dir_fd: int, name: str, data: bytes) -> None:
         """Write ``data`` to tmp/, fsync, and rename it to ``name`` in ``dir_fd``."""
         tmp = f"new-{os.getpid()}-{time.monotonic_ns()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.tmp)
-        with os.fdopen(fd, "wb") as f:
+        with create_new(tmp, dir_fd=self.tmp) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.rename(tmp, name, src_dir_fd=self.tmp, dst_dir_fd=dir_fd)
-        _fsync_dir(dir_fd)
+        fsync_dir(dir_fd)
 
     @contextlib.contextmanager
     def lock(self, *, exclusive: bool, wait: float = 0.0) -> Iterator[None]:
         """The store's lock: imports, pulls and gc hold it exclusively, verify shares it."""
         try:
-            fd = os.open("lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
+            fd = open_lockfile("lock", dir_fd=self.fd)
         except OSError as exc:
             raise StoreError(f"cannot open the store's lock {self._where('lock')}: {exc.strerror or exc}.") from None
+        busy = busy_error(f"another lockbuild process holds the store {self.root} (an import, pull or gc).",
+                          "Wait for it to finish, or pass --wait SECONDS.")  # fmt: skip
         try:
-            deadline = time.monotonic() + wait
-            mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
-            while True:
-                try:
-                    fcntl.flock(fd, mode)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise BusyError(
-                            f"another lockbuild process holds the store {self.root} (an import, pull or gc).",
-                            tip="Wait for it to finish, or pass --wait SECONDS.",
-                        ) from None
-                    time.sleep(0.2)
-            yield
+            with flocked(fd, exclusive=exclusive, wait=wait, busy=busy):
+                yield
         finally:
             os.close(fd)
 
@@ -203,30 +211,26 @@ class Store:
         return True
 
     def open_blob(self, sha256: str) -> BinaryIO:
+        """A blob, opened by descriptor as a regular file (a link, FIFO or device is refused, never
+        waited on)."""
         try:
-            fd = os.open(check_hex(sha256), _READ_FLAGS, dir_fd=self.blobs)
+            f, _ = open_regular(check_hex(sha256), what="blob", max_size=self.limits.max_member, error=IntegrityError,
+                                dir_fd=self.blobs, shown=self._where("blobs", "sha256", sha256))  # fmt: skip
         except FileNotFoundError:
             raise IntegrityError(f"the store {self.root} has no blob {sha256}.", tip=_TIP_DAMAGE) from None
-        except OSError as exc:
-            raise IntegrityError(f"refused: the blob {sha256} in {self.root} is not a plain file ({exc.strerror}).",
-                                 tip=_TIP_DAMAGE) from None  # fmt: skip
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # decided on the open descriptor, not the name
-            os.close(fd)
-            raise IntegrityError(f"refused: the blob {sha256} in {self.root} is a link or not a plain file.",
-                                 tip=_TIP_DAMAGE)  # fmt: skip
-        return os.fdopen(fd, "rb")
+        except IntegrityError as exc:
+            raise IntegrityError(f"refused: {exc.message}", tip=_TIP_DAMAGE) from None
+        return f
 
     def partial(self, sha256: str) -> Path:
         """Where a blob being fetched is written (resumable: the same name each time)."""
         return self.root / "tmp" / f"{check_hex(sha256)}.partial"
 
     def open_partial(self, sha256: str, *, append: bool) -> BinaryIO:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
         try:
-            fd = os.open(f"{check_hex(sha256)}.partial", flags, 0o644, dir_fd=self.tmp)
+            return open_writable(f"{check_hex(sha256)}.partial", dir_fd=self.tmp, append=append)
         except OSError as exc:
             raise StoreError(f"cannot write {self.partial(sha256)}: {exc.strerror or exc}.") from None
-        return os.fdopen(fd, "ab" if append else "wb")
 
     def partial_size(self, sha256: str) -> int:
         try:
@@ -239,18 +243,16 @@ class Store:
         """Move a checked file (under tmp/) into blobs/ under its sha256: fsync, rename, fsync the dir."""
         check_hex(sha256)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise StoreError(f"cannot open {path}: {exc.strerror or exc}.") from None
-        try:
-            os.fchmod(fd, 0o444)  # content-addressed: never edited in place
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(path, sha256, dst_dir_fd=self.blobs)
+            f, _ = open_regular(path, what="checked member", max_size=self.limits.max_member, error=StoreError)
+        except FileNotFoundError:
+            raise StoreError(f"internal: the checked member {path} is gone.") from None
+        with f:
+            os.fchmod(f.fileno(), 0o444)  # content-addressed: never edited in place
+            os.fsync(f.fileno())
+        os.rename(path, sha256, dst_dir_fd=self.blobs)  # replaces a damaged copy, if one was there
 
     def sync(self) -> None:
-        _fsync_dir(self.blobs)
+        fsync_dir(self.blobs)
 
     def blob_names(self) -> list[str]:
         return _names(self.blobs)
@@ -283,7 +285,7 @@ class Store:
             if existing is None:
                 staging = f"build-{os.getpid()}-{time.monotonic_ns()}"
                 os.mkdir(staging, 0o755, dir_fd=self.tmp)
-                fd = os.open(staging, _DIR_FLAGS, dir_fd=self.tmp)
+                fd = open_dir(staging, dir_fd=self.tmp)
                 try:
                     self._write_new(fd, MANIFEST_FILE, manifest_bytes)
                     self._write_new(fd, SIGNATURE_FILE, signatures)
@@ -292,7 +294,7 @@ class Store:
                 os.rename(staging, name, src_dir_fd=self.tmp, dst_dir_fd=engine)
             elif (merged := merge_signatures(existing[1], signatures)) != existing[1]:
                 self._write_new(self._build_dir(engine, name), SIGNATURE_FILE, merged)
-            _fsync_dir(engine)
+            fsync_dir(engine)
         finally:
             os.close(engine)
 
@@ -301,17 +303,12 @@ class Store:
 
     def _read_file(self, dir_fd: int, name: str, limit: int, where: str) -> bytes:
         try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-        except OSError as exc:
-            raise IntegrityError(f"refused: {where} is missing, a link or unreadable ({exc.strerror}).",
-                                 tip=_TIP_DAMAGE) from None  # fmt: skip
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise IntegrityError(f"refused: {where} is not a plain file.", tip=_TIP_DAMAGE)
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise IntegrityError(f"{where} is over {limit} bytes.", tip=_TIP_DAMAGE)
-        return data
+            return read_regular(name, what="store file", max_size=limit, error=IntegrityError, dir_fd=dir_fd,
+                                shown=where)  # fmt: skip
+        except FileNotFoundError:
+            raise IntegrityError(f"refused: {where} is missing.", tip=_TIP_DAMAGE) from None
+        except IntegrityError as exc:
+            raise IntegrityError(f"refused: {exc.message}", tip=_TIP_DAMAGE) from None
 
     def _read_build(self, engine_fd: int, name: str, engine: str = "") -> tuple[bytes, bytes] | None:
         try:

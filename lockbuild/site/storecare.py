@@ -3,12 +3,11 @@ clear what killed imports left behind. The caller holds the store's lock."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from typing import TYPE_CHECKING
 
 from lockbuild.errors import LockbuildError
-from lockbuild.site.storemodel import _HEX, Damage, _fsync_dir, _names
+from lockbuild.fsio import fsync_dir, list_dir, lstat_at, remove_at
+from lockbuild.site.storemodel import _HEX, Damage
 
 if TYPE_CHECKING:
     from lockbuild.site.store import Store
@@ -16,15 +15,11 @@ if TYPE_CHECKING:
 
 def clear_tmp(store: Store) -> None:
     """Remove what killed imports left in tmp/ (hold the exclusive lock); partial blobs stay,
-    so an interrupted pull resumes."""
-    for name in _names(store.tmp):
-        if name.endswith(".partial"):
-            continue
-        path = store.root / "tmp" / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+    so an interrupted pull resumes. Listed and deleted relative to tmp/'s descriptor: a tmp/ swapped
+    for a link after it was opened cannot redirect the deletion elsewhere."""
+    for name in list_dir(store.tmp):
+        if not name.endswith(".partial"):
+            remove_at(store.tmp, name)
 
 
 def verify(store: Store, *, remove: bool = False) -> list[Damage]:
@@ -63,12 +58,7 @@ def verify(store: Store, *, remove: bool = False) -> list[Damage]:
 
 
 def _remove_blob(store: Store, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=store.blobs)
-    except IsADirectoryError:
-        shutil.rmtree(store.root / "blobs" / "sha256" / name)
-    except PermissionError:  # a directory, on some systems
-        shutil.rmtree(store.root / "blobs" / "sha256" / name)
+    remove_at(store.blobs, name)  # by descriptor: a file, or a directory planted under a blob's name
 
 
 def gc(store: Store) -> tuple[int, int]:
@@ -82,15 +72,11 @@ def gc(store: Store) -> tuple[int, int]:
     for name in store.blob_names():
         if name in keep:
             continue
-        st = os.stat(name, dir_fd=store.blobs, follow_symlinks=False)
-        os.unlink(name, dir_fd=store.blobs)
+        st = lstat_at(name, store.blobs)
+        remove_at(store.blobs, name)
         removed += 1
-        freed += st.st_size
-    for name in _names(store.tmp):
-        path = store.root / "tmp" / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    _fsync_dir(store.blobs)
+        freed += st.st_size if st is not None else 0
+    for name in list_dir(store.tmp):
+        remove_at(store.tmp, name)  # by descriptor, never by a path built after the listing
+    fsync_dir(store.blobs)
     return removed, freed

@@ -3,14 +3,13 @@ listing a directory by descriptor)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 from dataclasses import dataclass
 
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.digest import SHA256_HEX
 from lockbuild.errors import LockbuildError
+from lockbuild.fsio import list_dir
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import parse_signatures
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
@@ -87,13 +86,4 @@ class Damage:
     problem: str
 
 
-def _names(dir_fd: int) -> list[str]:
-    """The entries of a directory opened by descriptor (pathlib cannot list by descriptor)."""
-    return sorted(os.listdir(dir_fd))
-
-
-def _fsync_dir(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.fsync(fd)
-
-
+_names = list_dir  # the store lists by descriptor (lockbuild.fsio)

@@ -53,6 +53,11 @@ _SWITCH_VALUES = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "o
 _ADDRESS_NAME = re.compile(r".*_(ENDPOINT|PROXY|URL|HOST)")
 
 
+# Only for a clearer message: these are refused because they are not on the allow-list, like any other name.
+_STEERING = frozenset({"PATH", "HOME", "SHELL", "IFS", "ENV", "BASH_ENV", "VIRTUAL_ENV", "TMPDIR", "PS4"})
+_STEERING_PREFIXES = ("LD_", "PYTHON", "LOCKBUILD_", "DYLD_", "BASH_FUNC")
+
+
 def allowed_name(name: str) -> bool:
     """Whether ``name`` is in the allow-list (a prefix or an exact name)."""
     return name in ALLOWED_NAMES or name.startswith(tuple(ALLOWED_PREFIXES))
@@ -72,24 +77,29 @@ def problem(name: object, value: object, *, allow_network: Sequence[str]) -> str
     recipe's ``allow-network`` names (the only hosts a value may name)."""
     if not isinstance(name, str) or not NAME.fullmatch(name):
         return f"expected a name like HF_HUB_OFFLINE (A-Z, 0-9, _; not starting with a digit), found {str(name)[:60]!r}"
+    if not isinstance(value, str):
+        return f"expected a string value (quote numbers: {name} = \"1\"), found {type(value).__name__}"
+    if len(value) > MAX_VALUE:
+        return f"expected a value of at most {MAX_VALUE} characters, found {len(value)}"
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") for c in value):
+        return f"the value of {name} holds a control character (newline, NUL, escape ...); expected plain text"
     if not allowed_name(name):
+        if name in _STEERING or name.startswith(_STEERING_PREFIXES):  # the reason, for the names most often tried
+            return (
+                f"{name} steers the loader, the interpreter or the shell, not the engine; it may not be set here "
+                f"(only names on the allow-list: {', '.join(ALLOWED_PREFIXES)}, {', '.join(ALLOWED_NAMES)})"
+            )
         return (
             f"{name} is not a setting an engine library reads; expected a name starting with one of "
             f"{', '.join(ALLOWED_PREFIXES)} or one of {', '.join(ALLOWED_NAMES)} (docs/release-engineers.md gives "
             "each one's reason): a setting is exported to every program of an activated shell, so only names "
             "an engine library reads may be set here"
         )
-    if not isinstance(value, str):
-        return f"expected a string value (quote numbers: {name} = \"1\"), found {type(value).__name__}"
     if _SECRET_NAME.fullmatch(name) and value.strip().lower() not in _SWITCH_VALUES:
         return (
             f"{name} names a secret (its value is not shown), and a recipe is signed into every bundle; "
             "expected no secret in [engine.env]: give it on the node, at run time"
         )
-    if len(value) > MAX_VALUE:
-        return f"expected a value of at most {MAX_VALUE} characters, found {len(value)}"
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") for c in value):
-        return f"the value of {name} holds a control character (newline, NUL, escape ...); expected plain text"
     if "://" in value or _ADDRESS_NAME.fullmatch(name):
         if value and secret_parameter(value if "://" in value else f"//{value}") is not None:
             return f"the value of {name} holds a credential (its value is not shown); expected none in a recipe"

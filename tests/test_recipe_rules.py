@@ -170,11 +170,11 @@ def manifest_verdict(env: dict[str, object], hosts: list[str]) -> str | None:
 
 @pytest.mark.parametrize("name", REFUSED_NAMES)
 def test_a_name_outside_the_allow_list_is_refused_by_the_recipe_and_by_the_node(name: str) -> None:
+    why = ("not a setting an engine library reads", "steers the loader, the interpreter or the shell")
     err = refused(env_recipe(f'{name} = "x"'))
-    assert any(x.startswith(f"engine.env.{name}:") and "not a setting an engine library reads" in x
-               for x in err.problems), err.message  # fmt: skip
+    assert any(x.startswith(f"engine.env.{name}:") and any(w in x for w in why) for x in err.problems), err.message
     got = manifest_verdict({name: "x"}, [])
-    assert got is not None and "not a setting an engine library reads" in got
+    assert got is not None and any(w in got for w in why)
 
 
 @pytest.mark.parametrize(("name", "value"), ACCEPTED)

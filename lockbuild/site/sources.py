@@ -68,16 +68,21 @@ class PartsFile:
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
         check(self.listing.size, assembles=True)  # the size the list claims, against the signed ones, first
+        self._join(limits)
+        return self._bundle.file_digests(check, limits)
+
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        if not self.joined.exists():  # read without a trust decision (inspect): join, bounded by the list
+            self._join(limits)
+        return self._bundle.manifest_bytes(limits)
+
+    def _join(self, limits: Limits) -> None:
         try:
             out = create_new(self.joined, mode=0o600)
         except FileExistsError:
             raise IntegrityError(f"{self.joined} exists already; refused to join the parts over it.") from None
         with out:
             join(self.part_list, out, listing=self.listing, limits=limits)
-        return self._bundle.file_digests(check, limits)
-
-    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
-        return self._bundle.manifest_bytes(limits)
 
     def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
         return self._bundle.members(limits)

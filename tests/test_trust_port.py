@@ -1,0 +1,372 @@
+"""One trust port and one set of file primitives: the attacks on the site wing's copies, each met by
+the one place that now holds the check (issue 22). Each test fails when its check is removed."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import Keys, make_keys
+from sitekit import cli, make_bundle
+
+from lockbuild.bundle.manifest import MANIFEST
+from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
+from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.site.delta import HEAD, DeltaHead
+from lockbuild.site.sources import StoreBuild
+from lockbuild.site.store import Store
+from lockbuild.trust import (
+    Statement,
+    digest_bundle,
+    evaluate,
+    load_store,
+    open_source,
+    sign_statement,
+    signature_path,
+)
+
+pytestmark = pytest.mark.timeout(60)  # every FIFO case below must end, not hang
+
+
+@pytest.fixture(scope="module")
+def signer(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+    return make_keys(tmp_path_factory.mktemp("port-keys"))
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory, signer: Keys) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("port-bundles")
+    return {v: make_bundle(out, [signer.secret], version=v) for v in ("1.0", "1.1")}
+
+
+def _ok(*args: str | Path) -> dict[str, object]:
+    r = cli(*args, "--json")
+    assert r.exit_code == 0, r.output
+    return dict(json.loads(r.stdout))
+
+
+def _store(tmp_path: Path, bundles: dict[str, Path], signer: Keys, *versions: str) -> Path:
+    store = tmp_path / "store"
+    for v in versions or ("1.0",):
+        _ok("import", bundles[v], "--trust", signer.trust, "--store", store)
+    return store
+
+
+# --- deleting by descriptor -------------------------------------------------------------------
+
+
+def test_a_tmp_swapped_for_a_link_cannot_aim_gc_at_another_directory(tmp_path: Path, bundles: dict[str, Path],
+                                                                    signer: Keys) -> None:  # fmt: skip
+    """gc lists tmp/ by descriptor; it must delete by that descriptor too. Here tmp/ is swapped for a
+    link to a victim directory after the store was opened: nothing of the victim's may go."""
+    store_dir = _store(tmp_path, bundles, signer)
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    (victim / "import-1").write_text("precious")
+    with Store(store_dir) as store:
+        (store_dir / "tmp" / "import-1").mkdir()
+        (store_dir / "tmp").rename(store_dir / "tmp.old")
+        (store_dir / "tmp").symlink_to(victim)  # between the listing and the deletion
+        store.gc()
+    assert (victim / "import-1").read_text() == "precious"
+    assert not (store_dir / "tmp.old" / "import-1").exists()  # what was listed is what went
+
+
+def test_clear_tmp_deletes_by_descriptor_too(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    store_dir = _store(tmp_path, bundles, signer)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "staging-9").write_text("precious")
+    with Store(store_dir) as store:
+        (store_dir / "tmp" / "staging-9").write_text("left by a killed import")
+        (store_dir / "tmp").rename(store_dir / "tmp.old")
+        (store_dir / "tmp").symlink_to(victim)
+        store.clear_tmp()
+    assert (victim / "staging-9").read_text() == "precious"
+
+
+# --- FIFOs: refused, never waited on ------------------------------------------------------------
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("where", ["blob", "manifest", "signatures", "mark"])
+def test_a_fifo_in_the_store_is_refused_by_every_command(where: str, tmp_path: Path, bundles: dict[str, Path],
+                                                         signer: Keys) -> None:  # fmt: skip
+    store = _store(tmp_path, bundles, signer)
+    build = store / "builds" / "toyengine" / "1.0-cpu"
+    target = {
+        "blob": sorted((store / "blobs" / "sha256").iterdir())[0],
+        "manifest": build / "bundle.toml",
+        "signatures": build / "bundle.toml.minisig",
+        "mark": store / "lockbuild-store",
+    }[where]
+    _fifo(target)
+    for args in (
+        ("store", "verify", "--store", store),
+        ("store", "list", "--store", store),
+        ("store", "gc", "--store", store),
+        ("verify", "toyengine/1.0-cpu", "--store", store, "--trust", signer.trust),
+        ("install", "toyengine/1.0-cpu", "--store", store, "--trust", signer.trust, "--root", tmp_path / "root"),
+        ("import", bundles["1.1"], "--store", store, "--trust", signer.trust),
+    ):
+        r = cli(*args, "--json")
+        if r.exit_code == 0:  # a command that never needs that file may succeed; it must not hang
+            continue
+        doc = json.loads(r.stdout)
+        assert doc["ok"] is False and "Traceback" not in r.output, (args, r.output)
+        assert "FIFO" in doc["error"]["message"] or "not a plain file" in doc["error"]["message"] \
+            or "not a regular file" in doc["error"]["message"], (args, doc)  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["part list", "part", "minisig", "delta", "recipe"])
+def test_a_fifo_where_a_file_from_outside_belongs_is_refused(where: str, tmp_path: Path, bundles: dict[str, Path],
+                                                             signer: Keys) -> None:  # fmt: skip
+    parts = tmp_path / "parts"
+    listing = Path(str(_ok("split", bundles["1.0"], "--size", "300", "--out", parts)["part_list"]))
+    deltas = tmp_path / "deltas"
+    delta = Path(str(_ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", deltas)["delta"]))
+    catalogue = tmp_path / "catalogue"
+    catalogue.mkdir()
+    if where == "part list":
+        _fifo(listing)
+        args: tuple[str | Path, ...] = ("verify", listing, "--trust", signer.trust)
+    elif where == "part":
+        _fifo(sorted(parts.glob("*.part*"))[1])
+        args = ("import", listing, "--trust", signer.trust, "--store", tmp_path / "store")
+    elif where == "minisig":
+        _fifo(parts / (bundles["1.0"].name + ".minisig"))
+        args = ("verify", listing, "--trust", signer.trust)
+    elif where == "delta":
+        _fifo(delta)
+        args = ("verify", delta, "--trust", signer.trust)
+    else:
+        _fifo(catalogue / "engine.toml")
+        args = ("doctor", "--catalogue", catalogue, "--root", tmp_path / "root", "--trust", signer.trust)
+    r = cli(*args, "--json")
+    doc = json.loads(r.stdout)
+    text = json.dumps(doc)
+    assert "Traceback" not in r.output
+    assert "FIFO" in text, (where, r.output)
+
+
+# --- a part list cannot fill the disk before the signatures are judged --------------------------
+
+
+def test_a_part_listed_forty_times_is_refused_before_it_is_joined(tmp_path: Path, bundles: dict[str, Path],
+                                                                  signer: Keys) -> None:  # fmt: skip
+    from lockbuild.site.parts import Part, PartList, read_part_list
+
+    parts = tmp_path / "parts"
+    listing_path = Path(str(_ok("split", bundles["1.0"], "--size", "100000", "--out", parts)["part_list"]))
+    listing = read_part_list(listing_path)
+    one = listing.parts[0]
+    evil = PartList(listing.file, one.size * 40, listing.sha256, tuple(Part(one.name, one.size, one.sha256)
+                                                                     for _ in range(40)))  # fmt: skip
+    listing_path.write_bytes(evil.to_toml())
+    store = tmp_path / "store"
+    r = cli("import", listing_path, "--trust", signer.trust, "--store", store)
+    assert r.exit_code == 3 and "its trusted signatures sign at most" in r.output and "nothing of it was joined" in r.output
+    assert [p for p in (store / "tmp").rglob("*") if p.is_file()] == []
+
+
+# --- a store another user can write is refused ---------------------------------------------------
+
+
+@pytest.mark.parametrize("inner", ["", "blobs", "tmp", "builds"])
+def test_a_store_others_can_write_is_refused_naming_the_path(inner: str, tmp_path: Path, bundles: dict[str, Path],
+                                                             signer: Keys) -> None:  # fmt: skip
+    store = _store(tmp_path, bundles, signer)
+    (store / inner).chmod(0o777 if inner else 0o757)
+    r = cli("store", "list", "--store", store)
+    assert r.exit_code == 1 and "refused the store" in r.output and "writable by its group or by others" in r.output
+    assert (inner or str(store)) in r.output
+
+
+# --- presence means checked; a re-import repairs ----------------------------------------------------
+
+
+def test_re_importing_a_good_bundle_repairs_a_damaged_blob(tmp_path: Path, bundles: dict[str, Path],
+                                                           signer: Keys) -> None:  # fmt: skip
+    store = _store(tmp_path, bundles, signer)
+    blob = sorted((store / "blobs" / "sha256").iterdir())[0]
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 1
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))  # same size, other bytes
+    assert cli("verify", "toyengine/1.0-cpu", "--store", store, "--trust", signer.trust).exit_code == 4
+    _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
+    assert cli("store", "verify", "--store", store).exit_code == 0
+    assert _ok("verify", "toyengine/1.0-cpu", "--store", store, "--trust", signer.trust)["members"] == 5
+
+
+def test_a_blob_of_another_size_is_not_present(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
+    store = _store(tmp_path, bundles, signer)
+    blob = sorted((store / "blobs" / "sha256").iterdir())[0]
+    blob.chmod(0o644)
+    blob.write_bytes(blob.read_bytes()[:-1])
+    with Store(store) as s, pytest.raises(IntegrityError, match="bytes; the manifest says"):
+        s.has_blob(blob.name, blob.stat().st_size + 1)
+
+
+# --- the signed manifest names what is installed ------------------------------------------------
+
+
+def test_a_store_name_holding_another_signed_build_is_refused(tmp_path: Path, bundles: dict[str, Path],
+                                                              signer: Keys) -> None:  # fmt: skip
+    """``install X --store`` must never install Y kept under X's name, though Y is signed."""
+    store_dir = _store(tmp_path, bundles, signer, "1.0", "1.1")
+    builds = store_dir / "builds" / "toyengine"
+    for name in ("bundle.toml", "bundle.toml.minisig"):
+        (builds / "1.0-cpu" / name).chmod(0o644)
+        (builds / "1.0-cpu" / name).write_bytes((builds / "1.1-cpu" / name).read_bytes())
+    with Store(store_dir) as store, pytest.raises(IntegrityError, match=r"another build \(toyengine/1.1-cpu\)"):
+        open_source(StoreBuild(store, "toyengine/1.0-cpu"), load_store(signer.trust))
+    r = cli("install", "toyengine/1.0-cpu", "--store", store_dir, "--trust", signer.trust, "--root", tmp_path / "r")
+    assert r.exit_code == 4 and "holds the signed manifest of another build" in r.output
+    assert not (tmp_path / "r" / "toyengine" / "1.0-cpu").exists()
+
+
+# --- a delta's members in the manifest's order, each once ---------------------------------------------
+
+
+def _write_delta(path: Path, bundle: Path, order: list[int]) -> None:
+    """A delta of ``bundle`` carrying its members ``order`` (indices into the manifest), as `delta` writes."""
+    from lockbuild.bundle.read import read_bundle, read_head_raw
+
+    head = read_head_raw(bundle)
+    staging = path.parent / "members"
+    read_bundle(bundle, dest=staging)
+    m = head.manifest
+    buf = io.BytesIO()
+    z = compressor().stream_writer(buf, closefd=False)
+    n = 0
+
+    def add(name: str, data: bytes) -> None:
+        nonlocal n
+        for piece in (tar_header(name, len(data), m.serial), data, bytes(-len(data) % BLOCK)):
+            z.write(piece)
+            n += len(piece)
+
+    add(HEAD, DeltaHead(m.bundle_name, "toyengine/1.0-cpu", len(m.members) - len(order)).to_toml())
+    add(MANIFEST, head.manifest_bytes)
+    for i in order:
+        add(m.members[i].path, (staging / m.members[i].path).read_bytes())
+    z.write(bytes(2 * BLOCK) + bytes(-(n + 2 * BLOCK) % RECORD))
+    z.close()
+    path.write_bytes(buf.getvalue())
+    signature_path(path).write_bytes(signature_path(bundle).read_bytes())
+
+
+@pytest.mark.parametrize(("order", "why"), [([3, 2], "refused member 'tools/"), ([2, 2], "appears twice")])
+def test_delta_members_out_of_order_or_repeated_are_refused(order: list[int], why: str, tmp_path: Path,
+                                                            bundles: dict[str, Path], signer: Keys) -> None:  # fmt: skip
+    store = _store(tmp_path, bundles, signer)
+    delta = tmp_path / "d" / (bundles["1.1"].name.removesuffix(".lbz") + ".delta.lbz")
+    delta.parent.mkdir()
+    _write_delta(delta, bundles["1.1"], order)
+    r = cli("import", delta, "--trust", signer.trust, "--store", store)
+    assert r.exit_code == 4 and why in r.output, r.output
+    assert [p.name for p in (store / "builds" / "toyengine").iterdir()] == ["1.0-cpu"]
+
+
+# --- only agreeing signatures count towards a threshold ---------------------------------------------
+
+
+def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(tmp_path: Path,
+                                                                              bundles: dict[str, Path],
+                                                                              signer: Keys) -> None:  # fmt: skip
+    from lockbuild.bundle.read import read_head_raw
+    from lockbuild.minisign import read_secret_key
+    from lockbuild.trust.source import BundleFile
+
+    bundle = tmp_path / bundles["1.0"].name
+    bundle.write_bytes(bundles["1.0"].read_bytes())
+    other = make_keys(tmp_path / "bob", "bob")
+    trust = tmp_path / "trust-both"
+    trust.mkdir()
+    for k in (signer, other):
+        (trust / k.public.name).write_bytes(k.public.read_bytes())
+    d = digest_bundle(bundle)
+    m = read_head_raw(bundle).manifest
+    good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
+    odd = dataclasses.replace(good, serial=good.serial + 1)  # the same file, other facts
+    blocks = (sign_statement(read_secret_key(signer.secret, lambda: ""), good, d.blake2b)
+              + sign_statement(read_secret_key(other.secret, lambda: ""), odd, d.blake2b))  # fmt: skip
+    signature_path(bundle).write_text(blocks)
+    store = load_store(trust)
+    with pytest.raises(SignatureError, match="signs other facts than the counted signatures"):
+        open_source(BundleFile(bundle), store, threshold=2)
+    from lockbuild.minisign import parse_signatures
+
+    ev = evaluate(parse_signatures(blocks), store, name=bundle.name, now=good.as_of, file=d, threshold=2)
+    assert not ev.met and sum(v.counts for v in ev.verdicts) == 1
+
+
+# --- every source works with every command that takes a bundle ------------------------------------------
+
+
+def _sources(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> dict[str, tuple[str | Path, ...]]:
+    parts = tmp_path / "parts"
+    listing = _ok("split", bundles["1.1"], "--size", "300", "--out", parts)["part_list"]
+    delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "deltas")["delta"]
+    store = _store(tmp_path, bundles, signer, "1.0", "1.1")
+    return {
+        "lbz": (bundles["1.1"],),
+        "parts": (str(listing),),
+        "delta": (str(delta), "--store", store),
+        "store": ("toyengine/1.1-cpu", "--store", store),
+    }
+
+
+CELLS = [(k, c) for c in ("verify", "inspect", "import") for k in ("lbz", "parts", "delta", "store")
+         if (k, c) != ("store", "import")]  # a store build is in a store already: push and pull move it
+
+
+@pytest.mark.parametrize(("kind", "command"), CELLS)
+def test_every_source_with_every_command(kind: str, command: str, tmp_path: Path, bundles: dict[str, Path],
+                                         signer: Keys) -> None:  # fmt: skip
+    source = _sources(tmp_path, bundles, signer)[kind]
+    if command == "import":
+        other = tmp_path / "other"
+        _ok("import", bundles["1.0"], "--store", other, "--trust", signer.trust)  # the base a delta needs
+        done = _ok("import", source[0], "--store", other, "--trust", signer.trust)
+        assert done["build"] == "toyengine/1.1-cpu"
+        assert _ok("verify", "toyengine/1.1-cpu", "--store", other, "--trust", signer.trust)["members"] == 5
+    elif command == "verify":
+        done = _ok("verify", *source, "--trust", signer.trust)
+        assert done["build"] == "toyengine/1.1-cpu" and done["members"] == 5 and done["absent"] == []
+    else:
+        done = _ok("inspect", *source)
+        assert (done["engine"], done["version"]) == ("toyengine", "1.1")
+
+
+def test_no_suffix_dispatch_and_no_cli_module_calls_another() -> None:
+    """The CLI names sources only through site.sources.named_source."""
+    root = Path(__file__).parent.parent / "lockbuild"
+    for path in [*(root / "commands").glob("*.py"), root / "site" / "cli.py", root / "selftest" / "cli.py"]:
+        text = path.read_text()
+        for needle in (".parts.toml\")", ".delta.lbz\")", "from lockbuild.site.cli import", "is_part_list(",
+                       "is_delta(", "from lockbuild.commands."):  # fmt: skip
+            assert needle not in text, f"{path.name}: {needle}"
+
+
+def test_only_the_one_trust_decision_exists() -> None:
+    """One TrustedBundle, one extraction loop, and no trust decision in site/ (no policy call there)."""
+    root = Path(__file__).parent.parent / "lockbuild"
+    defs = [p for p in root.rglob("*.py") if "class TrustedBundle" in p.read_text()]
+    assert [p.relative_to(root).as_posix() for p in defs] == ["trust/opener.py"]
+    loops = [p for p in root.rglob("*.py") if "def extract(\n    manifest: Manifest," in p.read_text()]
+    assert [p.relative_to(root).as_posix() for p in loops] == ["bundle/extract.py"]
+    for p in (root / "site").glob("*.py"):
+        text = p.read_text()
+        for call in ("evaluate(", "check_complete(", "signed_manifest(", "check_manifest(", "check_dates(",
+                     "prove_manifest(", "verify_trusted_comment("):  # fmt: skip
+            assert call not in text, f"site/{p.name} makes a trust decision: {call}"

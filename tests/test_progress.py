@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
+
 from lockbuild.progress import Progress, bar_line
 
 
@@ -235,7 +237,8 @@ def test_a_cold_builds_count_rises_while_its_first_member_downloads(  # type: ig
     assert size > 3_000_000
 
 
-def test_under_json_stdout_holds_the_result_only(srv, keys, toy_recipe, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("command", ["lock", "fetch", "build"])
+def test_under_json_stdout_holds_the_result_only(srv, keys, toy_recipe, tmp_path, monkeypatch, command) -> None:  # type: ignore[no-untyped-def]
     import json
 
     from click.testing import CliRunner
@@ -246,7 +249,9 @@ def test_under_json_stdout_holds_the_result_only(srv, keys, toy_recipe, tmp_path
     _slow_toy_index(srv, chunk=500_000, pause=0.05)
     monkeypatch.setattr(progress, "HEARTBEAT", 0.05)
     monkeypatch.setenv("LOCKBUILD_INDEX_URL", srv.index_url())
-    args = ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "dist"), "--json"]
+    args = [command, str(toy_recipe), "--out", str(tmp_path / "out"), "--json"]
+    if command == "build":
+        args += ["--key", str(keys.secret)]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["ok"] is True  # one JSON document, nothing before or after it

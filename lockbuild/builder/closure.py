@@ -38,7 +38,10 @@ def wheel_metadata(f: BinaryIO, filename: str) -> bytes:
                 size = info.file_size
                 raise IntegrityError(f"{filename}: its METADATA is {size} bytes; at most {MAX_METADATA_BYTES}.")
             with z.open(info) as m:
-                return m.read(MAX_METADATA_BYTES + 1)[:MAX_METADATA_BYTES]
+                data = m.read(MAX_METADATA_BYTES + 1)  # the zip's declared size was checked; this bounds the truth
+            if len(data) > MAX_METADATA_BYTES:
+                raise IntegrityError(f"{filename}: its METADATA is over {MAX_METADATA_BYTES} bytes.")
+            return data
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise IntegrityError(f"{filename}: cannot read it as a wheel ({exc.__class__.__name__}).") from None
 

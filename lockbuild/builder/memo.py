@@ -8,7 +8,9 @@ The key is the sha256 of those inputs in a canonical form; the value is uv's loc
 What makes a reused resolution as safe as a fresh one is the planner, not this module: every pin is still
 looked up on the live index (yanks, digests, the per-file cut-off, pin-sha256), and if any of those
 look-ups fails the entry is discarded and uv resolves afresh, so a newly yanked or deleted pin ends as a
-fresh lock would. The index's credentials are never part of the key or of an entry (the key has the
+fresh lock would. And a remembered answer is only a hint: the planner uses it only if its pins are exactly
+the closure of the requirements on the target (``closure.py``), so an entry rewritten to add or drop a
+package is discarded too. The index's credentials are never part of the key or of an entry (the key has the
 index URL without them), and an entry whose text holds a credential is not written.
 
 Entries live in CACHE/resolutions/<key>, written to a temporary file and renamed; they are read like the
@@ -30,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lockbuild import fsio
 from lockbuild.digest import is_sha256
+from lockbuild.errors import LockbuildError
 
 FORMAT = 1  # of the key and of an entry: a new lockbuild that changes either changes this
 MAX_ENTRY_BYTES = 16 << 20  # a lock text (vLLM's requirements.txt is about 0.3 MB)
@@ -103,23 +107,18 @@ class ResolutionMemo:
         too large, or damaged (then removed)."""
         path = self._path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+            f, size = fsio.open_regular(path, what="remembered resolution", max_size=MAX_ENTRY_BYTES)
+        except (OSError, LockbuildError):  # absent, a link, not a regular file, too large: a miss
             return None
         try:
-            with os.fdopen(fd, "rb") as f:
+            with f:
                 st = os.fstat(f.fileno())
-                if (
-                    not stat.S_ISREG(st.st_mode)
-                    or st.st_uid != os.geteuid()
-                    or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-                    or st.st_size > MAX_ENTRY_BYTES
-                ):
+                if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                     return None
-                raw = f.read(MAX_ENTRY_BYTES + 1)
-        except OSError:
+                raw = fsio.bounded_read(f, size, what="a remembered resolution", grew=True)
+        except (OSError, LockbuildError):
             return None
-        got = parse_entry(raw, key) if len(raw) <= MAX_ENTRY_BYTES else None
+        got = parse_entry(raw, key)
         if got is None:
             self.discard(key)
         else:
@@ -140,8 +139,7 @@ class ResolutionMemo:
         tmp = self.root / f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
+            with fsio.create_new(tmp, mode=0o600) as f:
                 f.write(body)
             tmp.replace(dest)
         except OSError:

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 import httpx
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from lockbuild import fsio
 from lockbuild.builder import github
 from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
@@ -36,7 +37,7 @@ from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sources import read_source_requirements
 from lockbuild.bundle.buildlock import build_lock_text
-from lockbuild.errors import LockbuildError, RecipeError, ResolveError
+from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, SecondIndex, UrlWheel
@@ -292,7 +293,7 @@ class Planner:
         if entry is not None and entry.metadata_sha256 is not None:
             w = Wanted(entry.metadata_url, entry.metadata_sha256, None, f"the metadata of {f.filename}")
             with open_verified(self.fetcher, w) as fh:
-                return fh.read(MAX_METADATA_BYTES + 1)[:MAX_METADATA_BYTES]
+                return fsio.bounded_read(fh, MAX_METADATA_BYTES, what=w.label, error=IntegrityError)
         with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:
             return wheel_metadata(fh, f.filename)
 

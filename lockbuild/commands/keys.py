@@ -65,7 +65,7 @@ def sign(
 
 
 @click.command(
-    cls=Command, epilog="Example: lockbuild keygen ~/lockbuild-keys/release   # writes release.key and release.pub there"
+    cls=Command, epilog="Example: lockbuild keygen ~/lockbuild-keys/release  # writes release.key and release.pub there"
 )
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--no-password", is_flag=True, help="Write the secret key unencrypted (for CI signers with a vault).")

@@ -379,3 +379,16 @@ def owner_problem(st: os.stat_result, *, allow_root: bool = True) -> str | None:
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
+
+
+def append_existing(path: Path, text: str) -> bool:
+    """Append ``text`` to an existing regular file, never through a link; False when it does not exist."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"{path} is {kind_of(os.fstat(fd).st_mode)}")
+        f.write(text)
+    return True

@@ -25,7 +25,8 @@ import zstandard
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.channel import Channel, End, start
 from lockbuild.digest import CHUNK
-from lockbuild.errors import IntegrityError
+from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.fsio import open_regular
 from lockbuild.progress import Progress
 
 # Level -3 (a fast level: fewer match searches, literals stored): a bundle is mostly wheels, already
@@ -180,10 +181,12 @@ def _read_file(m: Member, source: Path, out: Channel[bytes | _Verified]) -> None
     the manifest names (the cache checks only sizes for a build), so a mismatch is refused. Each piece is
     immutable ``bytes``: the compressor packs exactly the bytes that were hashed."""
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise DamagedSource(f"cannot read {source}: {exc.strerror or exc}.", sha256=m.sha256) from None
-    with os.fdopen(fd, "rb", buffering=0) as f:
+        f, _ = open_regular(source, what="file to pack", max_size=1 << 62)
+    except (OSError, LockbuildError) as exc:
+        why = exc.message if isinstance(exc, LockbuildError) else f"cannot read {source}: {exc.strerror or exc}."
+        raise DamagedSource(why, sha256=m.sha256) from None
+    with f:
+        fd = f.fileno()
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size != m.size:
             raise DamagedSource(

@@ -22,7 +22,7 @@ from typing import BinaryIO
 from lockbuild.bundle.paths import check_member_path, claim, collision_key
 from lockbuild.digest import hash_stream
 from lockbuild.errors import IntegrityError
-from lockbuild.fsio import create_under, make_dirs_under
+from lockbuild.fsio import create_under, make_dirs_under, open_dir
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tar", ".zip")
@@ -197,7 +197,7 @@ def _sibling_link(
     parent, _, leaf = where.rpartition("/")
     if parent:
         make_dirs_under(base[0], parent)  # walked without following links; every one here is a real directory
-    fd = os.open(base[0] / parent if parent else base[0], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fd = open_dir(base[0] / parent if parent else base[0])
     try:
         os.symlink(target, leaf, dir_fd=fd)
     finally:

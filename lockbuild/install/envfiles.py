@@ -15,13 +15,12 @@ when the signed manifest was parsed; they are written as Python literals and sin
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 from lockbuild.errors import InstallError
-from lockbuild.fsio import create_under
+from lockbuild.fsio import append_existing, create_under
 
 MODULE = "_lockbuild_env"
 
@@ -59,12 +58,7 @@ def site_packages(env_dir: Path, python: str) -> str:
 
 def _append(path: Path, text: str) -> None:
     """Append to a file uv venv just made in the staging directory (never through a link)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return  # that shell's script is not made by this uv
-    with os.fdopen(fd, "a", encoding="utf-8") as f:
-        f.write(text)
+    append_existing(path, text)  # absent: that shell's script is not made by this uv
 
 
 def write(env_dir: Path, python: str, env: Sequence[tuple[str, str]]) -> None:

@@ -8,12 +8,14 @@ refuses it as a target it did not make).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from lockbuild.errors import LockbuildError
+from lockbuild.fsio import loads_json, read_regular
 
 MARKER = "lockbuild.json"
 RECORD_DIR = "lockbuild"
@@ -53,18 +55,14 @@ def read_marker(env_dir: Path) -> Installed | None:
     written into this very directory (a symlink, or a directory that is not the one the installer made)."""
     try:
         st = os.lstat(env_dir)
-        # O_NONBLOCK: a FIFO planted as the marker must not hang `list` or `doctor` (fstat refuses it next)
-        fd = os.open(env_dir / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
-            raw = f.read(1 << 20)
-        data = json.loads(raw.decode("utf-8"))
+        # a FIFO, link or device planted as the marker must not hang or mislead `list` or `doctor`
+        raw = read_regular(env_dir / MARKER, what="marker", max_size=1 << 20)
+        data = loads_json(raw, what=f"the marker {env_dir / MARKER}", max_bytes=1 << 20, error=LockbuildError)
         data["requirements"] = tuple(data["requirements"])
         data["signers"] = tuple(data["signers"])
         data["env"] = tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items()))
         marker = Installed(**data)
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
+    except (OSError, ValueError, KeyError, TypeError, LockbuildError):
         return None
     if not stat.S_ISDIR(st.st_mode) or (marker.dev, marker.ino) != (st.st_dev, st.st_ino):
         return None

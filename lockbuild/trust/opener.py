@@ -14,7 +14,6 @@ import datetime as dt
 import errno
 import hashlib
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from lockbuild.bundle.extract import TIP, Extracted, extract
 from lockbuild.bundle.manifest import Manifest, Member
 from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
-from lockbuild.fsio import kind_of, open_regular, read_regular
+from lockbuild.fsio import bounded_read, list_dir, open_dir, open_regular, owner_problem, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
 from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
@@ -47,19 +46,13 @@ from lockbuild.trust.store import POLICY_FILE, REVOKED_FILE, TrustStore, build_s
 DEFAULT_TRUST_DIR = Path("/etc/lockbuild/keys")
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _check_owner(st: os.stat_result, path: Path, what: str) -> None:
     """What decides which keys this machine trusts must be writable by this user or root alone: a trust
     directory (or a file in it) that another user owns or can write lets that user add a key, drop a
-    revocation or lower the threshold, and so install anything."""
-    problem = None
-    if st.st_uid not in (os.geteuid(), 0):
-        problem = f"is owned by uid {st.st_uid}, neither this user (uid {os.geteuid()}) nor root"
-    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problem = f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    revocation or lower the threshold, and so install anything (the rule: ``fsio.owner_problem``)."""
+    problem = owner_problem(st)
     if problem:
         raise SignatureError(
             f"refused {what} {path}: it {problem}, so another user could choose the keys this machine trusts;"
@@ -74,30 +67,14 @@ def _read_in(dfd: int, directory: Path, name: str, what: str, limit: int) -> str
     path = directory / name
     closed = "the trust store fails closed"
     try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
+        f, _ = open_regular(name, what=what, max_size=limit, error=SignatureError, dir_fd=dfd, shown=str(path))
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SignatureError(f"the {what} {path} is a symbolic link: expected a regular file; {closed}.",
-                                 tip=f"Copy the {what} into place instead of linking it.") from None  # fmt: skip
-        raise SignatureError(f"cannot open the {what} {path}: {exc.strerror or exc}; {closed}.",
-                             tip=f"Make {path} readable, or remove it.") from None  # fmt: skip
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-        os.close(fd)
-        shape = f"is {kind_of(st.st_mode)}" if not stat.S_ISREG(st.st_mode) else f"is {st.st_size} bytes"
-        raise SignatureError(f"the {what} {path} {shape}: expected a regular file of at most {limit} bytes; {closed}.",
-                             tip=f"Make {path} a small plain file, or remove it.")  # fmt: skip
-    with os.fdopen(fd, "rb") as f:
-        _check_owner(st, path, what)
-        try:
-            data = f.read(limit + 1)
-        except OSError as exc:
-            why = exc.strerror or exc
-            raise SignatureError(f"cannot read {what} {path}: {why}; the trust store fails closed.") from None
-    if len(data) > limit:
-        raise SignatureError(f"{what} {path} grew while it was read; the trust store fails closed.")
+    except SignatureError as exc:
+        raise SignatureError(f"{exc.message.rstrip('.')}; {closed}.", tip=exc.tip) from None
+    with f:
+        _check_owner(os.fstat(f.fileno()), path, what)
+        data = bounded_read(f, limit, what=f"{what} {path}", error=SignatureError, grew=True)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -111,7 +88,7 @@ def load_store(directory: Path) -> TrustStore:
     tip = (f"Put the publishers' minisign .pub files in {directory} (and optionally revoked.txt with one key id"
            " per line); remove or fix any file that is not a valid public key.")  # fmt: skip
     try:
-        dfd = os.open(directory, _DIR_FLAGS)
+        dfd = open_dir(directory, follow=True)
     except OSError as exc:
         state = {errno.ENOENT: "does not exist", errno.ENOTDIR: "is not a directory"}.get(exc.errno or 0)
         if state is None:
@@ -121,7 +98,7 @@ def load_store(directory: Path) -> TrustStore:
     try:
         _check_owner(os.fstat(dfd), directory, "trust directory")
         try:
-            names = sorted(n for n in os.listdir(dfd) if n.endswith(".pub"))  # noqa: PTH208 (by descriptor)
+            names = [n for n in list_dir(dfd) if n.endswith(".pub")]
         except OSError as exc:
             raise SignatureError(f"cannot list trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
         keys: list[tuple[str, PublicKey]] = []

@@ -89,3 +89,76 @@ def test_the_cli_loads_the_self_tests_machinery_only_for_lockbuild_test() -> Non
     code = "import sys, lockbuild.cli; print(sorted(m for m in sys.modules if m.startswith('lockbuild.selftest')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['lockbuild.selftest', 'lockbuild.selftest.cli', 'lockbuild.selftest.defaults']"
+
+
+# --- one module for the file primitives (issue 22) ---------------------------------------------------
+
+# Library modules that may still call os.open themselves, each with its reason. Everything else opens,
+# lists and deletes through lockbuild/fsio.py; a new direct call fails this test.
+OS_OPEN_ALLOWED = {
+    "fsio.py": "the primitives themselves",
+    "install/places.py": "makes ROOT/ENGINE by descriptor and fchmods it (one O_DIRECTORY|O_NOFOLLOW open)",
+    "builder/resolve.py": "a private temporary file of the builder's own, created O_EXCL (0600)",
+    "builder/cache.py": "the builder's own content-addressed cache, checked by sha256 on every read",
+    "trust/sign.py": "writes the .minisig beside a bundle, O_EXCL then rename",
+    "minisign/keyfiles.py": "creates a new key file O_EXCL with mode 0600",
+}
+DELETE_BY_PATH_ALLOWED = {
+    "fsio.py": "the primitives themselves",
+    "install/installer.py": "its own staging directories under ROOT/ENGINE, which places.py proved this user's",
+    "install/pythons.py": "its own staging under ROOT/.python, proved this user's",
+    "install/swap.py": "its lock file, unlinked only when it is still the inode it locked",
+    "selftest/sandbox.py": "the self-test's private 0700 directory",
+    "builder/prebuild.py": "a private temporary directory of the builder's",
+    "builder/output.py": "the builder's own --out staging",
+    "builder/pack.py": "the builder's own --out staging",
+    "builder/memo.py": "the builder's own cache",
+    "builder/cache.py": "the builder's own cache",
+    "builder/fetch.py": "the builder's own cache's partial downloads",
+    "site/delta.py": "the delta writer's own work directory under --out",
+    "site/parts.py": "the splitter's own temporary part files under --out",
+    "trust/sign.py": "its own temporary .minisig",
+    "minisign/keyfiles.py": "its own temporary key file",
+}
+
+
+def _calls(path: Path, names: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            dotted = ast.unparse(f)
+            if dotted in names or (isinstance(f, ast.Attribute) and f.attr in {n.split(".")[-1] for n in names}
+                                   and dotted.split(".")[0] in ("os", "shutil")):  # fmt: skip
+                found.append(f"{dotted} (line {node.lineno})")
+    return found
+
+
+def _library() -> list[tuple[str, Path]]:
+    return [(p.relative_to(PACKAGE).as_posix(), p) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+def test_only_fsio_calls_os_open_outside_the_allow_list() -> None:
+    offenders = {rel: _calls(p, {"os.open"}) for rel, p in _library() if rel not in OS_OPEN_ALLOWED}
+    assert {k: v for k, v in offenders.items() if v} == {}, "open through lockbuild/fsio.py"
+
+
+def test_only_fsio_deletes_trees_and_files_by_path_outside_the_allow_list() -> None:
+    names = {"shutil.rmtree", "os.unlink", "os.remove", "os.rmdir"}
+    offenders = {}
+    for rel, p in _library():
+        if rel in DELETE_BY_PATH_ALLOWED:
+            continue
+        hits = _calls(p, names) + [f".unlink (line {n})" for n, line in enumerate(p.read_text().splitlines(), 1)
+                                   if ".unlink(" in line and "os.unlink" not in line]  # fmt: skip
+        if hits:
+            offenders[rel] = hits
+    assert offenders == {}, "delete through lockbuild.fsio.remove_at / remove_tree"
+
+
+def test_the_allow_lists_name_only_modules_that_exist_and_need_them() -> None:
+    libs = dict(_library())
+    for rel in OS_OPEN_ALLOWED:
+        assert rel in libs, rel
+    stale = [rel for rel in OS_OPEN_ALLOWED if rel != "fsio.py" and not _calls(libs[rel], {"os.open"})]
+    assert stale == [], f"no longer needs its os.open allowance: {stale}"

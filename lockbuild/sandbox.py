@@ -69,6 +69,7 @@ class Bind:
     source: Path
     target: Path
     writable: bool = False
+    device: bool = False  # a device node (a GPU's /dev/nvidia*): bound with --dev-bind, usable as such
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def argv(spec: Spec, command: Sequence[str]) -> list[str]:
         src, dst = _check_path(b.source, "bind source"), _check_path(b.target, "bind target")
         if not b.source.exists():
             raise SandboxError(f"expected {src} to exist, to bind it into the sandbox; found nothing there.")
-        out += ["--bind" if b.writable else "--ro-bind", src, dst]
+        out += ["--dev-bind" if b.device else "--bind" if b.writable else "--ro-bind", src, dst]
     out.append("--clearenv")
     env = dict(spec.env)
     env.setdefault("HOME", home)

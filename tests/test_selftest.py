@@ -23,9 +23,31 @@ from lockbuild.errors import IntegrityError, RecipeError
 from lockbuild.recipe import parse_recipe
 
 ENGINE = '''\
+import ctypes
 import os
 import socket
+import subprocess
 import sys
+import time
+
+
+def _sendmmsg(host: str, port: int) -> None:  # sendmmsg through ctypes: no audit event, no Python socket call
+    class Iov(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    class Hdr(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(Iov)),
+                    ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                    ("flags", ctypes.c_int), ("len", ctypes.c_uint)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.socket(socket.AF_INET, socket.SOCK_DGRAM, 0)
+    addr = (ctypes.c_ubyte * 16)(*(socket.AF_INET.to_bytes(2, "little") + port.to_bytes(2, "big")
+                                   + socket.inet_aton(host) + bytes(8)))
+    data = ctypes.create_string_buffer(b"x")
+    iov = Iov(ctypes.cast(data, ctypes.c_void_p), 1)
+    hdr = Hdr(ctypes.cast(addr, ctypes.c_void_p), 16, ctypes.pointer(iov), 1, None, 0, 0, 0)
+    libc.sendmmsg(fd, ctypes.byref(hdr), 1, 0)
 
 
 def main() -> None:
@@ -33,7 +55,7 @@ def main() -> None:
     if args == ["--version"]:
         print("netengine 1.0")
     elif args == ["--env"]:
-        print(os.environ.get("NETENGINE_MODE", "<unset>"), os.environ.get("HF_HUB_OFFLINE", "<unset>"))
+        print(os.environ.get("HF_NETENGINE_MODE", "<unset>"), os.environ.get("HF_HUB_OFFLINE", "<unset>"))
     elif args == ["--smoke"]:  # quietly tries a connection, then falls back: the case the self-test exists for
         try:
             socket.create_connection(("10.255.255.1", 8080), timeout=2).close()
@@ -47,9 +69,71 @@ def main() -> None:
                 conn.sendall(b"pong")
                 print("served", c.recv(4).decode())
                 conn.close()
+    elif args == ["--sendmsg"]:  # socket.sendmsg: an audit event the old hook did not listen to
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.sendmsg([b"x"], [], 0, ("10.255.255.3", 9))
+            except OSError:
+                pass
+        print("netengine 1.0")
+    elif args == ["--sendmmsg"]:
+        _sendmmsg("10.255.255.4", 10)
+        print("sent")
+    elif args == ["--nosite"]:  # a child without site: the .pth with the audit hook never runs there
+        code = "import socket\\ntry: socket.create_connection(('10.255.255.6', 83), timeout=1)\\nexcept OSError: pass"
+        subprocess.run([sys.executable, "-S", "-c", code], check=True)
+        print("child ran")
+    elif args == ["--erase"]:  # connects, then destroys every record of it that it can find
+        try:
+            socket.create_connection(("10.255.255.7", 84), timeout=1)
+        except OSError:
+            pass
+        found = []
+        for top in ("/", os.environ.get("TMPDIR", "/tmp"), os.environ.get("HOME", "/")):
+            for dirpath, _dirs, files in os.walk(top):
+                if dirpath.startswith(("/proc", "/sys", "/usr", "/dev")):
+                    continue
+                for f in files:
+                    if f in ("strace.txt", "audit.jsonl") or f.endswith((".strace", ".trace")):
+                        path = os.path.join(dirpath, f)
+                        try:
+                            open(path, "w").close()
+                            os.unlink(path)
+                            os.symlink("/dev/null", path)
+                        except OSError:
+                            continue
+                        found.append(path)
+        print("erased", len(found))
+    elif args == ["--daemon"]:  # a double-forked daemon that outlives the smoke command
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execvp("sleep", ["sleep", "299.25"])
+            os._exit(0)
+        os.wait()
+        print("daemon started")
+    elif args == ["--uring"]:
+        params = ctypes.create_string_buffer(120)
+        ctypes.CDLL(None, use_errno=True).syscall(425, 4, params)  # io_uring_setup(4, &params)
+        print("ring")
+    elif args == ["--family"]:
+        for family in (17, 40):  # AF_PACKET, AF_VSOCK
+            try:
+                socket.socket(family, socket.SOCK_DGRAM).close()
+            except OSError:
+                pass
+        print("families")
+    elif args == ["--lookup"]:
+        try:
+            socket.getaddrinfo("hub.example", 443)
+        except OSError:
+            pass
+        print("looked up")
     else:
         print("netengine ok")
 '''
+
+PREEMPT = "import sys, types; sys.modules['_lockbuild_selftest'] = types.ModuleType('_lockbuild_selftest')\n"
 
 RECIPE = f'''\
 [engine]
@@ -59,7 +143,7 @@ binary = "netengine"
 verify = ["netengine", "--version"]
 {{extra}}
 [engine.env]
-NETENGINE_MODE = "offline it's $HOME `x`"
+HF_NETENGINE_MODE = "offline it's $HOME `x`"
 HF_HUB_OFFLINE = "1"
 
 [[builds]]
@@ -92,7 +176,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
     s = blank_server
     s.reset()
     s.publish(*uv_wheel(), uploaded=day(1))
-    s.publish(*make_wheel("netengine", "1.0", modules={"netengine/__init__.py": ENGINE},
+    s.publish(*make_wheel("netengine", "1.0", modules={"netengine/__init__.py": ENGINE, "_a_preempt.pth": PREEMPT},
                           scripts={"netengine": "netengine:main"}), uploaded=day(1))  # fmt: skip
     tmp = tmp_path_factory.mktemp("netengine")
     with pytest.MonkeyPatch.context() as mp:
@@ -109,6 +193,21 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
                             verify='["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && netengine --version"]'),
             "native": _build(tmp, keys, "native",
                              'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'),
+            # the dodges of issue 24, each one of them
+            "sendmsg": _build(tmp, keys, "sendmsg", verify='["netengine", "--sendmsg"]'),
+            "sendmmsg": _build(tmp, keys, "sendmmsg", 'smoke = ["netengine", "--sendmmsg"]'),
+            "devtcp": _build(tmp, keys, "devtcp", verify='["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.5/82) '
+                             '2>/dev/null; netengine --version"]'),
+            "nosite": _build(tmp, keys, "nosite", 'smoke = ["netengine", "--nosite"]'),
+            "erase": _build(tmp, keys, "erase", 'smoke = ["netengine", "--erase"]'),
+            "daemon": _build(tmp, keys, "daemon", 'smoke = ["netengine", "--daemon"]'),
+            "uring": _build(tmp, keys, "uring", 'smoke = ["netengine", "--uring"]'),
+            "family": _build(tmp, keys, "family", 'smoke = ["netengine", "--family"]'),
+            "lookup": _build(tmp, keys, "lookup", 'smoke = ["netengine", "--lookup"]',
+                             verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
+            "lookup-allowed": _build(tmp, keys, "lookup-allowed",
+                                     'smoke = ["netengine", "--lookup"]\nallow-network = ["hub.example", "native.example"]',
+                                     verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
         }
 
 
@@ -129,7 +228,7 @@ def test_env_values_reach_the_binary_started_directly(bundles: dict[str, Path], 
                          capture_output=True, text=True)  # fmt: skip
     assert out.stdout.strip().endswith(" 0")
     # and an activated shell exports them to any program
-    sh = f'. "{env_dir}/bin/activate" && printf "%s|%s" "$NETENGINE_MODE" "$HF_HUB_OFFLINE"'
+    sh = f'. "{env_dir}/bin/activate" && printf "%s|%s" "$HF_NETENGINE_MODE" "$HF_HUB_OFFLINE"'
     out = subprocess.run(["sh", "-c", sh], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert out.stdout == "offline it's $HOME `x`|1", out.stderr
     # list and inspect show them
@@ -138,9 +237,9 @@ def test_env_values_reach_the_binary_started_directly(bundles: dict[str, Path], 
     code, out_json, _ = cli("list", "--root", str(root), "--json")
     assert json.loads(out_json)["installed"][0]["env"]["HF_HUB_OFFLINE"] == "1"
     code, out_text, _ = cli("inspect", str(bundles["plain"]))
-    assert "install: env: HF_HUB_OFFLINE=1 NETENGINE_MODE=" in out_text
+    assert "install: env: HF_HUB_OFFLINE=1 HF_NETENGINE_MODE=" in out_text
     code, out_json, _ = cli("inspect", str(bundles["plain"]), "--json")
-    assert json.loads(out_json)["install"]["env"] == {"HF_HUB_OFFLINE": "1", "NETENGINE_MODE": "offline it's $HOME `x`"}
+    assert json.loads(out_json)["install"]["env"] == {"HF_HUB_OFFLINE": "1", "HF_NETENGINE_MODE": "offline it's $HOME `x`"}
 
 
 def test_the_verify_command_runs_with_the_env(bundles: dict[str, Path]) -> None:
@@ -159,10 +258,10 @@ def test_the_verify_command_runs_with_the_env(bundles: dict[str, Path]) -> None:
         ('LD_PRELOAD = "/tmp/x.so"', "steers the loader"),
         ('PYTHONPATH = "/tmp"', "steers the loader"),
         ('PATH = "/tmp"', "steers the loader"),
-        ("A = 1", "expected a string value"),
-        ('A = "x\\ny"', "control character"),
-        ('A = "x\\u0000"', "control character"),
-        ('A = "\\u001b[31m"', "control character"),
+        ("HF_A = 1", "expected a string value"),
+        ('HF_A = "x\\ny"', "control character"),
+        ('HF_A = "x\\u0000"', "control character"),
+        ('HF_A = "\\u001b[31m"', "control character"),
     ],
 )
 def test_bad_env_entries_are_refused_by_the_recipe(line: str, expected: str) -> None:
@@ -177,13 +276,13 @@ def _table(**extra: object) -> dict[str, object]:
 
 
 def test_the_manifest_env_round_trips_and_is_parsed_strictly() -> None:
-    t = InstallTable("e", ("e",), "none", "tools/uv.whl", env=(("A", "x y'\"$"), ("HF_HUB_OFFLINE", "1")),
+    t = InstallTable("e", ("e",), "none", "tools/uv.whl", env=(("HF_A", "x y'\"$"), ("HF_HUB_OFFLINE", "1")),
                      smoke=("e", "--smoke"), allow_network=("example.org",))  # fmt: skip
     import tomllib
 
     data = tomllib.loads("\n".join(t.toml_lines(toml_string)))
     assert parse_install(data["install"], {"tools/uv.whl": "tool"}) == t
-    for bad in ({"env": {"LD_PRELOAD": "x"}}, {"env": {"A": "x\ny"}}, {"env": {"a": "1"}}, {"env": ["A=1"]},
+    for bad in ({"env": {"LD_PRELOAD": "x"}}, {"env": {"HF_A": "x\ny"}}, {"env": {"a": "1"}}, {"env": ["HF_A=1"]},
                 {"smoke": ["e", "\x1b[2J"]}, {"allow-network": ["http://x/"]}, {"allow-network": [1]}):  # fmt: skip
         with pytest.raises(IntegrityError):
             parse_install(_table(**bad), {"tools/uv.whl": "tool"})
@@ -191,10 +290,17 @@ def test_the_manifest_env_round_trips_and_is_parsed_strictly() -> None:
 
 # --- lockbuild test -----------------------------------------------------------------------------------
 
-needs_netns = pytest.mark.skipif(
-    shutil.which("unshare") is None or subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode != 0,
-    reason="this machine cannot make a network namespace",
-)
+def _can_sandbox() -> bool:
+    try:
+        from lockbuild import sandbox
+
+        sandbox.check_available()
+    except Exception:  # any failure: this machine cannot run the sandbox
+        return False
+    return True
+
+
+needs_netns = pytest.mark.skipif(not _can_sandbox(), reason="this machine cannot start the bubblewrap sandbox")
 needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 
 
@@ -211,7 +317,12 @@ def selftest(bundle: Path, keys: Keys, *extra: str) -> tuple[int, dict[str, Any]
     return code, data, err
 
 
+def refused(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in data["self_test"][0]["attempts"] if a["verdict"] == "refused"]
+
+
 @needs_netns
+@needs_strace
 def test_a_quiet_connection_attempt_fails_the_test_with_host_port_and_frame(
     bundles: dict[str, Path], keys: Keys, private_tmp: Path
 ) -> None:
@@ -219,26 +330,26 @@ def test_a_quiet_connection_attempt_fails_the_test_with_host_port_and_frame(
     assert code == 1 and data["ok"] is False
     assert data["error"]["exit_code"] == 1 and "hosts not allowed: 10.255.255.1:8080" in data["error"]["message"]
     report = data["self_test"][0]
-    assert report["passed"] is False
+    assert report["passed"] is False and report["verdict"] == "failed"
     assert {s["name"]: s["status"] for s in report["steps"]} == {
         "install": "passed", "verify": "passed", "gpu-probe": "skipped", "smoke": "passed"}  # fmt: skip
     assert "offline: falling back" in report["steps"][-1]["detail"]  # the engine hid its failure; the test did not
-    hooked = [a for a in report["attempts"] if a["source"] == "audit-hook" and a["event"] == "socket.connect"]
-    assert hooked and hooked[0]["host"] == "10.255.255.1" and hooked[0]["port"] == 8080
-    assert hooked[0]["verdict"] == "refused"
-    assert "netengine/__init__.py" in hooked[0]["frame"] and hooked[0]["frame"].endswith("in main")
-    assert any(a["event"] == "socket.getaddrinfo" for a in report["attempts"])
-    if shutil.which("strace"):
-        assert any(a["source"] == "strace" and a["host"] == "10.255.255.1" and a["port"] == 8080
-                   for a in report["attempts"])  # fmt: skip
+    [hit] = refused(data)
+    assert (hit["source"], hit["event"], hit["family"], hit["host"], hit["port"]) == (
+        "strace", "connect", "AF_INET", "10.255.255.1", 8080)  # fmt: skip
+    # the frame, although the wheel's _a_preempt.pth put a dummy _lockbuild_selftest in sys.modules first
+    assert hit["frame"].startswith("<env>/lib/") and "netengine/__init__.py" in hit["frame"]
+    assert hit["frame"].endswith("in main")
+    assert "strace -f, outside" in report["tracer"]
     assert list(private_tmp.iterdir()) == []  # the test root is gone
     # the text report names the attempt too
     code, text, err = cli("test", str(bundles["net"]), "--trust", str(keys.trust))
-    assert code == 1 and "refused 10.255.255.1:8080" in text and "FAILED" in text
+    assert code == 1 and "refused 10.255.255.1:8080 (connect, AF_INET, strace" in text and "FAILED" in text
     assert "ERROR the self-test of netengine-1.0-net" in err and "TIP" in err
 
 
 @needs_netns
+@needs_strace
 def test_the_same_engine_passes_with_allow_network_for_that_host(
     bundles: dict[str, Path], keys: Keys, private_tmp: Path
 ) -> None:
@@ -250,11 +361,12 @@ def test_the_same_engine_passes_with_allow_network_for_that_host(
 
 
 @needs_netns
+@needs_strace
 def test_an_engine_that_attempts_nothing_passes(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
     code, data, err = selftest(bundles["quiet"], keys)
     assert code == 0, (data, err)
     report = data["self_test"][0]
-    assert report["passed"] and report["attempts"] == []
+    assert report["passed"] and report["attempts"] == [] and report["verdict"] == "passed"
     probe = next(s for s in report["steps"] if s["name"] == "gpu-probe")
     assert probe["status"] == "skipped" and probe["detail"]  # says why
     assert report["env"]["HF_HUB_OFFLINE"] == "1"
@@ -267,11 +379,131 @@ def test_an_engine_that_attempts_nothing_passes(bundles: dict[str, Path], keys: 
 @needs_strace
 def test_a_native_attempt_is_caught_by_strace(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
     code, data, _ = selftest(bundles["native"], keys)
+    assert code == 1
+    assert [(a["source"], a["event"], a["host"], a["port"]) for a in refused(data)] == [
+        ("strace", "connect", "10.255.255.2", 81)]  # fmt: skip
+
+
+@needs_netns
+def test_without_a_tracer_the_verdict_is_not_checked_never_passed(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    for bundle in (bundles["native"], bundles["quiet"]):
+        code, data, err = selftest(bundle, keys, "--no-strace")
+        report = data["self_test"][0]
+        assert code == 6 and report["verdict"] == "not checked" and report["passed"] is False, (data, err)
+        assert data["error"]["type"] == "SelfTestNotChecked" and data["error"]["exit_code"] == 6
+        assert report["tracer"].startswith("none (--no-strace")
+    code, text, err = cli("test", str(bundles["quiet"]), "--trust", str(keys.trust), "--no-strace")
+    assert code == 6 and "NOT CHECKED" in text and "PASSED" not in text and "install strace" in err.lower()
+    code, data, _ = selftest(bundles["net"], keys, "--no-strace")  # nothing saw the attempt: no pass either
+    assert code == 6 and data["self_test"][0]["verdict"] == "not checked"
+
+
+# --- the dodges of issue 24: each one fails the test, naming the address or family, the call and the frame ---
+
+
+@needs_netns
+@needs_strace
+def test_socket_sendmsg_in_the_verify_command_is_caught(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    code, data, _ = selftest(bundles["sendmsg"], keys)
+    assert code == 1
+    [hit] = refused(data)
+    assert (hit["event"], hit["host"], hit["port"]) == ("sendmsg", "10.255.255.3", 9)
+    assert "netengine/__init__.py" in hit["frame"] and hit["frame"].endswith("in main")
+
+
+@needs_netns
+@needs_strace
+def test_sendmmsg_through_ctypes_is_caught(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    code, data, _ = selftest(bundles["sendmmsg"], keys)
+    assert code == 1
+    [hit] = refused(data)
+    assert (hit["event"], hit["family"], hit["host"], hit["port"]) == ("sendmmsg", "AF_INET", "10.255.255.4", 10)
+
+
+@needs_netns
+@needs_strace
+def test_a_native_attempt_in_the_verify_command_is_caught(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    code, data, _ = selftest(bundles["devtcp"], keys)
+    assert code == 1
+    assert [(a["event"], a["host"], a["port"], a["frame"]) for a in refused(data)] == [
+        ("connect", "10.255.255.5", 82, None)]  # fmt: skip
+
+
+@needs_netns
+@needs_strace
+def test_a_child_without_site_is_caught(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    code, data, _ = selftest(bundles["nosite"], keys)
+    assert code == 1
+    [hit] = refused(data)
+    assert (hit["source"], hit["event"], hit["host"], hit["port"]) == ("strace", "connect", "10.255.255.6", 83)
+
+
+@needs_netns
+@needs_strace
+def test_an_engine_cannot_erase_the_evidence(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+    code, data, _ = selftest(bundles["erase"], keys)
     report = data["self_test"][0]
-    assert code == 1 and report["tracer"] == "strace"
-    assert [(a["source"], a["host"], a["port"]) for a in report["attempts"]] == [("strace", "10.255.255.2", 81)]
-    code, data, _ = selftest(bundles["native"], keys, "--no-strace")  # the audit hook alone cannot see it
-    assert code == 0 and data["self_test"][0]["tracer"].startswith("not available")
+    assert code == 1
+    assert "erased 0" in report["steps"][-1]["detail"]  # the sandbox holds no record of the test at all
+    [hit] = refused(data)
+    assert (hit["event"], hit["host"], hit["port"]) == ("connect", "10.255.255.7", 84)
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@needs_netns
+@needs_strace
+def test_no_process_outlives_the_test_not_even_a_double_forked_daemon(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    code, data, err = selftest(bundles["daemon"], keys)
+    assert code == 0, (data, err)
+    assert "daemon started" in data["self_test"][0]["steps"][-1]["detail"]
+    assert _processes_with("299.25") == []  # the daemon's `sleep 299.25` died with the sandbox's PID namespace
+
+
+@needs_netns
+@needs_strace
+def test_io_uring_and_other_socket_families_fail_the_test(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    code, data, _ = selftest(bundles["uring"], keys)
+    assert code == 1 and [(a["event"], a["host"]) for a in refused(data)] == [("io_uring_setup", "io_uring")]
+    assert "netengine/__init__.py" not in (refused(data)[0]["frame"] or "")  # no socket event, no frame
+    code, data, _ = selftest(bundles["family"], keys)
+    assert code == 1
+    assert [(a["event"], a["family"]) for a in refused(data)] == [("socket", "AF_PACKET"), ("socket", "AF_VSOCK")]
+    assert all(a["frame"] and a["frame"].endswith("in main") for a in refused(data))
+
+
+@needs_netns
+@needs_strace
+def test_name_look_ups_count_and_pass_only_for_allowed_names(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    code, data, _ = selftest(bundles["lookup"], keys)
+    assert code == 1
+    hits = refused(data)
+    names = {a["host"] for a in hits}
+    assert names == {"native.example", "hub.example"}, hits
+    assert all(a["lookup"] and a["address"].endswith(":53") for a in hits)
+    python = [a for a in hits if a["host"] == "hub.example"]
+    assert python and all(a["frame"] and "netengine/__init__.py" in a["frame"] for a in python)
+    code, data, err = selftest(bundles["lookup-allowed"], keys)
+    assert code == 0, (data, err)
+    assert {a["verdict"] for a in data["self_test"][0]["attempts"]} == {"allowed"}
 
 
 def test_a_machine_that_cannot_run_the_bundle_exits_6(
@@ -320,34 +552,75 @@ def test_the_self_test_parent_must_be_private(tmp_path: Path) -> None:
         sandbox.parent_dir(tmp_path)
 
 
-def test_strace_lines_are_read() -> None:
-    from lockbuild.selftest.trace import parse
-
-    text = (
-        '12696 connect(3, {sa_family=AF_INET, sin_port=htons(8080), sin_addr=inet_addr("10.255.255.1")}, 16) = -1\n'
-        '12696 connect(3, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110) = -1 ENOENT\n'
-        '7 connect(4, {sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), '
-        'inet_pton(AF_INET6, "2001:db8::1", &sin6_addr), sin6_scope_id=0}, 28) = -1 ENETUNREACH\n'
-        '8 sendto(5, "x", 1, 0, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("10.0.0.53")}, 16) = 1\n'
-    )
-    assert [(t.call, t.host, t.port, t.pid) for t in parse(text)] == [
-        ("connect", "10.255.255.1", 8080, 12696), ("connect", "2001:db8::1", 443, 7), ("sendto", "10.0.0.53", 53, 8)]
+def _hex(s: str) -> str:
+    return "".join(f"\\x{b:02x}" for b in s.encode())
 
 
-def test_verdicts_local_allowed_and_name_server_queries() -> None:
-    from lockbuild.selftest.audit import Seen
+def test_strace_lines_are_read_by_rule() -> None:
+    from lockbuild.selftest.trace import MARKER, parse
+
+    def marker(event: str, host: str, port: int) -> str:
+        import base64
+
+        note = json.dumps({"event": event, "host": host, "port": port, "frames": ["f.py:3 in g"]})
+        return MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")
+
+    dns = bytes(12) + b"\x03hub\x07example\x00\x00\x01\x00\x01"
+    text = "\n".join([
+        f'7 getxattr("{_hex(marker("socket.connect", "10.255.255.1", 8080))}", "{_hex("user.lockbuild")}", NULL, 0)'
+        " = -1 ENOENT",
+        f'7 connect(3<TCP:[11]>, {{sa_family=AF_INET, sin_port=htons(8080), sin_addr=inet_addr("{_hex("10.255.255.1")}")'
+        "}, 16) = -1 ENETUNREACH",
+        f'7 connect(4<UNIX-STREAM:[12]>, {{sa_family=AF_UNIX, sun_path="{_hex("/run/x")}"}}, 110) = -1 ENOENT',
+        f'8 connect(5<TCPv6:[13]>, {{sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), '
+        f'inet_pton(AF_INET6, "{_hex("2001:db8::1")}", &sin6_addr), sin6_scope_id=0}}, 28 <unfinished ...>',
+        "8 <... connect resumed>) = -1 ENETUNREACH",
+        f'9 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
+        "}, 16) = 0",
+        f'10 sendto(6<UDP:[14]>, "{_hex(dns.decode("latin-1"))}", 29, MSG_NOSIGNAL, NULL, 0) = 29',
+        "11 socket(AF_PACKET, SOCK_RAW, 768) = -1 EPERM",
+        "11 socket(0x2c /* AF_??? */, SOCK_STREAM, 0) = -1 EAFNOSUPPORT",
+        "11 socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) = 3<NETLINK:[15]>",
+        "12 io_uring_setup(4, 0x7ffd) = 3",
+        '13 sendmmsg(7<UDP:[16]>, [{msg_hdr={msg_name={sa_family=AF_INET, sin_port=htons(10), sin_addr=inet_addr("'
+        + _hex("10.255.255.4") + '")}, msg_namelen=16}}], 1, 0) = 1',
+        f'14 bind(8<TCP:[17]>, {{sa_family=AF_INET, sin_port=htons(0), sin_addr=inet_addr("{_hex("0.0.0.0")}")}}, 16) = 0',
+    ])
+    log = parse(text)
+    got = [(t.call, t.family, t.host, t.port, t.pid, t.lookup, t.name, t.frames) for t in log.attempts]
+    assert got == [
+        ("connect", "AF_INET", "10.255.255.1", 8080, 7, False, None, ("f.py:3 in g",)),
+        ("connect", "AF_INET6", "2001:db8::1", 443, 8, False, None, ()),
+        ("connect", "AF_INET", "127.0.0.1", 53, 9, True, "hub.example", ()),  # named from the query sent later
+        ("socket", "AF_PACKET", "-", None, 11, False, None, ()),
+        ("socket", "0x2c", "-", None, 11, False, None, ()),
+        ("io_uring_setup", "io_uring", "-", None, 12, False, None, ()),
+        ("sendmmsg", "AF_INET", "10.255.255.4", 10, 13, False, None, ()),
+    ]
+    assert not log.canary and len(log.notes) == 1
+
+
+def test_verdicts_local_allowed_and_name_look_ups() -> None:
     from lockbuild.selftest.report import judge
-    from lockbuild.selftest.trace import Traced
+    from lockbuild.selftest.trace import Note, Traced
 
-    seen = [Seen("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),
-            Seen("socket.connect", "127.0.0.1", 80, (), 1), Seen("socket.connect", "::1", 80, (), 1)]  # fmt: skip
-    dns = [Traced("connect", "10.0.0.53", 53, 1)]
-    assert [a.verdict for a in judge(seen, dns, ["hub.example"])] == ["allowed", "local", "local", "allowed"]
-    assert [a.verdict for a in judge(seen, dns, [])] == ["refused", "local", "local", "refused"]
-    assert next(a.verdict for a in judge(seen, dns, ["HUB.example"])) == "allowed"
+    notes = [Note("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),
+             Note("socket.getaddrinfo", "10.0.0.9", 443, (), 1), Note("socket.connect", "127.0.0.1", 80, (), 1)]  # fmt: skip
+    traced = [Traced("connect", "AF_INET", "127.0.0.1", 53, 1, name="hub.example", lookup=True),
+              Traced("connect", "AF_INET", "127.0.0.1", 53, 1, lookup=True),
+              Traced("connect", "AF_INET", "127.0.0.1", 80, 1), Traced("connect", "AF_INET6", "::1", 80, 1),
+              Traced("sendto", "AF_INET", "10.0.0.9", 443, 1), Traced("socket", "AF_PACKET", "-", None, 1)]  # fmt: skip
+    assert [a.verdict for a in judge(notes, traced, ["hub.example", "10.0.0.9"])] == [
+        "allowed", "refused", "local", "local", "allowed", "refused"]  # an unnamed look-up is never allowed
+    assert [a.verdict for a in judge(notes, traced, [])] == [
+        "refused", "refused", "local", "local", "refused", "refused"]
+    # a look-up only Python noted (no query reached the tracer) is an attempt too; an address is no look-up
+    only = judge(notes, [], [])
+    assert [(a.source, a.host, a.verdict) for a in only] == [("audit-hook", "hub.example", "refused")]
 
 
 @needs_netns
+@needs_strace
 def test_build_self_test_runs_the_test_after_the_build(
     blank_server: FakeServer, bundles: dict[str, Path], keys: Keys, tmp_path: Path, private_tmp: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -366,6 +639,7 @@ def test_build_self_test_runs_the_test_after_the_build(
 
 
 @needs_netns
+@needs_strace
 def test_a_killed_test_leaves_nothing_after_the_next_run(
     bundles: dict[str, Path], keys: Keys, tmp_path: Path, private_tmp: Path
 ) -> None:
@@ -376,45 +650,38 @@ def test_a_killed_test_leaves_nothing_after_the_next_run(
     from lockbuild.selftest import sandbox
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "lockbuild", "test", str(bundles["net"]), "--trust",
+    proc = subprocess.Popen([sys.executable, "-m", "lockbuild", "test", str(bundles["daemon"]), "--trust",
                              str(keys.trust)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(private_tmp.glob("run-*/root/netengine")):
+    while time.monotonic() < deadline and not list(private_tmp.glob("run-*/box/root/netengine")):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed = list(private_tmp.glob("run-*"))
     assert killed, "the run was killed before it made its work directory"
-    time.sleep(0.5)  # the namespace's process dies with its parent (PR_SET_PDEATHSIG)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_processes_with(str(killed[0])) or _processes_with("lockbuild.selftest.inner")):
+        time.sleep(0.1)  # the tracer and the sandbox die with the run (PR_SET_PDEATHSIG)
+    assert _processes_with(str(killed[0])) == [] and _processes_with("299.25") == []
     with sandbox.workdir(tmp_path) as work:
         assert list(private_tmp.iterdir()) == [work]  # the killed run's directory is gone
     assert list(private_tmp.iterdir()) == []
 
 
 @needs_netns
+@needs_strace
 def test_a_server_on_the_namespaces_loopback_is_local_not_a_failure(
     bundles: dict[str, Path], keys: Keys, private_tmp: Path
 ) -> None:
     code, data, err = selftest(bundles["serve"], keys)
     report = data["self_test"][0]
     assert code == 0, (report, err)
-    assert "served pong" in report["steps"][-1]["detail"] and "loopback up" in report["namespace"]
+    assert "served pong" in report["steps"][-1]["detail"]
     assert report["attempts"] and {a["verdict"] for a in report["attempts"]} == {"local"}
 
 
 @needs_netns
-def test_an_unprivileged_user_namespace_works_too(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
-    from lockbuild.selftest import SelfTestOptions, self_test
-
-    opts = SelfTestOptions(trust_dir=keys.trust, environ=dict(os.environ), base=tmp_path, user_namespace=True)
-    net = self_test(bundles["net"], opts)
-    assert net.namespace.startswith("unshare -r -n") and not net.passed
-    assert [(a.host, a.port) for a in net.refused if a.event == "socket.connect"] == [("10.255.255.1", 8080)]
-    assert self_test(bundles["quiet"], opts).passed
-
-
-
-@needs_netns
+@needs_strace
 def test_the_verify_and_smoke_commands_run_with_the_env(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
     """Shell commands (no Python start-up file runs): install's verify fails, and the smoke fails, without it."""
     code, data, err = selftest(bundles["shell"], keys)
@@ -423,7 +690,7 @@ def test_the_verify_and_smoke_commands_run_with_the_env(bundles: dict[str, Path]
 
 
 @needs_netns
-def test_a_strace_that_cannot_trace_here_is_said_not_a_failure(
+def test_a_strace_that_cannot_trace_here_is_not_checked(
     bundles: dict[str, Path], keys: Keys, private_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = tmp_path / "bin"
@@ -432,5 +699,21 @@ def test_a_strace_that_cannot_trace_here_is_said_not_a_failure(
     (fake / "strace").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
     code, data, err = selftest(bundles["quiet"], keys)
-    assert code == 0, (data, err)
-    assert "strace cannot trace here (strace: PTRACE_TRACEME: Operation not permitted)" in data["self_test"][0]["tracer"]
+    assert code == 6, (data, err)
+    report = data["self_test"][0]
+    assert report["verdict"] == "not checked"
+    assert "strace cannot trace here (strace: PTRACE_TRACEME: Operation not permitted)" in report["tracer"]
+
+
+@needs_netns
+def test_a_tracer_that_does_not_see_inside_the_sandbox_is_not_checked(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracer that runs but follows nothing (here: one that execs its command untraced) gives no verdict."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "strace").write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; shift; exec "$@"\n')
+    (fake / "strace").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    code, data, err = selftest(bundles["net"], keys)
+    assert code == 6 and data["self_test"][0]["verdict"] == "not checked", (data, err)

@@ -1,42 +1,54 @@
-"""The audit hook injected into every Python process of a self-test, and reading what it recorded.
+"""The audit hook placed in the test environment: it adds the Python frame to what the tracer sees.
 
-The hook is a module placed in the test environment's site-packages with a ``.pth`` file that imports it,
-so every interpreter of that environment (the verify command, the probe, the smoke command and anything
-they start with the environment's Python) records each ``socket.connect``, ``socket.sendto``,
-``socket.getaddrinfo``, ``socket.gethostbyname`` and ``socket.gethostbyaddr`` with the host, the port and
-the Python frames that made it, as one JSON line appended to the report file named in the module. The
-hook never raises and never blocks: the namespace does the blocking, the hook the telling.
+The hook is a module in the environment's site-packages with a ``.pth`` file that loads it *by path* (so a
+module the engine puts in ``sys.modules`` first cannot stand in for it). For each socket event Python
+raises (``socket.__new__``, ``socket.connect``, ``socket.sendto``, ``socket.sendmsg``, ``socket.bind``,
+``socket.getaddrinfo``, ``socket.gethostbyname``, ``socket.gethostbyaddr``, ``socket.getnameinfo``) it
+makes one harmless system call, ``getxattr`` on a path under :data:`trace.MARKER` carrying the event, the
+address and the Python frames; the tracer outside the sandbox logs that call with the process's real id,
+just before the attempt itself, and :func:`trace.parse` joins the two.
+
+The hook writes no file and decides nothing: the engine can silence it (``python -S``, a ``.pth`` that
+patches ``sys.addaudithook``), and then an attempt is reported without its frame, never not reported.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
+from lockbuild.selftest.trace import MARKER
 
 MODULE = "_lockbuild_selftest"
+PTH = f"{MODULE}.pth"
 
 _TEMPLATE = '''\
-"""Written by lockbuild test: records this process's network attempts (the self-test's audit hook)."""
+"""Written by lockbuild test: notes this process's socket events for the tracer (the self-test's audit hook)."""
 
 
-def _install(path):
+def _install():
+    import base64
     import json
     import os
     import sys
 
-    events = ("socket.connect", "socket.sendto", "socket.getaddrinfo", "socket.gethostbyname",
-              "socket.gethostbyaddr")
+    events = ("socket.__new__", "socket.connect", "socket.sendto", "socket.sendmsg", "socket.bind",
+              "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo")
     here = __file__
+    getxattr = os.getxattr
+    dumps = json.dumps
+    encode = base64.urlsafe_b64encode
 
     def hook(event, args):
         if event not in events:
             return
         try:
+            host = port = None
             if event == "socket.getaddrinfo":
                 host, port = args[0], args[1]
             elif event in ("socket.gethostbyname", "socket.gethostbyaddr"):
-                host, port = args[0], None
+                host = args[0]
+            elif event == "socket.getnameinfo":
+                host = args[0][0] if isinstance(args[0], tuple) and args[0] else None
+            elif event == "socket.__new__":
+                host = None
             else:
                 address = args[1]
                 if not isinstance(address, tuple) or not address:
@@ -44,63 +56,43 @@ def _install(path):
                 host, port = address[0], (address[1] if len(address) > 1 else None)
             if isinstance(host, bytes):
                 host = host.decode("ascii", "replace")
-            if not isinstance(host, str):
-                return
+            if host is not None and not isinstance(host, str):
+                host = str(host)
             frames = []
             f = sys._getframe(1)
-            while f is not None and len(frames) < 8:
+            while f is not None and len(frames) < 4:
                 name = f.f_code.co_filename
                 if name != here and not name.endswith("/socket.py"):
-                    frames.append("%s:%d in %s" % (name, f.f_lineno, f.f_code.co_name))
+                    frames.append(("%s:%d in %s" % (name, f.f_lineno, f.f_code.co_name))[-200:])
                 f = f.f_back
-            line = json.dumps({"event": event, "host": host, "port": port if isinstance(port, int) else
-                               (None if port is None else str(port)), "frames": frames, "pid": os.getpid()})
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            while True:
+                note = dumps({"event": event, "host": host, "port": port if isinstance(port, int) or port is None
+                              else str(port)[:32], "frames": frames})
+                payload = encode(note.encode("utf-8", "replace")).decode("ascii").rstrip("=")
+                if len(payload) <= 960 or not frames:
+                    break
+                frames.pop()
             try:
-                os.write(fd, (line + "\\n").encode("utf-8", "replace"))
-            finally:
-                os.close(fd)
+                getxattr(@MARKER@ + payload[:960], "user.lockbuild")
+            except OSError:
+                pass
         except Exception:
             pass
 
     sys.addaudithook(hook)
 
 
-_install(@PATH@)
+_install()
 '''
 
 
-def module_text(report: Path) -> str:
-    return _TEMPLATE.replace("@PATH@", repr(str(report)))
+def module_text() -> str:
+    return _TEMPLATE.replace("@MARKER@", repr(MARKER))
 
 
-@dataclass(frozen=True)
-class Seen:
-    """One attempt the audit hook recorded."""
-
-    event: str
-    host: str
-    port: int | str | None
-    frames: tuple[str, ...]
-    pid: int
-
-
-def read_seen(report: Path, limit: int = 10_000) -> list[Seen]:
-    """The recorded attempts; lines that are not what the hook writes are skipped (the file is the
-    engine's to write to, so it is read as data, bounded)."""
-    out: list[Seen] = []
-    try:
-        with report.open("rb") as f:
-            raw = f.read(8 << 20)
-    except FileNotFoundError:
-        return out
-    for line in raw.decode("utf-8", "replace").splitlines()[:limit]:
-        try:
-            d = json.loads(line)
-            port = d.get("port")
-            out.append(Seen(str(d["event"]), str(d["host"])[:255],
-                            port if isinstance(port, int | None) else str(port)[:32],
-                            tuple(str(x)[:500] for x in d.get("frames", [])[:8]), int(d.get("pid", 0))))  # fmt: skip
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return out
+def pth_line() -> str:
+    """The ``.pth`` line: runs the hook's file by path, found beside the ``.pth`` (``site`` runs the line with
+    ``sitedir`` set; the environment is renamed after the install), and not by ``import``, which would take
+    whatever ``sys.modules`` already holds under that name."""
+    return (f"import os; _p = os.path.join(sitedir, {MODULE + '.py'!r}); exec(compile(open(_p, 'rb').read(), _p, "
+            f"'exec'), {{'__file__': _p, '__name__': {MODULE!r}}})\n")  # fmt: skip

@@ -23,33 +23,41 @@ if TYPE_CHECKING:  # the self-test's machinery loads when the command runs, not 
 
 
 EXIT_FAILED = 1
+EXIT_NOT_CHECKED = 6  # like a machine that cannot run the bundle: the self-test proves nothing here
 
 
 def _show(ctx: click.Context, reports: list[Report], extra: dict[str, Any] | None = None) -> None:
-    """Every report; exits 1 when any failed (after showing them all)."""
+    """Every report; exits 1 when any failed, else 6 when any was not checked (after showing them all)."""
     data: dict[str, Any] = {**(extra or {}), "self_test": [r.to_json() for r in reports]}
-    failed = [r for r in reports if not r.passed]
+    failed = [r for r in reports if r.verdict == "failed"]
+    unchecked = [r for r in reports if r.verdict == "not checked"]
     if failed:
-        message = "; ".join(summary(r) for r in failed)
+        message, tip, kind, code = "; ".join(summary(r) for r in failed), TIP, "SelfTestFailed", EXIT_FAILED
+    elif unchecked:
+        message = "; ".join(f"the self-test of {r.bundle} was not checked: {r.unchecked}" for r in unchecked)
+        tip, kind, code = UNCHECKED_TIP, "SelfTestNotChecked", EXIT_NOT_CHECKED
+    if failed or unchecked:
         data["ok"] = False
-        data["error"] = {"type": "SelfTestFailed", "message": message, "tip": TIP, "exit_code": EXIT_FAILED}
+        data["error"] = {"type": kind, "message": message, "tip": tip, "exit_code": code}
     _emit(ctx, data, "\n\n".join(r.text() for r in reports))
-    if failed:
+    if failed or unchecked:
         if not ctx.obj.get("json"):
             click.echo(f"ERROR {for_terminal(message)}", err=True)
-            click.echo(f"TIP {TIP}", err=True)
-        ctx.exit(EXIT_FAILED)
+            click.echo(f"TIP {tip}", err=True)
+        ctx.exit(code)
 
 
 TIP = ("Make the engine work offline (its [engine.env] settings, bundled assets), or, for a documented optional "
        "feature, name the host in [engine] allow-network.")  # fmt: skip
+UNCHECKED_TIP = ("Install strace (Debian: apt-get install strace) and allow ptrace (a container's seccomp profile, "
+                 "kernel.yama.ptrace_scope < 3): with no tracer outside the sandbox there is no verdict.")  # fmt: skip
 
 
 def summary(r: Report) -> str:
     """One line: why the self-test of ``r`` failed."""
     parts = [f"{s.name} {s.status}" for s in r.steps if s.status == "failed"] + list(r.problems[:1])
     if r.refused:
-        hosts = sorted({f"{a.host}:{a.port}" for a in r.refused})
+        hosts = sorted({f"{a.host}:{a.port}" if a.port is not None else a.host for a in r.refused})
         parts.append(f"{len(r.refused)} network attempt(s) to hosts not allowed: {', '.join(hosts[:5])}")
     return f"the self-test of {r.bundle} failed: " + "; ".join(parts or ["no install step passed"])
 
@@ -70,27 +78,30 @@ def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None,
 @click.command("test", cls=_Command, epilog="Example: lockbuild test dist/onnxruntime-1.20.1-cpu-py311-x86_64-"
                "manylinux_2_28.lbz --trust keys/ --json\n"
                "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "
-               "3 signature, 4 integrity, 6 this machine cannot run the bundle.")  # fmt: skip
+               "3 signature, 4 integrity, 6 not checked (this machine cannot run the bundle, or no tracer can "
+               "judge it here).")  # fmt: skip
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=TIMEOUT, show_default=True,
               help="Seconds the verify command and the smoke command may each take.")  # fmt: skip
-@click.option("--no-strace", is_flag=True, help="Do not trace native calls with strace (Python's audit hook only).")
+@click.option("--no-strace", is_flag=True, help="Do not trace: the verdict is then \"not checked\" (exit 6).")
+@click.option("--gpu", is_flag=True, help="Also run the GPU probe and the recipe's gpu-smoke command (where a GPU is).")
 @json_option
 @click.pass_context
 def test(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, python: Path | None,
-         timeout: float, no_strace: bool, as_json: bool) -> None:  # fmt: skip
-    """Prove a bundle runs offline: install it into a temporary root inside a new network namespace, run its
-    verify command, GPU probe (skipped without a GPU) and smoke command, and report every network attempt
-    (host, port, the Python frame that made it). Fails on any attempt to a host the recipe's allow-network
-    does not name. The temporary root is removed afterwards."""
+         timeout: float, no_strace: bool, gpu: bool, as_json: bool) -> None:  # fmt: skip
+    """Prove a bundle runs offline: install it into a temporary root in a bubblewrap sandbox with no network,
+    run its verify command and smoke command (with --gpu, the GPU probe and gpu-smoke command too), and
+    report every network attempt a tracer outside the sandbox saw (host or family, system call, the Python
+    frame that made it). Fails on any attempt to a host the recipe's allow-network does not name; without a
+    tracer the verdict is "not checked". The temporary root is removed afterwards."""
     _setup(ctx, as_json)
     from lockbuild.selftest.run import SelfTestOptions, self_test
 
     opts = SelfTestOptions(trust_dir=trust_dir, threshold=threshold, python=python, timeout=timeout,
-                           tracer=not no_strace, environ=dict(os.environ))  # fmt: skip
+                           tracer=not no_strace, gpu=gpu, environ=dict(os.environ))  # fmt: skip
     _show(ctx, [self_test(bundle, opts, _progress(ctx))])
 
 

@@ -1,13 +1,22 @@
-"""The part of a self-test that runs inside the network namespace: ``python -m lockbuild.selftest.inner CONFIG``.
+"""The part of a self-test that runs inside the sandbox: ``python -m lockbuild.selftest.inner`` (config on stdin).
 
 It installs the bundle with the ordinary installer into the test root (the audit hook placed in the new
 environment's site-packages as soon as ``uv venv`` made it, so the verify command and the probe run with
-it), then runs the smoke command (under strace where the outer run found it), and writes what happened as
-JSON to the result file. The outer run (:mod:`lockbuild.selftest.run`) judges it.
+it), then runs the smoke command and, under ``--gpu`` on a machine with a GPU, the GPU smoke command, and
+prints what happened as one line, ``RESULT <nonce> <json>``, as its last act. The outer run
+(:mod:`lockbuild.selftest.run`) takes the steps from that line only, and the network attempts from the
+tracer's log, never from here.
+
+The engine runs as this process's children, as the same user: so this process first makes itself not
+dumpable (no ``/proc/PID/mem``, ``/proc/PID/fd`` or ptrace for a process without capabilities, which the
+sandbox drops), and the nonce, read from stdin before any engine code runs, is in no file and no
+environment: an engine cannot write a line the outer run would take for this one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import shlex
 import subprocess
@@ -18,38 +27,39 @@ from typing import Any
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import create_under
 from lockbuild.install.installer import Installer, InstallOptions
-from lockbuild.install.node import detect
 from lockbuild.install.runenv import engine_env, tail
 from lockbuild.selftest import audit, trace
 
-
-def loopback_up() -> str:
-    """Bring up the namespace's own loopback, so a smoke command may start a server and talk to it on
-    127.0.0.1 (still no route to any other host); attempts to it are reported as local."""
-    import fcntl
-    import socket
-    import struct
-
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            got = fcntl.ioctl(s, siocgifflags, struct.pack("16sH14x", b"lo", 0))
-            flags = struct.unpack("16sH14x", got)[1]
-            fcntl.ioctl(s, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
-    except OSError as exc:
-        return f"down ({exc.strerror})"
-    return "up"
+PR_SET_DUMPABLE = 4
+RESULT = "LOCKBUILD-SELFTEST-RESULT"
 
 
-def _place_hook(root: Path, report: Path) -> None:
+def not_dumpable() -> bool:
+    """``prctl(PR_SET_DUMPABLE, 0)``: other processes of this user can no longer read or write this one."""
+    with contextlib.suppress(OSError, AttributeError):
+        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    return False
+
+
+def canary() -> None:
+    """A note the tracer must log: proof, for the outer run, that it traced inside the sandbox."""
+    note = json.dumps({"event": trace.CANARY}).encode()
+    import base64
+    import os
+
+    with contextlib.suppress(OSError):
+        os.getxattr(trace.MARKER + base64.urlsafe_b64encode(note).decode().rstrip("="), "user.lockbuild")
+
+
+def _place_hook(root: Path) -> None:
     """The audit hook into the staging environment's site-packages (the installer's "install" phase)."""
     for sp in sorted(root.glob("*/*.partial/lib/python*/site-packages")):
-        if ".bundle." in sp.parts[-4] or (sp / f"{audit.MODULE}.pth").exists():
+        if ".bundle." in sp.parts[-4] or (sp / audit.PTH).exists():
             continue
         with create_under(sp, f"{audit.MODULE}.py") as f:
-            f.write(audit.module_text(report).encode())
-        with create_under(sp, f"{audit.MODULE}.pth") as f:
-            f.write(f"import {audit.MODULE}\n".encode())
+            f.write(audit.module_text().encode())
+        with create_under(sp, audit.PTH) as f:
+            f.write(audit.pth_line().encode())
 
 
 def shown(argv: list[str], most: int = 100) -> str:
@@ -61,18 +71,40 @@ def _step(result: dict[str, Any], name: str, status: str, detail: str = "") -> N
     result["steps"].append({"name": name, "status": status, "detail": detail})
 
 
+def _command(result: dict[str, Any], name: str, command: list[str], env_dir: Path, env: dict[str, str],
+             timeout: float) -> None:  # fmt: skip
+    argv = list(command)
+    if (env_dir / "bin" / argv[0]).exists():
+        argv[0] = str(env_dir / "bin" / argv[0])
+    try:
+        proc = subprocess.run(argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        _step(result, name, "failed", f"did not finish within {timeout:.0f} s")
+        return
+    except OSError as exc:
+        _step(result, name, "failed", f"cannot run {argv[0]}: {exc.strerror}")
+        return
+    out = tail((proc.stdout or "") + (proc.stderr or ""), 6)
+    if proc.returncode != 0:
+        _step(result, name, "failed", f"exit {proc.returncode}:\n{out}")
+    else:
+        _step(result, name, "passed", shown(command) + (f"\n{out}" if out else ""))
+
+
 def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
-    root, report = Path(cfg["root"]), Path(cfg["audit"])
-    result["loopback"] = loopback_up()
+    root = Path(cfg["root"])
     environ: dict[str, str] = cfg["environ"]
+    gpu: str | None = cfg["gpu"]  # None: the GPU steps run; else why not
 
     def hook(phase: str) -> None:
         if phase == "install":
-            _place_hook(root, report)
+            _place_hook(root)
 
     python = Path(cfg["python"]) if cfg["python"] else None
-    opts = InstallOptions(root=root, trust_dir=Path(cfg["trust"]), python=python, gpu_check="auto",
-                          threshold=cfg["threshold"], verify_timeout=cfg["timeout"], environ=environ)  # fmt: skip
+    opts = InstallOptions(root=root, trust_dir=Path(cfg["trust"]), python=python,
+                          gpu_check="skip" if gpu else "require", threshold=cfg["threshold"],
+                          verify_timeout=cfg["timeout"], environ=environ)  # fmt: skip
     try:
         installed = Installer(opts, hook=hook).install(Path(cfg["bundle"]))
     except LockbuildError as exc:
@@ -90,49 +122,37 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
     _step(result, "verify", "passed", shown(cfg["verify"]))
     if cfg["gpu_probe"] == "none":
         _step(result, "gpu-probe", "skipped", "the bundle has no GPU probe")
-    elif not detect().has_nvidia:
-        _step(result, "gpu-probe", "skipped", "no NVIDIA driver on this machine: the GPU probe was not run")
+    elif gpu:
+        _step(result, "gpu-probe", "not run", gpu)
     else:
         _step(result, "gpu-probe", "passed", cfg["gpu_probe"])
-    smoke: list[str] = list(cfg["smoke"])
-    if not smoke:
-        _step(result, "smoke", "skipped", "the bundle has no smoke command ([engine] smoke = [...])")
-        return
     env = engine_env(env_dir, environ, [tuple(x) for x in cfg["env"]])
-    argv = list(smoke)
-    if (env_dir / "bin" / argv[0]).exists():
-        argv[0] = str(env_dir / "bin" / argv[0])
-    if cfg["strace"]:
-        why = trace.unusable(cfg["strace"])
-        if why:
-            result["tracer"] = f"strace cannot trace here ({why}); native attempts not traced"
-        else:
-            argv = trace.wrap(cfg["strace"], Path(cfg["trace_out"]), argv)
-    try:
-        proc = subprocess.run(argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=cfg["timeout"], check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        _step(result, "smoke", "failed", f"did not finish within {cfg['timeout']:.0f} s")
-        return
-    except OSError as exc:
-        _step(result, "smoke", "failed", f"cannot run {argv[0]}: {exc.strerror}")
-        return
-    out = tail((proc.stdout or "") + (proc.stderr or ""), 6)
-    if proc.returncode != 0:
-        _step(result, "smoke", "failed", f"exit {proc.returncode}:\n{out}")
+    if cfg["smoke"]:
+        _command(result, "smoke", list(cfg["smoke"]), env_dir, env, cfg["timeout"])
     else:
-        _step(result, "smoke", "passed", shown(smoke) + (f"\n{out}" if out else ""))
+        _step(result, "smoke", "skipped", "the bundle has no smoke command ([engine] smoke = [...])")
+    if cfg["gpu_smoke"]:
+        if gpu:
+            _step(result, "gpu-smoke", "not run", gpu)
+        else:
+            _command(result, "gpu-smoke", list(cfg["gpu_smoke"]), env_dir, env, cfg["timeout"])
 
 
-def main(argv: list[str]) -> int:
-    cfg = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    result: dict[str, Any] = {"steps": []}
+def main() -> int:
+    cfg = json.loads(sys.stdin.buffer.read(1 << 20))
+    nonce = str(cfg["nonce"])
+    result: dict[str, Any] = {"steps": [], "dumpable": not not_dumpable()}
+    canary()
     try:
         run(cfg, result)
-    finally:
-        Path(cfg["result"]).write_text(json.dumps(result), encoding="utf-8")
+    except Exception as exc:  # reported to the outer run, which fails the test on it
+        result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    sys.stdout.flush()
+    line = f"\n{RESULT} {nonce} {json.dumps(result)}\n"
+    sys.stdout.write(line)
+    sys.stdout.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

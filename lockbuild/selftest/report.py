@@ -7,16 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lockbuild.selftest.audit import Seen
-from lockbuild.selftest.trace import Traced
+from lockbuild.selftest.trace import INET_FAMILIES, Note, Traced
 
 Status = Literal["passed", "failed", "skipped", "not run"]
-DNS_PORT = 53
+Verdict = Literal["refused", "allowed", "local"]
+LOOKUP_EVENTS = ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo")
 
 
 @dataclass(frozen=True)
 class Step:
-    name: str  # install, verify, gpu-probe, smoke
+    name: str  # install, verify, gpu-probe, smoke, gpu-smoke
     status: Status
     detail: str = ""
 
@@ -26,13 +26,16 @@ class Step:
 
 @dataclass(frozen=True)
 class Attempt:
-    source: Literal["audit-hook", "strace"]
-    event: str  # socket.connect, socket.getaddrinfo, ..., or the system call
-    host: str
+    source: Literal["audit-hook", "strace"]  # strace: the tracer saw it; audit-hook: a look-up Python noted
+    event: str  # the system call (strace), or socket.getaddrinfo, ... (audit hook)
+    host: str  # an address, the name a look-up asked for, or a socket family (AF_PACKET, io_uring)
     port: int | str | None
-    frames: tuple[str, ...]  # the Python frames that made it, innermost first (audit hook only)
+    frames: tuple[str, ...]  # the Python frames that made it, innermost first (where the audit hook ran)
     pid: int
-    verdict: Literal["refused", "allowed", "local"]
+    verdict: Verdict
+    family: str = ""
+    lookup: bool = False  # a name look-up (a query to port 53, or a look-up Python noted)
+    address: str = ""  # where a look-up went (127.0.0.1:53)
 
     @property
     def frame(self) -> str | None:
@@ -40,12 +43,18 @@ class Attempt:
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "event": self.event, "host": self.host, "port": self.port,
-                "frame": self.frame, "frames": list(self.frames), "pid": self.pid, "verdict": self.verdict}  # fmt: skip
+                "family": self.family, "lookup": self.lookup, "address": self.address, "frame": self.frame,
+                "frames": list(self.frames), "pid": self.pid, "verdict": self.verdict}  # fmt: skip
 
     def line(self) -> str:
         where = f" from {self.frame}" if self.frame else ""
-        return f"{self.verdict:<7} {self.host}:{self.port if self.port is not None else '-'} ({self.event}, " \
-               f"{self.source}, pid {self.pid}){where}"  # fmt: skip
+        if self.lookup:
+            what = f"name look-up of {self.host}" + (f" (to {self.address})" if self.address else "")
+        elif self.family and self.family not in INET_FAMILIES:
+            what = f"socket family {self.host}"
+        else:
+            what = f"{self.host}:{self.port if self.port is not None else '-'}"
+        return f"{self.verdict:<7} {what} ({self.event}, {self.family or '-'}, {self.source}, pid {self.pid}){where}"
 
 
 def is_local(host: str) -> bool:
@@ -57,27 +66,44 @@ def is_local(host: str) -> bool:
         return False
 
 
-def judge(seen: Sequence[Seen], traced: Sequence[Traced], allow: Sequence[str]) -> list[Attempt]:
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str]) -> list[Attempt]:
     """Every attempt with its verdict: ``local`` (loopback; reported, never counted), ``allowed`` (the host is
-    in the bundle's allow-network), else ``refused``. A name-server query strace sees (port 53) carries no host
-    name; it counts as allowed only when every name the Python code looked up is allowed."""
+    in the bundle's allow-network), else ``refused``.
+
+    By rule: a socket of a family other than AF_UNIX, AF_NETLINK, AF_INET and AF_INET6, and io_uring, are
+    refused whatever they did; an Internet address is judged by its host; a name look-up (anything sent to
+    port 53, even on loopback) is judged by the name it asked for, and refused when no name is known. A
+    look-up the audit hook noted (a name, not an address) is an attempt too, unless the tracer saw it."""
     allowed = {h.lower() for h in allow}
     attempts: list[Attempt] = []
-    for s in seen:
-        v: Literal["refused", "allowed", "local"] = (
-            "local" if is_local(s.host) else "allowed" if s.host.lower() in allowed else "refused"
-        )
-        attempts.append(Attempt("audit-hook", s.event, s.host, s.port, s.frames, s.pid, v))
-    lookups = [a for a in attempts if a.event == "socket.getaddrinfo" and a.verdict != "local"]
-    lookups_allowed = bool(lookups) and all(a.verdict == "allowed" for a in lookups)
     for t in traced:
-        if is_local(t.host):
-            v = "local"
-        elif t.host.lower() in allowed or (t.port == DNS_PORT and lookups_allowed):
-            v = "allowed"
+        v: Verdict
+        if t.family == "io_uring" or t.family not in INET_FAMILIES:
+            attempts.append(Attempt("strace", t.call, t.family, None, t.frames, t.pid, "refused", t.family))
+        elif t.lookup:
+            name = t.name or "an unknown name"
+            v = "allowed" if t.name and (t.name.lower().rstrip(".") in allowed or is_local(t.name)) else "refused"
+            attempts.append(Attempt("strace", t.call, name, None, t.frames, t.pid, v, t.family, True,
+                                    f"{t.host}:{t.port}"))  # fmt: skip
         else:
-            v = "refused"
-        attempts.append(Attempt("strace", t.call, t.host, t.port, (), t.pid, v))
+            v = "local" if is_local(t.host) else "allowed" if t.host.lower() in allowed else "refused"
+            attempts.append(Attempt("strace", t.call, t.host, t.port, t.frames, t.pid, v, t.family))
+    traced_names = {a.host.lower() for a in attempts if a.lookup}
+    for n in notes:
+        if n.event not in LOOKUP_EVENTS or not n.host or _is_address(n.host) or is_local(n.host):
+            continue
+        if n.host.lower() in traced_names:
+            continue
+        v = "allowed" if n.host.lower().rstrip(".") in allowed else "refused"
+        attempts.append(Attempt("audit-hook", n.event, n.host, n.port, n.frames, n.pid, v, "", True))
     return attempts
 
 
@@ -93,20 +119,31 @@ class Report:
     allow_network: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = field(default=())
+    unchecked: str | None = None  # why the tracer did not judge the run: the verdict is then "not checked"
 
     @property
     def refused(self) -> list[Attempt]:
         return [a for a in self.attempts if a.verdict == "refused"]
 
     @property
-    def passed(self) -> bool:
+    def failed(self) -> bool:
         installed = any(s.name == "install" and s.status == "passed" for s in self.steps)
-        return installed and not self.refused and not any(s.status == "failed" for s in self.steps) \
-            and not self.problems  # fmt: skip
+        return not installed or bool(self.refused) or any(s.status == "failed" for s in self.steps) \
+            or bool(self.problems)  # fmt: skip
+
+    @property
+    def verdict(self) -> Literal["passed", "failed", "not checked"]:
+        return "failed" if self.failed else "not checked" if self.unchecked else "passed"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "passed"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
+            "verdict": self.verdict,
+            "unchecked": self.unchecked,
             "bundle": self.bundle,
             "engine": self.engine,
             "build": self.build,
@@ -121,8 +158,8 @@ class Report:
         }
 
     def text(self) -> str:
-        lines = [f"self-test of {self.bundle} ({self.engine} {self.build}) in a new network namespace "
-                 f"({self.namespace}); native calls traced: {self.tracer}"]  # fmt: skip
+        lines = [f"self-test of {self.bundle} ({self.engine} {self.build}) in the sandbox ({self.namespace}); "
+                 f"traced: {self.tracer}"]  # fmt: skip
         if self.env:
             lines.append("runtime env: " + " ".join(f"{k}={v}" for k, v in self.env))
         for s in self.steps:
@@ -135,5 +172,9 @@ class Report:
         else:
             lines.append("network attempts: none")
         lines += [f"problem: {p}" for p in self.problems]
-        lines.append("PASSED: the bundle ran with no network" if self.passed else "FAILED")
+        if self.verdict == "not checked":
+            lines.append(f"NOT CHECKED: no tracer judged this run ({self.unchecked}); install strace, and allow "
+                         "ptrace, to get a verdict")  # fmt: skip
+        else:
+            lines.append("PASSED: the bundle ran with no network" if self.passed else "FAILED")
         return "\n".join(lines)

@@ -1,8 +1,20 @@
-"""``lockbuild test``: install a signed bundle into a throw-away root inside a new network namespace, run its
-verify command, GPU probe and smoke command, and report every network attempt.
+"""``lockbuild test``: install a signed bundle into a throw-away root inside the bubblewrap sandbox, run its
+verify command, GPU probe, smoke command (and under ``--gpu`` its GPU smoke command), and judge every
+network attempt from a tracer that runs outside the sandbox.
 
 The signatures are checked here first (the same opener as install); then whether this machine can run the
 bundle at all (architecture, C library, Python): if not, :class:`PlatformError` (exit 6), never a pass.
+
+The judge is outside the judged. The install and every command of the engine run in one
+:func:`lockbuild.sandbox.run`: new user, PID and network namespaces (only its own loopback), a tmpfs root
+holding the system read-only, the bundle and its signature read-only, a copy of the trust directory
+read-only, the interpreter and lockbuild read-only, and the empty test root writable, at ``/selftest/``.
+``strace -f`` is the sandbox's prefix: it runs outside, traces bwrap and every process in the sandbox, and
+writes its log into ``WORK/evidence``, which the sandbox does not contain. The steps come from the inner
+run's nonce-marked result line; the attempts come from that log only. A tracer that is missing, cannot
+ptrace here, or did not see inside the sandbox (no canary) makes the verdict "not checked", never "passed".
+When the sandbox's first process ends, the kernel kills everything left in its PID namespace.
+
 The work directory lies under ``$TMPDIR/lockbuild-selftest-<uid>/run-<pid>-*``: removed at the end, and a
 run killed on the way is swept by the next one.
 """
@@ -10,13 +22,12 @@ run killed on the way is swept by the next one.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
-import signal
+import secrets
+import shutil
 import stat
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,19 +35,26 @@ from pathlib import Path
 from typing import Any
 
 import lockbuild
+from lockbuild import fsio
 from lockbuild.errors import InstallError, LockbuildError, PlatformError
 from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.node import detect
-from lockbuild.install.runenv import PASSED
+from lockbuild.install.runenv import GPU_PASSED, PASSED
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress
-from lockbuild.selftest import audit, sandbox, trace
+from lockbuild.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
+from lockbuild.sandbox import run as sandboxed
+from lockbuild.selftest import inner, sandbox, trace
 from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.trust import load_store, open_bundle, trust_dir
 
-PR_SET_PDEATHSIG = 1
-NO_TRACER = "not available (install strace to catch native attempts)"
+NO_TRACER = "strace is not installed"
+BOX = Path("/selftest")  # where the sandbox sees the test's files
+CODE = Path("/opt/lockbuild-selftest")  # lockbuild's own package, read-only, for the inner run
+GPU_BIN = Path("/opt/lockbuild-gpu/bin")  # nvidia-smi, under --gpu
+MAX_TRACE = 512 << 20  # bytes of strace log read; a longer log is not judged ("not checked")
+MAX_OUTPUT = 1 << 20  # bytes of the inner run's output kept for a message
 
 
 @dataclass(frozen=True)
@@ -45,15 +63,10 @@ class SelfTestOptions:
     threshold: int | None = None
     python: Path | None = None
     timeout: float = TIMEOUT
-    tracer: bool = True  # trace native calls with strace where it is installed
+    tracer: bool = True  # trace with strace (without it the verdict is "not checked")
+    gpu: bool = False  # also the GPU probe and the gpu-smoke command, where a GPU is present
     environ: Mapping[str, str] = field(default_factory=dict)  # the CLI's; the test run gets an allow-list of it
     base: Path | None = None  # where lockbuild-selftest-<uid> lives (default: the temp directory)
-    user_namespace: bool | None = None  # unshare -rn (True) or -n (False); default: -rn unless root
-
-
-def _die_with_parent() -> None:  # pragma: no cover (runs in the child)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def platform_problems(manifest: Any, python: Path | None) -> tuple[str, ...]:
@@ -71,20 +84,92 @@ def platform_problems(manifest: Any, python: Path | None) -> tuple[str, ...]:
 
 
 def copy_trust(src: Path, dest: Path, most: int = 1 << 20) -> None:
-    """The trust directory's regular files into ``dest`` (0700, this user's): inside an unprivileged user
-    namespace a root-owned /etc/lockbuild/keys shows as owned by nobody, which the installer rightly refuses.
-    The outer run has already checked the signatures against ``src`` itself."""
+    """The trust directory's regular files into ``dest`` (0700, this user's), bound read-only into the
+    sandbox, where a root-owned /etc/lockbuild/keys would show as owned by nobody. The outer run has already
+    checked the signatures against ``src`` itself."""
     dest.mkdir(mode=0o700)
-    for entry in sorted(src.iterdir()):
-        st = entry.lstat()
-        if not stat.S_ISREG(st.st_mode) or st.st_size > most:
+    with fsio.opened_dir(src, follow=True) as fd:
+        for name in sorted(fsio.list_dir(fd)):
+            st = fsio.lstat_at(name, fd)
+            if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > most:
+                continue
+            data = fsio.read_regular(name, what="trusted key", max_size=most, dir_fd=fd)
+            with fsio.create_under(dest, name, 0o600) as f:
+                f.write(data)
+
+
+def _system(p: Path) -> bool:
+    return any(p == Path(d) or Path(d) in p.parents for d in SYSTEM_DIRS)
+
+
+def _code_binds(node_python: Path | None) -> tuple[list[Bind], list[str]]:
+    """What the inner run needs of this machine: the interpreter (and a venv's prefix), the site directories
+    of lockbuild's dependencies, lockbuild's own package (at :data:`CODE`), the node's Python. Read-only."""
+    pkg = Path(lockbuild.__file__).resolve().parent
+    binds = [Bind(pkg, CODE / "lockbuild")]
+    want: list[Path] = []
+    want += [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)]
+    for exe in (Path(sys.executable), *([node_python] if node_python else [])):
+        real = exe.resolve()
+        want += [exe.parent.parent, real.parent.parent]
+    path = []
+    for entry in sys.path:
+        site = Path(entry)
+        if not entry or site.name not in ("site-packages", "dist-packages") or not site.is_dir():
             continue
-        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(most + 1)
-        out = os.open(dest / entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(out, "wb") as f:
-            f.write(data)
+        path.append(str(site))
+        want.append(site)
+    seen: list[Path] = []
+    for w in want:
+        d = Path(os.path.abspath(w))  # noqa: PTH100 (the path as named: a venv's bin/python is a link)
+        if _system(d) or not d.exists() or any(s == d or s in d.parents for s in seen):
+            continue
+        seen = [s for s in seen if d not in s.parents] + [d]
+    binds += [Bind(p, p) for p in seen]
+    return binds, [str(CODE), *path]
+
+
+def _gpu_binds(environ: Mapping[str, str]) -> tuple[list[Bind], str | None]:
+    """Under --gpu: nvidia-smi (at :data:`GPU_BIN`) and the /dev/nvidia* devices; or why the GPU steps do not run."""
+    node = detect()
+    if not node.has_nvidia:
+        return [], "GPU steps not run: no NVIDIA driver on this machine (nvidia-smi found none)"
+    binds: list[Bind] = []
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if smi:
+        binds.append(Bind(Path(smi).resolve(), GPU_BIN / "nvidia-smi"))
+    for dev in sorted(Path("/dev").glob("nvidia*")):
+        binds.append(Bind(dev, dev, writable=True, device=True))
+    return binds, None
+
+
+def _dies_with_us(prefix: list[str]) -> list[str]:
+    """``prefix`` run so that it gets SIGKILL when lockbuild dies (``setpriv --pdeathsig``): the tracer would
+    otherwise outlive a killed run, and with it the sandbox, whose ``--die-with-parent`` watches the tracer."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", *prefix] if setpriv else prefix
+
+
+def _result(out: bytes, nonce: str) -> dict[str, Any] | None:
+    """The inner run's result line (the last one carrying this run's nonce), or None."""
+    mark = f"{inner.RESULT} {nonce} ".encode()
+    for line in reversed(out.splitlines()):
+        if line.startswith(mark):
+            with contextlib.suppress(ValueError):
+                got = json.loads(line[len(mark) :])
+                if isinstance(got, dict) and isinstance(got.get("steps"), list):
+                    return got
+    return None
+
+
+def _read_trace(path: Path) -> tuple[trace.Log | None, str | None]:
+    try:
+        raw = fsio.read_regular(path, what="strace log", max_size=MAX_TRACE)
+    except FileNotFoundError:
+        return None, "strace wrote no log"
+    except LockbuildError as exc:
+        return None, f"the strace log could not be read ({exc.message})"
+    return trace.parse(raw.decode("utf-8", "replace")), None
 
 
 def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None = None) -> Report:
@@ -100,62 +185,88 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
             f"this machine cannot run {m.bundle_name}: " + "; ".join(reasons) + "; the self-test proves nothing here.",
             tip=f"Run `lockbuild test` on a machine of the bundle's platform ({m.platform}, Python {m.python}).",
         )
-    ns = sandbox.namespace(options.user_namespace)
-    tracer = trace.strace() if options.tracer else None
+    node_python = None if t.interpreter is not None else find_python(m.python, options.python).absolute()
+    unchecked: str | None = None
+    tracer = shutil.which("strace") if options.tracer else None
+    if not options.tracer:
+        unchecked = "--no-strace: no tracer ran"
+    elif tracer is None:
+        unchecked = NO_TRACER
+    else:
+        why = trace.unusable(tracer)
+        if why:
+            unchecked, tracer = f"strace cannot trace here ({why})", None
+    gpu_binds: list[Bind] = []
+    gpu_reason: str | None = "GPU steps not run (lockbuild test --gpu runs them on a machine with a GPU)"
+    if options.gpu:
+        gpu_binds, gpu_reason = _gpu_binds(options.environ)
+    binds, pythonpath = _code_binds(node_python)
+    signature = bundle.with_name(bundle.name + ".minisig")
     with sandbox.workdir(options.base) as work:
-        for d in ("root", "home", "tmp"):
-            (work / d).mkdir(mode=0o755 if d == "root" else 0o700)
-        copy_trust(trust_dir(options.trust_dir), work / "trust")
-        environ = {k: options.environ[k] for k in PASSED if k in options.environ}
-        environ.update(HOME=str(work / "home"), TMPDIR=str(work / "tmp"))
+        box, evidence = work / "box", work / "evidence"
+        box.mkdir(mode=0o700)
+        evidence.mkdir(mode=0o700)
+        (box / "root").mkdir(mode=0o755)
+        copy_trust(trust_dir(options.trust_dir), box / "trust")
+        binds += [Bind(box / "root", BOX / "root", writable=True), Bind(box / "trust", BOX / "trust"),
+                  Bind(bundle.absolute(), BOX / "bundle" / bundle.name)]  # fmt: skip
+        if signature.exists():
+            binds.append(Bind(signature.absolute(), BOX / "bundle" / signature.name))
+        binds += gpu_binds
+        home, tmp = "/home/sandbox", "/tmp"  # noqa: S108 - the sandbox's own tmpfs
+        environ = {k: options.environ[k] for k in PASSED + GPU_PASSED if k in options.environ}
+        environ.update(HOME=home, TMPDIR=tmp)
+        nonce = secrets.token_hex(16)
         cfg = {
-            "bundle": str(bundle.absolute()), "trust": str(work / "trust"),
-            "threshold": options.threshold, "python": str(options.python.absolute()) if options.python else None,
-            "root": str(work / "root"), "audit": str(work / "audit.jsonl"), "result": str(work / "result.json"),
-            "strace": tracer, "trace_out": str(work / "strace.txt"), "timeout": options.timeout,
-            "environ": environ, "smoke": list(t.smoke), "verify": list(t.verify), "gpu_probe": t.gpu_probe,
-            "env": [list(x) for x in t.env],
+            "nonce": nonce, "bundle": str(BOX / "bundle" / bundle.name), "trust": str(BOX / "trust"),
+            "threshold": options.threshold, "python": str(node_python) if node_python else None,
+            "root": str(BOX / "root"), "timeout": options.timeout, "environ": environ, "gpu": gpu_reason,
+            "smoke": list(t.smoke), "gpu_smoke": list(getattr(t, "gpu_smoke", ())), "verify": list(t.verify),
+            "gpu_probe": t.gpu_probe, "env": [list(x) for x in t.env],
         }  # fmt: skip
-        (work / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
-        p.phase(f"installing and running {m.engine} {build} in a new network namespace ({' '.join(ns)})")
-        child_env = {**environ, "PATH": options.environ.get("PATH", "/usr/bin:/bin"),
-                     "PYTHONPATH": str(Path(lockbuild.__file__).parent.parent), "PYTHONNOUSERSITE": "1"}  # fmt: skip
-        argv = [*ns, sys.executable, "-m", "lockbuild.selftest.inner", str(work / "config.json")]
-        with subprocess.Popen(argv, env=child_env, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, start_new_session=True,
-                              preexec_fn=_die_with_parent) as proc:  # fmt: skip
-            try:
-                out, _ = proc.communicate(timeout=options.timeout * 3 + 600)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                raise LockbuildError(f"the self-test of {m.bundle_name} did not finish in time; it was stopped.") \
-                    from None  # fmt: skip
+        path = "/usr/bin:/bin" + (f":{GPU_BIN}" if gpu_binds else "")
+        spec = Spec(binds=tuple(binds), cwd=BOX, env={**environ, "PATH": path, "PYTHONPATH": ":".join(pythonpath),
+                    "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+        p.phase(f"installing and running {m.engine} {build} in the sandbox" + (", traced" if tracer else ""))
+        log_file = evidence / "strace.txt"
         try:
-            result = json.loads((work / "result.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise LockbuildError(
-                f"the self-test run inside the namespace ended without a result (exit {proc.returncode}):\n"
-                + (out or b"").decode("utf-8", "replace")[-1500:],
-            ) from None
-        traced = []
+            proc = sandboxed(spec, [sys.executable, "-m", "lockbuild.selftest.inner"],
+                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(),
+                             prefix=_dies_with_us(trace.command(tracer, log_file)) if tracer else ())  # fmt: skip
+        except SandboxTimeout:
+            raise LockbuildError(f"the self-test of {m.bundle_name} did not finish in time; it was stopped.") from None
+        out = (proc.stdout or b"")[-MAX_OUTPUT:] + (proc.stderr or b"")[-MAX_OUTPUT:]
+        result = _result(proc.stdout or b"", nonce)
+        log: trace.Log | None = None
         if tracer:
-            with contextlib.suppress(FileNotFoundError):
-                traced = trace.parse((work / "strace.txt").read_text(encoding="utf-8", errors="replace"))
-        env_dir = f"{work / 'root' / m.engine / build}/"  # gone after the test: frames name files as <env>/...
-        seen = [dataclasses.replace(x, frames=tuple(f.replace(env_dir, "<env>/") for f in x.frames))
-                for x in audit.read_seen(work / "audit.jsonl")]  # fmt: skip
-        attempts = judge(seen, traced, t.allow_network)
-    steps = tuple(Step(s["name"], s["status"], s["detail"]) for s in result["steps"])
+            log, why = _read_trace(log_file)
+            if why:
+                unchecked = why
+            elif log is not None and not log.canary:
+                unchecked = "the tracer did not see inside the sandbox (no canary in its log)"
     problems = []
-    if proc.returncode != 0 or not steps:  # the run inside the namespace broke: never a pass
-        problems.append(f"the run inside the namespace ended with exit {proc.returncode}:\n"
-                        + (out or b"").decode("utf-8", "replace")[-1500:])  # fmt: skip
+    if result is None:  # the run inside the sandbox broke (or was killed): never a pass
+        problems.append(f"the run inside the sandbox ended without a result (exit {proc.returncode}):\n"
+                        + out.decode("utf-8", "replace")[-1500:])  # fmt: skip
+        result = {"steps": []}
+    elif result.get("error"):
+        problems.append(f"the run inside the sandbox failed: {result['error']}")
+    elif result.get("dumpable"):
+        problems.append("the run inside the sandbox could not protect itself from the engine (PR_SET_DUMPABLE)")
+    steps = tuple(Step(str(s["name"]), s["status"], str(s["detail"])) for s in result["steps"])
+    env_dir = f"{BOX / 'root' / m.engine / build}/"  # gone after the test: frames name files as <env>/...
+    attempts = []
+    if log is not None:
+        for a in log.attempts:
+            a.frames = tuple(f.replace(env_dir, "<env>/") for f in a.frames)
+        notes = [dataclasses.replace(n, frames=tuple(f.replace(env_dir, "<env>/") for f in n.frames))
+                 for n in log.notes]  # fmt: skip
+        attempts = judge(notes, log.attempts, t.allow_network)
     return Report(
         bundle=bundle.name, engine=m.engine, build=build,
-        namespace=" ".join([Path(ns[0]).name, *ns[1:]])
-        + f"; loopback {result.get('loopback', 'down')}, no other interface",
-        tracer=result.get("tracer") or ("strace" if tracer else NO_TRACER),
+        namespace="bubblewrap: new user, PID and network namespaces; loopback only",
+        tracer=trace.COVERS if unchecked is None else f"none ({unchecked})",
         steps=steps, attempts=tuple(attempts), allow_network=t.allow_network, env=t.env, problems=tuple(problems),
+        unchecked=unchecked,
     )  # fmt: skip
+

@@ -1,6 +1,5 @@
-"""Where a self-test runs: a private directory under a known parent that the next run sweeps, and a new
-network namespace (``unshare -n`` as root, ``unshare -rn`` otherwise: an unprivileged user-and-network
-namespace). The namespace has only its own loopback, down: nothing the test runs can reach another host."""
+"""Where a self-test keeps its files: a private directory under a known parent that the next run sweeps.
+(The engine itself runs in :mod:`lockbuild.sandbox`, bubblewrap.)"""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -76,23 +74,3 @@ def workdir(base: Path | None = None) -> Iterator[Path]:
     finally:
         if work.exists():
             _force_remove(work)
-
-
-def namespace(user: bool | None = None) -> list[str]:
-    """The command prefix that runs a program in a new network namespace; raises where none can be made.
-    ``user``: also a new user namespace (``unshare -rn``); default: only when not root."""
-    exe = shutil.which("unshare")
-    if exe is None:
-        raise LockbuildError(
-            "the self-test needs a network namespace, and unshare (util-linux) is not installed.",
-            tip="Install util-linux; the self-test never runs an engine with the network in reach.",
-        )
-    argv = [exe, "-r", "-n"] if (os.geteuid() != 0 if user is None else user) else [exe, "-n"]
-    proc = subprocess.run([*argv, "true"], capture_output=True, text=True, timeout=60, check=False)
-    if proc.returncode != 0:
-        raise LockbuildError(
-            f"cannot make a network namespace with {' '.join(argv)}: {proc.stderr.strip()[-200:]}",
-            tip="Allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
-            "user.max_user_namespaces > 0), or run the self-test as root.",
-        )
-    return argv

@@ -1,35 +1,94 @@
-"""Native network attempts: the smoke command under ``strace -f``, and reading strace's lines. Pure parsing."""
+"""The self-test's authoritative record: ``strace -f`` run *outside* the sandbox, and reading its log. Pure parsing.
+
+strace is the ``prefix`` of the bubblewrap command (:func:`lockbuild.sandbox.run`), so it traces bwrap and
+everything started inside, and writes its log to a file in a directory the sandbox does not contain: the
+engine can neither see, truncate, replace nor link it, and cannot stop strace (it is outside the engine's
+PID namespace, and a traced process cannot detach itself or be traced by anything else).
+
+What is traced, by rule rather than by a list of the calls that happen to carry addresses today:
+
+- ``socket`` and ``socketpair``: a socket of any family but ``AF_UNIX``/``AF_NETLINK``/``AF_INET``/``AF_INET6``
+  (``AF_PACKET``, ``AF_VSOCK``, ``AF_BLUETOOTH``, a number strace cannot name...) is an attempt by itself;
+- ``connect``, ``bind``, ``sendto``, ``sendmsg``, ``sendmmsg``: every address they carry, whatever the
+  family; an Internet address that is not loopback is an attempt, any family other than the local ones
+  is too; a send with no address is judged by the address its socket connected to (sockets are known
+  by inode, so a thread or child that inherited the descriptor counts as well);
+- a name look-up: anything sent to port 53 (the sandbox has no ``/etc/resolv.conf``, so a resolver
+  asks ``127.0.0.1:53``); the name asked is read from the query itself;
+- ``io_uring_setup``: a ring can connect and send without any system call a tracer sees, so it is an
+  attempt by itself;
+- ``getxattr`` on a path under :data:`MARKER`: the audit hook's notes (the Python frame of an attempt).
+  They only add a frame or a name to what strace saw; they can never remove an attempt.
+"""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
-import shutil
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-_CALL = re.compile(
-    r"^(?P<pid>\d+)\s+(?P<call>connect|sendto|sendmsg)\(\d+,.*?sa_family=AF_INET6?, sin6?_port=htons\((?P<port>\d+)\)"
-    r".*?(?:inet_addr\(\"(?P<v4>[0-9.]+)\"\)|inet_pton\(AF_INET6, \"(?P<v6>[0-9A-Fa-f:.]+)\")"
-)
+CALLS = ("socket", "socketpair", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "io_uring_setup", "getxattr")
+MARKER = "/.lockbuild-audit/"
+CANARY = "canary"  # the marker the inner run makes first: proof that the tracer saw inside the sandbox
+STRING_BYTES = 1024  # strace -s: enough for a marker and a DNS query
+LOCAL_FAMILIES = frozenset({"AF_UNIX", "AF_LOCAL", "AF_NETLINK"})
+INET_FAMILIES = frozenset({"AF_INET", "AF_INET6"})
+DNS_PORT = 53
+COVERS = ("socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg and io_uring_setup of every process "
+          "in the sandbox (strace -f, outside it)")  # fmt: skip
+
+_LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<call>[a-z_0-9]+)\((?P<args>.*)$")
+_HEX = r'"(?P<{0}>(?:\\x[0-9a-f]{{2}})*)"'
+_FAMILY = re.compile(r"sa_family=(?P<family>AF_[A-Z0-9_]+|0x[0-9a-f]+|\d+)")
+_V4 = re.compile(r"sa_family=AF_INET, sin_port=htons\((?P<port>\d+)\), sin_addr=inet_addr\(" + _HEX.format("a") + r"\)")
+_V6 = re.compile(r"sa_family=AF_INET6, sin6_port=htons\((?P<port>\d+)\).*?inet_pton\(AF_INET6, " + _HEX.format("a"))
+_FD = re.compile(r"^\d+<(?P<kind>[A-Za-z0-9-]+):\[(?P<inode>\d+)")
+_FIRST_ARG = re.compile(r"^(?P<family>[A-Z0-9_]+|0x[0-9a-f]+|\d+)[,\s]")
+_STRING = re.compile(_HEX.format("s"))
+
+
+@dataclass
+class Traced:
+    """One attempt strace saw: ``call`` (the system call), ``family``, and for Internet addresses
+    ``host``/``port``; ``name`` is the name a look-up asked for (from the query, else the audit note)."""
+
+    call: str
+    family: str
+    host: str
+    port: int | None
+    pid: int
+    name: str | None = None
+    frames: tuple[str, ...] = ()
+    lookup: bool = False
 
 
 @dataclass(frozen=True)
-class Traced:
-    call: str
-    host: str
-    port: int
+class Note:
+    """One note of the audit hook (the engine's own word: it adds a frame or a name, never hides anything)."""
+
+    event: str
+    host: str | None
+    port: int | str | None
+    frames: tuple[str, ...]
     pid: int
 
 
-def strace() -> str | None:
-    return shutil.which("strace")
+@dataclass
+class Log:
+    attempts: list[Traced] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    canary: bool = False  # the inner run's first marker was seen: the tracer followed into the sandbox
+    lines: int = 0
 
 
-def wrap(tracer: str, out: Path, argv: list[str]) -> list[str]:
-    """``argv`` under strace: every thread and child, only the calls that reach for an address."""
-    return [tracer, "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-e", "signal=none", "-o", str(out), "--",
-            *argv]  # fmt: skip
+def command(tracer: str, out: Path) -> list[str]:
+    """The prefix that traces bwrap and every process in the sandbox into ``out`` (outside it)."""
+    return [tracer, "-f", "-qq", "-yy", "-xx", "-s", str(STRING_BYTES), "-e", f"trace={','.join(CALLS)}",
+            "-e", "signal=none", "-o", str(out), "--"]  # fmt: skip
 
 
 def unusable(tracer: str) -> str | None:
@@ -44,12 +103,135 @@ def unusable(tracer: str) -> str | None:
     return (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:200]
 
 
-def parse(text: str, limit: int = 10_000) -> list[Traced]:
-    out: list[Traced] = []
-    for line in text.splitlines()[: limit * 10]:
-        m = _CALL.match(line)
-        if m:
-            out.append(Traced(m["call"], m["v4"] or m["v6"], int(m["port"]), int(m["pid"])))
-            if len(out) >= limit:
-                break
+def _unhex(s: str) -> bytes:
+    return bytes.fromhex(s.replace("\\x", ""))
+
+
+def _text(s: str) -> str:
+    return _unhex(s).decode("utf-8", "replace")
+
+
+def dns_name(query: bytes) -> str | None:
+    """The name a DNS query asks for (the first question), or None if ``query`` is not one."""
+    if len(query) < 13:
+        return None
+    labels: list[str] = []
+    i = 12
+    while i < len(query) and len(labels) < 128:
+        n = query[i]
+        if n == 0:
+            return ".".join(labels) if labels else None
+        if n > 63 or i + 1 + n > len(query):
+            return None
+        labels.append(query[i + 1 : i + 1 + n].decode("ascii", "replace"))
+        i += 1 + n
+    return None
+
+
+def _note(pid: int, payload: str) -> Note | None:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(payload.encode("ascii") + b"=="))
+        port = d.get("port")
+        host = d.get("host")
+        return Note(str(d["event"])[:64], None if host is None else str(host)[:255],
+                    port if isinstance(port, int | None) else str(port)[:32],
+                    tuple(str(x)[:300] for x in d.get("frames", [])[:8]), pid)  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _addresses(args: str) -> list[tuple[str, str, int | None]]:
+    """Every socket address in a call's arguments: (family, host, port); host and port only for AF_INET/6."""
+    out: list[tuple[str, str, int | None]] = []
+    v4 = {m.start(): m for m in _V4.finditer(args)}
+    v6 = {m.start(): m for m in _V6.finditer(args)}
+    for m in _FAMILY.finditer(args):
+        fam = m["family"]
+        got = v4.get(m.start()) or v6.get(m.start())
+        if got is not None:
+            out.append((fam, _text(got["a"]), int(got["port"])))
+        elif fam in INET_FAMILIES:
+            out.append((fam, "?", None))  # an Internet address strace printed in a way not read here
+        else:
+            out.append((fam, "-", None))
     return out
+
+
+def _frames_for(notes: Sequence[Note], host: str | None, port: int | None) -> Note | None:
+    """The audit note that goes with an attempt: the latest of the same process naming the same address,
+    else the latest naming any (a look-up's name for the resolver's query)."""
+    for n in reversed(notes):
+        if n.host == host and (n.port == port or port is None):
+            return n
+    return notes[-1] if notes else None
+
+
+def parse(text: str, limit: int = 10_000) -> Log:
+    log = Log()
+    peers: dict[str, tuple[str, str, int | None]] = {}  # socket inode -> the address it connected to
+    recent: dict[int, list[Note]] = {}
+    lookups: dict[str, Traced] = {}  # socket inode -> its look-up attempt (to name it from the query)
+    for line in text.splitlines():
+        log.lines += 1
+        m = _LINE.match(line)
+        if m is None:
+            continue  # "<... resumed>" halves, exits, signals: the arguments were on the first half
+        pid, call, args = int(m["pid"]), m["call"], m["args"]
+        if call == "getxattr":
+            s = _STRING.match(args)
+            path = _text(s["s"]) if s else ""
+            if path.startswith(MARKER):
+                note = _note(pid, path[len(MARKER) :])
+                if note is not None and note.event == CANARY:
+                    log.canary = True
+                elif note is not None:
+                    recent.setdefault(pid, []).append(note)
+                    del recent[pid][:-16]
+                    if len(log.notes) < limit:
+                        log.notes.append(note)
+            continue
+        if len(log.attempts) >= limit:
+            continue
+        notes = recent.get(pid, [])
+        if call == "io_uring_setup":
+            log.attempts.append(Traced(call, "io_uring", "-", None, pid))
+            continue
+        if call in ("socket", "socketpair"):
+            first = _FIRST_ARG.match(args)
+            fam = first["family"] if first else "?"
+            if fam not in LOCAL_FAMILIES and fam not in INET_FAMILIES:
+                note = _frames_for(notes, None, None)
+                log.attempts.append(Traced(call, fam, "-", None, pid, frames=note.frames if note else ()))
+            continue
+        fd = _FD.match(args)
+        inode = fd["inode"] if fd else None
+        addrs = _addresses(args)
+        if call == "bind":
+            addrs = [a for a in addrs if a[0] not in INET_FAMILIES]  # binding is no attempt on an Internet socket
+        if not addrs and inode in peers and call != "connect":
+            addrs = [peers[inode]]
+            if addrs[0][2] != DNS_PORT:
+                continue  # a send on a connected socket: its connect was the attempt
+        for fam, host, port in addrs:
+            if fam in LOCAL_FAMILIES or fam == "AF_UNSPEC":
+                continue
+            if call == "connect" and inode is not None:
+                peers[inode] = (fam, host, port)
+            lookup = fam in INET_FAMILIES and port == DNS_PORT
+            query = None
+            if lookup and call != "connect":
+                s = _STRING.search(args)
+                query = dns_name(_unhex(s["s"])) if s else None
+            if lookup and inode is not None and inode in lookups:
+                if query and not lookups[inode].name:
+                    lookups[inode].name = query
+                continue
+            note = _frames_for(notes, host, port)
+            t = Traced(call, fam, host, port, pid, frames=note.frames if note else (), lookup=lookup)
+            if lookup:
+                named = note.host if note and note.event.startswith("socket.get") else None
+                t.name = query or named
+                if inode is not None:
+                    lookups[inode] = t
+            log.attempts.append(t)
+    return log

@@ -70,15 +70,25 @@ def read_marker(env_dir: Path) -> Installed | None:
 
 
 def list_installed(root: Path) -> list[tuple[Path, Installed]]:
+    """Every environment under ``root`` with its marker; a directory that cannot be read is an error
+    naming it (never a traceback), since a listing that silently skips it would mislead."""
     out: list[tuple[Path, Installed]] = []
     if not root.is_dir():
         return out
-    for engine_dir in sorted(p for p in root.iterdir() if _plain_dir(p) and not p.name.startswith(".")):
-        for env in sorted(p for p in engine_dir.iterdir() if _plain_dir(p) and not p.name.endswith(".partial")):
+    for engine_dir in sorted(p for p in _entries(root) if _plain_dir(p) and not p.name.startswith(".")):
+        for env in sorted(p for p in _entries(engine_dir) if _plain_dir(p) and not p.name.endswith(".partial")):
             marker = read_marker(env)
             if marker is not None:
                 out.append((env, marker))
     return out
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError as exc:
+        raise LockbuildError(f"cannot list {directory}: {exc.strerror or exc}.",
+                             tip=f"Make {directory} readable by this user (or run as the user who installed).") from None  # fmt: skip
 
 
 def _plain_dir(path: Path) -> bool:

@@ -87,8 +87,10 @@ def _entries(directory: Path) -> list[Path]:
     try:
         return list(directory.iterdir())
     except OSError as exc:
-        raise LockbuildError(f"cannot list {directory}: {exc.strerror or exc}.",
-                             tip=f"Make {directory} readable by this user (or run as the user who installed).") from None  # fmt: skip
+        raise LockbuildError(
+            f"cannot list {directory}: {exc.strerror or exc}.",
+            tip=f"Make {directory} readable by this user (or run as the user who installed).",
+        ) from None
 
 
 def _plain_dir(path: Path) -> bool:

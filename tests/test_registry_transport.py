@@ -8,6 +8,7 @@ Each test fails when the check it is named after is removed from lockbuild/site/
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import resource
 import socket
@@ -62,7 +63,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _any(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
+        if length and self.server.read_body:
             self.rfile.read(length)
         self.server.seen.append(Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
         try:
@@ -93,6 +94,7 @@ class Fake(ThreadingHTTPServer):
         self.script = script
         self.seen: list[Seen] = []
         self.sent = 0  # body bytes a flooding script got out before the client hung up
+        self.read_body = True  # False: the script reads the request body itself
         self.host = f"127.0.0.1:{self.server_address[1]}"
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -170,6 +172,35 @@ def test_a_slow_blob_fails_on_time_and_a_fast_one_of_the_same_size_passes() -> N
                 reg.get_blob("sha256:slow", size=len(blob)) as (chunks, _):  # fmt: skip
             b"".join(chunks)
         assert time.monotonic() - t0 < 2.5
+
+
+def test_an_upload_to_a_registry_that_reads_slowly_fails_on_time() -> None:
+    def script(h: _Handler) -> None:
+        if h.command == "POST":
+            h.answer(202, headers={"Location": "/v2/site/x/blobs/uploads/1"})
+            return
+        left = int(h.headers["Content-Length"])
+        while left > 0:  # ~6 MB/s: 32 MiB take 5 s, yet each socket write returns well within its timeout
+            left -= len(h.rfile.read(min(64 << 10, left)))
+            time.sleep(0.01)
+        h.answer(201)
+
+    quick = Transport(request_seconds=5.0, blob_seconds=2.0, min_rate=1e9)
+    with fake(script) as server, registry(server, transport=quick) as reg:
+        server.read_body = False
+        t0 = time.monotonic()
+        with pytest.raises(RegistryError, match="did not finish within its 2 s deadline"):
+            reg.upload_blob("sha256:" + "0" * 64, io.BytesIO(b"z" * (32 << 20)), 32 << 20)
+        assert time.monotonic() - t0 < 3.5
+
+
+def test_a_range_answer_that_starts_elsewhere_is_refused() -> None:
+    def script(h: _Handler) -> None:
+        h.answer(206, b"whole blob", {"Content-Range": "bytes 0-9/10"})
+
+    with fake(script) as server, registry(server) as reg, pytest.raises(RegistryError, match="asked for bytes 4-"), \
+            reg.get_blob("sha256:" + "0" * 64, size=10, offset=4):  # fmt: skip
+        pass
 
 
 # -- a pull of a real artifact, served by a scripted registry -----------------------------------------
@@ -361,18 +392,17 @@ def _token_service(h: _Handler) -> None:
 
 
 def test_a_realm_on_another_port_gets_no_credentials_unless_named() -> None:
-    with fake(_token_service) as thief:
-        with fake(_challenging(lambda: f"http://{thief.host}/token")) as server:
-            with registry(server, credentials=Credentials("alice", "s3cret-pw")) as reg, \
+    with fake(_token_service) as thief, fake(_challenging(lambda: f"http://{thief.host}/token")) as server:
+        with registry(server, credentials=Credentials("alice", "s3cret-pw")) as reg, \
                     pytest.raises(RegistryError) as exc:  # fmt: skip
-                reg.get_manifest("1")
-            assert thief.seen == []  # not a single request, so no Authorization header
-            assert f"is on {thief.host}, not the registry's own {server.host}" in exc.value.message
-            assert exc.value.tip is not None and f"--auth-realm {thief.host}" in exc.value.tip
-            assert "s3cret-pw" not in exc.value.message + exc.value.tip
-            # named with --auth-realm, the same realm is used: the password goes there, the token to the registry
-            with registry(server, credentials=Credentials("alice", "s3cret-pw"), auth_realms=[thief.host]) as reg:
-                assert reg.get_manifest("1") == MANIFEST
+            reg.get_manifest("1")
+        assert thief.seen == []  # not a single request, so no Authorization header
+        assert f"is on {thief.host}, not the registry's own {server.host}" in exc.value.message
+        assert exc.value.tip is not None and f"--auth-realm {thief.host}" in exc.value.tip
+        assert "s3cret-pw" not in exc.value.message + exc.value.tip
+        # named with --auth-realm, the same realm is used: the password goes there, the token to the registry
+        with registry(server, credentials=Credentials("alice", "s3cret-pw"), auth_realms=[thief.host]) as reg:
+            assert reg.get_manifest("1") == MANIFEST
     assert [s.headers.get("authorization", "").split()[0] for s in thief.seen] == ["Basic"]
     assert server.seen[-1].headers["authorization"] == "Bearer tok-123"
 
@@ -510,11 +540,20 @@ def _not_json(h: _Handler) -> None:
     h.answer(200, b"\xff\xfe not json")
 
 
-@pytest.mark.parametrize("script", [_garbage, _cut_short, _bad_redirect, _bad_token, _not_json])
-def test_a_broken_answer_is_a_registry_error_with_the_host_and_a_tip(script: Script) -> None:
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [
+        (_garbage, "RemoteProtocolError"),
+        (_cut_short, "RemoteProtocolError"),
+        (_bad_redirect, "Invalid URL in location header"),
+        (_bad_token, "without a usable token"),
+        (_not_json, "the manifest is not valid JSON"),
+    ],
+)
+def test_a_broken_answer_is_a_registry_error_with_the_host_and_a_tip(script: Script, says: str) -> None:
     with fake(script) as server, registry(server) as reg, pytest.raises(RegistryError) as exc:
         reg.get_manifest("1")
-    assert server.host in exc.value.message and exc.value.tip
+    assert server.host in exc.value.message and says in exc.value.message and exc.value.tip
 
 
 def test_an_unreachable_registry_is_a_registry_error() -> None:
@@ -527,6 +566,6 @@ def test_an_unreachable_registry_is_a_registry_error() -> None:
 def test_a_stopped_registry_refuses_at_once_and_says_why() -> None:
     with fake(lambda h: h.answer(200, MANIFEST)) as server, registry(server) as reg:
         reg.stop("the download of wheels/x.whl failed: it was damaged")
-        with pytest.raises(RegistryError, match="stopped, because the download of wheels/x.whl failed"):
+        with pytest.raises(RegistryError, match=r"stopped, because the download of wheels/x\.whl failed"):
             reg.get_manifest("1")
     assert server.seen == []

@@ -62,3 +62,14 @@ def test_the_artifact_carries_the_signed_manifest_as_its_config() -> None:
     art = parse_artifact(json.dumps(GOOD).encode(), "oci://r/x:1")
     assert GOOD["artifactType"] == ARTIFACT_TYPE and GOOD["config"]["mediaType"] == CONFIG_TYPE
     assert art.config_size == len(b"manifest bytes") and art.bundle_name == "x.lbz"
+
+
+def test_auth_realm_names_a_host_and_an_optional_port() -> None:
+    from lockbuild.site.oci import parse_auth_realm
+
+    assert parse_auth_realm("Auth.Site") == ("auth.site", None)
+    assert parse_auth_realm("auth.site:5001") == ("auth.site", 5001)
+    assert parse_auth_realm("[::1]:5001") == ("::1", 5001)
+    for bad in ("https://auth.site", "auth.site/token", "alice@auth.site", "auth.site:99999", ""):
+        with pytest.raises(RegistryError, match="--auth-realm"):
+            Registry(parse_ref("oci://registry.site/x:1"), auth_realms=[bad])

@@ -373,16 +373,17 @@ class Registry:
                               tip="Fix what the first error says, then run the same command again.")  # fmt: skip
         seconds = self._clock.expired()
         if seconds is not None and isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
-            rate = self.limits.min_rate / 1e6
+            t = self.limits
             return self._fail(
                 what,
                 f"it did not finish within its {seconds:.0f} s deadline (the registry sent too slowly or stalled); "
                 "given up.",
-                tip=f"Check the registry and the network to it (a transfer must average at least {rate:g} MB/s); "
-                "then run the same command again (a pull resumes what it already has).",
+                tip=f"Check the registry and the network to it (a request must finish within {t.request_seconds:g} s, "
+                f"a blob within {t.blob_seconds:g} s plus its size at {t.min_rate / 1e6:g} MB/s); then run the same "
+                "command again (a pull resumes what it already has).",
             )
-        detail = str(exc) or "no detail"
-        return self._fail(what, f"{type(exc).__name__}: {detail[:300]}.")
+        detail = (str(exc) or "no detail")[:300].rstrip(".")
+        return self._fail(what, f"{type(exc).__name__}: {detail}.")
 
     def _check_scheme(self, url: str) -> None:
         parts = urlsplit(url)
@@ -427,13 +428,19 @@ class Registry:
             return self._send(method, url, what=what, headers=headers, content=content, retry_auth=False,
                               redirects=redirects)  # fmt: skip
         if response.status_code in (301, 302, 303, 307, 308) and redirects:
-            location = response.headers.get("Location", "")
+            target = self._join(url, response.headers.get("Location", ""), what)
             _close(response)
             # A redirect (to blob storage) gets no credentials: they go to the registry's own origin only.
-            return self._send(method if response.status_code != 303 else "GET", urljoin(url, location), what=what,
+            return self._send(method if response.status_code != 303 else "GET", target, what=what,
                               headers=headers, content=content, retry_auth=False,
                               redirects=redirects - 1)  # fmt: skip
         return response
+
+    def _join(self, base: str, location: str, what: str) -> str:
+        try:
+            return urljoin(base, location)
+        except ValueError:
+            raise self._fail(what, f"the registry sent us to {location[:200]!r}, which is not a URL.") from None
 
     @contextmanager
     def _exchange(self, method: str, url: str, *, what: str, seconds: float, headers: dict[str, str] | None = None,
@@ -590,7 +597,7 @@ class Registry:
         with self._exchange("POST", f"{self.base}/blobs/uploads/", what=what, seconds=t.request_seconds,
                             content=b"") as r:  # fmt: skip
             self._expect(r, (202,), what)
-            location = urljoin(f"{self.base}/", r.headers.get("Location", ""))
+            location = self._join(f"{self.base}/", r.headers.get("Location", ""), what)
         if size > CHUNK_UPLOAD:
             done = 0
             while done < size:
@@ -601,7 +608,7 @@ class Registry:
                                     headers={"Content-Type": "application/octet-stream",
                                              "Content-Range": f"{done}-{done + len(chunk) - 1}"}) as r:  # fmt: skip
                     self._expect(r, (202,), what)
-                    location = urljoin(location, r.headers.get("Location", location))
+                    location = self._join(location, r.headers.get("Location", location), what)
                 done += len(chunk)
             body = b""
         else:

@@ -258,7 +258,8 @@ def test_a_co_signature_is_published_by_pushing_again(tmp_path: Path, reg: RealR
     cosigned.write_bytes(bundles["1.0"].read_bytes())
     Path(f"{cosigned}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
     sign_bundle(cosigned, read_secret_key(second.secret, lambda: ""))
-    assert _push(cosigned, signer, target)["uploaded"] == 0  # only the OCI manifest changes
+    # push keeps the blocks that count under its --trust: a co-signer's key must be trusted there
+    assert _ok("push", cosigned, target, "--trust", both)["uploaded"] == 0  # only the OCI manifest changes
     pulled = _ok("pull", target, "--store", store, "--trust", both)
     assert len(pulled["signers"]) == 2  # type: ignore[arg-type]
 
@@ -292,3 +293,47 @@ def test_a_different_build_under_a_name_the_store_holds_is_refused_before_any_me
     r = cli("pull", target, "--store", store, "--trust", signer.trust)
     assert r.exit_code == 4 and "already holds a different toyengine/1.0-cpu; nothing was fetched" in r.output
     assert len(reg.blob_gets()) == 1  # the signed manifest only
+
+
+@pytest.mark.parametrize("kind", ["lbz", "parts", "delta", "store"])
+def test_push_takes_every_source(kind: str, tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
+                                 signer: Keys) -> None:  # fmt: skip
+    store = tmp_path / "store"
+    _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
+    if kind == "lbz":
+        source: tuple[str | Path, ...] = (bundles["1.1"],)
+    elif kind == "parts":
+        source = (str(_ok("split", bundles["1.1"], "--size", "300", "--out", tmp_path / "p")["part_list"]),)
+    elif kind == "delta":
+        delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "d")["delta"]
+        source = (str(delta), "--store", store)
+    else:
+        _ok("import", bundles["1.1"], "--trust", signer.trust, "--store", store)
+        source = ("toyengine/1.1-cpu", "--store", store)
+    target = reg.ref(f"every/{kind}", "1.1-cpu")
+    pushed = _ok("push", *source, target, "--trust", signer.trust)
+    assert pushed["build"] == "toyengine/1.1-cpu" and pushed["blobs"] == 5
+    pulled = _ok("pull", target, "--store", tmp_path / "pulled", "--trust", signer.trust)
+    assert pulled["build"] == "toyengine/1.1-cpu" and pulled["fetched"] == 5
+
+
+def test_push_from_a_store_refuses_a_damaged_blob_and_an_untrusted_build(tmp_path: Path, reg: RealRegistry,
+                                                                        bundles: dict[str, Path],
+                                                                        signer: Keys) -> None:  # fmt: skip
+    """push checks what it uploads: the signatures against --trust and every blob against the signed
+    manifest; a damaged blob never goes up under its signed digest."""
+    store = tmp_path / "store"
+    _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
+    stranger = make_keys(tmp_path / "stranger")
+    target = reg.ref("damaged/toyengine", "1.0-cpu")
+    r = cli("push", "toyengine/1.0-cpu", "--store", store, target, "--trust", stranger.trust)
+    assert r.exit_code == 3 and "signature policy not met" in r.output
+    blob = sorted((store / "blobs" / "sha256").iterdir(), key=lambda p: -p.stat().st_size)[0]
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 1
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    r = cli("push", "toyengine/1.0-cpu", "--store", store, target, "--trust", signer.trust)
+    assert r.exit_code == 4 and "has sha256" in r.output, r.output
+    got = httpx.head(f"http://{reg.host}/v2/damaged/toyengine/blobs/sha256:{blob.name}")
+    assert got.status_code == 404  # never uploaded

@@ -71,7 +71,7 @@ class PartsFile:
         self._join(limits)
         return self._bundle.file_digests(check, limits)
 
-    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
         if not self.joined.exists():  # read without a trust decision (inspect): join, bounded by the list
             self._join(limits)
         return self._bundle.manifest_bytes(limits)
@@ -108,7 +108,7 @@ class DeltaFile:
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None  # the signatures name the full bundle; a delta proves its manifest, not a file
 
-    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
         with self._open(limits) as (_, manifest_bytes):
             return manifest_bytes
 
@@ -193,7 +193,7 @@ class StoreBuild:
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None
 
-    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
         return self._build()[0]
 
     @contextlib.contextmanager

@@ -289,7 +289,7 @@ def open_source(
         evaluation = next((e for e in tried if e.met), tried[0])
     statement = evaluation.require()
     check_dates(statement, store.policy)
-    manifest_bytes = source.manifest_bytes(limits)  # read only now, after the policy is met
+    manifest_bytes = source.manifest_bytes(limits, statement.manifest_sha256)  # only now, after the policy is met
     manifest = signed_manifest(statement, manifest_bytes, limits)
     if manifest.bundle_name != statement.file:
         raise IntegrityError(f"{source.label} holds the manifest of {manifest.bundle_name}; its signatures name "

@@ -63,8 +63,10 @@ class Source(Protocol):
         source that holds the manifest and members without the file."""
         ...
 
-    def manifest_bytes(self, limits: Limits) -> bytes:
-        """The manifest's exact bytes (read only after the signature blocks met the policy)."""
+    def manifest_bytes(self, limits: Limits, signed_sha256: str | None = None) -> bytes:
+        """The manifest's exact bytes (read only after the signature blocks met the policy). With
+        ``signed_sha256``, the digest the counted signatures sign: a source that would have to request
+        the manifest by another digest refuses before it requests anything."""
         ...
 
     def members(self, limits: Limits) -> AbstractContextManager[Stream]:
@@ -107,7 +109,7 @@ class BundleFile:
 
         return digest_bundle(self.path, limits, check, prehash=False)
 
-    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
         return read_head_raw(self.path, limits).manifest_bytes
 
     def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:

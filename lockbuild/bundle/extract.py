@@ -72,6 +72,16 @@ def misplaced(name: str, done: set[str], listed: set[str], expected: str) -> str
     return f"member {name!r} is out of order: {expected}."
 
 
+def make_dest(dest: Path | None) -> None:
+    """The (staging) directory members are written into, made if absent."""
+    if dest is None:
+        return
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LockbuildError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
+
+
 def _create(dest: Path, path: str) -> BinaryIO:
     try:
         return create_under(dest, path)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from lockbuild.bundle.extract import extract
+from lockbuild.bundle.extract import extract, make_dest
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
@@ -136,11 +136,7 @@ def read_bundle(
     The caller owns ``dest`` (an empty staging directory) and removes it if this raises.
     """
     progress = progress or Progress.quiet()
-    if dest is not None:
-        try:
-            dest.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LockbuildError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
+    make_dest(dest)
     with _open(path, limits) as raw_file:
         check_zstd_frame(raw_file, limits)
         f = Hashing(raw_file) if expect_sha256 is not None else None

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lockbuild.bundle.extract import TIP, Extracted, extract
+from lockbuild.bundle.extract import TIP, Extracted, extract, make_dest
 from lockbuild.bundle.manifest import Manifest, Member
 from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
-from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
+from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.fsio import bounded_read, list_dir, open_dir, open_regular, owner_problem, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
@@ -222,11 +222,7 @@ class TrustedBundle:
         so a file swapped after its signatures were checked is refused as soon as anything it carries
         differs; the raw file is not hashed a second time (docs/threat-model.md)."""
         progress = progress or Progress.quiet()
-        if dest is not None:
-            try:
-                dest.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise LockbuildError(f"cannot make the destination {dest}: {exc.strerror or exc}.") from None
+        make_dest(dest)
         with self.source.members(self.limits) as stream:
             again = stream.manifest_bytes
             if again is not None and again != self.manifest_bytes:

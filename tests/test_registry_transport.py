@@ -287,6 +287,31 @@ def test_a_pull_from_a_dripping_registry_fails_on_time_and_releases_the_stores_l
         pass
 
 
+@needs_registry
+def test_a_damaged_blob_beside_a_slow_one_ends_the_pull_at_once_with_the_damage(
+    tmp_path: Path, served: Served, signer: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layers = [x["digest"] for x in json.loads(served.manifest)["layers"]]
+
+    def members(h: _Handler) -> None:
+        digest = h.path.rsplit("/", 1)[1]
+        if digest == layers[0]:  # the first member, whose result the pull looks at first, drips
+            h.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(served.blobs[digest])}\r\n\r\n".encode())
+            drip(h, served.blobs[digest], 0.5)
+        elif digest == layers[-1]:  # the last is damaged
+            h.answer(200, b"X" * len(served.blobs[digest]))
+        else:
+            h.answer(200, served.blobs[digest])
+
+    monkeypatch.setattr(oci, "DEFAULT_TRANSPORT", Transport(request_seconds=10.0, blob_seconds=10.0))
+    with fake(serving(served, members=members)) as server:
+        t0 = time.monotonic()
+        r = cli("pull", server.ref("site/x", "1.0-cpu"), "--store", tmp_path / "store", "--trust", signer.trust)
+        took = time.monotonic() - t0
+    assert r.exit_code == 4 and "is damaged" in r.output, r.output  # the damage, not "stopped" (exit 1)
+    assert took < 5.0, took  # the dripping download was stopped, not left to its 10 s deadline
+
+
 # -- 2. bounded answers ----------------------------------------------------------------------------------
 
 
@@ -565,7 +590,8 @@ def test_an_unreachable_registry_is_a_registry_error() -> None:
 
 def test_a_stopped_registry_refuses_at_once_and_says_why() -> None:
     with fake(lambda h: h.answer(200, MANIFEST)) as server, registry(server) as reg:
-        reg.stop("the download of wheels/x.whl failed: it was damaged")
+        first = RegistryError("the download of wheels/x.whl failed: it was damaged.")
+        assert reg.stop(first) is first and reg.stop(RegistryError("a later one")) is first
         with pytest.raises(RegistryError, match=r"stopped, because the download of wheels/x\.whl failed"):
             reg.get_manifest("1")
     assert server.seen == []

@@ -302,7 +302,11 @@ class _HTTPTransport(httpx.HTTPTransport):
     def __init__(self, verify: ssl.SSLContext | bool, clock: _Clock) -> None:
         context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
         super().__init__(verify=context)
-        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(clock))
+        limits = httpx.Limits()  # httpx's own defaults, on our pool
+        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(clock),
+                                             max_connections=limits.max_connections,
+                                             max_keepalive_connections=limits.max_keepalive_connections,
+                                             keepalive_expiry=limits.keepalive_expiry)  # fmt: skip
 
 
 # -- the client -------------------------------------------------------------------------------------
@@ -337,6 +341,8 @@ class Registry:
         self._credentials = credentials
         self._auth: str | None = None  # the Authorization header value once the registry asked for one
         self._clock = _Clock()
+        self._stop_lock = threading.Lock()
+        self._stopped_by: LockbuildError | None = None
         t = self.limits
         self.client = httpx.Client(
             transport=_HTTPTransport(verify, self._clock),
@@ -355,11 +361,15 @@ class Registry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def stop(self, reason: str) -> None:
+    def stop(self, cause: LockbuildError) -> LockbuildError:
         """Make every transfer still running (in any thread) fail at its next read or write, and every
-        later one at once: the first failure of a pull ends the pull promptly. The first reason stays."""
-        if self._clock.stopped is None:
-            self._clock.stopped = reason
+        later one at once: the first failure of a pull ends the pull promptly. The first cause stays,
+        and is returned, so that whichever transfer the caller looks at first reports it."""
+        with self._stop_lock:
+            if self._stopped_by is None:
+                self._stopped_by = cause
+                self._clock.stopped = cause.message.rstrip(".")
+            return self._stopped_by
 
     # -- errors -------------------------------------------------------------------------------
     def _fail(self, what: str, detail: str, tip: str | None = None) -> RegistryError:

@@ -240,14 +240,18 @@ def _fetch(registry: Registry, store: Store, m: Member, progress: Progress) -> N
     store's lock, come back at once rather than after every running download."""
     try:
         _fetch_blob(registry, store, m, progress)
-    except LockbuildError as exc:
-        registry.stop(f"the download of {m.path} failed: {exc.message}")
-        raise
-    except OSError as exc:
-        registry.stop(f"the download of {m.path} failed")
-        raise StoreError(f"cannot write the partial blob {store.partial(m.sha256)}: {exc.strerror or exc}.",
-                         tip="Check the store's disk (free space, permissions), then run the same pull again: "
-                         "it resumes.") from None  # fmt: skip
+    except (LockbuildError, OSError) as exc:
+        failure = exc if isinstance(exc, LockbuildError) else _write_error(store, m, exc)
+        first = registry.stop(failure)
+        if first is failure:
+            raise failure from None
+        raise type(first)(first.message, tip=first.tip) from None  # the first failure, whichever blob it was
+
+
+def _write_error(store: Store, m: Member, exc: OSError) -> StoreError:
+    return StoreError(f"cannot write the partial blob {store.partial(m.sha256)}: {exc.strerror or exc}.",
+                      tip="Check the store's disk (free space, permissions), then run the same pull again: "
+                      "it resumes.")  # fmt: skip
 
 
 def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress) -> None:

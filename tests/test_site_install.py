@@ -159,3 +159,19 @@ def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str,
         env = root / "toyengine" / ref.split("/")[1]
         out = subprocess.run([str(env / "bin" / "toyengine"), "--version"], capture_output=True, text=True)
         assert out.stdout.strip() == want
+
+
+def test_install_takes_a_delta_completed_by_the_store(built: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
+    """`install NAME.delta.lbz --store DIR`: the delta's members and the store's, one trust decision, one
+    check of every member; without the store the members it leaves out are named, and nothing is placed."""
+    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"), "--json")
+    assert code == 0, err
+    delta = json.loads(out)["delta"]
+    root = tmp_path / "engines"
+    code, _, err = cli("install", delta, "--root", str(root), "--trust", str(keys.trust))
+    assert code == 4 and "needs" in err and "the store lacks" in err, err
+    assert not (root / "toyengine" / "1.1-cpu").exists()
+    code, out, err = cli("install", delta, "--store", str(built["store-v1"]), "--root", str(root),
+                         "--trust", str(keys.trust), "--json")  # fmt: skip
+    assert code == 0, err
+    assert toy_version(root / "toyengine" / "1.1-cpu") == "1.1"

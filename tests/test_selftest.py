@@ -91,7 +91,7 @@ def main() -> None:
         found = []
         for top in ("/", os.environ.get("TMPDIR", "/tmp"), os.environ.get("HOME", "/")):
             for dirpath, _dirs, files in os.walk(top):
-                if dirpath.startswith(("/proc", "/sys", "/usr", "/dev")):
+                if dirpath.startswith(("/proc", "/sys", "/usr", "/dev", "/root", "/work", "/opt")):
                     continue
                 for f in files:
                     if f in ("strace.txt", "audit.jsonl") or f.endswith((".strace", ".trace")):
@@ -123,6 +123,12 @@ def main() -> None:
             except OSError:
                 pass
         print("families")
+    elif args == ["--gpu-smoke"]:  # a lazily fetched kernel
+        try:
+            socket.create_connection(("10.255.255.8", 85), timeout=1)
+        except OSError:
+            pass
+        print("forward pass done")
     elif args == ["--lookup"]:
         try:
             socket.getaddrinfo("hub.example", 443)
@@ -205,6 +211,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
             "family": _build(tmp, keys, "family", 'smoke = ["netengine", "--family"]'),
             "lookup": _build(tmp, keys, "lookup", 'smoke = ["netengine", "--lookup"]',
                              verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
+            "gpu": _build(tmp, keys, "gpu", 'smoke = ["netengine", "--quiet"]\ngpu-smoke = ["netengine", "--gpu-smoke"]'),
             "lookup-allowed": _build(tmp, keys, "lookup-allowed",
                                      'smoke = ["netengine", "--lookup"]\nallow-network = ["hub.example", "native.example"]',
                                      verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
@@ -717,3 +724,116 @@ def test_a_tracer_that_does_not_see_inside_the_sandbox_is_not_checked(
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
     code, data, err = selftest(bundles["net"], keys)
     assert code == 6 and data["self_test"][0]["verdict"] == "not checked", (data, err)
+
+
+@needs_netns
+@needs_strace
+def test_gpu_steps_run_under_gpu_on_a_machine_with_a_gpu_and_are_traced(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, data, err = selftest(bundles["gpu"], keys)  # without --gpu: passes, and says the GPU steps did not run
+    assert code == 0, (data, err)
+    steps = {s["name"]: s for s in data["self_test"][0]["steps"]}
+    assert steps["gpu-smoke"]["status"] == "not run" and "GPU steps not run" in steps["gpu-smoke"]["detail"]
+    code, text, _ = cli("inspect", str(bundles["gpu"]))
+    assert "self-test GPU smoke (--gpu): netengine --gpu-smoke" in text  # signed in the manifest
+    if not Path("/proc/driver/nvidia").exists() and shutil.which("nvidia-smi") is None:
+        code, data, err = selftest(bundles["gpu"], keys, "--gpu")
+        steps = {s["name"]: s for s in data["self_test"][0]["steps"]}
+        assert code == 0 and "no NVIDIA driver" in steps["gpu-smoke"]["detail"], (data, err)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho '580.65, 9.0, Fake H100'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    code, data, err = selftest(bundles["gpu"], keys, "--gpu")
+    assert code == 1, (data, err)
+    steps = {s["name"]: s for s in data["self_test"][0]["steps"]}
+    assert steps["gpu-smoke"]["status"] == "passed" and "forward pass done" in steps["gpu-smoke"]["detail"]
+    [hit] = refused(data)
+    assert (hit["event"], hit["host"], hit["port"]) == ("connect", "10.255.255.8", 85)
+    assert hit["frame"].endswith("in main")
+
+
+# --- an ordinary user -----------------------------------------------------------------------------------
+
+NOBODY = 65534
+
+
+def _nobody_python() -> str | None:
+    """A python<PY> that uid 65534 can run with this checkout and its dependencies, or None."""
+    exe = shutil.which(f"python{PY}", path="/usr/local/bin:/usr/bin:/bin")
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or exe is None:
+        return None
+    probe = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env", "-i",
+                            f"PYTHONPATH={_nobody_path()}", exe, "-c", "import lockbuild.selftest.run, zstandard"],
+                           capture_output=True, cwd="/")  # fmt: skip
+    return exe if probe.returncode == 0 else None
+
+
+def _nobody_path() -> str:
+    import lockbuild
+
+    sites = [p for p in __import__("sys").path if p.endswith("site-packages") and Path(p, "click").is_dir()]
+    return ":".join([str(Path(lockbuild.__file__).parent.parent), *sites])
+
+
+@needs_netns
+@needs_strace
+@pytest.mark.skipif(_nobody_python() is None, reason="needs root (to become uid 65534 with setpriv) and a shared Python")
+def test_a_clean_bundle_passes_for_an_ordinary_user_and_a_dirty_one_fails(bundles: dict[str, Path], keys: Keys) -> None:
+    """`lockbuild test` as uid 65534 with a scratch HOME and TMPDIR: inside the sandbox's user namespace root's
+    directories show as the overflow uid, and the test root still lies under directories the sandbox made."""
+    scratch = Path(tempfile.mkdtemp(prefix="lockbuild-nobody-", dir="/tmp"))  # 65534 must reach it
+    try:
+        scratch.chmod(0o755)
+        for d in ("home", "tmp"):
+            (scratch / d).mkdir(mode=0o700)
+            os.chown(scratch / d, NOBODY, NOBODY)
+        shutil.copytree(keys.trust, scratch / "trust")
+        for name in ("quiet", "net"):
+            shutil.copy(bundles[name], scratch)
+            shutil.copy(bundles[name].with_name(bundles[name].name + ".minisig"), scratch)
+        for p in [scratch / "trust", *scratch.glob("*.lbz*"), *(scratch / "trust").iterdir()]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+
+        def as_nobody(name: str) -> tuple[int, dict[str, Any]]:
+            argv = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env", "-i",
+                    "PATH=/usr/bin:/bin", f"HOME={scratch / 'home'}", f"TMPDIR={scratch / 'tmp'}",
+                    f"PYTHONPATH={_nobody_path()}", str(_nobody_python()), "-m", "lockbuild", "test",
+                    str(scratch / bundles[name].name), "--trust", str(scratch / "trust"), "--json"]  # fmt: skip
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=scratch, timeout=600)
+            return proc.returncode, json.loads(proc.stdout or "{}") | {"stderr": proc.stderr}
+
+        code, data = as_nobody("quiet")
+        assert code == 0, data
+        assert data["self_test"][0]["verdict"] == "passed"
+        code, data = as_nobody("net")
+        assert code == 1, data
+        assert [(a["host"], a["port"]) for a in refused(data)] == [("10.255.255.1", 8080)]
+        assert list((scratch / "tmp" / f"lockbuild-selftest-{NOBODY}").iterdir()) == []
+    finally:
+        shutil.rmtree(scratch)
+
+
+def test_an_ancestor_of_root_owned_by_another_user_gets_no_chmod_tip(tmp_path: Path) -> None:
+    """The ownership rule's tip: a directory of another owner cannot be fixed with `chmod +t` (it may already
+    be sticky, like /tmp seen from a user namespace)."""
+    from lockbuild.errors import InstallError
+    from lockbuild.install.places import check_ancestors
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    os.chown(shared, NOBODY, NOBODY)
+    with pytest.raises(InstallError) as exc:
+        check_ancestors(shared / "root")
+    assert f"owned by uid {NOBODY}" in exc.value.message
+    assert "chmod +t" not in (exc.value.tip or "") and "owned by root or by the installing user" in (exc.value.tip or "")
+    shared.chmod(0o777)
+    os.chown(shared, 0, 0)
+    with pytest.raises(InstallError) as exc:
+        check_ancestors(shared / "root")
+    assert f"chmod +t {shared}" in (exc.value.tip or "")

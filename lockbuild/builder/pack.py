@@ -154,6 +154,7 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
         requirements=tuple(b.requirements),
         env=engine.env,
         smoke=engine.smoke,
+        gpu_smoke=engine.gpu_smoke,
         allow_network=engine.allow_network,
     )
 

@@ -63,6 +63,7 @@ class InstallTable:
     requirements: tuple[str, ...] = ()  # what the build asked for (recorded in the marker; not acted on)
     env: tuple[tuple[str, str], ...] = ()  # [engine.env]: runtime settings every entry point sees (issue 15)
     smoke: tuple[str, ...] = ()  # the self-test's smoke command
+    gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu; issue 24)
     allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +85,7 @@ class InstallTable:
             "requirements": list(self.requirements),
             "env": dict(self.env),
             "smoke": list(self.smoke),
+            "gpu_smoke": list(self.gpu_smoke),
             "allow_network": list(self.allow_network),
         }  # fmt: skip
 
@@ -102,6 +104,8 @@ class InstallTable:
             lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env))
         if self.smoke:
             lines.append(f"self-test smoke: {shlex.join(self.smoke)}")
+        if self.gpu_smoke:
+            lines.append(f"self-test GPU smoke (--gpu): {shlex.join(self.gpu_smoke)}")
         if self.allow_network:
             lines.append(f"self-test allows network to: {', '.join(self.allow_network)}")
         return lines
@@ -117,6 +121,7 @@ class InstallTable:
             *([f"interpreter = {q(self.interpreter)}"] if self.interpreter else []),
             f"requirements = [{', '.join(q(r) for r in self.requirements)}]",
             *([f"smoke = [{', '.join(q(a) for a in self.smoke)}]"] if self.smoke else []),
+            *([f"gpu-smoke = [{', '.join(q(a) for a in self.gpu_smoke)}]"] if self.gpu_smoke else []),
             *([f"allow-network = [{', '.join(q(h) for h in self.allow_network)}]"] if self.allow_network else []),
             "",
         ]
@@ -200,7 +205,7 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
     if not isinstance(data, dict):
         raise _bad("the manifest has no [install] table; a format-2 bundle always has one.")
     allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "requirements", "gpu", "source",
-               "assets", "env", "smoke", "allow-network")  # fmt: skip
+               "assets", "env", "smoke", "gpu-smoke", "allow-network")  # fmt: skip
     _keys(data, allowed, "install")
     binary = _get(data, "binary", str, "install.")
     if not _BINARY.fullmatch(binary):
@@ -262,6 +267,10 @@ def _runtime(data: dict[str, Any]) -> dict[str, Any]:
     bad = next((w for w in map(envtable.word_problem, smoke) if w), None)
     if bad or len(smoke) > envtable.MAX_SMOKE_WORDS:
         raise _bad(f"the manifest's install.smoke is refused: {bad or 'too many words'}.")
+    gpu_smoke = _get(data, "gpu-smoke", list, "install.", [])
+    bad = next((w for w in map(envtable.word_problem, gpu_smoke) if w), None)
+    if bad or len(gpu_smoke) > envtable.MAX_SMOKE_WORDS:
+        raise _bad(f"the manifest's install.gpu-smoke is refused: {bad or 'too many words'}.")
     hosts = _get(data, "allow-network", list, "install.", [])
     bad = next((w for w in map(envtable.host_problem, hosts) if w), None)
     if bad or len(hosts) > envtable.MAX_ENTRIES:
@@ -273,4 +282,5 @@ def _runtime(data: dict[str, Any]) -> dict[str, Any]:
         why = envtable.problem(name, value, allow_network=hosts)  # the recipe's rule, from the one place
         if why:
             raise _bad(f"the manifest's install.env is refused: {why}.")
-    return {"env": tuple(sorted(env.items())), "smoke": tuple(smoke), "allow_network": tuple(hosts)}
+    return {"env": tuple(sorted(env.items())), "smoke": tuple(smoke), "gpu_smoke": tuple(gpu_smoke),
+            "allow_network": tuple(hosts)}

@@ -59,17 +59,19 @@ def check_ancestors(root: Path) -> None:
                 raise InstallError(f"cannot examine {d}, above --root {root}: {exc.strerror}.", tip=_TIP) from None
             if stat.S_ISLNK(st.st_mode):
                 st = d.stat()  # the link itself sits in a checked directory; judge what it points to too
-            problem = None
+            problem = fix = None
             if st.st_uid not in (0, os.geteuid()):
                 problem = f"is owned by uid {st.st_uid}, neither root nor the installing user"
+                fix = "Put --root under directories owned by root or by the installing user"  # chmod cannot help
             elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
                 problem = f"is writable by its group or by others and not sticky (mode {stat.S_IMODE(st.st_mode):04o})"
+                fix = ("Put --root under directories only root (or the installing user) can write, or make the"
+                       f" shared one sticky (chmod +t {d})")  # fmt: skip
             if problem:
                 raise InstallError(
                     f"refused --root {root}: the directory {d} above it {problem}, so another user could swap"
                     " --root for a tree of theirs while lockbuild works in it.",
-                    tip="Put --root under directories only root (or the installing user) can write, or make the"
-                    f" shared one sticky (chmod +t {d}); see docs/site-administrators.md.",
+                    tip=f"{fix}; see docs/site-administrators.md.",
                 )
 
 

@@ -21,6 +21,7 @@ class Engine:
     env: tuple[tuple[str, str], ...] = ()  # [engine.env]: runtime settings, sorted by name
     smoke: tuple[str, ...] = ()  # the self-test's smoke command (lockbuild test)
     allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
+    gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu; issue 24)
 
 
 @dataclass(frozen=True)

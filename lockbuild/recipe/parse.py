@@ -42,7 +42,7 @@ from lockbuild.times import iso
 MAX_RECIPE_BYTES = 1 << 20
 
 
-_ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", "smoke", "allow-network")
+_ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", "smoke", "gpu-smoke", "allow-network")
 _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
     "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
@@ -64,10 +64,12 @@ def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
         p.add("engine.gpu-probe", f'expected "torch", "none", or a relative path to a .py file, found {probe!r}')
         probe = None
     env, smoke, allow = _runtime(t, p)
+    gpu_smoke = _command(t, "gpu-smoke", 'a command as a list of strings, e.g. ["engine", "--gpu-selftest"]',
+                         required=False) or ()  # fmt: skip
     if None in (name, pypi, binary, verify):
         return None
     assert name is not None and pypi is not None and binary is not None and verify is not None
-    return Engine(name, pypi, repo, binary, verify, probe or "none", env, smoke, allow)
+    return Engine(name, pypi, repo, binary, verify, probe or "none", env, smoke, allow, gpu_smoke)
 
 
 def _command(t: Table, key: str, expected: str, *, required: bool) -> tuple[str, ...] | None:

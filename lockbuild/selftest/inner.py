@@ -21,6 +21,7 @@ import json
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,26 @@ def _command(result: dict[str, Any], name: str, command: list[str], env_dir: Pat
     argv = list(command)
     if (env_dir / "bin" / argv[0]).exists():
         argv[0] = str(env_dir / "bin" / argv[0])
-    try:
-        proc = subprocess.run(argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        _step(result, name, "failed", f"did not finish within {timeout:.0f} s")
-        return
-    except OSError as exc:
-        _step(result, name, "failed", f"cannot run {argv[0]}: {exc.strerror}")
-        return
-    out = tail((proc.stdout or "") + (proc.stderr or ""), 6)
-    if proc.returncode != 0:
-        _step(result, name, "failed", f"exit {proc.returncode}:\n{out}")
+    # output into an unnamed file, not a pipe: a daemon the command leaves behind keeps a pipe open, and the
+    # step would wait for it (the sandbox's PID namespace kills it when this run ends)
+    with tempfile.TemporaryFile() as captured:
+        try:
+            proc = subprocess.Popen(argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, stdout=captured,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
+        except OSError as exc:
+            _step(result, name, "failed", f"cannot run {argv[0]}: {exc.strerror}")
+            return
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            _step(result, name, "failed", f"did not finish within {timeout:.0f} s")
+            return
+        captured.seek(0)
+        out = tail(captured.read(1 << 20).decode("utf-8", "replace"), 6)
+    if code != 0:
+        _step(result, name, "failed", f"exit {code}:\n{out}")
     else:
         _step(result, name, "passed", shown(command) + (f"\n{out}" if out else ""))
 

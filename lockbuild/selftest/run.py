@@ -221,7 +221,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
             "nonce": nonce, "bundle": str(BOX / "bundle" / bundle.name), "trust": str(BOX / "trust"),
             "threshold": options.threshold, "python": str(node_python) if node_python else None,
             "root": str(BOX / "root"), "timeout": options.timeout, "environ": environ, "gpu": gpu_reason,
-            "smoke": list(t.smoke), "gpu_smoke": list(getattr(t, "gpu_smoke", ())), "verify": list(t.verify),
+            "smoke": list(t.smoke), "gpu_smoke": list(t.gpu_smoke), "verify": list(t.verify),
             "gpu_probe": t.gpu_probe, "env": [list(x) for x in t.env],
         }  # fmt: skip
         path = "/usr/bin:/bin" + (f":{GPU_BIN}" if gpu_binds else "")

@@ -96,6 +96,10 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
         else:
             v = "local" if is_local(t.host) else "allowed" if t.host.lower() in allowed else "refused"
             attempts.append(Attempt("strace", t.call, t.host, t.port, t.frames, t.pid, v, t.family))
+    unique: dict[tuple[Any, ...], Attempt] = {}
+    for a in attempts:  # a resolver asks twice (A, AAAA) and retries: one line per distinct attempt
+        unique.setdefault((a.event, a.host, a.port, a.pid, a.verdict, a.family, a.address, a.frame), a)
+    attempts = list(unique.values())
     traced_names = {a.host.lower() for a in attempts if a.lookup}
     for n in notes:
         if n.event not in LOOKUP_EVENTS or not n.host or _is_address(n.host) or is_local(n.host):

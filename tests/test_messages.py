@@ -16,7 +16,7 @@ def test_packing_and_built_lines_count_the_same_files(env: object, keys: Keys, t
         main, ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "dist")], catch_exceptions=False
     )
     assert r.exit_code == 0, r.stderr
-    packing = re.search(r"lockbuild: packing: (\d+) file\(s\)", r.stderr)
+    packing = re.search(r"lockbuild: (?:downloading and )?packing: (\d+) file\(s\)", r.stderr)
     built = re.search(r"^built \S+ \([\d.]+ MB, (\d+) files with the manifest\)$", r.stdout, re.M)
     assert packing and built, (r.stdout, r.stderr)
     assert packing[1] == built[1]

@@ -141,6 +141,7 @@ def test_verify_refuses(
     assert expected in stderr
 
 
+@pytest.mark.slow  # over 5 s (issue 28)
 def test_sbom_is_valid_cyclonedx(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
     pytest.importorskip("cyclonedx")
     from cyclonedx.schema import SchemaVersion
@@ -362,6 +363,7 @@ def test_warm_build_hashes_in_the_pack_and_refetches_a_damaged_entry(
     assert wheel.read_bytes() != bytes(data)  # the entry was replaced by a good download
 
 
+@pytest.mark.slow  # over 5 s (issue 28)
 def test_cold_build_bytes_do_not_depend_on_arrival_order(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
     """A cold build packs members in manifest order while the downloads complete: a file that arrives
     last (its server answers 500 twice first) changes nothing in the bundle, at any thread count."""

@@ -135,6 +135,7 @@ def _unzstd(path: Path) -> bytes:
         return r.read()
 
 
+@pytest.mark.slow  # over 5 s (issue 28)
 def test_index_credentials_reach_only_the_index_and_no_record(
     env: FakeServer, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -171,6 +171,7 @@ def test_check_catalogue_shows_the_locks_warnings(env: FakeServer, tmp_path: Pat
     assert "treated as absent: ckspan-1.0-py312-none-any.whl" in proc.stdout
 
 
+@pytest.mark.slow  # over 5 s (issue 28)
 def test_check_catalogue_skips_unreachable_hosts_and_fails_on_a_bad_build(
     env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

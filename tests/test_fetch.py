@@ -419,6 +419,7 @@ print(json.dumps({"before_kib": before, "after_kib": after, "path": str(path), "
 GROWTH_BOUND = 64 * MiB
 
 
+@pytest.mark.slow  # over 5 s (issue 28)
 def test_two_gigabyte_file_keeps_memory_flat(srv: FakeServer, cache: Cache) -> None:
     """A 2 GiB body generated on the fly: the fetching process's peak RSS grows by less than 64 MiB."""
     block = blob(MiB, "block")

@@ -681,6 +681,7 @@ def test_minisign_light_scrypt_key_interop(tmp_path: Path, data_file: Path, key_
     verify_signature(sig, key_a.public_key(), file_blake2b=DIGEST)
 
 
+@pytest.mark.slow  # over 5 s (issue 28)
 @needs_minisign
 def test_minisign_generated_encrypted_key(
     tmp_path: Path, data_file: Path, minisign_encrypted: tuple[Path, Path, SecretKey]

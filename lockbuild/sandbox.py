@@ -131,6 +131,7 @@ def argv(spec: Spec, command: Sequence[str]) -> list[str]:
         if not b.source.exists():
             raise SandboxError(f"expected {src} to exist, to bind it into the sandbox; found nothing there.")
         out += ["--dev-bind" if b.device else "--bind" if b.writable else "--ro-bind", src, dst]
+    out += ["--remount-ro", "/"]  # bwrap's own root tmpfs: nothing new outside /tmp, HOME and the binds
     out.append("--clearenv")
     env = dict(spec.env)
     env.setdefault("HOME", home)

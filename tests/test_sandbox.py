@@ -170,6 +170,12 @@ def test_read_only_binds_are_read_only_and_writable_ones_writable(tmp_path: Path
     assert (rw / "y").exists()
 
 
+def test_the_root_is_read_only_outside_tmp_and_home() -> None:
+    proc = sh("mkdir /work 2>&1; touch /etc/x 2>&1; touch /tmp/ok $HOME/ok && echo WROTE")
+    assert out(proc).count("Read-only file system") == 2
+    assert "WROTE" in out(proc)
+
+
 def test_a_double_forked_daemon_dies_with_the_sandbox(tmp_path: Path) -> None:
     rw = tmp_path / "rw"
     rw.mkdir()

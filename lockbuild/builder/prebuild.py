@@ -1,18 +1,21 @@
-"""Building an sdist on the builder when the wheel can run on the node (issue 14).
+"""Building an sdist on the builder when the wheel can run on the node (issue 14), in the sandbox (issue 23).
 
-The build runs ``uv build --wheel`` offline, with no index, in a network namespace (``unshare -rn``),
-with ``SOURCE_DATE_EPOCH`` at the cut-off and uv's environment allow-list: its build dependencies can
-come only from the hashed closure locked for the node (``--build-constraints ... --require-hashes``),
-each file read from the cache entry that was hashed. The wheel is kept only when it is a wheel of that
-sdist's name and version whose tags the node's Python and platform accept; otherwise (or when this
-builder cannot build it: no namespace, no Python X.Y, a failing backend) the node builds the sdist.
+The build runs ``uv build --wheel`` offline, with no index, inside the one sandbox
+(:mod:`lockbuild.sandbox`: bubblewrap with new user, PID and network namespaces, no host files but the
+system's programs). The sandbox sees, read-only, the sdist, its hashed build dependencies and their
+constraints file, lockbuild's uv binary and the Python X.Y the build needs, and may write only its
+output directory; HOME and /tmp are throw-away, so the backend can touch neither lockbuild's own
+installation nor ``~/.local/share/uv/python`` nor anything it would find later. ``SOURCE_DATE_EPOCH`` is
+the cut-off. Build dependencies can come only from the hashed closure locked for the node
+(``--build-constraints ... --require-hashes``). The wheel is read back without following a link and
+kept only when it is a wheel of that sdist's name and version whose tags the node's Python and platform
+accept; otherwise (or when this builder has no Python X.Y, or the backend fails) the node builds the
+sdist. Where the sandbox cannot start, the build stops with a tip: nothing runs unsandboxed.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -23,11 +26,19 @@ from typing import BinaryIO
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
 
+from lockbuild import sandbox
 from lockbuild.builder.cache import Cache
+from lockbuild.errors import LockbuildError
+from lockbuild.fsio import copy_with_hash, create_new, list_dir, open_regular, opened_dir
 from lockbuild.target import Target
 from lockbuild.uvtool import clean_env, uv_binary
 
 BUILD_TIMEOUT = 1800
+MAX_WHEEL = 4 << 30  # a wheel the build made, read back from the sandbox's output directory
+SANDBOX_UV = Path("/opt/lockbuild/uv")  # where lockbuild's uv binary appears in the sandbox
+SANDBOX_IN = Path("/build/in")  # the sdist, its build dependencies and their constraints: read-only
+SANDBOX_OUT = Path("/build/out")  # the only writable host directory
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
@@ -40,19 +51,55 @@ class Prebuilt:
     size: int
 
 
-@functools.cache
-def sandbox() -> tuple[str, ...] | None:
-    """The prefix that runs a command without network (``unshare -rn``), or None where it cannot."""
-    exe = shutil.which("unshare")
-    if exe is None:
-        return None
-    for argv in ((exe, "-n"), (exe, "-rn")):
+@dataclass(frozen=True)
+class HostPython:
+    """A Python X.Y of this machine, as the sandbox sees it: its executable and its installation."""
+
+    executable: Path
+    binds: tuple[sandbox.Bind, ...]
+
+
+def find_python(version: str, inherit: Mapping[str, str]) -> HostPython | None:
+    """This machine's Python ``version`` (a system one: never a virtual environment, lockbuild's own
+    included, nor a uv-managed Python under the build account's home, which any earlier build could have
+    written), bound read-only at its own path; None when there is none."""
+    with tempfile.TemporaryDirectory(prefix="lockbuild-pyfind-") as tmp:
+        env = clean_env(Path(tmp) / "uv-cache", inherit=inherit, offline=True)
+        env["UV_NO_MANAGED_PYTHON"] = "1"
         try:
-            if subprocess.run([*argv, "true"], capture_output=True, timeout=30, check=False).returncode == 0:
-                return argv
+            proc = subprocess.run([uv_binary(), "python", "find", "--system", version], capture_output=True,
+                                  text=True, env=env, cwd=tmp, timeout=120, check=False)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired):
             return None
-    return None
+    found = proc.stdout.strip()
+    if proc.returncode != 0 or not found:
+        return None
+    exe = Path(found).resolve()
+    prefix = exe.parent.parent  # <prefix>/bin/pythonX.Y
+    binds = () if _under_system(exe) else (sandbox.Bind(prefix, prefix),)
+    return HostPython(exe, binds)
+
+
+def _under_system(p: Path) -> bool:
+    return any(p.is_relative_to(d) for d in ("/usr", "/bin", "/lib", "/lib64"))
+
+
+def build_env(*, offline: bool, extra_path: Sequence[Path] = ()) -> dict[str, str]:
+    """uv's whole environment inside the sandbox: its configuration shut out, a throw-away cache, no
+    Python download and no uv-managed Python, nothing of the builder's environment."""
+    env = clean_env(Path("/tmp/uv-cache"), inherit={}, offline=offline)  # noqa: S108 - the sandbox's tmpfs
+    env["UV_NO_MANAGED_PYTHON"] = "1"
+    env["UV_PYTHON_INSTALL_DIR"] = "/nonexistent/uv-python"
+    env["PATH"] = ":".join([*(str(p) for p in extra_path), SANDBOX_PATH])
+    env["HOME"] = str(sandbox.Spec().home)
+    env["TMPDIR"] = "/tmp"  # noqa: S108 - the sandbox's tmpfs
+    env["LANG"] = "C.UTF-8"
+    return env
+
+
+def uv_bind() -> sandbox.Bind:
+    """lockbuild's uv binary, read-only, at SANDBOX_UV."""
+    return sandbox.Bind(Path(uv_binary()).resolve(), SANDBOX_UV)
 
 
 def prebuild(
@@ -68,43 +115,75 @@ def prebuild(
     cache: Cache,
     inherit: Mapping[str, str],
 ) -> tuple[Prebuilt | None, str]:
-    """(the wheel, "") when it was built and runs on the node; else (None, why not)."""
-    ns = sandbox()
-    if ns is None:
-        return None, "this builder cannot run a build without network (unshare -rn)"
+    """(the wheel, "") when it was built and runs on the node; else (None, why not). Raises SandboxError
+    when the sandbox cannot start here (the build stops: nothing runs unsandboxed)."""
+    sandbox.check_available()
+    python = find_python(target.python, inherit)
+    if python is None:
+        return None, f"this builder has no Python {target.python} (outside any virtual environment)"
     with tempfile.TemporaryDirectory(prefix="lockbuild-prebuild-") as tmp:
         t = Path(tmp)
-        (t / "deps").mkdir()
+        (t / "in" / "deps").mkdir(parents=True)
+        (t / "out").mkdir()
         for filename, f in deps:
-            with (t / "deps" / filename).open("wb") as out:
+            with create_new(t / "in" / "deps" / _plain(filename)) as out:
                 shutil.copyfileobj(f, out)
-        with (t / sdist_name).open("wb") as out:
+        with create_new(t / "in" / _plain(sdist_name)) as out:
             shutil.copyfileobj(sdist, out)
-        (t / "build-requirements.txt").write_text(lock_text, encoding="utf-8")
-        env = clean_env(t / "uv-cache", offline=True, inherit=inherit)
+        with create_new(t / "in" / "build-requirements.txt") as out:
+            out.write(lock_text.encode("utf-8"))
+        env = build_env(offline=True)
         env["SOURCE_DATE_EPOCH"] = str(int(as_of.timestamp()))
-        argv = [*ns, uv_binary(), "build", "--wheel", "--offline", "--no-index", "--python", target.python,
-                "--find-links", str(t / "deps"), "--build-constraints", str(t / "build-requirements.txt"),
-                "--require-hashes", "--out-dir", str(t / "out"), str(t / sdist_name)]  # fmt: skip
+        spec = sandbox.Spec(
+            binds=(uv_bind(), *python.binds, sandbox.Bind(t / "in", SANDBOX_IN),
+                   sandbox.Bind(t / "out", SANDBOX_OUT, writable=True)),
+            env=env, cwd=SANDBOX_OUT, network=False,
+        )  # fmt: skip
+        argv = [str(SANDBOX_UV), "build", "--wheel", "--offline", "--no-index", "--python", str(python.executable),
+                "--find-links", str(SANDBOX_IN / "deps"), "--build-constraints",
+                str(SANDBOX_IN / "build-requirements.txt"), "--require-hashes", "--out-dir", str(SANDBOX_OUT),
+                str(SANDBOX_IN / sdist_name)]  # fmt: skip
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=t, stdin=subprocess.DEVNULL,
-                                  timeout=BUILD_TIMEOUT, check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
+            proc = sandbox.run(spec, argv, timeout=BUILD_TIMEOUT)
+        except sandbox.SandboxTimeout:
             return None, f"its build did not finish within {BUILD_TIMEOUT} s here"
         if proc.returncode != 0:
-            last = next((ln for ln in reversed(proc.stderr.splitlines()) if ln.strip()), "no output")
+            stderr = proc.stderr.decode("utf-8", "replace")
+            last = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "no output")
             return None, f"it does not build here ({last.strip()[:200]})"
-        made = sorted((t / "out").glob("*.whl"))
-        if len(made) != 1 or not _wheel_of(made[0].name, project, version):
-            return None, f"its build made {', '.join(p.name for p in made) or 'no wheel'}, not one wheel of it"
-        if target.wheel_rank(made[0].name) is None:
-            return None, f"it builds {made[0].name}, which does not run on Python {target.python} {target.platform}"
-        data = made[0].read_bytes()
-        sha = hashlib.sha256(data).hexdigest()
-        temp = cache.new_temp(sha)
-        temp.write_bytes(data)
-        cache.commit(temp, sha)
-        return Prebuilt(f"sdists/{made[0].name}", sdist_name, sha, len(data)), ""
+        return _keep(t / "out", project, version, sdist_name, target, cache)
+
+
+def _plain(filename: str) -> str:
+    if not filename or "/" in filename or filename in (".", "..") or "\0" in filename:
+        raise LockbuildError(f"expected a plain file name for a build input; found {filename!r}.")
+    return filename
+
+
+def _keep(
+    out: Path, project: str, version: str, sdist_name: str, target: Target, cache: Cache
+) -> tuple[Prebuilt | None, str]:
+    """The one wheel the sandbox wrote, read by descriptor without following a link, into the cache."""
+    with opened_dir(out) as fd:
+        made = [n for n in list_dir(fd) if n.endswith(".whl")]
+        if len(made) != 1 or not _wheel_of(made[0], project, version):
+            return None, f"its build made {', '.join(made) or 'no wheel'}, not one wheel of it"
+        name = made[0]
+        if target.wheel_rank(name) is None:
+            return None, f"it builds {name}, which does not run on Python {target.python} {target.platform}"
+        try:
+            f, size = open_regular(name, what="wheel its build made", max_size=MAX_WHEEL, dir_fd=fd,
+                                   shown=f"{name} (built from {sdist_name})")  # fmt: skip
+        except LockbuildError as exc:
+            return None, exc.message
+        temp = cache.new_temp("0" * 64)  # named by its digest once known (commit)
+        with f, create_new(temp, mode=0o600) as dst:
+            copied, sha = copy_with_hash(f, dst, size)
+    if copied != size:
+        temp.unlink()
+        return None, f"{name} changed while it was read"
+    cache.commit(temp, sha)
+    return Prebuilt(f"sdists/{name}", sdist_name, sha, size), ""
 
 
 def _wheel_of(filename: str, project: str, version: str) -> bool:

@@ -206,7 +206,8 @@ class Progress:
     def _counts(self) -> list[_Count]:
         """What the line shows: the side count (while it has anything to count), then the main one."""
         side = self._side
-        shown = [side] if side is not None and not (side.finished and side.done == 0) else []
+        idle = side is None or (side.done == 0 and (side.finished or side.total <= 0))  # a warm build
+        shown = [side] if side is not None and not idle else []
         return [*shown, self._main] if self._main is not None else shown
 
     def _label(self) -> str:

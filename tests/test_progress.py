@@ -256,3 +256,22 @@ def test_under_json_stdout_holds_the_result_only(srv, keys, toy_recipe, tmp_path
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["ok"] is True  # one JSON document, nothing before or after it
     assert "lockbuild:" not in result.stderr
+
+
+def test_a_warm_build_shows_packing_alone() -> None:
+    """Every file from the cache: nothing downloads, so the line is the packing's only."""
+    clock = _Clock()
+    out = io.StringIO()
+    p = Progress(out, heartbeat=0.05, clock=clock)
+    downloads = p.alongside("downloading", "downloaded")
+    downloads.start("fetching", total_bytes=3_000_000, files=2)
+    downloads.skip(1_000_000)
+    downloads.skip(2_000_000)
+    p.start("packing", total_bytes=3_000_000, files=3)
+    p.advance(1_500_000)
+    clock.now = 3.0
+    _wait_for(lambda: "ETA" in out.getvalue())
+    p.finish()
+    downloads.close()
+    p.close()
+    assert "lockbuild: packing: 3 s, 0/3 files, 1.5 MB of 3.0 MB at 500.0 KB/s, ETA 0:03" in out.getvalue().splitlines()

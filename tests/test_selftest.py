@@ -607,6 +607,46 @@ def test_strace_lines_are_read_by_rule() -> None:
     assert not log.canary and len(log.notes) == 1
 
 
+def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is_refused() -> None:
+    import base64
+
+    from lockbuild.selftest.trace import MARKER, parse
+
+    note = json.dumps({"event": "socket.getaddrinfo", "host": "allowed.example", "port": 443, "frames": []})
+    forged = MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")
+    query = (bytes(12) + b"\x04evil\x07example\x00\x00\x01\x00\x01").decode("latin-1")
+    other = (bytes(12) + b"\x05other\x07example\x00\x00\x01\x00\x01").decode("latin-1")
+    text = "\n".join([
+        f'5 getxattr("{_hex(forged)}", "{_hex("user.lockbuild")}", NULL, 0) = -1 ENOENT',
+        f'5 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
+        "}, 16) = 0",
+        f'5 sendto(6<UDP:[14]>, "{_hex(query)}", 30, MSG_NOSIGNAL, NULL, 0) = 30',
+        f'5 sendto(6<UDP:[14]>, "{_hex(query)}", 30, MSG_NOSIGNAL, NULL, 0) = 30',
+        f'5 sendto(6<UDP:[14]>, "{_hex(other)}", 31, MSG_NOSIGNAL, NULL, 0) = 31',
+        "6 connect(7<TCP:[15]>, 0x7ffd0000, 16) = -1 EFAULT",  # an address strace could not read
+    ])
+    log = parse(text)
+    assert [(t.call, t.name, t.named_by_query) for t in log.attempts if t.lookup] == [
+        ("connect", "evil.example", True), ("sendto", "other.example", True)]  # fmt: skip
+    assert [(t.call, t.family, t.host) for t in log.attempts if not t.lookup] == [("connect", "AF_INET", "?")]
+    assert not parse(text, limit=3).overflow and parse(text, limit=2).overflow
+
+
+@needs_netns
+@needs_strace
+def test_more_attempts_than_the_report_keeps_is_not_checked(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    from lockbuild.selftest import trace
+
+    monkeypatch.setattr(trace, "parse", functools.partial(trace.parse, limit=0))
+    code, data, err = selftest(bundles["serve"], keys)  # local attempts only, none of them kept
+    assert code == 6 and data["self_test"][0]["verdict"] == "not checked", (data, err)
+    assert "more distinct network attempts" in data["self_test"][0]["unchecked"]
+
+
 def test_verdicts_local_allowed_and_name_look_ups() -> None:
     from lockbuild.selftest.report import judge
     from lockbuild.selftest.trace import Note, Traced

@@ -28,6 +28,7 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -143,6 +144,18 @@ def _gpu_binds(environ: Mapping[str, str]) -> tuple[list[Bind], str | None]:
     return binds, None
 
 
+def _real_python(exe: Path) -> Path:
+    """The interpreter itself behind ``exe`` (a pyenv shim, a venv's link), so that only its own prefix is
+    bound into the sandbox."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+        proc = subprocess.run([str(exe), "-I", "-c", "import sys; print(sys.executable)"], capture_output=True,
+                              text=True, timeout=60, check=True)  # fmt: skip
+        real = Path(proc.stdout.strip())
+        if real.is_absolute() and real.is_file():
+            return real
+    return exe.absolute()
+
+
 def _dies_with_us(prefix: list[str]) -> list[str]:
     """``prefix`` run so that it gets SIGKILL when lockbuild dies (``setpriv --pdeathsig``): the tracer would
     otherwise outlive a killed run, and with it the sandbox, whose ``--die-with-parent`` watches the tracer."""
@@ -185,7 +198,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
             f"this machine cannot run {m.bundle_name}: " + "; ".join(reasons) + "; the self-test proves nothing here.",
             tip=f"Run `lockbuild test` on a machine of the bundle's platform ({m.platform}, Python {m.python}).",
         )
-    node_python = None if t.interpreter is not None else find_python(m.python, options.python).absolute()
+    node_python = None if t.interpreter is not None else _real_python(find_python(m.python, options.python))
     unchecked: str | None = None
     tracer = shutil.which("strace") if options.tracer else None
     if not options.tracer:
@@ -244,6 +257,8 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
                 unchecked = why
             elif log is not None and not log.canary:
                 unchecked = "the tracer did not see inside the sandbox (no canary in its log)"
+            elif log is not None and log.overflow:
+                unchecked = "more distinct network attempts than the report keeps; the rest were not judged"
     problems = []
     if result is None:  # the run inside the sandbox broke (or was killed): never a pass
         problems.append(f"the run inside the sandbox ended without a result (exit {proc.returncode}):\n"

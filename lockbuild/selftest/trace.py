@@ -47,6 +47,8 @@ _FAMILY = re.compile(r"sa_family=(?P<family>AF_[A-Z0-9_]+|0x[0-9a-f]+|\d+)")
 _V4 = re.compile(r"sa_family=AF_INET, sin_port=htons\((?P<port>\d+)\), sin_addr=inet_addr\(" + _HEX.format("a") + r"\)")
 _V6 = re.compile(r"sa_family=AF_INET6, sin6_port=htons\((?P<port>\d+)\).*?inet_pton\(AF_INET6, " + _HEX.format("a"))
 _FD = re.compile(r"^\d+<(?P<kind>[A-Za-z0-9-]+):\[(?P<inode>\d+)")
+_INET_KINDS = ("TCP", "UDP", "TCPv6", "UDPv6", "UDPLITE", "UDPLITEv6", "RAW", "RAWv6", "SCTP", "SCTPv6", "PING",
+               "PINGv6", "MPTCP", "MPTCPv6")  # fmt: skip
 _FIRST_ARG = re.compile(r"^(?P<family>[A-Z0-9_]+|0x[0-9a-f]+|\d+)[,\s]")
 _STRING = re.compile(_HEX.format("s"))
 
@@ -64,6 +66,7 @@ class Traced:
     name: str | None = None
     frames: tuple[str, ...] = ()
     lookup: bool = False
+    named_by_query: bool = False  # the name was read from the query itself (else from the engine's own note)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class Log:
     notes: list[Note] = field(default_factory=list)
     canary: bool = False  # the inner run's first marker was seen: the tracer followed into the sandbox
     lines: int = 0
+    overflow: bool = False  # more distinct attempts than the limit: the rest were not judged
 
 
 def command(tracer: str, out: Path) -> list[str]:
@@ -167,7 +171,21 @@ def _frames_for(notes: Sequence[Note], host: str | None, port: int | None) -> No
 
 
 def parse(text: str, limit: int = 10_000) -> Log:
+    """The attempts and notes of a log. ``limit`` bounds the *distinct* attempts kept (the same call to the
+    same address from the same process is kept once); past it, :attr:`Log.overflow` is set."""
     log = Log()
+    kept: set[tuple[object, ...]] = set()
+
+    def add(t: Traced) -> None:
+        key = (t.call, t.family, t.host, t.port, t.pid, t.frames)
+        if key in kept:
+            return
+        if len(kept) >= limit:
+            log.overflow = True
+            return
+        kept.add(key)
+        log.attempts.append(t)
+
     peers: dict[str, tuple[str, str, int | None]] = {}  # socket inode -> the address it connected to
     recent: dict[int, list[Note]] = {}
     lookups: dict[str, Traced] = {}  # socket inode -> its look-up attempt (to name it from the query)
@@ -190,18 +208,16 @@ def parse(text: str, limit: int = 10_000) -> Log:
                     if len(log.notes) < limit:
                         log.notes.append(note)
             continue
-        if len(log.attempts) >= limit:
-            continue
         notes = recent.get(pid, [])
         if call == "io_uring_setup":
-            log.attempts.append(Traced(call, "io_uring", "-", None, pid))
+            add(Traced(call, "io_uring", "-", None, pid))
             continue
         if call in ("socket", "socketpair"):
             first = _FIRST_ARG.match(args)
             fam = first["family"] if first else "?"
             if fam not in LOCAL_FAMILIES and fam not in INET_FAMILIES:
                 note = _frames_for(notes, None, None)
-                log.attempts.append(Traced(call, fam, "-", None, pid, frames=note.frames if note else ()))
+                add(Traced(call, fam, "-", None, pid, frames=note.frames if note else ()))
             continue
         fd = _FD.match(args)
         inode = fd["inode"] if fd else None
@@ -212,6 +228,8 @@ def parse(text: str, limit: int = 10_000) -> Log:
             addrs = [peers[inode]]
             if addrs[0][2] != DNS_PORT:
                 continue  # a send on a connected socket: its connect was the attempt
+        if not addrs and call == "connect" and fd is not None and fd["kind"] in _INET_KINDS:
+            addrs = [("AF_INET6" if fd["kind"].endswith("v6") else "AF_INET", "?", None)]  # an address not read
         for fam, host, port in addrs:
             if fam in LOCAL_FAMILIES or fam == "AF_UNSPEC":
                 continue
@@ -223,15 +241,18 @@ def parse(text: str, limit: int = 10_000) -> Log:
                 s = _STRING.search(args)
                 query = dns_name(_unhex(s["s"])) if s else None
             if lookup and inode is not None and inode in lookups:
-                if query and not lookups[inode].name:
-                    lookups[inode].name = query
-                continue
+                known = lookups[inode]
+                if query and not known.named_by_query:
+                    known.name, known.named_by_query = query, True  # the query outranks the engine's note
+                    continue
+                if not query or query == known.name:
+                    continue  # the same look-up again; a query for another name is an attempt of its own
             note = _frames_for(notes, host, port)
             t = Traced(call, fam, host, port, pid, frames=note.frames if note else (), lookup=lookup)
             if lookup:
                 named = note.host if note and note.event.startswith("socket.get") else None
-                t.name = query or named
+                t.name, t.named_by_query = query or named, bool(query)
                 if inode is not None:
                     lookups[inode] = t
-            log.attempts.append(t)
+            add(t)
     return log

@@ -33,10 +33,10 @@ from typing import Any
 from lockbuild.bundle.manifest import Member
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
-from lockbuild.fsio import open_regular, remove_at
+from lockbuild.fsio import loads_json, open_regular, remove_at
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
-from lockbuild.site.oci import OCI_MANIFEST, Registry, RegistryError
+from lockbuild.site.oci import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, RegistryError
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import StoreError
 from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
@@ -101,9 +101,9 @@ def parse_artifact(raw: bytes, where: str) -> Artifact:
                               tip="Pull a tag that `lockbuild push` wrote.")  # fmt: skip
 
     try:
-        doc: Any = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise bad("its manifest is not JSON") from None
+        doc: Any = loads_json(raw, what=where, max_bytes=MAX_OCI_MANIFEST, error=IntegrityError)
+    except IntegrityError as exc:
+        raise bad(exc.message.rstrip(".")) from None
     if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
         raise bad("its manifest is not an OCI image manifest")
     if doc.get("artifactType") != ARTIFACT_TYPE:
@@ -117,7 +117,11 @@ def parse_artifact(raw: bytes, where: str) -> Artifact:
         raise bad("its config has no sha256 digest and size")
     if not isinstance(sigs, str) or not isinstance(name, str):
         raise bad(f"it carries no {SIGNATURES} or {BUNDLE} annotation")
-    return Artifact(name, sigs.encode("utf-8"), digest, size)
+    try:
+        blocks = sigs.encode("utf-8")  # a lone surrogate (\ud800 in the JSON) has no UTF-8 form
+    except UnicodeEncodeError:
+        raise bad(f"its {SIGNATURES} annotation is not text") from None
+    return Artifact(name, blocks, digest, size)
 
 
 class RegistryArtifact:
@@ -142,8 +146,13 @@ class RegistryArtifact:
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None
 
-    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
         a = self.artifact
+        if signed_sha256 is not None and a.config_digest != f"sha256:{signed_sha256}":
+            raise IntegrityError(
+                f"{self.label} names the manifest {a.config_digest}; its signatures sign sha256:{signed_sha256}.",
+                tip="The registry's artifact was altered or mixed up; push the build again from a checked store.",
+            )
         if a.config_size > limits.max_manifest:
             raise IntegrityError(f"{self.label}: the manifest is {a.config_size} bytes; expected at most "
                                  f"{limits.max_manifest}.")  # fmt: skip

@@ -31,14 +31,14 @@ def test_errors_print_without_traceback_and_with_one_under_verbose(tmp_path: Pat
     missing = tmp_path / "nope.toml"
     missing.write_text("[engine]\nname = 1\n")
     r = CliRunner().invoke(main, ["lock", str(missing), "--out", str(tmp_path / "out")])
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # a recipe key with a problem: a usage error
     assert r.stderr.startswith("ERROR ")
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
     r = CliRunner().invoke(main, ["--verbose", "lock", str(missing), "--out", str(tmp_path / "out")])
-    assert r.exit_code == 1 and "Traceback" in r.stderr
+    assert r.exit_code == 2 and "Traceback" in r.stderr
     r = CliRunner().invoke(main, ["lock", str(missing), "--out", str(tmp_path / "out"), "-v"])
-    assert r.exit_code == 1 and "Traceback" in r.stderr
+    assert r.exit_code == 2 and "Traceback" in r.stderr
 
 
 def test_json_errors_are_machine_readable(tmp_path: Path) -> None:

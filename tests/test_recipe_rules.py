@@ -114,10 +114,10 @@ def test_a_url_requirement_is_refused_without_echoing_its_token() -> None:
 
 
 @pytest.mark.parametrize("word", ["eng\\n--version", "--ver\\u0000sion", "\\u001b[2J", "a\\u202eb", "\\r"])
-@pytest.mark.parametrize("key", ["verify", "smoke"])
+@pytest.mark.parametrize("key", ["verify", "smoke", "gpu-smoke"])
 def test_a_control_character_in_a_recipe_command_is_refused_at_parse_time(word: str, key: str) -> None:
     text = ENGINE.replace('verify = ["eng", "--version"]', f'{key} = ["eng", "{word}"]')
-    if key == "smoke":
+    if key != "verify":
         text += 'verify = ["eng", "--version"]\n'
     err = refused(text + build())
     assert err.exit_code == 2, "a usage error (exit 2), not a damaged download (exit 4) later"

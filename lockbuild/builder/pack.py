@@ -140,7 +140,7 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
             assets.append(AssetPlace(f"assets/{name}", b.assets.dir))
     gpu = None
     if b.gpu is not None:
-        gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver)
+        gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability)
     return InstallTable(
         binary=engine.binary,
         verify=engine.verify,
@@ -156,6 +156,7 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
         smoke=engine.smoke,
         gpu_smoke=engine.gpu_smoke,
         allow_network=engine.allow_network,
+        serves=b.serves,
     )
 
 

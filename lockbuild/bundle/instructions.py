@@ -21,6 +21,7 @@ PROBES = ("torch", "none")
 _BINARY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _CAPABILITY = re.compile(r"(\d{1,2})\.(\d{1,2})")
 _DRIVER = re.compile(r"\d{1,4}(?:\.\d{1,4}){0,3}")
+_SERVES = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _MAX_ARGS = 64
 _MAX_ARG = 4096
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
@@ -34,6 +35,13 @@ def _bad(message: str) -> IntegrityError:
 class GpuNeeds:
     min_capability: tuple[int, int] | None = None
     min_driver: str | None = None
+    max_capability: tuple[int, int] | None = None  # from manifest format 3 (issue 25)
+
+    def variant_properties(self) -> tuple[str, ...]:
+        """The same needs as wheel-variant properties (PEP 817/825, the NVIDIA provider's namespace),
+        derived, never stated apart: ``nvidia :: cuda_version_lower_bound :: X.Y`` from the driver branch,
+        ``nvidia :: sm_arch :: NN_real`` for each known capability in the range."""
+        return variant_properties(self)
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,12 @@ class InstallTable:
     smoke: tuple[str, ...] = ()  # the self-test's smoke command
     gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu; issue 24)
     allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
+    serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits (issue 25)
+
+    @property
+    def needs_format(self) -> int:
+        """The manifest format these instructions need: 3 when they carry max-capability or serves."""
+        return 3 if self.serves or (self.gpu is not None and self.gpu.max_capability is not None) else 2
 
     def to_json(self) -> dict[str, Any]:
         gpu = self.gpu
@@ -75,7 +89,10 @@ class InstallTable:
             "gpu": None if gpu is None else {
                 "min_capability": None if gpu.min_capability is None else "{}.{}".format(*gpu.min_capability),
                 "min_driver": gpu.min_driver,
+                "max_capability": None if gpu.max_capability is None else "{}.{}".format(*gpu.max_capability),
+                "variant_properties": list(gpu.variant_properties()),
             },
+            "serves": list(self.serves),
             "free_gb": self.free_gb,
             "uv": self.uv,
             "interpreter": self.interpreter,
@@ -93,8 +110,10 @@ class InstallTable:
         """What the node will do, in a few lines (shell-quoted commands)."""
         lines = [f"binary bin/{self.binary}; verify: {shlex.join(self.verify)}; GPU probe: {self.gpu_probe}"]
         if self.gpu is not None:
-            cap = "{}.{}".format(*self.gpu.min_capability) if self.gpu.min_capability else "any"
-            lines.append(f"needs GPU compute capability {cap}+, driver {self.gpu.min_driver or 'any'}+")
+            lines.append(f"needs GPU compute capability {capability_range(self.gpu)}, driver "
+                         f"{self.gpu.min_driver or 'any'}+")
+        if self.serves:
+            lines.append(f"serves {', '.join(self.serves)} where none of its own builds fits")
         if self.free_gb:
             lines.append(f"needs {self.free_gb} GB free")
         if self.source is not None:
@@ -123,6 +142,7 @@ class InstallTable:
             *([f"smoke = [{', '.join(q(a) for a in self.smoke)}]"] if self.smoke else []),
             *([f"gpu-smoke = [{', '.join(q(a) for a in self.gpu_smoke)}]"] if self.gpu_smoke else []),
             *([f"allow-network = [{', '.join(q(h) for h in self.allow_network)}]"] if self.allow_network else []),
+            *([f"serves = [{', '.join(q(v) for v in self.serves)}]"] if self.serves else []),
             "",
         ]
         if self.env:
@@ -133,6 +153,9 @@ class InstallTable:
                 lines.append(f"min-capability = {q('{}.{}'.format(*self.gpu.min_capability))}")
             if self.gpu.min_driver is not None:
                 lines.append(f"min-driver = {q(self.gpu.min_driver)}")
+            if self.gpu.max_capability is not None:  # format 3: with the wheel-variant properties beside it
+                lines.append(f"max-capability = {q('{}.{}'.format(*self.gpu.max_capability))}")
+                lines.append(f"variant-properties = [{', '.join(q(v) for v in self.gpu.variant_properties())}]")
             lines.append("")
         if self.source is not None:
             s = self.source
@@ -173,21 +196,69 @@ def _keys(data: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
                    f"{', '.join(allowed)}.")  # fmt: skip
 
 
+def _capability(data: dict[str, Any], key: str) -> tuple[int, int] | None:
+    cap = data.get(key)
+    if cap is None:
+        return None
+    m = _CAPABILITY.fullmatch(cap) if isinstance(cap, str) else None
+    if m is None:
+        raise _bad(f'the manifest\'s install.gpu.{key} {str(cap)[:40]!r} is not like "8.0".')
+    return (int(m[1]), int(m[2]))
+
+
 def _gpu(data: Any) -> GpuNeeds:
     if not isinstance(data, dict):
         raise _bad("the manifest's install.gpu is not a table.")
-    _keys(data, ("min-capability", "min-driver"), "install.gpu")
-    cap = data.get("min-capability")
+    _keys(data, ("min-capability", "min-driver", "max-capability", "variant-properties"), "install.gpu")
+    capability = _capability(data, "min-capability")
+    highest = _capability(data, "max-capability")
     drv = data.get("min-driver")
-    capability = None
-    if cap is not None:
-        m = _CAPABILITY.fullmatch(cap) if isinstance(cap, str) else None
-        if m is None:
-            raise _bad(f'the manifest\'s install.gpu.min-capability {str(cap)[:40]!r} is not like "8.0".')
-        capability = (int(m[1]), int(m[2]))
     if drv is not None and not (isinstance(drv, str) and _DRIVER.fullmatch(drv)):
         raise _bad(f'the manifest\'s install.gpu.min-driver {str(drv)[:40]!r} is not a driver version like "580".')
-    return GpuNeeds(capability, drv)
+    if capability is not None and highest is not None and highest < capability:
+        raise _bad("the manifest's install.gpu.max-capability is below its min-capability; the bundle is malformed.")
+    needs = GpuNeeds(capability, drv, highest)
+    props = data.get("variant-properties")
+    if (props is None) != (highest is None) or (props is not None and props != list(needs.variant_properties())):
+        raise _bad("the manifest's install.gpu.variant-properties are not the ones its needs imply (written with "
+                   "max-capability, derived from the table); the bundle is malformed.")  # fmt: skip
+    return needs
+
+
+def capability_range(gpu: GpuNeeds) -> str:
+    """``7.5+``, ``6.0-8.9``, ``up to 8.9`` or ``any``."""
+    low = "{}.{}".format(*gpu.min_capability) if gpu.min_capability else None
+    high = "{}.{}".format(*gpu.max_capability) if gpu.max_capability else None
+    if low and high:
+        return f"{low}-{high}"
+    return f"{low}+" if low else f"up to {high}" if high else "any"
+
+
+# Compute capabilities NVIDIA has shipped (sm_arch values of the wheel-variant provider).
+KNOWN_CAPABILITIES = ((5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7),
+                      (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))  # fmt: skip
+# The first Linux driver branch of each CUDA release (CUDA's release notes, "minimum required driver").
+CUDA_BY_DRIVER = ((525, "12.0"), (530, "12.1"), (535, "12.2"), (545, "12.3"), (550, "12.4"), (555, "12.5"),
+                  (560, "12.6"), (570, "12.8"), (575, "12.9"), (580, "13.0"))  # fmt: skip
+
+
+def variant_properties(gpu: GpuNeeds) -> tuple[str, ...]:
+    out = []
+    if gpu.min_driver is not None:
+        branch = int(gpu.min_driver.split(".", 1)[0])
+        cuda = [c for d, c in CUDA_BY_DRIVER if d <= branch]
+        if cuda:
+            out.append(f"nvidia :: cuda_version_lower_bound :: {cuda[-1]}")
+    low, high = gpu.min_capability or (0, 0), gpu.max_capability or (99, 9)
+    out += [f"nvidia :: sm_arch :: {a}{b}_real" for a, b in KNOWN_CAPABILITIES if low <= (a, b) <= high]
+    return tuple(out)
+
+
+def _serves(data: dict[str, Any]) -> tuple[str, ...]:
+    serves = _get(data, "serves", list, "install.", [])
+    if len(serves) > 64 or not all(isinstance(v, str) and _SERVES.fullmatch(v) for v in serves):
+        raise _bad("the manifest's install.serves must be at most 64 plain version strings.")
+    return tuple(serves)
 
 
 def _place(data: Any, where: str, kinds: dict[str, str], kind: str) -> tuple[str, str]:
@@ -205,7 +276,7 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
     if not isinstance(data, dict):
         raise _bad("the manifest has no [install] table; a format-2 bundle always has one.")
     allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "requirements", "gpu", "source",
-               "assets", "env", "smoke", "gpu-smoke", "allow-network")  # fmt: skip
+               "assets", "env", "smoke", "gpu-smoke", "allow-network", "serves")  # fmt: skip
     _keys(data, allowed, "install")
     binary = _get(data, "binary", str, "install.")
     if not _BINARY.fullmatch(binary):
@@ -257,6 +328,7 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
         assets=tuple(assets),
         interpreter=interpreter,
         requirements=tuple(requirements),
+        serves=_serves(data),
         **_runtime(data),
     )
 

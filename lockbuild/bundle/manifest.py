@@ -21,7 +21,9 @@ from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.times import iso, parse_time
 
-FORMAT = 2
+FORMAT = 2  # what a manifest says unless its [install] table needs more (InstallTable.needs_format)
+NEWEST = 3  # format 3 (issue 25): install.gpu.max-capability, variant-properties and install.serves
+READS = (2, 3)
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
 MANIFEST = "bundle.toml"
@@ -79,7 +81,7 @@ class Manifest:
     def to_toml(self) -> bytes:
         q = toml_string
         lines = [
-            f"format = {self.format}",
+            f"format = {max(self.format, self.install.needs_format)}",
             f"engine = {q(self.engine)}",
             f"version = {q(self.version)}",
             f"variant = {q(self.variant)}",
@@ -223,7 +225,7 @@ def _version(data: dict[str, Any], key: str, where: str) -> str:
 
 def _check_format(data: dict[str, Any]) -> int:
     fmt: int = _require(data, "format", int, "")
-    if fmt == FORMAT:
+    if fmt in READS:
         return fmt
     builder = data.get("builder")
     made_by = builder.get("lockbuild") if isinstance(builder, dict) else None
@@ -233,13 +235,13 @@ def _check_format(data: dict[str, Any]) -> int:
     if fmt in READ_BY:
         raise IntegrityError(
             f"the bundle's manifest is format {fmt} (made{by or ' by an older lockbuild'}); this lockbuild "
-            f"({__version__}) reads format {FORMAT} only, and {READ_BY[fmt]} reads format {fmt}.",
+            f"({__version__}) reads formats {', '.join(map(str, READS))} only, and {READ_BY[fmt]} reads format {fmt}.",
             tip=f"Rebuild the bundle with lockbuild {__version__} or later, or install it with {READ_BY[fmt]}.",
         )
-    if isinstance(fmt, int) and fmt > FORMAT:
+    if isinstance(fmt, int) and fmt > max(READS):
         raise IntegrityError(
             f"the bundle's manifest is format {fmt} (made{by or ' by a newer lockbuild'}); this lockbuild "
-            f"({__version__}) reads format {FORMAT}.",
+            f"({__version__}) reads formats {', '.join(map(str, READS))}.",
             tip=f"Upgrade lockbuild on this node{' to ' + made_by if by else ''} to install it.",
         )
     raise _bad(f"the bundle's manifest format is {fmt}; no lockbuild writes that format.")
@@ -278,6 +280,10 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     if not isinstance(zstd, str) or (zstd and not _VERSION.fullmatch(zstd)):
         raise _bad("the manifest's builder.zstd is not a plain version string.")
     install = parse_install(data.get("install"), {m.path: m.kind for m in members})
+    if install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
+        raise _bad(f"the manifest is format {fmt}, but its [install] table "
+                   f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "
+                   "install.serves); the bundle is malformed.")  # fmt: skip
     exempt = _exclude_newer_package(data.get("exclude-newer-package", {}))
     return Manifest(
         engine=_name(data, "engine", ""),

@@ -140,9 +140,11 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 @click.command(
     cls=Command, epilog="Example: lockbuild install demo.lbz --root /opt/engines --trust /etc/lockbuild/keys"
 )
-@click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT")
+@click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT|ENGINE/VERSION|ENGINE|DIR/")
 @root_option
 @store_option
+@click.option("--allow-cpu", is_flag=True, help="When choosing on a GPU node where no GPU build fits, take a CPU "
+              "build (without it such a node is refused).")  # fmt: skip
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
@@ -172,6 +174,7 @@ def install(
     allow_downgrade: bool,
     wait: float,
     as_json: bool,
+    allow_cpu: bool = False,
 ) -> None:
     """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
 
@@ -182,9 +185,13 @@ def install(
 
     \b
     """ + SOURCE_HELP + """
+    ENGINE/VERSION or ENGINE with --store DIR, or a folder DIR/ of bundles: the node chooses the build that
+    fits its GPUs and driver (the asked version first, then the newest CUDA it runs, then the narrowest
+    capability range) and says why each other one was passed over.
     """
     _setup(ctx, as_json)
     from lockbuild.install.installer import Installer, InstallOptions
+    from lockbuild.site.sources import choosing_form
 
     opts = InstallOptions(
         root=root,
@@ -200,10 +207,44 @@ def install(
     installer = Installer(opts, progress=_progress(ctx))
     from lockbuild.site.sources import named_source  # no network code either
 
+    request = choosing_form(bundle, store=store_dir)
+    if request is not None:
+        _install_chosen(ctx, installer, request, opts, allow_cpu)
+        return
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
     _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
+
+
+def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any, allow_cpu: bool) -> None:
+    """install ENGINE/VERSION, ENGINE (--store) or DIR/: choose among the signed candidates, then install
+    the chosen one from its opening; nothing fits: exit 1, nothing placed, every candidate's reasons."""
+    import json
+    import time
+
+    from lockbuild.install.choose import chosen, refusal
+    from lockbuild.install.node import detect
+    from lockbuild.trust import load_store
+    from lockbuild.trust import trust_dir as resolve_trust_dir
+
+    started = time.monotonic()
+    node = detect()
+    trust = load_store(resolve_trust_dir(opts.trust_dir))
+    with chosen(request, trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
+                allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:  # fmt: skip
+        if got.opened is None:
+            if ctx.obj.get("json"):
+                err = refusal(got)
+                click.echo(json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": err.message,
+                                       "tip": err.tip, "exit_code": err.exit_code}, **got.to_json()}))  # fmt: skip
+                click.echo("ERROR " + err.message, err=True)
+                ctx.exit(1)
+            raise refusal(got)
+        result = installer.install_opened(got.opened, started, node)
+    verb = "installed" if result.status == "installed" else "already installed"
+    text = "\n".join([*got.lines(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}"])
+    _emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 
 @click.command("list", cls=Command, epilog="Example: lockbuild list --root /opt/engines --json")
@@ -253,18 +294,24 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
     show_default=True,
     help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node.",
 )
+@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="A site store: for each engine and version in it, the build this node would take, or why none "
+              "fits.")  # fmt: skip
 @trust_option
 @json_option
 @click.pass_context
-def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool) -> None:
+def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool,
+           store_dir: Path | None = None) -> None:  # fmt: skip
     """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
-    engines, and which catalogue builds fit it (and why the others don't)."""
+    engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
+    would take of each engine and version in the store."""
     _setup(ctx, as_json)
     from lockbuild.install.doctor import examine, render
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     candidates, problems = _catalogue(catalogue)
-    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir))
+    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
+                     store=store_dir)  # fmt: skip
     _emit(ctx, report, render(report))
 
 
@@ -287,7 +334,7 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
             problems.append(exc.message)
             continue
         for b in recipe.builds:
-            gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver) if b.gpu else None
+            gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability) if b.gpu else None
             needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
             out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
     for path in sorted(directory.glob("*.lbz")):

@@ -82,6 +82,7 @@ def examine(
     problems: Sequence[str] = (),
     trust: Path,
     node: Node | None = None,
+    store: Path | None = None,
 ) -> dict[str, Any]:
     node = node or detect()
     pythons = find_pythons()
@@ -98,6 +99,8 @@ def examine(
             "machine": node.machine,
             "libc": f"{node.libc} {'.'.join(map(str, node.libc_version or ()))}".strip(),
             "nvidia_driver": node.driver,
+            "facts": "stated" if node.stated else "detected",
+            "facts_file": node.stated,
             "gpus": [{"name": g.name, "capability": f"{g.capability[0]}.{g.capability[1]}"} for g in node.gpus],
         },
         "pythons": pythons,
@@ -118,15 +121,28 @@ def examine(
             for f in fits
         ],
         "catalogue_problems": list(problems),
+        **({"store": _store_report(store, trust, node, root)} if store is not None else {}),
     }
+
+
+def _store_report(store: Path, trust: Path, node: Node, root: Path) -> dict[str, Any]:
+    """doctor --store: each engine and version in the store, and the build this node would take."""
+    from lockbuild.install.choose import store_choices
+
+    try:
+        entries = store_choices(store, trust=load_store(trust), node=node, root=root)
+    except LockbuildError as exc:
+        return {"path": str(store), "ok": False, "error": exc.message, "entries": []}
+    return {"path": str(store), "ok": True, "entries": entries}
 
 
 def render(report: dict[str, Any]) -> str:
     n = report["node"]
     gpus = ", ".join(f"{g['name']} (sm {g['capability']})" for g in n["gpus"]) or "none found"
+    stated = f" (stated in {n['facts_file']}, not detected)" if n.get("facts_file") else ""
     lines = [
         f"node        {n['machine']}, {n['libc']}",
-        f"nvidia      driver {n['nvidia_driver'] or 'not found'}; GPUs: {gpus}",
+        f"nvidia      driver {n['nvidia_driver'] or 'not found'}; GPUs: {gpus}{stated}",
         "pythons     " + (", ".join(f"{v} ({p})" for v, p in sorted(report["pythons"].items())) or "none found"),
         f"root        {report['root']['path']}: {report['root']['free_bytes'] / 2**30:.1f} GiB free",
     ]
@@ -145,4 +161,26 @@ def render(report: dict[str, Any]) -> str:
         verdict = "fits" if c["fits"] else "does not fit: " + "; ".join(c["reasons"])
         lines.append(f"catalogue   {c['engine']} {c['build']}: {verdict}")
     lines += [f"catalogue   PROBLEM: {p}" for p in report["catalogue_problems"]]
+    if "store" in report:
+        lines += _render_store(report["store"])
     return "\n".join(lines)
+
+
+def _render_store(s: dict[str, Any]) -> list[str]:
+    if not s["ok"]:
+        return [f"store       {s['path']}: PROBLEM: {s['error']}"]
+    if not s["entries"]:
+        return [f"store       {s['path']}: no builds"]
+    out = []
+    for e in s["entries"]:
+        head = f"store       {e['engine']} {e['version']}: "
+        out.append(head + (f"takes {e['chosen']} ({e['why']})" if e["chosen"] else f"nothing fits ({e['why']})"))
+        for c in e["candidates"]:
+            if c["build"] == e["chosen"]:
+                continue
+            via = f" (serves {c['serves']})" if c["serves"] else ""
+            verdict = "fits, passed over" if c["fits"] else "does not fit"
+            out.append(f"              {c['build']}{via}: {verdict}: {'; '.join(c['reasons'])}")
+        if e.get("fix"):
+            out.append(f"              fix: {e['fix']}")
+    return out

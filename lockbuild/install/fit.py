@@ -10,8 +10,9 @@ not report, GPUs nvidia-smi does not list) counts as unmet, with a reason saying
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.bundle.manifest import Manifest
@@ -82,7 +83,7 @@ def unmet(needs: Needs, facts: Facts, gpu_check: GpuCheck = "auto") -> tuple[str
 
 def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
     if not node.has_nvidia:
-        return ["needs an NVIDIA GPU; no driver found (no /proc/driver/nvidia, no nvidia-smi)"]
+        return ["needs an NVIDIA GPU; no driver found (no nvidia-smi, /sys/module/nvidia or /proc/driver/nvidia)"]
     reasons = []
     if gpu.min_driver is not None:
         if node.driver in (None, "unknown") or not _version(node.driver or ""):
@@ -97,4 +98,230 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
         if low:
             have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in low)
             reasons.append(f"needs compute capability {need}+, the node has {have}")
+    if gpu.max_capability is not None:
+        top = "{}.{}".format(*gpu.max_capability)
+        if not node.gpus:
+            reasons.append(f"has kernels up to compute capability {top}, the node's GPUs are unknown "
+                           "(nvidia-smi lists none)")  # fmt: skip
+        high = [g for g in node.gpus if g.capability > gpu.max_capability]
+        if high:
+            have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in high)
+            reasons.append(f"has kernels up to compute capability {top} only (no sm_{high[0].capability[0]}"
+                           f"{high[0].capability[1]}), the node has {have}")  # fmt: skip
     return reasons
+
+
+# --- the choice (issue 25): which of several builds a node takes. Pure, beside the fit rule. ---------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One candidate build, from its signed manifest (or a catalogue recipe, for doctor)."""
+
+    engine: str
+    version: str
+    variant: str
+    needs: Needs
+    serves: tuple[str, ...] = ()
+    problem: str | None = None  # it could not be judged (its signatures do not meet the policy): never chosen
+
+    @property
+    def build(self) -> str:
+        return f"{self.engine}/{self.version}-{self.variant}"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.needs.gpu is not None
+
+
+@dataclass(frozen=True)
+class Judged:
+    option: Option
+    fits: bool
+    serves: str | None  # the asked version, where this build only serves it
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"build": self.option.build, "fits": self.fits, "serves": self.serves, "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
+class Choice:
+    asked: str  # ENGINE, or ENGINE/VERSION
+    chosen: Option | None
+    why: str  # why the chosen one, or why none
+    candidates: tuple[Judged, ...]  # every candidate, the chosen one included
+    fix: str = ""  # with nothing chosen: the driver to install, the variant to build, or --allow-cpu
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asked": self.asked, "chosen": self.chosen.build if self.chosen else None, "why": self.why,
+                "candidates": [c.to_json() for c in self.candidates], "fix": self.fix or None}  # fmt: skip
+
+    def lines(self) -> list[str]:
+        head = f"chose {self.chosen.build}: {self.why}" if self.chosen else f"no build of {self.asked} fits: {self.why}"
+        out = [head]
+        for c in self.candidates:
+            if self.chosen is not None and c.option == self.chosen:
+                continue
+            mark = "fits, passed over" if c.fits else "does not fit"
+            via = f" (serves {c.serves})" if c.serves else ""
+            out.append(f"  {c.option.build}{via}: {mark}: {'; '.join(c.reasons)}")
+        if self.fix:
+            out.append(f"  fix: {self.fix}")
+        return out
+
+
+def _cap_value(cap: tuple[int, int] | None, default: int) -> int:
+    return default if cap is None else cap[0] * 10 + cap[1]
+
+
+def _width(o: Option) -> int:
+    gpu = o.needs.gpu
+    assert gpu is not None
+    return _cap_value(gpu.max_capability, 999) - _cap_value(gpu.min_capability, 0)
+
+
+def _driver_of(o: Option) -> tuple[int, ...]:
+    gpu = o.needs.gpu
+    return _version(gpu.min_driver) if gpu is not None and gpu.min_driver else ()
+
+
+def _newest_first(versions: set[str]) -> list[str]:
+    from packaging.version import InvalidVersion, Version
+
+    def key(v: str) -> tuple[int, Any]:
+        try:
+            return (1, Version(v))
+        except InvalidVersion:
+            return (0, v)
+
+    return sorted(versions, key=key, reverse=True)
+
+
+def choose(engine: str, version: str | None, options: Sequence[Option], facts: Facts, *,
+           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Choice:  # fmt: skip
+    """The build of ``engine`` this node takes: of ``version`` (or serving it), or, with ``version``
+    None, of the newest version that has a fitting build. ``options`` in the recipe's order (the last
+    rule). Every candidate is judged, and the result says why each was passed over."""
+    mine = [o for o in options if o.engine == engine]
+    if version is not None:
+        return _choose_version(engine, version, mine, facts, allow_cpu, gpu_check)
+    results = [_choose_version(engine, v, [o for o in mine if o.version == v], facts, allow_cpu, gpu_check)
+               for v in _newest_first({o.version for o in mine})]  # fmt: skip
+    if not results:
+        return Choice(engine, None, f"the candidates hold no build of {engine}", (),
+                      f"import a build of {engine} into the store or folder")  # fmt: skip
+    won = next((r for r in results if r.chosen is not None), None)
+    if won is None:
+        every = tuple(c for r in results for c in r.candidates)
+        _, fix = _nothing_fits([c.option for c in every], {id(c.option): c.reasons for c in every}, facts,
+                               any("--allow-cpu" in r.fix for r in results))  # fmt: skip
+        return Choice(engine, None, "no version has a build that fits this node", every, fix)
+    assert won.chosen is not None
+    judged: list[Judged] = []
+    for r in results:
+        for c in r.candidates:
+            if r is not won and c.fits:  # an older version (the newer ones have no fitting build)
+                c = Judged(c.option, True, None, (f"an older version; {won.chosen.build} is of the newest version "
+                                                  "with a fitting build",))  # fmt: skip
+            judged.append(c)
+    return Choice(engine, won.chosen, f"the newest version with a fitting build; {won.why}", tuple(judged))
+
+
+def _choose_version(engine: str, version: str, options: Sequence[Option], facts: Facts, allow_cpu: bool,
+                    gpu_check: GpuCheck) -> Choice:  # fmt: skip
+    asked = f"{engine}/{version}"
+    relevant = [o for o in options if o.version == version or version in o.serves]
+    gpu_node = facts.node.has_nvidia and gpu_check != "skip"
+    any_gpu_build = any(o.is_gpu for o in relevant if o.problem is None)
+    unmet_of = {id(o): (o.problem,) if o.problem else unmet(o.needs, facts, gpu_check) for o in relevant}
+    fitting_gpu = [o for o in relevant if o.is_gpu and not unmet_of[id(o)]]
+    cpu_ok = [o for o in relevant if not o.is_gpu and not unmet_of[id(o)]]
+
+    def rank(o: Option) -> tuple[int, tuple[int, ...], int, int]:
+        # 1. the asked version itself; 2. the highest min-driver (the newest CUDA); 3. the narrowest range; 4. order
+        return (0 if o.version == version else 1, tuple(-x for x in _driver_of(o)), _width(o), relevant.index(o))
+
+    # A CPU build on a GPU node: only for a CPU-only engine, or with --allow-cpu (and then after any GPU build)
+    cpu_allowed = not gpu_node or not any_gpu_build or allow_cpu
+    ranked = sorted(fitting_gpu, key=rank) + (sorted(cpu_ok, key=lambda o: (o.version != version, relevant.index(o)))
+                                              if cpu_allowed else [])  # fmt: skip
+    chosen = ranked[0] if ranked else None
+    judged = []
+    for o in relevant:
+        serves = version if o.version != version else None
+        if unmet_of[id(o)]:
+            judged.append(Judged(o, False, serves, unmet_of[id(o)]))
+        elif not o.is_gpu and not cpu_allowed:
+            judged.append(Judged(o, False, serves, ("a CPU build, and this node has an NVIDIA GPU: taken only with "
+                                                    "--allow-cpu or when named explicitly",)))  # fmt: skip
+        elif o is chosen:
+            judged.append(Judged(o, True, serves, ()))
+        else:
+            assert chosen is not None
+            judged.append(Judged(o, True, serves, (_passed_over(o, chosen, version),)))
+    if chosen is None:
+        why, fix = _nothing_fits(relevant, unmet_of, facts, gpu_node and any_gpu_build and bool(cpu_ok))
+        return Choice(asked, None, why, tuple(judged), fix)
+    return Choice(asked, chosen, _why(chosen, version, len(ranked), facts, gpu_node), tuple(judged))
+
+
+def _why(o: Option, version: str, n: int, facts: Facts, gpu_node: bool) -> str:
+    parts = [f"serves {version} (no {version} build fits)" if o.version != version else f"a build of {version}"]
+    gpu = o.needs.gpu
+    if gpu is not None:
+        parts.append(f"needs driver {gpu.min_driver or 'any'}+ (the node has {facts.node.driver}) and compute "
+                     f"capability {_range(gpu)}")  # fmt: skip
+    elif gpu_node:
+        parts.append("a CPU build, taken on a GPU node because no GPU build fits and --allow-cpu was given"
+                     if facts.node.has_nvidia else "a CPU build")  # fmt: skip
+    else:
+        parts.append("a CPU build (this node has no NVIDIA GPU)" if not facts.node.has_nvidia else "a CPU build")
+    parts.append("the only fitting build" if n == 1 else f"the best of {n} fitting builds")
+    return "; ".join(parts)
+
+
+def _range(gpu: GpuNeeds) -> str:
+    from lockbuild.bundle.instructions import capability_range
+
+    return capability_range(gpu)
+
+
+def _passed_over(o: Option, chosen: Option, version: str) -> str:
+    if not chosen.is_gpu or not o.is_gpu:
+        return f"a CPU build; {chosen.build} fits" if not o.is_gpu else f"{chosen.build} is preferred"
+    if (o.version == version) != (chosen.version == version):
+        return f"only serves {version}; {chosen.build} is a build of {version} that fits"
+    if _driver_of(o) != _driver_of(chosen):
+        assert o.needs.gpu is not None and chosen.needs.gpu is not None
+        return (f"needs driver {o.needs.gpu.min_driver or 'any'}+; {chosen.build} needs "
+                f"{chosen.needs.gpu.min_driver}+, which this node meets (a newer CUDA)")  # fmt: skip
+    if _width(o) != _width(chosen):
+        assert o.needs.gpu is not None and chosen.needs.gpu is not None
+        return (f"its capability range {_range(o.needs.gpu)} is wider than {chosen.build}'s "
+                f"({_range(chosen.needs.gpu)})")  # fmt: skip
+    return f"listed after {chosen.build}"
+
+
+def _nothing_fits(relevant: Sequence[Option], unmet_of: dict[int, tuple[str, ...]], facts: Facts,
+                  cpu_hint: bool) -> tuple[str, str]:  # fmt: skip
+    if not relevant:
+        return "the candidates hold no build of it, nor one that serves it", "import or build one"
+    node = facts.node
+    unmet_of = {k: tuple(r for r in v if not r.startswith("a CPU build")) for k, v in unmet_of.items()}
+    fixes: list[str] = []
+    drivers = [o for o in relevant if o.is_gpu and o.problem is None and unmet_of[id(o)]
+               and all(r.startswith("needs driver") for r in unmet_of[id(o)])]  # fmt: skip
+    if drivers:
+        best = min(drivers, key=lambda o: _driver_of(o))
+        assert best.needs.gpu is not None
+        fixes.append(f"install NVIDIA driver {best.needs.gpu.min_driver} or newer (for {best.build})")
+    if node.has_nvidia and node.gpus:
+        caps = sorted({"{}.{}".format(*g.capability) for g in node.gpus})
+        fixes.append(f"or build a variant whose gpu table covers compute capability {' and '.join(caps)} and "
+                     f"min-driver at most {node.driver}")  # fmt: skip
+    elif not node.has_nvidia:
+        fixes.append("or build a CPU variant (a build without a gpu table)")
+    if cpu_hint:
+        fixes.append("or pass --allow-cpu to take the CPU build")
+    return "every candidate has an unmet need", " ".join(fixes).removeprefix("or ")

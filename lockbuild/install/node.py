@@ -1,4 +1,12 @@
-"""Facts about the node: architecture, C library, NVIDIA driver and GPUs, free space."""
+"""Facts about the node: architecture, C library, NVIDIA driver and GPUs, free space.
+
+The driver and GPUs come, in this order, from ``LOCKBUILD_GPU_FACTS=FILE`` (an operator's statement
+for a node prepared before its GPUs or driver are in: ``{"driver": "580.65.06", "gpus": [{"name":
+"NVIDIA A100-SXM4-80GB", "capability": "8.0"}]}``; every output marks such facts as stated), else
+``nvidia-smi --query-gpu=driver_version,compute_cap,name``, else the driver version alone from
+``/sys/module/nvidia/version``, then ``/proc/driver/nvidia/version`` (as uv's ``--torch-backend=auto``
+reads it); then the GPUs, and so their capabilities, are unknown.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,16 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockbuild.errors import LockbuildError
+from lockbuild.fsio import bounded_read, loads_json, open_regular, read_regular
+
 PROC_DRIVER = Path("/proc/driver/nvidia/version")
+SYS_DRIVER = Path("/sys/module/nvidia/version")
+FACTS_ENV = "LOCKBUILD_GPU_FACTS"
+MAX_FACTS = 64 << 10
+MAX_GPUS = 64
+_CAP = re.compile(r"(\d{1,2})\.(\d{1,2})")
+_DRIVER_TEXT = re.compile(r"\d{1,4}(?:\.\d{1,4}){0,3}")
 
 
 @dataclass(frozen=True)
@@ -26,19 +43,74 @@ class Node:
     libc_version: tuple[int, int] | None
     driver: str | None
     gpus: tuple[Gpu, ...]
+    stated: str | None = None  # the LOCKBUILD_GPU_FACTS file the driver and GPUs were taken from, if any
 
     @property
     def has_nvidia(self) -> bool:
         return self.driver is not None
 
 
-def _driver_from_proc(path: Path) -> str | None:
+def _small_text(path: Path) -> str | None:
+    """A /proc or /sys file (their sizes read as 0 or 4096): at most 4 KiB, or None when unreadable."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        f, _ = open_regular(path, what="driver version file", max_size=1 << 20)
+        with f:
+            return bounded_read(f, 4096, what=str(path)).decode("utf-8", "replace")
+    except (OSError, LockbuildError):
+        return None
+
+
+def _driver_from_sys(path: Path) -> str | None:
+    text = _small_text(path)
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)*)\s*", text)
+    return m[1] if m else "unknown"
+
+
+def _driver_from_proc(path: Path) -> str | None:
+    text = _small_text(path)
+    if text is None:
         return None
     m = re.search(r"Kernel Module(?: for [^\s]+)?\s+(\d+(?:\.\d+)*)", text)
     return m[1] if m else "unknown"
+
+
+class FactsError(LockbuildError):
+    """LOCKBUILD_GPU_FACTS names a file that does not state the facts plainly."""
+
+
+def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
+    """The driver and GPUs an operator states in ``path`` (JSON; see the module's docstring), strictly."""
+    tip = (f'Write {path} as {{"driver": "580.65.06", "gpus": [{{"name": "NVIDIA A100-SXM4-80GB", "capability": '
+           f'"8.0"}}]}} ("driver": null and "gpus": [] for a node without a GPU), or unset {FACTS_ENV}.')  # fmt: skip
+    try:
+        raw = read_regular(path, what=f"{FACTS_ENV} file", max_size=MAX_FACTS, error=FactsError)
+    except FileNotFoundError:
+        raise FactsError(f"{FACTS_ENV} names {path}; expected a JSON file of the node's GPU facts, found none.",
+                         tip=tip) from None  # fmt: skip
+    data = loads_json(raw, what=f"the {FACTS_ENV} file {path}", max_bytes=MAX_FACTS, error=FactsError)
+    if not isinstance(data, dict) or set(data) - {"driver", "gpus"}:
+        raise FactsError(f"the {FACTS_ENV} file {path} is not an object of driver and gpus only.", tip=tip)
+    driver, gpus = data.get("driver"), data.get("gpus", [])
+    if driver is not None and not (isinstance(driver, str) and _DRIVER_TEXT.fullmatch(driver)):
+        raise FactsError(f"the {FACTS_ENV} file's driver {str(driver)[:40]!r} is not a driver version like "
+                         '"580.65.06".', tip=tip)  # fmt: skip
+    if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
+        raise FactsError(f"the {FACTS_ENV} file's gpus is not a list of at most {MAX_GPUS}.", tip=tip)
+    out = []
+    for i, g in enumerate(gpus):
+        name, cap = (g.get("name"), g.get("capability")) if isinstance(g, dict) else (None, None)
+        m = _CAP.fullmatch(cap) if isinstance(cap, str) else None
+        if (not isinstance(g, dict) or set(g) - {"name", "capability"} or not isinstance(name, str)
+                or not 0 < len(name) <= 128 or not name.isprintable() or m is None):  # fmt: skip
+            raise FactsError(f'the {FACTS_ENV} file\'s gpus[{i}] is not {{"name": TEXT, "capability": "X.Y"}}.',
+                             tip=tip)  # fmt: skip
+        out.append(Gpu(name, (int(m[1]), int(m[2]))))
+    if out and driver is None:
+        raise FactsError(f"the {FACTS_ENV} file lists GPUs but no driver; state the driver the node will run.",
+                         tip=tip)  # fmt: skip
+    return driver, tuple(out)
 
 
 def _nvidia_smi() -> tuple[str | None, tuple[Gpu, ...]]:
@@ -70,16 +142,22 @@ def _nvidia_smi() -> tuple[str | None, tuple[Gpu, ...]]:
     return driver, tuple(gpus)
 
 
-def detect(proc_driver: Path = PROC_DRIVER) -> Node:
+def detect(proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER,
+           environ: dict[str, str] | None = None) -> Node:  # fmt: skip
     libc, version = platform.libc_ver()
     parsed: tuple[int, int] | None = None
     m = re.fullmatch(r"(\d+)\.(\d+).*", version or "")
     if m:
         parsed = (int(m[1]), int(m[2]))
-    driver, gpus = _nvidia_smi()
-    if driver is None:
-        driver = _driver_from_proc(proc_driver)
-    return Node(platform.machine(), "glibc" if libc == "glibc" else (libc or "unknown"), parsed, driver, gpus)
+    stated = (os.environ if environ is None else environ).get(FACTS_ENV) or None
+    if stated is not None:
+        driver, gpus = stated_facts(Path(stated))
+    else:
+        driver, gpus = _nvidia_smi()
+        if driver is None:
+            driver = _driver_from_sys(sys_driver) or _driver_from_proc(proc_driver)
+    return Node(platform.machine(), "glibc" if libc == "glibc" else (libc or "unknown"), parsed, driver, gpus,
+                stated)  # fmt: skip
 
 
 def free_bytes(path: Path) -> int:

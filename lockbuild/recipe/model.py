@@ -28,6 +28,7 @@ class Engine:
 class GpuRequirement:
     min_capability: tuple[int, int] | None
     min_driver: str | None
+    max_capability: tuple[int, int] | None = None  # the highest capability it has kernels for (issue 25)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Build:
     interpreter: Interpreter | None = None  # a standalone interpreter carried in the bundle
     indexes: tuple[SecondIndex, ...] = ()  # the list form, indexes = [{ name, url, packages }] (issue 15)
     primary_packages: tuple[str, ...] = ()  # canonical names an extra index serves too, taken from the primary
+    serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits (issue 25)
 
     @property
     def extra_indexes(self) -> tuple[SecondIndex, ...]:

@@ -46,7 +46,7 @@ _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", 
 _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
     "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
-    "interpreter", "indexes", "primary-packages",
+    "interpreter", "indexes", "primary-packages", "serves",
 )  # fmt: skip
 
 
@@ -164,13 +164,31 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
         p.add(f"{where}.build-on-node", f"expected package names, found {bad[0][:SHOWN]!r}")
     python_exe = _interpreter(t.table("interpreter"), f"{where}.interpreter", p, python)
     on_primary = _primary_packages(t, where, p, ((index,) if index is not None else ()) + indexes)
+    serves = _serves(t, where, p, version)
     if None in (version, variant, target, reqs):
         return None
     assert version is not None and variant is not None and target is not None and reqs is not None
     return Build(
         version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
-        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes, on_primary,
+        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes, on_primary, serves,
     )  # fmt: skip
+
+
+def _serves(t: Table, where: str, p: Problems, version: str | None) -> tuple[str, ...]:
+    """``serves = ["0.11.0"]``: newer versions whose nodes this build serves when none of their own builds
+    fits (issue 25); each a version above the build's own."""
+    from packaging.version import InvalidVersion, Version
+
+    serves = t.strings("serves", 'a list of newer versions, e.g. ["0.11.0"]', required=False) or ()
+    for v in serves:
+        try:
+            newer = version is None or Version(v) > Version(version)
+        except InvalidVersion:
+            p.add(f"{where}.serves", f"expected versions such as \"0.11.0\", found {v[:SHOWN]!r}")
+            continue
+        if not newer or not VERSION.fullmatch(v):
+            p.add(f"{where}.serves", f"expected versions newer than the build's own ({version}), found {v[:SHOWN]!r}")
+    return tuple(serves)
 
 
 def _primary_packages(t: Table, where: str, p: Problems, extra: tuple[SecondIndex, ...]) -> tuple[str, ...]:
@@ -242,22 +260,27 @@ def _exclude_newer_package(
 def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirement | None:
     if data is None:
         return None
-    t = Table(data, where, p, ("min-capability", "min-driver"))
-    cap = t.string("min-capability", 'a compute capability such as "8.0"', required=False)
-    capability = None
-    if cap is not None:
-        m = CAPABILITY.fullmatch(cap)
-        if m is None:
-            p.add(f"{where}.min-capability", f'expected a compute capability such as "8.0", found {cap!r}')
-        else:
+    t = Table(data, where, p, ("min-capability", "max-capability", "min-driver"))
+    capability, highest = None, None
+    for key in ("min-capability", "max-capability"):
+        cap = t.string(key, 'a compute capability such as "8.0"', required=False)
+        m = CAPABILITY.fullmatch(cap) if cap is not None else None
+        if cap is not None and m is None:
+            p.add(f"{where}.{key}", f'expected a compute capability such as "8.0", found {cap!r}')
+        elif m is not None and key == "min-capability":
             capability = (int(m[1]), int(m[2]))
+        elif m is not None:
+            highest = (int(m[1]), int(m[2]))
+    if capability is not None and highest is not None and highest < capability:
+        p.add(f"{where}.max-capability", f"expected at least min-capability ({capability[0]}.{capability[1]}), found "
+              f"{highest[0]}.{highest[1]}")  # fmt: skip
     driver = t.string(
         "min-driver",
         'a driver version such as "580" or "570.86"',
         required=False,
         check=lambda v: bool(DRIVER.fullmatch(v)),
     )
-    return GpuRequirement(capability, driver)
+    return GpuRequirement(capability, driver, highest)
 
 
 def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:

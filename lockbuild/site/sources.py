@@ -21,6 +21,7 @@ import io
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,7 +36,7 @@ from lockbuild.progress import Progress
 from lockbuild.site.delta import HEAD, MAX_HEAD, full_name, is_delta, parse_head
 from lockbuild.site.parts import PARTS_SUFFIX, join, read_part_list
 from lockbuild.site.store import Store
-from lockbuild.site.storemodel import parse_ref
+from lockbuild.site.storemodel import check_name, parse_ref
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import BundleFile, SizeCheck, Source, Stream, signature_path
 
@@ -232,6 +233,42 @@ def named_source(arg: str | Path, *, store: Path | None = None, work: Path | Non
             yield DeltaFile(path, s)
         return
     yield BundleFile(path)
+
+
+@dataclass(frozen=True)
+class Choosing:
+    """An argument that names candidates rather than one bundle (issue 25): ``ENGINE/VERSION`` or
+    ``ENGINE`` with ``--store``, or a folder of bundles (``DIR/``). ``lockbuild.install.choose`` opens
+    each through the trust decision and chooses."""
+
+    engine: str | None
+    version: str | None
+    store: Path | None = None
+    folder: Path | None = None
+
+
+def choosing_form(arg: str | Path, *, store: Path | None = None) -> Choosing | None:
+    """The choosing forms, beside :func:`named_source` (which names exactly one bundle): a directory is a
+    folder of bundles; with ``--store``, ``ENGINE`` or ``ENGINE/VERSION`` where the store holds no build of
+    exactly that name (``ENGINE/VERSION-VARIANT`` still means that one build). None: not a choosing form."""
+    text = str(arg)
+    path = Path(text)
+    if path.is_dir():
+        return Choosing(None, None, folder=path)
+    if store is None or path.exists() or text.endswith((".lbz", ".toml")):
+        return None
+    engine, sep, version = text.partition("/")
+    try:
+        check_name(engine, "engine")
+        if sep:
+            check_name(version, "version")
+    except LockbuildError:
+        return None
+    if sep and _is_ref(text):
+        with Store(store) as s:
+            if text in s.refs():
+                return None  # an explicit build: exactly that one
+    return Choosing(engine, version or None, store=store)
 
 
 def _is_ref(text: str) -> bool:

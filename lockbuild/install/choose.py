@@ -1,0 +1,177 @@
+"""The node chooses its build (issue 25): the I/O around the pure rule :func:`lockbuild.install.fit.choose`.
+
+``install ENGINE/VERSION --store DIR``, ``install ENGINE --store DIR`` and ``install DIR/`` name no
+single bundle: the candidates are the store's builds of ENGINE, or the signed bundles in a folder. Each
+candidate goes through the one trust decision (:func:`lockbuild.trust.open_source`) *before* it is
+judged, so the GPU table and ``serves`` a choice rests on are signed ones; a candidate whose signatures
+do not meet the policy is listed with that reason and never chosen. In a folder this hashes every
+bundle once (the price of judging only what is signed); the chosen one is installed from that opening.
+
+Which form an argument is: :func:`lockbuild.site.sources.choosing_form`, beside ``named_source``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockbuild.bundle.read import read_head
+from lockbuild.errors import InstallError, LockbuildError
+from lockbuild.install.fit import Choice, Facts, GpuCheck, Needs, Option, choose
+from lockbuild.install.node import Node, free_bytes
+from lockbuild.site.sources import Choosing, StoreBuild
+from lockbuild.site.store import Store
+from lockbuild.site.storemodel import parse_ref
+from lockbuild.trust import TrustedBundle, TrustStore, open_source
+from lockbuild.trust.source import BundleFile, Source
+
+
+@dataclass(frozen=True)
+class Candidate:
+    option: Option
+    opened: TrustedBundle | None  # None: its signatures do not meet the policy
+
+
+def facts_for(node: Node, options: Sequence[Option], root: Path) -> Facts:
+    """The facts a choice is made on: the node's, with every candidate's Python counted as present (the
+    installer finds the interpreter afterwards: the bundle's own, or the node's) and the root's free space."""
+    probe = next((p for p in (root, *root.parents) if p.exists()), Path("/"))
+    return Facts(node, frozenset(o.needs.python for o in options), free_bytes(probe))
+
+
+def node_json(node: Node) -> dict[str, Any]:
+    """The GPU facts a choice rests on, marked as stated (LOCKBUILD_GPU_FACTS) or detected."""
+    return {"driver": node.driver, "gpus": [{"name": g.name, "capability": "{}.{}".format(*g.capability)}
+                                            for g in node.gpus],
+            "facts": "stated" if node.stated else "detected", "facts_file": node.stated}  # fmt: skip
+
+
+def node_line(node: Node) -> str:
+    gpus = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in node.gpus) or "none"
+    how = f"stated in {node.stated}, not detected" if node.stated else "detected"
+    return f"node: driver {node.driver or 'none'}; GPUs: {gpus} ({how})"
+
+
+def _option(opened: TrustedBundle) -> Option:
+    m = opened.manifest
+    return Option(m.engine, m.version, m.variant, Needs.of(m), m.install.serves)
+
+
+def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple[str, str, str] | None,
+           needs: Needs | None) -> Candidate | None:  # fmt: skip
+    try:
+        opened = open_source(source, trust, threshold=threshold)
+    except LockbuildError as exc:
+        if name is None or needs is None:
+            return None
+        bad = Needs(needs.python, needs.platform, None, 0)
+        return Candidate(Option(*name, bad, problem=f"not judged: its signatures are refused ({exc.message})"), None)
+    return Candidate(_option(opened), opened)
+
+
+def store_candidates(store: Store, engine: str, trust: TrustStore, threshold: int | None) -> list[Candidate]:
+    out = []
+    for ref in sorted(store.refs()):
+        e, version, variant = parse_ref(ref)
+        if e != engine:
+            continue
+        unverified = Needs("", "", None, 0)  # a refused one is never judged on what it claims
+        got = _judge(StoreBuild(store, ref), trust, threshold, (e, version, variant), unverified)
+        if got is not None:
+            out.append(got)
+    return out
+
+
+def folder_candidates(folder: Path, trust: TrustStore, threshold: int | None) -> tuple[list[Candidate], list[str]]:
+    """Every ``*.lbz`` in ``folder`` (sorted by name), each opened through the one trust decision."""
+    out, skipped = [], []
+    for path in sorted(folder.glob("*.lbz")):
+        if path.name.endswith(".delta.lbz"):
+            skipped.append(f"{path.name}: a delta, not a whole bundle")
+            continue
+        try:
+            claimed, _ = read_head(path)  # unverified: only to name it if its signatures are refused
+            name: tuple[str, str, str] | None = (claimed.engine, claimed.version, claimed.variant)
+        except LockbuildError as exc:
+            skipped.append(f"{path.name}: {exc.message}")
+            continue
+        got = _judge(BundleFile(path), trust, threshold, name, Needs("", "", None, 0))
+        if got is not None:
+            out.append(got)
+    return out, skipped
+
+
+def _one_engine(cands: Sequence[Candidate], where: str) -> str:
+    engines = sorted({c.option.engine for c in cands})
+    if not engines:
+        raise InstallError(f"{where} holds no bundle to choose from; expected signed .lbz files with their .minisig.",
+                           tip="Copy the bundles and their .minisig files into the folder.")  # fmt: skip
+    if len(engines) > 1:
+        raise InstallError(f"{where} holds bundles of several engines ({', '.join(engines)}); expected one, so "
+                           "that the choice is between builds of one engine.",
+                           tip="Give a folder with one engine's bundles, or import them into a store and run "
+                           "`lockbuild install ENGINE --store DIR`.")  # fmt: skip
+    return engines[0]
+
+
+@dataclass(frozen=True)
+class Chosen:
+    choice: Choice
+    opened: TrustedBundle | None
+    node: Node
+    skipped: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.choice.to_json(), "node": node_json(self.node), "skipped": list(self.skipped)}
+
+    def lines(self) -> list[str]:
+        return [node_line(self.node), *self.choice.lines(), *(f"  skipped {s}" for s in self.skipped)]
+
+
+@contextlib.contextmanager
+def chosen(request: Choosing, *, trust: TrustStore, threshold: int | None, node: Node, root: Path,
+           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Iterator[Chosen]:  # fmt: skip
+    """Gather the candidates ``request`` names, open each through the trust decision, and choose. The
+    chosen build's opening stays usable (its store open) inside the ``with``."""
+    with contextlib.ExitStack() as stack:
+        skipped: list[str] = []
+        if request.folder is not None:
+            cands, skipped = folder_candidates(request.folder, trust, threshold)
+            engine = _one_engine(cands, f"the folder {request.folder}")
+        else:
+            assert request.store is not None and request.engine is not None
+            store = stack.enter_context(Store(request.store))
+            cands = store_candidates(store, request.engine, trust, threshold)
+            engine = request.engine
+        options = [c.option for c in cands]
+        choice = choose(engine, request.version, options, facts_for(node, options, root), allow_cpu=allow_cpu,
+                        gpu_check=gpu_check)  # fmt: skip
+        opened = next((c.opened for c in cands if c.option is choice.chosen), None)
+        yield Chosen(choice, opened, node, tuple(skipped))
+
+
+def refusal(result: Chosen) -> InstallError:
+    c = result.choice
+    return InstallError("\n".join(result.lines()).replace("no build", "nothing placed: no build", 1),
+                        tip=c.fix[:1].upper() + c.fix[1:] + "." if c.fix else None)  # fmt: skip
+
+
+def store_choices(store_dir: Path, *, trust: TrustStore, node: Node, root: Path,
+                  threshold: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """doctor --store: for each engine and version in the store, the build this node would take (or why
+    none fits), from the same candidates and rule as ``install ENGINE/VERSION --store``."""
+    from lockbuild.install.fit import _newest_first
+
+    out: list[dict[str, Any]] = []
+    with Store(store_dir) as store:
+        for engine in sorted({parse_ref(r)[0] for r in store.refs()}):
+            cands = store_candidates(store, engine, trust, threshold)
+            options = [c.option for c in cands]
+            facts = facts_for(node, options, root)
+            for version in _newest_first({o.version for o in options if o.problem is None}):
+                choice = choose(engine, version, options, facts)
+                out.append({"engine": engine, "version": version, **choice.to_json()})
+    return out

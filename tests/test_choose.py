@@ -1,0 +1,415 @@
+"""Issue 25: the node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
+the signed manifest fields (format 3), and the choosing forms of `install` and `doctor --store`.
+
+Each rule has a test that fails without it: the example of the issue (CUDA 13 = capability 7.5+, driver
+580+; CUDA 12.9 = capability 6.0-8.9, driver 575+) on an A100 with 580, a V100, an H100 with 575; no GPU;
+two GPUs of different capability; a build that serves a newer version; a store and a folder; CPU builds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import PLATFORM, PY, TOY_RECIPE, Keys
+from hostile import INSTALL
+from servers import FakeServer
+from sitekit import files_for, make_bundle, sha
+
+from lockbuild.bundle import manifest as manifest_mod
+from lockbuild.bundle.instructions import GpuNeeds
+from lockbuild.bundle.manifest import Member, parse_manifest
+from lockbuild.cli import main
+from lockbuild.errors import IntegrityError, RecipeError
+from lockbuild.install.fit import Facts, Needs, Option, choose
+from lockbuild.install.node import FactsError, Gpu, Node, detect
+from lockbuild.recipe import parse_recipe
+
+CU13 = GpuNeeds((7, 5), "580")
+CU129 = GpuNeeds((6, 0), "575", (8, 9))
+A100 = Gpu("NVIDIA A100-SXM4-80GB", (8, 0))
+V100 = Gpu("Tesla V100-SXM2-32GB", (7, 0))
+H100 = Gpu("NVIDIA H100 80GB HBM3", (9, 0))
+P100 = Gpu("Tesla P100-PCIE-16GB", (6, 0))
+
+
+def node(driver: str | None, *gpus: Gpu) -> Node:
+    return Node("x86_64", "glibc", (2, 36), driver, gpus)
+
+
+def facts(n: Node) -> Facts:
+    return Facts(n, frozenset({"3.12"}), 1 << 50)
+
+
+def opt(variant: str, gpu: GpuNeeds | None, version: str = "0.11.0", serves: Sequence[str] = ()) -> Option:
+    return Option("vllm", version, variant, Needs("3.12", "x86_64-manylinux_2_28", gpu, 0), tuple(serves))
+
+
+VLLM = [opt("cu130", CU13), opt("cu129", CU129)]
+
+
+def by_build(choice: object) -> dict[str, dict[str, object]]:
+    return {c["build"]: c for c in choice.to_json()["candidates"]}  # type: ignore[attr-defined]
+
+
+# --- the issue's example -------------------------------------------------------------------------
+
+
+def test_an_a100_with_driver_580_gets_cuda_13() -> None:
+    got = choose("vllm", "0.11.0", VLLM, facts(node("580.65.06", A100)))
+    assert got.chosen is not None and got.chosen.build == "vllm/0.11.0-cu130"
+    other = by_build(got)["vllm/0.11.0-cu129"]
+    assert other["fits"] is True and "a newer CUDA" in other["reasons"][0]  # type: ignore[index]
+    assert by_build(got)["vllm/0.11.0-cu130"] == {"build": "vllm/0.11.0-cu130", "fits": True, "serves": None,
+                                                  "reasons": []}  # fmt: skip
+
+
+def test_a_v100_gets_cuda_12_9() -> None:
+    got = choose("vllm", "0.11.0", VLLM, facts(node("580.65.06", V100)))
+    assert got.chosen is not None and got.chosen.build == "vllm/0.11.0-cu129"
+    assert "needs compute capability 7.5+" in by_build(got)["vllm/0.11.0-cu130"]["reasons"][0]  # type: ignore[index]
+
+
+def test_an_h100_with_driver_575_gets_nothing_and_both_reasons() -> None:
+    got = choose("vllm", "0.11.0", VLLM, facts(node("575.51.03", H100)))
+    assert got.chosen is None
+    c = by_build(got)
+    assert c["vllm/0.11.0-cu130"]["reasons"] == ["needs driver 580+, the node has 575.51.03"]
+    assert c["vllm/0.11.0-cu129"]["fits"] is False
+    assert "up to compute capability 8.9 only (no sm_90)" in c["vllm/0.11.0-cu129"]["reasons"][0]  # type: ignore[index]
+    assert "install NVIDIA driver 580 or newer" in got.fix and "9.0" in got.fix
+    assert got.to_json()["chosen"] is None
+
+
+# --- the order of preference ---------------------------------------------------------------------
+
+
+def test_the_narrowest_capability_range_breaks_a_driver_tie() -> None:
+    wide, narrow = opt("wide", GpuNeeds((7, 0), "575", (9, 0))), opt("narrow", GpuNeeds((8, 0), "575", (8, 9)))
+    got = choose("vllm", "0.11.0", [wide, narrow], facts(node("580", A100)))
+    assert got.chosen == narrow
+    assert "wider" in by_build(got)["vllm/0.11.0-wide"]["reasons"][0]  # type: ignore[index]
+
+
+def test_the_recipe_order_breaks_a_full_tie() -> None:
+    a, b = opt("a", GpuNeeds((8, 0), "575")), opt("b", GpuNeeds((8, 0), "575"))
+    assert choose("vllm", "0.11.0", [b, a], facts(node("580", A100))).chosen == b
+    assert choose("vllm", "0.11.0", [a, b], facts(node("580", A100))).chosen == a
+
+
+def test_every_gpu_of_the_node_must_fit() -> None:
+    mixed = node("580.65.06", A100, H100)
+    got = choose("vllm", "0.11.0", VLLM, facts(mixed))
+    assert got.chosen is not None and got.chosen.build == "vllm/0.11.0-cu130"
+    # with driver 575 CUDA 13 is out, and CUDA 12.9 covers the A100 but not the H100: nothing
+    got = choose("vllm", "0.11.0", VLLM, facts(node("575", A100, H100)))
+    assert got.chosen is None
+    assert "NVIDIA H100 80GB HBM3 (9.0)" in by_build(got)["vllm/0.11.0-cu129"]["reasons"][0]  # type: ignore[index]
+    low = choose("vllm", "0.11.0", VLLM, facts(node("580", V100, A100)))  # the V100 rules CUDA 13 out
+    assert low.chosen is not None and low.chosen.variant == "cu129"
+
+
+def test_an_older_version_serves_a_node_no_build_of_the_asked_one_fits() -> None:
+    old = opt("cu126", GpuNeeds((6, 0), "560", (8, 9)), version="0.10.2", serves=["0.11.0"])
+    got = choose("vllm", "0.11.0", [*VLLM, old], facts(node("570.86", P100)))
+    assert got.chosen == old and "serves 0.11.0" in got.why
+    assert by_build(got)["vllm/0.10.2-cu126"]["serves"] == "0.11.0"
+    # where a build of the asked version fits, it wins over one that only serves it, even a narrower one
+    narrow = opt("cu130x", GpuNeeds((8, 0), "580", (8, 0)), version="0.10.2", serves=["0.11.0"])
+    got = choose("vllm", "0.11.0", [*VLLM, narrow], facts(node("580", A100)))
+    assert got.chosen is not None and got.chosen.build == "vllm/0.11.0-cu130"
+    assert "only serves 0.11.0" in by_build(got)["vllm/0.10.2-cu130x"]["reasons"][0]  # type: ignore[index]
+    # a build that serves nothing asked is no candidate
+    assert "vllm/0.10.2-cu126" not in by_build(choose("vllm", "0.11.0", [*VLLM, dataclasses.replace(old, serves=())],
+                                                      facts(node("570.86", P100))))  # fmt: skip
+
+
+def test_without_a_version_the_newest_version_with_a_fitting_build() -> None:
+    old = opt("cu126", GpuNeeds((6, 0), "560", (8, 9)), version="0.10.2")
+    got = choose("vllm", None, [*VLLM, old], facts(node("580", A100)))
+    assert got.chosen is not None and got.chosen.build == "vllm/0.11.0-cu130"
+    assert "an older version" in by_build(got)["vllm/0.10.2-cu126"]["reasons"][0]  # type: ignore[index]
+    got = choose("vllm", None, [*VLLM, old], facts(node("570", P100)))
+    assert got.chosen == old
+
+
+# --- CPU builds ----------------------------------------------------------------------------------
+
+
+def test_a_node_without_a_gpu_takes_a_cpu_build_or_is_refused_clearly() -> None:
+    cpu = opt("cpu", None)
+    got = choose("vllm", "0.11.0", [*VLLM, cpu], facts(node(None)))
+    assert got.chosen == cpu
+    assert by_build(got)["vllm/0.11.0-cu130"]["reasons"][0].startswith("needs an NVIDIA GPU")  # type: ignore[index]
+    none = choose("vllm", "0.11.0", VLLM, facts(node(None)))
+    assert none.chosen is None and "CPU variant" in none.fix
+
+
+def test_a_gpu_node_never_silently_gets_the_cpu_build_of_a_gpu_engine() -> None:
+    cpu = opt("cpu", None)
+    h100 = facts(node("575", H100))
+    got = choose("vllm", "0.11.0", [*VLLM, cpu], h100)
+    assert got.chosen is None and "--allow-cpu" in got.fix
+    assert "--allow-cpu" in by_build(got)["vllm/0.11.0-cpu"]["reasons"][0]  # type: ignore[index]
+    assert choose("vllm", "0.11.0", [*VLLM, cpu], h100, allow_cpu=True).chosen == cpu
+    # --allow-cpu still prefers a GPU build that fits
+    a100 = choose("vllm", "0.11.0", [cpu, *VLLM], facts(node("580", A100)), allow_cpu=True)
+    assert a100.chosen is not None and a100.chosen.variant == "cu130"
+    # a CPU-only engine: its CPU build is what a GPU node takes
+    assert choose("vllm", "0.11.0", [cpu], h100).chosen == cpu
+
+
+# --- facts -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "nobin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("LOCKBUILD_GPU_FACTS", raising=False)
+
+
+def test_without_nvidia_smi_the_driver_comes_from_sys_then_proc(tmp_path: Path, no_smi: None) -> None:
+    sys_v, proc_v = tmp_path / "sys-version", tmp_path / "proc-version"
+    proc_v.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 1 2025\n")
+    assert detect(proc_driver=proc_v, sys_driver=tmp_path / "absent").driver == "570.86.15"
+    sys_v.write_text("580.65.06\n")
+    n = detect(proc_driver=proc_v, sys_driver=sys_v)
+    assert n.driver == "580.65.06" and n.gpus == () and n.stated is None
+    # capabilities unknown: a build with a capability rule does not fit
+    got = choose("vllm", "0.11.0", VLLM, facts(n))
+    assert got.chosen is None
+    assert any("GPUs are unknown" in r for r in by_build(got)["vllm/0.11.0-cu130"]["reasons"])  # type: ignore[attr-defined]
+
+
+def test_stated_facts_are_used_strictly_and_marked(tmp_path: Path, no_smi: None) -> None:
+    f = tmp_path / "facts.json"
+    f.write_text(json.dumps({"driver": "580.65.06", "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "capability": "8.0"}]}))
+    n = detect(environ={"LOCKBUILD_GPU_FACTS": str(f)})
+    assert n.driver == "580.65.06" and n.gpus == (A100,) and n.stated == str(f)
+    for bad in ({"driver": "580", "gpus": [{"name": "x", "capability": "eight"}]}, {"driver": 580},
+                {"gpus": [{"name": "x", "capability": "8.0"}]}, {"driver": "580", "extra": 1}, []):
+        f.write_text(json.dumps(bad))
+        with pytest.raises(FactsError):
+            detect(environ={"LOCKBUILD_GPU_FACTS": str(f)})
+    with pytest.raises(FactsError, match="found none"):
+        detect(environ={"LOCKBUILD_GPU_FACTS": str(tmp_path / "absent.json")})
+
+
+# --- the recipe and the signed manifest ------------------------------------------------------------
+
+
+RECIPE = TOY_RECIPE.replace('gpu-probe = "torch"', 'gpu-probe = "none"')
+
+
+def test_the_recipe_reads_max_capability_and_serves() -> None:
+    text = RECIPE + 'gpu = { min-capability = "6.0", max-capability = "8.9", min-driver = "575" }\nserves = ["1.1"]\n'
+    b = parse_recipe(text).builds[0]
+    assert b.gpu is not None and b.gpu.max_capability == (8, 9) and b.serves == ("1.1",)
+    with pytest.raises(RecipeError) as exc:
+        parse_recipe(RECIPE + 'gpu = { min-capability = "8.0", max-capability = "7.0" }\nserves = ["0.9"]\n')
+    assert any("max-capability" in p for p in exc.value.problems)
+    assert any("serves" in p and "newer" in p for p in exc.value.problems)
+
+
+def _manifest(install: object) -> manifest_mod.Manifest:
+    from hostile import manifest
+
+    files = files_for("1.0")
+    members = tuple(Member(p, len(d), sha(d), k, "") for p, d, k in files)
+    return manifest(members, install=install)
+
+
+def test_format_3_only_with_the_new_fields_and_read_strictly() -> None:
+    plain = _manifest(dataclasses.replace(INSTALL, gpu=GpuNeeds((7, 5), "580")))
+    assert plain.to_toml().startswith(b"format = 2\n")  # bundles without the new fields stay byte-identical
+    assert b"variant-properties" not in plain.to_toml()
+    new = _manifest(dataclasses.replace(INSTALL, gpu=CU129, serves=("0.11.0",)))
+    raw = new.to_toml()
+    assert raw.startswith(b"format = 3\n")
+    assert b'"nvidia :: cuda_version_lower_bound :: 12.9"' in raw and b'"nvidia :: sm_arch :: 89_real"' in raw
+    assert b"sm_arch :: 90_real" not in raw and b"sm_arch :: 60_real" in raw
+    back = parse_manifest(raw)
+    assert back.install.gpu == CU129 and back.install.serves == ("0.11.0",) and back.to_toml() == raw
+    for bad in (raw.replace(b"format = 3", b"format = 2"), plain.to_toml().replace(b"format = 2", b"format = 3"),
+                raw.replace(b"89_real", b"90_real"), raw.replace(b'max-capability = "8.9"', b'max-capability = "5.0"')):
+        with pytest.raises(IntegrityError):
+            parse_manifest(bad)
+
+
+def test_an_older_lockbuild_refuses_format_3_naming_the_version_that_reads_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    new = dataclasses.replace(_manifest(dataclasses.replace(INSTALL, gpu=CU129)), lockbuild_version="0.2.0")
+    raw = new.to_toml()
+    monkeypatch.setattr(manifest_mod, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
+    with pytest.raises(IntegrityError) as exc:
+        parse_manifest(raw)
+    assert "format 3 (made by lockbuild 0.2.0)" in exc.value.message and "0.2.0" in (exc.value.tip or "")
+
+
+# --- the choosing forms: a store, a folder, doctor --store ------------------------------------------
+
+
+def fake_gpu(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in lines))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("LOCKBUILD_GPU_FACTS", raising=False)
+
+
+def signed(out: Path, keys: Keys, variant: str, gpu: GpuNeeds | None, version: str = "1.0",
+           serves: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    """A signed in-memory bundle (no uv) whose signed manifest carries ``gpu`` and ``serves``."""
+    import sitekit
+
+    install = dataclasses.replace(INSTALL, gpu=gpu, serves=serves)
+    real = sitekit.hostile_manifest
+
+    def with_install(members: object, **changes: object) -> manifest_mod.Manifest:
+        return real(members, **changes, install=install, python=PY, platform=PLATFORM)  # type: ignore[arg-type]
+
+    sitekit.hostile_manifest = with_install  # type: ignore[assignment]
+    try:
+        return make_bundle(out, [keys.secret], version=version, variant=variant)
+    finally:
+        sitekit.hostile_manifest = real
+
+
+def run(*args: str | Path) -> tuple[int, dict[str, object], str]:
+    r = CliRunner().invoke(main, [*map(str, args), "--json"])
+    lines = r.stdout.strip().splitlines()
+    try:
+        data = json.loads(r.stdout)
+    except ValueError:
+        data = json.loads(lines[-1]) if lines else {}
+    return r.exit_code, data, r.stderr
+
+
+@pytest.fixture
+def store(tmp_path: Path, keys: Keys) -> Path:
+    dist, s = tmp_path / "dist", tmp_path / "store"
+    for variant, gpu in (("cu130", CU13), ("cu129", CU129)):
+        code, _, err = run("import", signed(dist, keys, variant, gpu), "--trust", keys.trust, "--store", s)
+        assert code == 0, err
+    code, _, err = run("import", signed(dist, keys, "cu126", GpuNeeds((6, 0), "560", (8, 9)), "0.9", ("1.0",)),
+                       "--trust", keys.trust, "--store", s)  # fmt: skip
+    assert code == 0, err
+    return s
+
+
+def test_install_from_a_store_refuses_with_every_candidate_and_places_nothing(
+        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    fake_gpu(tmp_path / "bin", monkeypatch, "575.51.03, 9.0, NVIDIA H100 80GB HBM3")
+    root = tmp_path / "engines"
+    code, data, err = run("install", "toyengine/1.0", "--store", store, "--root", root, "--trust", keys.trust)
+    assert code == 1 and data["ok"] is False and data["chosen"] is None
+    cands = {c["build"]: c for c in data["candidates"]}  # type: ignore[attr-defined]
+    assert set(cands) == {"toyengine/1.0-cu130", "toyengine/1.0-cu129", "toyengine/0.9-cu126"}
+    assert cands["toyengine/0.9-cu126"]["serves"] == "1.0"
+    assert cands["toyengine/1.0-cu130"]["reasons"] == ["needs driver 580+, the node has 575.51.03"]
+    assert "install NVIDIA driver 580 or newer" in err
+    assert not (root / "toyengine").exists() or not any((root / "toyengine").glob("1.0-*"))
+    # the plain text: every candidate with its reasons, and the fix
+    r = CliRunner().invoke(main, ["install", "toyengine", "--store", str(store), "--root", str(root), "--trust",
+                                  str(keys.trust)])  # fmt: skip
+    assert r.exit_code == 1 and "toyengine/1.0-cu129: does not fit" in r.stderr and "TIP Install NVIDIA" in r.stderr
+
+
+def test_an_untrusted_candidate_is_never_chosen(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import make_keys
+
+    other = make_keys(tmp_path / "other", "other")
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
+    code, data, _ = run("install", "toyengine/1.0", "--store", store, "--root", tmp_path / "e", "--trust", other.trust)
+    assert code == 1 and data["chosen"] is None
+    assert all("signatures are refused" in c["reasons"][0] for c in data["candidates"])  # type: ignore[attr-defined]
+
+
+def test_doctor_store_shows_the_build_each_version_would_take(store: Path, keys: Keys, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
+    code, data, err = run("doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust,
+                          "--catalogue", tmp_path)  # fmt: skip
+    assert code == 0, err
+    entries = {(e["engine"], e["version"]): e for e in data["store"]["entries"]}  # type: ignore[index]
+    assert entries[("toyengine", "1.0")]["chosen"] == "toyengine/1.0-cu130"
+    assert entries[("toyengine", "0.9")]["chosen"] == "toyengine/0.9-cu126"
+    assert {c["build"] for c in entries[("toyengine", "1.0")]["candidates"]} == {
+        "toyengine/1.0-cu130", "toyengine/1.0-cu129", "toyengine/0.9-cu126"}  # fmt: skip
+    r = CliRunner().invoke(main, ["doctor", "--store", str(store), "--root", str(tmp_path / "e"), "--trust",
+                                  str(keys.trust), "--catalogue", str(tmp_path)])  # fmt: skip
+    assert "store       toyengine 1.0: takes toyengine/1.0-cu130" in r.stdout
+
+
+def test_stated_facts_are_marked_in_the_output(store: Path, keys: Keys, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    f = tmp_path / "facts.json"
+    f.write_text(json.dumps({"driver": "575.51.03", "gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}]}))
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")  # detected, but not used
+    monkeypatch.setenv("LOCKBUILD_GPU_FACTS", str(f))
+    code, data, err = run("install", "toyengine/1.0", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust)
+    assert code == 1 and data["chosen"] is None and "(stated in" in err
+    assert data["node"]["facts"] == "stated" and data["node"]["facts_file"] == str(f)  # type: ignore[index]
+    f.write_text(json.dumps({"driver": "575.51.03", "gpus": [{"name": "Tesla V100-SXM2-32GB", "capability": "7.0"}]}))
+    code, data, _ = run("doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust,
+                        "--catalogue", tmp_path)  # fmt: skip
+    assert data["node"]["facts"] == "stated"  # type: ignore[index]
+    entry = next(e for e in data["store"]["entries"] if e["version"] == "1.0")  # type: ignore[index]
+    assert entry["chosen"] == "toyengine/1.0-cu129"  # the stated V100, not the detected H100
+
+
+# --- real bundles: the chosen build is installed, from a store and from a folder -------------------
+
+
+GPU_RECIPE = RECIPE.replace('variant = "cpu"', 'variant = "cu130"') + (
+    'gpu = { min-capability = "7.5", min-driver = "580" }\n\n[[builds]]\n' + RECIPE.split("[[builds]]\n", 1)[1]
+    .replace('variant = "cpu"', 'variant = "cu129"')
+    + 'gpu = { min-capability = "6.0", max-capability = "8.9", min-driver = "575" }\n')  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def real(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The toy engine 1.0 built (with uv, from the local index) as cu130 and cu129, in one folder."""
+    tmp = tmp_path_factory.mktemp("choose-real")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCKBUILD_INDEX_URL", server.index_url())
+        mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
+        recipe = tmp / "toy.toml"
+        recipe.write_text(GPU_RECIPE)
+        r = CliRunner().invoke(main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / "usb"),
+                                      "--json"])  # fmt: skip
+        assert r.exit_code == 0, r.stderr
+    yield tmp / "usb"
+
+
+def test_a_folder_and_a_store_install_the_chosen_build(real: Path, keys: Keys, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    assert len(list(real.glob("*.lbz"))) == 2
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 7.0, Tesla V100-SXM2-32GB")
+    root = tmp_path / "engines"
+    code, data, err = run("install", f"{real}/", "--root", root, "--trust", keys.trust)
+    assert code == 0, err
+    assert data["chosen"] == "toyengine/1.0-cu129" and data["status"] == "installed"
+    assert (root / "toyengine" / "1.0-cu129" / "bin" / "toyengine").exists()
+    assert not (root / "toyengine" / "1.0-cu130").exists()
+    store = tmp_path / "store"
+    for lbz in real.glob("*.lbz"):
+        assert run("import", lbz, "--trust", keys.trust, "--store", store)[0] == 0
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
+    r = CliRunner().invoke(main, ["install", "toyengine/1.0", "--store", str(store), "--root", str(root), "--trust",
+                                  str(keys.trust)])  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines()[1].startswith("chose toyengine/1.0-cu130: a build of 1.0")
+    assert "installed: toyengine 1.0-cu130" in r.stdout
+    # an explicit ENGINE/VERSION-VARIANT still means exactly that one
+    code, data, err = run("install", "toyengine/1.0-cu129", "--store", store, "--root", root, "--trust", keys.trust)
+    assert code == 0 and "chosen" not in data, err

@@ -88,9 +88,7 @@ def sign_one(sk: SecretKey, digest: bytes = DIGEST, tc: str = TC) -> Signature:
 
 def run_minisign(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
     assert MINISIGN is not None
-    result = subprocess.run(
-        [MINISIGN, *args], input=stdin, capture_output=True, text=True, timeout=120, check=False
-    )
+    result = subprocess.run([MINISIGN, *args], input=stdin, capture_output=True, text=True, timeout=120, check=False)
     if check:
         assert result.returncode == 0, (args, result.stdout, result.stderr)
     return result
@@ -357,9 +355,7 @@ def test_key_id_mismatch(key_a: SecretKey, key_b: SecretKey) -> None:
 def test_forged_key_id(key_a: SecretKey, key_b: SecretKey) -> None:
     """A valid signature by A relabelled with trusted B's key id is tampering, not a skip."""
     forged = dataclasses.replace(sign_one(key_a), key_id=key_b.key_id)
-    with pytest.raises(
-        SignatureError, match=f"names trusted key {key_b.public_key().key_id_hex}.*bad signature"
-    ):
+    with pytest.raises(SignatureError, match=f"names trusted key {key_b.public_key().key_id_hex}.*bad signature"):
         check_policy([forged], trust_of(key_b.public_key()), file_blake2b=DIGEST)
 
 
@@ -405,9 +401,7 @@ def test_base64_of_wrong_length(key_a: SecretKey) -> None:
         parse_signatures("\n".join(lines))
     lines = sign_prehashed(key_a, DIGEST, TC).split("\n")
     lines[3] = base64.b64encode(base64.b64decode(lines[3]) + b"\0").decode()
-    with pytest.raises(
-        SignatureError, match=r"global signature 1 .*wrong length: expected 64 bytes, found 65"
-    ):
+    with pytest.raises(SignatureError, match=r"global signature 1 .*wrong length: expected 64 bytes, found 65"):
         parse_signatures("\n".join(lines))
 
 
@@ -607,7 +601,9 @@ def test_trust_dir_key_id_collision(tmp_path: Path, key_a: SecretKey, key_b: Sec
 def test_trust_dir_pub_that_is_not_a_file(tmp_path: Path, key_a: SecretKey) -> None:
     (tmp_path / "a.pub").write_text(key_a.public_key().to_text())
     (tmp_path / "weird.pub").mkdir()
-    with pytest.raises(SignatureError, match=r"malformed public key.*weird\.pub is a directory: expected a regular file"):
+    with pytest.raises(
+        SignatureError, match=r"malformed public key.*weird\.pub is a directory: expected a regular file"
+    ):
         load_trust_dir(tmp_path)
 
 
@@ -629,9 +625,7 @@ def test_trust_dir_unreadable_pub(tmp_path: Path, key_a: SecretKey) -> None:
 
 @needs_minisign
 @pytest.mark.parametrize("password", [None, "our pass"])
-def test_minisign_verifies_our_keys_and_signatures(
-    tmp_path: Path, data_file: Path, password: str | None
-) -> None:
+def test_minisign_verifies_our_keys_and_signatures(tmp_path: Path, data_file: Path, password: str | None) -> None:
     key_path, pub_path = write_keypair(tmp_path / "ours", password=password)  # default scrypt parameters
     sk = read_secret_key(key_path, password_is(password) if password else no_password)
     tc = format_trusted_comment({"file": data_file.name, "note": "two words"})
@@ -643,9 +637,7 @@ def test_minisign_verifies_our_keys_and_signatures(
     run_minisign("-V", "-H", "-m", str(data_file), "-x", str(sig_path), "-p", str(pub_path))
     # minisign's verification fails on a different file, as ours does.
     data_file.write_bytes(DATA + b"!")
-    assert run_minisign(
-        "-Vm", str(data_file), "-x", str(sig_path), "-p", str(pub_path), check=False
-    ).returncode
+    assert run_minisign("-Vm", str(data_file), "-x", str(sig_path), "-p", str(pub_path), check=False).returncode
 
 
 @needs_minisign
@@ -750,3 +742,151 @@ def test_appended_signature_blocks_with_minisign(
     assert len(sigs) == 2
     trust = trust_of(key_a.public_key(), key_b.public_key())
     assert len(check_policy(sigs, trust, file_blake2b=DIGEST, threshold=2)) == 2
+
+
+# issue 23: the key only in a fresh signing process, after all other people's code has exited ---------
+def _build(recipe: Path, key: Path, out: Path, *extra: str) -> tuple[int, str, str]:
+    from click.testing import CliRunner
+
+    from lockbuild.cli import main
+
+    r = CliRunner().invoke(main, ["build", str(recipe), "--key", str(key), "--out", str(out), "--json", *extra])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_build_reads_the_key_only_in_a_fresh_signing_process(
+    env: object, keys: object, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's own process never decrypts the key (reading it there raises), and the bundle is signed
+    by the key all the same: the signing process did it."""
+    import json
+
+    from lockbuild.minisign import keyfiles
+
+    def never(*_a: object, **_k: object) -> None:
+        raise AssertionError("the build's own process read the secret key")
+
+    monkeypatch.setattr(keyfiles, "read_secret_key", never)
+    monkeypatch.setattr(signing, "read_secret_key", never)
+    code, out, err = _build(toy_recipe, keys.secret, tmp_path / "d")  # type: ignore[attr-defined]
+    assert code == 0, err
+    bundle = Path(json.loads(out)["bundles"][0]["bundle"])
+    store = load_trust_dir(keys.trust)  # type: ignore[attr-defined]
+    from lockbuild.trust.opener import open_bundle
+
+    open_bundle(bundle, store)  # the signature verifies against the release key
+
+
+def test_the_self_test_runs_before_the_key_is_read(
+    env: object, keys: object, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build --self-test: the self-test (the engine, the recipe's commands) runs on the unsigned bundle and
+    has ended before the signing process starts; a self-test that stops the build means no key is read."""
+    from lockbuild.selftest import run as selftest_run
+    from lockbuild.trust import sign as sign_mod
+
+    order: list[str] = []
+
+    def fake_self_test(bundle: Path, options: object, progress: object = None) -> None:
+        order.append("self-test")
+        assert not list(tmp_path.joinpath("d").glob("*.minisig"))  # nothing signed yet
+        raise SignatureError("stopped by the test")
+
+    real = sign_mod.sign_in_fresh_process
+    monkeypatch.setattr(selftest_run, "self_test", fake_self_test)
+    monkeypatch.setattr(sign_mod, "sign_in_fresh_process",
+                        lambda *a, **k: (order.append("sign"), real(*a, **k))[1])  # fmt: skip
+    code, _, err = _build(toy_recipe, keys.secret, tmp_path / "d", "--self-test")  # type: ignore[attr-defined]
+    assert code == 3 and "stopped by the test" in err
+    assert order == ["self-test"]
+    assert list(tmp_path.joinpath("d").iterdir()) == []  # nothing left behind: no bundle, no signature
+
+
+def test_the_signing_process_loads_no_pth_and_no_planted_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signing process runs ``python -I -S`` of an installation whose site-packages holds a planted
+    ``.pth`` and ``getpass.py`` (what a build backend wrote in issue 23): neither runs, the key signs."""
+    import sys
+
+    from lockbuild.trust import sign as sign_mod
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    marker = tmp_path / "planted-ran"
+    (site / "evil.pth").write_text(f"import os; open({str(marker)!r}, 'w').write('pth')\n")
+    (site / "getpass.py").write_text(f"open({str(marker)!r}, 'w').write('getpass')\n")
+    secret, _ = signing.write_keypair(tmp_path / "k", password="correct horse")
+    monkeypatch.setattr(sys, "executable", str(venv / "bin" / "python"))
+    real_dirs = sign_mod._import_dirs()
+    monkeypatch.setattr(sign_mod, "_import_dirs", lambda: [str(site), *real_dirs])  # planted dir first
+    got = sign_mod.sign_in_fresh_process(secret, [(b"\1" * 64, "trusted")], password="correct horse")
+    assert len(got.blocks) == 1 and got.blocks[0].startswith("untrusted comment: lockbuild signature")
+    assert not marker.exists()
+
+
+def test_a_late_import_in_the_signing_process_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from lockbuild.trust import sign as sign_mod
+
+    answer = {"key_id": "00" * 8, "key_id_hex": "0" * 16, "public_key": "x", "blocks": ["b"],
+              "imported_after_key": ["evilmodule"]}  # fmt: skip
+    monkeypatch.setattr(sign_mod.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, json.dumps(answer).encode(), None))  # fmt: skip
+    with pytest.raises(SignatureError, match="imported evilmodule after it read the secret key"):
+        sign_mod.sign_in_fresh_process(tmp_path / "k.key", [(b"\1" * 64, "t")], password=None)
+
+
+def test_the_signing_process_reports_what_it_imported_after_the_key(tmp_path: Path) -> None:
+    from lockbuild.trust import signproc
+
+    secret, _ = signing.write_keypair(tmp_path / "k", password=None)
+    got = signproc.answer({"key": str(secret), "password": None, "items": [{"blake2b": "01" * 64, "comment": "t"}]})
+    assert got["imported_after_key"] == []
+
+
+def test_a_typed_passphrase_needs_a_terminal_in_the_signing_process(tmp_path: Path) -> None:
+    from lockbuild.trust.sign import sign_in_fresh_process
+
+    secret, _ = signing.write_keypair(tmp_path / "k", password="pw")
+    with pytest.raises(SignatureError, match="no terminal to ask for its passphrase"):
+        sign_in_fresh_process(secret, [(b"\1" * 64, "t")], password=None)  # no /dev/tty for the child here
+
+
+def test_a_secret_key_readable_by_others_is_refused_unless_allowed(
+    env: object, keys: object, toy_recipe: Path, tmp_path: Path
+) -> None:
+    key = tmp_path / "shared.key"
+    shutil.copy(keys.secret, key)  # type: ignore[attr-defined]
+    key.chmod(0o644)
+    code, _, err = _build(toy_recipe, key, tmp_path / "d")
+    assert code == 3
+    assert f"the secret key {key} has mode 0644: expected it readable by its owner alone (0600)" in err
+    assert "chmod 600" in err and "--allow-readable-key" in err
+    assert not (tmp_path / "d").exists() or list((tmp_path / "d").iterdir()) == []
+    code, _, err = _build(toy_recipe, key, tmp_path / "d", "--allow-readable-key")
+    assert code == 0, err
+
+
+def test_lockbuild_sign_refuses_a_readable_key_too(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from lockbuild.cli import main
+
+    secret, _ = signing.write_keypair(tmp_path / "k", password=None)
+    secret.chmod(0o640)
+    bundle = tmp_path / "x.lbz"
+    bundle.write_bytes(b"not a bundle")
+    r = CliRunner().invoke(main, ["sign", str(bundle), "--key", str(secret)])
+    assert r.exit_code == 3 and "has mode 0640" in r.stderr
+
+
+def test_a_passphrase_error_names_no_character_and_no_position(tmp_path: Path) -> None:
+    secret, _ = signing.write_keypair(tmp_path / "k", password="right")
+    with pytest.raises(SignatureError) as exc:
+        signing.read_secret_key(secret, lambda: "wr\udcffong")
+    text = exc.value.message + (exc.value.tip or "")
+    assert "not valid UTF-8" in text
+    assert "position" not in text and "\\udcff" not in text and "\udcff" not in text

@@ -261,6 +261,31 @@ def write(
     return Written(tmp, final, manifest, digests)
 
 
+def statement_for(written: Written, expires: dt.datetime | None) -> Statement:
+    """What a signature over a written bundle says: the signing process (issue 23) signs exactly this."""
+    digests = written.digests
+    return Statement.of(written.manifest, name=written.final.name, sha256=digests.sha256, size=digests.size,
+                        expires=expires)  # fmt: skip
+
+
+def place_signed(written: Written, statement: Statement, *, signer: bytes, block: str) -> Packed:
+    """Move a written bundle into place with ``block``, the signing process's signature over ``statement``,
+    followed by the co-signers' blocks that still describe the same bytes (``signer``'s own old one replaced)."""
+    final, manifest, digests = written.final, written.manifest, written.digests
+    tmp_sig = final.with_name(f".{manifest.bundle_name}.minisig.{os.getpid()}.partial")
+    sig_final = signature_path(final)
+    try:
+        kept, dropped = carry_over(_existing_signatures(sig_final), statement, signer)
+        tmp_sig.write_text(block + "".join(s.to_text() for s in kept), encoding="utf-8")
+        written.tmp.replace(final)
+        tmp_sig.replace(sig_final)
+    finally:
+        written.discard()
+        tmp_sig.unlink(missing_ok=True)
+    return Packed(final, sig_final, manifest, digests.sha256, digests.size,
+                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
+
+
 def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
     """Sign a written bundle (keeping co-signers' blocks when it is byte-identical); move both into place."""
     final, manifest, digests = written.final, written.manifest, written.digests

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,6 @@ import click
 from lockbuild.clikit import (
     _Command,
     _emit,
-    _password,
     _progress,
     _settings,
     _setup,
@@ -183,9 +184,11 @@ def fetch(
 @insecure_option
 @fresh_lock_option
 @click.option("--self-test", "self_test", is_flag=True,
-              help="Then run `lockbuild test` on each bundle (trusting --trust, or else the key that signed it).")
+              help="Run `lockbuild test` on each bundle before it is signed, in the sandbox (its report follows).")
 @click.option("--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="With --self-test: the trust directory to check the new bundles against.")  # fmt: skip
+              help="With --self-test: also check the new signatures against this trust directory.")
+@click.option("--allow-readable-key", is_flag=True,
+              help="Use a secret key file that its group or other users can read (refused otherwise).")  # fmt: skip
 @json_option
 @click.pass_context
 def build(
@@ -201,19 +204,22 @@ def build(
     fresh_lock: bool,
     self_test: bool,
     trust_dir: Path | None,
+    allow_readable_key: bool,
     as_json: bool,
 ) -> None:
     """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
 
     The bundle is bit-for-bit reproducible: the same recipe gives the same bytes on any machine. If any
-    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt;
-    the key is read only once every build is locked and fetched, just before signing.
+    step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt.
+    Other people's code (build backends, and with --self-test the engine and the recipe's commands) runs
+    only in the sandbox and has exited before the key is read; the key is read, and the passphrase asked
+    for, only in a fresh signing process (python -I -S) that loads nothing once it holds the key.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.pack import Written, fetch_and_write, sign
+    from lockbuild.builder.pack import Written, fetch_and_write, place_signed, statement_for
     from lockbuild.builder.session import session
-    from lockbuild.minisign import read_secret_key
     from lockbuild.recipe import load_recipe
+    from lockbuild.trust.sign import sign_in_fresh_process
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
@@ -236,10 +242,16 @@ def build(
             for w in written:
                 w.discard()
             raise
-    # The secret key is read only now: every build is locked and fetched, nothing from the index runs.
     try:
-        secret = read_secret_key(key, (lambda: password) if password is not None else _password())
-        signed = [(plan, sign(w, key=secret, expires=expires)) for plan, w in zip(plans, written, strict=True)]
+        # The self-test first, in its sandbox, on the unsigned bundles: all of it has exited before the key is read.
+        reports = _self_test_before_signing(ctx, written) if self_test else None
+        statements = [statement_for(w, expires) for w in written]
+        items = [(_prehash(w), st.to_comment()) for w, st in zip(written, statements, strict=True)]
+        # The key is read only now, and only in a fresh process; this one never holds it.
+        signer = sign_in_fresh_process(key, items, password=password, allow_readable_key=allow_readable_key)
+        password = None
+        signed = [(plan, place_signed(w, st, signer=signer.key_id, block=block))
+                  for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)]  # fmt: skip
     finally:
         for w in written:
             w.discard()
@@ -251,7 +263,7 @@ def build(
                 "sha256": packed.sha256,
                 "size": packed.size,
                 "members": len(packed.manifest.members),
-                "signer": secret.key_id_hex,
+                "signer": signer.key_id_hex,
                 "as_of": iso(plan.as_of),
                 "resolution_reused": plan.resolution_reused,
                 "warnings": list(plan.warnings),
@@ -275,16 +287,58 @@ def build(
         f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
         for x in results
     )
-    if self_test:  # issue 15: the report follows the build's own result
-        from lockbuild.selftest.cli import run_after_build
+    if reports is not None:  # issue 15: the report follows the build's own result
+        from lockbuild.selftest.cli import show_after_build
 
+        if trust_dir is not None:
+            _check_trusted(signed, trust_dir)
         if not ctx.obj.get("json"):
             _emit(ctx, {}, text)
-        run_after_build(ctx, [Path(x["bundle"]) for x in results], trust_dir, secret.public_key().to_text(),
-                        built={"bundles": results, "warnings": list(settings.warnings)})  # fmt: skip
+        show_after_build(ctx, reports, {"bundles": results, "warnings": list(settings.warnings)})
         return
     _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
 
+
+
+def _prehash(w: Any) -> bytes:
+    if w.digests.blake2b is None:  # pragma: no cover - the writer always digests with prehash
+        raise ValueError("a written bundle without its BLAKE2b-512 prehash cannot be signed")
+    return bytes(w.digests.blake2b)
+
+
+def _self_test_before_signing(ctx: click.Context, written: list[Any]) -> list[Any]:
+    """``build --self-test``: each unsigned bundle tested in the self-test's sandbox, before any key is read.
+    The self-test checks signatures first, so each bundle gets one from a throw-away key made here and
+    trusted only by this run (a private directory beside OUT, removed afterwards); the bundle file tested
+    is the one then signed (a hard link to it, read-only in the sandbox)."""
+    from lockbuild.builder.pack import statement_for
+    from lockbuild.minisign import generate_secret_key
+    from lockbuild.selftest.run import SelfTestOptions, self_test
+    from lockbuild.trust.sign import sign_statement
+
+    throwaway = generate_secret_key()
+    reports = []
+    with tempfile.TemporaryDirectory(prefix=".lockbuild-selftest-", dir=written[0].final.parent) as tmp:
+        t = Path(tmp)
+        (t / "trust").mkdir()
+        (t / "trust" / "build.pub").write_text(throwaway.public_key().to_text(), encoding="utf-8")
+        for w in written:
+            tested = t / w.final.name
+            tested.hardlink_to(w.tmp)
+            block = sign_statement(throwaway, statement_for(w, None), _prehash(w))
+            (t / f"{w.final.name}.minisig").write_text(block, encoding="utf-8")
+            opts = SelfTestOptions(trust_dir=t / "trust", environ=dict(os.environ))
+            reports.append(self_test(tested, opts, _progress(ctx)))
+    return reports
+
+
+def _check_trusted(signed: list[Any], trust_dir: Path) -> None:
+    """``--trust`` with ``--self-test``: the new signatures must meet that trust directory's policy."""
+    from lockbuild.trust.opener import load_store, open_bundle
+
+    store = load_store(trust_dir)
+    for _, packed in signed:
+        open_bundle(packed.bundle, store)
 
 
 COMMANDS = (lock, fetch, build)

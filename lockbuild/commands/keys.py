@@ -36,10 +36,18 @@ Command = _Command
     help="Also check the signatures already present against this trust directory before signing.",
 )
 @expires_option
+@click.option("--allow-readable-key", is_flag=True,
+              help="Use a secret key file that its group or other users can read (refused otherwise).")  # fmt: skip
 @json_option
 @click.pass_context
 def sign(
-    ctx: click.Context, bundle: Path, key: Path, trust_dir: Path | None, expires: dt.datetime | None, as_json: bool
+    ctx: click.Context,
+    bundle: Path,
+    key: Path,
+    trust_dir: Path | None,
+    expires: dt.datetime | None,
+    allow_readable_key: bool,
+    as_json: bool,
 ) -> None:
     """Add a signature to a bundle (appended to BUNDLE.minisig; the first stays minisign-verifiable).
 
@@ -53,7 +61,7 @@ def sign(
     from lockbuild.trust import load_store, sign_bundle
 
     store = load_store(trust_dir) if trust_dir is not None else None
-    secret = read_secret_key(key, _password())
+    secret = read_secret_key(key, _password(), allow_readable=allow_readable_key)
     res = sign_bundle(bundle, secret, expires=expires, store=store, progress=_progress(ctx))
     verb = "re-signed" if res.replaced else "signed"
     lines = [f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from lockbuild.errors import SignatureError
-from lockbuild.fsio import read_regular
+from lockbuild.fsio import bounded_read, open_regular, read_regular
 from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
 from lockbuild.minisign.keys import (
     PublicKey,
@@ -85,8 +86,34 @@ def write_keypair(path_stem: Path, *, password: str | None, comment: str | None 
     return key_path, pub_path
 
 
-def read_secret_key(path: Path, password: Callable[[], str]) -> SecretKey:
-    return decode_secret_key(read_text(path, what="secret key"), password, source=str(path))
+def read_secret_key(path: Path, password: Callable[[], str], *, allow_readable: bool = False) -> SecretKey:
+    """The secret key at ``path``, decrypted with ``password()``. A key file that its group or other users
+    can read is refused unless ``allow_readable`` (``--allow-readable-key``): its passphrase is then the
+    only thing between them and the key."""
+    try:
+        f, size = open_regular(path, what="secret key", max_size=MAX_KEY_FILE_BYTES, error=SignatureError)
+    except FileNotFoundError:
+        raise SignatureError(
+            f"cannot read secret key {path}: No such file or directory",
+            tip=f"Check that {path} exists and is the secret key you meant.",
+        ) from None
+    with f:
+        mode = os.fstat(f.fileno()).st_mode
+        if mode & 0o077 and not allow_readable:
+            raise SignatureError(
+                f"the secret key {path} has mode {stat.S_IMODE(mode):04o}: expected it readable by its owner "
+                "alone (0600), so that other users cannot copy it and try passphrases offline.",
+                tip=f"chmod 600 {path} (and check who may have copied it), or pass --allow-readable-key "
+                "if this is deliberate (a key on a single-user machine).",
+            )
+        data = bounded_read(f, size, what=f"the secret key {path}", error=SignatureError, grew=True)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SignatureError(
+            f"secret key {path} is not UTF-8 text", tip=f"Check that {path} is the secret key you meant."
+        ) from None
+    return decode_secret_key(text, password, source=str(path))
 
 
 def read_public_key(path: Path) -> PublicKey:

@@ -185,7 +185,14 @@ def _scrypt_stream(password: str, salt: bytes, opslimit: int, memlimit: int, *, 
             tip="The secret key file is corrupted or was not made by minisign/lockbuild; use a backup.",
         )
     try:
-        return Scrypt(salt=salt, length=KEYNUM_SK_LEN, n=n, r=r, p=p).derive(password.encode("utf-8"))
+        secret = password.encode("utf-8")
+    except UnicodeEncodeError:  # say nothing of which character, nor where: it is part of a passphrase
+        raise SignatureError(
+            f"{source}: the passphrase is not valid UTF-8 text; expected the passphrase the key was made with.",
+            tip="Type the passphrase again, or set LOCKBUILD_KEY_PASSWORD from a UTF-8 source.",
+        ) from None
+    try:
+        return Scrypt(salt=salt, length=KEYNUM_SK_LEN, n=n, r=r, p=p).derive(secret)
     except (ValueError, MemoryError, OverflowError) as exc:
         raise SignatureError(
             f"{source}: scrypt with N={n}, r={r}, p={p} ({memory // 2**20} MiB) failed: {exc}",

@@ -75,6 +75,11 @@ def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None,
         _show(ctx, [self_test(b, opts, _progress(ctx)) for b in bundles], built)
 
 
+def show_after_build(ctx: click.Context, reports: list[Report], built: dict[str, Any]) -> None:
+    """``build --self-test``: the build's result and each report (the tests ran before the key was read)."""
+    _show(ctx, reports, built)
+
+
 @click.command("test", cls=_Command, epilog="Example: lockbuild test dist/onnxruntime-1.20.1-cpu-py311-x86_64-"
                "manylinux_2_28.lbz --trust keys/ --json\n"
                "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "

@@ -5,7 +5,10 @@ already there before it adds its own. A damaged bundle is refused, never signed.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,10 @@ from lockbuild.trust.opener import digest_bundle, read_signatures, signature_pat
 from lockbuild.trust.policy import Evaluation, evaluate
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
+
+# How the signing process starts: lockbuild's and cryptography's directories after the standard library.
+BOOT = "import sys; sys.path.extend(sys.argv[1:]); from lockbuild.trust.signproc import main; raise SystemExit(main())"
+SIGN_TIMEOUT = 600  # the signing process: scrypt, a typed passphrase, one ED block per bundle
 
 
 def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes | None) -> str:
@@ -128,3 +135,74 @@ def sign_bundle(
         )
     _write_atomically(sig_path, text)
     return SignResult(bundle, sig_path, key.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)
+
+
+@dataclass(frozen=True)
+class SignedBlocks:
+    """What the signing process answered: who signed (key id, public key) and one block per item."""
+
+    key_id: bytes
+    key_id_hex: str
+    public_key: str
+    blocks: tuple[str, ...]
+
+
+def _import_dirs() -> list[str]:
+    """The directories the signing process imports lockbuild and cryptography from (after the stdlib)."""
+    import cryptography
+
+    import lockbuild
+
+    dirs: list[str] = []
+    for module in (lockbuild, cryptography):
+        d = str(Path(module.__file__ or "").resolve().parent.parent)
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def sign_in_fresh_process(
+    key: Path, items: Sequence[tuple[bytes, str]], *, password: str | None, allow_readable_key: bool = False
+) -> SignedBlocks:
+    """Sign each (BLAKE2b-512 prehash, trusted comment) with the secret key at ``key``, in a fresh
+    ``python -I -S`` process (lockbuild.trust.signproc): this process never holds the key, and no code of
+    a writable place, ``.pth`` file or planted module is loaded where the key is decrypted. ``password``:
+    the passphrase from LOCKBUILD_KEY_PASSWORD (handed over on a pipe); None: typed at the terminal there."""
+    request = {
+        "key": str(key.absolute()),
+        "password": password,
+        "allow_readable_key": allow_readable_key,
+        "items": [{"blake2b": b.hex(), "comment": c} for b, c in items],
+    }
+    argv = [sys.executable, "-I", "-S", "-c", BOOT, *_import_dirs()]
+    try:
+        proc = subprocess.run(argv, input=json.dumps(request).encode(), stdout=subprocess.PIPE, stderr=None,
+                              env={"PATH": os.defpath}, cwd="/", timeout=SIGN_TIMEOUT, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise SignatureError(f"the signing process did not finish within {SIGN_TIMEOUT} s.") from None
+    except OSError as exc:
+        raise SignatureError(f"cannot start the signing process ({sys.executable}): {exc.strerror}") from None
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        answer = None
+    if proc.returncode != 0 or not isinstance(answer, dict):
+        raise SignatureError(
+            f"the signing process failed (exit {proc.returncode}); expected a JSON answer, found "
+            f"{len(proc.stdout)} bytes.",
+            tip="Run with --verbose; check that lockbuild's installation is complete (python -I -S -m is used).",
+        )
+    if "error" in answer:
+        raise SignatureError(str(answer["error"]), tip=answer.get("tip"))
+    late = answer.get("imported_after_key") or []
+    if late:
+        raise SignatureError(
+            f"the signing process imported {', '.join(map(str, late[:5]))} after it read the secret key; "
+            "expected nothing to be loaded once the key is in memory.",
+            tip="This is a bug in lockbuild: report it; nothing was signed.",
+        )
+    blocks = tuple(str(b) for b in answer["blocks"])
+    if len(blocks) != len(items):
+        raise SignatureError(f"the signing process made {len(blocks)} signatures; expected {len(items)}.")
+    return SignedBlocks(bytes.fromhex(answer["key_id"]), str(answer["key_id_hex"]), str(answer["public_key"]),
+                        blocks)  # fmt: skip

@@ -141,6 +141,8 @@ def _gpu_binds(environ: Mapping[str, str]) -> tuple[list[Bind], str | None]:
         binds.append(Bind(Path(smi).resolve(), GPU_BIN / "nvidia-smi"))
     for dev in sorted(Path("/dev").glob("nvidia*")):
         binds.append(Bind(dev, dev, writable=True, device=True))
+    if Path("/sys").is_dir():
+        binds.append(Bind(Path("/sys"), Path("/sys")))  # read-only: the driver libraries read PCI topology there
     return binds, None
 
 

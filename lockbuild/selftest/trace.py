@@ -24,6 +24,7 @@ What is traced, by rule rather than by a list of the calls that happen to carry 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import subprocess
@@ -91,8 +92,20 @@ class Log:
 
 def command(tracer: str, out: Path) -> list[str]:
     """The prefix that traces bwrap and every process in the sandbox into ``out`` (outside it)."""
-    return [tracer, "-f", "-qq", "-yy", "-xx", "-s", str(STRING_BYTES), "-e", f"trace={','.join(CALLS)}",
-            "-e", "signal=none", "-o", str(out), "--"]  # fmt: skip
+    return [tracer, "-f", *(["--seccomp-bpf"] if seccomp_bpf(tracer) else []), "-qq", "-yy", "-xx", "-s",
+            str(STRING_BYTES), "-e", f"trace={','.join(CALLS)}", "-e", "signal=none", "-o", str(out), "--"]  # fmt: skip
+
+
+@functools.cache
+def seccomp_bpf(tracer: str) -> bool:
+    """Whether this strace can stop only at the traced calls (``--seccomp-bpf``, strace 5.3+): a filter the
+    kernel applies to every traced process, which it cannot remove; the other calls then cost nothing."""
+    try:
+        proc = subprocess.run([tracer, "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-o", "/dev/null", "--",
+                               "true"], capture_output=True, timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and b"seccomp" not in proc.stderr
 
 
 def unusable(tracer: str) -> str | None:

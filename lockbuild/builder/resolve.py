@@ -2,7 +2,10 @@
 
 Resolution runs no code from the index: uv is told to take wheels only (``--only-binary :all:``), so it
 never runs an sdist's PEP 517 backend to learn its metadata. Packages the build names as allowed to
-come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds). uv's
+come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds); uv
+reads their static metadata (PKG-INFO 2.2+, or pyproject's [project]) when they have it, and otherwise
+runs their backend's metadata hook, so such a resolution runs entirely inside the sandbox
+(:mod:`lockbuild.sandbox`, issue 23): network kept for the index, no files of the builder. uv's
 environment is an allow-list (``lockbuild.uvtool``), and the index's credentials reach it only in the
 index URL of its environment (``UV_INDEX_URL``), where uv keeps them to the index's origin (or, when a
 build backend may run, in a netrc file in the private work directory, removed with it).
@@ -225,6 +228,44 @@ def _run_uv(
     return code, messages[0] if messages else ""
 
 
+SANDBOX_WORK = Path("/lock")  # the compile's private work directory, as the sandbox sees it
+
+
+def _sandboxed(
+    argv: Sequence[str], env: Mapping[str, str], workdir: Path, target: Target
+) -> tuple[list[str], dict[str, str]]:
+    """``uv pip compile`` inside the sandbox (issue 23), for a resolution where an sdist's build backend
+    may run to learn its metadata. The sandbox keeps the network (uv must reach the index) but has none of
+    the builder's files: read-only, lockbuild's uv and a system Python X.Y; writable, only this compile's
+    private work directory (the requirements, the output, the index's netrc when it has credentials). uv's
+    cache there is a throw-away one: a backend could otherwise poison the answers later locks read."""
+    from lockbuild import sandbox
+    from lockbuild.builder.prebuild import SANDBOX_UV, build_env, find_python, uv_bind
+
+    sandbox.check_available()
+    python = find_python(target.python, env)
+    inner = build_env(offline=False, extra_path=[python.executable.parent] if python is not None else [])
+    for name in ("UV_INDEX_URL", "RUST_LOG", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+                 "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):  # fmt: skip
+        if name in env:
+            inner[name] = env[name]
+    netrc = env.get("NETRC", os.devnull)
+    inner["NETRC"] = _inside(netrc, workdir)
+    binds = [uv_bind(), sandbox.Bind(workdir, SANDBOX_WORK, writable=True)]
+    binds += python.binds if python is not None else ()
+    spec = sandbox.Spec(binds=tuple(binds), env=inner, cwd=SANDBOX_WORK, network=True)
+    command = [str(SANDBOX_UV), *(_inside(a, workdir) for a in argv[1:])]
+    return sandbox.argv(spec, command), {"PATH": sandbox.BWRAP_PATH}
+
+
+def _inside(arg: str, workdir: Path) -> str:
+    """An argument naming a path in the work directory, as the sandbox sees it."""
+    w = str(workdir)
+    if arg == w or arg.startswith(w + "/"):
+        return str(SANDBOX_WORK) + arg[len(w) :]
+    return arg
+
+
 @functools.lru_cache(maxsize=4)
 def _uv_version(binary: str) -> str:
     return uv_version(binary)
@@ -329,7 +370,11 @@ def compile_lock(
         env["UV_INDEX_URL"] = _with_credentials(index_url, in_url)
     if on_select is not None:
         env["RUST_LOG"] = UV_LOG_FILTER
-    code, stderr = _run_uv(argv, stdin, env, workdir, on_select)
+    if sdists_allowed:  # a build backend may run (an sdist's metadata hooks): only inside the sandbox
+        run_argv, run_env = _sandboxed(argv, env, workdir, target)
+    else:  # wheels only (--only-binary :all:): uv runs no code from the index
+        run_argv, run_env = argv, env
+    code, stderr = _run_uv(run_argv, stdin, run_env, workdir, on_select)
     if code != 0:
         refused = _needs_build_error(stderr, target)
         if refused is not None:

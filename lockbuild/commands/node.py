@@ -238,12 +238,14 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
                 err = refusal(got)
                 click.echo(json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": err.message,
                                        "tip": err.tip, "exit_code": err.exit_code}, **got.to_json()}))  # fmt: skip
-                click.echo("ERROR " + err.message, err=True)
+                click.echo("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else ""), err=True)
                 ctx.exit(1)
             raise refusal(got)
+        if not ctx.obj.get("json"):  # the choice is said before the install runs (stdout keeps the result)
+            click.echo("\n".join(got.lines()), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"
-    text = "\n".join([*got.lines(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}"])
+    text = f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
     _emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 

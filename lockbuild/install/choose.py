@@ -127,8 +127,9 @@ class Chosen:
     def to_json(self) -> dict[str, Any]:
         return {**self.choice.to_json(), "node": node_json(self.node), "skipped": list(self.skipped)}
 
-    def lines(self) -> list[str]:
-        return [node_line(self.node), *self.choice.lines(), *(f"  skipped {s}" for s in self.skipped)]
+    def lines(self, *, fix: bool = True) -> list[str]:
+        return [self.choice.head(), "  " + node_line(self.node), *self.choice.passed_over(fix=fix),
+                *(f"  skipped {s}" for s in self.skipped)]  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -155,8 +156,9 @@ def chosen(request: Choosing, *, trust: TrustStore, threshold: int | None, node:
 
 def refusal(result: Chosen) -> InstallError:
     c = result.choice
-    return InstallError("\n".join(result.lines()).replace("no build", "nothing placed: no build", 1),
-                        tip=c.fix[:1].upper() + c.fix[1:] + "." if c.fix else None)  # fmt: skip
+    lines = result.lines(fix=False)
+    lines[0] += "; nothing was placed"
+    return InstallError("\n".join(lines), tip=c.fix[:1].upper() + c.fix[1:] + "." if c.fix else None)
 
 
 def store_choices(store_dir: Path, *, trust: TrustStore, node: Node, root: Path,

@@ -82,6 +82,8 @@ def unmet(needs: Needs, facts: Facts, gpu_check: GpuCheck = "auto") -> tuple[str
 
 
 def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
+    if not node.has_nvidia and node.stated:
+        return ["needs an NVIDIA GPU; the node's stated facts name no driver"]
     if not node.has_nvidia:
         return ["needs an NVIDIA GPU; no driver found (no nvidia-smi, /sys/module/nvidia or /proc/driver/nvidia)"]
     reasons = []
@@ -157,16 +159,22 @@ class Choice:
         return {"asked": self.asked, "chosen": self.chosen.build if self.chosen else None, "why": self.why,
                 "candidates": [c.to_json() for c in self.candidates], "fix": self.fix or None}  # fmt: skip
 
-    def lines(self) -> list[str]:
-        head = f"chose {self.chosen.build}: {self.why}" if self.chosen else f"no build of {self.asked} fits: {self.why}"
-        out = [head]
+    def head(self) -> str:
+        return f"chose {self.chosen.build}: {self.why}" if self.chosen else f"no build of {self.asked} fits: {self.why}"
+
+    def lines(self, *, fix: bool = True) -> list[str]:
+        """The choice, then each other candidate and why it was passed over (then the fix, if asked)."""
+        return [self.head(), *self.passed_over(fix=fix)]
+
+    def passed_over(self, *, fix: bool = True) -> list[str]:
+        out = []
         for c in self.candidates:
             if self.chosen is not None and c.option == self.chosen:
                 continue
             mark = "fits, passed over" if c.fits else "does not fit"
             via = f" (serves {c.serves})" if c.serves else ""
             out.append(f"  {c.option.build}{via}: {mark}: {'; '.join(c.reasons)}")
-        if self.fix:
+        if self.fix and fix:
             out.append(f"  fix: {self.fix}")
         return out
 
@@ -263,20 +271,22 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
     if chosen is None:
         why, fix = _nothing_fits(relevant, unmet_of, facts, gpu_node and any_gpu_build and bool(cpu_ok))
         return Choice(asked, None, why, tuple(judged), fix)
-    return Choice(asked, chosen, _why(chosen, version, len(ranked), facts, gpu_node), tuple(judged))
+    why = _why(chosen, version, len(ranked), facts, gpu_node and any_gpu_build)
+    return Choice(asked, chosen, why, tuple(judged))
 
 
-def _why(o: Option, version: str, n: int, facts: Facts, gpu_node: bool) -> str:
+def _why(o: Option, version: str, n: int, facts: Facts, past_gpu_builds: bool) -> str:
     parts = [f"serves {version} (no {version} build fits)" if o.version != version else f"a build of {version}"]
     gpu = o.needs.gpu
     if gpu is not None:
         parts.append(f"needs driver {gpu.min_driver or 'any'}+ (the node has {facts.node.driver}) and compute "
                      f"capability {_range(gpu)}")  # fmt: skip
-    elif gpu_node:
-        parts.append("a CPU build, taken on a GPU node because no GPU build fits and --allow-cpu was given"
-                     if facts.node.has_nvidia else "a CPU build")  # fmt: skip
+    elif past_gpu_builds:
+        parts.append("a CPU build, taken on a GPU node because no GPU build fits and --allow-cpu was given")
+    elif facts.node.has_nvidia:
+        parts.append("a build without a gpu table (the candidates hold no GPU build)")
     else:
-        parts.append("a CPU build (this node has no NVIDIA GPU)" if not facts.node.has_nvidia else "a CPU build")
+        parts.append("a build without a gpu table (this node has no NVIDIA GPU)")
     parts.append("the only fitting build" if n == 1 else f"the best of {n} fitting builds")
     return "; ".join(parts)
 

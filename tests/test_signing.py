@@ -890,3 +890,38 @@ def test_a_passphrase_error_names_no_character_and_no_position(tmp_path: Path) -
     text = exc.value.message + (exc.value.tip or "")
     assert "not valid UTF-8" in text
     assert "position" not in text and "\\udcff" not in text and "\udcff" not in text
+
+
+def test_doctor_warns_when_lockbuilds_own_installation_is_writable(
+    keys: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build backend or engine that could write lockbuild's installation would run in the next command,
+    the one that asks for the passphrase: doctor says so (text and --json), and is quiet when it cannot."""
+    import json
+    import sys
+
+    from click.testing import CliRunner
+
+    import lockbuild
+    from lockbuild.cli import main
+    from lockbuild.install import doctor
+
+    script_dir = tmp_path / "bin"
+    script_dir.mkdir()
+    monkeypatch.setattr(sys, "path", [str(script_dir), *sys.path[1:]])
+    package = Path(lockbuild.__file__).resolve().parent
+    writable = {str(package), str(script_dir)}
+    monkeypatch.setattr(doctor, "writable_here", lambda p: str(p) in writable)
+    args = ["doctor", "--root", str(tmp_path / "engines"), "--trust", str(keys.trust)]  # type: ignore[attr-defined]
+    r = CliRunner().invoke(main, [*args, "--json"])
+    assert r.exit_code == 0, r.stderr
+    own = json.loads(r.stdout)["lockbuild"]
+    assert own["writable"] == {"package": str(package), "sys.path[0]": str(script_dir)}
+    assert len(own["warnings"]) == 2
+    r = CliRunner().invoke(main, args)
+    assert f"lockbuild   WARNING: lockbuild's package directory {package} is writable by this user" in r.stdout
+    assert f"lockbuild's sys.path[0] directory {script_dir} is writable" in r.stdout
+    assert "a venv owned by root or another user, or uv tool / pipx under another account" in r.stdout
+    writable.clear()
+    r = CliRunner().invoke(main, args)
+    assert "WARNING: lockbuild" not in r.stdout and f"lockbuild   {package}: not writable by this user" in r.stdout

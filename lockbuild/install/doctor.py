@@ -8,7 +8,9 @@ into :class:`Candidate` needs, so nothing here parses a recipe.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,8 +123,36 @@ def examine(
             for f in fits
         ],
         "catalogue_problems": list(problems),
+        "lockbuild": self_install_report(),
         **({"store": _store_report(store, trust, node, root)} if store is not None else {}),
     }
+
+
+def writable_here(path: Path) -> bool:
+    """Whether the current user may write into ``path`` (the kernel's answer, root included)."""
+    return os.access(path, os.W_OK)
+
+
+def self_install_report(path0: str | None = None) -> dict[str, Any]:
+    """Where lockbuild itself is installed, and which of those places the current user can write (issue 23):
+    code written there (a ``.pth``, a ``getpass.py`` beside the package, a changed module) runs in the next
+    lockbuild command, the one that asks for a passphrase included. ``sys.path[0]`` is the directory of the
+    running script (a console script's ``bin/``), searched before everything else."""
+    import lockbuild
+
+    package = Path(lockbuild.__file__).resolve().parent
+    first = sys.path[0] if path0 is None else path0
+    places = {"package": package, "site": package.parent}
+    if first:
+        places["sys.path[0]"] = Path(first).resolve()
+    writable = {name: str(p) for name, p in places.items() if p.exists() and writable_here(p)}
+    warnings = [
+        f"lockbuild's {name} directory {where} is writable by this user: code written there runs in every later "
+        "lockbuild command, the one that signs included; install lockbuild where the account that runs builds "
+        "cannot write (a venv owned by root or another user, or uv tool / pipx under another account)"
+        for name, where in writable.items()
+    ]
+    return {"package": str(package), "sys_path0": first, "writable": writable, "warnings": warnings}
 
 
 def _store_report(store: Path, trust: Path, node: Node, root: Path) -> dict[str, Any]:
@@ -161,6 +191,10 @@ def render(report: dict[str, Any]) -> str:
         verdict = "fits" if c["fits"] else "does not fit: " + "; ".join(c["reasons"])
         lines.append(f"catalogue   {c['engine']} {c['build']}: {verdict}")
     lines += [f"catalogue   PROBLEM: {p}" for p in report["catalogue_problems"]]
+    own = report.get("lockbuild") or {}
+    lines += [f"lockbuild   WARNING: {w}" for w in own.get("warnings", ())]
+    if own and not own.get("warnings"):
+        lines.append(f"lockbuild   {own['package']}: not writable by this user")
     if "store" in report:
         lines += _render_store(report["store"])
     return "\n".join(lines)

@@ -331,8 +331,8 @@ def test_manifest_not_first(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fmt", "why"),
     [
-        (1, "format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads format 2 only, and lockbuild 0.1.x"),
-        (3, "manifest is format 3 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads format 2"),
+        (1, "format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3 only, and lockbuild 0.1.x"),
+        (4, "manifest is format 4 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3"),
         (0, "manifest format is 0; no lockbuild writes that format"),
     ],
     ids=["older", "newer", "never"],

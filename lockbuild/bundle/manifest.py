@@ -81,7 +81,7 @@ class Manifest:
     def to_toml(self) -> bytes:
         q = toml_string
         lines = [
-            f"format = {max(self.format, self.install.needs_format)}",
+            f"format = {max(self.format, self.install.needs_format) if self.format >= FORMAT else self.format}",
             f"engine = {q(self.engine)}",
             f"version = {q(self.version)}",
             f"variant = {q(self.variant)}",

@@ -413,3 +413,17 @@ def test_a_folder_and_a_store_install_the_chosen_build(real: Path, keys: Keys, t
     # an explicit ENGINE/VERSION-VARIANT still means exactly that one
     code, data, err = run("install", "toyengine/1.0-cu129", "--store", store, "--root", root, "--trust", keys.trust)
     assert code == 0 and "chosen" not in data, err
+
+
+def test_which_arguments_choose(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockbuild.site.sources import Choosing, choosing_form
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "toyengine").mkdir()  # a directory named like the engine: with --store, the name is the engine
+    assert choosing_form("toyengine", store=store) == Choosing("toyengine", None, store=store)
+    assert choosing_form("toyengine/1.0", store=store) == Choosing("toyengine", "1.0", store=store)
+    assert choosing_form("toyengine/", store=store) == Choosing(None, None, folder=Path("toyengine/"))
+    assert choosing_form("toyengine") == Choosing(None, None, folder=Path("toyengine"))  # no --store: the folder
+    assert choosing_form("toyengine/1.0-cu129", store=store) is None  # in the store: exactly that build
+    assert choosing_form("x.lbz", store=store) is None and choosing_form("toyengine/1.0") is None
+    assert choosing_form("toyengine/1.0-cu999", store=store) is None  # no such build: named_source names it

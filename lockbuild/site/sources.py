@@ -250,12 +250,14 @@ class Choosing:
 def choosing_form(arg: str | Path, *, store: Path | None = None) -> Choosing | None:
     """The choosing forms, beside :func:`named_source` (which names exactly one bundle): a directory is a
     folder of bundles; with ``--store``, ``ENGINE`` or ``ENGINE/VERSION`` where the store holds no build of
-    exactly that name (``ENGINE/VERSION-VARIANT`` still means that one build). None: not a choosing form."""
+    exactly that name (``ENGINE/VERSION-VARIANT`` still means that one build). None: not a choosing form.
+    With ``--store``, a folder is named with its trailing slash (``DIR/``), so an engine's name never
+    turns into a directory that happens to be in the working directory."""
     text = str(arg)
     path = Path(text)
-    if path.is_dir():
+    if path.is_dir() and (text.endswith("/") or store is None):  # with --store, `vllm` is the engine, `vllm/` a folder
         return Choosing(None, None, folder=path)
-    if store is None or path.exists() or text.endswith((".lbz", ".toml")):
+    if store is None or path.is_file() or text.endswith((".lbz", ".toml", "/")):
         return None
     engine, sep, version = text.partition("/")
     try:
@@ -266,8 +268,9 @@ def choosing_form(arg: str | Path, *, store: Path | None = None) -> Choosing | N
         return None
     if sep and _is_ref(text):
         with Store(store) as s:
-            if text in s.refs():
-                return None  # an explicit build: exactly that one
+            refs = s.refs()
+        if text in refs or not any(r.startswith(f"{text}-") for r in refs):
+            return None  # an explicit build (exactly that one), or one the store lacks: named_source says so
     return Choosing(engine, version or None, store=store)
 
 

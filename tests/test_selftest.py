@@ -123,6 +123,21 @@ def main() -> None:
             except OSError:
                 pass
         print("families")
+    elif args == ["--fill"]:  # fills the disk the test's files are on, connects, and frees the space again
+        filler = os.path.join(os.getcwd(), "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(bytes(1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        try:
+            socket.create_connection(("10.255.255.9", 86), timeout=1)
+        except OSError:
+            pass
+        os.unlink(filler)
+        print("filled")
     elif args == ["--gpu-smoke"]:  # a lazily fetched kernel
         try:
             socket.create_connection(("10.255.255.8", 85), timeout=1)
@@ -211,6 +226,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
             "family": _build(tmp, keys, "family", 'smoke = ["netengine", "--family"]'),
             "lookup": _build(tmp, keys, "lookup", 'smoke = ["netengine", "--lookup"]',
                              verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
+            "fill": _build(tmp, keys, "fill", 'smoke = ["netengine", "--fill"]'),
             "gpu": _build(tmp, keys, "gpu", 'smoke = ["netengine", "--quiet"]\ngpu-smoke = ["netengine", "--gpu-smoke"]'),
             "lookup-allowed": _build(tmp, keys, "lookup-allowed",
                                      'smoke = ["netengine", "--lookup"]\nallow-network = ["hub.example", "native.example"]',
@@ -458,6 +474,26 @@ def test_an_engine_cannot_erase_the_evidence(bundles: dict[str, Path], keys: Key
     assert (hit["event"], hit["host"], hit["port"]) == ("connect", "10.255.255.7", 84)
 
 
+@needs_netns
+@needs_strace
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs")
+def test_an_engine_that_fills_the_disk_loses_no_evidence(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tracer's log never touches a disk (a FIFO the outer run reads), so a full disk drops no line."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700m,mode=0700", "tmpfs", str(small)], check=True)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(small))
+        code, data, err = selftest(bundles["fill"], keys)
+        assert "filled" in data["self_test"][0]["steps"][-1]["detail"], (data, err)
+        assert code == 1
+        assert [(a["event"], a["host"], a["port"]) for a in refused(data)] == [("connect", "10.255.255.9", 86)]
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
 def _processes_with(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -574,7 +610,7 @@ def test_strace_lines_are_read_by_rule() -> None:
 
     dns = bytes(12) + b"\x03hub\x07example\x00\x00\x01\x00\x01"
     text = "\n".join([
-        f'7 getxattr("{_hex(marker("socket.connect", "10.255.255.1", 8080))}", "{_hex("user.lockbuild")}", NULL, 0)'
+        f'7 removexattr("{_hex(marker("socket.connect", "10.255.255.1", 8080))}", "{_hex("user.lockbuild")}", NULL, 0)'
         " = -1 ENOENT",
         f'7 connect(3<TCP:[11]>, {{sa_family=AF_INET, sin_port=htons(8080), sin_addr=inet_addr("{_hex("10.255.255.1")}")'
         "}, 16) = -1 ENETUNREACH",
@@ -617,7 +653,7 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
     query = (bytes(12) + b"\x04evil\x07example\x00\x00\x01\x00\x01").decode("latin-1")
     other = (bytes(12) + b"\x05other\x07example\x00\x00\x01\x00\x01").decode("latin-1")
     text = "\n".join([
-        f'5 getxattr("{_hex(forged)}", "{_hex("user.lockbuild")}", NULL, 0) = -1 ENOENT',
+        f'5 removexattr("{_hex(forged)}", "{_hex("user.lockbuild")}") = -1 ENOENT',
         f'5 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
         "}, 16) = 0",
         f'5 sendto(6<UDP:[14]>, "{_hex(query)}", 30, MSG_NOSIGNAL, NULL, 0) = 30',
@@ -637,11 +673,9 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
 def test_more_attempts_than_the_report_keeps_is_not_checked(
     bundles: dict[str, Path], keys: Keys, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import functools
-
     from lockbuild.selftest import trace
 
-    monkeypatch.setattr(trace, "parse", functools.partial(trace.parse, limit=0))
+    monkeypatch.setattr(trace, "LIMIT", 0)
     code, data, err = selftest(bundles["serve"], keys)  # local attempts only, none of them kept
     assert code == 6 and data["self_test"][0]["verdict"] == "not checked", (data, err)
     assert "more distinct network attempts" in data["self_test"][0]["unchecked"]

@@ -4,7 +4,7 @@ The hook is a module in the environment's site-packages with a ``.pth`` file tha
 module the engine puts in ``sys.modules`` first cannot stand in for it). For each socket event Python
 raises (``socket.__new__``, ``socket.connect``, ``socket.sendto``, ``socket.sendmsg``, ``socket.bind``,
 ``socket.getaddrinfo``, ``socket.gethostbyname``, ``socket.gethostbyaddr``, ``socket.getnameinfo``) it
-makes one harmless system call, ``getxattr`` on a path under :data:`trace.MARKER` carrying the event, the
+makes one harmless system call, ``removexattr`` on a path under :data:`trace.MARKER` carrying the event, the
 address and the Python frames; the tracer outside the sandbox logs that call with the process's real id,
 just before the attempt itself, and :func:`trace.parse` joins the two.
 
@@ -32,7 +32,7 @@ def _install():
     events = ("socket.__new__", "socket.connect", "socket.sendto", "socket.sendmsg", "socket.bind",
               "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo")
     here = __file__
-    getxattr = os.getxattr
+    note_call = os.removexattr
     dumps = json.dumps
     encode = base64.urlsafe_b64encode
 
@@ -73,7 +73,7 @@ def _install():
                     break
                 frames.pop()
             try:
-                getxattr(@MARKER@ + payload[:960], "user.lockbuild")
+                note_call(@MARKER@ + payload[:960], "user.lockbuild")
             except OSError:
                 pass
         except Exception:

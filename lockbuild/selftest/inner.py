@@ -15,9 +15,11 @@ environment: an engine cannot write a line the outer run would take for this one
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -45,9 +47,6 @@ def not_dumpable() -> bool:
 def canary() -> None:
     """A note the tracer must log: proof, for the outer run, that it traced inside the sandbox."""
     note = json.dumps({"event": trace.CANARY}).encode()
-    import base64
-    import os
-
     with contextlib.suppress(OSError):
         os.removexattr(trace.MARKER + base64.urlsafe_b64encode(note).decode().rstrip("="), "user.lockbuild")
 

@@ -273,7 +273,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
     return Report(
         bundle=bundle.name, engine=m.engine, build=build,
         namespace="bubblewrap: new user, PID and network namespaces; loopback only",
-        tracer=trace.COVERS if unchecked is None else f"none ({unchecked})",
+        tracer=trace.describe(tracer) if unchecked is None and tracer else f"none ({unchecked})",
         steps=steps, attempts=tuple(attempts), allow_network=t.allow_network, env=t.env, problems=tuple(problems),
         unchecked=unchecked,
     )  # fmt: skip

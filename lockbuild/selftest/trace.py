@@ -104,6 +104,17 @@ def command(tracer: str, out: Path) -> list[str]:
             str(STRING_BYTES), "-e", f"trace={','.join(CALLS)}", "-e", "signal=none", "-o", str(out), "--"]  # fmt: skip
 
 
+def describe(tracer: str) -> str:
+    """What the tracer covers on this machine, for the report: the calls, strace's version, its filter."""
+    version = "strace"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([tracer, "-V"], capture_output=True, text=True, timeout=30, check=False).stdout
+        m = re.search(r"version (\S+)", out)
+        version = f"strace {m[1]}" if m else version
+    mode = "--seccomp-bpf: only these calls stop a process" if seccomp_bpf(tracer) else "every call stops a process"
+    return f"{COVERS}; {version}, {mode}"
+
+
 @functools.cache
 def seccomp_bpf(tracer: str) -> bool:
     """Whether this strace can stop only at the traced calls (``--seccomp-bpf``, strace 5.3+): a filter the

@@ -12,6 +12,7 @@ from packaging.utils import canonicalize_name
 
 from lockbuild import envtable
 from lockbuild.errors import RecipeError
+from lockbuild.fsio import read_regular
 from lockbuild.recipe.checks import (
     CAPABILITY,
     DRIVER,
@@ -327,11 +328,10 @@ def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:
 
 
 def load_recipe(path: Path) -> Recipe:
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_RECIPE_BYTES + 1)
-    except OSError as exc:
-        raise RecipeError(f"cannot read recipe {path}: {exc.strerror}", tip="Check the path.") from None
+    try:  # a regular file by descriptor, bounded: a FIFO or a device is refused, never waited on
+        raw = read_regular(path, what="recipe", max_size=MAX_RECIPE_BYTES, error=RecipeError)
+    except FileNotFoundError:
+        raise RecipeError(f"cannot read recipe {path}: No such file or directory", tip="Check the path.") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

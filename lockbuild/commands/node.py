@@ -229,7 +229,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     started = time.monotonic()
-    node = detect()
+    node = detect(environ=os.environ)
     trust = load_store(resolve_trust_dir(opts.trust_dir))
     with chosen(request, trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
                 allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:  # fmt: skip
@@ -312,8 +312,10 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | No
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     candidates, problems = _catalogue(catalogue)
+    from lockbuild.install.node import detect
+
     report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir)  # fmt: skip
+                     store=store_dir, node=detect(environ=os.environ))  # fmt: skip
     _emit(ctx, report, render(report))
 
 

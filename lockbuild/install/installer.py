@@ -105,7 +105,7 @@ class Installer:
             source = BundleFile(source)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-node") as pool:
             # the node's facts (nvidia-smi can take a second) are gathered while the bundle is hashed
-            facts = pool.submit(detect) if self.node is None else None
+            facts = pool.submit(detect, environ=self.o.environ) if self.node is None else None
             self.progress.phase(f"checking the signatures of {Path(source.label).name}")
             trusted = open_source(source, load_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
             node = facts.result() if facts is not None else self.node
@@ -114,7 +114,7 @@ class Installer:
 
     def install_opened(self, opened: TrustedBundle, started: float, node: Node | None = None) -> InstallResult:
         m, p = opened.manifest, self.progress
-        node = node or self.node or detect()
+        node = node or self.node or detect(environ=self.o.environ)
         # --python wins; else the bundle's own interpreter (placed after the extraction); else PATH's
         python = find_python(m.python, self.o.python) if self.o.python or not m.install.interpreter else None
         engine_dir = prepare(self.o.root, m.engine)

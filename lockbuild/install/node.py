@@ -15,6 +15,7 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,13 +144,15 @@ def _nvidia_smi() -> tuple[str | None, tuple[Gpu, ...]]:
 
 
 def detect(proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER,
-           environ: dict[str, str] | None = None) -> Node:  # fmt: skip
+           environ: Mapping[str, str] | None = None) -> Node:  # fmt: skip
+    """The node's facts. ``environ``: the CLI's environment (the library reads none), where
+    ``LOCKBUILD_GPU_FACTS`` may name a statement of the GPU facts."""
     libc, version = platform.libc_ver()
     parsed: tuple[int, int] | None = None
     m = re.fullmatch(r"(\d+)\.(\d+).*", version or "")
     if m:
         parsed = (int(m[1]), int(m[2]))
-    stated = (os.environ if environ is None else environ).get(FACTS_ENV) or None
+    stated = (environ or {}).get(FACTS_ENV) or None
     if stated is not None:
         driver, gpus = stated_facts(Path(stated))
     else:

@@ -50,7 +50,7 @@ requirements = ["{name}=={version}"]
 
 # A real, small inference engine on the real PyPI (the repo's demo engine, bundles/onnxruntime.toml).
 LIVE = {"name": "onnxruntime", "version": "1.20.1", "binary": "onnxruntime_test",
-        "verify": '["python", "-c", "import onnxruntime"]'}  # fmt: skip
+        "verify": '["python", "-c", "import onnxruntime"]'}
 SYNTHETIC = {"name": ENGINE, "version": ENGINE_VERSION, "binary": ENGINE, "verify": f'["{ENGINE}", "--version"]'}
 CHECKS = {"live": ("bin/python", "-c", "import onnxruntime"), "synthetic": (f"bin/{ENGINE}", "--version")}
 
@@ -92,7 +92,7 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
     secret, trust = keys(run_dir)
     check = CHECKS["live" if workload == "live" else "synthetic"]
     setup = Setup(label, run_dir, index_url, server, recipe, f"{spec['name']}=={spec['version']}", check,
-                  base_python(), secret, trust, args.repeat, args.jobs, args.quick, args.quiet_wait)  # fmt: skip
+                  base_python(), secret, trust, args.repeat, args.jobs, args.quick, args.quiet_wait)
     try:
         results = Suite(setup, log).run_all()
     finally:
@@ -111,9 +111,9 @@ def machine() -> dict[str, object]:
     cpu = ""
     with contextlib.suppress(OSError, StopIteration):
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))  # fmt: skip
+                   if line.startswith("model name"))
     return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "kernel": platform.release(),
-            "lockbuild": __version__, "uv": uv_version(uv_binary())}  # fmt: skip
+            "lockbuild": __version__, "uv": uv_version(uv_binary())}
 
 
 def summary(results: list[Results]) -> tuple[str, dict[str, dict[str, float]]]:
@@ -195,7 +195,7 @@ def main(argv: list[str]) -> int:
     doc: dict[str, object] = {
         "command": "bench/run " + " ".join(argv), "date": stamp, "machine": machine(),
         "seconds": round(time.monotonic() - started, 1), "runs": [r.to_json() for r in all_results],
-    }  # fmt: skip
+    }
     if len(all_results) > 1:
         text, doc["rss_growth_mb"] = summary(all_results)
         sys.stdout.write(text)

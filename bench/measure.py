@@ -164,7 +164,7 @@ class Figure:
             "self_rss_mb": [round(k / 1024, 1) for k in self.self_rss_kb],
             "cpu_s": [round(c, 3) for c in self.cpu_s], "others_busy_cpus": [round(c, 2) for c in self.contention],
             "bytes": self.bytes,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ class Ratio:
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "values": [round(v, 3) for v in self.values], "median": round(self.median, 3),
                 "min": round(min(self.values), 3), "max": round(max(self.values), 3),
-                "target": self.target, "met": self.met}  # fmt: skip
+                "target": self.target, "met": self.met}
 
 
 def pairwise(a: Figure, b: Figure | Sequence[Figure]) -> tuple[float, ...]:

@@ -54,7 +54,7 @@ def table(r: Results) -> str:
             else f", {warm['server_file_gets']} file GETs ({warm['server_bytes']} bytes) seen by the index"
         )
         lines += ["", f"warm-cache rebuild: {warm['cached']}/{warm['files']} files from the cache, "
-                      f"{warm['downloaded_bytes']} bytes downloaded{seen}"]  # fmt: skip
+                      f"{warm['downloaded_bytes']} bytes downloaded{seen}"]
     return "\n".join(lines)
 
 
@@ -91,7 +91,7 @@ def rss_growth(results: Sequence[Results]) -> dict[str, dict[str, float]]:
         a, b = results[0].get(phase, variant), results[-1].get(phase, variant)
         if a is not None and b is not None:
             out[variant] = {"process": round(b.self_rss_mb - a.self_rss_mb, 1),
-                            "tree": round(b.peak_rss_mb - a.peak_rss_mb, 1)}  # fmt: skip
+                            "tree": round(b.peak_rss_mb - a.peak_rss_mb, 1)}
     return out
 
 
@@ -102,13 +102,13 @@ BARS = (
     ("install", "lockbuild install (verify + unpack + uv + checks)", "venv + pip install --no-index --find-links",
      "uv venv + uv pip install --offline (floor)"),
     ("pipeline", "lockbuild: recipe -> installed", "classic: requirement -> installed", None),
-)  # fmt: skip
+)
 
 
 def _bars(ax: Any, r: Results) -> None:
     width = 0.27
     for k, (label, color) in enumerate((("lockbuild", "#1f77b4"), ("classic (pip, tar czf)", "#d62728"),
-                                        ("floor (curl, tar|zstd, bare uv)", "#7f7f7f"))):  # fmt: skip
+                                        ("floor (curl, tar|zstd, bare uv)", "#7f7f7f"))):
         vals = []
         for b in BARS:
             variant = b[1 + k]
@@ -129,7 +129,7 @@ def _live_bars(ax: Any, r: Results) -> None:
              ("build cold", ("build", v.COLD), ("fetch", v.RAW), 75.0),
              ("build warm", ("build", v.WARM), ("build", v.ZSTD), 20.0),
              ("verify", ("verify", v.VERIFY), ("verify", v.B2SUM), None),
-             ("install", ("install", v.INSTALL), ("install", v.UV_INSTALL), 55.0))  # fmt: skip
+             ("install", ("install", v.INSTALL), ("install", v.UV_INSTALL), 55.0))
     width = 0.38
     for i, (_, lb, floor, target) in enumerate(steps):
         a, b = r.get(*lb), r.get(*floor)
@@ -164,7 +164,7 @@ def plot(results: Sequence[Results], path: Path) -> bool:
             ax_m.plot(sizes, [f.self_rss_mb if f else 0.0 for f in figs], marker="o", label=label)
         ax_t.set(xlabel="bundle size, GB", ylabel="seconds (median)", title="time against bundle size")
         ax_m.set(xlabel="bundle size, GB", ylabel="peak RSS of the lockbuild process, MB",
-                 title="peak memory against bundle size", ylim=(0, None))  # fmt: skip
+                 title="peak memory against bundle size", ylim=(0, None))
         ax_t.legend(fontsize=8)
         ax_m.legend(fontsize=8)
     elif results[-1].label.startswith("vllm-live"):

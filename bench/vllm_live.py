@@ -73,7 +73,7 @@ def python312() -> str:
 
 class LiveSuite:
     def __init__(self, work: Path, keys: tuple[Path, Path], *, repeat: int, quick: bool, phases: tuple[str, ...],
-                 quiet_wait: float, log: Callable[[str], None]) -> None:  # fmt: skip
+                 quiet_wait: float, log: Callable[[str], None]) -> None:
         self.work = work  # scratch of this run (removed at the end)
         self.keep = HERE / "work" / "vllm-live"  # the warm cache, kept between runs
         self.cache = self.keep / "cache"
@@ -143,18 +143,18 @@ class LiveSuite:
             out = self.fresh("lock")
             r = self.timed("lock", LB_LOCK, self.run(
                 [*LOCKBUILD, "lock", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
-                env=self.lb_env(self.fresh("lock-cache"))))  # fmt: skip
+                env=self.lb_env(self.fresh("lock-cache"))))
             doc = json.loads(r.stdout)["locks"][0]
             argv = [uv_binary(), "pip", "compile", "-", "--python-version", doc["python"],
                     "--python-platform", doc["platform"], "--exclude-newer", doc["as_of"], "--index-url", INDEX,
                     "--generate-hashes", "--no-header", "--quiet", "--only-binary", ":all:",
-                    "--output-file", str(out / "uv.txt")]  # fmt: skip
+                    "--output-file", str(out / "uv.txt")]
             self.timed("lock", UV_LOCK, self.run(argv, env={**self.env, "UV_CACHE_DIR": str(self.fresh("uv-cache"))},
-                                                 stdin=REQUIREMENT + "\n"))  # fmt: skip
+                                                 stdin=REQUIREMENT + "\n"))
             self.lock_doc = doc
             # A rebuild's lock: the kept cache remembers uv's resolution (an untimed call fills it if needed).
             relock = [*LOCKBUILD, "lock", str(self.recipe), "--build", BUILD, "--out", str(self.work / "relock"),
-                      "--json"]  # fmt: skip
+                      "--json"]
             self.fresh("relock")
             self.run(relock, env=self.lb_env(self.cache))
             self.fresh("relock")
@@ -166,7 +166,7 @@ class LiveSuite:
         shutil.rmtree(self.work / "uv-cache", ignore_errors=True)
         self.r.facts.update({"packages": len(self.lock_doc["packages"]), "as_of": self.lock_doc["as_of"],
                              "fetch_files": len(self.lock_doc["packages"]) + len(self.lock_doc.get("extras", [])),
-                             "fetch_bytes": self.wanted_bytes()})  # fmt: skip
+                             "fetch_bytes": self.wanted_bytes()})
 
     def phase_fetch(self) -> None:
         urls = [(p["url"], p["file"]) for p in self.lock_doc["packages"]]
@@ -177,7 +177,7 @@ class LiveSuite:
             cfg = self.work / "curl.cfg"
             cfg.write_text("".join(f'url = "{u}"\noutput = "{out / n}"\n' for u, n in urls))
             r = self.timed("fetch", RAW, self.run(["curl", "--parallel", "--parallel-max", "8", "--fail", "-sS",
-                                                   "-L", "-K", str(cfg)]))  # fmt: skip
+                                                   "-L", "-K", str(cfg)]))
             got = sum(p.stat().st_size for p in out.iterdir())
             self.r.fig("fetch", RAW).bytes = got
             del r
@@ -186,7 +186,7 @@ class LiveSuite:
     def _build(self, cache: Path, variant: str) -> dict[str, Any]:
         out = self.fresh("dist-" + ("cold" if "cold" in variant else "warm"))
         r = self.run([*LOCKBUILD, "build", str(self.recipe), "--build", BUILD, "--key", str(self.secret), "--out",
-                      str(out), "--json"], env=self.lb_env(cache))  # fmt: skip
+                      str(out), "--json"], env=self.lb_env(cache))
         doc: dict[str, Any] = json.loads(r.stdout)["bundles"][0]
         self.timed("build", variant, r, size=int(doc.get("size") or 0))
         self.r.facts["bundle_bytes"] = int(doc.get("size") or 0)
@@ -210,7 +210,7 @@ class LiveSuite:
         if self.files is None:
             out = self.fresh("fetched")
             r = run([*LOCKBUILD, "fetch", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
-                    env=self.lb_env(self.cache))  # fmt: skip
+                    env=self.lb_env(self.cache))
             self.files = out / json.loads(r.stdout)["fetches"][0]["build"]
         return self.files
 
@@ -226,7 +226,7 @@ class LiveSuite:
             tar = self.fresh("tar")
             tar.mkdir()
             self.timed("build", ZSTD, self.shell(f"tar cf - -C {files} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}"),
-                       size=size)  # fmt: skip
+                       size=size)
             shutil.rmtree(tar, ignore_errors=True)
         shas = {s for v in self.r.facts["bundle_sha256"].values() for s in v}
         self.r.facts["same_bytes_cold_warm"] = len(shas) == 1
@@ -246,7 +246,7 @@ class LiveSuite:
         self.r.facts["bundle_bytes"] = size
         for _ in range(self.repeat):
             self.timed("verify", VERIFY, self.run([*LOCKBUILD, "verify", str(bundle), "--trust", str(self.trust),
-                                                   "--json"]), size=size)  # fmt: skip
+                                                   "--json"]), size=size)
             self.timed("verify", B2SUM, self.run(["b2sum", str(bundle)]), size=size)
             self.timed("verify", SHA256SUM, self.run(["sha256sum", str(bundle)]), size=size)
             self.timed("verify", OPENSSL, self.run(["openssl", "dgst", "-sha256", str(bundle)]), size=size)
@@ -260,13 +260,13 @@ class LiveSuite:
             root = self.fresh("root")
             self.timed("install", INSTALL, self.run(
                 [*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.trust),
-                 "--python", self.python, "--gpu-check", "skip", "--json"]), size=size)  # fmt: skip
+                 "--python", self.python, "--gpu-check", "skip", "--json"]), size=size)
             shutil.rmtree(root, ignore_errors=True)
             venv, cache = self.fresh("uv-venv"), self.fresh("uv-install-cache")
             self.timed("install", UV_INSTALL, self.shell(
                 f"{uv} venv {venv} --python {self.python} -q && {uv} pip install --python {venv}/bin/python "
                 f"--offline --no-index --find-links {files}/wheels -r {files}/requirements.txt -q",
-                env={**self.env, "UV_CACHE_DIR": str(cache)}), size=size)  # fmt: skip
+                env={**self.env, "UV_CACHE_DIR": str(cache)}), size=size)
             shutil.rmtree(venv, ignore_errors=True)
             shutil.rmtree(cache, ignore_errors=True)
 
@@ -282,11 +282,11 @@ class LiveSuite:
         self.timed("classic", CL_DL, self.run(
             [*PIP, "download", "--no-deps", "--require-hashes", "-r", str(reqs), "-d", str(dl), "--index-url", INDEX,
              "--no-cache-dir", "-q", "--progress-bar", "off", "--only-binary", ":all:", "--python-version", "3.12",
-             *(x for p in platforms for x in ("--platform", p))]))  # fmt: skip
+             *(x for p in platforms for x in ("--platform", p))]))
         self.timed("classic", CL_TGZ, self.shell(f"tar czf {tgz}/w.tgz -C {dl} ."))
         self.timed("classic", CL_INST, self.shell(
             f"{self.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
-            f"install --no-index --find-links {dl} -r {reqs} --no-cache-dir -q"))  # fmt: skip
+            f"install --no-index --find-links {dl} -r {reqs} --no-cache-dir -q"))
         for d in (dl, tgz, venv):
             shutil.rmtree(d, ignore_errors=True)
 
@@ -305,7 +305,7 @@ def ratios(r: Results) -> list[Ratio]:
     lb, uv = med("lock", LB_LOCK), med("lock", UV_LOCK)
     if lb and uv:
         add("lock / uv pip compile", tuple(a / b for a, b in zip(lb.seconds, uv.seconds, strict=False)), "<= 1.3",
-            lambda v: v <= 1.3)  # fmt: skip
+            lambda v: v <= 1.3)
     relock = med("lock", LB_RELOCK)
     if relock and uv:
         add("lock, warm cache / uv pip compile (cold)",
@@ -316,12 +316,12 @@ def ratios(r: Results) -> list[Ratio]:
         if raw and zstd:
             floor = max(raw.median, zstd.median)
             add("build cold / max(raw download, tar|zstd)", tuple(s / floor for s in cold.seconds), "(none)",
-                lambda v: True)  # fmt: skip
+                lambda v: True)
     if warm:
         add("build, warm cache: seconds", tuple(warm.seconds), "<= 20", lambda v: v <= 20)
         if zstd:
             add("build warm / tar|zstd", tuple(a / b for a, b in zip(warm.seconds, zstd.seconds, strict=False)),
-                "(none)", lambda v: True)  # fmt: skip
+                "(none)", lambda v: True)
     v = med("verify", VERIFY)
     if v:
         add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), ">= 450", lambda x: x >= 450)
@@ -334,13 +334,13 @@ def ratios(r: Results) -> list[Ratio]:
         add("install (offline): seconds", tuple(inst.seconds), "<= 55", lambda x: x <= 55)
         if floor_i:
             add("install / bare uv", tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)),
-                "(none)", lambda x: True)  # fmt: skip
+                "(none)", lambda x: True)
     classic = [med("classic", v) for v in (CL_DL, CL_TGZ, CL_INST)]
     if cold and inst and all(classic):
         ours = cold.median + inst.median
         theirs = sum(f.median for f in classic if f is not None)
         add("classic / lockbuild, index -> installed (pip download + tar czf + pip install vs build + install)",
-            (theirs / ours,), "(none)", lambda x: True)  # fmt: skip
+            (theirs / ours,), "(none)", lambda x: True)
     own = [f.self_rss_mb for f in r.figures.values() if f.self_rss_kb and f.variant.startswith("lockbuild")]
     if own:
         add("lockbuild's own peak RSS, MB (largest step)", (max(own),), "<= 150", lambda x: x <= 150)
@@ -359,7 +359,7 @@ def main(args: Any, work: Path, keys: tuple[Path, Path], log: Callable[[str], No
     if unknown:
         raise SystemExit(f"unknown phase(s) {unknown}; expected some of {', '.join(PHASES)}.")
     suite = LiveSuite(work, keys, repeat=args.repeat, quick=args.quick, phases=phases, quiet_wait=args.quiet_wait,
-                      log=log)  # fmt: skip
+                      log=log)
     try:
         return suite.run_all()
     finally:

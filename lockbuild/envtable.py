@@ -42,7 +42,7 @@ ALLOWED_PREFIXES: dict[str, str] = {
     "TRITON_": "Triton, whose kernels vLLM and SGLang compile at first run: TRITON_CACHE_DIR (writable, offline)",
     "FLASHINFER_": "FlashInfer, which otherwise fetches kernels at first run: where its cached kernels are",
     "OMP_": "the OpenMP runtime of CPU engines: OMP_NUM_THREADS",
-}  # fmt: skip
+}
 ALLOWED_NAMES: dict[str, str] = {
     "DO_NOT_TRACK": "the cross-tool opt-out of usage statistics (consoledonottrack.com), honoured by vLLM and others",
 }

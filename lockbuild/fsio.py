@@ -81,7 +81,7 @@ def open_regular(
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise error(f"the {what} {where} is a symbolic link: expected a regular file.",
-                        tip=f"Copy the {what} into place instead of linking it.") from None  # fmt: skip
+                        tip=f"Copy the {what} into place instead of linking it.") from None
         raise error(f"cannot open the {what} {where}: {exc.strerror or exc}.", tip=tip) from None
     try:
         st = os.fstat(fd)
@@ -89,7 +89,7 @@ def open_regular(
             raise error(f"the {what} {where} is {kind_of(st.st_mode)}: expected a regular file.", tip=tip)
         if st.st_size > max_size:
             raise error(f"the {what} {where} is {st.st_size} bytes: expected at most {max_size}.",
-                        tip=f"Check that {where} is the {what} you meant.")  # fmt: skip
+                        tip=f"Check that {where} is the {what} you meant.")
         return os.fdopen(fd, "rb"), st.st_size
     except BaseException:
         os.close(fd)

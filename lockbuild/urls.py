@@ -70,7 +70,7 @@ _SECRET_NAMES = frozenset({
     "sig", "signature", "token", "key", "access_token", "id_token", "refresh_token", "auth", "authorization",
     "api_key", "apikey", "api-key", "secret", "password", "passwd", "pwd", "awsaccesskeyid", "key-pair-id",
     "policy", "credential", "credentials", "jwt", "session", "sessionid", "sid", "code", "ticket",
-})  # fmt: skip
+})
 _SECRET_PREFIXES = ("x-amz-", "x-goog-", "x-oss-", "x-ms-", "x-cos-")
 _SECRET_PARTS = re.compile(r"token|secret|signature|passw|apikey|api_key|api-key|credential|private|sas")
 _AZURE_SAS = frozenset({"sv", "se", "sp", "sr", "st", "spr", "skoid", "sktid", "ske", "sks"})

@@ -74,4 +74,4 @@ def sdist_needing_backend(
         f"{dist}-{version}/{dist}/__init__.py": module,
         **({f"{dist}-{version}/WHEEL_TAG": tag.encode()} if tag else {}),
         **({f"{dist}-{version}/NET_PROBE": net_probe.encode()} if net_probe else {}),
-    })  # fmt: skip
+    })

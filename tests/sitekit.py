@@ -56,7 +56,7 @@ def make_bundle(
     as_of = AS_OF + dt.timedelta(days=serial_days)
     members = tuple(Member(p, len(d), sha(d), k, f"https://example.invalid/{p}") for p, d, k in files)
     manifest = hostile_manifest(members, version=version, variant=variant, as_of=as_of, serial=int(as_of.timestamp()),
-                                recipe_sha256=sha(files[0][1]))  # fmt: skip
+                                recipe_sha256=sha(files[0][1]))
     out.mkdir(parents=True, exist_ok=True)
     path = out / manifest.bundle_name
     with path.open("wb") as f:
@@ -97,5 +97,5 @@ def run_killed(args: Sequence[str | Path], *, module: str, cls: str, method: str
     """Run `lockbuild ARGS` in a child that SIGKILLs itself on call number ``after + 1`` of cls.method."""
     code = KILL_AT.format(module=module, cls=cls, method=method, after=after)
     proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ}, timeout=120)  # fmt: skip
+                          env={**os.environ}, timeout=120)
     return proc.returncode  # -9: killed as planned

@@ -356,7 +356,7 @@ def test_warm_build_hashes_in_the_pack_and_refetches_a_damaged_entry(
     wheel.chmod(0o600)
     wheel.write_bytes(bytes(data))
     code, stdout, stderr = cli("build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "b"),
-                               "--json", env={"LOCKBUILD_CACHE_DIR": str(cache)})  # fmt: skip
+                               "--json", env={"LOCKBUILD_CACHE_DIR": str(cache)})
     assert code == 0, stderr
     again = Path(json.loads(stdout)["bundles"][0]["bundle"])
     assert again.read_bytes() == clean.read_bytes()
@@ -369,14 +369,14 @@ def test_cold_build_bytes_do_not_depend_on_arrival_order(env, keys: Keys, toy_re
     last (its server answers 500 twice first) changes nothing in the bundle, at any thread count."""
     hits = {p: f.hits for p, f in env.files.items()}
     first = build(toy_recipe, keys.secret, tmp_path / "a", "--threads", "1",
-                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c1")})  # fmt: skip
+                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c1")})
     # A wheel this build fetches (the session's server also holds other tests' wheels).
     wheels = sorted(p for p in env.files if p.endswith(".whl") and env.files[p].hits > hits.get(p, 0))
     late = wheels[0]
     before = env.files[late].hits
     env.files[late].fail_first = 2
     again = build(toy_recipe, keys.secret, tmp_path / "b", "--threads", "4", "--jobs", "4",
-                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c2")})  # fmt: skip
+                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c2")})
     assert env.files[late].hits - before >= 3  # two refusals, then the file
     assert again.read_bytes() == first.read_bytes()
 

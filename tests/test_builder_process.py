@@ -143,7 +143,7 @@ def test_a_backend_allowed_to_run_sees_no_secret(env: FakeServer, tmp_path: Path
         assert not any(value in v for v in child.values())
     # Only the allow-list, and what uv itself sets for a build (its own UV_*/PIP_* settings, the venv).
     allowed = ("PATH", "HOME", "TMPDIR", "PWD", "LANG", "LC_", "UV", "PIP_", "NETRC", "NO_COLOR", "VIRTUAL_ENV",
-               "PYTHON", "PEP517")  # fmt: skip  (TMPDIR, PWD: the sandbox's own /tmp and working directory)
+               "PYTHON", "PEP517")  # (TMPDIR, PWD: the sandbox's own /tmp and working directory)
     assert [k for k in child if not k.startswith(allowed)] == []
 
 
@@ -237,7 +237,7 @@ def test_the_insecure_opt_in_warns_and_sends_no_credentials(tmp_path: Path, monk
         {"LOCKBUILD_INDEX_URL": "http://u:pw@mirror.example.org/simple", "GITHUB_TOKEN": "ghp_x",
          "LOCKBUILD_GITHUB_API": "http://api.example.org"},
         home=tmp_path, allow_insecure_http=True,
-    )  # fmt: skip
+    )
     assert s.auth_for("http://mirror.example.org/simple/x/") is None
     assert s.auth_for("http://api.example.org/repos/o/r/releases/tags/v1") is None
 
@@ -252,7 +252,7 @@ def test_the_token_is_never_sent_over_plain_http(tmp_path: Path) -> None:
     s = Settings(
         "https://pypi.example.org/simple", "http://api.example.org", "https://downloads.example.org", tmp_path,
         github_token="ghp_x", allow_insecure_http=True,
-    )  # fmt: skip
+    )
     seen: list[httpx.Request] = []
     with _mock_client(s, seen) as c:
         c.get("http://api.example.org/repos/o/r/releases/tags/v1", headers={"Authorization": "Bearer planted"})
@@ -411,7 +411,7 @@ def test_an_index_file_url_with_credentials_is_recorded_without_them() -> None:
     from lockbuild.builder.index import parse_project_page
 
     page = {"files": [{"filename": "lkx-1.0-py3-none-any.whl", "url": "https://u:p-SECRET@files.example/lkx.whl",
-                       "hashes": {"sha256": "0" * 64}}]}  # fmt: skip
+                       "hashes": {"sha256": "0" * 64}}]}
     (f,) = parse_project_page(page, "https://idx.example/simple/lkx/", what="reading")
     assert f.url == "https://files.example/lkx.whl"
 
@@ -443,7 +443,7 @@ def test_warnings_are_data_in_json_and_lines_in_text(env: FakeServer, tmp_path: 
     sdist = make_tar_gz({
         "lkstatic-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkstatic\nVersion: 1.0\n",
         "lkstatic-1.0/pyproject.toml": b"[build-system]\nrequires = []\n",  # no build dependency to lock
-    })  # fmt: skip
+    })
     if not env.projects.get(("primary", "lkstatic")):
         env.publish("lkstatic-1.0.tar.gz", sdist, uploaded=day(1))
     recipe = recipe_with(tmp_path, "lkstatic==1.0")

@@ -77,7 +77,7 @@ def test_members_in_manifest_order_with_fixed_metadata(tmp_path: Path) -> None:
         for ti in infos:
             assert (ti.type, ti.mode, ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname) == (
                 tarfile.REGTYPE, 0o644, SERIAL, 0, 0, "", "",
-            ), ti.name  # fmt: skip
+            ), ti.name
             assert set(ti.pax_headers) <= {"path"}, "no atime, ctime, mtime or other volatile pax records"
             assert bool(ti.pax_headers) == (ti.name == LONG)
         assert tf.extractfile(MANIFEST).read() == m.to_toml()  # type: ignore[union-attr]
@@ -192,11 +192,11 @@ def test_manifest_text_escapes_what_it_carries(tmp_path: Path) -> None:
 
 def test_member_order() -> None:
     paths = ["assets/z", "source/s.tar.gz", "sdists/b.tar.gz", "wheels/a.whl", "python/cpython.tar.zst",
-             "tools/uv.whl", "sbom.cdx.json", "lock/requirements.txt", "lock/pylock.toml", "recipe.toml"]  # fmt: skip
+             "tools/uv.whl", "sbom.cdx.json", "lock/requirements.txt", "lock/pylock.toml", "recipe.toml"]
     assert sorted(paths, key=member_order) == [
         "recipe.toml", "lock/pylock.toml", "lock/requirements.txt", "sbom.cdx.json", "tools/uv.whl",
         "python/cpython.tar.zst", "wheels/a.whl", "sdists/b.tar.gz", "source/s.tar.gz", "assets/z",
-    ]  # fmt: skip
+    ]
 
 
 # --- refusals while writing -----------------------------------------------------------------------
@@ -313,7 +313,7 @@ def test_writing_and_reading_stream_a_large_file(tmp_path: Path) -> None:
         h.update(zeros)
     del zeros
     m = manifest([member("recipe.toml", RECIPE, "recipe"), type(member("a", b""))("assets/big.bin", size,
-                  h.hexdigest(), "asset"), UV.member])  # fmt: skip
+                  h.hexdigest(), "asset"), UV.member])
     bundle = tmp_path / "big.lbz"
     tracemalloc.start()
     try:

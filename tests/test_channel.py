@@ -98,7 +98,7 @@ def test_stop_wakes_a_blocked_producer_and_consumer() -> None:
             outcomes.append("cancelled")
 
     threads = [threading.Thread(target=wait_on, args=(lambda: full.put(1),)),
-               threading.Thread(target=wait_on, args=(empty.get,))]  # fmt: skip
+               threading.Thread(target=wait_on, args=(empty.get,))]
     for t in threads:
         t.start()
     time.sleep(0.1)

@@ -67,7 +67,7 @@ def test_an_a100_with_driver_580_gets_cuda_13() -> None:
     other = by_build(got)["vllm/0.11.0-cu129"]
     assert other["fits"] is True and "a newer CUDA" in other["reasons"][0]  # type: ignore[index]
     assert by_build(got)["vllm/0.11.0-cu130"] == {"build": "vllm/0.11.0-cu130", "fits": True, "serves": None,
-                                                  "reasons": []}  # fmt: skip
+                                                  "reasons": []}
 
 
 def test_a_v100_gets_cuda_12_9() -> None:
@@ -127,7 +127,7 @@ def test_an_older_version_serves_a_node_no_build_of_the_asked_one_fits() -> None
     assert "only serves 0.11.0" in by_build(got)["vllm/0.10.2-cu130x"]["reasons"][0]  # type: ignore[index]
     # a build that serves nothing asked is no candidate
     assert "vllm/0.10.2-cu126" not in by_build(choose("vllm", "0.11.0", [*VLLM, dataclasses.replace(old, serves=())],
-                                                      facts(node("570.86", P100))))  # fmt: skip
+                                                      facts(node("570.86", P100))))
 
 
 def test_without_a_version_the_newest_version_with_a_fitting_build() -> None:
@@ -245,7 +245,7 @@ def test_format_3_only_with_the_new_fields_and_read_strictly() -> None:
 
 
 def test_an_older_lockbuild_refuses_format_3_naming_the_version_that_reads_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        monkeypatch: pytest.MonkeyPatch) -> None:
     new = dataclasses.replace(_manifest(dataclasses.replace(INSTALL, gpu=CU129)), lockbuild_version="0.2.0")
     raw = new.to_toml()
     monkeypatch.setattr(manifest_mod, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
@@ -267,7 +267,7 @@ def fake_gpu(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, *lines: str) -> Non
 
 
 def signed(out: Path, keys: Keys, variant: str, gpu: GpuNeeds | None, version: str = "1.0",
-           serves: tuple[str, ...] = ()) -> Path:  # fmt: skip
+           serves: tuple[str, ...] = ()) -> Path:
     """A signed in-memory bundle (no uv) whose signed manifest carries ``gpu`` and ``serves``."""
     import sitekit
 
@@ -301,13 +301,13 @@ def store(tmp_path: Path, keys: Keys) -> Path:
         code, _, err = run("import", signed(dist, keys, variant, gpu), "--trust", keys.trust, "--store", s)
         assert code == 0, err
     code, _, err = run("import", signed(dist, keys, "cu126", GpuNeeds((6, 0), "560", (8, 9)), "0.9", ("1.0",)),
-                       "--trust", keys.trust, "--store", s)  # fmt: skip
+                       "--trust", keys.trust, "--store", s)
     assert code == 0, err
     return s
 
 
 def test_install_from_a_store_refuses_with_every_candidate_and_places_nothing(
-        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_gpu(tmp_path / "bin", monkeypatch, "575.51.03, 9.0, NVIDIA H100 80GB HBM3")
     root = tmp_path / "engines"
     code, data, err = run("install", "toyengine/1.0", "--store", store, "--root", root, "--trust", keys.trust)
@@ -320,7 +320,7 @@ def test_install_from_a_store_refuses_with_every_candidate_and_places_nothing(
     assert not (root / "toyengine").exists() or not any((root / "toyengine").glob("1.0-*"))
     # the plain text: every candidate with its reasons, and the fix
     r = CliRunner().invoke(main, ["install", "toyengine", "--store", str(store), "--root", str(root), "--trust",
-                                  str(keys.trust)])  # fmt: skip
+                                  str(keys.trust)])
     assert r.exit_code == 1 and "toyengine/1.0-cu129: does not fit" in r.stderr and "TIP Install NVIDIA" in r.stderr
 
 
@@ -335,23 +335,23 @@ def test_an_untrusted_candidate_is_never_chosen(store: Path, tmp_path: Path, mon
 
 
 def test_doctor_store_shows_the_build_each_version_would_take(store: Path, keys: Keys, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
     code, data, err = run("doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust,
-                          "--catalogue", tmp_path)  # fmt: skip
+                          "--catalogue", tmp_path)
     assert code == 0, err
     entries = {(e["engine"], e["version"]): e for e in data["store"]["entries"]}  # type: ignore[index]
     assert entries[("toyengine", "1.0")]["chosen"] == "toyengine/1.0-cu130"
     assert entries[("toyengine", "0.9")]["chosen"] == "toyengine/0.9-cu126"
     assert {c["build"] for c in entries[("toyengine", "1.0")]["candidates"]} == {
-        "toyengine/1.0-cu130", "toyengine/1.0-cu129", "toyengine/0.9-cu126"}  # fmt: skip
+        "toyengine/1.0-cu130", "toyengine/1.0-cu129", "toyengine/0.9-cu126"}
     r = CliRunner().invoke(main, ["doctor", "--store", str(store), "--root", str(tmp_path / "e"), "--trust",
-                                  str(keys.trust), "--catalogue", str(tmp_path)])  # fmt: skip
+                                  str(keys.trust), "--catalogue", str(tmp_path)])
     assert "store       toyengine 1.0: takes toyengine/1.0-cu130" in r.stdout
 
 
 def test_stated_facts_are_marked_in_the_output(store: Path, keys: Keys, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     f = tmp_path / "facts.json"
     f.write_text(json.dumps({"driver": "575.51.03", "gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}]}))
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")  # detected, but not used
@@ -361,7 +361,7 @@ def test_stated_facts_are_marked_in_the_output(store: Path, keys: Keys, tmp_path
     assert data["node"]["facts"] == "stated" and data["node"]["facts_file"] == str(f)  # type: ignore[index]
     f.write_text(json.dumps({"driver": "575.51.03", "gpus": [{"name": "Tesla V100-SXM2-32GB", "capability": "7.0"}]}))
     code, data, _ = run("doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust,
-                        "--catalogue", tmp_path)  # fmt: skip
+                        "--catalogue", tmp_path)
     assert data["node"]["facts"] == "stated"  # type: ignore[index]
     entry = next(e for e in data["store"]["entries"] if e["version"] == "1.0")  # type: ignore[index]
     assert entry["chosen"] == "toyengine/1.0-cu129"  # the stated V100, not the detected H100
@@ -373,7 +373,7 @@ def test_stated_facts_are_marked_in_the_output(store: Path, keys: Keys, tmp_path
 GPU_RECIPE = RECIPE.replace('variant = "cpu"', 'variant = "cu130"') + (
     'gpu = { min-capability = "7.5", min-driver = "580" }\n\n[[builds]]\n' + RECIPE.split("[[builds]]\n", 1)[1]
     .replace('variant = "cpu"', 'variant = "cu129"')
-    + 'gpu = { min-capability = "6.0", max-capability = "8.9", min-driver = "575" }\n')  # fmt: skip
+    + 'gpu = { min-capability = "6.0", max-capability = "8.9", min-driver = "575" }\n')
 
 
 @pytest.fixture(scope="module")
@@ -386,13 +386,13 @@ def real(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactor
         recipe = tmp / "toy.toml"
         recipe.write_text(GPU_RECIPE)
         r = CliRunner().invoke(main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / "usb"),
-                                      "--json"])  # fmt: skip
+                                      "--json"])
         assert r.exit_code == 0, r.stderr
     yield tmp / "usb"
 
 
 def test_a_folder_and_a_store_install_the_chosen_build(real: Path, keys: Keys, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(list(real.glob("*.lbz"))) == 2
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 7.0, Tesla V100-SXM2-32GB")
     root = tmp_path / "engines"
@@ -406,7 +406,7 @@ def test_a_folder_and_a_store_install_the_chosen_build(real: Path, keys: Keys, t
         assert run("import", lbz, "--trust", keys.trust, "--store", store)[0] == 0
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
     r = CliRunner().invoke(main, ["install", "toyengine/1.0", "--store", str(store), "--root", str(root), "--trust",
-                                  str(keys.trust)])  # fmt: skip
+                                  str(keys.trust)])
     assert r.exit_code == 0, r.stderr
     assert "\nchose toyengine/1.0-cu130: a build of 1.0" in "\n" + r.stderr
     assert "installed: toyengine 1.0-cu130" in r.stdout

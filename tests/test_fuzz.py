@@ -66,7 +66,7 @@ def mutations(size_hint: int) -> st.SearchStrategy[list[tuple[str, int, bytes]]]
         st.text(min_size=1, max_size=16).map(str.encode),
         st.sampled_from([b'"', b"=", b"\n", b"[[files]]\n", b"0", b"-1", b"true", b"'", b"[", b"]", b"{", b"}",
                          b",", b"\\", b"\0", b"/", b"..", b"\xff"]),
-    )  # fmt: skip
+    )
     one = st.tuples(op, st.integers(0, size_hint), value)
     return st.lists(one, min_size=1, max_size=6)
 
@@ -102,7 +102,7 @@ TOML_VALUES = st.recursive(
     ),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
     max_leaves=12,
-)  # fmt: skip
+)
 
 
 def paths(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -192,7 +192,7 @@ def test_reader_on_a_mutated_tar_stream(ops: list[tuple[str, int, bytes]]) -> No
 
 
 FIELDS = {"name": (0, 100), "mode": (100, 8), "size": (124, 12), "type": (156, 1), "linkname": (157, 100),
-          "magic": (257, 8), "prefix": (345, 155)}  # fmt: skip
+          "magic": (257, 8), "prefix": (345, 155)}
 
 
 def header_offsets(tar: bytes) -> list[int]:
@@ -209,7 +209,7 @@ FIELD_VALUES = st.one_of(
     st.binary(max_size=12),
     st.sampled_from([b"../x", b"/etc/x", b"2", b"1", b"5", b"x", b"g", b"L", b"S", b"7777", b"4755",
                      b"77777777777", b"ustar  \0", b"bundle.toml", b"recipe.toml", b"0", b"\0"]),
-)  # fmt: skip
+)
 
 
 def fix_checksum(tar: bytearray, at: int) -> None:
@@ -242,7 +242,7 @@ KINDS = st.sampled_from([b"0", b"\0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", 
              max_size=6),
     st.booleans(),
     st.booleans(),
-)  # fmt: skip
+)
 def test_reader_on_generated_members(
     items: list[tuple[str, bytes, bytes, int]], listed_consistently: bool, manifest_first: bool
 ) -> None:
@@ -431,7 +431,7 @@ def test_index_page_and_file_picker_raise_only_lockbuild_errors(page: Any, versi
         cands = [Candidate(f.filename, f.url, f.sha256, f.size, f.upload_time, f.yanked, f.yank_reason) for f in files]
         pin = Pin("pkg", version, frozenset(c.sha256 for c in cands if c.sha256))
         choose_file(pin, cands, Target.of("3.12", "x86_64-manylinux_2_28"), origin="second",
-                    as_of=dt.datetime(2025, 6, 1, tzinfo=dt.UTC), one_file=one_file)  # fmt: skip
+                    as_of=dt.datetime(2025, 6, 1, tzinfo=dt.UTC), one_file=one_file)
     except LockbuildError:
         pass
 

@@ -234,7 +234,7 @@ def test_fetch_command_brings_release_assets(env: FakeServer, tmp_path: Path) ->
     (fetched,) = json.loads(stdout)["fetches"]
     assert {"path": "assets/toyengine-linux.tar.gz", "kind": "asset", "sha256": sha(DATA),
             "url": f"{env.github_download}/lbtest/toyengine/releases/download/v1-good/toyengine-linux.tar.gz"
-            } in fetched["extras"]  # fmt: skip
+            } in fetched["extras"]
 
 
 @pytest.mark.parametrize("digest", [None, f"sha256:{sha(OTHER)}"], ids=["no-digest", "wrong-digest"])

@@ -630,7 +630,7 @@ def test_zstd_bomb_of_real_zeros_is_cut_short(tmp_path: Path) -> None:
     (RLE blocks), under a header claiming 16 GiB. The reader stops after MAX_TRAILER bytes of them."""
     raw = bundle_tar()
     data = frame([*raw_blocks(raw, last=False), *zero_run_blocks(BOMB - len(raw)), raw_blocks(b"", last=True)[0]],
-                 content_size=BOMB)  # fmt: skip
+                 content_size=BOMB)
     assert len(data) < 1 << 20
     started = time.monotonic()
     refused(tmp_path, data, f"more than {MAX_TRAILER} bytes of padding")
@@ -656,7 +656,7 @@ def signed_bundle(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
     secret, public = write_keypair(tmp_path / "keys" / "k", password=None)
     d, head = digest_bundle(bundle), read_head_raw(bundle)
     st = Statement.of(head.manifest, name=NAME, sha256=d.sha256, size=d.size, expires=None,
-                      manifest_bytes=head.manifest_bytes)  # fmt: skip
+                      manifest_bytes=head.manifest_bytes)
     signature_path(bundle).write_text(sign_statement(read_secret_key(secret, lambda: ""), st, d.blake2b))
     trust = tmp_path / "trust"
     trust.mkdir()
@@ -821,7 +821,7 @@ def unpack_refused(tmp_path: Path, name: str, data: bytes, match: str, *, strip:
 
 def test_archive_baseline_unpacks(tmp_path: Path) -> None:
     entries = [TarEntry("engine-1.2", type=tarfile.DIRTYPE, mode=0o755), TarEntry("engine-1.2/setup.py", b"x"),
-               TarEntry("engine-1.2/bin/run", b"#!/bin/sh\n", mode=0o755)]  # fmt: skip
+               TarEntry("engine-1.2/bin/run", b"#!/bin/sh\n", mode=0o755)]
     for compression in ("gz", "xz", "bz2"):
         dest = tmp_path / compression
         archive = write(tmp_path / f"engine.tar.{compression}", tar_archive(entries, compression))
@@ -849,7 +849,7 @@ ARCHIVE_ATTACKS = [
     ("case-collision", [TarEntry("top/Makefile", b"1"), TarEntry("top/makefile", b"2")], "collides"),
     ("file-then-dir", [TarEntry("top/a", b"1"), TarEntry("top/a/b", b"2")], "top/a to be a directory"),
     ("dir-then-file", [TarEntry("top/a/b", b"1"), TarEntry("top/a", b"2")], "collides with another entry"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("compression", ["gz", "xz"])

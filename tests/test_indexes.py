@@ -156,7 +156,7 @@ def test_a_package_named_on_two_indexes_is_refused(extra: str, expected: str) ->
         parse_recipe(head + extra)
     assert err.value.problems == (f"builds[0].indexes: {expected}; expected each package on one index only: a name on "
                                   "two indexes would come from whichever offers the better version (how torchtriton "
-                                  "was taken in 2022)",)  # fmt: skip
+                                  "was taken in 2022)",)
 
 
 def test_a_package_named_on_two_indexes_is_refused_before_anything_is_fetched(
@@ -356,7 +356,7 @@ def triton(server: FakeServer) -> FakeServer:
 
 
 def triton_recipe(server: FakeServer, *, reqs: str = '"tteng==1.0", "ttorch==1.0"', packages: str = '"ttorch"',
-                  extra: str = "") -> str:  # fmt: skip
+                  extra: str = "") -> str:
     return (
         '[engine]\nname = "tteng"\npypi = "tteng"\nbinary = "tteng"\nverify = ["tteng"]\n\n'
         f'[[builds]]\nversion = "1.0"\nvariant = "tt"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
@@ -388,7 +388,7 @@ def test_the_recipe_settles_a_name_on_two_indexes_by_naming_its_index(
     path = tmp_path / "tteng.toml"
     # on the extra index, with its package: the genuine ttriton
     path.write_text(triton_recipe(triton, reqs='"tteng==1.0", "ttorch==1.0", "ttriton==1.0"',
-                                  packages='"ttorch", "ttriton"'))  # fmt: skip
+                                  packages='"ttorch", "ttriton"'))
     code, stdout, stderr = run_lock(path, tmp_path / "a")
     assert code == 0, stderr
     pkgs = {p["name"]: p for p in json.loads(stdout)["locks"][0]["packages"]}

@@ -179,7 +179,7 @@ def test_kill_in_each_phase_leaves_the_old_environment(
     proc = subprocess.run(killed, capture_output=True, text=True)
     assert proc.returncode == -9, proc.stderr
     argv = [sys.executable, "-m", "lockbuild", "install", str(bundles["v2"]), "--root", str(installed), "--trust",
-            str(keys.trust)]  # fmt: skip
+            str(keys.trust)]
     target = installed / "toyengine" / "1.0-cpu"
     # killed after the atomic exchange, the new environment is already complete and in place
     assert toy_version(target) == ("2.0" if phase == "swap" else "1.0")
@@ -522,7 +522,7 @@ def test_a_copied_environment_is_not_taken_for_an_installed_one(
 
 
 def test_the_stale_staging_sweep_never_follows_a_link(installed: Path, bundles: dict[str, Path], keys: Keys,
-                                                       tmp_path: Path) -> None:  # fmt: skip
+                                                       tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "keep").write_text("precious\n")
@@ -602,7 +602,7 @@ def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builde
     base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")
     asset = Member("assets/python", 1, "0" * 64, "asset", "")
     table = InstallTable("toyengine", ("toyengine", "--version"), "none", base.path,
-                         assets=(AssetPlace(asset.path, "bin"),))  # fmt: skip
+                         assets=(AssetPlace(asset.path, "bin"),))
     from hostile import manifest as make_manifest
 
     with pytest.raises(IntegrityError, match="bin/python is the environment's interpreter"):
@@ -610,7 +610,7 @@ def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builde
     build = SimpleNamespace(
         id="1.0-cpu", position=0, source=None, gpu=None, free_gb=None, requirements=(),
         assets=SimpleNamespace(dir="bin", files=("python",)),
-    )  # fmt: skip
+    )
     engine = SimpleNamespace(binary="toyengine", verify=("toyengine",), gpu_probe="none")
     plan = SimpleNamespace(recipe=SimpleNamespace(engine=engine, path="r.toml"), build=build)
     wheel = Member("wheels/a-1-py3-none-any.whl", 1, "0" * 64, "wheel", "")
@@ -625,16 +625,16 @@ def test_the_installers_secrets_do_not_reach_the_verify_command(
     bundles: dict[str, Path], keys: Keys, tmp_path: Path
 ) -> None:
     check = ("import os, sys; leaked = [k for k in os.environ if 'TOKEN' in k or 'PROXY' in k.upper() "
-             "or k in ('MY_SECRET', 'LD_PRELOAD', 'PYTHONPATH')]; print(leaked); sys.exit(7 if leaked else 0)")  # fmt: skip
+             "or k in ('MY_SECRET', 'LD_PRELOAD', 'PYTHONPATH')]; print(leaked); sys.exit(7 if leaked else 0)")
 
     def edit(m: Manifest, files: dict[str, bytes]) -> Manifest:
         return dataclasses.replace(m, install=dataclasses.replace(m.install, verify=("python", "-c", check)))
 
     bundle = repack(bundles["v1"], tmp_path / "edited", keys, edit)
     secrets = {"MY_SECRET": "s3cret", "GITHUB_TOKEN": "ghp_x", "LOCKBUILD_INDEX_TOKEN": "t", "HTTPS_PROXY": "http://p:1",
-               "https_proxy": "http://p:1", "PYTHONPATH": "/nowhere"}  # fmt: skip
+               "https_proxy": "http://p:1", "PYTHONPATH": "/nowhere"}
     code, _, stderr = cli("install", str(bundle), "--root", str(tmp_path / "engines"), "--trust", str(keys.trust),
-                          env=secrets)  # fmt: skip
+                          env=secrets)
     assert code == 0, stderr
 
 
@@ -723,7 +723,7 @@ def test_a_bundle_with_only_an_sdist_installs(env: FakeServer, keys: Keys, tmp_p
             "lksdist-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdist\nVersion: 1.0\n",
             "lksdist-1.0/pyproject.toml": pyproject,
             "lksdist-1.0/backend.py": SDIST_BACKEND.encode(),
-        })  # fmt: skip
+        })
         env.publish("lksdist-1.0.tar.gz", sdist, uploaded=day(1))
     bundle = build(SDIST_RECIPE, tmp_path, keys, "sdist")
     code, stdout, _ = cli("inspect", str(bundle))

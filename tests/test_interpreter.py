@@ -105,20 +105,20 @@ def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.Complete
         pytest.skip("this machine does not allow a network namespace")
     env = {"PATH": no_python_path(), "HOME": str(root.parent), "LANG": "C.UTF-8"}
     argv = [*ns, sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
-            "--trust", str(keys.trust), "--json"]  # fmt: skip
+            "--trust", str(keys.trust), "--json"]
     return subprocess.run(argv, capture_output=True, text=True, env=env)
 
 
 def engine_runs(env_dir: Path) -> str:
     out = subprocess.run([str(env_dir / "bin" / "toyengine"), "--version"], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+                         env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
 def base_prefix(env_dir: Path) -> str:
     return subprocess.run([str(env_dir / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 # --- the builder ---------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_an_interpreter_shared_by_two_engines_survives_the_removal_of_one(
 def test_python_flag_wins_over_the_bundled_interpreter(py_bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
     root = tmp_path / "engines"
     code, _, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(root), "--trust", str(keys.trust),
-                          "--python", sys.executable)  # fmt: skip
+                          "--python", sys.executable)
     assert code == 0, stderr
     assert not (root / ".python").exists()
     assert base_prefix(root / "toyengine" / "1.0-cpu") == sys.base_prefix

@@ -129,7 +129,7 @@ def _calls(path: Path, names: set[str]) -> list[str]:
             f = node.func
             dotted = ast.unparse(f)
             if dotted in names or (isinstance(f, ast.Attribute) and f.attr in {n.split(".")[-1] for n in names}
-                                   and dotted.split(".")[0] in ("os", "shutil")):  # fmt: skip
+                                   and dotted.split(".")[0] in ("os", "shutil")):
                 found.append(f"{dotted} (line {node.lineno})")
     return found
 
@@ -150,7 +150,7 @@ def test_only_fsio_deletes_trees_and_files_by_path_outside_the_allow_list() -> N
         if rel in DELETE_BY_PATH_ALLOWED:
             continue
         hits = _calls(p, names) + [f".unlink (line {n})" for n, line in enumerate(p.read_text().splitlines(), 1)
-                                   if ".unlink(" in line and "os.unlink" not in line]  # fmt: skip
+                                   if ".unlink(" in line and "os.unlink" not in line]
         if hits:
             offenders[rel] = hits
     assert offenders == {}, "delete through lockbuild.fsio.remove_at / remove_tree"

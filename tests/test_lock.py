@@ -132,7 +132,7 @@ def test_a_pylock_is_read_for_the_target() -> None:
          + A + '" } }]\n', "expected a plain file name"),
         ('[[packages]]\nname = "x"\nversion = "1"\nmarker = "python_version >"\n', "has an invalid marker"),
     ],
-)  # fmt: skip
+)
 def test_a_pylock_that_breaks_a_rule_is_a_resolve_error(text: str, expected: str) -> None:
     with pytest.raises(ResolveError) as info:
         parse_pylock(text, Target.of("3.11", "x86_64-manylinux_2_28"))
@@ -765,7 +765,7 @@ def test_two_files_that_fit_from_an_index_without_times_are_ambiguous() -> None:
     with pytest.raises(ResolveError, match=r"pkg==1.0 comes from an index without upload times, and 2 of its files"):
         choose_file(pin_for(pure, native), [pure, native], X86_311, origin="second", one_file=True)
     got = choose_file(pin_for(pure, native), [pure, native], X86_311, origin="second", one_file=True,
-                      pinned_sha256=pure.sha256)  # fmt: skip
+                      pinned_sha256=pure.sha256)
     assert got.filename == PURE
     assert choose_file(pin_for(pure), [pure, native], X86_311, origin="second", one_file=True).filename == PURE
 
@@ -821,7 +821,7 @@ def test_an_upload_time_that_cannot_be_read_is_lockbuilds_error(srv: FakeServer,
 
 def test_a_release_time_near_year_9999_is_lockbuilds_error(srv: FakeServer, client: httpx.Client) -> None:
     page = {"files": [{"filename": "late-1.0.tar.gz", "url": "x", "hashes": {"sha256": A},
-                       "upload-time": "9999-12-31T12:00:00Z"}]}  # fmt: skip
+                       "upload-time": "9999-12-31T12:00:00Z"}]}
     index = raw_index(srv, "late", json.dumps(page).encode(), client)
     recipe = parse_recipe(
         '[engine]\nname = "t"\npypi = "late"\nbinary = "t"\nverify = ["t"]\n'
@@ -926,7 +926,7 @@ def test_reading_only_a_release_keeps_exactly_the_files_the_full_parse_would() -
         "pkg-1.0.win32.exe", "1.0.tar.gz", "-1.0.tar.gz", "pkg_extra-name-1.0.tar.gz", "pkg-1.0+local.tar.gz",
         "pkg-01.00.zip", "pkg-1.0.TAR.GZ", "pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "pkg-x.y.tar.gz",
         "pkg-1.0-bad.whl", "pkg-2.0.tar.gz", "pkg-v1.0.tar.gz",
-    ]  # fmt: skip
+    ]
     page = {"files": [{"filename": n, "url": f"/f/{n}"} for n in names]}
     for want in ("1", "1rc1", "1.post0", "1+local", "2"):
 

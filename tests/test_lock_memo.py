@@ -254,7 +254,7 @@ def test_uv_s_log_names_each_version_it_chooses(env: FakeServer, tmp_path: Path)
         ["lmhint==1.0"], Target.of(PY, PLATFORM), day(6), index_url=env.index_url(),
         workdir=tmp_path / "w", cache_dir=tmp_path / "uv-cache", on_select=hint,
         inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-    )  # fmt: skip
+    )
     assert "lmhint-dep==1.1" in got.text
     assert {("lmhint", "1.0"), ("lmhint-dep", "1.1")} <= set(seen)
 
@@ -388,7 +388,7 @@ def test_a_resolution_that_may_run_a_build_backend_is_never_remembered(env: Fake
             ["lmbackend==1.0"], Target.of(PY, PLATFORM), day(6), index_url=env.index_url(),
             workdir=tmp_path / attempt, cache_dir=tmp_path / "uv-cache", sdists_allowed=("lmbackend",), memo=memo,
             inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-        )  # fmt: skip
+        )
         assert got.reused is False and got.key is None and "lmbackend==1.0" in got.text
     assert not (tmp_path / "resolutions").exists()
 
@@ -454,7 +454,7 @@ def test_a_resolution_whose_cut_off_is_still_to_come_is_never_remembered(env: Fa
                 ["lmsoon==1.0"], Target.of(PY, PLATFORM), cut, index_url=env.index_url(), workdir=work,
                 cache_dir=tmp_path / "uv-cache", memo=memo, exclude_newer_package=per_package, now=now,
                 inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-            ))  # fmt: skip
+            ))
         assert got[1].reused is remembered, (now, per_package)
         assert got[0].text == got[1].text
 
@@ -473,7 +473,7 @@ def test_a_process_uv_leaves_holding_its_stderr_does_not_hang_the_lock(
     def run() -> None:
         try:
             resolve_module._run_uv(["sh", "-c", "sleep 6 >&2 & exit 0"], None, {"PATH": os.environ["PATH"]},
-                                   tmp_path, None)  # fmt: skip
+                                   tmp_path, None)
             outcome.append(None)
         except BaseException as exc:
             outcome.append(exc)
@@ -507,7 +507,7 @@ def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
         ["x==1"], Target.of(PY, PLATFORM), day(6), index_url="https://index.example/simple", workdir=tmp_path / "w",
         cache_dir=tmp_path / "uv-cache", memo=memo, credentials=Credentials("me@corp.example", "p@ss/w:rd"),
         inherit={"PATH": os.environ["PATH"]},
-    )  # fmt: skip
+    )
     assert "me%40corp.example:p%40ss%2Fw%3Ard@index.example" in got.text and got.key is not None
     assert memo.get(got.key) is None and not any((tmp_path / "resolutions").glob("*"))
 

@@ -712,7 +712,7 @@ _TOML_PIECES = st.sampled_from(
     [ENGINE, BUILD, "[[builds]]\n", "[engine]\n", 'version = "1.0"\n', "x = [[[1]]]\n", 'as-of = "2025-01-01"\n',
      "python = 3.12\n", "requirements = [\"a @ https://x\"]\n", "gpu = {}\n", "index = { packages = [1] }\n",
      'source = { dir = "../x" }\n', "builds = 1\n", "\n", "= oops\n", "free-gb = 1e400\n"]
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -728,7 +728,7 @@ def test_any_text_is_a_recipe_or_a_recipe_error(pieces: list[str], noise: str) -
 _REQ_LINES = st.sampled_from(
     ["numpy", "numpy>=1", "torch==2.8", "-r x.txt", "--index-url=https://x", "a @ https://x/a.whl", "./p", "# c",
      "", "  ", "a.whl", "b[x]==1; python_version>'3'", "https://x/y.tar.gz", "c==1 # note", "bad line here"]
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None, database=None)

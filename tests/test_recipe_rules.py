@@ -60,7 +60,7 @@ SECRET_URLS = [
     (f"https://example.org/x.tar.gz?hf_token={SECRET}", "hf_token"),
     (f"https://example.org/x.tar.gz#access_token={SECRET}", "access_token"),
     (f"https://user:{SECRET}@example.org/x.tar.gz", "userinfo"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("url", "param"), SECRET_URLS)
@@ -143,14 +143,14 @@ REFUSED_NAMES = [
     "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "GIT_SSH_COMMAND", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "HTTPS_PROXY",
     "HTTP_PROXY", "ALL_PROXY", "PATH", "HOME", "BASH_ENV", "ENV", "IFS", "PS4", "LOCKBUILD_ROOT", "UV_INDEX_URL",
     "PIP_INDEX_URL", "CURL_CA_BUNDLE", "SHELLOPTS", "NETENGINE_MODE", "MALLOC_CONF", "GLIBC_TUNABLES",
-]  # fmt: skip
+]
 ACCEPTED = [
     ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"),
     ("SGLANG_ENABLE_TORCH_COMPILE", "0"), ("CUDA_MODULE_LOADING", "LAZY"), ("NCCL_P2P_DISABLE", "1"),
     ("TORCH_HOME", "/var/cache/torch"), ("OMP_NUM_THREADS", "4"), ("TOKENIZERS_PARALLELISM", "false"),
     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"), ("TRITON_CACHE_DIR", "/var/cache/triton"),
     ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"), ("LLAMA_ARG_N_GPU_LAYERS", "99"),
-]  # fmt: skip
+]
 
 
 def env_recipe(lines: str, allow: str = "") -> str:
@@ -160,7 +160,7 @@ def env_recipe(lines: str, allow: str = "") -> str:
 
 def manifest_verdict(env: dict[str, object], hosts: list[str]) -> str | None:
     table = {"binary": "e", "verify": ["e"], "gpu-probe": "none", "uv": "tools/uv.whl", "env": env,
-             "allow-network": hosts}  # fmt: skip
+             "allow-network": hosts}
     try:
         parse_install(table, {"tools/uv.whl": "tool"})
     except IntegrityError as exc:
@@ -219,7 +219,7 @@ def _calls_envtable_problem(path: Path) -> bool:
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "problem"
         and isinstance(n.func.value, ast.Name) and n.func.value.id == "envtable"
         for n in ast.walk(tree)
-    )  # fmt: skip
+    )
 
 
 def test_the_recipe_and_the_manifest_parser_share_one_rule() -> None:

@@ -74,7 +74,7 @@ def test_an_sdists_build_closure_is_locked_bundled_and_built_offline(
     binds += [sandbox.Bind(keys.trust, keys.trust), sandbox.Bind(tmp_path, tmp_path, writable=True)]
     spec = sandbox.Spec(binds=tuple(binds), env={"PATH": "/usr/local/bin:/usr/bin:/bin", "TMPDIR": "/tmp"})
     argv = [sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
-            "--trust", str(keys.trust), "--json"]  # fmt: skip
+            "--trust", str(keys.trust), "--json"]
     ran = sandbox.run(spec, argv, timeout=300)
     proc = subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
     assert proc.returncode == 0, proc.stderr
@@ -131,7 +131,7 @@ def test_a_tampered_build_dependency_is_refused(tmp_path: Path) -> None:
     planted = tmp_path / "planted-ran"
     evil = make_wheel("toybackend", "1.0", modules={
         "toybackend/__init__.py": f"open({str(planted)!r}, 'w').close()\n" + "raise SystemExit('planted')\n",
-    })  # fmt: skip
+    })
     u, members = unpacked_bundle(tmp_path, evil, backend_wheel("1.0")[1])
     with pytest.raises(InstallError, match="Hash mismatch"):
         run_build(u, members, tmp_path)
@@ -180,7 +180,7 @@ def test_a_pure_python_sdist_is_built_on_the_builder_the_same_twice(
     for n in (1, 2):
         monkeypatch.setenv("LOCKBUILD_CACHE_DIR", str(tmp_path / f"cache{n}"))
         code, stdout, stderr = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / f"d{n}"),
-                                   "--json")  # fmt: skip
+                                   "--json")
         assert code == 0, stderr
         results.append(json.loads(stdout)["bundles"][0])
     bundle = Path(results[0]["bundle"])
@@ -215,7 +215,7 @@ def test_a_wheel_that_would_not_run_on_the_node_is_left_for_the_node_to_build(tm
         sdist=io.BytesIO(data), sdist_name=name, project="lkwin", version="1.0",
         deps=[(wheel[0], io.BytesIO(wheel[1]))], lock_text=lock, target=Target.of(PY, TARGET_PLATFORM),
         as_of=day(2), cache=Cache(tmp_path / "c"), inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-    )  # fmt: skip
+    )
     assert got is None and "lkwin-1.0-cp311-cp311-win_amd64.whl, which does not run on" in why
 
 
@@ -240,7 +240,7 @@ def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
             sdist=io.BytesIO(data), sdist_name=name, project="lknet", version="1.0",
             deps=[(wheel[0], io.BytesIO(wheel[1]))], lock_text=lock, target=Target.of(PY, TARGET_PLATFORM),
             as_of=day(2), cache=cache, inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-        )  # fmt: skip
+        )
     assert got is not None, why
     with zipfile.ZipFile(cache.path(got.sha256)) as z:
         assert z.read("lknet/net.txt") == b"unreachable"
@@ -389,14 +389,14 @@ def test_a_hostile_build_backend_meets_the_sandbox(tmp_path: Path, monkeypatch: 
         "lkevil-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
         "lkevil-1.0/ATTACK.json": json.dumps(attack).encode(),
         "lkevil-1.0/lkevil/__init__.py": b"def main():\n    pass\n",
-    })  # fmt: skip
+    })
     cache = Cache(tmp_path / "c")
     try:
         got, why = prebuild(
             sdist=io.BytesIO(data), sdist_name=name, project="lkevil", version="1.0", deps=[], lock_text="",
             target=Target.of(PY, TARGET_PLATFORM), as_of=day(2), cache=cache,
             inherit={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path / "home")},
-        )  # fmt: skip
+        )
         time.sleep(0.5)
         left = [p for p in os.listdir("/proc") if p.isdigit() and marker.encode() in _cmdline(p)]
         planted = [str(p) for p in targets.values() if p.exists()]
@@ -471,7 +471,7 @@ def test_a_build_backend_run_while_locking_meets_the_sandbox(
     unix.settimeout(0.2)
     attack = {k: str(v) for k, v in targets.items()}
     attack |= {"marker": "8123.5", "port": 9, "unix": str(unix_path), "pid": os.getpid(),
-               "report": report.getsockname()[1]}  # fmt: skip
+               "report": report.getsockname()[1]}
     pyproject = b'[build-system]\nrequires = []\nbuild-backend = "evil"\nbackend-path = ["."]\n'
     data = make_tar_gz({
         "lkdyn-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: lkdyn\nVersion: 1.0\n",
@@ -479,7 +479,7 @@ def test_a_build_backend_run_while_locking_meets_the_sandbox(
         "lkdyn-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
         "lkdyn-1.0/ATTACK.json": json.dumps(attack).encode(),
         "lkdyn-1.0/lkdyn/__init__.py": b"def main():\n    pass\n",
-    })  # fmt: skip
+    })
     if not env.projects.get(("primary", "lkdyn")):
         env.publish("lkdyn-1.0.tar.gz", data, uploaded=day(1))
     recipe = tmp_path / "lkdyn.toml"
@@ -523,5 +523,5 @@ def test_no_sandbox_means_no_build_here_not_a_build_without_one(
             sdist=io.BytesIO(data), sdist_name=name, project="lknobwrap", version="1.0", deps=[], lock_text="",
             target=Target.of(PY, TARGET_PLATFORM), as_of=day(2), cache=Cache(tmp_path / "c"),
             inherit={"PATH": "/usr/bin:/bin"},
-        )  # fmt: skip
+        )
     assert exc.value.tip is not None and "apt-get install bubblewrap" in exc.value.tip

@@ -208,7 +208,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
     s.reset()
     s.publish(*uv_wheel(), uploaded=day(1))
     s.publish(*make_wheel("netengine", "1.0", modules={"netengine/__init__.py": ENGINE, "_a_preempt.pth": PREEMPT},
-                          scripts={"netengine": "netengine:main"}), uploaded=day(1))  # fmt: skip
+                          scripts={"netengine": "netengine:main"}), uploaded=day(1))
     tmp = tmp_path_factory.mktemp("netengine")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCKBUILD_INDEX_URL", s.index_url())
@@ -259,7 +259,7 @@ def test_env_values_reach_the_binary_started_directly(bundles: dict[str, Path], 
     assert out.stdout.strip() == "offline it's $HOME `x` 1"
     # an operator's own value wins for one run
     out = subprocess.run([str(env_dir / "bin" / "netengine"), "--env"], env={"HF_HUB_OFFLINE": "0"},
-                         capture_output=True, text=True)  # fmt: skip
+                         capture_output=True, text=True)
     assert out.stdout.strip().endswith(" 0")
     # and an activated shell exports them to any program
     sh = f'. "{env_dir}/bin/activate" && printf "%s|%s" "$HF_NETENGINE_MODE" "$HF_HUB_OFFLINE"'
@@ -311,13 +311,13 @@ def _table(**extra: object) -> dict[str, object]:
 
 def test_the_manifest_env_round_trips_and_is_parsed_strictly() -> None:
     t = InstallTable("e", ("e",), "none", "tools/uv.whl", env=(("HF_A", "x y'\"$"), ("HF_HUB_OFFLINE", "1")),
-                     smoke=("e", "--smoke"), allow_network=("example.org",))  # fmt: skip
+                     smoke=("e", "--smoke"), allow_network=("example.org",))
     import tomllib
 
     data = tomllib.loads("\n".join(t.toml_lines(toml_string)))
     assert parse_install(data["install"], {"tools/uv.whl": "tool"}) == t
     for bad in ({"env": {"LD_PRELOAD": "x"}}, {"env": {"HF_A": "x\ny"}}, {"env": {"a": "1"}}, {"env": ["HF_A=1"]},
-                {"smoke": ["e", "\x1b[2J"]}, {"allow-network": ["http://x/"]}, {"allow-network": [1]}):  # fmt: skip
+                {"smoke": ["e", "\x1b[2J"]}, {"allow-network": ["http://x/"]}, {"allow-network": [1]}):
         with pytest.raises(IntegrityError):
             parse_install(_table(**bad), {"tools/uv.whl": "tool"})
 
@@ -366,11 +366,11 @@ def test_a_quiet_connection_attempt_fails_the_test_with_host_port_and_frame(
     report = data["self_test"][0]
     assert report["passed"] is False and report["verdict"] == "failed"
     assert {s["name"]: s["status"] for s in report["steps"]} == {
-        "install": "passed", "verify": "passed", "gpu-probe": "skipped", "smoke": "passed"}  # fmt: skip
+        "install": "passed", "verify": "passed", "gpu-probe": "skipped", "smoke": "passed"}
     assert "offline: falling back" in report["steps"][-1]["detail"]  # the engine hid its failure; the test did not
     [hit] = refused(data)
     assert (hit["source"], hit["event"], hit["family"], hit["host"], hit["port"]) == (
-        "strace", "connect", "AF_INET", "10.255.255.1", 8080)  # fmt: skip
+        "strace", "connect", "AF_INET", "10.255.255.1", 8080)
     # the frame, although the wheel's _a_preempt.pth put a dummy _lockbuild_selftest in sys.modules first
     assert hit["frame"].startswith("<env>/lib/") and "netengine/__init__.py" in hit["frame"]
     assert hit["frame"].endswith("in main")
@@ -416,7 +416,7 @@ def test_a_native_attempt_is_caught_by_strace(bundles: dict[str, Path], keys: Ke
     code, data, _ = selftest(bundles["native"], keys)
     assert code == 1
     assert [(a["source"], a["event"], a["host"], a["port"]) for a in refused(data)] == [
-        ("strace", "connect", "10.255.255.2", 81)]  # fmt: skip
+        ("strace", "connect", "10.255.255.2", 81)]
 
 
 @needs_netns
@@ -463,7 +463,7 @@ def test_a_native_attempt_in_the_verify_command_is_caught(bundles: dict[str, Pat
     code, data, _ = selftest(bundles["devtcp"], keys)
     assert code == 1
     assert [(a["event"], a["host"], a["port"], a["frame"]) for a in refused(data)] == [
-        ("connect", "10.255.255.5", 82, None)]  # fmt: skip
+        ("connect", "10.255.255.5", 82, None)]
 
 
 @needs_netns
@@ -689,7 +689,7 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
     ])
     log = parse(text)
     assert [(t.call, t.name, t.named_by_query) for t in log.attempts if t.lookup] == [
-        ("connect", "evil.example", True), ("sendto", "other.example", True)]  # fmt: skip
+        ("connect", "evil.example", True), ("sendto", "other.example", True)]
     assert [(t.call, t.family, t.host) for t in log.attempts if not t.lookup] == [("connect", "AF_INET", "?")]
     assert not parse(text, limit=3).overflow and parse(text, limit=2).overflow
 
@@ -712,11 +712,11 @@ def test_verdicts_local_allowed_and_name_look_ups() -> None:
     from lockbuild.selftest.trace import Note, Traced
 
     notes = [Note("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),
-             Note("socket.getaddrinfo", "10.0.0.9", 443, (), 1), Note("socket.connect", "127.0.0.1", 80, (), 1)]  # fmt: skip
+             Note("socket.getaddrinfo", "10.0.0.9", 443, (), 1), Note("socket.connect", "127.0.0.1", 80, (), 1)]
     traced = [Traced("connect", "AF_INET", "127.0.0.1", 53, 1, name="hub.example", lookup=True),
               Traced("connect", "AF_INET", "127.0.0.1", 53, 1, lookup=True),
               Traced("connect", "AF_INET", "127.0.0.1", 80, 1), Traced("connect", "AF_INET6", "::1", 80, 1),
-              Traced("sendto", "AF_INET", "10.0.0.9", 443, 1), Traced("socket", "AF_PACKET", "-", None, 1)]  # fmt: skip
+              Traced("sendto", "AF_INET", "10.0.0.9", 443, 1), Traced("socket", "AF_PACKET", "-", None, 1)]
     assert [a.verdict for a in judge(notes, traced, ["hub.example", "10.0.0.9"])] == [
         "allowed", "refused", "local", "local", "allowed", "refused"]  # an unnamed look-up is never allowed
     assert [a.verdict for a in judge(notes, traced, [])] == [
@@ -731,14 +731,14 @@ def test_verdicts_local_allowed_and_name_look_ups() -> None:
 def test_build_self_test_runs_the_test_after_the_build(
     blank_server: FakeServer, bundles: dict[str, Path], keys: Keys, tmp_path: Path, private_tmp: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setenv("LOCKBUILD_INDEX_URL", blank_server.index_url())
     for variant, extra, expected in (("quiet", 'smoke = ["netengine", "--quiet"]', 0),
-                                     ("net", 'smoke = ["netengine", "--smoke"]', 1)):  # fmt: skip
+                                     ("net", 'smoke = ["netengine", "--smoke"]', 1)):
         recipe = tmp_path / f"{variant}.toml"
         recipe.write_text(RECIPE.format(extra=extra, variant=variant))
         code, out, err = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / variant),
-                             "--self-test", "--json")  # fmt: skip
+                             "--self-test", "--json")
         data = json.loads(out)
         assert code == expected, err
         assert Path(data["bundles"][0]["bundle"]).exists()  # the bundle is built either way; the report says why
@@ -758,7 +758,7 @@ def test_a_killed_test_leaves_nothing_after_the_next_run(
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-m", "lockbuild", "test", str(bundles["daemon"]), "--trust",
-                             str(keys.trust)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                             str(keys.trust)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(private_tmp.glob("run-*/box/root/netengine")):
         time.sleep(0.05)
@@ -867,7 +867,7 @@ def _nobody_python() -> str | None:
         return None
     probe = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env", "-i",
                             f"PYTHONPATH={_nobody_path()}", exe, "-c", "import lockbuild.selftest.run, zstandard"],
-                           capture_output=True, cwd="/")  # fmt: skip
+                           capture_output=True, cwd="/")
     return exe if probe.returncode == 0 else None
 
 
@@ -901,7 +901,7 @@ def test_a_clean_bundle_passes_for_an_ordinary_user_and_a_dirty_one_fails(bundle
             argv = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env", "-i",
                     "PATH=/usr/bin:/bin", f"HOME={scratch / 'home'}", f"TMPDIR={scratch / 'tmp'}",
                     f"PYTHONPATH={_nobody_path()}", str(_nobody_python()), "-m", "lockbuild", "test",
-                    str(scratch / bundles[name].name), "--trust", str(scratch / "trust"), "--json"]  # fmt: skip
+                    str(scratch / bundles[name].name), "--trust", str(scratch / "trust"), "--json"]
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=scratch, timeout=600)
             return proc.returncode, json.loads(proc.stdout or "{}") | {"stderr": proc.stderr}
 

@@ -37,7 +37,7 @@ def _delta(bundles: dict[str, Path], out: Path) -> Path:
 
 
 def test_a_delta_completes_a_store_that_holds_the_base(tmp_path: Path, bundles: dict[str, Path],
-                                                      signer: Keys) -> None:  # fmt: skip
+                                                      signer: Keys) -> None:
     delta = _delta(bundles, tmp_path / "deltas")
     assert delta.name == bundles["1.1"].name.removesuffix(".lbz") + ".delta.lbz"
     assert delta.stat().st_size < bundles["1.1"].stat().st_size
@@ -54,7 +54,7 @@ def test_a_delta_completes_a_store_that_holds_the_base(tmp_path: Path, bundles: 
 
 
 def test_a_delta_without_its_base_names_what_is_missing(tmp_path: Path, bundles: dict[str, Path],
-                                                       signer: Keys) -> None:  # fmt: skip
+                                                       signer: Keys) -> None:
     delta = _delta(bundles, tmp_path / "deltas")
     r = cli("import", delta, "--trust", signer.trust, "--store", tmp_path / "store")
     assert r.exit_code == 4
@@ -64,7 +64,7 @@ def test_a_delta_without_its_base_names_what_is_missing(tmp_path: Path, bundles:
 
 
 def test_an_untrusted_delta_is_refused_before_decompressing(tmp_path: Path, bundles: dict[str, Path],
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import lockbuild.site.sources
 
     delta = _delta(bundles, tmp_path / "deltas")
@@ -81,7 +81,7 @@ def test_an_untrusted_delta_is_refused_before_decompressing(tmp_path: Path, bund
 def test_a_delta_with_a_swapped_member_is_refused(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
     other = make_bundle(tmp_path / "other", [signer.secret], version="1.1",
                         files=[(p, d + b"!" if p.endswith("1.1-py3-none-any.whl") else d, k)
-                               for p, d, k in files_for("1.1")])  # fmt: skip
+                               for p, d, k in files_for("1.1")])
     done = _ok("delta", other, "--base", bundles["1.0"], "--out", tmp_path / "evil")
     evil = Path(str(done["delta"]))
     # the real 1.1's signatures beside a delta whose manifest and member differ
@@ -102,7 +102,7 @@ def test_a_delta_is_not_mistaken_for_a_bundle(tmp_path: Path, bundles: dict[str,
 
 
 def test_inspect_and_verify_say_what_a_delta_is_and_needs(tmp_path: Path, bundles: dict[str, Path],
-                                                         signer: Keys) -> None:  # fmt: skip
+                                                         signer: Keys) -> None:
     delta = _delta(bundles, tmp_path / "deltas")
     shown = _ok("inspect", delta)
     assert (shown["engine"], shown["version"], shown["variant"]) == ("toyengine", "1.1", "cpu")

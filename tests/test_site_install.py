@@ -29,7 +29,7 @@ def built(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFacto
         newer = TOY_RECIPE.replace('version = "1.0"', 'version = "1.1"').replace(
             'requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.1"]') + 'as-of = "2025-01-31T00:00:00Z"\n'
         out = {"v1": build(TOY_RECIPE, tmp, keys, "v1"), "v2": build(later, tmp, keys, "v2"),
-               "v11": build(newer, tmp, keys, "v11")}  # fmt: skip
+               "v11": build(newer, tmp, keys, "v11")}
     for name in ("v1", "v2"):
         store = tmp / f"store-{name}"
         code, _, err = cli("import", str(out[name]), "--trust", str(keys.trust), "--store", str(store))
@@ -40,7 +40,7 @@ def built(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFacto
 
 def _install(store: Path, root: Path, keys: Keys, *extra: str) -> tuple[int, dict[str, object], str]:
     code, out, err = cli("install", REF, "--store", str(store), "--root", str(root), "--trust", str(keys.trust),
-                         "--json", *extra)  # fmt: skip
+                         "--json", *extra)
     try:
         data = json.loads(out)
     except ValueError:
@@ -69,7 +69,7 @@ def test_install_from_the_store_upgrade_noop_and_downgrade(built: dict[str, Path
 
 
 def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(built: dict[str, Path], keys: Keys,
-                                                                  tmp_path: Path) -> None:  # fmt: skip
+                                                                  tmp_path: Path) -> None:
     import shutil
 
     store = tmp_path / "store"
@@ -96,7 +96,7 @@ def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(built: dict[st
 
 
 def test_an_untrusted_store_build_is_refused_before_any_blob_is_read(built: dict[str, Path], tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import lockbuild.site.store
 
     def boom(*_a: object, **_k: object) -> None:
@@ -112,7 +112,7 @@ def test_install_from_the_store_needs_no_network(built: dict[str, Path], keys: K
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         pytest.skip("this machine does not allow a network namespace (unshare -n)")
     argv = ["unshare", "-n", sys.executable, "-m", "lockbuild", "install", REF, "--store", str(built["store-v1"]),
-            "--root", str(tmp_path / "engines"), "--trust", str(keys.trust), "--json"]  # fmt: skip
+            "--root", str(tmp_path / "engines"), "--trust", str(keys.trust), "--json"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "installed"
@@ -138,7 +138,7 @@ def test_install_takes_a_part_list_and_names_a_damaged_part(built: dict[str, Pat
 
 
 def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str, Path], keys: Keys,
-                                                                tmp_path: Path) -> None:  # fmt: skip
+                                                                tmp_path: Path) -> None:
     """The issue's 'done when': import a full bundle, then a delta, and install both versions from the store
     with no network."""
     code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"), "--json")
@@ -153,7 +153,7 @@ def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str,
     netns = subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
     for ref, want in (("toyengine/1.0-cpu", "toyengine 1.0"), ("toyengine/1.1-cpu", "toyengine 1.1")):
         argv = [sys.executable, "-m", "lockbuild", "install", ref, "--store", str(store), "--root", str(root),
-                "--trust", str(keys.trust), "--json"]  # fmt: skip
+                "--trust", str(keys.trust), "--json"]
         proc = subprocess.run((["unshare", "-n"] if netns else []) + argv, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         env = root / "toyengine" / ref.split("/")[1]
@@ -172,7 +172,7 @@ def test_install_takes_a_delta_completed_by_the_store(built: dict[str, Path], ke
     assert code == 4 and "needs" in err and "the store lacks" in err, err
     assert not (root / "toyengine" / "1.1-cpu").exists()
     code, out, err = cli("install", delta, "--store", str(built["store-v1"]), "--root", str(root),
-                         "--trust", str(keys.trust), "--json")  # fmt: skip
+                         "--trust", str(keys.trust), "--json")
     assert code == 0, err
     env = root / "toyengine" / "1.1-cpu"
     out = subprocess.run([str(env / "bin" / "toyengine"), "--version"], capture_output=True, text=True)

@@ -60,7 +60,7 @@ def _digests(bundle_members: list[tuple[str, bytes, str]]) -> set[str]:
 
 
 def test_push_then_pull_into_an_empty_store(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                            signer: Keys) -> None:  # fmt: skip
+                                            signer: Keys) -> None:
     target = reg.ref("site/toyengine", "1.0-cpu")
     pushed = _push(bundles["1.0"], signer, target)
     assert pushed["uploaded"] == pushed["blobs"] == 5
@@ -74,13 +74,13 @@ def test_push_then_pull_into_an_empty_store(tmp_path: Path, reg: RealRegistry, b
     _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", local)
     for sub in ("blobs/sha256", "builds/toyengine/1.0-cpu"):  # the same store as an import makes
         assert {p.name: p.read_bytes() for p in (store / sub).iterdir()} == \
-            {p.name: p.read_bytes() for p in (local / sub).iterdir()}  # fmt: skip
+            {p.name: p.read_bytes() for p in (local / sub).iterdir()}
     again_pull = _ok("pull", target, "--store", store, "--trust", signer.trust)
     assert again_pull["fetched"] == 0
 
 
 def test_a_second_version_moves_only_its_new_blobs(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                                   signer: Keys) -> None:  # fmt: skip
+                                                   signer: Keys) -> None:
     from sitekit import files_for
 
     t10, t11 = reg.ref("site/second", "1.0-cpu"), reg.ref("site/second", "1.1-cpu")
@@ -90,7 +90,7 @@ def test_a_second_version_moves_only_its_new_blobs(tmp_path: Path, reg: RealRegi
     new = _digests(files_for("1.1")) - _digests(files_for("1.0"))
     assert pushed["uploaded"] == len(new) == 3
     uploads = {r.path.rsplit("=", 1)[-1].replace("%3A", ":") for r in reg.requests() if r.method == "PUT"
-               and "/blobs/uploads/" in r.path}  # fmt: skip
+               and "/blobs/uploads/" in r.path}
     assert new <= uploads and not (uploads & _digests(files_for("1.0")))
     store = tmp_path / "store"
     _ok("pull", t10, "--store", store, "--trust", signer.trust)
@@ -137,7 +137,7 @@ def test_an_artifact_pointing_at_another_manifest_is_refused_before_any_blob(
 
 
 def test_a_blob_corrupted_in_the_registry_is_refused(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                                     signer: Keys) -> None:  # fmt: skip
+                                                     signer: Keys) -> None:
     from sitekit import files_for
 
     target = reg.ref("site/corrupt", "1.0-cpu")
@@ -159,7 +159,7 @@ def test_a_blob_corrupted_in_the_registry_is_refused(tmp_path: Path, reg: RealRe
 
 
 def test_an_interrupted_pull_resumes(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                     signer: Keys) -> None:  # fmt: skip
+                                     signer: Keys) -> None:
     from sitekit import files_for
 
     target = reg.ref("site/resume", "1.0-cpu")
@@ -183,7 +183,7 @@ def test_an_interrupted_pull_resumes(tmp_path: Path, reg: RealRegistry, bundles:
 
 
 def test_credentials_are_sent_only_when_asked_and_never_printed(tmp_path: Path, reg: RealRegistry,
-                                                               bundles: dict[str, Path], signer: Keys) -> None:  # fmt: skip
+                                                               bundles: dict[str, Path], signer: Keys) -> None:
     target = reg.ref("site/creds", "1.0-cpu")
     _push(bundles["1.0"], signer, target)
     from click.testing import CliRunner
@@ -191,7 +191,7 @@ def test_credentials_are_sent_only_when_asked_and_never_printed(tmp_path: Path, 
     from lockbuild.cli import main
 
     r = CliRunner().invoke(main, ["pull", target, "--store", str(tmp_path / "s"), "--trust", str(signer.trust),
-                                  "--username", "alice", "--password-stdin", "-v"], input="s3cret-pw\n")  # fmt: skip
+                                  "--username", "alice", "--password-stdin", "-v"], input="s3cret-pw\n")
     assert r.exit_code == 0, r.output
     assert "s3cret-pw" not in r.output
     assert "s3cret-pw" not in "".join(p.read_text(errors="replace") for p in (tmp_path / "s").rglob("*") if p.is_file())
@@ -224,7 +224,7 @@ def test_a_registry_that_needs_a_password(tmp_path: Path, bundles: dict[str, Pat
 
 
 def test_a_large_blob_is_uploaded_in_chunks(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                            signer: Keys, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                            signer: Keys, monkeypatch: pytest.MonkeyPatch) -> None:
     import lockbuild.site.oci
 
     monkeypatch.setattr(lockbuild.site.oci, "CHUNK_UPLOAD", 1000)  # the members are a few KB: several PATCHes each
@@ -238,7 +238,7 @@ def test_a_large_blob_is_uploaded_in_chunks(tmp_path: Path, reg: RealRegistry, b
 
 
 def test_a_co_signature_is_published_by_pushing_again(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                                      signer: Keys) -> None:  # fmt: skip
+                                                      signer: Keys) -> None:
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust import sign_bundle
 
@@ -297,7 +297,7 @@ def test_a_different_build_under_a_name_the_store_holds_is_refused_before_any_me
 
 @pytest.mark.parametrize("kind", ["lbz", "parts", "delta", "store"])
 def test_push_takes_every_source(kind: str, tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                 signer: Keys) -> None:  # fmt: skip
+                                 signer: Keys) -> None:
     store = tmp_path / "store"
     _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
     if kind == "lbz":
@@ -319,7 +319,7 @@ def test_push_takes_every_source(kind: str, tmp_path: Path, reg: RealRegistry, b
 
 def test_push_from_a_store_refuses_a_damaged_blob_and_an_untrusted_build(tmp_path: Path, reg: RealRegistry,
                                                                         bundles: dict[str, Path],
-                                                                        signer: Keys) -> None:  # fmt: skip
+                                                                        signer: Keys) -> None:
     """push checks what it uploads: the signatures against --trust and every blob against the signed
     manifest; a damaged blob never goes up under its signed digest."""
     store = tmp_path / "store"

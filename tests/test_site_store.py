@@ -39,7 +39,7 @@ def _list(store: Path) -> list[dict[str, object]]:
 
 
 def test_import_keeps_each_member_once_and_lists_the_build(tmp_path: Path, bundles: dict[str, Path],
-                                                          signer: Keys) -> None:  # fmt: skip
+                                                          signer: Keys) -> None:
     store = tmp_path / "store"
     first = _import(bundles["1.0"], signer, store)
     assert first["build"] == "toyengine/1.0-cpu" and first["added_blobs"] == 5
@@ -100,7 +100,7 @@ def test_a_killed_import_leaves_a_valid_store_and_the_next_import_completes_it(
 
 
 def test_store_verify_names_a_damaged_and_a_missing_blob(tmp_path: Path, bundles: dict[str, Path],
-                                                        signer: Keys) -> None:  # fmt: skip
+                                                        signer: Keys) -> None:
     store = tmp_path / "store"
     _import(bundles["1.0"], signer, store)
     blobs = sorted((store / "blobs" / "sha256").iterdir())
@@ -195,7 +195,7 @@ def test_hostile_store_layouts_are_refused(tmp_path: Path, bundles: dict[str, Pa
 
 
 def test_a_different_build_under_the_same_name_is_refused(tmp_path: Path, bundles: dict[str, Path],
-                                                         signer: Keys) -> None:  # fmt: skip
+                                                         signer: Keys) -> None:
     store = tmp_path / "store"
     _import(bundles["1.0"], signer, store)
     rebuilt = make_bundle(tmp_path / "rebuilt", [signer.secret], version="1.0", serial_days=3)
@@ -229,7 +229,7 @@ def test_a_co_signature_is_added_and_never_removed(tmp_path: Path, bundles: dict
 
 
 def test_junk_blocks_from_untrusted_keys_never_reach_the_store(tmp_path: Path, bundles: dict[str, Path],
-                                                              signer: Keys) -> None:  # fmt: skip
+                                                              signer: Keys) -> None:
     """Two accepted imports must not wedge a build: only blocks that count are kept, one per key, so the
     store's .minisig stays within what every reader accepts."""
     from lockbuild.minisign import parse_signatures, read_secret_key

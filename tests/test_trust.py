@@ -115,7 +115,7 @@ def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) ->
     assert [k.key_id for k in got.signers] == [signers["alice"].key.key_id]
     d = digest_bundle(bundle)
     assert got.statement == Statement(m.bundle_name, "toyengine", "1.0", "cpu", d.sha256, d.size,
-                                      hashlib.sha256(m.to_toml()).hexdigest(), m.serial)  # fmt: skip
+                                      hashlib.sha256(m.to_toml()).hexdigest(), m.serial)
     assert got.digests.size == bundle.stat().st_size
     assert got.manifest == m
     assert got.extract().manifest == m
@@ -348,7 +348,7 @@ def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
     m = manifest([member(p, d, k) for p, d, k in GOOD_FILES])
     base = {"file": bundle.name, "engine": "toyengine", "version": "1.0", "variant": "cpu", "sha256": d.sha256,
             "size": str(d.size), "manifest-sha256": hashlib.sha256(m.to_toml()).hexdigest(),
-            "serial": str(int(AS_OF.timestamp()))}  # fmt: skip
+            "serial": str(int(AS_OF.timestamp()))}
     base.update(fields)
     comment = format_trusted_comment({k: v for k, v in base.items() if v != "-"})
     signature_path(bundle).write_text(sign_prehashed(key, d.blake2b, comment))
@@ -479,7 +479,7 @@ def test_stock_minisign_cosignature_does_not_veto(tmp_path: Path, signers: dict[
     subprocess.run([MINISIGN, "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
     theirs = tmp_path / "theirs.minisig"
     subprocess.run([MINISIGN, "-S", "-s", str(sec), "-m", str(bundle), "-x", str(theirs)], check=True,
-                   capture_output=True)  # fmt: skip
+                   capture_output=True)
     ours = signature_block(signers["alice"].key, bundle.name, digest_bundle(bundle), m)
     signature_path(bundle).write_text(theirs.read_text() + ours)
     trust = trust_dir(tmp_path, signers["alice"])
@@ -646,7 +646,7 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
     bundle, m = make_bundle(tmp_path / "dist")
     d = digest_bundle(bundle)
     other = dataclasses.replace(Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None),
-                                manifest_sha256="0" * 64)  # fmt: skip
+                                manifest_sha256="0" * 64)
     signature_path(bundle).write_text(sign_statement(signers["alice"].key, other, d.blake2b))
     with pytest.raises(IntegrityError, match=r"the bundle's manifest has sha256 .* the signatures sign 0000"):
         verify(bundle, trust_dir(tmp_path, signers["alice"]))
@@ -658,7 +658,7 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
     serial=st.integers(min_value=0, max_value=4_000_000_000),
     expires=st.none() | st.datetimes(min_value=dt.datetime(1971, 1, 1), max_value=dt.datetime(9000, 1, 1),
                                      timezones=st.just(dt.UTC)).map(lambda t: t.replace(microsecond=0)),
-)  # fmt: skip
+)
 @settings(max_examples=200, deadline=None)
 def test_a_statement_reads_back_as_written(text: str, size: int, serial: int, expires: dt.datetime | None) -> None:
     """One definition: whatever pack/sign writes, verify reads back to the same statement."""

@@ -60,7 +60,7 @@ def _store(tmp_path: Path, bundles: dict[str, Path], signer: Keys, *versions: st
 
 
 def test_a_tmp_swapped_for_a_link_cannot_aim_gc_at_another_directory(tmp_path: Path, bundles: dict[str, Path],
-                                                                    signer: Keys) -> None:  # fmt: skip
+                                                                    signer: Keys) -> None:
     """gc lists tmp/ by descriptor; it must delete by that descriptor too. Here tmp/ is swapped for a
     link to a victim directory after the store was opened: nothing of the victim's may go."""
     store_dir = _store(tmp_path, bundles, signer)
@@ -99,7 +99,7 @@ def _fifo(path: Path) -> None:
 
 @pytest.mark.parametrize("where", ["blob", "manifest", "signatures", "mark"])
 def test_a_fifo_in_the_store_is_refused_by_every_command(where: str, tmp_path: Path, bundles: dict[str, Path],
-                                                         signer: Keys) -> None:  # fmt: skip
+                                                         signer: Keys) -> None:
     store = _store(tmp_path, bundles, signer)
     build = store / "builds" / "toyengine" / "1.0-cpu"
     target = {
@@ -123,12 +123,12 @@ def test_a_fifo_in_the_store_is_refused_by_every_command(where: str, tmp_path: P
         doc = json.loads(r.stdout)
         assert doc["ok"] is False and "Traceback" not in r.output, (args, r.output)
         assert "FIFO" in doc["error"]["message"] or "not a plain file" in doc["error"]["message"] \
-            or "not a regular file" in doc["error"]["message"], (args, doc)  # fmt: skip
+            or "not a regular file" in doc["error"]["message"], (args, doc)
 
 
 @pytest.mark.parametrize("where", ["part list", "part", "minisig", "delta", "recipe"])
 def test_a_fifo_where_a_file_from_outside_belongs_is_refused(where: str, tmp_path: Path, bundles: dict[str, Path],
-                                                             signer: Keys) -> None:  # fmt: skip
+                                                             signer: Keys) -> None:
     parts = tmp_path / "parts"
     listing = Path(str(_ok("split", bundles["1.0"], "--size", "300", "--out", parts)["part_list"]))
     deltas = tmp_path / "deltas"
@@ -161,7 +161,7 @@ def test_a_fifo_where_a_file_from_outside_belongs_is_refused(where: str, tmp_pat
 
 
 def test_a_part_listed_forty_times_is_refused_before_it_is_joined(tmp_path: Path, bundles: dict[str, Path],
-                                                                  signer: Keys) -> None:  # fmt: skip
+                                                                  signer: Keys) -> None:
     from lockbuild.site.parts import Part, PartList, read_part_list
 
     parts = tmp_path / "parts"
@@ -169,7 +169,7 @@ def test_a_part_listed_forty_times_is_refused_before_it_is_joined(tmp_path: Path
     listing = read_part_list(listing_path)
     one = listing.parts[0]
     evil = PartList(listing.file, one.size * 40, listing.sha256, tuple(Part(one.name, one.size, one.sha256)
-                                                                     for _ in range(40)))  # fmt: skip
+                                                                     for _ in range(40)))
     listing_path.write_bytes(evil.to_toml())
     store = tmp_path / "store"
     r = cli("import", listing_path, "--trust", signer.trust, "--store", store)
@@ -182,7 +182,7 @@ def test_a_part_listed_forty_times_is_refused_before_it_is_joined(tmp_path: Path
 
 @pytest.mark.parametrize("inner", ["", "blobs", "tmp", "builds"])
 def test_a_store_others_can_write_is_refused_naming_the_path(inner: str, tmp_path: Path, bundles: dict[str, Path],
-                                                             signer: Keys) -> None:  # fmt: skip
+                                                             signer: Keys) -> None:
     store = _store(tmp_path, bundles, signer)
     (store / inner).chmod(0o777 if inner else 0o757)
     r = cli("store", "list", "--store", store)
@@ -194,7 +194,7 @@ def test_a_store_others_can_write_is_refused_naming_the_path(inner: str, tmp_pat
 
 
 def test_re_importing_a_good_bundle_repairs_a_damaged_blob(tmp_path: Path, bundles: dict[str, Path],
-                                                           signer: Keys) -> None:  # fmt: skip
+                                                           signer: Keys) -> None:
     store = _store(tmp_path, bundles, signer)
     blob = sorted((store / "blobs" / "sha256").iterdir())[0]
     data = bytearray(blob.read_bytes())
@@ -220,7 +220,7 @@ def test_a_blob_of_another_size_is_not_present(tmp_path: Path, bundles: dict[str
 
 
 def test_a_store_name_holding_another_signed_build_is_refused(tmp_path: Path, bundles: dict[str, Path],
-                                                              signer: Keys) -> None:  # fmt: skip
+                                                              signer: Keys) -> None:
     """``install X --store`` must never install Y kept under X's name, though Y is signed."""
     store_dir = _store(tmp_path, bundles, signer, "1.0", "1.1")
     builds = store_dir / "builds" / "toyengine"
@@ -267,7 +267,7 @@ def _write_delta(path: Path, bundle: Path, order: list[int]) -> None:
 
 @pytest.mark.parametrize(("order", "why"), [([3, 2], "refused member 'tools/"), ([2, 2], "appears twice")])
 def test_delta_members_out_of_order_or_repeated_are_refused(order: list[int], why: str, tmp_path: Path,
-                                                            bundles: dict[str, Path], signer: Keys) -> None:  # fmt: skip
+                                                            bundles: dict[str, Path], signer: Keys) -> None:
     store = _store(tmp_path, bundles, signer)
     delta = tmp_path / "d" / (bundles["1.1"].name.removesuffix(".lbz") + ".delta.lbz")
     delta.parent.mkdir()
@@ -282,7 +282,7 @@ def test_delta_members_out_of_order_or_repeated_are_refused(order: list[int], wh
 
 def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(tmp_path: Path,
                                                                               bundles: dict[str, Path],
-                                                                              signer: Keys) -> None:  # fmt: skip
+                                                                              signer: Keys) -> None:
     from lockbuild.bundle.read import read_head_raw
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust.source import BundleFile
@@ -299,7 +299,7 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(t
     good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
     odd = dataclasses.replace(good, serial=good.serial + 1)  # the same file, other facts
     blocks = (sign_statement(read_secret_key(signer.secret, lambda: ""), good, d.blake2b)
-              + sign_statement(read_secret_key(other.secret, lambda: ""), odd, d.blake2b))  # fmt: skip
+              + sign_statement(read_secret_key(other.secret, lambda: ""), odd, d.blake2b))
     signature_path(bundle).write_text(blocks)
     store = load_store(trust)
     with pytest.raises(SignatureError, match="signs other facts than the counted signatures"):
@@ -332,7 +332,7 @@ CELLS = [(k, c) for c in ("verify", "inspect", "import") for k in ("lbz", "parts
 
 @pytest.mark.parametrize(("kind", "command"), CELLS)
 def test_every_source_with_every_command(kind: str, command: str, tmp_path: Path, bundles: dict[str, Path],
-                                         signer: Keys) -> None:  # fmt: skip
+                                         signer: Keys) -> None:
     source = _sources(tmp_path, bundles, signer)[kind]
     if command == "import":
         other = tmp_path / "other"
@@ -354,7 +354,7 @@ def test_no_suffix_dispatch_and_no_cli_module_calls_another() -> None:
     for path in [*(root / "commands").glob("*.py"), root / "site" / "cli.py", root / "selftest" / "cli.py"]:
         text = path.read_text()
         for needle in (".parts.toml\")", ".delta.lbz\")", "from lockbuild.site.cli import", "is_part_list(",
-                       "is_delta(", "from lockbuild.commands."):  # fmt: skip
+                       "is_delta(", "from lockbuild.commands."):
             assert needle not in text, f"{path.name}: {needle}"
 
 
@@ -368,5 +368,5 @@ def test_only_the_one_trust_decision_exists() -> None:
     for p in (root / "site").glob("*.py"):
         text = p.read_text()
         for call in ("evaluate(", "check_complete(", "signed_manifest(", "check_manifest(", "check_dates(",
-                     "prove_manifest(", "verify_trusted_comment("):  # fmt: skip
+                     "prove_manifest(", "verify_trusted_comment("):
             assert call not in text, f"site/{p.name} makes a trust decision: {call}"

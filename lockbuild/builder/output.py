@@ -19,7 +19,7 @@ def extras_text(plan: Plan) -> str:
     requirements file: uv never reads it, so the uv wheel is recorded without entering the engine's
     environment."""
     lines = ["# lockbuild: files bundled beside the locked packages (not installed by uv from this file)",
-             "# kind path sha256 url"]  # fmt: skip
+             "# kind path sha256 url"]
     lines += [f"{e.kind} {e.path} {e.sha256} {e.url}" for e in sorted(plan.extras, key=lambda e: e.path)]
     return "\n".join(lines) + "\n"
 

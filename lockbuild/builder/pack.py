@@ -265,7 +265,7 @@ def statement_for(written: Written, expires: dt.datetime | None) -> Statement:
     """What a signature over a written bundle says: the signing process (issue 23) signs exactly this."""
     digests = written.digests
     return Statement.of(written.manifest, name=written.final.name, sha256=digests.sha256, size=digests.size,
-                        expires=expires)  # fmt: skip
+                        expires=expires)
 
 
 def place_signed(written: Written, statement: Statement, *, signer: bytes, block: str) -> Packed:
@@ -283,7 +283,7 @@ def place_signed(written: Written, statement: Statement, *, signer: bytes, block
         written.discard()
         tmp_sig.unlink(missing_ok=True)
     return Packed(final, sig_final, manifest, digests.sha256, digests.size,
-                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
+                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))
 
 
 def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
@@ -297,7 +297,7 @@ def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None
         if key is not None:
             sig_final = signature_path(final)
             statement = Statement.of(manifest, name=final.name, sha256=digests.sha256, size=digests.size,
-                                     expires=expires)  # fmt: skip
+                                     expires=expires)
             kept, dropped = carry_over(_existing_signatures(sig_final), statement, key.key_id)
             block = sign_statement(key, statement, digests.blake2b)
             tmp_sig.write_text(block + "".join(s.to_text() for s in kept), encoding="utf-8")
@@ -308,7 +308,7 @@ def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None
         written.discard()
         tmp_sig.unlink(missing_ok=True)
     return Packed(final, sig_final, manifest, digests.sha256, digests.size,
-                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))  # fmt: skip
+                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))
 
 
 def fetch_and_write(
@@ -360,7 +360,7 @@ def fetch_and_write(
             raise
         n = len(report.files)
         shown.note(f"fetched {n} file{'' if n == 1 else 's'}: {n - report.cached} downloaded, {report.cached} from "
-                   f"the cache ({report.downloaded_bytes / 1e6:,.1f} MB downloaded)")  # fmt: skip
+                   f"the cache ({report.downloaded_bytes / 1e6:,.1f} MB downloaded)")
         return written, report
     finally:
         downloads.close()

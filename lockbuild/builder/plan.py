@@ -206,7 +206,7 @@ class Planner:
         return Plan(
             recipe, build, as_of, lock, tuple(requirements), tuple(extras), resolved_recipe(recipe, build, as_of),
             uv, tuple(warnings), build_deps, build_requires, tuple(prebuilt), resolution.reused,
-        )  # fmt: skip
+        )
 
     def _resolve(
         self,
@@ -235,7 +235,7 @@ class Planner:
                         inherit=dict(self.settings.child_environ), credentials=self.settings.index_credentials,
                         sdists_allowed=sdists, exclude_newer_package=build.exclude_newer_package,
                         memo=self.memo, reuse=reuse, on_select=ahead.hint,
-                    )  # fmt: skip
+                    )
                 try:
                     if resolution.format == "pylock.toml":
                         pins = parse_pylock(resolution.text, build.target)
@@ -342,7 +342,7 @@ class Planner:
                         sdist=sdist, sdist_name=f.filename, project=f.name, version=f.version,
                         deps=[(d.filename, fh) for d, fh in zip(deps, opened, strict=True)], lock_text=lock_text,
                         target=build.target, as_of=as_of, cache=self.cache, inherit=dict(self.settings.child_environ),
-                    )  # fmt: skip
+                    )
             finally:
                 for fh in opened:
                     fh.close()
@@ -417,7 +417,7 @@ class Planner:
                 return choose_file(
                     pin, files, build.target, origin="second", as_of=cut, pinned_sha256=pinned, one_file=True,
                     index=served.name,
-                )  # fmt: skip
+                )
             files = index_candidates(release(pin))
             cut = package_cut_off(build, pin.name, as_of)
             return choose_file(pin, files, build.target, origin="primary", as_of=cut, pinned_sha256=pinned)

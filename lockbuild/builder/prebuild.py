@@ -68,7 +68,7 @@ def find_python(version: str, inherit: Mapping[str, str]) -> HostPython | None:
         env["UV_NO_MANAGED_PYTHON"] = "1"
         try:
             proc = subprocess.run([uv_binary(), "python", "find", "--system", version], capture_output=True,
-                                  text=True, env=env, cwd=tmp, timeout=120, check=False)  # fmt: skip
+                                  text=True, env=env, cwd=tmp, timeout=120, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return None
     found = proc.stdout.strip()
@@ -138,11 +138,11 @@ def prebuild(
             binds=(uv_bind(), *python.binds, sandbox.Bind(t / "in", SANDBOX_IN),
                    sandbox.Bind(t / "out", SANDBOX_OUT, writable=True)),
             env=env, cwd=SANDBOX_OUT, network=False,
-        )  # fmt: skip
+        )
         argv = [str(SANDBOX_UV), "build", "--wheel", "--offline", "--no-index", "--python", str(python.executable),
                 "--find-links", str(SANDBOX_IN / "deps"), "--build-constraints",
                 str(SANDBOX_IN / "build-requirements.txt"), "--require-hashes", "--out-dir", str(SANDBOX_OUT),
-                str(SANDBOX_IN / sdist_name)]  # fmt: skip
+                str(SANDBOX_IN / sdist_name)]
         try:
             proc = sandbox.run(spec, argv, timeout=BUILD_TIMEOUT)
         except sandbox.SandboxTimeout:
@@ -173,7 +173,7 @@ def _keep(
             return None, f"it builds {name}, which does not run on Python {target.python} {target.platform}"
         try:
             f, size = open_regular(name, what="wheel its build made", max_size=MAX_WHEEL, dir_fd=fd,
-                                   shown=f"{name} (built from {sdist_name})")  # fmt: skip
+                                   shown=f"{name} (built from {sdist_name})")
         except LockbuildError as exc:
             return None, exc.message
         temp = cache.new_temp("0" * 64)  # named by its digest once known (commit)

@@ -246,7 +246,7 @@ def _sandboxed(
     python = find_python(target.python, env)
     inner = build_env(offline=False, extra_path=[python.executable.parent] if python is not None else [])
     for name in ("UV_INDEX_URL", "RUST_LOG", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
-                 "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):  # fmt: skip
+                 "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):
         if name in env:
             inner[name] = env[name]
     netrc = env.get("NETRC", os.devnull)
@@ -324,7 +324,7 @@ def compile_lock(
         "--no-header", "--quiet",
         "--output-file", str(out),
         "--only-binary", ":all:",
-    ]  # fmt: skip
+    ]
     for name in sdists_allowed:
         argv += ["--no-binary", name]
     for name, when in exclude_newer_package:  # the recipe's per-package cut-off (None: none at all)
@@ -360,7 +360,7 @@ def compile_lock(
         key = resolution_key(
             uv_version=_uv_version(argv[0]), argv=[fixed.get(a, a) for a in argv[1:]], stdin=stdin,
             project=project_text, index_url=index_url, authenticated=credentials is not None,
-        )  # fmt: skip
+        )
         remembered = memo.get(key) if reuse else None
         if remembered is not None and remembered.format == lock_format:
             return Resolution(lock_format, remembered.text, tuple(argv), reused=True, key=key)

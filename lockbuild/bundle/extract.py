@@ -124,7 +124,7 @@ def extract(
             if piece is None:
                 left = manifest.members[i : i + 3]
                 raise _bad(f"{where} ends before {len(manifest.members) - i} listed member(s): "
-                           + ", ".join(m.path for m in left) + ".")  # fmt: skip
+                           + ", ".join(m.path for m in left) + ".")
             if piece.name != member.path:
                 raise _bad(misplaced(piece.name, done, listed, f"expected {member.path!r} next"))
             if piece.size != member.size:
@@ -146,10 +146,10 @@ def extract(
                     out.close()
             if n != member.size:
                 raise _bad(f"member {member.path!r} is {'longer' if n > member.size else 'shorter'} than the"
-                           f" {member.size} bytes the signed manifest says.", damage_tip)  # fmt: skip
+                           f" {member.size} bytes the signed manifest says.", damage_tip)
             if digest != member.sha256:
                 raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.",
-                           damage_tip)  # fmt: skip
+                           damage_tip)
             if dest is not None:
                 written.append(member)
             progress.file_done()
@@ -159,12 +159,12 @@ def extract(
     if absent and not allow_absent:
         more = f" and {len(absent) - 5} more" if len(absent) > 5 else ""
         raise IntegrityError(f"{where} needs {len(absent)} member(s) the store lacks: "
-                             + ", ".join(m.path for m in absent[:5]) + more + ".", tip=absent_tip)  # fmt: skip
+                             + ", ".join(m.path for m in absent[:5]) + more + ".", tip=absent_tip)
     return Extracted(manifest, tuple(written), tuple(absent))
 
 
 def _pump(piece: Piece, out: BinaryIO | None, size: int, pool: ThreadPoolExecutor,
-          advance: Callable[[int], None]) -> tuple[int, str]:  # fmt: skip
+          advance: Callable[[int], None]) -> tuple[int, str]:
     try:
         if size < INLINE:
             h = hashlib.sha256()

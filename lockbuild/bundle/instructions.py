@@ -104,7 +104,7 @@ class InstallTable:
             "smoke": list(self.smoke),
             "gpu_smoke": list(self.gpu_smoke),
             "allow_network": list(self.allow_network),
-        }  # fmt: skip
+        }
 
     def summary(self) -> list[str]:
         """What the node will do, in a few lines (shell-quoted commands)."""
@@ -193,7 +193,7 @@ def _keys(data: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise _bad(f"the manifest's {where} has the unknown key(s) {', '.join(unknown)[:80]}; expected "
-                   f"{', '.join(allowed)}.")  # fmt: skip
+                   f"{', '.join(allowed)}.")
 
 
 def _capability(data: dict[str, Any], key: str) -> tuple[int, int] | None:
@@ -221,7 +221,7 @@ def _gpu(data: Any) -> GpuNeeds:
     props = data.get("variant-properties")
     if (props is None) != (highest is None) or (props is not None and props != list(needs.variant_properties())):
         raise _bad("the manifest's install.gpu.variant-properties are not the ones its needs imply (written with "
-                   "max-capability, derived from the table); the bundle is malformed.")  # fmt: skip
+                   "max-capability, derived from the table); the bundle is malformed.")
     return needs
 
 
@@ -236,10 +236,10 @@ def capability_range(gpu: GpuNeeds) -> str:
 
 # Compute capabilities NVIDIA has shipped (sm_arch values of the wheel-variant provider).
 KNOWN_CAPABILITIES = ((5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7),
-                      (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))  # fmt: skip
+                      (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
 # The first Linux driver branch of each CUDA release (CUDA's release notes, "minimum required driver").
 CUDA_BY_DRIVER = ((525, "12.0"), (530, "12.1"), (535, "12.2"), (545, "12.3"), (550, "12.4"), (555, "12.5"),
-                  (560, "12.6"), (570, "12.8"), (575, "12.9"), (580, "13.0"))  # fmt: skip
+                  (560, "12.6"), (570, "12.8"), (575, "12.9"), (580, "13.0"))
 
 
 def variant_properties(gpu: GpuNeeds) -> tuple[str, ...]:
@@ -276,7 +276,7 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
     if not isinstance(data, dict):
         raise _bad("the manifest has no [install] table; a format-2 bundle always has one.")
     allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "requirements", "gpu", "source",
-               "assets", "env", "smoke", "gpu-smoke", "allow-network", "serves")  # fmt: skip
+               "assets", "env", "smoke", "gpu-smoke", "allow-network", "serves")
     _keys(data, allowed, "install")
     binary = _get(data, "binary", str, "install.")
     if not _BINARY.fullmatch(binary):

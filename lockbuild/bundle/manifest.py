@@ -29,7 +29,7 @@ READ_BY = {1: "lockbuild 0.1.x"}
 MANIFEST = "bundle.toml"
 KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter", "build-dep")
 _ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
-          "source": 7, "assets": 8, "build-deps": 9}  # fmt: skip
+          "source": 7, "assets": 8, "build-deps": 9}
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,63}")
 LOCK_FORMATS = ("requirements.txt", "pylock.toml")
@@ -116,7 +116,7 @@ class Manifest:
 
     def _exempt_toml(self) -> str:
         return ", ".join(f"{name} = {'false' if when is None else toml_string(when)}"
-                         for name, when in self.exclude_newer_package)  # fmt: skip
+                         for name, when in self.exclude_newer_package)
 
 
 def toml_string(text: str) -> str:
@@ -141,7 +141,7 @@ def member_order(path: str) -> tuple[int, str]:
 
 
 _TOP_KEYS = ("format", "engine", "version", "variant", "as-of", "serial", "recipe-sha256", "lock-format", "target",
-             "builder", "install", "files", "exclude-newer-package")  # fmt: skip
+             "builder", "install", "files", "exclude-newer-package")
 _CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a PEP 503 normalised project name
 MAX_EXEMPT = 256
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
@@ -208,10 +208,10 @@ def _origin(value: str, path: str) -> str:
         parts = None
     if len(value) > MAX_ORIGIN or parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
         raise _bad(f"the manifest's origin for {path} {value[:60]!r} is not an http(s) URL of at most "
-                   f"{MAX_ORIGIN} characters; the bundle is malformed.")  # fmt: skip
+                   f"{MAX_ORIGIN} characters; the bundle is malformed.")
     if "@" in parts.netloc:
         raise _bad(f"the manifest's origin for {path} carries userinfo (user:password@); lockbuild never "
-                   "records credentials, so the bundle is malformed.")  # fmt: skip
+                   "records credentials, so the bundle is malformed.")
     return value
 
 
@@ -283,7 +283,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     if install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
         raise _bad(f"the manifest is format {fmt}, but its [install] table "
                    f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "
-                   "install.serves); the bundle is malformed.")  # fmt: skip
+                   "install.serves); the bundle is malformed.")
     exempt = _exclude_newer_package(data.get("exclude-newer-package", {}))
     return Manifest(
         engine=_name(data, "engine", ""),
@@ -320,7 +320,7 @@ def _exclude_newer_package(value: object) -> tuple[tuple[str, str | None], ...]:
         parsed = parse_time(when) if isinstance(when, str) else None
         if parsed is None or parsed.tzinfo is None or iso(parsed) != when:
             raise _bad(f"the manifest's exclude-newer-package time for {name} is not a UTC time such as "
-                       "2024-06-01T00:00:00Z, nor false.")  # fmt: skip
+                       "2024-06-01T00:00:00Z, nor false.")
         out.append((name, when))
     if [n for n, _ in out] != sorted(n for n, _ in out):
         raise _bad("the manifest's exclude-newer-package is not in name order; the bundle is malformed.")

@@ -29,7 +29,7 @@ from lockbuild.progress import Progress
 _check_header = check_header
 _copy = copy_member
 __all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "_check_header", "_copy", "_open_tar", "check_zstd_frame",
-           "read_bundle", "read_head", "read_head_raw", "tar_pieces"]  # fmt: skip
+           "read_bundle", "read_head", "read_head_raw", "tar_pieces"]
 
 
 class Head(NamedTuple):
@@ -83,7 +83,7 @@ class TarPiece:
         self.name, self.size = header.name, header.size
 
     def pump(self, dst: BinaryIO | None, update: Callable[[bytes | memoryview], None],
-             advance: Callable[[int], None]) -> int:  # fmt: skip
+             advance: Callable[[int], None]) -> int:
         stream_member(self.tar, self.header, dst, _Advance(advance), update)
         return self.size
 
@@ -145,7 +145,7 @@ def read_bundle(
         if on_manifest is not None:
             on_manifest(manifest, manifest_bytes)
         progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
-                       files=len(manifest.members))  # fmt: skip
+                       files=len(manifest.members))
         extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
         got = f.finish() if f is not None else None
     if expect_sha256 is not None and got != expect_sha256:

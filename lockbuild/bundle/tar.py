@@ -36,7 +36,7 @@ _KINDS = {
     b"5": "a directory", b"6": "a FIFO", b"7": "a contiguous file", b"g": "a pax global header",
     b"x": "a pax extended header", b"L": "a GNU long name", b"K": "a GNU long link name",
     b"S": "a GNU sparse file", b"V": "a GNU volume header", b"M": "a GNU multi-volume continuation",
-}  # fmt: skip
+}
 _PAX_USED = ("path", "size")
 _PAX_IGNORED = ("mtime", "atime", "ctime", "uid", "gid", "uname", "gname")
 
@@ -171,7 +171,7 @@ class TarReader:
         """A second zero block, then at most MAX_TRAILER zero bytes, then the end of the stream."""
         if self._exact(BLOCK, "the end-of-archive marker") != _ZERO:
             raise _bad(f"the tar stream has a lone zero block at offset {self.offset - 2 * BLOCK}; "
-                       "expected two at its end.")  # fmt: skip
+                       "expected two at its end.")
         rest = 0
         while data := self.f.read(CHUNK):
             if data.count(0) != len(data):

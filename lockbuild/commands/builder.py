@@ -188,7 +188,7 @@ def fetch(
 @click.option("--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
               help="With --self-test: also check the new signatures against this trust directory.")
 @click.option("--allow-readable-key", is_flag=True,
-              help="Use a secret key file that its group or other users can read (refused otherwise).")  # fmt: skip
+              help="Use a secret key file that its group or other users can read (refused otherwise).")
 @json_option
 @click.pass_context
 def build(
@@ -251,7 +251,7 @@ def build(
         signer = sign_in_fresh_process(key, items, password=password, allow_readable_key=allow_readable_key)
         password = None
         signed = [(plan, place_signed(w, st, signer=signer.key_id, block=block))
-                  for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)]  # fmt: skip
+                  for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)]
     finally:
         for w in written:
             w.discard()
@@ -278,7 +278,7 @@ def build(
             note += f"\n  kept the signatures of {', '.join(x['kept_signers'])}: the bundle is byte-identical"
         if x["dropped_signers"]:
             note += (f"\n  dropped the old signatures of {', '.join(x['dropped_signers'])}: the bundle changed,"
-                     " so they must sign it again (lockbuild sign)")  # fmt: skip
+                     " so they must sign it again (lockbuild sign)")
         return note
 
     text = "\n".join(

@@ -37,7 +37,7 @@ Command = _Command
 )
 @expires_option
 @click.option("--allow-readable-key", is_flag=True,
-              help="Use a secret key file that its group or other users can read (refused otherwise).")  # fmt: skip
+              help="Use a secret key file that its group or other users can read (refused otherwise).")
 @json_option
 @click.pass_context
 def sign(
@@ -65,10 +65,10 @@ def sign(
     res = sign_bundle(bundle, secret, expires=expires, store=store, progress=_progress(ctx))
     verb = "re-signed" if res.replaced else "signed"
     lines = [f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",
-             f"  checked {res.members} members against the manifest (sha256 {res.sha256})"]  # fmt: skip
+             f"  checked {res.members} members against the manifest (sha256 {res.sha256})"]
     if res.existing is not None:
         lines += [f"  existing signature {v.index} (key {v.key_id}): " + ("counts" if v.counts else v.reason)
-                  for v in res.existing.verdicts]  # fmt: skip
+                  for v in res.existing.verdicts]
     _emit(ctx, res.to_json(), "\n".join(lines))
 
 
@@ -111,7 +111,7 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, force: bool, as_js
                 )
             key_file = path.parent / (path.name + ".key")
             password = str(click.prompt(f"Passphrase for the new key {key_file}", hide_input=True, default="",
-                                        show_default=False, confirmation_prompt=True, value_proc=nonempty))  # fmt: skip
+                                        show_default=False, confirmation_prompt=True, value_proc=nonempty))
     secret_path, public_path = write_keypair(path, password=password)
     pub = read_public_key(public_path)
     _emit(

@@ -25,10 +25,10 @@ Command = _Command
 
 
 SOURCE_HELP = ("BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz "
-               "from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.")  # fmt: skip
+               "from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.")
 store_option = click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
                             help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a "
-                            "delta.")  # fmt: skip
+                            "delta.")
 
 
 @click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
@@ -39,7 +39,7 @@ store_option = click.option("--store", "store_dir", type=click.Path(path_type=Pa
 @json_option
 @click.pass_context
 def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
-           as_json: bool) -> None:  # fmt: skip
+           as_json: bool) -> None:
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
 
     \b
@@ -56,7 +56,7 @@ def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: P
     left = f"; {len(res.absent)} left to a store (pass --store to check them too)" if res.absent else ""
     checked = res.members - len(res.absent)
     _emit(ctx, res.to_json(), f"OK {Path(bundle).name}: signed by {', '.join(res.signers)}; {checked} members match "
-          f"the signed manifest{left}")  # fmt: skip
+          f"the signed manifest{left}")
 
 
 @click.command(cls=Command, epilog="Example: lockbuild inspect demo.lbz --json")
@@ -144,11 +144,11 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 @root_option
 @store_option
 @click.option("--allow-cpu", is_flag=True, help="When choosing on a GPU node where no GPU build fits, take a CPU "
-              "build (without it such a node is refused).")  # fmt: skip
+              "build (without it such a node is refused).")
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
-              help="Interpreter to use (default: the bundle's own, else pythonX.Y on PATH).")  # fmt: skip
+              help="Interpreter to use (default: the bundle's own, else pythonX.Y on PATH).")
 @click.option(
     "--gpu-check",
     type=click.Choice(["auto", "require", "skip"]),
@@ -232,12 +232,12 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
     node = detect(environ=os.environ)
     trust = load_store(resolve_trust_dir(opts.trust_dir))
     with chosen(request, trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
-                allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:  # fmt: skip
+                allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:
         if got.opened is None:
             if ctx.obj.get("json"):
                 err = refusal(got)
                 click.echo(json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": err.message,
-                                       "tip": err.tip, "exit_code": err.exit_code}, **got.to_json()}))  # fmt: skip
+                                       "tip": err.tip, "exit_code": err.exit_code}, **got.to_json()}))
                 click.echo("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else ""), err=True)
                 ctx.exit(1)
             raise refusal(got)
@@ -298,12 +298,12 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
 )
 @click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
               help="A site store: for each engine and version in it, the build this node would take, or why none "
-              "fits.")  # fmt: skip
+              "fits.")
 @trust_option
 @json_option
 @click.pass_context
 def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool,
-           store_dir: Path | None = None) -> None:  # fmt: skip
+           store_dir: Path | None = None) -> None:
     """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
     engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
     would take of each engine and version in the store."""
@@ -315,7 +315,7 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | No
     from lockbuild.install.node import detect
 
     report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))  # fmt: skip
+                     store=store_dir, node=detect(environ=os.environ))
     _emit(ctx, report, render(report))
 
 

@@ -43,7 +43,7 @@ def _refuse(archive: Path, name: str, why: str) -> IntegrityError:
 _READ_ERRORS = (
     OSError, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError, zipfile.BadZipFile,
     NotImplementedError, RuntimeError, ValueError,
-)  # fmt: skip
+)
 
 
 def _zip_kind(mode: int) -> str | None:

@@ -46,7 +46,7 @@ def node_json(node: Node) -> dict[str, Any]:
     """The GPU facts a choice rests on, marked as stated (LOCKBUILD_GPU_FACTS) or detected."""
     return {"driver": node.driver, "gpus": [{"name": g.name, "capability": "{}.{}".format(*g.capability)}
                                             for g in node.gpus],
-            "facts": "stated" if node.stated else "detected", "facts_file": node.stated}  # fmt: skip
+            "facts": "stated" if node.stated else "detected", "facts_file": node.stated}
 
 
 def node_line(node: Node) -> str:
@@ -61,7 +61,7 @@ def _option(opened: TrustedBundle) -> Option:
 
 
 def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple[str, str, str] | None,
-           needs: Needs | None) -> Candidate | None:  # fmt: skip
+           needs: Needs | None) -> Candidate | None:
     try:
         opened = open_source(source, trust, threshold=threshold)
     except LockbuildError as exc:
@@ -108,12 +108,12 @@ def _one_engine(cands: Sequence[Candidate], where: str) -> str:
     engines = sorted({c.option.engine for c in cands})
     if not engines:
         raise InstallError(f"{where} holds no bundle to choose from; expected signed .lbz files with their .minisig.",
-                           tip="Copy the bundles and their .minisig files into the folder.")  # fmt: skip
+                           tip="Copy the bundles and their .minisig files into the folder.")
     if len(engines) > 1:
         raise InstallError(f"{where} holds bundles of several engines ({', '.join(engines)}); expected one, so "
                            "that the choice is between builds of one engine.",
                            tip="Give a folder with one engine's bundles, or import them into a store and run "
-                           "`lockbuild install ENGINE --store DIR`.")  # fmt: skip
+                           "`lockbuild install ENGINE --store DIR`.")
     return engines[0]
 
 
@@ -129,12 +129,12 @@ class Chosen:
 
     def lines(self, *, fix: bool = True) -> list[str]:
         return [self.choice.head(), "  " + node_line(self.node), *self.choice.passed_over(fix=fix),
-                *(f"  skipped {s}" for s in self.skipped)]  # fmt: skip
+                *(f"  skipped {s}" for s in self.skipped)]
 
 
 @contextlib.contextmanager
 def chosen(request: Choosing, *, trust: TrustStore, threshold: int | None, node: Node, root: Path,
-           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Iterator[Chosen]:  # fmt: skip
+           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Iterator[Chosen]:
     """Gather the candidates ``request`` names, open each through the trust decision, and choose. The
     chosen build's opening stays usable (its store open) inside the ``with``."""
     with contextlib.ExitStack() as stack:
@@ -149,7 +149,7 @@ def chosen(request: Choosing, *, trust: TrustStore, threshold: int | None, node:
             engine = request.engine
         options = [c.option for c in cands]
         choice = choose(engine, request.version, options, facts_for(node, options, root), allow_cpu=allow_cpu,
-                        gpu_check=gpu_check)  # fmt: skip
+                        gpu_check=gpu_check)
         opened = next((c.opened for c in cands if c.option is choice.chosen), None)
         yield Chosen(choice, opened, node, tuple(skipped))
 
@@ -162,7 +162,7 @@ def refusal(result: Chosen) -> InstallError:
 
 
 def store_choices(store_dir: Path, *, trust: TrustStore, node: Node, root: Path,
-                  threshold: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+                  threshold: int | None = None) -> list[dict[str, Any]]:
     """doctor --store: for each engine and version in the store, the build this node would take (or why
     none fits), from the same candidates and rule as ``install ENGINE/VERSION --store``."""
     from lockbuild.install.fit import _newest_first

@@ -34,7 +34,7 @@ class Needs:
     @classmethod
     def of(cls, manifest: Manifest) -> Needs:
         return cls(manifest.python, manifest.platform, manifest.install.gpu,
-                   space_needed(manifest.unpacked_size, manifest.install.free_gb))  # fmt: skip
+                   space_needed(manifest.unpacked_size, manifest.install.free_gb))
 
 
 @dataclass(frozen=True)
@@ -104,12 +104,12 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
         top = "{}.{}".format(*gpu.max_capability)
         if not node.gpus:
             reasons.append(f"has kernels up to compute capability {top}, the node's GPUs are unknown "
-                           "(nvidia-smi lists none)")  # fmt: skip
+                           "(nvidia-smi lists none)")
         high = [g for g in node.gpus if g.capability > gpu.max_capability]
         if high:
             have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in high)
             reasons.append(f"has kernels up to compute capability {top} only (no sm_{high[0].capability[0]}"
-                           f"{high[0].capability[1]}), the node has {have}")  # fmt: skip
+                           f"{high[0].capability[1]}), the node has {have}")
     return reasons
 
 
@@ -157,7 +157,7 @@ class Choice:
 
     def to_json(self) -> dict[str, Any]:
         return {"asked": self.asked, "chosen": self.chosen.build if self.chosen else None, "why": self.why,
-                "candidates": [c.to_json() for c in self.candidates], "fix": self.fix or None}  # fmt: skip
+                "candidates": [c.to_json() for c in self.candidates], "fix": self.fix or None}
 
     def head(self) -> str:
         return f"chose {self.chosen.build}: {self.why}" if self.chosen else f"no build of {self.asked} fits: {self.why}"
@@ -207,7 +207,7 @@ def _newest_first(versions: set[str]) -> list[str]:
 
 
 def choose(engine: str, version: str | None, options: Sequence[Option], facts: Facts, *,
-           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Choice:  # fmt: skip
+           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Choice:
     """The build of ``engine`` this node takes: of ``version`` (or serving it), or, with ``version``
     None, of the newest version that has a fitting build. ``options`` in the recipe's order (the last
     rule). Every candidate is judged, and the result says why each was passed over."""
@@ -215,15 +215,15 @@ def choose(engine: str, version: str | None, options: Sequence[Option], facts: F
     if version is not None:
         return _choose_version(engine, version, mine, facts, allow_cpu, gpu_check)
     results = [_choose_version(engine, v, [o for o in mine if o.version == v], facts, allow_cpu, gpu_check)
-               for v in _newest_first({o.version for o in mine})]  # fmt: skip
+               for v in _newest_first({o.version for o in mine})]
     if not results:
         return Choice(engine, None, f"the candidates hold no build of {engine}", (),
-                      f"import a build of {engine} into the store or folder")  # fmt: skip
+                      f"import a build of {engine} into the store or folder")
     won = next((r for r in results if r.chosen is not None), None)
     if won is None:
         every = tuple(c for r in results for c in r.candidates)
         _, fix = _nothing_fits([c.option for c in every], {id(c.option): c.reasons for c in every}, facts,
-                               any("--allow-cpu" in r.fix for r in results))  # fmt: skip
+                               any("--allow-cpu" in r.fix for r in results))
         return Choice(engine, None, "no version has a build that fits this node", every, fix)
     assert won.chosen is not None
     judged: list[Judged] = []
@@ -231,13 +231,13 @@ def choose(engine: str, version: str | None, options: Sequence[Option], facts: F
         for c in r.candidates:
             if r is not won and c.fits:  # an older version (the newer ones have no fitting build)
                 c = Judged(c.option, True, None, (f"an older version; {won.chosen.build} is of the newest version "
-                                                  "with a fitting build",))  # fmt: skip
+                                                  "with a fitting build",))
             judged.append(c)
     return Choice(engine, won.chosen, f"the newest version with a fitting build; {won.why}", tuple(judged))
 
 
 def _choose_version(engine: str, version: str, options: Sequence[Option], facts: Facts, allow_cpu: bool,
-                    gpu_check: GpuCheck) -> Choice:  # fmt: skip
+                    gpu_check: GpuCheck) -> Choice:
     asked = f"{engine}/{version}"
     relevant = [o for o in options if o.version == version or version in o.serves]
     gpu_node = facts.node.has_nvidia and gpu_check != "skip"
@@ -253,7 +253,7 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
     # A CPU build on a GPU node: only for a CPU-only engine, or with --allow-cpu (and then after any GPU build)
     cpu_allowed = not gpu_node or not any_gpu_build or allow_cpu
     ranked = sorted(fitting_gpu, key=rank) + (sorted(cpu_ok, key=lambda o: (o.version != version, relevant.index(o)))
-                                              if cpu_allowed else [])  # fmt: skip
+                                              if cpu_allowed else [])
     chosen = ranked[0] if ranked else None
     judged = []
     for o in relevant:
@@ -262,7 +262,7 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
             judged.append(Judged(o, False, serves, unmet_of[id(o)]))
         elif not o.is_gpu and not cpu_allowed:
             judged.append(Judged(o, False, serves, ("a CPU build, and this node has an NVIDIA GPU: taken only with "
-                                                    "--allow-cpu or when named explicitly",)))  # fmt: skip
+                                                    "--allow-cpu or when named explicitly",)))
         elif o is chosen:
             judged.append(Judged(o, True, serves, ()))
         else:
@@ -280,7 +280,7 @@ def _why(o: Option, version: str, n: int, facts: Facts, past_gpu_builds: bool) -
     gpu = o.needs.gpu
     if gpu is not None:
         parts.append(f"needs driver {gpu.min_driver or 'any'}+ (the node has {facts.node.driver}) and compute "
-                     f"capability {_range(gpu)}")  # fmt: skip
+                     f"capability {_range(gpu)}")
     elif past_gpu_builds:
         parts.append("a CPU build, taken on a GPU node because no GPU build fits and --allow-cpu was given")
     elif facts.node.has_nvidia:
@@ -305,23 +305,23 @@ def _passed_over(o: Option, chosen: Option, version: str) -> str:
     if _driver_of(o) != _driver_of(chosen):
         assert o.needs.gpu is not None and chosen.needs.gpu is not None
         return (f"needs driver {o.needs.gpu.min_driver or 'any'}+; {chosen.build} needs "
-                f"{chosen.needs.gpu.min_driver}+, which this node meets (a newer CUDA)")  # fmt: skip
+                f"{chosen.needs.gpu.min_driver}+, which this node meets (a newer CUDA)")
     if _width(o) != _width(chosen):
         assert o.needs.gpu is not None and chosen.needs.gpu is not None
         return (f"its capability range {_range(o.needs.gpu)} is wider than {chosen.build}'s "
-                f"({_range(chosen.needs.gpu)})")  # fmt: skip
+                f"({_range(chosen.needs.gpu)})")
     return f"listed after {chosen.build}"
 
 
 def _nothing_fits(relevant: Sequence[Option], unmet_of: dict[int, tuple[str, ...]], facts: Facts,
-                  cpu_hint: bool) -> tuple[str, str]:  # fmt: skip
+                  cpu_hint: bool) -> tuple[str, str]:
     if not relevant:
         return "the candidates hold no build of it, nor one that serves it", "import or build one"
     node = facts.node
     unmet_of = {k: tuple(r for r in v if not r.startswith("a CPU build")) for k, v in unmet_of.items()}
     fixes: list[str] = []
     drivers = [o for o in relevant if o.is_gpu and o.problem is None and unmet_of[id(o)]
-               and all(r.startswith("needs driver") for r in unmet_of[id(o)])]  # fmt: skip
+               and all(r.startswith("needs driver") for r in unmet_of[id(o)])]
     if drivers:
         best = min(drivers, key=lambda o: _driver_of(o))
         assert best.needs.gpu is not None
@@ -329,7 +329,7 @@ def _nothing_fits(relevant: Sequence[Option], unmet_of: dict[int, tuple[str, ...
     if node.has_nvidia and node.gpus:
         caps = sorted({"{}.{}".format(*g.capability) for g in node.gpus})
         fixes.append(f"or build a variant whose gpu table covers compute capability {' and '.join(caps)} and "
-                     f"min-driver at most {node.driver}")  # fmt: skip
+                     f"min-driver at most {node.driver}")
     elif not node.has_nvidia:
         fixes.append("or build a CPU variant (a build without a gpu table)")
     if cpu_hint:

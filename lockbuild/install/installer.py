@@ -122,7 +122,7 @@ class Installer:
 
         def result(status: Literal["installed", "unchanged"]) -> InstallResult:
             return InstallResult(status, m.engine, m.version, m.variant, target, opened.sha256, opened.signer_ids,
-                                 time.monotonic() - started)  # fmt: skip
+                                 time.monotonic() - started)
 
         with engine_lock(engine_dir, wait=self.o.wait):
             stale = clean_stale(engine_dir)

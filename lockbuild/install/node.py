@@ -84,19 +84,19 @@ class FactsError(LockbuildError):
 def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
     """The driver and GPUs an operator states in ``path`` (JSON; see the module's docstring), strictly."""
     tip = (f'Write {path} as {{"driver": "580.65.06", "gpus": [{{"name": "NVIDIA A100-SXM4-80GB", "capability": '
-           f'"8.0"}}]}} ("driver": null and "gpus": [] for a node without a GPU), or unset {FACTS_ENV}.')  # fmt: skip
+           f'"8.0"}}]}} ("driver": null and "gpus": [] for a node without a GPU), or unset {FACTS_ENV}.')
     try:
         raw = read_regular(path, what=f"{FACTS_ENV} file", max_size=MAX_FACTS, error=FactsError)
     except FileNotFoundError:
         raise FactsError(f"{FACTS_ENV} names {path}; expected a JSON file of the node's GPU facts, found none.",
-                         tip=tip) from None  # fmt: skip
+                         tip=tip) from None
     data = loads_json(raw, what=f"the {FACTS_ENV} file {path}", max_bytes=MAX_FACTS, error=FactsError)
     if not isinstance(data, dict) or set(data) - {"driver", "gpus"}:
         raise FactsError(f"the {FACTS_ENV} file {path} is not an object of driver and gpus only.", tip=tip)
     driver, gpus = data.get("driver"), data.get("gpus", [])
     if driver is not None and not (isinstance(driver, str) and _DRIVER_TEXT.fullmatch(driver)):
         raise FactsError(f"the {FACTS_ENV} file's driver {str(driver)[:40]!r} is not a driver version like "
-                         '"580.65.06".', tip=tip)  # fmt: skip
+                         '"580.65.06".', tip=tip)
     if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
         raise FactsError(f"the {FACTS_ENV} file's gpus is not a list of at most {MAX_GPUS}.", tip=tip)
     out = []
@@ -104,13 +104,13 @@ def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
         name, cap = (g.get("name"), g.get("capability")) if isinstance(g, dict) else (None, None)
         m = _CAP.fullmatch(cap) if isinstance(cap, str) else None
         if (not isinstance(g, dict) or set(g) - {"name", "capability"} or not isinstance(name, str)
-                or not 0 < len(name) <= 128 or not name.isprintable() or m is None):  # fmt: skip
+                or not 0 < len(name) <= 128 or not name.isprintable() or m is None):
             raise FactsError(f'the {FACTS_ENV} file\'s gpus[{i}] is not {{"name": TEXT, "capability": "X.Y"}}.',
-                             tip=tip)  # fmt: skip
+                             tip=tip)
         out.append(Gpu(name, (int(m[1]), int(m[2]))))
     if out and driver is None:
         raise FactsError(f"the {FACTS_ENV} file lists GPUs but no driver; state the driver the node will run.",
-                         tip=tip)  # fmt: skip
+                         tip=tip)
     return driver, tuple(out)
 
 
@@ -144,7 +144,7 @@ def _nvidia_smi() -> tuple[str | None, tuple[Gpu, ...]]:
 
 
 def detect(proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER,
-           environ: Mapping[str, str] | None = None) -> Node:  # fmt: skip
+           environ: Mapping[str, str] | None = None) -> Node:
     """The node's facts. ``environ``: the CLI's environment (the library reads none), where
     ``LOCKBUILD_GPU_FACTS`` may name a statement of the GPU facts."""
     libc, version = platform.libc_ver()
@@ -160,7 +160,7 @@ def detect(proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER,
         if driver is None:
             driver = _driver_from_sys(sys_driver) or _driver_from_proc(proc_driver)
     return Node(platform.machine(), "glibc" if libc == "glibc" else (libc or "unknown"), parsed, driver, gpus,
-                stated)  # fmt: skip
+                stated)
 
 
 def free_bytes(path: Path) -> int:

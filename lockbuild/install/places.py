@@ -19,7 +19,7 @@ from lockbuild.errors import InstallError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _TIP = ("--root, ROOT/ENGINE and every environment in it must be directories owned by the installing user "
-        "and writable by no one else (chmod 755); see docs/site-administrators.md.")  # fmt: skip
+        "and writable by no one else (chmod 755); see docs/site-administrators.md.")
 
 
 def check_place(path: Path, what: str) -> os.stat_result:
@@ -66,7 +66,7 @@ def check_ancestors(root: Path) -> None:
             elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
                 problem = f"is writable by its group or by others and not sticky (mode {stat.S_IMODE(st.st_mode):04o})"
                 fix = ("Put --root under directories only root (or the installing user) can write, or make the"
-                       f" shared one sticky (chmod +t {d})")  # fmt: skip
+                       f" shared one sticky (chmod +t {d})")
             if problem:
                 raise InstallError(
                     f"refused --root {root}: the directory {d} above it {problem}, so another user could swap"

@@ -44,7 +44,7 @@ def run(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str, 
         proc = subprocess.run(
             list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
             timeout=timeout, check=False,
-        )  # fmt: skip
+        )
     except subprocess.TimeoutExpired:
         raise InstallError(f"{what} did not finish within {timeout:.0f} s.") from None
     except OSError as exc:

@@ -60,7 +60,7 @@ class Stage:
         env = clean_env(self.unpacked / ".uv-cache", offline=True, inherit=self.environ)
         p.phase(f"creating a Python {m.python} environment")
         run([str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", str(self.staged)],
-            env=env, timeout=600, what="uv venv")  # fmt: skip
+            env=env, timeout=600, what="uv venv")
         st = self.staged.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise InstallError(f"uv venv did not make a plain directory at {self.staged}.")
@@ -71,12 +71,12 @@ class Stage:
             built, lock = build_sdists(uv, python, self.unpacked, m, env, p)
             run([str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
                  "--no-index", "--no-deps", *map(str, built)],
-                env=env, timeout=3600, what="uv pip install")  # fmt: skip
+                env=env, timeout=3600, what="uv pip install")
             kinds = {"wheel"}
         # uv unpacks each wheel once into its cache (.uv-cache, beside the staging directory, so on the
         # target's filesystem) and hard-links the files into the environment: no second copy is written
         argv = [str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
-                "--no-index", "--require-hashes", "--link-mode", "hardlink"]  # fmt: skip
+                "--no-index", "--require-hashes", "--link-mode", "hardlink"]
         for kind, folder in (("wheel", "wheels"), ("sdist", "sdists")):
             if kind in kinds and any(x.kind == kind for x in m.members):  # only folders the bundle has
                 argv += ["--find-links", str(self.unpacked / folder)]
@@ -94,7 +94,7 @@ class Stage:
         if t.source is not None:
             p.phase(f"unpacking the source into {t.source.dir}/")
             archives.extract(self.unpacked / t.source.member, self.staged / t.source.dir, strip=t.source.top or None,
-                             within=self.staged)  # fmt: skip
+                             within=self.staged)
         for a in t.assets:
             name = a.member.rsplit("/", 1)[-1]
             p.phase(f"unpacking {name} into {a.dir}/")
@@ -160,7 +160,7 @@ class Stage:
             installed=iso(dt.datetime.now(dt.UTC)), bundle=m.bundle_name, bundle_sha256=sha256, serial=m.serial,
             signers=signers, python=m.python, platform=m.platform, lockbuild=__version__, dev=st.st_dev,
             ino=st.st_ino, env=m.install.env,
-        )  # fmt: skip
+        )
         with create_under(self.staged, MARKER) as f:
             f.write((json.dumps(marker.to_json(), indent=2, sort_keys=True) + "\n").encode())
             f.flush()

@@ -129,7 +129,7 @@ def unignored_in_git(path: Path) -> Path | None:
         return None
     try:
         proc = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "--", str(path.absolute())],
-                              capture_output=True, timeout=30, check=False)  # fmt: skip
+                              capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return root
     return None if proc.returncode == 0 else root

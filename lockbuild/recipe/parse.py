@@ -48,7 +48,7 @@ _BUILD_KEYS = (
     "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
     "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
     "interpreter", "indexes", "primary-packages", "serves",
-)  # fmt: skip
+)
 
 
 def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
@@ -66,7 +66,7 @@ def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
         probe = None
     env, smoke, allow = _runtime(t, p)
     gpu_smoke = _command(t, "gpu-smoke", 'a command as a list of strings, e.g. ["engine", "--gpu-selftest"]',
-                         required=False) or ()  # fmt: skip
+                         required=False) or ()
     if None in (name, pypi, binary, verify):
         return None
     assert name is not None and pypi is not None and binary is not None and verify is not None
@@ -172,7 +172,7 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     return Build(
         version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
         tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes, on_primary, serves,
-    )  # fmt: skip
+    )
 
 
 def _serves(t: Table, where: str, p: Problems, version: str | None) -> tuple[str, ...]:
@@ -274,7 +274,7 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirem
             highest = (int(m[1]), int(m[2]))
     if capability is not None and highest is not None and highest < capability:
         p.add(f"{where}.max-capability", f"expected at least min-capability ({capability[0]}.{capability[1]}), found "
-              f"{highest[0]}.{highest[1]}")  # fmt: skip
+              f"{highest[0]}.{highest[1]}")
     driver = t.string(
         "min-driver",
         'a driver version such as "580" or "570.86"',

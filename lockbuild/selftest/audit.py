@@ -95,4 +95,4 @@ def pth_line() -> str:
     ``sitedir`` set; the environment is renamed after the install), and not by ``import``, which would take
     whatever ``sys.modules`` already holds under that name."""
     return (f"import os; _p = os.path.join(sitedir, {MODULE + '.py'!r}); exec(compile(open(_p, 'rb').read(), _p, "
-            f"'exec'), {{'__file__': _p, '__name__': {MODULE!r}}})\n")  # fmt: skip
+            f"'exec'), {{'__file__': _p, '__name__': {MODULE!r}}})\n")

@@ -48,9 +48,9 @@ def _show(ctx: click.Context, reports: list[Report], extra: dict[str, Any] | Non
 
 
 TIP = ("Make the engine work offline (its [engine.env] settings, bundled assets), or, for a documented optional "
-       "feature, name the host in [engine] allow-network.")  # fmt: skip
+       "feature, name the host in [engine] allow-network.")
 UNCHECKED_TIP = ("Install strace (Debian: apt-get install strace) and allow ptrace (a container's seccomp profile, "
-                 "kernel.yama.ptrace_scope < 3): with no tracer outside the sandbox there is no verdict.")  # fmt: skip
+                 "kernel.yama.ptrace_scope < 3): with no tracer outside the sandbox there is no verdict.")
 
 
 def summary(r: Report) -> str:
@@ -63,7 +63,7 @@ def summary(r: Report) -> str:
 
 
 def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None, public_key_text: str, *,
-                    built: dict[str, Any]) -> None:  # fmt: skip
+                    built: dict[str, Any]) -> None:
     """``build --self-test``: each new bundle, trusted through ``--trust`` or else the key that just signed it."""
     with tempfile.TemporaryDirectory(prefix="lockbuild-selftest-trust-") as tmp:
         if trust is None:
@@ -84,19 +84,19 @@ def show_after_build(ctx: click.Context, reports: list[Report], built: dict[str,
                "manylinux_2_28.lbz --trust keys/ --json\n"
                "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "
                "3 signature, 4 integrity, 6 not checked (this machine cannot run the bundle, or no tracer can "
-               "judge it here).")  # fmt: skip
+               "judge it here).")
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=TIMEOUT, show_default=True,
-              help="Seconds the verify command and the smoke command may each take.")  # fmt: skip
+              help="Seconds the verify command and the smoke command may each take.")
 @click.option("--no-strace", is_flag=True, help="Do not trace: the verdict is then \"not checked\" (exit 6).")
 @click.option("--gpu", is_flag=True, help="Also run the GPU probe and the recipe's gpu-smoke command (where a GPU is).")
 @json_option
 @click.pass_context
 def test(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, python: Path | None,
-         timeout: float, no_strace: bool, gpu: bool, as_json: bool) -> None:  # fmt: skip
+         timeout: float, no_strace: bool, gpu: bool, as_json: bool) -> None:
     """Prove a bundle runs offline: install it into a temporary root in a bubblewrap sandbox with no network,
     run its verify command and smoke command (with --gpu, the GPU probe and gpu-smoke command too), and
     report every network attempt a tracer outside the sandbox saw (host or family, system call, the Python
@@ -106,7 +106,7 @@ def test(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: in
     from lockbuild.selftest.run import SelfTestOptions, self_test
 
     opts = SelfTestOptions(trust_dir=trust_dir, threshold=threshold, python=python, timeout=timeout,
-                           tracer=not no_strace, gpu=gpu, environ=dict(os.environ))  # fmt: skip
+                           tracer=not no_strace, gpu=gpu, environ=dict(os.environ))
     _show(ctx, [self_test(bundle, opts, _progress(ctx))])
 
 

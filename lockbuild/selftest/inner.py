@@ -72,7 +72,7 @@ def _step(result: dict[str, Any], name: str, status: str, detail: str = "") -> N
 
 
 def _command(result: dict[str, Any], name: str, command: list[str], env_dir: Path, env: dict[str, str],
-             timeout: float) -> None:  # fmt: skip
+             timeout: float) -> None:
     argv = list(command)
     if (env_dir / "bin" / argv[0]).exists():
         argv[0] = str(env_dir / "bin" / argv[0])
@@ -81,7 +81,7 @@ def _command(result: dict[str, Any], name: str, command: list[str], env_dir: Pat
     with tempfile.TemporaryFile() as captured:
         try:
             proc = subprocess.Popen(argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, stdout=captured,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
+                                    stderr=subprocess.STDOUT)
         except OSError as exc:
             _step(result, name, "failed", f"cannot run {argv[0]}: {exc.strerror}")
             return
@@ -112,12 +112,12 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
     python = Path(cfg["python"]) if cfg["python"] else None
     opts = InstallOptions(root=root, trust_dir=Path(cfg["trust"]), python=python,
                           gpu_check="skip" if gpu else "require", threshold=cfg["threshold"],
-                          verify_timeout=cfg["timeout"], environ=environ)  # fmt: skip
+                          verify_timeout=cfg["timeout"], environ=environ)
     try:
         installed = Installer(opts, hook=hook).install(Path(cfg["bundle"]))
     except LockbuildError as exc:
         failed = "verify" if "the verify command" in exc.message else "gpu-probe" if "GPU probe" in exc.message else \
-            "install"  # fmt: skip
+            "install"
         for name in ("install", "verify", "gpu-probe"):
             if name == failed:
                 _step(result, name, "failed", exc.message + (f" ({exc.tip})" if exc.tip else ""))

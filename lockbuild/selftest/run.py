@@ -150,7 +150,7 @@ def _real_python(exe: Path) -> Path:
     bound into the sandbox."""
     with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
         proc = subprocess.run([str(exe), "-I", "-c", "import sys; print(sys.executable)"], capture_output=True,
-                              text=True, timeout=60, check=True)  # fmt: skip
+                              text=True, timeout=60, check=True)
         real = Path(proc.stdout.strip())
         if real.is_absolute() and real.is_file():
             return real
@@ -213,7 +213,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
         (box / "root").mkdir(mode=0o755)
         copy_trust(trust_dir(options.trust_dir), box / "trust")
         binds += [Bind(box / "root", BOX / "root", writable=True), Bind(box / "trust", BOX / "trust"),
-                  Bind(bundle.absolute(), BOX / "bundle" / bundle.name)]  # fmt: skip
+                  Bind(bundle.absolute(), BOX / "bundle" / bundle.name)]
         if signature.exists():
             binds.append(Bind(signature.absolute(), BOX / "bundle" / signature.name))
         binds += gpu_binds
@@ -227,10 +227,10 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
             "root": str(BOX / "root"), "timeout": options.timeout, "environ": environ, "gpu": gpu_reason,
             "smoke": list(t.smoke), "gpu_smoke": list(t.gpu_smoke), "verify": list(t.verify),
             "gpu_probe": t.gpu_probe, "env": [list(x) for x in t.env],
-        }  # fmt: skip
+        }
         path = "/usr/bin:/bin" + (f":{GPU_BIN}" if gpu_binds else "")
         spec = Spec(binds=tuple(binds), cwd=BOX, env={**environ, "PATH": path, "PYTHONPATH": ":".join(pythonpath),
-                    "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+                    "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
         p.phase(f"installing and running {m.engine} {build} in the sandbox" + (", traced" if tracer else ""))
         reader = trace.Reader(evidence / "strace.fifo", tracer) if tracer else None
         if reader is not None:
@@ -255,7 +255,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
     problems = []
     if result is None:  # the run inside the sandbox broke (or was killed): never a pass
         problems.append(f"the run inside the sandbox ended without a result (exit {proc.returncode}):\n"
-                        + out.decode("utf-8", "replace")[-1500:])  # fmt: skip
+                        + out.decode("utf-8", "replace")[-1500:])
         result = {"steps": []}
     elif result.get("error"):
         problems.append(f"the run inside the sandbox failed: {result['error']}")
@@ -268,7 +268,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
         for a in log.attempts:
             a.frames = tuple(f.replace(env_dir, "<env>/") for f in a.frames)
         notes = [dataclasses.replace(n, frames=tuple(f.replace(env_dir, "<env>/") for f in n.frames))
-                 for n in log.notes]  # fmt: skip
+                 for n in log.notes]
         attempts = judge(notes, log.attempts, t.allow_network)
     return Report(
         bundle=bundle.name, engine=m.engine, build=build,
@@ -276,5 +276,5 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
         tracer=trace.describe(tracer) if unchecked is None and tracer else f"none ({unchecked})",
         steps=steps, attempts=tuple(attempts), allow_network=t.allow_network, env=t.env, problems=tuple(problems),
         unchecked=unchecked,
-    )  # fmt: skip
+    )
 

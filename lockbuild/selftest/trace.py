@@ -48,7 +48,7 @@ INET_FAMILIES = frozenset({"AF_INET", "AF_INET6"})
 DNS_PORT = 53
 LIMIT = 10_000  # distinct attempts a report keeps; more makes the verdict "not checked"
 COVERS = ("socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg, io_uring_setup and clone with "
-          "CLONE_UNTRACED of every process in the sandbox (strace -f, outside it)")  # fmt: skip
+          "CLONE_UNTRACED of every process in the sandbox (strace -f, outside it)")
 
 _LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<call>[a-z_0-9]+)\((?P<args>.*)$")
 _HEX = r'"(?P<{0}>(?:\\x[0-9a-f]{{2}})*)"'
@@ -57,7 +57,7 @@ _V4 = re.compile(r"sa_family=AF_INET, sin_port=htons\((?P<port>\d+)\), sin_addr=
 _V6 = re.compile(r"sa_family=AF_INET6, sin6_port=htons\((?P<port>\d+)\).*?inet_pton\(AF_INET6, " + _HEX.format("a"))
 _FD = re.compile(r"^\d+<(?P<kind>[A-Za-z0-9-]+):\[(?P<inode>\d+)")
 _INET_KINDS = ("TCP", "UDP", "TCPv6", "UDPv6", "UDPLITE", "UDPLITEv6", "RAW", "RAWv6", "SCTP", "SCTPv6", "PING",
-               "PINGv6", "MPTCP", "MPTCPv6")  # fmt: skip
+               "PINGv6", "MPTCP", "MPTCPv6")
 _FIRST_ARG = re.compile(r"^(?P<family>[A-Z0-9_]+|0x[0-9a-f]+|\d+)[,\s]")
 _STRING = re.compile(_HEX.format("s"))
 
@@ -101,7 +101,7 @@ class Log:
 def command(tracer: str, out: Path) -> list[str]:
     """The prefix that traces bwrap and every process in the sandbox into ``out`` (outside it)."""
     return [tracer, "-f", *(["--seccomp-bpf"] if seccomp_bpf(tracer) else []), "-qq", "-yy", "-xx", "-s",
-            str(STRING_BYTES), "-e", f"trace={','.join(CALLS)}", "-e", "signal=none", "-o", str(out), "--"]  # fmt: skip
+            str(STRING_BYTES), "-e", f"trace={','.join(CALLS)}", "-e", "signal=none", "-o", str(out), "--"]
 
 
 def describe(tracer: str) -> str:
@@ -121,7 +121,7 @@ def seccomp_bpf(tracer: str) -> bool:
     kernel applies to every traced process, which it cannot remove; the other calls then cost nothing."""
     try:
         proc = subprocess.run([tracer, "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-o", "/dev/null", "--",
-                               "true"], capture_output=True, timeout=60, check=False)  # fmt: skip
+                               "true"], capture_output=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0 and b"seccomp" not in proc.stderr
@@ -131,7 +131,7 @@ def unusable(tracer: str) -> str | None:
     """Why strace cannot trace a child here (ptrace forbidden by a seccomp profile or Yama), or None."""
     try:
         proc = subprocess.run([tracer, "-f", "-qq", "-o", "/dev/null", "--", "true"], capture_output=True, text=True,
-                              timeout=60, check=False)  # fmt: skip
+                              timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)[:200]
     if proc.returncode == 0:
@@ -171,7 +171,7 @@ def _note(pid: int, payload: str) -> Note | None:
         host = d.get("host")
         return Note(str(d["event"])[:64], None if host is None else str(host)[:255],
                     port if isinstance(port, int | None) else str(port)[:32],
-                    tuple(str(x)[:300] for x in d.get("frames", [])[:8]), pid)  # fmt: skip
+                    tuple(str(x)[:300] for x in d.get("frames", [])[:8]), pid)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

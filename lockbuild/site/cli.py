@@ -29,7 +29,7 @@ wait_option = click.option(
 
 
 @click.command("import", cls=_Command, epilog="Example: lockbuild import vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
-               "--trust /etc/lockbuild/keys --store /srv/lockbuild")  # fmt: skip
+               "--trust /etc/lockbuild/keys --store /srv/lockbuild")
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @trust_option
 @threshold_option
@@ -56,9 +56,9 @@ def import_(
 
     with Store(store_dir, create=True) as store:
         done = import_bundle(store, bundle, trust_dir=trust_dir, threshold=threshold, progress=_progress(ctx),
-                             wait=wait)  # fmt: skip
+                             wait=wait)
     data = {"build": done.ref, "members": done.members, "added_blobs": done.added, "added_bytes": done.added_bytes,
-            "signers": list(done.signers), "store": str(store_dir)}  # fmt: skip
+            "signers": list(done.signers), "store": str(store_dir)}
     _emit(
         ctx,
         data,
@@ -90,7 +90,7 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
             complete = present == len(m.members)
             rows.append({"build": b.ref, "engine": m.engine, "version": m.version, "variant": m.variant,
                          "platform": m.platform, "serial": m.serial, "members": len(m.members),
-                         "present": present, "complete": complete, "size": m.unpacked_size})  # fmt: skip
+                         "present": present, "complete": complete, "size": m.unpacked_size})
             note = "" if complete else f"  INCOMPLETE ({present}/{len(m.members)} blobs)"
             lines.append(f"{b.ref:<40} {m.platform:<28} {m.unpacked_size / 1e6:>10.1f} MB{note}")
         blobs = store.blob_names()
@@ -127,7 +127,7 @@ def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damage
             "what is missing.",
         )
     _emit(ctx, {"store": str(store_dir), "blobs": count, "damage": []},
-          f"OK {store_dir}: {count} blobs re-hashed, every build complete")  # fmt: skip
+          f"OK {store_dir}: {count} blobs re-hashed, every build complete")
 
 
 @store_group.command("gc", epilog="Example: lockbuild store gc --store /srv/lockbuild --wait 600")
@@ -143,7 +143,7 @@ def store_gc(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) ->
     with Store(store_dir) as store, store.lock(exclusive=True, wait=wait):
         removed, freed = store.gc()
     _emit(ctx, {"store": str(store_dir), "removed_blobs": removed, "freed_bytes": freed},
-          f"OK removed {removed} unreferenced blob(s), {freed / 1e6:.1f} MB")  # fmt: skip
+          f"OK removed {removed} unreferenced blob(s), {freed / 1e6:.1f} MB")
 
 
 @click.command("split", cls=_Command,
@@ -162,7 +162,7 @@ def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json:
     listing_path = split(bundle, parse_size(size_text), out)
     listing = read_part_list(listing_path)
     data = {"part_list": str(listing_path), "sha256": listing.sha256, "size": listing.size,
-            "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts]}  # fmt: skip
+            "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts]}
     _emit(
         ctx,
         data,
@@ -191,18 +191,18 @@ def registry_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--auth-realm", "auth_realms", multiple=True, metavar="HOST[:PORT]",
                      help="A token service on another host that may receive the credentials (the registry's "
                      "own host and port always may; repeatable)."),
-    )):  # fmt: skip
+    )):
         f = option(f)
     return f
 
 
 @click.command("push", cls=_Command,
                epilog="Example: lockbuild push vllm/0.11.0-cu128 oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
-               "--store /srv/lockbuild")  # fmt: skip
+               "--store /srv/lockbuild")
 @click.argument("source")
 @click.argument("target")
 @click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="The store holding ENGINE/VERSION-VARIANT (or completing a delta).")  # fmt: skip
+              help="The store holding ENGINE/VERSION-VARIANT (or completing a delta).")
 @trust_option
 @threshold_option
 @registry_options
@@ -241,14 +241,14 @@ def push_(
         with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms) as reg:
             done = push(trusted, reg, progress=_progress(ctx))
     data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
-            "uploaded_bytes": done.moved_bytes}  # fmt: skip
+            "uploaded_bytes": done.moved_bytes}
     _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
-                     f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")  # fmt: skip
+                     f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")
 
 
 @click.command("pull", cls=_Command,
                epilog="Example: lockbuild pull oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
-               "--store /srv/lockbuild --trust /etc/lockbuild/keys")  # fmt: skip
+               "--store /srv/lockbuild --trust /etc/lockbuild/keys")
 @click.argument("target")
 @store_option
 @trust_option
@@ -284,20 +284,20 @@ def pull_(
     creds = _credentials(username, password_stdin)
     with Store(store_dir, create=True) as store, \
             Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                     auth_realms=auth_realms) as reg:  # fmt: skip
+                     auth_realms=auth_realms) as reg:
         done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
-            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}  # fmt: skip
+            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
-                     f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")  # fmt: skip
+                     f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
 
 
 @click.command("delta", cls=_Command,
                epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
-               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/")  # fmt: skip
+               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/")
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--base", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
-              help="The older bundle the site already has.")  # fmt: skip
+              help="The older bundle the site already has.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the delta.")
 @json_option
 @click.pass_context
@@ -310,9 +310,9 @@ def delta_(ctx: click.Context, new: Path, base: Path, out: Path, as_json: bool) 
     done = write_delta(new, base, out, progress=_progress(ctx))
     size = done.path.stat().st_size
     data = {"delta": str(done.path), "members": done.members, "included": done.included,
-            "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}  # fmt: skip
+            "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}
     _emit(ctx, data, f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "
-                     f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)")  # fmt: skip
+                     f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)")
 
 
 def register(main: click.Group) -> None:

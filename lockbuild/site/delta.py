@@ -59,7 +59,7 @@ class DeltaHead:
 
     def to_toml(self) -> bytes:
         return (f"format = 1\nbundle = {toml_string(self.bundle)}\nbase = {toml_string(self.base)}\n"
-                f"omitted = {self.omitted}\n").encode()  # fmt: skip
+                f"omitted = {self.omitted}\n").encode()
 
 
 def _bad(message: str) -> IntegrityError:
@@ -73,7 +73,7 @@ def parse_head(raw: bytes) -> DeltaHead:
         raise _bad(f"the delta's {HEAD} is not valid TOML: {exc}.") from None
     bundle, base, omitted = data.get("bundle"), data.get("base"), data.get("omitted")
     if data.get("format") != 1 or not isinstance(bundle, str) or not isinstance(base, str) \
-            or not isinstance(omitted, int) or set(data) != {"format", "bundle", "base", "omitted"}:  # fmt: skip
+            or not isinstance(omitted, int) or set(data) != {"format", "bundle", "base", "omitted"}:
         raise _bad(f"the delta's {HEAD} is not format 1 (format, bundle, base, omitted).")
     return DeltaHead(bundle, base, omitted)
 
@@ -116,7 +116,7 @@ def _add(out: _Counting, path: str, size: int, src: BinaryIO, mtime: int) -> Non
 
 
 def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | None = None,
-                limits: Limits = DEFAULT_LIMITS) -> Written:  # fmt: skip
+                limits: Limits = DEFAULT_LIMITS) -> Written:
     """Cut NEW against BASE into OUT/NAME.delta.lbz (+ .minisig). NEW is read in full (every member
     against its manifest); BASE only for its manifest. No key is needed."""
     base_manifest, _ = read_head(base, limits)
@@ -132,7 +132,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
         keep = [m for m in manifest.members if m.sha256 not in have]
         name = manifest.bundle_name.removesuffix(".lbz") + SUFFIX
         head = DeltaHead(manifest.bundle_name, f"{base_manifest.engine}/{base_manifest.version}-"
-                         f"{base_manifest.variant}", len(manifest.members) - len(keep))  # fmt: skip
+                         f"{base_manifest.variant}", len(manifest.members) - len(keep))
         tmp = work / name
         with tmp.open("wb") as raw:
             z = compressor().stream_writer(raw, closefd=False, write_size=CHUNK)

@@ -63,7 +63,7 @@ _WRITE_SLICE = 64 << 10  # writes are cut to this size, so the deadline is check
 CHUNK_UPLOAD = 64 << 20  # blobs larger than this are uploaded in chunks (PATCH), smaller in one PUT
 # What the transport may raise (httpx wraps socket and ssl errors; the rest is belt and braces).
 TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpcore.TimeoutException,
-                    httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError, ValueError)  # fmt: skip
+                    httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError, ValueError)
 
 
 class RegistryError(LockbuildError):
@@ -173,7 +173,7 @@ def parse_auth_realm(text: str) -> tuple[str, int | None]:
     """``--auth-realm HOST[:PORT]``: (host, port); no port means any port of that host."""
     if not _HOST.fullmatch(text):
         raise RegistryError(f"--auth-realm {text[:120]!r} is not a host: expected HOST or HOST:PORT, "
-                            "e.g. auth.registry.site or auth.registry.site:5001.")  # fmt: skip
+                            "e.g. auth.registry.site or auth.registry.site:5001.")
     parts = urlsplit(f"//{text}")
     try:
         port = parts.port
@@ -183,7 +183,7 @@ def parse_auth_realm(text: str) -> tuple[str, int | None]:
 
 
 def realm_refusal(registry_scheme: str, registry_host: str, realm: str,
-                  allowed: Sequence[tuple[str, int | None]] = ()) -> str | None:  # fmt: skip
+                  allowed: Sequence[tuple[str, int | None]] = ()) -> str | None:
     """Why the Bearer token realm ``realm`` may not be sent the registry's credentials, or None if it
     may: on the registry's own host and port over the same or a stronger scheme, or on a host named in
     ``allowed`` (from ``--auth-realm``) over the same or a stronger scheme."""
@@ -269,7 +269,7 @@ class _Stream(httpcore.NetworkStream):
         self._inner.close()
 
     def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:  # fmt: skip
+                  timeout: float | None = None) -> httpcore.NetworkStream:
         budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
         return _Stream(self._inner.start_tls(ssl_context, server_hostname, budget), self._clock)
 
@@ -283,12 +283,12 @@ class _Backend(httpcore.NetworkBackend):
         self._clock = clock
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:  # fmt: skip
+                    socket_options: Any = None) -> httpcore.NetworkStream:
         budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
         return _Stream(self._inner.connect_tcp(host, port, budget, local_address, socket_options), self._clock)
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Any = None) -> httpcore.NetworkStream:  # fmt: skip
+                            socket_options: Any = None) -> httpcore.NetworkStream:
         budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
         return _Stream(self._inner.connect_unix_socket(path, budget, socket_options), self._clock)
 
@@ -306,7 +306,7 @@ class _HTTPTransport(httpx.HTTPTransport):
         self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(clock),
                                              max_connections=limits.max_connections,
                                              max_keepalive_connections=limits.max_keepalive_connections,
-                                             keepalive_expiry=limits.keepalive_expiry)  # fmt: skip
+                                             keepalive_expiry=limits.keepalive_expiry)
 
 
 # -- the client -------------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ class Registry:
         """A transport failure as the user reads it: a stop, a missed deadline, or what broke."""
         if self._clock.stopped is not None:
             return self._fail(what, f"stopped, because {self._clock.stopped}",
-                              tip="Fix what the first error says, then run the same command again.")  # fmt: skip
+                              tip="Fix what the first error says, then run the same command again.")
         seconds = self._clock.expired()
         if seconds is not None and isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
             t = self.limits
@@ -402,7 +402,7 @@ class Registry:
         if parts.scheme != "http" or not (self.plain_http or _is_loopback(parts.hostname or "")):
             shown = f"{parts.scheme}://{parts.hostname or ''}"
             raise self._fail("refused", f"the registry sent us to {shown[:200]}, which is not https.",
-                             tip="Use --plain-http only for a registry you reach over a trusted network.")  # fmt: skip
+                             tip="Use --plain-http only for a registry you reach over a trusted network.")
 
     def _own_origin(self, url: str) -> bool:
         parts = urlsplit(url)
@@ -410,7 +410,7 @@ class Registry:
 
     # -- transport ----------------------------------------------------------------------------
     def _raw(self, method: str, url: str, *, what: str, headers: dict[str, str],
-             content: bytes | Iterator[bytes] | None) -> httpx.Response:  # fmt: skip
+             content: bytes | Iterator[bytes] | None) -> httpx.Response:
         """One request, streamed; every transport failure a RegistryError."""
         if self._clock.stopped is not None:
             raise self._transport_error(what, RuntimeError("stopped"))
@@ -422,7 +422,7 @@ class Registry:
 
     def _send(self, method: str, url: str, *, what: str, headers: dict[str, str] | None = None,
               content: bytes | Iterator[bytes] | None = None, retry_auth: bool = True,
-              redirects: int = 5) -> httpx.Response:  # fmt: skip
+              redirects: int = 5) -> httpx.Response:
         self._check_scheme(url)
         h = dict(headers or {})
         own = self._own_origin(url)
@@ -436,14 +436,14 @@ class Registry:
             if isinstance(content, Iterator):
                 raise self._fail(what, "the registry asked for credentials in the middle of an upload; retry.")
             return self._send(method, url, what=what, headers=headers, content=content, retry_auth=False,
-                              redirects=redirects)  # fmt: skip
+                              redirects=redirects)
         if response.status_code in (301, 302, 303, 307, 308) and redirects:
             target = self._join(url, response.headers.get("Location", ""), what)
             _close(response)
             # A redirect (to blob storage) gets no credentials: they go to the registry's own origin only.
             return self._send(method if response.status_code != 303 else "GET", target, what=what,
                               headers=headers, content=content, retry_auth=False,
-                              redirects=redirects - 1)  # fmt: skip
+                              redirects=redirects - 1)
         return response
 
     def _join(self, base: str, location: str, what: str) -> str:
@@ -454,7 +454,7 @@ class Registry:
 
     @contextmanager
     def _exchange(self, method: str, url: str, *, what: str, seconds: float, headers: dict[str, str] | None = None,
-                  content: bytes | Iterator[bytes] | None = None) -> Iterator[httpx.Response]:  # fmt: skip
+                  content: bytes | Iterator[bytes] | None = None) -> Iterator[httpx.Response]:
         """A request and its answer, all within ``seconds``; the answer is closed after."""
         with self._clock.within(seconds):
             r = self._send(method, url, what=what, headers=headers, content=content)
@@ -468,7 +468,7 @@ class Registry:
         length = r.headers.get("Content-Length", "")
         if not truncate and length.isdigit() and int(length) > limit:
             raise self._fail(what, f"the answer is {length} bytes, over the {limit} allowed; refused unread.",
-                             tip="Check that the address is an OCI registry you trust.")  # fmt: skip
+                             tip="Check that the address is an OCI registry you trust.")
         out = bytearray()
         for chunk in self._chunks(r, what):
             out += chunk
@@ -476,7 +476,7 @@ class Registry:
                 if truncate:
                     return bytes(out[:limit])
                 raise self._fail(what, f"the answer is over {limit} bytes; refused.",
-                                 tip="Check that the address is an OCI registry you trust.")  # fmt: skip
+                                 tip="Check that the address is an OCI registry you trust.")
         return bytes(out)
 
     def _chunks(self, r: httpx.Response, what: str) -> Iterator[bytes]:
@@ -513,7 +513,7 @@ class Registry:
         why = realm_refusal(self.scheme, self.ref.host, realm, self.auth_realms)
         if why is not None:
             raise self._fail(what, f"its token realm {realm[:200]!r} {why}; nothing was sent to it.",
-                             tip=_realm_tip(realm, self.scheme))  # fmt: skip
+                             tip=_realm_tip(realm, self.scheme))
         self._check_scheme(realm)
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
         query.setdefault("scope", f"repository:{self.ref.repo}:pull,push")
@@ -545,7 +545,7 @@ class Registry:
         what = f"fetching the manifest {self.ref.repo}:{reference}"
         t = self.limits
         with self._exchange("GET", f"{self.base}/manifests/{reference}", what=what, seconds=t.request_seconds,
-                            headers={"Accept": OCI_MANIFEST}) as r:  # fmt: skip
+                            headers={"Accept": OCI_MANIFEST}) as r:
             if r.status_code == 404:
                 raise self._fail(what, "no such tag (404).", tip="`lockbuild push` it first, or check the tag.")
             self._expect(r, (200,), what)
@@ -558,7 +558,7 @@ class Registry:
         what = f"pushing the manifest {self.ref.repo}:{reference}"
         with self._exchange("PUT", f"{self.base}/manifests/{reference}", what=what,
                             seconds=self.limits.blob_deadline(len(data)),
-                            headers={"Content-Type": OCI_MANIFEST}, content=data) as r:  # fmt: skip
+                            headers={"Content-Type": OCI_MANIFEST}, content=data) as r:
             self._expect(r, (200, 201), what)
 
     # -- blobs --------------------------------------------------------------------------------
@@ -605,7 +605,7 @@ class Registry:
         what = f"uploading the blob {digest}"
         t = self.limits
         with self._exchange("POST", f"{self.base}/blobs/uploads/", what=what, seconds=t.request_seconds,
-                            content=b"") as r:  # fmt: skip
+                            content=b"") as r:
             self._expect(r, (202,), what)
             location = self._join(f"{self.base}/", r.headers.get("Location", ""), what)
         if size > CHUNK_UPLOAD:
@@ -616,7 +616,7 @@ class Registry:
                     raise self._fail(what, "the source ended early.")
                 with self._exchange("PATCH", location, what=what, seconds=t.blob_deadline(len(chunk)), content=chunk,
                                     headers={"Content-Type": "application/octet-stream",
-                                             "Content-Range": f"{done}-{done + len(chunk) - 1}"}) as r:  # fmt: skip
+                                             "Content-Range": f"{done}-{done + len(chunk) - 1}"}) as r:
                     self._expect(r, (202,), what)
                     location = self._join(location, r.headers.get("Location", location), what)
                 done += len(chunk)
@@ -626,7 +626,7 @@ class Registry:
         sep = "&" if "?" in location else "?"
         with self._exchange("PUT", f"{location}{sep}{urlencode({'digest': digest})}", what=what,
                             seconds=t.blob_deadline(len(body)), content=body,
-                            headers={"Content-Type": "application/octet-stream"}) as r:  # fmt: skip
+                            headers={"Content-Type": "application/octet-stream"}) as r:
             self._expect(r, (201,), what)
 
 
@@ -640,7 +640,7 @@ def _read_source(src: BinaryIO, n: int, what: str) -> bytes:
         return src.read(n)
     except OSError as exc:
         raise RegistryError(f"{what}: cannot read the local copy: {exc.strerror or exc}.",
-                            tip="Run `lockbuild store verify` on the store.") from None  # fmt: skip
+                            tip="Run `lockbuild store verify` on the store.") from None
 
 
 def _error_text(body: bytes) -> str:
@@ -650,7 +650,7 @@ def _error_text(body: bytes) -> str:
         errors = doc.get("errors") if isinstance(doc, dict) else None
         if isinstance(errors, list) and errors:
             text = "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:5]
-                             if isinstance(e, dict))  # fmt: skip
+                             if isinstance(e, dict))
             if text:
                 return text[:300]
     except LockbuildError:
@@ -664,4 +664,4 @@ def _realm_tip(realm: str, registry_scheme: str) -> str:
         return "The registry's token service must be reached over https; fix its realm setting."
     host = parts.netloc.rsplit("@", 1)[-1] or "HOST"
     return (f"If {host[:100]} is your registry's own token service, name it: --auth-realm {host[:100]} "
-            "(credentials go nowhere else).")  # fmt: skip
+            "(credentials go nowhere else).")

@@ -98,7 +98,7 @@ class Artifact:
 def parse_artifact(raw: bytes, where: str) -> Artifact:
     def bad(why: str) -> IntegrityError:
         return IntegrityError(f"{where} is not a lockbuild artifact: {why}.",
-                              tip="Pull a tag that `lockbuild push` wrote.")  # fmt: skip
+                              tip="Pull a tag that `lockbuild push` wrote.")
 
     try:
         doc: Any = loads_json(raw, what=where, max_bytes=MAX_OCI_MANIFEST, error=IntegrityError)
@@ -140,7 +140,7 @@ class RegistryArtifact:
         if len(self.artifact.signatures) > limits.max_signature_file:
             raise SignatureError(f"the signatures of {self.label} are {len(self.artifact.signatures)} bytes; "
                                  f"expected at most {limits.max_signature_file}.",
-                                 tip="Push the build again from a checked store.")  # fmt: skip
+                                 tip="Push the build again from a checked store.")
         return self.artifact.signatures
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -155,7 +155,7 @@ class RegistryArtifact:
             )
         if a.config_size > limits.max_manifest:
             raise IntegrityError(f"{self.label}: the manifest is {a.config_size} bytes; expected at most "
-                                 f"{limits.max_manifest}.")  # fmt: skip
+                                 f"{limits.max_manifest}.")
         return self.registry.get_small_blob(a.config_digest, limits.max_manifest)
 
     def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
@@ -195,7 +195,7 @@ def push(trusted: TrustedBundle, registry: Registry, *, progress: Progress | Non
     if not registry.has_blob(config):
         registry.upload_blob(config, io.BytesIO(trusted.manifest_bytes), len(trusted.manifest_bytes))
     registry.put_manifest(registry.ref.tag, oci_manifest(trusted.manifest_bytes, m.members,
-                                                         trusted.counted_signatures(), m.bundle_name))  # fmt: skip
+                                                         trusted.counted_signatures(), m.bundle_name))
     progress.finish()
     return Moved(trusted.ref, len(members), moved, moved_bytes, trusted.signer_ids)
 
@@ -217,7 +217,7 @@ def pull(
     manifest, manifest_bytes, ref = trusted.manifest, trusted.manifest_bytes, trusted.ref
     if ref in store.refs() and store.build_files(ref)[0] != manifest_bytes:
         raise IntegrityError(f"the store already holds a different {ref}; nothing was fetched.",
-                             tip="Keep one store per site release train, or pull into another store.")  # fmt: skip
+                             tip="Keep one store per site release train, or pull into another store.")
     members = _distinct(manifest.members)
     moved = moved_bytes = 0
     with store.lock(exclusive=True, wait=wait):
@@ -260,7 +260,7 @@ def _fetch(registry: Registry, store: Store, m: Member, progress: Progress) -> N
 def _write_error(store: Store, m: Member, exc: OSError) -> StoreError:
     return StoreError(f"cannot write the partial blob {store.partial(m.sha256)}: {exc.strerror or exc}.",
                       tip="Check the store's disk (free space, permissions), then run the same pull again: "
-                      "it resumes.")  # fmt: skip
+                      "it resumes.")
 
 
 def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress) -> None:
@@ -296,7 +296,7 @@ def _hash_partial(store: Store, m: Member, h: hashlib._Hash) -> int:
     if not 0 < have <= m.size:
         return 0
     f, _ = open_regular(f"{m.sha256}.partial", what="partial blob", max_size=m.size, error=StoreError,
-                        dir_fd=store.tmp, shown=str(store.partial(m.sha256)))  # fmt: skip
+                        dir_fd=store.tmp, shown=str(store.partial(m.sha256)))
     with f:
         left = have
         while left and (chunk := f.read(min(CHUNK, left))):
@@ -310,10 +310,10 @@ def _check_blob(store: Store, m: Member, have: int, got: str) -> None:
     if have > m.size:
         remove_at(store.tmp, f"{m.sha256}.partial")
         raise IntegrityError(f"the registry's blob for {m.path} ({digest}) is longer than the signed {m.size} bytes; "
-                             "refused.")  # fmt: skip
+                             "refused.")
     if have < m.size:
         raise RegistryError(f"the registry's blob for {m.path} ended after {have} of {m.size} bytes.",
-                            tip="Run the same pull again: it resumes where this one stopped.")  # fmt: skip
+                            tip="Run the same pull again: it resumes where this one stopped.")
     if got != m.sha256:
         remove_at(store.tmp, f"{m.sha256}.partial")
         raise IntegrityError(

@@ -124,7 +124,7 @@ class DeltaFile:
             tar = _open_tar(f, limits)
             head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))  # a hint for messages, not trusted
             self.absent_tip = (f"Import the base it was cut against ({head.base}) or the full bundle first, "
-                               "then this delta.")  # fmt: skip
+                               "then this delta.")
             yield tar, _small(tar, MANIFEST, limits.max_manifest, limits)
 
     @contextlib.contextmanager
@@ -160,7 +160,7 @@ def _small(tar: TarReader, name: str, limit: int, limits: Limits) -> bytes:
     h = tar.next()
     if h is None or h.name != name:
         raise IntegrityError(f"the delta's member is {h.name if h else 'missing'!r}; expected {name}.",
-                             tip="Copy the delta again, or import the full bundle.")  # fmt: skip
+                             tip="Copy the delta again, or import the full bundle.")
     check_header(h, limits)
     if h.size > limit:
         raise IntegrityError(f"the delta's {name} is {h.size} bytes; expected at most {limit}.")
@@ -173,7 +173,7 @@ class StoreBuild:
     """``ENGINE/VERSION-VARIANT`` in a store."""
 
     damage_tip = ("Run `lockbuild store verify --store DIR --remove-damaged`, then import or pull the build again "
-                  "(only what is missing moves).")  # fmt: skip
+                  "(only what is missing moves).")
 
     def __init__(self, store: Store, ref: str) -> None:
         self.store = store
@@ -201,7 +201,7 @@ class StoreBuild:
     def members(self, limits: Limits = DEFAULT_LIMITS) -> Iterator[Stream]:
         manifest = parse_manifest(self._build()[0], limits)
         yield Stream(None, iter([FilePiece(m.path, m.size, _opener(self.store, m.sha256))
-                                 for m in manifest.members]))  # fmt: skip
+                                 for m in manifest.members]))
 
 
 @contextlib.contextmanager
@@ -220,7 +220,7 @@ def named_source(arg: str | Path, *, store: Path | None = None, work: Path | Non
         hint = "" if store is not None else ", and no --store to look ENGINE/VERSION-VARIANT up in"
         raise LockbuildError(f"no bundle {text}: no such file{hint}.",
                              tip="Give a .lbz, a NAME.lbz.parts.toml, a NAME.delta.lbz, or ENGINE/VERSION-VARIANT "
-                             "with --store DIR.")  # fmt: skip
+                             "with --store DIR.")
     if path.name.endswith(PARTS_SUFFIX):
         with _work(work) as w:
             yield PartsFile(path, w)

@@ -102,7 +102,7 @@ class Store:
         if problem:
             raise StoreError(f"refused the store {self.root}: {where} {problem}, so another user could change "
                              "what it holds.", tip=f"Make {where} owned by the user running lockbuild (or root) and "
-                             "writable by no one else (chown, chmod go-w).")  # fmt: skip
+                             "writable by no one else (chown, chmod go-w).")
 
     def _keep(self, fd: int) -> int:
         self._fds.append(fd)
@@ -131,7 +131,7 @@ class Store:
             fd = open_dir(name, dir_fd=parent)
         except FileNotFoundError:
             raise StoreError(f"the store {self.root} has no {name}/; it is not a store or is damaged.",
-                             tip=_TIP_DAMAGE) from None  # fmt: skip
+                             tip=_TIP_DAMAGE) from None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise StoreError(
@@ -150,7 +150,7 @@ class Store:
     def _mark(self, create: bool) -> None:
         try:
             text = read_regular(MARK, what="store mark", max_size=64, error=StoreError, dir_fd=self.fd,
-                                shown=self._where(MARK))  # fmt: skip
+                                shown=self._where(MARK))
         except FileNotFoundError:
             if not create or _names(self.fd):
                 raise StoreError(
@@ -182,7 +182,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot open the store's lock {self._where('lock')}: {exc.strerror or exc}.") from None
         busy = busy_error(f"another lockbuild process holds the store {self.root} (an import, pull or gc).",
-                          "Wait for it to finish, or pass --wait SECONDS.")  # fmt: skip
+                          "Wait for it to finish, or pass --wait SECONDS.")
         try:
             with flocked(fd, exclusive=exclusive, wait=wait, busy=busy):
                 yield
@@ -198,7 +198,7 @@ class Store:
             return None
         if not stat.S_ISREG(st.st_mode):
             raise IntegrityError(f"refused: the blob {self._where('blobs', 'sha256', sha256)} is a link or not a "
-                                 "plain file.", tip=_TIP_DAMAGE)  # fmt: skip
+                                 "plain file.", tip=_TIP_DAMAGE)
         return st.st_size
 
     def has_blob(self, sha256: str, size: int) -> bool:
@@ -207,7 +207,7 @@ class Store:
             return False
         if got != size:
             raise IntegrityError(f"the blob {sha256} in {self.root} is {got} bytes; the manifest says {size}.",
-                                 tip=_TIP_DAMAGE)  # fmt: skip
+                                 tip=_TIP_DAMAGE)
         return True
 
     def open_blob(self, sha256: str) -> BinaryIO:
@@ -215,7 +215,7 @@ class Store:
         waited on)."""
         try:
             f, _ = open_regular(check_hex(sha256), what="blob", max_size=self.limits.max_member, error=IntegrityError,
-                                dir_fd=self.blobs, shown=self._where("blobs", "sha256", sha256))  # fmt: skip
+                                dir_fd=self.blobs, shown=self._where("blobs", "sha256", sha256))
         except FileNotFoundError:
             raise IntegrityError(f"the store {self.root} has no blob {sha256}.", tip=_TIP_DAMAGE) from None
         except IntegrityError as exc:
@@ -304,7 +304,7 @@ class Store:
     def _read_file(self, dir_fd: int, name: str, limit: int, where: str) -> bytes:
         try:
             return read_regular(name, what="store file", max_size=limit, error=IntegrityError, dir_fd=dir_fd,
-                                shown=where)  # fmt: skip
+                                shown=where)
         except FileNotFoundError:
             raise IntegrityError(f"refused: {where} is missing.", tip=_TIP_DAMAGE) from None
         except IntegrityError as exc:
@@ -344,7 +344,7 @@ class Store:
                 os.close(efd)
         if got is None:
             raise StoreError(f"the store {self.root} holds no {ref}.",
-                             tip="`lockbuild store list --store DIR` shows what it holds.")  # fmt: skip
+                             tip="`lockbuild store list --store DIR` shows what it holds.")
         return got
 
     def _parse_build(self, ref: str, manifest_bytes: bytes, signatures: bytes) -> Build:

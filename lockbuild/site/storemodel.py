@@ -41,7 +41,7 @@ def parse_ref(ref: str) -> tuple[str, str, str]:
     version, dash, variant = build.rpartition("-")
     if not sep or not dash:
         raise StoreError(f"{ref[:120]!r} is not ENGINE/VERSION-VARIANT (for example vllm/0.11.0-cu128).",
-                         tip="`lockbuild store list --store DIR` shows the builds a store holds.")  # fmt: skip
+                         tip="`lockbuild store list --store DIR` shows the builds a store holds.")
     return check_name(engine, "engine"), check_name(version, "version"), check_name(variant, "variant")
 
 

@@ -86,7 +86,7 @@ def load_store(directory: Path) -> TrustStore:
     The directory is opened once and checked on its descriptor (owned by this user or root, writable by
     no one else); its files are opened relative to it, never through a link."""
     tip = (f"Put the publishers' minisign .pub files in {directory} (and optionally revoked.txt with one key id"
-           " per line); remove or fix any file that is not a valid public key.")  # fmt: skip
+           " per line); remove or fix any file that is not a valid public key.")
     try:
         dfd = open_dir(directory, follow=True)
     except OSError as exc:
@@ -94,7 +94,7 @@ def load_store(directory: Path) -> TrustStore:
         if state is None:
             raise SignatureError(f"cannot open trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
         raise SignatureError(f"trust directory {directory} {state}: expected a directory of .pub files",
-                             tip=tip) from None  # fmt: skip
+                             tip=tip) from None
     try:
         _check_owner(os.fstat(dfd), directory, "trust directory")
         try:
@@ -228,13 +228,13 @@ class TrustedBundle:
             if again is not None and again != self.manifest_bytes:
                 raise IntegrityError(f"the bundle's manifest has sha256 {hashlib.sha256(again).hexdigest()}; the "
                                      f"signatures sign {self.statement.manifest_sha256} ({self.source.label} changed"
-                                     " while it was read).", tip=_TIP_AGAIN)  # fmt: skip
+                                     " while it was read).", tip=_TIP_AGAIN)
             progress.start("checking" if dest is None else "unpacking", total_bytes=self.manifest.unpacked_size,
-                           files=len(self.manifest.members))  # fmt: skip
+                           files=len(self.manifest.members))
             done = extract(self.manifest, stream.pieces, dest=dest, want=want, progress=progress,
                            allow_absent=allow_absent, absent_tip=getattr(self.source, "absent_tip", _TIP_AGAIN),
                            damage_tip=getattr(self.source, "damage_tip", TIP),
-                           where=getattr(self.source, "where", self.source.label))  # fmt: skip
+                           where=getattr(self.source, "where", self.source.label))
         progress.finish()
         return done
 
@@ -289,12 +289,12 @@ def open_source(
     manifest = signed_manifest(statement, manifest_bytes, limits)
     if manifest.bundle_name != statement.file:
         raise IntegrityError(f"{source.label} holds the manifest of {manifest.bundle_name}; its signatures name "
-                             f"{statement.file}.", tip=_TIP_AGAIN)  # fmt: skip
+                             f"{statement.file}.", tip=_TIP_AGAIN)
     asked = source.expect_ref
     got = f"{manifest.engine}/{manifest.version}-{manifest.variant}"
     if asked is not None and got != asked:
         raise IntegrityError(f"{source.label} holds the signed manifest of another build ({got}); refused.",
-                             tip="Import or pull the build again: the store's entry was altered.")  # fmt: skip
+                             tip="Import or pull the build again: the store's entry was altered.")
     return TrustedBundle(source, digests, evaluation, statement, manifest, manifest_bytes, blocks, limits)
 
 
@@ -324,7 +324,7 @@ class VerifyResult:
     def to_json(self) -> dict[str, Any]:
         return {"bundle": str(self.bundle), "build": self.build, "sha256": self.sha256, "size": self.size,
                 "signers": list(self.signers), "members": self.members, "absent": list(self.absent),
-                "policy": self.evaluation.to_json()}  # fmt: skip
+                "policy": self.evaluation.to_json()}
 
 
 def verify_source(
@@ -341,7 +341,7 @@ def verify_source(
     done = trusted.extract(progress=progress, allow_absent=getattr(source, "partial", False))
     return VerifyResult(Path(source.label), trusted.sha256, trusted.statement.size, trusted.signer_ids,
                         len(done.manifest.members), trusted.evaluation, tuple(m.path for m in done.absent),
-                        trusted.ref)  # fmt: skip
+                        trusted.ref)
 
 
 def verify_bundle(

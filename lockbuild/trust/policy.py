@@ -31,7 +31,7 @@ from lockbuild.trust.store import Policy, TrustStore
 
 CLOCK_SKEW = dt.timedelta(minutes=10)
 _ALTERED_TIP = ("Do not install this bundle: it or its signature was altered. Re-download both from the publisher"
-                " and report the mismatch.")  # fmt: skip
+                " and report the mismatch.")
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Evaluation:
             tip="Ask the publisher for a freshly signed bundle (lockbuild sign --expires ...)." if first else
             "Get the bundle signed by enough distinct trusted keys, or add the publisher's .pub file to the trust"
             " directory if you do trust it.",
-        )  # fmt: skip
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "met": self.met, "signatures": [v.to_json() for v in self.verdicts]}
@@ -123,7 +123,7 @@ def statement_problem(st: Statement, *, name: str | None, now: dt.datetime) -> s
         return f"expired at {iso(st.expires)} (now {iso(now)})"
     if now + CLOCK_SKEW < st.as_of:
         return (f"is from {iso(st.as_of)}, after this machine's clock ({iso(now)}): set the node's clock correctly,"
-                " expiry checks depend on it")  # fmt: skip
+                " expiry checks depend on it")
     return None
 
 
@@ -141,7 +141,7 @@ def _judge(
 
     def altered(why: str) -> SignatureError:
         return SignatureError(f"signature {index} (key {kid}) names trusted key {key.key_id_hex} from {store.source}"
-                              f" but does not verify: {why}", tip=_ALTERED_TIP)  # fmt: skip
+                              f" but does not verify: {why}", tip=_ALTERED_TIP)
 
     try:  # cryptography: a trusted key's signature that fails is a hard failure
         if file is not None and file.blake2b is not None:
@@ -209,7 +209,7 @@ def evaluate(
             for i in group:
                 v = verdicts[i]
                 verdicts[i] = Verdict(v.index, v.key_id, False, "signs other facts than the counted signatures",
-                                      v.signer, v.statement)  # fmt: skip
+                                      v.signer, v.statement)
     return Evaluation(tuple(verdicts), needed, store.source, chosen)
 
 
@@ -274,10 +274,10 @@ def check_dates(statement: Statement, policy: Policy) -> None:
     when = statement.as_of
     if policy.not_before is not None and when < policy.not_before:
         raise SignatureError(f"the bundle's as-of {iso(when)} is before the site's not-before "
-                             f"{iso(policy.not_before)}; refused.")  # fmt: skip
+                             f"{iso(policy.not_before)}; refused.")
     if policy.not_after is not None and when > policy.not_after:
         raise SignatureError(f"the bundle's as-of {iso(when)} is after the site's not-after "
-                             f"{iso(policy.not_after)}; refused.")  # fmt: skip
+                             f"{iso(policy.not_after)}; refused.")
 
 
 def check_manifest(statement: Statement, manifest: Manifest, manifest_bytes: bytes) -> None:
@@ -295,7 +295,7 @@ def check_manifest(statement: Statement, manifest: Manifest, manifest_bytes: byt
 def check_signed_metadata(statement: Statement, manifest: Manifest) -> None:
     """The signed statement and the manifest inside must describe the same bundle (no mix-and-match)."""
     mine: dict[str, object] = {"engine": manifest.engine, "version": manifest.version, "variant": manifest.variant,
-                               "serial": manifest.serial, "file": manifest.bundle_name}  # fmt: skip
+                               "serial": manifest.serial, "file": manifest.bundle_name}
     for key, value in mine.items():
         signed = getattr(statement, key)
         if signed != value:

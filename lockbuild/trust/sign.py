@@ -36,7 +36,7 @@ def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes | N
     if file_blake2b is None:
         raise ValueError("signing needs the file's BLAKE2b-512 (minisign's prehash): digest it with prehash=True")
     return sign_prehashed(key, file_blake2b, statement.to_comment(),
-                          untrusted_comment=f"lockbuild signature {key.key_id_hex}")  # fmt: skip
+                          untrusted_comment=f"lockbuild signature {key.key_id_hex}")
 
 
 def carry_over(
@@ -71,7 +71,7 @@ class SignResult:
     def to_json(self) -> dict[str, Any]:
         return {"bundle": str(self.bundle), "signature": str(self.signature), "signer": self.signer,
                 "replaced": self.replaced, "sha256": self.sha256, "members": self.members,
-                "existing": self.existing.to_json() if self.existing is not None else None}  # fmt: skip
+                "existing": self.existing.to_json() if self.existing is not None else None}
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -108,7 +108,7 @@ def sign_bundle(
     digests = digest_bundle(bundle)
     carried: list[bytes] = []  # the manifest's bytes as the bundle carries them: what the statement signs
     manifest = read_bundle(bundle, progress=progress, expect_sha256=digests.sha256,  # every member, or refused
-                           on_manifest=lambda _m, raw: carried.append(raw))  # fmt: skip
+                           on_manifest=lambda _m, raw: carried.append(raw))
     if bundle.name != manifest.bundle_name:
         raise IntegrityError(
             f"the bundle file is named {bundle.name}, but its manifest names {manifest.bundle_name}.",
@@ -119,7 +119,7 @@ def sign_bundle(
         # A trusted key's signature that does not verify raises here: the bundle or its .minisig was altered.
         evaluation = evaluate(existing, store, name=bundle.name, now=now or dt.datetime.now(dt.UTC), file=digests)
     statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires,
-                             manifest_bytes=carried[0])  # fmt: skip
+                             manifest_bytes=carried[0])
     block = sign_statement(key, statement, digests.blake2b)
     replaced = any(s.key_id == key.key_id for s in existing)
     blocks = [block if s.key_id == key.key_id else s.to_text() for s in existing]
@@ -177,7 +177,7 @@ def sign_in_fresh_process(
     argv = [sys.executable, "-I", "-S", "-c", BOOT, *_import_dirs()]
     try:
         proc = subprocess.run(argv, input=json.dumps(request).encode(), stdout=subprocess.PIPE, stderr=None,
-                              env={"PATH": os.defpath}, cwd="/", timeout=SIGN_TIMEOUT, check=False)  # fmt: skip
+                              env={"PATH": os.defpath}, cwd="/", timeout=SIGN_TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
         raise SignatureError(f"the signing process did not finish within {SIGN_TIMEOUT} s.") from None
     except OSError as exc:
@@ -205,4 +205,4 @@ def sign_in_fresh_process(
     if len(blocks) != len(items):
         raise SignatureError(f"the signing process made {len(blocks)} signatures; expected {len(items)}.")
     return SignedBlocks(bytes.fromhex(answer["key_id"]), str(answer["key_id_hex"]), str(answer["public_key"]),
-                        blocks)  # fmt: skip
+                        blocks)

@@ -97,7 +97,7 @@ class BundleFile:
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         try:
             return read_regular(self.signatures, what="signature file", max_size=limits.max_signature_file,
-                                error=SignatureError)  # fmt: skip
+                                error=SignatureError)
         except FileNotFoundError:
             raise SignatureError(
                 f"no signature file {self.signatures}; expected the bundle's .minisig beside it.",

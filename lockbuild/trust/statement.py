@@ -111,18 +111,18 @@ class Statement:
 
     @classmethod
     def of(cls, manifest: Manifest, *, name: str, sha256: str, size: int, expires: dt.datetime | None,
-           manifest_bytes: bytes | None = None) -> Statement:  # fmt: skip
+           manifest_bytes: bytes | None = None) -> Statement:
         """The statement for a bundle with ``manifest``; ``manifest_bytes``: the bytes the bundle carries
         (a co-signer signs those), else the builder's own serialisation."""
         digest = manifest_sha256(manifest) if manifest_bytes is None else hashlib.sha256(manifest_bytes).hexdigest()
         return cls(name, manifest.engine, manifest.version, manifest.variant, sha256, size,
-                   digest, manifest.serial, expires)  # fmt: skip
+                   digest, manifest.serial, expires)
 
     @property
     def subject(self) -> tuple[object, ...]:
         """What the statement says about the bundle (everything but how long it is valid)."""
         return (self.file, self.engine, self.version, self.variant, self.sha256, self.size,
-                self.manifest_sha256, self.serial)  # fmt: skip
+                self.manifest_sha256, self.serial)
 
     @property
     def as_of(self) -> dt.datetime:
@@ -131,7 +131,7 @@ class Statement:
     def to_comment(self) -> str:
         fields = {"file": self.file, "engine": self.engine, "version": self.version, "variant": self.variant,
                   "sha256": self.sha256, "size": str(self.size), "manifest-sha256": self.manifest_sha256,
-                  "serial": str(self.serial)}  # fmt: skip
+                  "serial": str(self.serial)}
         if self.expires is not None:
             fields["expires"] = iso(self.expires)
         return format_trusted_comment(fields)
@@ -169,4 +169,4 @@ class Statement:
             if expires is None or expires.tzinfo is None:
                 raise SignatureError(f"the signed expiry {show(f['expires'][:40])} is not a time with a zone.")
         return cls(f["file"], f["engine"], f["version"], f["variant"], f["sha256"], size, f["manifest-sha256"], serial,
-                   expires)  # fmt: skip
+                   expires)

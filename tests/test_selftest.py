@@ -937,3 +937,34 @@ def test_an_ancestor_of_root_owned_by_another_user_gets_no_chmod_tip(tmp_path: P
     with pytest.raises(InstallError) as exc:
         check_ancestors(shared / "root")
     assert f"chmod +t {shared}" in (exc.value.tip or "")
+
+
+@needs_netns
+@needs_strace
+@pytest.mark.parametrize("kind", ["parts", "delta", "store"])
+def test_the_self_test_takes_every_source(kind: str, bundles: dict[str, Path], keys: Keys, private_tmp: Path,
+                                          tmp_path: Path) -> None:
+    """`lockbuild test` names its bundle as every command does: a part list, a delta completed by a store,
+    or ENGINE/VERSION-VARIANT in a store; a clean engine passes from each, a dirty one fails."""
+    quiet = bundles["quiet"]
+    store = tmp_path / "store"
+    if kind == "parts":
+        code, out, err = cli("split", str(quiet), "--size", "2M", "--out", str(tmp_path / "p"), "--json")
+        assert code == 0, err
+        args: tuple[str, ...] = (json.loads(out)["part_list"],)
+    else:
+        code, _, err = cli("import", str(quiet), "--trust", str(keys.trust), "--store", str(store))
+        assert code == 0, err
+        if kind == "store":
+            name = quiet.name.removesuffix("-x86_64-manylinux_2_28.lbz")
+            engine, _, build = name.partition("-")
+            args = (f"{engine}/{build}", "--store", str(store))
+        else:  # a delta of the same build against itself carries nothing: the store completes it
+            code, out, err = cli("delta", str(quiet), "--base", str(quiet), "--out", str(tmp_path / "d"), "--json")
+            assert code == 0, err
+            args = (json.loads(out)["delta"], "--store", str(store))
+    code, out, err = cli("test", *args, "--trust", str(keys.trust), "--json")
+    data = json.loads(out)
+    assert code == 0, (data, err)
+    assert data["self_test"][0]["verdict"] == "passed"
+    assert list(private_tmp.iterdir()) == []

@@ -85,7 +85,9 @@ def show_after_build(ctx: click.Context, reports: list[Report], built: dict[str,
                "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "
                "3 signature, 4 integrity, 6 not checked (this machine cannot run the bundle, or no tracer can "
                "judge it here).")
-@click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("bundle", metavar="BUNDLE")
+@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a delta.")
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
@@ -95,19 +97,23 @@ def show_after_build(ctx: click.Context, reports: list[Report], built: dict[str,
 @click.option("--gpu", is_flag=True, help="Also run the GPU probe and the recipe's gpu-smoke command (where a GPU is).")
 @json_option
 @click.pass_context
-def test(ctx: click.Context, bundle: Path, trust_dir: Path | None, threshold: int | None, python: Path | None,
-         timeout: float, no_strace: bool, gpu: bool, as_json: bool) -> None:
+def test(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
+         python: Path | None, timeout: float, no_strace: bool, gpu: bool, as_json: bool) -> None:
     """Prove a bundle runs offline: install it into a temporary root in a bubblewrap sandbox with no network,
     run its verify command and smoke command (with --gpu, the GPU probe and gpu-smoke command too), and
     report every network attempt a tracer outside the sandbox saw (host or family, system call, the Python
     frame that made it). Fails on any attempt to a host the recipe's allow-network does not name; without a
-    tracer the verdict is "not checked". The temporary root is removed afterwards."""
+    tracer the verdict is "not checked". The temporary root is removed afterwards.
+
+    \b
+    BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
+    from `delta` (with --store), or ENGINE/VERSION-VARIANT with --store DIR."""
     _setup(ctx, as_json)
     from lockbuild.selftest.run import SelfTestOptions, self_test
 
     opts = SelfTestOptions(trust_dir=trust_dir, threshold=threshold, python=python, timeout=timeout,
                            tracer=not no_strace, gpu=gpu, environ=dict(os.environ))
-    _show(ctx, [self_test(bundle, opts, _progress(ctx))])
+    _show(ctx, [self_test(bundle, opts, _progress(ctx), store=store_dir)])
 
 
 def register(main: _Group) -> None:

@@ -32,6 +32,7 @@ from lockbuild.fsio import create_under
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.runenv import engine_env, tail
 from lockbuild.selftest import audit, trace
+from lockbuild.site.sources import named_source
 
 PR_SET_DUMPABLE = 4
 RESULT = "LOCKBUILD-SELFTEST-RESULT"
@@ -114,7 +115,9 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
                           gpu_check="skip" if gpu else "require", threshold=cfg["threshold"],
                           verify_timeout=cfg["timeout"], environ=environ)
     try:
-        installed = Installer(opts, hook=hook).install(Path(cfg["bundle"]))
+        store = Path(cfg["store"]) if cfg.get("store") else None
+        with named_source(cfg["bundle"], store=store) as source:  # as every command names a bundle
+            installed = Installer(opts, hook=hook).install(source)
     except LockbuildError as exc:
         failed = "verify" if "the verify command" in exc.message else "gpu-probe" if "GPU probe" in exc.message else \
             "install"

@@ -48,7 +48,9 @@ from lockbuild.sandbox import run as sandboxed
 from lockbuild.selftest import inner, sandbox, trace
 from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.selftest.report import Report, Step, judge
-from lockbuild.trust import load_store, open_bundle, trust_dir
+from lockbuild.site.sources import DeltaFile, PartsFile, named_source
+from lockbuild.trust import load_store, open_source, trust_dir
+from lockbuild.trust.source import BundleFile, Source
 
 NO_TRACER = "strace is not installed"
 BOX = Path("/selftest")  # where the sandbox sees the test's files
@@ -176,10 +178,38 @@ def _result(out: bytes, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None = None) -> Report:
-    p = progress or Progress.quiet()
-    p.phase(f"checking the signatures of {bundle.name}")
-    trusted = open_bundle(bundle, load_store(trust_dir(options.trust_dir)), threshold=options.threshold)
+def self_test(bundle: Path | str, options: SelfTestOptions, progress: Progress | None = None, *,
+              store: Path | None = None) -> Report:
+    """Any source, named as every command names it (``site.sources.named_source``): a ``.lbz``, a part
+    list, a delta (completed by ``store``), or ENGINE/VERSION-VARIANT in ``store``."""
+    with named_source(bundle, store=store) as source:
+        return _self_test(source, options, progress or Progress.quiet(), store)
+
+
+def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, str | None]:
+    """What the sandbox needs of the source, and how the run inside names it: (binds, argument, store)."""
+    if isinstance(source, BundleFile | PartsFile):
+        path = source.path if isinstance(source, BundleFile) else source.joined
+        sig = source.signatures if isinstance(source, BundleFile) else source.signature_file
+        binds = [Bind(path.absolute(), BOX / "bundle" / path.name)]
+        if sig.exists():
+            binds.append(Bind(sig.absolute(), BOX / "bundle" / (path.name + ".minisig")))
+        return binds, str(BOX / "bundle" / path.name), None
+    assert store is not None or isinstance(source, DeltaFile)
+    binds = [Bind(store.absolute(), BOX / "store")] if store is not None else []
+    inner_store = str(BOX / "store") if store is not None else None
+    if isinstance(source, DeltaFile):
+        sig = source.delta.with_name(source.delta.name + ".minisig")
+        binds += [Bind(source.delta.absolute(), BOX / "bundle" / source.delta.name)]
+        if sig.exists():
+            binds.append(Bind(sig.absolute(), BOX / "bundle" / sig.name))
+        return binds, str(BOX / "bundle" / source.delta.name), inner_store
+    return binds, source.expect_ref or "", inner_store
+
+
+def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Path | None) -> Report:
+    p.phase(f"checking the signatures of {Path(source.label).name}")
+    trusted = open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold)
     m = trusted.manifest
     t = m.install
     build = f"{m.version}-{m.variant}"
@@ -205,7 +235,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
     if options.gpu:
         gpu_binds, gpu_reason = _gpu_binds(options.environ)
     binds, pythonpath = _code_binds(node_python)
-    signature = bundle.with_name(bundle.name + ".minisig")
+    source_binds, argument, inner_store = _source_binds(source, store)
     with sandbox.workdir(options.base) as work:
         box, evidence = work / "box", work / "evidence"
         box.mkdir(mode=0o700)
@@ -213,16 +243,14 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
         (box / "root").mkdir(mode=0o755)
         copy_trust(trust_dir(options.trust_dir), box / "trust")
         binds += [Bind(box / "root", BOX / "root", writable=True), Bind(box / "trust", BOX / "trust"),
-                  Bind(bundle.absolute(), BOX / "bundle" / bundle.name)]
-        if signature.exists():
-            binds.append(Bind(signature.absolute(), BOX / "bundle" / signature.name))
+                  *source_binds]
         binds += gpu_binds
         home, tmp = "/home/sandbox", "/tmp"  # noqa: S108 - the sandbox's own tmpfs
         environ = {k: options.environ[k] for k in PASSED + GPU_PASSED if k in options.environ}
         environ.update(HOME=home, TMPDIR=tmp)
         nonce = secrets.token_hex(16)
         cfg = {
-            "nonce": nonce, "bundle": str(BOX / "bundle" / bundle.name), "trust": str(BOX / "trust"),
+            "nonce": nonce, "bundle": argument, "store": inner_store, "trust": str(BOX / "trust"),
             "threshold": options.threshold, "python": str(node_python) if node_python else None,
             "root": str(BOX / "root"), "timeout": options.timeout, "environ": environ, "gpu": gpu_reason,
             "smoke": list(t.smoke), "gpu_smoke": list(t.gpu_smoke), "verify": list(t.verify),
@@ -271,7 +299,7 @@ def self_test(bundle: Path, options: SelfTestOptions, progress: Progress | None 
                  for n in log.notes]
         attempts = judge(notes, log.attempts, t.allow_network)
     return Report(
-        bundle=bundle.name, engine=m.engine, build=build,
+        bundle=Path(source.label).name, engine=m.engine, build=build,
         namespace="bubblewrap: new user, PID and network namespaces; loopback only",
         tracer=trace.describe(tracer) if unchecked is None and tracer else f"none ({unchecked})",
         steps=steps, attempts=tuple(attempts), allow_network=t.allow_network, env=t.env, problems=tuple(problems),

@@ -62,7 +62,8 @@ class PartsFile:
         self.file_name: str | None = self.listing.file
         self.expect_ref: str | None = None
         self.joined = work / self.listing.file
-        self._bundle = BundleFile(self.joined, signatures=part_list.parent / (self.listing.file + ".minisig"))
+        self.signature_file = part_list.parent / (self.listing.file + ".minisig")
+        self._bundle = BundleFile(self.joined, signatures=self.signature_file)
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         return self._bundle.signature_blocks(limits)

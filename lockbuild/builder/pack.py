@@ -287,28 +287,18 @@ def place_signed(written: Written, statement: Statement, *, signer: bytes, block
 
 
 def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
-    """Sign a written bundle (keeping co-signers' blocks when it is byte-identical); move both into place."""
-    final, manifest, digests = written.final, written.manifest, written.digests
-    tmp_sig = final.with_name(f".{manifest.bundle_name}.minisig.{os.getpid()}.partial")
-    sig_final = None
-    kept: tuple[Signature, ...] = ()
-    dropped: tuple[Signature, ...] = ()
+    """Sign a written bundle in this process (the benchmarks' in-process path; ``lockbuild build`` signs in
+    its own signing process) and move both into place; ``key=None``: the bundle alone."""
+    if key is not None:
+        statement = statement_for(written, expires)
+        block = sign_statement(key, statement, written.digests.blake2b)
+        return place_signed(written, statement, signer=key.key_id, block=block)
     try:
-        if key is not None:
-            sig_final = signature_path(final)
-            statement = Statement.of(manifest, name=final.name, sha256=digests.sha256, size=digests.size,
-                                     expires=expires)
-            kept, dropped = carry_over(_existing_signatures(sig_final), statement, key.key_id)
-            block = sign_statement(key, statement, digests.blake2b)
-            tmp_sig.write_text(block + "".join(s.to_text() for s in kept), encoding="utf-8")
-        written.tmp.replace(final)
-        if sig_final is not None:
-            tmp_sig.replace(sig_final)
+        written.tmp.replace(written.final)
     finally:
         written.discard()
-        tmp_sig.unlink(missing_ok=True)
-    return Packed(final, sig_final, manifest, digests.sha256, digests.size,
-                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))
+    d = written.digests
+    return Packed(written.final, None, written.manifest, d.sha256, d.size, (), ())
 
 
 def fetch_and_write(

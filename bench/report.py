@@ -121,26 +121,64 @@ def _bars(ax: Any, r: Results) -> None:
     ax.legend()
 
 
-def _live_bars(ax: Any, r: Results) -> None:
-    """vllm-live: each lockbuild step beside its floor, with the issue's target as a tick."""
+def _sum(r: Results, parts: Sequence[tuple[str, str]]) -> float | None:
+    """The sum of several measured medians (a floor made of steps), or None when one was not measured."""
+    figs = [r.get(*p) for p in parts]
+    return sum(f.median for f in figs if f is not None) if parts and all(figs) else None
+
+
+def live_groups(r: Results) -> list[tuple[str, float, float | None, float | None, float | None]]:
+    """vllm-live's bars: (step, lockbuild, floor, classic path, target) for every step lockbuild was
+    measured in; a floor or classic path that was not measured in the run is None (left out, never 0)."""
     from bench import vllm_live as v
 
-    steps = (("lock", ("lock", v.LB_LOCK), ("lock", v.UV_LOCK), None),
-             ("build cold", ("build", v.COLD), ("fetch", v.RAW), 75.0),
-             ("build warm", ("build", v.WARM), ("build", v.ZSTD), 20.0),
-             ("verify", ("verify", v.VERIFY), ("verify", v.B2SUM), None),
-             ("install", ("install", v.INSTALL), ("install", v.UV_INSTALL), 55.0))
-    width = 0.38
-    for i, (_, lb, floor, target) in enumerate(steps):
-        a, b = r.get(*lb), r.get(*floor)
-        ax.bar(i - width / 2, a.median if a else 0.0, width, color="#1f77b4", label="lockbuild" if i == 0 else None)
-        ax.bar(i + width / 2, b.median if b else 0.0, width, color="#7f7f7f", label="floor" if i == 0 else None)
+    def med(phase: str, variant: str) -> float | None:
+        f = r.get(phase, variant)
+        return f.median if f is not None else None
+
+    steps = (
+        ("lock", [("lock", v.LB_LOCK)], [("lock", v.UV_LOCK)], None, None),
+        ("build cold", [("build", v.COLD)], [("lock", v.UV_LOCK), ("fetch", v.RAW)], None, 75.0),
+        ("build warm", [("build", v.WARM)], [("build", v.ZSTD)], None, 20.0),
+        ("verify", [("verify", v.VERIFY)], [("verify", v.OPENSSL)], None, None),
+        ("install", [("install", v.INSTALL)], [("install", v.UV_INSTALL)], None, 55.0),
+        ("index to installed", [("build", v.COLD), ("install", v.INSTALL)], [],
+         [("classic", v.CL_DL), ("classic", v.CL_TGZ), ("classic", v.CL_INST)], None),
+    )
+    out = []
+    for name, lb, floor, classic, target in steps:
+        got = _sum(r, lb)
+        if got is None:
+            continue  # not measured in this run: absent, not an empty bar
+        out.append((name, got, _sum(r, floor), _sum(r, classic or []), target))
+    return out
+
+
+def _live_bars(ax: Any, r: Results) -> None:
+    """vllm-live: each measured lockbuild step beside its floor (and the classic path where it ran), with
+    the issue's target as a tick; what the run did not measure is left out."""
+    groups = live_groups(r)
+    width = 0.27
+    seen: set[str] = set()
+
+    def bar(x: float, value: float | None, color: str, label: str) -> None:
+        if value is None:
+            return
+        ax.bar(x, value, width, color=color, label=None if label in seen else label)
+        seen.add(label)
+
+    for i, (_, lb, floor, classic, target) in enumerate(groups):
+        bar(i - width, lb, "#1f77b4", "lockbuild")
+        bar(i, floor, "#7f7f7f", "floor (uv compile, curl, tar|zstd, openssl, bare uv)")
+        bar(i + width, classic, "#d62728", "classic path (pip download + tar czf + pip install)")
         if target is not None:
-            ax.hlines(target, i - width, i + width, colors="#d62728", label="target" if i == 1 else None)
-    ax.set_xticks(range(len(steps)), [s[0] for s in steps])
+            ax.hlines(target, i - 1.5 * width, i + 1.5 * width, colors="#2ca02c",
+                      label=None if "target" in seen else "target")
+            seen.add("target")
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups])
     ax.set_ylabel("seconds (median)")
-    ax.set_title(f"{r.label}: lockbuild against its floors (uv compile, curl, tar|zstd, b2sum, bare uv)")
-    ax.legend()
+    ax.set_title(f"{r.label}: lockbuild against its floors and the classic path")
+    ax.legend(fontsize=8)
 
 
 def plot(results: Sequence[Results], path: Path) -> bool:

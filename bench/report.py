@@ -148,8 +148,8 @@ def live_groups(r: Results) -> list[tuple[str, float, float | None, float | None
     out = []
     for name, lb, floor, classic, target in steps:
         got = _sum(r, lb)
-        if got is None:
-            continue  # not measured in this run: absent, not an empty bar
+        if got is None or (classic is not None and _sum(r, classic) is None):
+            continue  # not measured in this run (or nothing to compare it with): absent, not an empty bar
         out.append((name, got, _sum(r, floor), _sum(r, classic or []), target))
     return out
 

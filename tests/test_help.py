@@ -109,3 +109,21 @@ def test_a_broken_example_fails_the_parse(monkeypatch: pytest.MonkeyPatch) -> No
     for argv in (["lock", "x.toml", "--out", "d", "--no-such"], ["lock", "x.toml"], ["lock", "a", "b", "--out", "d"]):
         with pytest.raises(click.UsageError):
             main.main(argv, prog_name="lockbuild", standalone_mode=False)
+
+
+def test_every_command_says_what_it_does() -> None:
+    """A docstring built by concatenation is no docstring: click would list the command with no text."""
+    import click
+
+    from lockbuild.cli import main
+
+    def walk(group: click.Group) -> list[tuple[str, click.Command]]:
+        out = []
+        for name, cmd in group.commands.items():
+            out.append((name, cmd))
+            if isinstance(cmd, click.Group):
+                out += [(f"{name} {n}", c) for n, c in walk(cmd)]
+        return out
+
+    empty = [name for name, cmd in walk(main) if not (cmd.help or "").strip()]
+    assert empty == []

@@ -24,8 +24,6 @@ from lockbuild.times import iso
 Command = _Command
 
 
-SOURCE_HELP = ("BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz "
-               "from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.")
 store_option = click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
                             help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a "
                             "delta.")
@@ -43,7 +41,8 @@ def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: P
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
 
     \b
-    """ + SOURCE_HELP + """
+    BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
+    from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.
     """
     _setup(ctx, as_json)
     from lockbuild.site.sources import named_source
@@ -68,7 +67,8 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
     """Show a bundle's engine, build, target, as-of, signers and file table (signatures NOT checked).
 
     \b
-    """ + SOURCE_HELP + """
+    BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
+    from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.
     """
     _setup(ctx, as_json)
     from lockbuild.bundle.manifest import parse_manifest
@@ -184,7 +184,8 @@ def install(
     leaves the previous install untouched.
 
     \b
-    """ + SOURCE_HELP + """
+    BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
+    from `delta`, or ENGINE/VERSION-VARIANT with --store DIR; or
     ENGINE/VERSION or ENGINE with --store DIR, or a folder DIR/ of bundles: the node chooses the build that
     fits its GPUs and driver (the asked version first, then the newest CUDA it runs, then the narrowest
     capability range) and says why each other one was passed over.

@@ -122,7 +122,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
     base_manifest, _ = read_head(base, limits)
     have = {m.sha256 for m in base_manifest.members}
     sig = signature_path(new)
-    read_signatures(sig, limits)  # present, bounded, well-formed
+    blocks = "".join(s.to_text() for s in read_signatures(sig, limits)).encode()  # present, bounded, well-formed
     out_dir.mkdir(parents=True, exist_ok=True)
     work = out_dir / f".delta-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
@@ -148,7 +148,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
             z.close()  # type: ignore[no-untyped-call]
             raw.flush()
             os.fsync(raw.fileno())
-        (work / (name + ".minisig")).write_bytes(sig.read_bytes())
+        (work / (name + ".minisig")).write_bytes(blocks)  # the blocks that were checked, not a second read
         tmp.replace(out_dir / name)
         (work / (name + ".minisig")).replace(out_dir / (name + ".minisig"))
     finally:

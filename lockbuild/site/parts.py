@@ -87,11 +87,16 @@ def split(bundle: Path, size: int, out: Path) -> Path:
     whole = hashlib.sha256()
     parts: list[Part] = []
     total = 0
-    count = max(1, -(-bundle.stat().st_size // size))
+    try:  # a regular file, by descriptor: a FIFO or a device is refused, never read
+        src, whole_size = open_regular(bundle, what="bundle", max_size=DEFAULT_LIMITS.max_bundle, error=IntegrityError)
+    except FileNotFoundError:
+        raise LockbuildError(f"the bundle {bundle} does not exist.", tip="Check the path.") from None
+    count = max(1, -(-whole_size // size))
     if count > MAX_PARTS:
+        src.close()
         raise LockbuildError(f"--size {size} would cut {bundle.name} into {count} parts; at most {MAX_PARTS}.")
     width = max(3, len(str(count - 1)))  # names sort in order, so `cat NAME.lbz.part*` joins them
-    with bundle.open("rb") as src:
+    with src:
         while True:
             name = f"{bundle.name}.part{len(parts):0{width}d}"
             h = hashlib.sha256()
@@ -114,8 +119,10 @@ def split(bundle: Path, size: int, out: Path) -> Path:
             if n < size:
                 break
     sig = signature_path(bundle)
-    if sig.exists():
-        (out / sig.name).write_bytes(sig.read_bytes())
+    if sig.exists():  # copied as read: a regular file within the readers' limit
+        blocks = read_regular(sig, what="signature file", max_size=DEFAULT_LIMITS.max_signature_file,
+                              error=IntegrityError)
+        (out / sig.name).write_bytes(blocks)
     listing = PartList(bundle.name, total, whole.hexdigest(), tuple(parts))
     path = out / f"{bundle.name}{PARTS_SUFFIX}"
     tmp = out / f".{path.name}.partial"

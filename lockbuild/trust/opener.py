@@ -287,9 +287,6 @@ def open_source(
     check_dates(statement, store.policy)
     manifest_bytes = source.manifest_bytes(limits, statement.manifest_sha256)  # only now, after the policy is met
     manifest = signed_manifest(statement, manifest_bytes, limits)
-    if manifest.bundle_name != statement.file:
-        raise IntegrityError(f"{source.label} holds the manifest of {manifest.bundle_name}; its signatures name "
-                             f"{statement.file}.", tip=_TIP_AGAIN)
     asked = source.expect_ref
     got = f"{manifest.engine}/{manifest.version}-{manifest.variant}"
     if asked is not None and got != asked:

@@ -137,6 +137,9 @@ def test_verify_refuses(
         sig.rename(str(renamed) + ".minisig")
         bundle = renamed
     code, _, stderr = cli("verify", str(bundle), "--trust", str(trust))
+    if attack == "other-bundle" and code == 3:  # the other bundle is the larger file: its statement does not verify
+        assert "does not verify: it signs a file of" in stderr, stderr
+        return
     assert code == expected_code, stderr
     assert expected in stderr
 

@@ -96,17 +96,28 @@ def no_python_path() -> str:
 
 
 def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.CompletedProcess[str]:
-    """``lockbuild install`` with no --python, no python<X.Y> on PATH, in a network namespace."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        pytest.skip("unshare is not available")
-    ns = next((a for a in ([unshare, "-n"], [unshare, "-rn"]) if subprocess.run([*a, "true"]).returncode == 0), None)
-    if ns is None:
-        pytest.skip("this machine does not allow a network namespace")
+    """``lockbuild install`` with no --python, no python<X.Y> on PATH, and no network: in ``unshare -n`` as
+    root, else in lockbuild's sandbox (a user namespace made by ``unshare -rn`` would show root's
+    directories above --root as uid 65534, which the installer rightly refuses)."""
     env = {"PATH": no_python_path(), "HOME": str(root.parent), "LANG": "C.UTF-8"}
-    argv = [*ns, sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
+    argv = [sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
             "--trust", str(keys.trust), "--json"]
-    return subprocess.run(argv, capture_output=True, text=True, env=env)
+    unshare = shutil.which("unshare")
+    if os.geteuid() == 0 and unshare is not None and subprocess.run([unshare, "-n", "true"]).returncode == 0:
+        return subprocess.run([unshare, "-n", *argv], capture_output=True, text=True, env=env)
+    import lockbuild
+    from lockbuild import sandbox
+
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxError as exc:
+        pytest.skip(f"no network namespace here: {exc.message}")
+    here = [Path(sys.prefix), Path(sys.base_prefix), Path(lockbuild.__file__).resolve().parent.parent]
+    binds = [sandbox.Bind(p, p) for p in dict.fromkeys(here) if not p.is_relative_to("/usr")]
+    binds += [sandbox.Bind(keys.trust, keys.trust), sandbox.Bind(bundle.parent, bundle.parent),
+              sandbox.Bind(root.parent, root.parent, writable=True)]
+    ran = sandbox.run(sandbox.Spec(binds=tuple(binds), env={**env, "TMPDIR": "/tmp"}), argv, timeout=300)
+    return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
 
 
 def engine_runs(env_dir: Path) -> str:

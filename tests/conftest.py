@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -185,3 +186,24 @@ def toy_recipe(tmp_path: Path) -> Path:
     p = tmp_path / "toyengine.toml"
     p.write_text(TOY_RECIPE)
     return p
+
+
+def install_in_sandbox(bundle: Path, root: Path, trust: Path, *, writable: Path,
+                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``lockbuild install`` with no network, root or not: in lockbuild's sandbox, seeing only this Python,
+    lockbuild, the bundle, the trust directory and ``writable`` (which holds ``root``). A user namespace
+    made by ``unshare -rn`` would show root's directories above --root as uid 65534, which the installer
+    rightly refuses; inside the sandbox the directories above the binds are its own."""
+    import lockbuild
+    from lockbuild import sandbox
+
+    here = [Path(sys.prefix), Path(sys.base_prefix), Path(lockbuild.__file__).resolve().parent.parent]
+    binds = [sandbox.Bind(p, p) for p in dict.fromkeys(here) if not p.is_relative_to("/usr")]
+    binds += [sandbox.Bind(trust, trust), sandbox.Bind(writable, writable, writable=True)]
+    if not bundle.is_relative_to(writable):
+        binds.append(sandbox.Bind(bundle.parent, bundle.parent))
+    environ = {"PATH": "/usr/local/bin:/usr/bin:/bin", **(env or {}), "TMPDIR": "/tmp"}
+    argv = [sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root), "--trust", str(trust),
+            "--json"]
+    ran = sandbox.run(sandbox.Spec(binds=tuple(binds), env=environ), argv, timeout=300)
+    return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PY, TOY_RECIPE, Keys
+from conftest import PY, TOY_RECIPE, Keys, install_in_sandbox
 from servers import FakeServer
 from standalone import archive_name, make_tree, pack, runs_from
 
@@ -105,19 +105,13 @@ def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.Complete
     unshare = shutil.which("unshare")
     if os.geteuid() == 0 and unshare is not None and subprocess.run([unshare, "-n", "true"]).returncode == 0:
         return subprocess.run([unshare, "-n", *argv], capture_output=True, text=True, env=env)
-    import lockbuild
     from lockbuild import sandbox
 
     try:
         sandbox.check_available()
     except sandbox.SandboxError as exc:
         pytest.skip(f"no network namespace here: {exc.message}")
-    here = [Path(sys.prefix), Path(sys.base_prefix), Path(lockbuild.__file__).resolve().parent.parent]
-    binds = [sandbox.Bind(p, p) for p in dict.fromkeys(here) if not p.is_relative_to("/usr")]
-    binds += [sandbox.Bind(keys.trust, keys.trust), sandbox.Bind(bundle.parent, bundle.parent),
-              sandbox.Bind(root.parent, root.parent, writable=True)]
-    ran = sandbox.run(sandbox.Spec(binds=tuple(binds), env={**env, "TMPDIR": "/tmp"}), argv, timeout=300)
-    return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
+    return install_in_sandbox(bundle, root, keys.trust, writable=root.parent, env=env)
 
 
 def engine_runs(env_dir: Path) -> str:

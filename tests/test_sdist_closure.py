@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PY, Keys, build_on_node_recipe, day
+from conftest import PY, Keys, build_on_node_recipe, day, install_in_sandbox
 from hostile import INSTALL
 from hostile import manifest as make_manifest
 from sdistkit import BACKEND, backend_wheel, sdist_needing_backend
@@ -65,18 +65,8 @@ def test_an_sdists_build_closure_is_locked_bundled_and_built_offline(
 
     # The node installs it with no network: in the sandbox (no network namespace's loopback but its own),
     # root or not, with only the bundle, the trust directory, this Python and lockbuild in view.
-    import lockbuild
-    from lockbuild import sandbox
-
     root = tmp_path / "engines"
-    here = [Path(sys.prefix), Path(sys.base_prefix), Path(lockbuild.__file__).resolve().parent.parent]
-    binds = [sandbox.Bind(p, p) for p in dict.fromkeys(here) if not p.is_relative_to("/usr")]
-    binds += [sandbox.Bind(keys.trust, keys.trust), sandbox.Bind(tmp_path, tmp_path, writable=True)]
-    spec = sandbox.Spec(binds=tuple(binds), env={"PATH": "/usr/local/bin:/usr/bin:/bin", "TMPDIR": "/tmp"})
-    argv = [sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
-            "--trust", str(keys.trust), "--json"]
-    ran = sandbox.run(spec, argv, timeout=300)
-    proc = subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
+    proc = install_in_sandbox(bundle, root, keys.trust, writable=tmp_path)
     assert proc.returncode == 0, proc.stderr
     env_dir = root / "lkbuilt" / "1.0-cpu"
     out = subprocess.run([str(env_dir / "bin" / "lkbuilt")], capture_output=True, text=True)

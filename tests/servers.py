@@ -29,6 +29,8 @@ from packaging.utils import canonicalize_name
 class QuietHTTPServer(ThreadingHTTPServer):
     """A test server that stays silent when a client hangs up early (tests do that on purpose)."""
 
+    request_queue_size = 128  # lockbuild opens many connections at once; socketserver's default is 5
+
     def handle_error(self, request: object, client_address: object) -> None:
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, TimeoutError)):

@@ -134,3 +134,49 @@ def test_server_error_and_unreachable_host_are_remote_errors(srv: FakeServer, cl
 def test_malformed_address_is_a_remote_error(client: httpx.Client, url: str) -> None:
     with pytest.raises(RemoteError, match=r"cannot reach"):
         get_json(client, url, what="reading")
+
+
+def test_a_connection_reset_once_is_asked_again_and_twice_is_an_error() -> None:
+    """A kept-alive connection the server closes as it is reused resets the GET: asked once more, on a
+    new connection; a server that resets every time is a RemoteError naming it, never a hang."""
+    import socket
+    import struct
+    import threading
+
+    import httpx as _httpx
+
+    from lockbuild.builder.http import get_json
+    from lockbuild.errors import RemoteError
+
+    def serve(resets: int) -> tuple[str, threading.Thread]:
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(8)
+
+        def run() -> None:
+            for n in range(3):
+                conn, _ = lsock.accept()
+                conn.recv(65536)
+                if n < resets:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    conn.close()  # RST
+                    continue
+                body = b'{"ok": 1}'
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+                conn.close()
+                break
+            lsock.close()
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return f"http://127.0.0.1:{lsock.getsockname()[1]}/x.json", t
+
+    url, t = serve(resets=1)
+    with _httpx.Client(timeout=5) as client:
+        data, _ = get_json(client, url, what="the test answer")
+    assert data == {"ok": 1}
+    t.join(5)
+    url, t = serve(resets=3)
+    with _httpx.Client(timeout=5) as client, pytest.raises(RemoteError, match="cannot reach"):
+        get_json(client, url, what="the test answer")

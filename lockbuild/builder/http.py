@@ -73,7 +73,8 @@ def get_json(
     The body is read up to ``limit`` bytes: an endless or oversized answer is refused.
     """
     current = url
-    for _ in range(MAX_REDIRECTS + 1):
+    retried = False
+    for _ in range(MAX_REDIRECTS + 2):
         try:
             with client.stream("GET", current, headers=headers) as resp:
                 if resp.is_redirect:
@@ -94,6 +95,14 @@ def get_json(
                         tip="Check the address, and that the server is reachable from this machine.",
                     )
                 body = _read_bounded(resp, limit, what=what, url=current)
+        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+            if not retried:  # a GET is idempotent: a connection reset once (a kept-alive connection the server
+                retried = True  # closed as it was reused) is asked again, on a new connection
+                continue
+            raise RemoteError(
+                f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
+                tip="Check the network, the proxy settings and the address.",
+            ) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",

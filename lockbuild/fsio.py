@@ -175,18 +175,62 @@ def create_under(dest: Path, rel: str, mode: int = 0o644) -> BinaryIO:
     the file is created O_CREAT|O_EXCL|O_NOFOLLOW, so nothing that exists is overwritten.
     Raises FileExistsError (the name is taken) or NotADirectoryError/OSError (a link or file on the way)."""
     parts = rel.split("/")
+    fd = _walk_making(dest, parts[:-1])
+    try:
+        out = os.open(parts[-1], NEW_FLAGS, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return os.fdopen(out, "wb")
+
+
+def _walk_making(dest: Path, parts: list[str]) -> int:
+    """A descriptor for ``dest/parts...``, each directory made here or already a plain directory, walked
+    with O_NOFOLLOW. The caller closes it."""
     fd = open_dir(dest)
     try:
-        for part in parts[:-1]:
+        for part in parts:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o755, dir_fd=fd)
             nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        out = os.open(parts[-1], NEW_FLAGS, mode, dir_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def link_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str) -> None:
+    """The one hard-link call: ``src_name`` of an opened directory, never followed if it is a link, under
+    the new name ``dst_name`` of another opened directory (``linkat``, no AT_SYMLINK_FOLLOW)."""
+    os.link(src_name, dst_name, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=False)
+
+
+def link_under(src_dir_fd: int, src_name: str, dest: Path, rel: str) -> BinaryIO | None:
+    """A hard link at ``dest/rel`` (directories on the way made and walked as :func:`create_under` walks
+    them) to the regular file ``src_name`` of an opened directory, opened for reading from its new name
+    (O_NOFOLLOW): the caller checks the bytes it will use, through the name it will use them by.
+
+    None, with nothing made, where a link cannot stand in for a copy: the source is absent, not a regular
+    file, or not owned by this user (a link would give the environment a file someone else can change),
+    or the file systems refuse (EXDEV: another file system; EPERM: protected hard links; EMLINK; a file
+    system without hard links). The caller then copies. FileExistsError: the name is taken."""
+    st = lstat_at(src_name, src_dir_fd)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return None
+    parts = rel.split("/")
+    fd = _walk_making(dest, parts[:-1])
+    try:
+        try:
+            link_file(src_dir_fd, src_name, fd, parts[-1])
+        except FileExistsError:
+            raise
+        except OSError:
+            return None
+        out = os.open(parts[-1], FILE_FLAGS, dir_fd=fd)
     finally:
         os.close(fd)
-    return os.fdopen(out, "wb")
+    return os.fdopen(out, "rb")
 
 
 def make_dirs_under(dest: Path, rel: str) -> None:

@@ -7,28 +7,38 @@ bytes have exactly its sha256. Unlisted, missing, repeated and reordered members
 differs, a digest that differs, and anything after the last listed member are refused, whatever the
 source: no adapter can relax a rule, because no adapter checks one. Members are written only through
 :func:`lockbuild.fsio.create_under` (``O_EXCL|O_NOFOLLOW``, directories walked by descriptor).
+
+A piece that is already a whole file on disk (a store's blob) may offer itself for a hard link
+(:class:`Linkable`, issue 29): the member is then linked into ``dest`` by :func:`lockbuild.fsio.link_under`
+instead of copied, and the file as linked (the inode, through the name it will be used by) is hashed,
+on a pool of threads across the cores, and checked here like any other member before :func:`extract`
+returns. Where the link cannot be made (another file system, another owner), the member is copied and
+hashed as it is copied.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from lockbuild.bundle.manifest import Manifest, Member
 from lockbuild.digest import BackgroundHash
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.fsio import create_under
+from lockbuild.fsio import CHUNK, create_under, link_under
 from lockbuild.progress import Progress
 
 TIP = "The bundle is damaged or was altered; do not install it. Fetch it again from its publisher."
 INLINE = 1 << 20  # a smaller member is hashed on the reader's thread; a larger one beside it
 DEPTH = 4  # 1 MiB pieces a background hash may lag behind the reader
+LINKED_AHEAD = 64  # linked members (each an open file) whose hash may still be running
 
 Update = Callable[[bytes | memoryview], None]
+T = TypeVar("T")
 
 
 class Piece(Protocol):
@@ -50,6 +60,15 @@ class Piece(Protocol):
 
     def skip(self) -> None:
         """Pass over the member unread (a stream source reads past it)."""
+        ...
+
+
+@runtime_checkable
+class Linkable(Protocol):
+    """A piece held as a whole regular file that may be hard-linked into the destination."""
+
+    def link_from(self) -> tuple[int, str] | None:
+        """The file as (an opened directory, its name there); None: copy it."""
         ...
 
 
@@ -83,8 +102,13 @@ def make_dest(dest: Path | None) -> None:
 
 
 def _create(dest: Path, path: str) -> BinaryIO:
+    return _making(dest, path, lambda: create_under(dest, path))
+
+
+def _making(dest: Path, path: str, make: Callable[[], T]) -> T:
+    """``make()`` a member's file under ``dest`` (created or linked), its failures said the one way."""
     try:
-        return create_under(dest, path)
+        return make()
     except FileExistsError:
         raise _bad(f"refused member {path!r}: {dest / path} already exists.") from None
     except (NotADirectoryError, IsADirectoryError) as exc:
@@ -118,49 +142,125 @@ def extract(
     done: set[str] = {"bundle.toml"}
     written: list[Member] = []
     absent: list[Member] = []
+    linked = _Linked(damage_tip, progress)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-sha256") as pool:
-        for i, member in enumerate(manifest.members):
-            piece = next(pieces, None)
-            if piece is None:
-                left = manifest.members[i : i + 3]
-                raise _bad(f"{where} ends before {len(manifest.members) - i} listed member(s): "
-                           + ", ".join(m.path for m in left) + ".")
-            if piece.name != member.path:
-                raise _bad(misplaced(piece.name, done, listed, f"expected {member.path!r} next"))
-            if piece.size != member.size:
-                raise _bad(f"member {piece.name!r} is {piece.size} bytes; the manifest says {member.size}.")
-            done.add(member.path)
-            if piece.absent:
-                absent.append(member)
-                continue
-            if want is not None and not want(member):
-                piece.skip()
-                progress.advance(member.size)
+        try:
+            for i, member in enumerate(manifest.members):
+                piece = next(pieces, None)
+                if piece is None:
+                    left = manifest.members[i : i + 3]
+                    raise _bad(f"{where} ends before {len(manifest.members) - i} listed member(s): "
+                               + ", ".join(m.path for m in left) + ".")
+                if piece.name != member.path:
+                    raise _bad(misplaced(piece.name, done, listed, f"expected {member.path!r} next"))
+                if piece.size != member.size:
+                    raise _bad(f"member {piece.name!r} is {piece.size} bytes; the manifest says {member.size}.")
+                done.add(member.path)
+                if piece.absent:
+                    absent.append(member)
+                    continue
+                if want is not None and not want(member):
+                    piece.skip()
+                    progress.advance(member.size)
+                    progress.file_done()
+                    continue
+                if dest is not None and isinstance(piece, Linkable) and linked.link(piece, member, dest):
+                    written.append(member)  # checked by linked.check() below, before anything returns
+                    continue
+                out = _create(dest, member.path) if dest is not None else None
+                try:
+                    n, digest = _pump(piece, out, member.size, pool, progress.advance)
+                finally:
+                    if out is not None:
+                        out.close()
+                _check(member, n, digest, damage_tip)
+                if dest is not None:
+                    written.append(member)
                 progress.file_done()
-                continue
-            out = _create(dest, member.path) if dest is not None else None
-            try:
-                n, digest = _pump(piece, out, member.size, pool, progress.advance)
-            finally:
-                if out is not None:
-                    out.close()
-            if n != member.size:
-                raise _bad(f"member {member.path!r} is {'longer' if n > member.size else 'shorter'} than the"
-                           f" {member.size} bytes the signed manifest says.", damage_tip)
-            if digest != member.sha256:
-                raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.",
-                           damage_tip)
-            if dest is not None:
-                written.append(member)
-            progress.file_done()
-        extra = next(pieces, None)
-        if extra is not None:
-            raise _bad(misplaced(extra.name, done, listed, "expected the end of the archive"))
+            extra = next(pieces, None)
+            if extra is not None:
+                raise _bad(misplaced(extra.name, done, listed, "expected the end of the archive"))
+            linked.check()
+        finally:
+            linked.close()
     if absent and not allow_absent:
         more = f" and {len(absent) - 5} more" if len(absent) > 5 else ""
         raise IntegrityError(f"{where} needs {len(absent)} member(s) the store lacks: "
                              + ", ".join(m.path for m in absent[:5]) + more + ".", tip=absent_tip)
     return Extracted(manifest, tuple(written), tuple(absent))
+
+
+def _check(member: Member, n: int, digest: str, damage_tip: str) -> None:
+    """A member's bytes as seen (their count and sha256) against the signed manifest."""
+    if n != member.size:
+        raise _bad(f"member {member.path!r} is {'longer' if n > member.size else 'shorter'} than the"
+                   f" {member.size} bytes the signed manifest says.", damage_tip)
+    if digest != member.sha256:
+        raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.", damage_tip)
+
+
+def _hash_file(f: BinaryIO, size: int) -> tuple[int, str]:
+    """(bytes seen, at most ``size + 1``; sha256 of the first ``size``) of an open file, which it closes.
+    hashlib and the reads release the GIL on 1 MiB buffers, so threads hash in parallel."""
+    with f:
+        h = hashlib.sha256()
+        n = 0
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while n <= size:
+            got = f.readinto(view[: min(CHUNK, size + 1 - n)])  # type: ignore[attr-defined]
+            if not got:
+                break
+            n += got
+            if n > size:
+                break
+            h.update(view[:got])
+        return n, h.hexdigest()
+
+
+class _Linked:
+    """The members :func:`extract` hard-linked into its destination, each hashed on a pool across the
+    cores from the linked file itself; :meth:`check` holds each to the manifest, in the manifest's order."""
+
+    def __init__(self, damage_tip: str, progress: Progress) -> None:
+        self.damage_tip = damage_tip
+        self.progress = progress
+        self.pool: ThreadPoolExecutor | None = None
+        self.pending: list[tuple[Member, Future[tuple[int, str]], BinaryIO]] = []
+        self.checked = 0  # pending[:checked] are held to the manifest already
+
+    def link(self, piece: Linkable, member: Member, dest: Path) -> bool:
+        """Link the piece's file at the member's path under ``dest`` and start hashing it; False: not
+        linked (nothing was made), the caller copies it."""
+        src = piece.link_from()
+        if src is None:
+            return False
+        f = _making(dest, member.path, lambda: link_under(src[0], src[1], dest, member.path))
+        if f is None:
+            return False
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="lockbuild-linked")
+        self.pending.append((member, self.pool.submit(_hash_file, f, member.size), f))
+        self.check(leave=LINKED_AHEAD)  # bounded: open files and unchecked work
+        return True
+
+    def check(self, leave: int = 0) -> None:
+        """Hold the linked members to the manifest, in order, until at most ``leave`` are unchecked."""
+        while len(self.pending) - self.checked > leave:
+            member, fut, _ = self.pending[self.checked]
+            n, digest = fut.result()
+            self.checked += 1
+            _check(member, n, digest, self.damage_tip)
+            self.progress.advance(member.size)
+            self.progress.file_done()
+
+    def close(self) -> None:
+        """Stop what has not started (after a refusal) and close what it would have read."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        for _, fut, f in self.pending:
+            if fut.cancelled():
+                f.close()
 
 
 def _pump(piece: Piece, out: BinaryIO | None, size: int, pool: ThreadPoolExecutor,
@@ -188,6 +288,10 @@ class FilePiece:
     size: int
     opener: Callable[[], BinaryIO]
     absent: bool = False
+    link: tuple[int, str] | None = None  # the same file as (an opened directory, its name), to hard-link
+
+    def link_from(self) -> tuple[int, str] | None:
+        return self.link
 
     def pump(self, dst: BinaryIO | None, update: Update, advance: Callable[[int], None]) -> int:
         n = 0

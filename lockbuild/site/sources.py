@@ -145,7 +145,7 @@ class DeltaFile:
                 yield TarPiece(tar, pending)
                 pending = tar.next()
             elif self.store is not None and self.store.blob_size(m.sha256) is not None:
-                yield FilePiece(m.path, m.size, _opener(self.store, m.sha256))
+                yield _blob_piece(self.store, m)
             else:
                 yield AbsentPiece(m.path, m.size)
         if pending is not None:
@@ -155,6 +155,12 @@ class DeltaFile:
 
 def _opener(store: Store, sha256: str) -> Callable[[], BinaryIO]:
     return lambda: store.open_blob(sha256)
+
+
+def _blob_piece(store: Store, m: Member) -> FilePiece:
+    """A member as the store's blob; the extraction may hard-link it (``link``: the blob as the store's
+    opened ``blobs/sha256`` directory and its name) where the destination shares the store's file system."""
+    return FilePiece(m.path, m.size, _opener(store, m.sha256), link=store.blob_at(m.sha256))
 
 
 def _small(tar: TarReader, name: str, limit: int, limits: Limits) -> bytes:
@@ -201,8 +207,7 @@ class StoreBuild:
     @contextlib.contextmanager
     def members(self, limits: Limits = DEFAULT_LIMITS) -> Iterator[Stream]:
         manifest = parse_manifest(self._build()[0], limits)
-        yield Stream(None, iter([FilePiece(m.path, m.size, _opener(self.store, m.sha256))
-                                 for m in manifest.members]))
+        yield Stream(None, iter([_blob_piece(self.store, m) for m in manifest.members]))
 
 
 @contextlib.contextmanager

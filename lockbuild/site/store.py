@@ -222,6 +222,10 @@ class Store:
             raise IntegrityError(f"refused: {exc.message}", tip=_TIP_DAMAGE) from None
         return f
 
+    def blob_at(self, sha256: str) -> tuple[int, str]:
+        """A blob as (the opened ``blobs/sha256`` directory, its name there), for a hard link by descriptor."""
+        return self.blobs, check_hex(sha256)
+
     def partial(self, sha256: str) -> Path:
         """Where a blob being fetched is written (resumable: the same name each time)."""
         return self.root / "tmp" / f"{check_hex(sha256)}.partial"

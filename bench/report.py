@@ -9,7 +9,8 @@ from typing import Any
 
 from bench.suite import Results
 
-PHASES = ("lock", "fetch", "build", "pack", "verify", "install", "classic", "pipeline")
+PHASES = ("lock", "fetch", "build", "pack", "verify", "install", "install-store", "import", "push-pull", "classic",
+          "pipeline")
 
 
 def _mb(n: float) -> str:
@@ -142,6 +143,10 @@ def live_groups(r: Results) -> list[tuple[str, float, float | None, float | None
         ("build warm", [("build", v.WARM)], [("build", v.ZSTD)], None, 20.0),
         ("verify", [("verify", v.VERIFY)], [("verify", v.OPENSSL)], None, None),
         ("install", [("install", v.INSTALL)], [("install", v.UV_INSTALL)], None, 55.0),
+        ("install --store", [("install-store", v.INSTALL_STORE)], [("install-store", v.UV_INSTALL)], None, None),
+        ("import", [("import", v.IMPORT)], [("import", v.IMPORT_FLOOR)], None, None),
+        ("push", [("push-pull", v.PUSH)], [("push-pull", v.RAW_PULL)], None, None),
+        ("pull", [("push-pull", v.PULL)], [("push-pull", v.RAW_PULL)], None, None),
         ("index to installed", [("build", v.COLD), ("install", v.INSTALL)], [],
          [("classic", v.CL_DL), ("classic", v.CL_TGZ), ("classic", v.CL_INST)], None),
     )

@@ -8,8 +8,16 @@ next to its floors and the classic path, in the same run:
     build        lockbuild build, cold cache           | max(fetch floor, tar | zstd floor)
                  lockbuild build, warm cache           | tar cf - | zstd -T0 -3 of the same files
     verify       lockbuild verify                      | b2sum (BLAKE2b-512, one thread), sha256sum, openssl sha256
-    install      lockbuild install                     | uv venv + uv pip install --offline (cache on the same disk)
+    install      lockbuild install                     | uv venv + uv pip install --offline + the verify command
+                                                         (cache on the same disk)
+    import       lockbuild import (a new store)        | one sha256 pass + a copy of the bundle (openssl; cp)
+    push-pull    lockbuild push, pull (local registry) | raw parallel fetch of the same blobs from the same
+                                                         registry (curl --parallel 8) + openssl sha256 of each
+    install-store lockbuild install ENGINE/VERSION-VARIANT --store | the same bare-uv floor as install
     classic      pip download + tar czf + pip install --no-index (skipped with --quick)
+
+The site path (import, push-pull, install-store: issue 29) needs docker-registry (CNCF distribution) for
+push-pull; the store install links the store's blobs (the store and the root share this disk).
 
 It needs about 25 GB of free disk under bench/work/ (the cache, the bundles, two environments of 9 GB):
 it checks first and refuses to start with less. The lockbuild cache is kept in bench/work/vllm-live/cache
@@ -19,6 +27,7 @@ between runs (``--phases`` without ``build-cold`` then reuses it; the cold build
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 from collections.abc import Callable
@@ -36,10 +45,13 @@ SOURCE = HERE.parent / "bundles" / "vllm.toml"
 # vllm), which a machine without a GPU can run. The bench refuses a recipe whose verify command would not.
 VERIFY_NEEDS_NO_GPU = 'verify = ["python", "-c", "import vllm'
 BUILD = "cu128"
+VERIFY_CODE = "import vllm; print('vllm', vllm.__version__)"  # the recipe's verify command (checked below)
+ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 REQUIREMENT = "vllm==0.11.0"
 INDEX = "https://pypi.org/simple"
 NEEDS_GB = 25
-PHASES = ("lock", "fetch", "build-cold", "build-warm", "verify", "install", "classic")
+PHASES = ("lock", "fetch", "build-cold", "build-warm", "verify", "install", "import", "push-pull", "install-store",
+          "classic")
 
 # the variants, named once (the ratios and the README refer to them)
 LB_LOCK, UV_LOCK = "lockbuild lock", "uv pip compile (same flags)"
@@ -49,7 +61,12 @@ COLD, WARM = "lockbuild build, cold cache", "lockbuild build, warm cache"
 ZSTD = "tar cf - | zstd -T0 -3 (same files)"
 VERIFY, B2SUM, SHA256SUM = "lockbuild verify (signature + every digest)", "b2sum (BLAKE2b-512)", "sha256sum"
 OPENSSL = "openssl dgst -sha256 (one sha256 pass, SHA-NI)"
-INSTALL, UV_INSTALL = "lockbuild install (offline)", "uv venv + uv pip install --offline (floor)"
+INSTALL = "lockbuild install (offline)"
+UV_INSTALL = "uv venv + uv pip install --offline + the verify command (floor)"
+INSTALL_STORE = "lockbuild install --store (offline, blobs linked)"
+IMPORT, IMPORT_FLOOR = "lockbuild import (a new store)", "one sha256 pass + a copy (openssl dgst; cp)"
+PUSH, PULL = "lockbuild push (local registry, empty)", "lockbuild pull (a new store)"
+RAW_PULL = "raw parallel fetch of the same blobs (curl --parallel 8) + openssl sha256"
 CL_DL, CL_TGZ, CL_INST = "classic: pip download", "classic: tar czf", "classic: venv + pip install --no-index"
 
 
@@ -83,7 +100,7 @@ class LiveSuite:
         self.env = clean_env()
         self.python = python312()
         text = SOURCE.read_text(encoding="utf-8")
-        if VERIFY_NEEDS_NO_GPU not in text:
+        if VERIFY_NEEDS_NO_GPU not in text or VERIFY_CODE not in text:
             raise SystemExit(f"{SOURCE} no longer verifies with {VERIFY_NEEDS_NO_GPU}...]; update bench/vllm_live.py.")
         work.mkdir(parents=True, exist_ok=True)
         self.recipe = work / "vllm.toml"
@@ -255,20 +272,95 @@ class LiveSuite:
         bundle = self._need_bundle()
         files = self._files()
         size = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
-        uv = uv_binary()
         for _ in range(self.repeat):
             root = self.fresh("root")
             self.timed("install", INSTALL, self.run(
                 [*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.trust),
                  "--python", self.python, "--gpu-check", "skip", "--json"]), size=size)
             shutil.rmtree(root, ignore_errors=True)
-            venv, cache = self.fresh("uv-venv"), self.fresh("uv-install-cache")
-            self.timed("install", UV_INSTALL, self.shell(
-                f"{uv} venv {venv} --python {self.python} -q && {uv} pip install --python {venv}/bin/python "
-                f"--offline --no-index --find-links {files}/wheels -r {files}/requirements.txt -q",
-                env={**self.env, "UV_CACHE_DIR": str(cache)}), size=size)
-            shutil.rmtree(venv, ignore_errors=True)
-            shutil.rmtree(cache, ignore_errors=True)
+            self._uv_floor("install", files, size)
+
+    def _uv_floor(self, phase: str, files: Path, size: int) -> None:
+        """Bare uv (a fresh cache on the same disk) and the recipe's own verify command, as the node runs it."""
+        uv = uv_binary()
+        venv, cache = self.fresh("uv-venv"), self.fresh("uv-install-cache")
+        verify = f"{venv}/bin/python -c {shlex.quote(VERIFY_CODE)} >/dev/null"
+        self.timed(phase, UV_INSTALL, self.shell(
+            f"{uv} venv {venv} --python {self.python} -q && {uv} pip install --python {venv}/bin/python "
+            f"--offline --no-index --find-links {files}/wheels "
+            f"-r {files}/requirements.txt -q && {verify}",
+            env={**self.env, "UV_CACHE_DIR": str(cache), **ENGINE_ENV}), size=size)
+        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+    # the site path (issue 29) ----------------------------------------------------------------------
+    def _store(self) -> Path:
+        """A store holding the build (imported once, untimed, when the import phase did not run)."""
+        store = self.work / "store"
+        if not (store / "builds").is_dir():
+            shutil.rmtree(store, ignore_errors=True)
+            run([*LOCKBUILD, "import", str(self._need_bundle()), "--trust", str(self.trust), "--store", str(store),
+                 "--json"], env=self.env)
+        return store
+
+    def phase_import(self) -> None:
+        bundle = self._need_bundle()
+        size = bundle.stat().st_size
+        for i in range(self.repeat):
+            store = self.fresh("store" if i == self.repeat - 1 else "store-import")
+            self.timed("import", IMPORT, self.run([*LOCKBUILD, "import", str(bundle), "--trust", str(self.trust),
+                                                   "--store", str(store), "--json"]), size=size)
+            if i < self.repeat - 1:
+                shutil.rmtree(store, ignore_errors=True)
+            copy = self.fresh("import-copy")
+            self.timed("import", IMPORT_FLOOR, self.shell(
+                f"openssl dgst -sha256 {bundle} >/dev/null && cp {bundle} {copy}"), size=size)
+            copy.unlink(missing_ok=True)
+
+    def phase_push_pull(self) -> None:
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from registry import RealRegistry, binary  # type: ignore[import-not-found, unused-ignore]
+
+        if binary() is None:
+            raise StepFailed("push-pull needs docker-registry (CNCF distribution) on PATH; scripts/test installs it.")
+        bundle = self._need_bundle()
+        size = bundle.stat().st_size
+        for _ in range(self.repeat):
+            reg = RealRegistry(self.fresh("registry"))
+            try:
+                ref = reg.ref("engines/vllm", "0.11.0-cu128")
+                self.timed("push-pull", PUSH, self.run([*LOCKBUILD, "push", str(bundle), ref, "--trust",
+                                                        str(self.trust), "--json"]), size=size)
+                pulled = self.fresh("store-pulled")
+                self.timed("push-pull", PULL, self.run([*LOCKBUILD, "pull", ref, "--store", str(pulled), "--trust",
+                                                        str(self.trust), "--json"]), size=size)
+                shutil.rmtree(pulled, ignore_errors=True)
+                raw = self.fresh("raw-pull")
+                raw.mkdir()
+                cfg = self.work / "curl-pull.cfg"
+                digests = _layer_digests(reg.host, "engines/vllm", "0.11.0-cu128")
+                cfg.write_text("".join(f'url = "http://{reg.host}/v2/engines/vllm/blobs/{d}"\n'
+                                       f'output = "{raw / d.split(":", 1)[1]}"\n' for d in digests))
+                self.timed("push-pull", RAW_PULL, self.shell(
+                    f"curl --parallel --parallel-max 8 --fail -sS -K {cfg} && cd {raw} && "
+                    "find . -type f -print0 | xargs -0 openssl dgst -sha256 >/dev/null"), size=size)
+                shutil.rmtree(raw, ignore_errors=True)
+            finally:
+                reg.close()
+                shutil.rmtree(self.work / "registry", ignore_errors=True)
+
+    def phase_install_store(self) -> None:
+        store = self._store()
+        files = self._files()
+        size = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
+        ref = "vllm/0.11.0-" + BUILD
+        for _ in range(self.repeat):
+            root = self.fresh("root-store")
+            self.timed("install-store", INSTALL_STORE, self.run(
+                [*LOCKBUILD, "install", ref, "--store", str(store), "--root", str(root), "--trust", str(self.trust),
+                 "--python", self.python, "--gpu-check", "skip", "--json"]), size=size)
+            shutil.rmtree(root, ignore_errors=True)
+            self._uv_floor("install-store", files, size)
 
     def phase_classic(self) -> None:
         """pip download + tar czf + pip install --no-index, of the lock's own files (its requirements.txt,
@@ -289,6 +381,15 @@ class LiveSuite:
             f"install --no-index --find-links {dl} -r {reqs} --no-cache-dir -q"))
         for d in (dl, tgz, venv):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _layer_digests(host: str, repo: str, tag: str) -> list[str]:
+    """The blobs of a pushed artifact (its layers and config), from the registry's manifest (untimed)."""
+    import httpx
+
+    accept = "application/vnd.oci.image.manifest.v1+json"
+    doc = httpx.get(f"http://{host}/v2/{repo}/manifests/{tag}", headers={"Accept": accept}, timeout=30).json()
+    return [layer["digest"] for layer in doc["layers"]] + [doc["config"]["digest"]]
 
 
 # targets (issue 16) ------------------------------------------------------------------------------
@@ -333,8 +434,18 @@ def ratios(r: Results) -> list[Ratio]:
     if inst:
         add("install (offline): seconds", tuple(inst.seconds), "<= 55", lambda x: x <= 55)
         if floor_i:
-            add("install / bare uv", tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)),
-                "(none)", lambda x: True)
+            add("install / (bare uv + the verify command)",
+                tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)), "<= 1.4", lambda x: x <= 1.4)
+    st, floor_s = med("install-store", INSTALL_STORE), med("install-store", UV_INSTALL)
+    if st and floor_s:
+        add("install --store / (bare uv + the verify command)",
+            tuple(a / b for a, b in zip(st.seconds, floor_s.seconds, strict=False)), "<= 1.2", lambda x: x <= 1.2)
+    for phase, mine, base, name in (("import", IMPORT, IMPORT_FLOOR, "import / (one sha256 pass + a copy)"),
+                                     ("push-pull", PUSH, RAW_PULL, "push / raw parallel fetch + sha256"),
+                                     ("push-pull", PULL, RAW_PULL, "pull / raw parallel fetch + sha256")):
+        a, b = med(phase, mine), med(phase, base)
+        if a and b:
+            add(name, tuple(x / y for x, y in zip(a.seconds, b.seconds, strict=False)), "(none)", lambda x: True)
     classic = [med("classic", v) for v in (CL_DL, CL_TGZ, CL_INST)]
     if cold and inst and all(classic):
         ours = cold.median + inst.median

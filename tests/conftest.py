@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -141,6 +143,14 @@ def env(server: FakeServer, monkeypatch: pytest.MonkeyPatch, shared_cache: Path)
     monkeypatch.setenv("LOCKBUILD_GITHUB_API", server.github_api)
     monkeypatch.setenv("LOCKBUILD_GITHUB_DOWNLOAD", server.github_download)
     return server
+
+
+def no_python_path() -> str:
+    """This PATH without any directory that holds a python<X.Y>."""
+    dirs = [d for d in os.environ.get("PATH", "").split(":") if d and not (Path(d) / f"python{PY}").exists()]
+    path = ":".join(dirs)
+    assert shutil.which(f"python{PY}", path=path) is None
+    return path
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PY, TOY_RECIPE, Keys, install_in_sandbox
+from conftest import PY, TOY_RECIPE, Keys, install_in_sandbox, no_python_path
 from servers import FakeServer
 from standalone import archive_name, make_tree, pack, runs_from
 
@@ -85,14 +85,6 @@ def py_bundles(
             assert code == 0, stderr
             out[engine] = Path(json.loads(stdout)["bundles"][0]["bundle"])
         yield out
-
-
-def no_python_path() -> str:
-    """This PATH without any directory that holds a python<X.Y>."""
-    dirs = [d for d in os.environ.get("PATH", "").split(":") if d and not (Path(d) / f"python{PY}").exists()]
-    path = ":".join(dirs)
-    assert shutil.which(f"python{PY}", path=path) is None
-    return path
 
 
 def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.CompletedProcess[str]:

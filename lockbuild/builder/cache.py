@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from lockbuild import fsio
 from lockbuild.digest import is_sha256
 from lockbuild.errors import FetchError, IntegrityError
 
@@ -30,6 +31,7 @@ STALE_TEMP_SECONDS = 24 * 3600  # a .part file untouched this long belongs to a 
 
 
 _CHUNK = 1 << 20
+MAX_MADE = 64 << 20  # a file the builder makes itself (lockbuild's own wheel is 0.3 MB)
 
 
 def _unsafe(path: Path, st: os.stat_result) -> str | None:
@@ -140,6 +142,33 @@ class Cache:
     def new_temp(self, sha256: str) -> Path:
         self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
         return self.tmp / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.part"
+
+    def put(self, data: bytes, filename: str) -> tuple[str, Path]:
+        """Keep ``data`` (a file made here, such as lockbuild's own wheel) as the entry of its sha256, and
+        a copy named ``filename`` (uv reads a wheel by a path that ends in its name):
+        ``(sha256, the named copy)``."""
+        sha256 = hashlib.sha256(data).hexdigest()
+        if self.lookup(sha256, len(data)) is None:
+            temp = self.new_temp(sha256)
+            with open(temp, "xb") as f:  # a fresh temp name: never an existing file or link
+                f.write(data)
+            self.commit(temp, sha256)
+        named = self.root / "made" / sha256 / filename
+        if self.open_named(named, sha256) is None:
+            named.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            temp = self.new_temp(sha256)
+            with open(temp, "xb") as f:
+                f.write(data)
+            temp.replace(named)
+        return sha256, named
+
+    @staticmethod
+    def open_named(path: Path, sha256: str) -> bytes | None:
+        try:
+            data = fsio.read_regular(path, what="a file made by the builder", max_size=MAX_MADE, error=FetchError)
+        except (FileNotFoundError, FetchError):
+            return None
+        return data if hashlib.sha256(data).hexdigest() == sha256 else None
 
     def discard(self, sha256: str) -> None:
         """Remove an entry found damaged by a reader that hashed it (the next fetch downloads it again)."""

@@ -9,12 +9,17 @@ import tomlkit
 from lockbuild.recipe import Build, Recipe
 
 
-def resolved_recipe(recipe: Recipe, build: Build, as_of: dt.datetime) -> str:
-    """``recipe`` with only ``build`` in it and its ``as-of`` filled in (comments kept)."""
+def resolved_recipe(recipe: Recipe, build: Build, as_of: dt.datetime, self_wheel: str | None = None) -> str:
+    """``recipe`` with only ``build`` in it and its ``as-of`` filled in (comments kept); for lockbuild's
+    own wheel (``wheel = { self = true }``), its sha256 too."""
     doc = tomlkit.parse(recipe.text)
     builds = doc["builds"]
     keep = builds[build.position]
     keep["as-of"] = as_of.astimezone(dt.UTC)
+    if self_wheel is not None:
+        pin = tomlkit.inline_table()
+        pin.update({"self": True, "sha256": self_wheel})
+        keep["wheel"] = pin
     if isinstance(builds, tomlkit.items.AoT):
         new = tomlkit.aot()
         new.append(keep)

@@ -19,6 +19,7 @@ from lockbuild.recipe.model import (
     Recipe,
     ReleaseWheel,
     SecondIndex,
+    SelfWheel,
     Source,
     UrlWheel,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "Recipe",
     "ReleaseWheel",
     "SecondIndex",
+    "SelfWheel",
     "Source",
     "UrlWheel",
     "load_recipe",

@@ -70,6 +70,16 @@ class UrlWheel:
 
 
 @dataclass(frozen=True)
+class SelfWheel:
+    """``wheel = { self = true }``: lockbuild's own wheel, made by the running lockbuild from its own files
+    (byte for byte the same for the same files and cut-off) and pinned in the lock by its sha256. Only a
+    build of the engine ``lockbuild`` at the running lockbuild's version may take it (issue 26). With
+    ``sha256``, the wheel made must be exactly that file (the resolved recipe in a bundle records it)."""
+
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
 class Assets:
     tag: str
     dir: str
@@ -96,7 +106,7 @@ class Build:
     gpu: GpuRequirement | None
     index: SecondIndex | None
     source: Source | None
-    wheel: ReleaseWheel | UrlWheel | None
+    wheel: ReleaseWheel | UrlWheel | SelfWheel | None
     assets: Assets | None
     position: int
     pin_sha256: tuple[tuple[str, str], ...] = ()  # (canonical project name, sha256): that exact file

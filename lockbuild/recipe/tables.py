@@ -31,6 +31,7 @@ from lockbuild.recipe.model import (
     Interpreter,
     ReleaseWheel,
     SecondIndex,
+    SelfWheel,
     Source,
     UrlWheel,
 )
@@ -175,11 +176,26 @@ def _url_wheel(data: Mapping[str, Any], where: str, p: Problems) -> UrlWheel | N
     return UrlWheel(url, sha)
 
 
-def _wheel(data: Mapping[str, Any] | None, where: str, p: Problems) -> ReleaseWheel | UrlWheel | None:
+def _self_wheel(data: Mapping[str, Any], where: str, p: Problems) -> SelfWheel | None:
+    t = Table(data, where, p, ("self", "sha256"))
+    sha = t.string("sha256", "the wheel's sha256, 64 lower-case hex digits", required=False,
+                   check=lambda v: bool(SHA256.fullmatch(v)))
+    if t.get("self", bool, "true (lockbuild's own wheel, made by the running lockbuild)") is not True:
+        if data.get("self") is False:
+            p.add(f"{where}.self", "expected true, found false; leave the wheel table out instead")
+        return None
+    return SelfWheel(sha)
+
+
+def _wheel(
+    data: Mapping[str, Any] | None, where: str, p: Problems
+) -> ReleaseWheel | UrlWheel | SelfWheel | None:
     if data is None:
         return None
     if "url" in data:
         return _url_wheel(data, where, p)
+    if "self" in data:
+        return _self_wheel(data, where, p)
     t = Table(data, where, p, ("repo", "tag", "prefix", "suffix", "project"))
     repo = t.string("repo", "OWNER/NAME of a GitHub repository", check=github_repo)
     tag = t.string("tag", TAG_EXPECTED, check=git_tag)

@@ -1,0 +1,197 @@
+#!/bin/sh
+# lockbuild's bootstrap: install the lockbuild this bundle carries at TARGET, with stock tools only.
+#
+# It is a signed member of lockbuild's own bundle. Run it only from an extraction of a .lbz whose
+# signature minisign accepted first:
+#
+#   minisign -Vm lockbuild-VERSION-VARIANT-PLATFORM.lbz -p release.pub
+#   mkdir DIR && zstd -dc lockbuild-VERSION-VARIANT-PLATFORM.lbz | tar -x -C DIR
+#   sh DIR/bootstrap.sh /opt/lockbuild [--python /path/to/pythonX.Y]
+#
+# What it does, with no network and no Python beyond the bundle's (or the one given):
+#   1. checks every extracted member against SHA256SUMS, the signed list the builder wrote;
+#   2. unpacks the bundled interpreter (or takes --python) and the bundled uv, in a staging directory
+#      beside TARGET;
+#   3. installs the lock with uv --offline --no-index --require-hashes from the bundle's wheels only;
+#   4. runs lockbuild --version from the staging directory;
+#   5. renames the staging directory to TARGET (one rename: TARGET appears whole or not at all).
+# A failure at any step removes the staging directory and leaves nothing behind. It writes nothing
+# outside TARGET's staging directory (uv's cache lives there too and is removed).
+#
+# TARGET then holds bin/lockbuild (the command to run or link to: ln -s TARGET/bin/lockbuild
+# /usr/local/bin/lockbuild), env/ (the interpreter or environment with lockbuild installed) and
+# lockbuild.json (what was installed). Later versions install like any engine:
+#   TARGET/bin/lockbuild install lockbuild-NEW.lbz --root /opt/lockbuild-engines
+set -eu
+umask 022
+
+# Filled in by the builder; the whole script is signed with the bundle.
+LOCKBUILD_VERSION='@VERSION@'
+PYTHON_VERSION='@PYTHON@'
+INTERPRETER='@INTERPRETER@'
+UV_WHEEL='@UV@'
+BUNDLE='@BUNDLE@'
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+die() {
+  printf 'bootstrap: ERROR %s\n' "$1" >&2
+  if [ $# -gt 1 ]; then printf 'bootstrap: TIP %s\n' "$2" >&2; fi
+  exit 1
+}
+usage() {
+  printf 'usage: sh bootstrap.sh TARGET [--python /path/to/python%s]\n' "$PYTHON_VERSION" >&2
+  printf '  installs lockbuild %s at TARGET (an absolute path that does not exist yet)\n' "$LOCKBUILD_VERSION" >&2
+  exit 2
+}
+
+[ $# -ge 1 ] || usage
+case $1 in -h|--help) usage ;; esac
+target=$1
+shift
+given=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --python) [ $# -ge 2 ] || usage; given=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+
+# A plain absolute path: it is written into scripts and compared as text below.
+case $target in
+  /*) ;;
+  *) die "expected TARGET as an absolute path, found '$target'." "Give the full path, e.g. /opt/lockbuild." ;;
+esac
+case $target in
+  *[!A-Za-z0-9._/+-]*|*/../*|*/..|*/./*|*/.|*//*)
+    die "expected TARGET made of letters, digits and . _ / + - only, with no . or .. parts, found '$target'." ;;
+esac
+target=${target%/}
+if [ -e "$target" ] || [ -L "$target" ]; then
+  die "$target exists already; expected a path that does not exist yet." \
+    "To update an installed lockbuild, run: $target/bin/lockbuild install $BUNDLE --root /opt/lockbuild-engines"
+fi
+parent=${target%/*}
+[ -n "$parent" ] || parent=/
+name=${target##*/}
+[ -d "$parent" ] || die "the directory $parent does not exist; expected TARGET's parent to exist." \
+  "Create it first (mkdir -p $parent)."
+[ -w "$parent" ] || die "cannot write to $parent; the staging directory is made beside TARGET." \
+  "Run as a user who may write there (root for /opt)."
+
+for tool in sha256sum tar gzip mktemp mv rm; do
+  command -v "$tool" >/dev/null 2>&1 || die "this node has no '$tool' on PATH; the bootstrap needs it." \
+    "Install coreutils, tar and gzip from the node's own media."
+done
+
+here=$(cd -P -- "$(dirname -- "$0")" && pwd)
+[ -f "$here/SHA256SUMS" ] || die "$here has no SHA256SUMS; expected an extraction of lockbuild's own bundle." \
+  "Extract the whole .lbz: zstd -dc FILE.lbz | tar -x -C DIR"
+
+# 1. Every member as the builder listed it (the list itself is covered by the bundle's signature).
+say "checking the extracted members in $here against SHA256SUMS"
+if ! report=$(cd "$here" && sha256sum -c SHA256SUMS 2>&1); then
+  printf '%s\n' "$report" | grep -v ': OK$' | head -n 5 >&2
+  die "the extraction in $here does not match the bundle's signed list of members (a damaged or incomplete extraction); nothing was installed." \
+    "Verify the .lbz again with minisign -Vm, extract it into an empty directory, and run the bootstrap again."
+fi
+
+stage=$(mktemp -d "$parent/.$name.partial.XXXXXX") || die "cannot make a staging directory in $parent."
+trap 'rm -rf -- "$stage"' EXIT
+trap 'exit 130' INT TERM HUP
+export UV_NO_CONFIG=1 UV_OFFLINE=1 UV_PYTHON_DOWNLOADS=never UV_CACHE_DIR="$stage/.uv-cache" NO_COLOR=1
+export PIP_CONFIG_FILE=/dev/null NETRC=/dev/null
+mkdir "$stage/.tmp"
+export TMPDIR="$stage/.tmp"  # uv keeps its lock files there: nothing is left in the node's /tmp
+
+# 2. The interpreter, then uv out of its wheel (with that interpreter's zipfile: no unzip needed).
+if [ -n "$given" ]; then
+  base=$given
+elif [ -n "$INTERPRETER" ]; then
+  say "unpacking the bundled Python $PYTHON_VERSION (${INTERPRETER#python/})"
+  tar -xzf "$here/$INTERPRETER" -C "$stage" --no-same-owner || die "cannot unpack $INTERPRETER."
+  [ -d "$stage/python" ] || die "$INTERPRETER holds no python/ directory; expected a python-build-standalone install_only archive."
+  mv "$stage/python" "$stage/env"
+  base=$stage/env/bin/python$PYTHON_VERSION
+else
+  base=$(command -v "python$PYTHON_VERSION" 2>/dev/null) || die \
+    "this bundle carries no interpreter, and no python$PYTHON_VERSION is on PATH." \
+    "Pass --python /path/to/python$PYTHON_VERSION, or use the lockbuild bundle that carries its own Python."
+fi
+[ -x "$base" ] || die "the interpreter $base is not an executable file."
+got=$("$base" -I -B -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || die "the interpreter $base does not run."
+[ "$got" = "$PYTHON_VERSION" ] || die "this bundle is built for Python $PYTHON_VERSION, but $base is Python $got." \
+  "Pass --python with a Python $PYTHON_VERSION interpreter."
+
+mkdir "$stage/.tools"
+"$base" -I -B -c '
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    names = [n for n in z.namelist() if n.endswith(".data/scripts/uv")]
+    if len(names) != 1:
+        sys.exit("the uv wheel holds %d uv binaries; expected one" % len(names))
+    with z.open(names[0]) as src, open(sys.argv[2], "xb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+' "$here/$UV_WHEEL" "$stage/.tools/uv" || die "cannot take uv out of $UV_WHEEL."
+chmod 755 "$stage/.tools/uv"
+uv=$stage/.tools/uv
+
+if [ -n "$given" ] || [ -z "$INTERPRETER" ]; then
+  say "making an environment with $base"
+  "$uv" venv --quiet --relocatable --python "$base" --no-project "$stage/env" || die "uv venv failed."
+  py=$stage/env/bin/python
+  system=
+else
+  py=$base
+  system=--break-system-packages
+fi
+
+# 3. The lock, offline, from the bundle's wheels only, every file by its sha256.
+say "installing lockbuild $LOCKBUILD_VERSION offline with the bundled uv"
+# shellcheck disable=SC2086  # $system is one flag or nothing
+"$uv" pip install --quiet --python "$py" $system --offline --no-index --require-hashes --no-build \
+  --compile-bytecode --link-mode copy --find-links "$here/wheels" -r "$here/lock/requirements.txt" \
+  || die "uv could not install the bundle's lock; nothing was installed."
+rm -rf -- "$stage/.uv-cache" "$stage/.tools" "$stage/.tmp"
+
+if [ -n "$system" ]; then
+  # Console scripts in the interpreter's bin/ name it by the staging path: point them at TARGET.
+  from=$(printf '%s' "$stage" | sed 's/[.]/\\./g')
+  for f in "$stage/env/bin/"*; do
+    [ -f "$f" ] && [ ! -L "$f" ] || continue
+    head -c 2 "$f" | grep -q '^#!' || continue
+    grep -q "$stage/" "$f" || continue
+    sed "1,3s|$from/|$target/|g" "$f" >"$f.new" && chmod 755 "$f.new" && mv -f "$f.new" "$f"
+  done
+fi
+
+mkdir "$stage/bin"
+cat >"$stage/bin/lockbuild" <<EOF
+#!/bin/sh
+# lockbuild $LOCKBUILD_VERSION, installed by the bootstrap of $BUNDLE; runs isolated (python -I).
+here=\$(dirname -- "\$(readlink -f -- "\$0")")
+exec "\$here/../env/bin/python$PYTHON_VERSION" -I -m lockbuild "\$@"
+EOF
+chmod 755 "$stage/bin/lockbuild"
+printf '{"lockbuild": "%s", "bundle": "%s", "python": "%s", "interpreter": "%s"}\n' \
+  "$LOCKBUILD_VERSION" "$BUNDLE" "$PYTHON_VERSION" "${given:-${INTERPRETER:-python$PYTHON_VERSION on PATH}}" \
+  >"$stage/lockbuild.json"
+
+# 4. It runs, from the staging directory.
+shown=$("$stage/bin/lockbuild" --version 2>&1) || die "the installed lockbuild does not run: $shown"
+case $shown in
+  *"$LOCKBUILD_VERSION"*) ;;
+  *) die "the installed lockbuild says '$shown'; expected version $LOCKBUILD_VERSION." ;;
+esac
+
+# 5. Into place: one rename within $parent.
+chmod 755 "$stage"
+if [ -e "$target" ] || [ -L "$target" ]; then
+  die "$target appeared while installing; nothing was changed there."
+fi
+if mv --help 2>&1 | grep -q -e "-T, --no-target-directory"; then
+  mv -T -- "$stage" "$target" || die "cannot rename the staging directory to $target."
+else
+  mv -- "$stage" "$target" || die "cannot rename the staging directory to $target."
+fi
+trap - EXIT
+say "installed $shown at $target (run $target/bin/lockbuild, or link it: ln -s $target/bin/lockbuild /usr/local/bin/lockbuild)"

@@ -1,0 +1,309 @@
+"""lockbuild's own bundle (issue 26): built reproducibly from the running lockbuild's own files, checked
+on the node with stock minisign, extracted with zstd and tar, and installed by its signed bootstrap.sh
+with no network and no python on PATH, using the interpreter it carries; then it updates itself like any
+engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import PY, Keys
+from selfkit import repack, runtime_closure
+from servers import FakeServer
+from standalone import archive_name, make_tree, pack
+
+from lockbuild import __version__
+from lockbuild.cli import main
+
+PBS = "astral-sh/python-build-standalone"
+TAG = "20251014"
+MINISIGN = shutil.which("minisign")
+ZSTD = shutil.which("zstd")
+pytestmark = pytest.mark.skipif(MINISIGN is None or ZSTD is None, reason="needs minisign and zstd")
+UPLOADED = "2025-06-01T00:00:00Z"
+
+
+def recipe_text(interpreter: str | None, *, name: str = "lockbuild", version: str = __version__,
+                wheel: str = "{ self = true }") -> str:
+    text = f'''\
+[engine]
+name = "{name}"
+pypi = "lockbuild"
+binary = "lockbuild"
+verify = ["lockbuild", "--version"]
+
+[[builds]]
+version = "{version}"
+variant = "py{PY.replace(".", "")}"
+python = "{PY}"
+platform = "x86_64-manylinux_2_34"
+as-of = "2026-01-01T00:00:00Z"
+requirements = ["lockbuild=={version}"]
+wheel = {wheel}
+'''
+    if interpreter is not None:
+        text += f'interpreter = {{ tag = "{TAG}", file = "{interpreter}" }}\n'
+    return text
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeServer, str]]:
+    """A local index with lockbuild's dependencies (as installed here) and a release of the packed CPython."""
+    import datetime as dt
+
+    s = FakeServer()
+    when = dt.datetime.fromisoformat(UPLOADED)
+    s.publish(*repack("uv", scripts=("uv",)), uploaded=when)
+    for dist in runtime_closure():
+        s.publish(*repack(dist), uploaded=when)
+    top = make_tree(tmp_path_factory.mktemp("pbs"))
+    name = archive_name(TAG)
+    s.add_release(PBS, TAG, {name: pack(top)})
+    yield s, name
+    s.close()
+
+
+def build(index: tuple[FakeServer, str], tmp: Path, keys: Keys, text: str, tag: str) -> tuple[int, str, str]:
+    server, _ = index
+    recipe = tmp / f"lockbuild-{tag}.toml"
+    recipe.write_text(text)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCKBUILD_INDEX_URL", server.index_url())
+        mp.setenv("LOCKBUILD_GITHUB_API", server.github_api)
+        mp.setenv("LOCKBUILD_GITHUB_DOWNLOAD", server.github_download)
+        mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / f"cache-{tag}"))  # each build from nothing
+        return cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / f"dist-{tag}"), "--json")
+
+
+@pytest.fixture(scope="module")
+def bundles(index: tuple[FakeServer, str], keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The self-bundle, built twice, each time with an empty cache."""
+    tmp = tmp_path_factory.mktemp("selfbundle")
+    out = []
+    for tag in ("a", "b"):
+        code, stdout, stderr = build(index, tmp, keys, recipe_text(index[1]), tag)
+        assert code == 0, stderr
+        out.append(Path(json.loads(stdout)["bundles"][0]["bundle"]))
+    return out
+
+
+def offline(argv: list[str]) -> list[str]:
+    """``argv`` with no network: ``unshare -n`` as root, else bubblewrap's own network namespace."""
+    unshare = shutil.which("unshare")
+    if os.geteuid() == 0 and unshare and subprocess.run([unshare, "-n", "true"]).returncode == 0:
+        return [unshare, "-n", *argv]
+    bwrap = shutil.which("bwrap")
+    if bwrap and subprocess.run([bwrap, "--dev-bind", "/", "/", "--unshare-net", "true"]).returncode == 0:
+        return [bwrap, "--dev-bind", "/", "/", "--unshare-net", *argv]
+    pytest.skip("no network namespace can be made here")
+
+
+def extract(bundle: Path, dest: Path) -> Path:
+    """Step 2 of the docs, verbatim: ``zstd -dc FILE.lbz | tar -x -C DIR``."""
+    dest.mkdir()
+    subprocess.run(f"zstd -dc '{bundle}' | tar -x -C '{dest}'", shell=True, check=True)
+    return dest
+
+
+# What a minimal node has: a shell, coreutils, tar, gzip, grep and sed; no python of any version.
+NODE_TOOLS = ("sh", "sha256sum", "tar", "gzip", "mktemp", "mv", "rm", "mkdir", "chmod", "cat", "head", "grep",
+              "sed", "dirname", "readlink", "realpath", "ls")
+
+
+def node_path(base: Path) -> str:
+    """A PATH of only NODE_TOOLS (links to this machine's), as on a node image with no Python."""
+    bin_dir = base / "node-bin"
+    if not bin_dir.exists():
+        bin_dir.mkdir(parents=True)
+        for tool in NODE_TOOLS:
+            found = shutil.which(tool)
+            assert found is not None, tool
+            (bin_dir / tool).symlink_to(os.path.realpath(found))
+    assert shutil.which("python3", path=str(bin_dir)) is None and shutil.which(f"python{PY}", path=str(bin_dir)) is None
+    return str(bin_dir)
+
+
+def bootstrap(extracted: Path, target: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """Step 3: ``sh DIR/bootstrap.sh TARGET``, offline, with no python (any version) on PATH."""
+    home.mkdir(exist_ok=True)
+    (home / "tmp").mkdir(exist_ok=True)
+    env = {"PATH": node_path(home.parent), "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
+    return subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(target)]), capture_output=True,
+                          text=True, env=env)
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+# --- the builder -----------------------------------------------------------------------------------------
+
+
+def test_the_self_bundle_is_byte_identical_when_built_twice_from_nothing(bundles: list[Path]) -> None:
+    a, b = bundles
+    assert a.name == f"lockbuild-{__version__}-py{PY.replace('.', '')}-x86_64-manylinux_2_34.lbz"
+    assert hashlib.sha256(a.read_bytes()).hexdigest() == hashlib.sha256(b.read_bytes()).hexdigest()
+
+
+def test_the_self_bundle_carries_lockbuild_its_lock_uv_the_interpreter_and_the_bootstrap(
+    bundles: list[Path], index: tuple[FakeServer, str]
+) -> None:
+    code, text, _ = cli("inspect", str(bundles[0]), "--json")
+    assert code == 0
+    members = {m["path"]: m for m in json.loads(text)["files"]}
+    wheel = f"wheels/lockbuild-{__version__}-py3-none-any.whl"
+    assert members[wheel]["kind"] == "wheel" and members[wheel]["origin"] == ""
+    assert members[f"python/{index[1]}"]["kind"] == "interpreter"
+    assert members["bootstrap.sh"]["kind"] == members["SHA256SUMS"]["kind"] == "bootstrap"
+    assert any(p.startswith("tools/uv-") for p in members)
+    for dep in ("click", "httpx", "cryptography", "zstandard", "tomlkit", "packaging"):
+        assert any(p.startswith(f"wheels/{dep}-") for p in members), dep
+
+
+def test_the_recorded_recipe_pins_lockbuilds_own_wheel_by_its_sha256(bundles: list[Path], tmp_path: Path) -> None:
+    unpacked = extract(bundles[0], tmp_path / "x")
+    wheel = unpacked / "wheels" / f"lockbuild-{__version__}-py3-none-any.whl"
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert f'wheel = {{self = true, sha256 = "{sha}"}}' in (unpacked / "recipe.toml").read_text()
+    assert f"--hash=sha256:{sha}" in (unpacked / "lock" / "requirements.txt").read_text()
+    listed = dict(line.split("  ")[::-1] for line in (unpacked / "SHA256SUMS").read_text().splitlines())
+    assert listed[f"wheels/{wheel.name}"] == sha and "bootstrap.sh" in listed and "bundle.toml" not in listed
+
+
+def test_a_pin_that_this_lockbuild_does_not_make_is_refused(
+    index: tuple[FakeServer, str], keys: Keys, tmp_path: Path
+) -> None:
+    code, _, stderr = build(index, tmp_path, keys, recipe_text(None, wheel=f'{{ self = true, sha256 = "{"0" * 64}" }}'),
+                            "pin")
+    assert code != 0
+    assert f"pins lockbuild's own wheel to sha256 {'0' * 64}" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "dist-pin").exists() or not list((tmp_path / "dist-pin").iterdir())
+
+
+@pytest.mark.parametrize(("name", "version"), [("toyengine", __version__), ("lockbuild", "9.9.9")])
+def test_only_lockbuild_at_the_running_version_takes_the_self_wheel(
+    index: tuple[FakeServer, str], keys: Keys, tmp_path: Path, name: str, version: str
+) -> None:
+    code, _, stderr = build(index, tmp_path, keys, recipe_text(None, name=name, version=version), "other")
+    assert code != 0
+    assert f"at the running lockbuild's version, {__version__}; found the engine {name!r} at {version}" in stderr
+
+
+# --- the node, with stock tools only ---------------------------------------------------------------------
+
+
+def test_minisign_accepts_the_self_bundle_and_refuses_a_flipped_byte(bundles: list[Path], keys: Keys,
+                                                                      tmp_path: Path) -> None:
+    ok = subprocess.run([MINISIGN, "-Vm", str(bundles[0]), "-p", str(keys.public)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = tmp_path / bundles[0].name
+    data = bytearray(bundles[0].read_bytes())
+    data[len(data) // 2] ^= 1
+    bad.write_bytes(bytes(data))
+    shutil.copy(f"{bundles[0]}.minisig", f"{bad}.minisig")
+    refused = subprocess.run([MINISIGN, "-Vm", str(bad), "-p", str(keys.public)], capture_output=True, text=True)
+    assert refused.returncode != 0 and "verification failed" in (refused.stdout + refused.stderr).lower()
+
+
+def test_the_bootstrap_installs_lockbuild_offline_with_no_python_on_path(
+    bundles: list[Path], keys: Keys, tmp_path: Path
+) -> None:
+    extracted = extract(bundles[0], tmp_path / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    target = parent / "lockbuild"
+    run = bootstrap(extracted, target, tmp_path / "home")
+    assert run.returncode == 0, run.stderr
+    assert f"installed lockbuild, version {__version__} at {target}" in run.stderr
+    assert sorted(p.name for p in parent.iterdir()) == ["lockbuild"]  # no staging directory left
+    assert tree(tmp_path / "home") == ["tmp"]  # nothing written to HOME or TMPDIR
+    assert not [p for p in target.rglob("*") if ".uv-cache" in p.parts or ".tools" in p.parts]
+    assert json.loads((target / "lockbuild.json").read_text())["lockbuild"] == __version__
+    # the installed lockbuild runs from its own interpreter, and it verifies and installs offline
+    env = {"PATH": node_path(tmp_path), "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8"}
+    version = subprocess.run([str(target / "bin" / "lockbuild"), "--version"], capture_output=True, text=True, env=env)
+    assert version.stdout.strip() == f"lockbuild, version {__version__}"
+    verify = subprocess.run([str(target / "bin" / "lockbuild"), "verify", str(bundles[1]), "--trust", str(keys.trust)],
+                            capture_output=True, text=True, env=env)
+    assert verify.returncode == 0, verify.stderr
+    engines = tmp_path / "engines"
+    update = subprocess.run(
+        offline([str(target / "bin" / "lockbuild"), "install", str(bundles[1]), "--root", str(engines),
+                 "--trust", str(keys.trust), "--json"]),
+        capture_output=True, text=True, env=env,
+    )
+    assert update.returncode == 0, update.stderr
+    current = engines / "lockbuild" / f"{__version__}-py{PY.replace('.', '')}" / "bin" / "lockbuild"
+    again = subprocess.run([str(current), "--version"], capture_output=True, text=True, env=env)
+    assert again.stdout.strip() == f"lockbuild, version {__version__}"
+
+
+def test_the_bootstrap_refuses_a_damaged_extraction_and_leaves_nothing(bundles: list[Path], tmp_path: Path) -> None:
+    extracted = extract(bundles[0], tmp_path / "x")
+    wheel = next((extracted / "wheels").glob("click-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[100] ^= 1
+    wheel.write_bytes(bytes(data))
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1
+    assert "does not match the bundle's signed list of members" in run.stderr
+    assert f"wheels/{wheel.name}: FAILED" in run.stderr
+    assert list(parent.iterdir()) == [] and tree(tmp_path / "home") == ["tmp"]
+
+
+def test_the_bootstrap_refuses_an_existing_target_and_a_relative_one(bundles: list[Path], tmp_path: Path) -> None:
+    extracted = extract(bundles[0], tmp_path / "x")
+    (tmp_path / "opt").mkdir()
+    (tmp_path / "opt" / "lockbuild").mkdir()
+    run = bootstrap(extracted, tmp_path / "opt" / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1 and "exists already" in run.stderr and "lockbuild install" in run.stderr
+    run = subprocess.run(["sh", str(extracted / "bootstrap.sh"), "opt/lockbuild"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert run.returncode == 1 and "expected TARGET as an absolute path" in run.stderr
+    assert sorted(p.name for p in (tmp_path / "opt").iterdir()) == ["lockbuild"]
+
+
+def test_a_failing_install_step_leaves_nothing(bundles: list[Path], tmp_path: Path) -> None:
+    """The lock names a file the extraction lacks (both lists edited alike): uv refuses, nothing stays."""
+    extracted = extract(bundles[0], tmp_path / "x")
+    wheel = next((extracted / "wheels").glob("tomlkit-*.whl"))
+    wheel.unlink()
+    sums = extracted / "SHA256SUMS"
+    sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if "tomlkit-" not in line))
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1 and "uv could not install the bundle's lock; nothing was installed" in run.stderr
+    assert list(parent.iterdir()) == [] and tree(tmp_path / "home") == ["tmp"]
+
+
+def test_the_bootstrap_script_is_posix_sh() -> None:
+    from importlib.resources import files
+
+    script = files("lockbuild.bundle").joinpath("bootstrap.sh")
+    for sh in ("dash", "sh", "bash"):
+        exe = shutil.which(sh)
+        if exe is not None:
+            check = subprocess.run([exe, "-n", str(script)], capture_output=True, text=True)
+            assert check.returncode == 0, (sh, check.stderr)
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is not None:
+        lint = subprocess.run([shellcheck, "-s", "sh", str(script)], capture_output=True, text=True)
+        assert lint.returncode == 0, lint.stdout
+    assert sys.version_info >= (3, 11)

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion
 
 from lockbuild.digest import is_sha256
 from lockbuild.errors import ResolveError
+from lockbuild.provenance import Provenance
 from lockbuild.target import Target
 
 Origin = Literal["primary", "second", "direct"]  # "second": any extra index (``index`` or ``indexes``)
@@ -54,6 +55,8 @@ class LockedFile:
     origin: Origin
     index: str = "primary"  # the name of the index that served it ("primary", "second", an indexes name; "" for a URL)
     time_from: TimeFrom = "upload-time"
+    # PEP 740: what the index said of the file's attestations (None: it offers no provenance), recorded unverified
+    provenance: Provenance | None = None
 
     @property
     def kind(self) -> Literal["wheel", "sdist"]:
@@ -386,4 +389,7 @@ def bundle_pylock(files: Sequence[LockedFile], target: Target) -> str:
 
 def _provenance(f: LockedFile) -> str:
     where = f"index {f.index}" if f.index else "the recipe's URL"
-    return f" (from {where}; time: {f.time_from})"
+    published = ""
+    if f.provenance is not None and f.provenance.publishers:  # PEP 740, as the index states it (unverified)
+        published = f"; published by {f.provenance.describe()}, unverified"
+    return f" (from {where}; time: {f.time_from}{published})"

@@ -1,5 +1,6 @@
 """Local servers for the tests, on 127.0.0.1: a PEP 691/700 index, a second index without upload
-times (like PyTorch's), and a fake of GitHub's release API that publishes asset digests.
+times (like PyTorch's), a fake of GitHub's release API that publishes asset digests, and, for the
+indexes named in ``pep740``, a fake of PyPI's integrity API (PEP 740 provenance).
 
 Files are registered with optional faults so tests can drop connections, corrupt bytes, answer
 500 first, ignore Range, or send endless bodies.
@@ -72,6 +73,10 @@ class FakeServer:
         self.requests: list[str] = []
         self.request_headers: list[tuple[str, dict[str, str]]] = []  # (path, headers with lower-case names)
         self.require_auth: str | None = None  # when set, a GET without this Authorization gets a 401 challenge
+        # PEP 740: indexes whose pages carry a "provenance" key on every file (null unless registered here);
+        # (index, filename) -> the integrity API's answer (None: the URL answers 404)
+        self.pep740: set[str] = set()
+        self.provenance: dict[tuple[str, str], bytes | None] = {}
         self.httpd = QuietHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -83,8 +88,10 @@ class FakeServer:
 
     def reset(self) -> None:
         """Forget every registered file, page, release and request (for a server shared by a module)."""
-        for registry in (self.files, self.projects, self.releases, self.json_api, self.redirects, self.raw_pages):
+        for registry in (self.files, self.projects, self.releases, self.json_api, self.redirects, self.raw_pages,
+                         self.provenance):
             registry.clear()
+        self.pep740.clear()
         self.requests.clear()
         self.request_headers.clear()
         self.require_auth = None
@@ -161,6 +168,10 @@ class FakeServer:
                 f["upload-time"] = e.upload_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             if e.yanked is not False:
                 f["yanked"] = e.yanked
+            if index in self.pep740:
+                version = e.filename.split("-")[1]
+                known = (index, e.filename) in self.provenance
+                f["provenance"] = f"/{index}/integrity/{canonicalize_name(name)}/{version}/{e.filename}/provenance" if known else None
             files.append(f)
         doc = {"meta": {"api-version": "1.1"}, "name": canonicalize_name(name), "files": files}
         return json.dumps(doc).encode()
@@ -219,6 +230,13 @@ class FakeServer:
                         self._send(404, b"not found", "text/plain")
                     else:
                         self._send(200, page, "application/vnd.pypi.simple.v1+json")
+                    return
+                if len(parts) == 6 and parts[1] == "integrity" and parts[5] == "provenance":
+                    answer = server.provenance.get((parts[0], parts[4]))
+                    if answer is None:
+                        self._send(404, b'{"message": "Not Found"}', "application/json")
+                    else:
+                        self._send(200, answer, "application/vnd.pypi.integrity.v1+json")
                     return
                 if len(parts) == 4 and parts[1] == "pypi" and parts[3] == "json":
                     doc = server.json_api.get(canonicalize_name(parts[2]))
@@ -298,6 +316,20 @@ class FakeServer:
                     sent += len(chunk)
 
         return Handler
+
+
+def provenance_doc(*publishers: dict[str, object], attestations: int = 1) -> bytes:
+    """A PEP 740 provenance object as PyPI's integrity API answers it: one attestation bundle per publisher
+    (the attestations are stand-ins: lockbuild counts them, it does not verify them)."""
+    stand_in = {"version": 1, "verification_material": {"certificate": "", "transparency_entries": [{}]},
+                "envelope": {"statement": "", "signature": ""}}
+    bundles = [{"publisher": p, "attestations": [stand_in] * attestations} for p in publishers]
+    return json.dumps({"version": 1, "attestation_bundles": bundles}).encode()
+
+
+def github_publisher(repository: str, workflow: str = "release.yml", environment: str | None = "pypi") -> dict[str, object]:
+    return {"kind": "GitHub", "repository": repository, "workflow": workflow, "environment": environment,
+            "claims": {"sha": "0" * 40, "ref": "refs/tags/v1"}}
 
 
 def _chunks(data: bytes | Callable[[], Iterator[bytes]]) -> Iterator[bytes]:

@@ -510,7 +510,7 @@ def test_fetch_command_writes_the_build_and_reuses_the_cache(env: FakeServer, to
     assert code == 0, stderr
     (first,) = json.loads(stdout)["fetches"]
     build = out / "1.0-cpu"
-    assert sorted(p.name for p in build.iterdir()) == ["extras.txt", "recipe.toml", "requirements.txt", "tools", "wheels"]
+    assert sorted(p.name for p in build.iterdir()) == ["extras.txt", "provenance.json", "recipe.toml", "requirements.txt", "tools", "wheels"]
     assert sorted(p.name for p in (build / "wheels").iterdir()) == [
         "toydep-1.0-py3-none-any.whl",
         "toyengine-1.0-py3-none-any.whl",

@@ -368,7 +368,7 @@ def test_lock_writes_the_lock_and_the_resolved_recipe(env: FakeServer, published
     code, stdout, stderr = run_lock(recipe, out)
     assert code == 0, stderr
     assert sorted(p.name for p in out.iterdir()) == ["1.0-cpu"]
-    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == ["extras.txt", "recipe.toml", "requirements.txt"]
+    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == ["extras.txt", "provenance.json", "recipe.toml", "requirements.txt"]
     result = json.loads(stdout)
     assert result["ok"] is True
     lock = result["locks"][0]
@@ -457,7 +457,7 @@ def test_a_package_on_both_indexes_comes_from_the_second_only(
     assert pkgs["lkgpu"]["origin"] == "primary" and pkgs["lkdep"]["origin"] == "primary"
     assert pkgs["lkdep"]["version"] == "1.0"  # the cut-off still holds for the primary index
 
-    assert sorted(p.name for p in (tmp_path / "out" / "1.0-gpu").iterdir()) == ["extras.txt", "pylock.toml", "recipe.toml"]
+    assert sorted(p.name for p in (tmp_path / "out" / "1.0-gpu").iterdir()) == ["extras.txt", "provenance.json", "pylock.toml", "recipe.toml"]
     pylock = (tmp_path / "out" / "1.0-gpu" / "pylock.toml").read_text()
     primary_torch = make_wheel("lktorch", "1.0", modules={"lktorch/__init__.py": "primary = True\n"})[1]
     assert sha(primary_torch) not in pylock
@@ -554,7 +554,7 @@ def test_locking_again_replaces_the_previous_lock(env: FakeServer, published: Fa
     (out / "1.0-cpu" / "stale.txt").write_text("old")
     code, _, stderr = run_lock(write(tmp_path, recipe_text(build_text())), out)
     assert code == 0, stderr
-    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == ["extras.txt", "recipe.toml", "requirements.txt"]
+    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == ["extras.txt", "provenance.json", "recipe.toml", "requirements.txt"]
     assert [p.name for p in out.iterdir()] == ["1.0-cpu"]
 
 

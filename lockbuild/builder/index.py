@@ -43,6 +43,9 @@ class IndexFile:
     yanked: bool
     yank_reason: str = ""
     metadata_sha256: str | None = None  # PEP 658/714: the sha256 of the file's METADATA at URL + ".metadata"
+    # PEP 740: the page's "provenance" key; absent (offers_provenance False), null (no attestations) or a URL
+    offers_provenance: bool = False
+    provenance_url: str | None = None
 
     @property
     def metadata_url(self) -> str:
@@ -182,6 +185,14 @@ def parse_project_page(
         yanked, reason = _yank(f.get("yanked", False))
         meta = f.get("core-metadata", f.get("dist-info-metadata"))  # PEP 714's name, then PEP 658's
         meta_sha = meta.get("sha256") if isinstance(meta, dict) else None
+        provenance = f.get("provenance")
+        if provenance is not None and (
+            not isinstance(provenance, str) or len(provenance) > 4096 or has_control_character(provenance)
+        ):
+            raise RemoteError(
+                f"{what}: {page_url} gives {filename} a provenance of {str(provenance)[:_SHOWN]!r}; expected "
+                "null or a URL of at most 4096 characters (PEP 740); refused."
+            )
         got = IndexFile(
             filename=filename,
             url=public(urljoin(page_url, f["url"])),  # a URL that is recorded carries no credentials
@@ -191,6 +202,8 @@ def parse_project_page(
             yanked=yanked,
             yank_reason=reason,
             metadata_sha256=meta_sha.lower() if isinstance(meta_sha, str) and is_sha256(meta_sha.lower()) else None,
+            offers_provenance="provenance" in f,
+            provenance_url=public(urljoin(page_url, provenance)) if isinstance(provenance, str) else None,
         )
         before = out.get(filename)
         if before is not None and (before.sha256 != got.sha256 or before.sha256 is None):

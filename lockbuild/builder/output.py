@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -9,6 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lockbuild.builder.plan import Plan
+from lockbuild.builder.provenance import recorded
+from lockbuild.provenance import RECORD, record_json
 
 EXTRAS = "extras.txt"
 
@@ -24,6 +27,13 @@ def extras_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def provenance_text(plan: Plan) -> str:
+    """provenance.json: each locked package's PEP 740 provenance as its index stated it (unverified), which
+    the next lock of this build is compared with."""
+    doc = record_json(plan.recipe.engine.name, plan.build.id, recorded(plan.lock.files))
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+
+
 def _place(src: Path, dest: Path) -> None:
     """A cached file at ``dest``: a hard link where possible, else a copy."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -34,8 +44,9 @@ def _place(src: Path, dest: Path) -> None:
 
 
 def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = None) -> Path:
-    """OUT/VERSION-VARIANT with the lock, extras.txt and the resolved recipe, and with ``fetched`` (sha256 → file)
-    every file under its bundle path. Written under a temporary name and renamed at the end."""
+    """OUT/VERSION-VARIANT with the lock, extras.txt, provenance.json and the resolved recipe, and with
+    ``fetched`` (sha256 → file) every file under its bundle path. Written under a temporary name and renamed
+    at the end."""
     out.mkdir(parents=True, exist_ok=True)
     final = out / plan.build.id
     tmp = Path(tempfile.mkdtemp(prefix=f".{plan.build.id}.", suffix=".partial", dir=out))
@@ -43,6 +54,7 @@ def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = N
         (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
         (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
         (tmp / EXTRAS).write_text(extras_text(plan), encoding="utf-8")
+        (tmp / RECORD).write_text(provenance_text(plan), encoding="utf-8")
         if fetched is not None:
             for f in plan.lock.files:
                 _place(fetched[f.sha256], tmp / f.bundle_path)

@@ -24,9 +24,10 @@ from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
 from lockbuild.digest import HashingWriter
 from lockbuild.errors import LockbuildError, RecipeError, SignatureError
-from lockbuild.lock import bundle_pylock, bundle_requirements
+from lockbuild.lock import LockedFile, bundle_pylock, bundle_requirements
 from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
+from lockbuild.provenance import Provenance
 from lockbuild.times import iso
 from lockbuild.trust import FileDigests, Statement, carry_over, read_signatures, sign_statement, signature_path
 from lockbuild.writeback import EarlyWriteback
@@ -59,6 +60,7 @@ def sbom(plan: Plan) -> bytes:
                 "purl": purl,
                 "hashes": [{"alg": "SHA-256", "content": f.sha256}],
                 "externalReferences": [{"type": "distribution", "url": f.url}],
+                **_provenance_properties(f),
             }
         )
     needed_by = [sdist for sdist, reqs in plan.build_requires if reqs]  # the closure is shared by them
@@ -105,6 +107,19 @@ def sbom(plan: Plan) -> bytes:
         "components": components,
     }
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _provenance_properties(f: LockedFile) -> dict[str, object]:
+    """PEP 740 (issue 28): the publishers the index states for an attested file, as SBOM properties."""
+    p = f.provenance
+    if p is None or not p.publishers:
+        return {}
+    props = [{"name": "lockbuild:provenance:attestations", "value": str(p.attestations)},
+             {"name": "lockbuild:provenance:verified", "value": "false"}]
+    for pub in p.publishers:
+        props += [{"name": f"lockbuild:provenance:publisher:{key}", "value": value}
+                  for key, value in pub.to_json().items() if value]
+    return {"properties": props}
 
 
 def _bytes_member(path: str, data: bytes, kind: str) -> tuple[Member, bytes]:
@@ -210,8 +225,15 @@ def assemble_from(
         install=install_table(plan, [e.member for e in entries]),
         zstd_version=".".join(map(str, zstandard.ZSTD_VERSION)),
         exclude_newer_package=b.exclude_newer_package,
+        provenance=_attested(plan, entries),
     )
     return manifest, entries
+
+
+def _attested(plan: Plan, entries: list[Entry]) -> tuple[tuple[str, Provenance], ...]:
+    """The manifest's provenance: each attested wheel or sdist of the lock, in member order."""
+    by_path = {f.bundle_path: f.provenance for f in plan.lock.files if f.provenance and f.provenance.publishers}
+    return tuple((e.member.path, by_path[e.member.path]) for e in entries if e.member.path in by_path)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from lockbuild.builder.index import Index, IndexFile
 from lockbuild.builder.lookahead import Lookahead
 from lockbuild.builder.memo import ResolutionMemo
 from lockbuild.builder.prebuild import Prebuilt, prebuild
+from lockbuild.builder.provenance import with_provenance
 from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
@@ -182,6 +183,7 @@ class Planner:
         if build.interpreter is not None:
             extras.append(self._interpreter(build))
         resolution, files = self._resolve(requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node)
+        files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740 (issue 28)
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(
@@ -281,6 +283,14 @@ class Planner:
         got = dict(zip(by_name, pool.map(lambda f: self._metadata(f, extra), files), strict=True))
         pins = {f.name: f.version for f in files}
         return closure_problem(requirements, pins, got.__getitem__, build.target.marker_environment())
+
+    def _listed(self, f: LockedFile, extra: ExtraIndexes) -> tuple[IndexFile, ...]:
+        """The index entries of a locked file's release (kept from the look-ups that chose it)."""
+        if f.origin == "primary":
+            return self.primary.release(f.name, f.version)
+        if f.origin == "second" and f.index in extra.clients:
+            return extra.clients[f.index].release(f.name, f.version)
+        return ()
 
     def _metadata(self, f: LockedFile, extra: ExtraIndexes) -> bytes:
         """A locked wheel's METADATA: the index's PEP 658 file (by its listed sha256), or the wheel's own."""

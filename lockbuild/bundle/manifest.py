@@ -19,6 +19,7 @@ __all__ = ["MANIFEST", "Manifest", "Member", "check_member_path", "collision_key
 from lockbuild.digest import is_sha256
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.provenance import Provenance, parse_recorded
 from lockbuild.times import iso, parse_time
 
 FORMAT = 2  # what a manifest says unless its [install] table needs more (InstallTable.needs_format)
@@ -63,6 +64,9 @@ class Manifest:
     zstd_version: str = ""  # libzstd that compressed it: a rebuild must use the same to match bit for bit
     # The recipe's per-package cut-offs (uv's --exclude-newer-package): (canonical name, UTC time or None = none)
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()
+    # PEP 740 (issue 28): a wheel's or sdist's provenance as its index stated it, unverified, by member path.
+    # Optional: written in the member's [[files]] table, which readers before it pass over.
+    provenance: tuple[tuple[str, Provenance], ...] = ()
 
     @property
     def bundle_name(self) -> str:
@@ -102,6 +106,7 @@ class Manifest:
             "",
             *self.install.toml_lines(q),
         ]
+        attested = dict(self.provenance)
         for m in self.members:
             lines += [
                 "[[files]]",
@@ -110,6 +115,7 @@ class Manifest:
                 f"sha256 = {q(m.sha256)}",
                 f"kind = {q(m.kind)}",
                 f"origin = {q(m.origin)}",
+                *([f"provenance = {_provenance_toml(attested[m.path])}"] if m.path in attested else []),
                 "",
             ]
         return "\n".join(lines).encode()
@@ -117,6 +123,12 @@ class Manifest:
     def _exempt_toml(self) -> str:
         return ", ".join(f"{name} = {'false' if when is None else toml_string(when)}"
                          for name, when in self.exclude_newer_package)
+
+
+def _provenance_toml(p: Provenance) -> str:
+    pubs = ", ".join("{ " + ", ".join(f"{k} = {toml_string(v)}" for k, v in pub.to_json().items()) + " }"
+                     for pub in p.publishers)
+    return f"{{ attestations = {p.attestations}, publishers = [{pubs}], verified = false }}"
 
 
 def toml_string(text: str) -> str:
@@ -265,6 +277,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     if len(files) > limits.max_members:
         raise _bad(f"the manifest lists {len(files)} members; expected at most {limits.max_members}.")
     members = tuple(_member(f, i, limits) for i, f in enumerate(files))
+    provenance = _provenance(files, members)
     _check_collisions(members)
     total = sum(m.size for m in members)
     if total > limits.max_bundle:
@@ -302,7 +315,20 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         format=fmt,
         zstd_version=zstd,
         exclude_newer_package=exempt,
+        provenance=provenance,
     )
+
+
+def _provenance(files: list[Any], members: tuple[Member, ...]) -> tuple[tuple[str, Provenance], ...]:
+    """The optional per-file provenance (bounded by lockbuild/provenance.py), on wheels and sdists only."""
+    out: list[tuple[str, Provenance]] = []
+    for f, m in zip(files, members, strict=True):
+        if "provenance" not in f:
+            continue
+        if m.kind not in ("wheel", "sdist"):
+            raise _bad(f"the manifest gives {m.path} (kind {m.kind}) a provenance; only wheels and sdists have one.")
+        out.append((m.path, parse_recorded(f["provenance"], f"the manifest's provenance of {m.path}", IntegrityError)))
+    return tuple(out)
 
 
 def _exclude_newer_package(value: object) -> tuple[tuple[str, str | None], ...]:

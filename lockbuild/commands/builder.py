@@ -59,6 +59,7 @@ def _lock_json(plan: Any) -> dict[str, Any]:
                 "origin": f.origin,
                 "index": f.index,
                 "time_from": f.time_from,
+                "provenance": f.provenance.to_json() if f.provenance is not None else None,
             }
             for f in plan.lock.files
         ],
@@ -66,6 +67,27 @@ def _lock_json(plan: Any) -> dict[str, Any]:
         "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
         "warnings": list(plan.warnings),
     }
+
+
+def _with_provenance_report(plan: Any, out: Path) -> Any:
+    """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT (issue 28)."""
+    from lockbuild.builder.provenance import report
+
+    notes = report(plan.recipe.engine.name, plan.build.id, out / plan.build.id, plan.lock.files)
+    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes)) if notes else plan
+
+
+def provenance_summary(files: Any, shown: int = 8) -> str:
+    """The lock's PEP 740 line: the attested packages and their publishers as the index states them."""
+    offered = [f for f in files if f.provenance is not None]
+    if not offered:
+        return ""
+    attested = sorted((f for f in offered if f.provenance.publishers), key=lambda f: f.name)
+    head = (f"\n  provenance (PEP 740, as the index states it, unverified): {len(attested)} of {len(files)} "
+            "packages attested")
+    listed = "".join(f"\n    {f.name} {f.version}: {f.provenance.describe()}" for f in attested[:shown])
+    more = f"\n    ... and {len(attested) - shown} more (--json lists each)" if len(attested) > shown else ""
+    return head + listed + more
 
 
 @click.command(cls=Command, epilog="Example: lockbuild lock bundles/vllm.toml --build cu128 --out locks/")
@@ -102,6 +124,7 @@ def lock(
     results = []
     with session(settings, progress=_progress(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
+    plans = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
     for plan in plans:
         write_plan_dir(plan, out)
         _warn(ctx, plan.warnings)
@@ -110,7 +133,8 @@ def lock(
         f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
         f"-> {out / res['build'] / res['lock_format']}"
         + (REUSED_NOTE if res["resolution_reused"] else "")
-        for res in results
+        + provenance_summary(plan.lock.files)
+        for res, plan in zip(results, plans, strict=True)
     )
     _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
 
@@ -150,7 +174,7 @@ def fetch(
     results = []
     with session(settings, progress=_progress(ctx), jobs=jobs) as s:
         for b in r.select(build_spec):
-            plan = s.planner.plan(r, b)
+            plan = _with_provenance_report(s.planner.plan(r, b), out)
             _warn(ctx, plan.warnings)
             paths, report = s.fetch(plan)
             write_plan_dir(plan, out, paths)

@@ -1,0 +1,100 @@
+"""PEP 740 provenance at lock time: each locked file's, from the URL its index page names, and the
+comparison with the previous lock of the same build (``OUT/VERSION-VARIANT/provenance.json``).
+
+An index offers provenance by the ``provenance`` key of its PEP 691 file entries (PyPI's points at its
+integrity API, ``/integrity/<project>/<version>/<filename>/provenance``): a URL is asked, with a 404
+meaning no attestations; null means none; an index whose pages have no such key offers nothing, and
+nothing is asked or recorded. An answer is read bounded (size and nesting) and strictly typed; one
+lockbuild cannot read is refused, as an index page would be. What is recorded is the publisher the
+index states, unverified (``lockbuild/provenance.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from pathlib import Path
+
+import httpx
+
+from lockbuild import fsio
+from lockbuild.builder.http import get_json
+from lockbuild.builder.index import IndexFile
+from lockbuild.errors import LockbuildError, RemoteError
+from lockbuild.lock import LockedFile
+from lockbuild.provenance import (
+    MAX_ANSWER_BYTES,
+    MAX_RECORD_BYTES,
+    RECORD,
+    Provenance,
+    Recorded,
+    changes,
+    parse_answer,
+    parse_record,
+)
+
+INTEGRITY_JSON = "application/vnd.pypi.integrity.v1+json"
+
+
+def fetch_provenance(client: httpx.Client, listed: IndexFile, *, project: str) -> Provenance | None:
+    """The provenance of one file as its index entry offers it: None when the entry has no ``provenance``
+    key, no attestations when it is null or its URL answers 404; RemoteError for any other answer that
+    is not a bounded, well-typed PEP 740 provenance object."""
+    if not listed.offers_provenance:
+        return None
+    if listed.provenance_url is None:
+        return Provenance()
+    what = f"the provenance of {listed.filename} ({project})"
+    missing = f"{what}: {listed.provenance_url} answered 404"
+    try:
+        data, _ = get_json(client, listed.provenance_url, what=f"asking for {what}",
+                           headers={"Accept": INTEGRITY_JSON}, not_found=missing, limit=MAX_ANSWER_BYTES)
+    except RemoteError as exc:
+        if exc.message == missing:  # the 404 get_json gives for this URL: the file has no attestations
+            return Provenance()
+        raise
+    return parse_answer(data, what=f"{what} at {listed.provenance_url}", error=RemoteError)
+
+
+def with_provenance(
+    client: httpx.Client,
+    files: Sequence[LockedFile],
+    listed: Callable[[LockedFile], Sequence[IndexFile]],
+    pool: Executor,
+) -> tuple[LockedFile, ...]:
+    """``files`` with each one's provenance, asked on ``pool``; ``listed(f)`` gives the index entries of
+    f's release (a file from a recipe's URL has none, and gets no provenance)."""
+
+    def one(f: LockedFile) -> LockedFile:
+        if f.origin == "direct":
+            return f
+        entry = next((e for e in listed(f) if e.filename == f.filename), None)
+        if entry is None:
+            return f
+        return dataclasses.replace(f, provenance=fetch_provenance(client, entry, project=f.name))
+
+    return tuple(pool.map(one, files))
+
+
+def recorded(files: Sequence[LockedFile]) -> tuple[Recorded, ...]:
+    return tuple(Recorded(f.name, f.version, f.filename, f.provenance) for f in files)
+
+
+def report(engine: str, build: str, previous_dir: Path, files: Sequence[LockedFile]) -> list[str]:
+    """The provenance warnings of a new lock against the one ``previous_dir`` holds (none when it holds
+    none, or one of another engine or build); a record that cannot be read is said once, and skipped."""
+    path = previous_dir / RECORD
+    if not (path.exists() or path.is_symlink()):
+        return []
+    where = f"the previous lock's {path}"
+    try:
+        raw = fsio.read_regular(path, what="provenance record of the previous lock", max_size=MAX_RECORD_BYTES)
+        data = fsio.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)
+        was_engine, was_build, before = parse_record(data, where, LockbuildError)
+    except (OSError, LockbuildError) as exc:
+        message = exc.message if isinstance(exc, LockbuildError) else str(exc)
+        return [f"provenance: {message.rstrip('.')}; this lock is not compared with it"]
+    if (was_engine, was_build) != (engine, build):
+        return []
+    return changes(before, recorded(files))

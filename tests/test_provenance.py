@@ -141,6 +141,10 @@ def test_an_index_without_provenance_still_locks_with_nothing_recorded(
     assert pkgs["pvtorch"]["provenance"] is None and pkgs["pvtorch"]["index"] == "second"
     assert pkgs["pvgpu"]["provenance"] == {"attestations": 0, "publishers": [], "verified": False}
     assert not [p for p in pv.requests if "/integrity/" in p]
+    pv.pep740.clear()  # an index that offers no provenance at all says so, once
+    code, stdout, stderr = cli("lock", str(path), "--out", str(tmp_path / "text"))
+    assert code == 0, stderr
+    assert "provenance (PEP 740): the index offers none for these 2 packages (nothing recorded)" in stdout
     record = json.loads((tmp_path / "out" / "1.0-gpu" / "provenance.json").read_text())
     assert record["packages"]["pvtorch"] == {"version": "1.0", "file": "pvtorch-1.0-py3-none-any.whl",
                                              "status": "not-offered"}

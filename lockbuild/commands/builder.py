@@ -81,7 +81,7 @@ def provenance_summary(files: Any, shown: int = 8) -> str:
     """The lock's PEP 740 line: the attested packages and their publishers as the index states them."""
     offered = [f for f in files if f.provenance is not None]
     if not offered:
-        return ""
+        return f"\n  provenance (PEP 740): the index offers none for these {len(files)} packages (nothing recorded)"
     attested = sorted((f for f in offered if f.provenance.publishers), key=lambda f: f.name)
     head = (f"\n  provenance (PEP 740, as the index states it, unverified): {len(attested)} of {len(files)} "
             "packages attested")

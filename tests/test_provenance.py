@@ -321,3 +321,24 @@ def test_the_manifest_field_is_optional_round_trips_and_is_bounded() -> None:
     on_tool = MANIFEST_HEAD.replace(b'kind = "tool"\norigin = ""\n', b'kind = "tool"\norigin = ""\n' + line)
     with pytest.raises(IntegrityError, match="only wheels and sdists have one"):
         parse_manifest(on_tool)
+
+
+def test_an_attested_bundle_is_bit_for_bit_reproducible(pv: FakeServer, recipe: Path, keys: Keys, tmp_path: Path) -> None:
+    got = []
+    for n in (1, 2):
+        r = CliRunner().invoke(main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / f"d{n}"),
+                                      "--json"], env={"LOCKBUILD_CACHE_DIR": str(tmp_path / f"cache{n}")},
+                               catch_exceptions=False)
+        assert r.exit_code == 0, r.stderr
+        got.append(json.loads(r.stdout)["bundles"][0])
+    assert got[0]["sha256"] == got[1]["sha256"]
+    manifest = parse_manifest(_manifest_bytes(Path(got[0]["bundle"])))
+    assert [path for path, _ in manifest.provenance] == [f"wheels/{ENGINE_FILE}"]
+
+
+def _manifest_bytes(bundle: Path) -> bytes:
+    from lockbuild.limits import DEFAULT_LIMITS
+    from lockbuild.site.sources import named_source
+
+    with named_source(str(bundle), store=None) as source:
+        return source.manifest_bytes(DEFAULT_LIMITS)

@@ -10,14 +10,14 @@ import click
 
 from lockbuild import __version__
 from lockbuild.clikit import EPILOG_EXIT, _Group
-from lockbuild.commands import builder, keys, node
+from lockbuild.commands import builder, image, keys, node
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
 ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test")),
     ("Site and store (between the builder and the nodes)", ("import", "store", "delta", "split", "push", "pull")),
-    ("Node (air-gapped)", ("verify", "inspect", "install", "list", "remove", "doctor")),
+    ("Node (air-gapped)", ("verify", "inspect", "install", "image", "list", "remove", "doctor")),
     ("Keys", ("keygen",)),
 )
 
@@ -54,7 +54,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
     ctx.obj["verbose"] = verbose
 
 
-for _module in (builder, keys, node):
+for _module in (builder, keys, node, image):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

@@ -49,18 +49,29 @@ def sign(
     allow_readable_key: bool,
     as_json: bool,
 ) -> None:
-    """Add a signature to a bundle (appended to BUNDLE.minisig; the first stays minisign-verifiable).
+    """Add a signature to a bundle or an image (appended to BUNDLE.minisig; the first stays minisign-verifiable).
 
     The whole bundle is checked first (every member against its manifest), and with --trust the
     signatures already present against that trust directory: a damaged bundle is refused, not signed.
     Signing again with a key that already signed replaces that key's signature in place, which is
-    how an expiry is renewed.
+    how an expiry is renewed. An image (FILE.sqfs from `lockbuild image`) is checked against its record
+    FILE.sqfs.json and the marker inside it; one signature covers the image and its record.
     """
     _setup(ctx, as_json)
+    from lockbuild.image.record import is_image
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust import load_store, sign_bundle
 
     store = load_store(trust_dir) if trust_dir is not None else None
+    if is_image(bundle):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
+        from lockbuild.image.sign import sign_image
+
+        done = sign_image(bundle, key, password=_take_password(), allow_readable_key=allow_readable_key,
+                          expires=expires, store=store)
+        verb = "re-signed" if done.replaced else "signed"
+        _emit(ctx, done.to_json(), f"{verb} the image {bundle.name} and its record with key {done.signer} -> "
+              f"{done.signature}")
+        return
     secret = read_secret_key(key, _password(), allow_readable=allow_readable_key)
     res = sign_bundle(bundle, secret, expires=expires, store=store, progress=_progress(ctx))
     verb = "re-signed" if res.replaced else "signed"

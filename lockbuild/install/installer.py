@@ -15,7 +15,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ from lockbuild.install.marker import read_marker
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, collect
-from lockbuild.install.stage import Hook, Stage
+from lockbuild.install.stage import Hook, Stage, View
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress
@@ -36,6 +36,7 @@ from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
 from lockbuild.trust.source import BundleFile, Source
 
 VERIFY_TIMEOUT = 600.0
+PlacePython = Callable[[Manifest, Path], contextlib.AbstractContextManager[Path]]  # (manifest, unpacked) -> its python
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,7 @@ class Installer:
             if stale:
                 p.note(f"removed {len(stale)} staging dir(s) left by an interrupted run")
             check_target(target)
-            reasons = unmet(Needs.of(m), Facts(node, frozenset({m.python}), free_bytes(engine_dir)), self.o.gpu_check)
-            if reasons:
-                raise InstallError(
-                    f"this node does not meet the needs of {m.bundle_name}: " + "; ".join(reasons) + ".",
-                    tip="`lockbuild doctor` shows the node's facts; use a bundle built for this node, or free space.",
-                )
+            self.check_fit(m, node, engine_dir)
             current = read_marker(target)
             if current is not None and not self.o.force and current.bundle_sha256 == opened.sha256:
                 return result("unchanged")  # the CLI says so, once
@@ -147,10 +143,47 @@ class Installer:
         p.finish()  # the CLI prints the result, once, on stdout
         return result("installed")
 
+    def check_fit(self, m: Manifest, node: Node, where: Path) -> None:
+        """The node's fit (install/fit.py): its GPUs, driver, platform and the free space at ``where``."""
+        reasons = unmet(Needs.of(m), Facts(node, frozenset({m.python}), free_bytes(where)), self.o.gpu_check)
+        if reasons:
+            raise InstallError(
+                f"this node does not meet the needs of {m.bundle_name}: " + "; ".join(reasons) + ".",
+                tip="`lockbuild doctor` shows the node's facts; use a bundle built for this node, or free space.",
+            )
+
     def _stage_and_swap(self, opened: TrustedBundle, python: Path | None, node: Node, target: Path) -> None:
         staged = target.with_name(target.name + STAGING_SUFFIX)
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
-        stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ)
+
+        def swap() -> None:
+            self.progress.phase(f"swapping {target.name} into place")
+            swap_into_place(staged, target, after_exchange=lambda: self.hook("swap"))
+
+        try:
+            self.build_env(opened, python, node, staged, unpacked, then=swap)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+
+    def build_env(
+        self,
+        opened: TrustedBundle,
+        python: Path | None,
+        node: Node,
+        staged: Path,
+        unpacked: Path,
+        *,
+        then: Callable[[], None],
+        view: View | None = None,
+        place_python: PlacePython | None = None,
+    ) -> None:
+        """Everything `install` does to make the environment in ``staged``: the one extraction into
+        ``unpacked`` (removed afterwards, whatever happens), uv offline with --require-hashes, the verify
+        command, the GPU probe and the records; then ``then()`` (install: the swap), with the bundle's
+        interpreter still held. An image (lockbuild.image) passes its ``view`` (the prefix its nodes mount
+        it at) and ``place_python`` (its interpreter goes inside the image)."""
+        stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ, view)
         cleaner: threading.Thread | None = None
         try:
             with contextlib.ExitStack() as held:
@@ -158,7 +191,7 @@ class Installer:
                 opened.extract(unpacked, progress=self.progress)
                 self.hook("extract")
                 if python is None:
-                    python = held.enter_context(self._bundled_python(opened.manifest, unpacked))
+                    python = held.enter_context((place_python or self._bundled_python)(opened.manifest, unpacked))
                 stage.build(python)
                 # uv is done with the wheels and its cache (the environment holds hard links, not
                 # references): remove them while the verify command runs instead of after it
@@ -166,11 +199,8 @@ class Installer:
                 cleaner.start()
                 stage.verify(timeout=self.o.verify_timeout, gpu_check=self.o.gpu_check, node=node)
                 stage.write_records(opened.sha256, opened.signer_ids)
-                self.progress.phase(f"swapping {target.name} into place")
-                swap_into_place(staged, target, after_exchange=lambda: self.hook("swap"))
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
+                cleaner.join()
+                then()
         finally:
             if cleaner is not None:
                 cleaner.join()

@@ -10,7 +10,7 @@ another digest, stops the install; nothing is fetched. The wheels built are then
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
@@ -32,9 +32,11 @@ def has_build_closure(m: Manifest) -> bool:
 
 
 def build_sdists(
-    uv: Path, python: Path, unpacked: Path, m: Manifest, env: Mapping[str, str], progress: Progress
+    uv: Path, python: Path, unpacked: Path, m: Manifest, env: Mapping[str, str], progress: Progress,
+    runner: Callable[..., str] = run,
 ) -> tuple[list[Path], Path]:
-    """The wheels built from the bundle's sdists, and the lock of everything else (to install after them)."""
+    """The wheels built from the bundle's sdists, and the lock of everything else (to install after them).
+    ``runner``: how uv is run (an image's builds see its interpreter at the prefix, lockbuild.image)."""
     pins = parse_requirements_lock((unpacked / "lock" / "requirements.txt").read_text(encoding="utf-8"))
     by_hash = {h: p for p in pins for h in p.hashes}
     out = unpacked / ".built"
@@ -58,7 +60,7 @@ def build_sdists(
             argv += ["--find-links", str(unpacked / BUILD_DIR)]
         progress.phase(f"building {x.path.rsplit('/', 1)[-1]} offline from the bundle's hashed build dependencies")
         before = set(out.glob("*.whl"))  # uv also writes a .gitignore there
-        run([*argv, str(unpacked / x.path)], env=dict(env), timeout=BUILD_TIMEOUT, what=f"building {x.path}")
+        runner([*argv, str(unpacked / x.path)], env=dict(env), timeout=BUILD_TIMEOUT, what=f"building {x.path}")
         made = sorted(set(out.glob("*.whl")) - before)
         if len(made) != 1 or not _is_wheel_of(made[0].name, pin.name, pin.version):
             raise InstallError(

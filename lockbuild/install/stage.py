@@ -33,6 +33,7 @@ from lockbuild.times import iso
 from lockbuild.uvtool import clean_env
 
 Hook = Callable[[str], None]
+Runner = Callable[..., str]  # runenv.run's signature: (argv, *, env, timeout, what, cwd=None) -> output
 PROBE_TIMEOUT = 300.0
 
 TORCH_PROBE = """\
@@ -41,6 +42,19 @@ assert torch.cuda.is_available(), "torch sees no CUDA device"
 x = torch.ones(64, device="cuda")
 print(float((x * 2).sum()), torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
 """
+
+
+@dataclass(frozen=True)
+class View:
+    """Where the environment's own programs (uv, the verify command, the probe) see it, and how they are
+    run there. An install: the staging directory itself, run directly. An image (lockbuild.image): the
+    prefix its nodes mount it at, shown over the staging directory in a mount namespace, so every path
+    uv and Python write into the environment is the prefix."""
+
+    at: Path
+    run: Runner = run
+    existing: bool = False  # the directory already holds the image's interpreter: uv venv --allow-existing
+    fixed: dt.datetime | None = None  # an image's marker: this time (its cut-off) and no device or inode
 
 
 @dataclass(frozen=True)
@@ -53,14 +67,24 @@ class Stage:
     progress: Progress
     hook: Hook
     environ: Mapping[str, str]  # what the installer may pass on (filtered again for the engine's code)
+    view: View | None = None  # None: the staging directory, as `install` builds it
+
+    @property
+    def at(self) -> Path:
+        return self.view.at if self.view is not None else self.staged
+
+    @property
+    def run(self) -> Runner:
+        return self.view.run if self.view is not None else run
 
     def build(self, python: Path) -> None:
         m, p = self.manifest, self.progress
         uv = extract_uv(self.unpacked / m.install.uv, self.unpacked / ".uv")
         env = clean_env(self.unpacked / ".uv-cache", offline=True, inherit=self.environ)
         p.phase(f"creating a Python {m.python} environment")
-        run([str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", str(self.staged)],
-            env=env, timeout=600, what="uv venv")
+        existing = ["--allow-existing"] if self.view is not None and self.view.existing else []
+        self.run([str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", *existing,
+                  str(self.at)], env=env, timeout=600, what="uv venv")
         st = self.staged.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise InstallError(f"uv venv did not make a plain directory at {self.staged}.")
@@ -68,14 +92,14 @@ class Stage:
         self.hook("install")
         lock, kinds = self.unpacked / "lock" / "requirements.txt", {"wheel", "sdist"}
         if has_build_closure(m):  # issue 14: sdists built from the bundle's hashed build dependencies only
-            built, lock = build_sdists(uv, python, self.unpacked, m, env, p)
-            run([str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
-                 "--no-index", "--no-deps", *map(str, built)],
-                env=env, timeout=3600, what="uv pip install")
+            built, lock = build_sdists(uv, python, self.unpacked, m, env, p, self.run)
+            self.run([str(uv), "pip", "install", "--python", str(self.at / "bin" / "python"), "--offline",
+                      "--no-index", "--no-deps", *map(str, built)],
+                     env=env, timeout=3600, what="uv pip install")
             kinds = {"wheel"}
         # uv unpacks each wheel once into its cache (.uv-cache, beside the staging directory, so on the
         # target's filesystem) and hard-links the files into the environment: no second copy is written
-        argv = [str(uv), "pip", "install", "--python", str(self.staged / "bin" / "python"), "--offline",
+        argv = [str(uv), "pip", "install", "--python", str(self.at / "bin" / "python"), "--offline",
                 "--no-index", "--require-hashes", "--link-mode", "hardlink"]
         for kind, folder in (("wheel", "wheels"), ("sdist", "sdists")):
             if kind in kinds and any(x.kind == kind for x in m.members):  # only folders the bundle has
@@ -85,7 +109,7 @@ class Stage:
         argv += ["-r", str(lock)]
         count = sum(1 for x in m.members if x.kind in ("wheel", "sdist"))
         p.phase(f"installing {count} package(s) offline with uv {m.uv_version}")
-        run(argv, env=env, timeout=3600, what="uv pip install")
+        self.run(argv, env=env, timeout=3600, what="uv pip install")
         self._place()
         envfiles.write(self.staged, m.python, m.install.env)  # [engine.env]: every entry point sees it
 
@@ -112,13 +136,13 @@ class Stage:
                 f"{t.binary!r} as the engine's binary.",
                 tip="Rebuild the bundle with engine.binary set to a console script the engine installs.",
             )
-        env = engine_env(self.staged, self.environ, t.env)
+        env = engine_env(self.at, self.environ, t.env)
         argv = list(t.verify)
         if (self.staged / "bin" / argv[0]).exists():
-            argv[0] = str(self.staged / "bin" / argv[0])
+            argv[0] = str(self.at / "bin" / argv[0])
         shown = shlex.join(t.verify)
         p.phase(f"running the verify command: {shown}")
-        run(argv, env=env, timeout=timeout, what=f"the verify command ({shown})", cwd=self.staged)
+        self.run(argv, env=env, timeout=timeout, what=f"the verify command ({shown})", cwd=self.at)
         self.hook("verify")
         self._probe(env, gpu_check, node)
 
@@ -129,11 +153,11 @@ class Stage:
         if mode == "auto" and not node.has_nvidia:
             self.progress.note("no NVIDIA driver on this node: skipping the GPU probe (--gpu-check require forces it)")
             return
-        py = str(self.staged / "bin" / "python")
-        argv = [py, "-c", TORCH_PROBE] if probe == "torch" else [py, str(self.staged / probe)]
+        py = str(self.at / "bin" / "python")
+        argv = [py, "-c", TORCH_PROBE] if probe == "torch" else [py, str(self.at / probe)]
         self.progress.phase("probing the GPU")
         try:
-            run(argv, env=env, timeout=PROBE_TIMEOUT, what="the GPU probe", cwd=self.staged)
+            self.run(argv, env=env, timeout=PROBE_TIMEOUT, what="the GPU probe", cwd=self.at)
         except InstallError as exc:
             hint = None
             if "no kernel image" in exc.message:
@@ -154,12 +178,14 @@ class Stage:
         with create_under(self.staged, f"{RECORD_DIR}/bundle.toml") as f:
             f.write(m.to_toml())
         st = os.lstat(self.staged)
+        fixed = self.view.fixed if self.view is not None else None
+        dev, ino = (0, 0) if fixed is not None else (st.st_dev, st.st_ino)  # an image is no directory of this disk
         marker = Installed(
             engine=m.engine, version=m.version, variant=m.variant, binary=f"bin/{m.install.binary}",
             requirements=m.install.requirements, exclude_newer=iso(m.as_of), uv=m.uv_version,
-            installed=iso(dt.datetime.now(dt.UTC)), bundle=m.bundle_name, bundle_sha256=sha256, serial=m.serial,
-            signers=signers, python=m.python, platform=m.platform, lockbuild=__version__, dev=st.st_dev,
-            ino=st.st_ino, env=m.install.env,
+            installed=iso(fixed or dt.datetime.now(dt.UTC)), bundle=m.bundle_name, bundle_sha256=sha256,
+            serial=m.serial, signers=signers, python=m.python, platform=m.platform, lockbuild=__version__, dev=dev,
+            ino=ino, env=m.install.env,
         )
         with create_under(self.staged, MARKER) as f:
             f.write((json.dumps(marker.to_json(), indent=2, sort_keys=True) + "\n").encode())

@@ -1,0 +1,236 @@
+"""``lockbuild image``: the install, built for PREFIX, packed into one reproducible squashfs file.
+
+The install is ``install``'s own (:meth:`lockbuild.install.installer.Installer.build_env`): the one
+trust decision, the node's fit, the one extraction, uv offline with ``--require-hashes``, the verify
+command, the GPU probe where a GPU is present, and the marker; it runs in the prefix view
+(:mod:`lockbuild.image.view`). Then the bytecode is compiled (:mod:`lockbuild.image.bytecode`), modes
+normalised, and ``mksquashfs`` packs the tree with every time the bundle's cut-off, every owner root, no
+extended attributes, a fixed compressor and block size. The image is written to a temporary file beside
+``--out`` and renamed into place after its record: ``FILE.sqfs`` is whole or absent. The work directory
+(beside ``--out`` too, on the same file system) and a temporary image are removed whatever happens.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockbuild import __version__
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.errors import InstallError, LockbuildError
+from lockbuild.fsio import create_new, remove_tree
+from lockbuild.image import bytecode, view
+from lockbuild.image.record import SUFFIX, TOOLS_TIP, Record, record_path
+from lockbuild.install.installer import Installer, InstallOptions
+from lockbuild.install.node import Node, detect
+from lockbuild.install.pythons import PYTHONS, _place
+from lockbuild.install.stage import View
+from lockbuild.install.tools import find_python
+from lockbuild.progress import Progress
+from lockbuild.trust import TrustedBundle, digest_bundle, load_store, open_source, trust_dir
+from lockbuild.trust.source import Source
+
+COMPRESSION = ("-comp", "zstd", "-Xcompression-level", "15", "-b", "1M")
+PACK_TIMEOUT = 7200
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    image: Path
+    record: Record
+    engine: str
+    version: str
+    variant: str
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image": str(self.image), "record": str(record_path(self.image)), "engine": self.engine,
+                "version": self.version, "variant": self.variant, "seconds": round(self.seconds, 3),
+                **self.record.to_json()}
+
+
+def mksquashfs() -> str:
+    found = shutil.which("mksquashfs")
+    if found is None:
+        raise LockbuildError("expected mksquashfs on PATH to pack the image; found none.", tip=TOOLS_TIP)
+    return found
+
+
+def check_out(out: Path) -> Path:
+    out = out.absolute()
+    if not out.name.endswith(SUFFIX) or out.name.startswith(".") or len(out.name) <= len(SUFFIX):
+        raise LockbuildError(f"--out must name a FILE.sqfs; found {out.name!r}.",
+                             tip="Pass --out /path/to/ENGINE-VERSION.sqfs.")
+    if not out.parent.is_dir():
+        raise LockbuildError(f"no folder {out.parent} to write {out.name} into.", tip="Make the folder first.")
+    return out
+
+
+def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path, *,
+               progress: Progress | None = None, node: Node | None = None) -> ImageResult:
+    """Check, install for ``prefix`` and pack the bundle ``source`` names into ``out`` (with its record)."""
+    started = time.monotonic()
+    p = progress or Progress.quiet()
+    out, tool = check_out(out), mksquashfs()
+    view.check_prefix(prefix, [out.parent])
+    p.phase(f"checking the signatures of {Path(source.label).name}")
+    trusted = open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold)
+    node = node or detect(environ=options.environ)
+    m = trusted.manifest
+    python = find_python(m.python, options.python) if options.python or not m.install.interpreter else None
+    if python is not None:
+        view.check_prefix(prefix, [python])
+    with _work(out) as work:
+        home, tmp = work / "home", work / "tmp"
+        home.mkdir(mode=0o700)
+        tmp.mkdir(mode=0o700)
+        staged = work / "root"
+        staged.mkdir(mode=0o755)
+        run = view.runner(staged, prefix)
+        # HOME and TMPDIR of the engine's code are the work directory's: what it writes there stays out of the image
+        opts = dataclasses.replace(options, environ={**options.environ, "HOME": str(home), "TMPDIR": str(tmp)})
+        unpacked = work / "bundle"
+        installer = Installer(opts, progress=p, node=node)
+        installer.check_fit(m, node, work)
+        the_view = View(at=prefix, run=run, existing=python is None, fixed=m.as_of)
+        interpreter = [str(python)] if python is not None else []
+        partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+
+        def pack() -> None:
+            p.phase("compiling the bytecode (checked-hash)")
+            bytecode.compile_tree(prefix, run, home)
+            _settle_cache_info(staged, m.serial)
+            _normalise(staged)
+            p.phase(f"packing {out.name} with mksquashfs")
+            _pack(tool, staged, partial, m.serial)
+
+        def place(m: Manifest, unpacked: Path) -> contextlib.AbstractContextManager[Path]:
+            return _inside(m, unpacked, staged, prefix, interpreter)
+
+        try:
+            installer.build_env(trusted, python, node, staged, unpacked, then=pack, view=the_view,
+                                place_python=place)
+            record = _record(trusted, partial, prefix, _interpreter(staged, interpreter[0]))
+            _place_atomically(partial, out, record)
+        finally:
+            remove_tree(partial)
+    p.finish()
+    return ImageResult(out, record, m.engine, m.version, m.variant, time.monotonic() - started)
+
+
+@contextlib.contextmanager
+def _work(out: Path) -> Iterator[Path]:
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".work", dir=out.parent))
+    try:
+        yield work
+    finally:
+        remove_tree(work)
+
+
+@contextlib.contextmanager
+def _inside(m: Manifest, unpacked: Path, staged: Path, prefix: Path, chosen: list[str]) -> Iterator[Path]:
+    """The bundle's interpreter, unpacked and checked as install places it, inside the image
+    (``PREFIX/.python/<sha256>/``): the image needs nothing outside its mount but the C library."""
+    member = next(x for x in m.members if x.path == m.install.interpreter)
+    pydir = staged / PYTHONS
+    pydir.mkdir(mode=0o755)
+    exe = _place(pydir, unpacked / member.path, member.sha256, m.python)
+    seen = prefix / exe.relative_to(staged)
+    chosen.append(str(seen))
+    yield seen
+
+
+def _settle_cache_info(tree: Path, epoch: int) -> None:
+    """uv writes ``uv_cache.json`` into each installed package's dist-info with the time it saw the wheel
+    (its ctime, which nothing can set): that time becomes the cut-off, and the package's RECORD line for
+    the file is made to match, so the same bundle gives the same bytes and RECORD stays true."""
+    for info in sorted(tree.glob("lib/python*/site-packages/*.dist-info/uv_cache.json")):
+        if info.is_symlink() or not info.is_file():
+            continue
+        data = json.loads(info.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or "timestamp" not in data:
+            continue
+        data["timestamp"] = {"secs_since_epoch": epoch, "nanos_since_epoch": 0}
+        raw = json.dumps(data, separators=(",", ":")).encode()
+        info.write_bytes(raw)
+        record = info.parent / "RECORD"
+        if record.is_symlink() or not record.is_file():
+            continue
+        name = f"{info.parent.name}/{info.name}"
+        digest = base64.urlsafe_b64encode(hashlib.sha256(raw).digest()).rstrip(b"=").decode()
+        lines = record.read_text(encoding="utf-8").splitlines(keepends=True)
+        fixed = [f"{name},sha256={digest},{len(raw)}\n" if line.split(",", 1)[0] == name else line for line in lines]
+        record.write_text("".join(fixed), encoding="utf-8")
+
+
+def _interpreter(staged: Path, chosen: str) -> str:
+    """The interpreter the environment runs, as uv linked it (the real file, not a shim on PATH)."""
+    link = staged / "bin" / "python"
+    target = link.readlink() if link.is_symlink() else None
+    return str(target) if target is not None and target.is_absolute() else chosen
+
+
+def _normalise(tree: Path) -> None:
+    """Modes as a fresh install with umask 022 gives them: directories 0755, files 0755 where anyone may
+    run them, else 0644 (links keep theirs); no set-id bits, whatever the engine's archives carried."""
+    for top, dirs, files in os.walk(tree):
+        for name in (*dirs, *files):
+            path = Path(top) / name
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            wanted = 0o755 if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111 else 0o644
+            if stat.S_IMODE(st.st_mode) != wanted:
+                path.chmod(wanted)
+    tree.chmod(0o755)
+
+
+def _pack(tool: str, tree: Path, partial: Path, epoch: int) -> None:
+    create_new(partial, mode=0o644).close()  # ours, made O_EXCL: mksquashfs -noappend writes it
+    argv = [tool, str(tree), str(partial), "-noappend", "-no-progress", "-quiet", "-reproducible", "-all-root",
+            "-no-xattrs", *COMPRESSION, "-mkfs-time", str(epoch), "-all-time", str(epoch)]
+    env = {"PATH": os.defpath, "LANG": "C.UTF-8"}  # no SOURCE_DATE_EPOCH: the times are given
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PACK_TIMEOUT, env=env, check=False,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise InstallError(f"mksquashfs did not finish within {PACK_TIMEOUT} s.") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip()[-600:]
+        raise InstallError(f"mksquashfs failed (exit {proc.returncode}): {tail}",
+                           tip="Check the free space beside --out, and that squashfs-tools supports zstd.")
+
+
+def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> Record:
+    digests = digest_bundle(partial, prehash=False)
+    return Record(digests.sha256, digests.size, trusted.sha256, trusted.statement.manifest_sha256,
+                  trusted.signer_ids, str(prefix), interpreter, __version__)
+
+
+def _place_atomically(partial: Path, out: Path, record: Record) -> None:
+    """The record first, then the image: a FILE.sqfs is always whole and has its record beside it."""
+    rec = record_path(out)
+    rec_partial = rec.with_name(f".{rec.name}.{os.getpid()}.partial")
+    try:
+        with create_new(rec_partial, mode=0o644) as f:
+            f.write(record.to_bytes())
+            f.flush()
+            os.fsync(f.fileno())
+        rec_partial.replace(rec)
+        partial.replace(out)
+    finally:
+        remove_tree(rec_partial)
+

@@ -1,0 +1,151 @@
+"""``FILE.sqfs.json``, the record beside an image, and what the image itself says (its marker).
+
+The record's keys are exactly :data:`KEYS`. It holds no time and nothing of the machine that made it
+beyond the interpreter path, so the same bundle gives the same record. A signature of the image
+(``lockbuild sign FILE.sqfs``) signs the record's sha256 where a bundle's signs its manifest's: the
+record is the image's manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockbuild.digest import is_sha256
+from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.fsio import loads_json, open_regular, read_regular
+from lockbuild.install.marker import MARKER, Installed
+
+KEYS = ("image_sha256", "image_size", "bundle_sha256", "manifest_sha256", "signers", "prefix", "interpreter",
+        "lockbuild")
+SUFFIX = ".sqfs"
+MAGIC = b"hsqs"  # a squashfs superblock, little-endian
+MAX_RECORD = 1 << 20
+MAX_MARKER = 1 << 20
+UNSQUASHFS_TIMEOUT = 120
+TOOLS_TIP = ("Install squashfs-tools (Debian/Ubuntu: apt-get install squashfs-tools; Fedora: dnf install "
+             "squashfs-tools).")
+
+
+@dataclass(frozen=True)
+class Record:
+    image_sha256: str
+    image_size: int
+    bundle_sha256: str
+    manifest_sha256: str
+    signers: tuple[str, ...]
+    prefix: str
+    interpreter: str
+    lockbuild: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image_sha256": self.image_sha256, "image_size": self.image_size, "bundle_sha256": self.bundle_sha256,
+                "manifest_sha256": self.manifest_sha256, "signers": list(self.signers), "prefix": self.prefix,
+                "interpreter": self.interpreter, "lockbuild": self.lockbuild}
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
+
+
+def record_path(image: Path) -> Path:
+    return image.with_name(image.name + ".json")
+
+
+def parse_record(raw: bytes, where: Path) -> Record:
+    data = loads_json(raw, what=f"the image record {where}", max_bytes=MAX_RECORD, error=IntegrityError)
+    if not isinstance(data, dict) or sorted(data) != sorted(KEYS):
+        found = ", ".join(sorted(data)) if isinstance(data, dict) else type(data).__name__
+        raise IntegrityError(f"the image record {where} has the keys {found}; expected exactly {', '.join(KEYS)}.",
+                             tip="Use the record `lockbuild image` wrote beside the image.")
+    strings = [data[k] for k in KEYS if k not in ("image_size", "signers")]
+    ok = (all(isinstance(v, str) for v in strings) and type(data["image_size"]) is int and data["image_size"] >= 0
+          and isinstance(data["signers"], list) and all(isinstance(s, str) for s in data["signers"])
+          and all(is_sha256(data[k]) for k in ("image_sha256", "bundle_sha256", "manifest_sha256")))
+    if not ok:
+        raise IntegrityError(f"the image record {where} is malformed: expected sha256 digests, a size, a list of "
+                             "signers and strings.", tip="Use the record `lockbuild image` wrote beside the image.")
+    return Record(data["image_sha256"], data["image_size"], data["bundle_sha256"], data["manifest_sha256"],
+                  tuple(data["signers"]), data["prefix"], data["interpreter"], data["lockbuild"])
+
+
+def read_record(image: Path) -> tuple[Record, bytes]:
+    """The record beside ``image`` and its exact bytes (what a signature of the image signs)."""
+    where = record_path(image)
+    try:
+        raw = read_regular(where, what="image record", max_size=MAX_RECORD, error=IntegrityError)
+    except FileNotFoundError:
+        raise IntegrityError(f"no record {where} beside the image; expected the FILE.sqfs.json `lockbuild image` "
+                             "wrote.", tip="Copy the record with the image.") from None
+    return parse_record(raw, where), raw
+
+
+def is_image(path: Path) -> bool:
+    """A regular file that starts as a squashfs image does (its magic, not its name)."""
+    try:
+        f, size = open_regular(path, what="image", max_size=1 << 50, error=LockbuildError)
+    except (OSError, LockbuildError):
+        return False
+    with f:
+        return size >= len(MAGIC) and f.read(len(MAGIC)) == MAGIC
+
+
+def image_marker(image: Path) -> Installed:
+    """The marker (lockbuild.json) at the image's root, read with ``unsquashfs -cat``, bounded."""
+    try:
+        proc = subprocess.run(["unsquashfs", "-cat", str(image), MARKER], capture_output=True,
+                              timeout=UNSQUASHFS_TIMEOUT, check=False, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise LockbuildError("expected unsquashfs on PATH to read the image; found none.", tip=TOOLS_TIP) from None
+    except subprocess.TimeoutExpired:
+        raise IntegrityError(f"unsquashfs did not read {image} within {UNSQUASHFS_TIMEOUT} s.") from None
+    if proc.returncode != 0 or len(proc.stdout) > MAX_MARKER:
+        raise IntegrityError(
+            f"{image} holds no readable {MARKER} at its root (unsquashfs exit {proc.returncode}, "
+            f"{len(proc.stdout)} bytes); expected the marker of the environment it was built from.",
+            tip="Build the image again with `lockbuild image`.")
+    data = loads_json(proc.stdout, what=f"the marker in {image}", max_bytes=MAX_MARKER, error=IntegrityError)
+    try:
+        data["requirements"] = tuple(data["requirements"])
+        data["signers"] = tuple(data["signers"])
+        data["env"] = tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items()))
+        return Installed(**data)
+    except (KeyError, TypeError, ValueError):
+        raise IntegrityError(f"the marker in {image} is not a lockbuild marker.",
+                             tip="Build the image again with `lockbuild image`.") from None
+
+
+@dataclass(frozen=True)
+class Listed:
+    image: Path
+    record: Record | None
+    marker: Installed | None
+    signed: bool
+    problem: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.marker
+        return {"image": str(self.image), "engine": m.engine if m else None, "version": m.version if m else None,
+                "variant": m.variant if m else None, "signed": self.signed, "problem": self.problem,
+                "record": self.record.to_json() if self.record else None}
+
+
+def list_images(folder: Path) -> list[Listed]:
+    """Every ``*.sqfs`` in ``folder`` with its record and what it holds (read, not verified)."""
+    if not folder.is_dir():
+        raise LockbuildError(f"no folder {folder}; expected a folder of images (FILE.sqfs with FILE.sqfs.json).",
+                             tip="Pass --images DIR, the folder `lockbuild image --out` wrote into.")
+    out: list[Listed] = []
+    for image in sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX) and not p.name.startswith(".")):
+        if not is_image(image):
+            out.append(Listed(image, None, None, False, "not a squashfs image"))
+            continue
+        signed = image.with_name(image.name + ".minisig").is_file()
+        try:
+            record, _ = read_record(image)
+            out.append(Listed(image, record, image_marker(image), signed))
+        except LockbuildError as exc:
+            out.append(Listed(image, None, None, signed, exc.message))
+    return out

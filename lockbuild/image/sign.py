@@ -1,0 +1,66 @@
+"""Signing an image: the image and its record checked first, then one block signed by the signing
+process (``lockbuild.trust.sign.sign_in_fresh_process``, the only one that reads the key), written to
+``FILE.sqfs.minisig`` in the same minisign format as a bundle's signature file."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockbuild.errors import SignatureError
+from lockbuild.image.verify import checked_contents, statement_of
+from lockbuild.limits import DEFAULT_LIMITS
+from lockbuild.minisign import Signature
+from lockbuild.minisign.sigfile import MAX_SIGNATURES
+from lockbuild.trust import digest_bundle, evaluate, read_signatures, signature_path
+from lockbuild.trust.policy import Evaluation
+from lockbuild.trust.sign import _write_atomically, sign_in_fresh_process
+from lockbuild.trust.store import TrustStore
+
+
+@dataclass(frozen=True)
+class ImageSigned:
+    image: Path
+    signature: Path
+    signer: str
+    replaced: bool
+    sha256: str
+    existing: Evaluation | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image": str(self.image), "signature": str(self.signature), "signer": self.signer,
+                "replaced": self.replaced, "sha256": self.sha256,
+                "existing": self.existing.to_json() if self.existing is not None else None}
+
+
+def sign_image(image: Path, key: Path, *, password: str | None, allow_readable_key: bool = False,
+               expires: dt.datetime | None = None, store: TrustStore | None = None) -> ImageSigned:
+    sig_path = signature_path(image)
+    existing: tuple[Signature, ...] = ()
+    if sig_path.exists() or sig_path.is_symlink():
+        existing = read_signatures(sig_path)
+    digests = digest_bundle(image)  # with minisign's prehash: the ED block signs the image's bytes
+    _, raw, marker = checked_contents(image, digests)
+    evaluation = None
+    if store is not None and existing:
+        evaluation = evaluate(existing, store, name=image.name, now=dt.datetime.now(dt.UTC), file=digests)
+    statement = statement_of(image, digests, raw, marker, expires)
+    if digests.blake2b is None:
+        raise SignatureError(f"internal: {image.name} was hashed without minisign's prehash.")
+    signed = sign_in_fresh_process(key, [(digests.blake2b, statement.to_comment())], password=password,
+                                   allow_readable_key=allow_readable_key)
+    block = signed.blocks[0]
+    replaced = any(s.key_id == signed.key_id for s in existing)
+    blocks = [block if s.key_id == signed.key_id else s.to_text() for s in existing]
+    if not replaced:
+        blocks.append(block)
+    text = "".join(blocks)
+    if len(blocks) > MAX_SIGNATURES or len(text.encode()) > DEFAULT_LIMITS.max_signature_file:
+        raise SignatureError(
+            f"{sig_path} would hold {len(blocks)} signature blocks; every reader refuses more than {MAX_SIGNATURES} "
+            f"blocks or {DEFAULT_LIMITS.max_signature_file} bytes; nothing was written.",
+            tip="Remove the blocks of signers the sites do not trust from the .minisig, then sign again.")
+    _write_atomically(sig_path, text)
+    return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.sha256, evaluation)

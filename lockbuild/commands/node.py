@@ -42,13 +42,22 @@ def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: P
 
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
-    from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.
+    from `delta`, or ENGINE/VERSION-VARIANT with --store DIR; or an image FILE.sqfs from `image`
+    (its .minisig and record FILE.sqfs.json beside it).
     """
     _setup(ctx, as_json)
+    from lockbuild.image.record import is_image
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, verify_source
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
+    if store_dir is None and is_image(Path(bundle)):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
+        from lockbuild.image.verify import verify_image
+
+        done = verify_image(Path(bundle), load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
+        _emit(ctx, done.to_json(), f"OK {Path(bundle).name}: signed by {', '.join(done.signers)}; the image, its "
+              f"record and its marker hold {done.to_json()['build']} for {done.record.prefix}")
+        return
     with named_source(bundle, store=store_dir) as source:
         store = load_store(resolve_trust_dir(trust_dir))
         res = verify_source(source, store, threshold=threshold, progress=_progress(ctx))
@@ -79,7 +88,6 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 
     with named_source(bundle, store=store_dir) as source:
         manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
-        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time (issue 28), unverified
         try:
             blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
@@ -99,8 +107,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         "unpacked_size": manifest.unpacked_size,
         "install": manifest.install.to_json(),
         "files": [
-            {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin,
-             **({"provenance": attested[m.path].to_json()} if m.path in attested else {})}
+            {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin}
             for m in manifest.members
         ],
     }
@@ -133,12 +140,6 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             for m in manifest.members
             if m.kind == "wheel" and m.path.startswith("sdists/")
         ),
-        *(
-            [f"provenance (PEP 740, as the index stated it at lock time, unverified): {len(attested)} attested file(s)"]
-            if attested
-            else []
-        ),
-        *(f"  {path.rsplit('/', 1)[-1]}: {p.describe()}" for path, p in manifest.provenance),
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]
@@ -260,11 +261,17 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 
 @click.command("list", cls=Command, epilog="Example: lockbuild list --root /opt/engines --json")
 @root_option
+@click.option("--images", "images_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="List the images (FILE.sqfs from `image`) in this folder instead, with what they hold.")
 @json_option
 @click.pass_context
-def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
-    """List installed engines with version, variant, installed time and bundle digest."""
+def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None) -> None:
+    """List installed engines with version, variant, installed time and bundle digest (or, with --images, the
+    images in a folder)."""
     _setup(ctx, as_json)
+    if images_dir is not None:
+        _list_images(ctx, images_dir)
+        return
     from lockbuild.install.marker import list_installed
 
     rows = list_installed(root.absolute())
@@ -278,6 +285,26 @@ def list_(ctx: click.Context, root: Path, as_json: bool) -> None:
         or f"no engines under {root}"
     )
     _emit(ctx, {"root": str(root.absolute()), "installed": data}, text)
+
+
+def _list_images(ctx: click.Context, folder: Path) -> None:
+    """list --images DIR: each image's build, prefix, size and digest, as its record and marker say (not
+    verified: `lockbuild verify FILE.sqfs` checks them)."""
+    from lockbuild.image.record import list_images
+
+    rows = list_images(folder)
+    lines = []
+    for x in rows:
+        signed = "signed" if x.signed else "not signed"
+        if x.record is None or x.marker is None:
+            lines.append(f"{x.image.name}: {x.problem}")
+            continue
+        m, r = x.marker, x.record
+        lines.append(f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
+                     f"sha256 {r.image_sha256[:16]}…  {signed}  {x.image}")
+    text = "\n".join(lines) or f"no images in {folder}"
+    _emit(ctx, {"folder": str(folder.absolute()), "images": [x.to_json() for x in rows]},
+          text + ("\n(read, not verified: lockbuild verify FILE.sqfs --trust DIR checks one)" if rows else ""))
 
 
 @click.command(cls=Command, epilog="Example: lockbuild remove vllm 0.11.0-cu128 --root /opt/engines")

@@ -17,6 +17,7 @@ import zstandard
 from lockbuild import __version__
 from lockbuild.builder.fetch import Fetcher, FetchReport
 from lockbuild.builder.plan import Plan
+from lockbuild.bundle import bootstrap
 from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text
 from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
@@ -28,6 +29,7 @@ from lockbuild.lock import LockedFile, bundle_pylock, bundle_requirements
 from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
 from lockbuild.provenance import Provenance
+from lockbuild.recipe import SelfWheel
 from lockbuild.times import iso
 from lockbuild.trust import FileDigests, Statement, carry_over, read_signatures, sign_statement, signature_path
 from lockbuild.writeback import EarlyWriteback
@@ -59,7 +61,8 @@ def sbom(plan: Plan) -> bytes:
                 "version": f.version,
                 "purl": purl,
                 "hashes": [{"alg": "SHA-256", "content": f.sha256}],
-                "externalReferences": [{"type": "distribution", "url": f.url}],
+                # a file made here (lockbuild's own wheel) has no place it came from
+                **({"externalReferences": [{"type": "distribution", "url": f.url}]} if f.url else {}),
                 **_provenance_properties(f),
             }
         )
@@ -124,6 +127,20 @@ def _provenance_properties(f: LockedFile) -> dict[str, object]:
 
 def _bytes_member(path: str, data: bytes, kind: str) -> tuple[Member, bytes]:
     return Member(path, len(data), hashlib.sha256(data).hexdigest(), kind, ""), data
+
+
+def _bootstrap_entries(plan: Plan, members: list[Member]) -> list[Entry]:
+    """``bootstrap.sh`` and ``SHA256SUMS`` (every other member but the manifest, by its sha256)."""
+    b = plan.build
+    by_kind = {m.kind: m.path for m in members}
+    text = bootstrap.script(
+        version=b.version, python=b.python, interpreter=by_kind.get("interpreter"), uv_wheel=by_kind["tool"],
+        bundle=bundle_name(plan.recipe.engine.name, b.version, b.variant, b.platform),
+    )
+    run = Member(bootstrap.SCRIPT, len(text), hashlib.sha256(text).hexdigest(), bootstrap.KIND, "")
+    listed = bootstrap.sums([(m.path, m.sha256) for m in (*members, run)])
+    sums = Member(bootstrap.SUMS, len(listed), hashlib.sha256(listed).hexdigest(), bootstrap.KIND, "")
+    return [Entry(run, text), Entry(sums, listed)]
 
 
 def install_table(plan: Plan, members: list[Member]) -> InstallTable:
@@ -208,6 +225,8 @@ def assemble_from(
         entries.append(Entry(member, source(f.sha256)))
     for e in plan.extras:
         entries.append(Entry(Member(e.path, size(e.sha256), e.sha256, e.kind, e.url), source(e.sha256)))
+    if isinstance(b.wheel, SelfWheel):  # lockbuild's own bundle: installable with stock tools (issue 26)
+        entries += _bootstrap_entries(plan, [e.member for e in entries])
     entries.sort(key=lambda e: member_order(e.member.path))
     manifest = Manifest(
         engine=plan.recipe.engine.name,

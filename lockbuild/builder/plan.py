@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 import httpx
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from lockbuild import fsio
+from lockbuild import __version__, fsio
 from lockbuild.builder import github
 from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
@@ -36,12 +36,14 @@ from lockbuild.builder.provenance import with_provenance
 from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
+from lockbuild.builder.selfwheel import NAME as SELF_NAME
+from lockbuild.builder.selfwheel import make_self_wheel
 from lockbuild.builder.sources import read_source_requirements
 from lockbuild.bundle.buildlock import build_lock_text
 from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
-from lockbuild.recipe import Build, Recipe, SecondIndex, UrlWheel
+from lockbuild.recipe import Build, Recipe, SecondIndex, SelfWheel, UrlWheel
 from lockbuild.recipe.checks import wheel_filename
 from lockbuild.settings import Settings
 from lockbuild.times import iso
@@ -126,6 +128,29 @@ class Planner:
         uv = uv_version(uv_binary())
         return uv, choose_uv_wheel(self.primary, build.target, uv)
 
+    def _self_wheel(self, recipe: Recipe, build: Build, as_of: dt.datetime) -> tuple[str, str, Path, int]:
+        """lockbuild's own wheel (``wheel = { self = true }``), made now and kept in the cache by its
+        sha256, where the fetch finds it like any other file."""
+        if recipe.engine.name != SELF_NAME or build.version != __version__:
+            raise RecipeError(
+                f"{recipe.path}: {build.id} takes lockbuild's own wheel (wheel = {{ self = true }}), so it must be "
+                f"the engine {SELF_NAME!r} at the running lockbuild's version, {__version__}; found the engine "
+                f"{recipe.engine.name!r} at {build.version}.",
+                tip="Build a self-bundle with the lockbuild of that version (from its checkout), or set the "
+                "build's version to the running one.",
+            )
+        wheel = make_self_wheel(as_of)
+        pinned = build.wheel.sha256 if isinstance(build.wheel, SelfWheel) else None
+        if pinned is not None and wheel.sha256 != pinned:
+            raise IntegrityError(
+                f"{recipe.path}: {build.id} pins lockbuild's own wheel to sha256 {pinned}, but this lockbuild "
+                f"makes {wheel.sha256}; expected the same files as the bundle that recorded the pin.",
+                tip="Build from the checkout (the same commit) that made that bundle, or drop wheel.sha256.",
+            )
+        self.progress.phase(f"made lockbuild's own wheel {wheel.filename} (sha256 {wheel.sha256[:16]}…)")
+        sha, named = self.cache.put(wheel.data, wheel.filename)
+        return wheel.filename, sha, named, len(wheel.data)
+
     def _plan(self, recipe: Recipe, build: Build, tool_lookup: Future[tuple[str, ExtraFile]], pool: Executor) -> Plan:
         for ix in build.extra_indexes:  # uv reaches them too, on its own: the transport rule is checked first
             self.settings.check(ix.url, what=f"{build.id}: {_index_label(ix)}")
@@ -160,6 +185,10 @@ class Planner:
             project = canonicalize_name(parse_wheel_filename(filename)[0])
             requirements.insert(0, f"{project} @ {uw.url}#sha256={uw.sha256}")
             direct[project] = Candidate(filename, uw.url, uw.sha256, None)
+        elif isinstance(build.wheel, SelfWheel):
+            filename, sha, named, size = self._self_wheel(recipe, build, as_of)
+            requirements.insert(0, f"{SELF_NAME} @ {named.as_uri()}#sha256={sha}")
+            direct[SELF_NAME] = Candidate(filename, "", sha, size)  # made here: no origin to record
         elif build.wheel is not None:
             wh = build.wheel
             assets = self._release_assets(wh.repo, wh.tag)
@@ -204,9 +233,11 @@ class Planner:
             )
         uv, tool = tool_lookup.result()
         extras.append(tool)
+        self_made = isinstance(build.wheel, SelfWheel)
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
-            recipe, build, as_of, lock, tuple(requirements), tuple(extras), resolved_recipe(recipe, build, as_of),
+            recipe, build, as_of, lock, tuple(requirements), tuple(extras),
+            resolved_recipe(recipe, build, as_of, own.sha256 if (own := direct.get(SELF_NAME)) and self_made else None),
             uv, tuple(warnings), build_deps, build_requires, tuple(prebuilt), resolution.reused,
         )
 

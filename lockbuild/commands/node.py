@@ -88,6 +88,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 
     with named_source(bundle, store=store_dir) as source:
         manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
+        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time (issue 28), unverified
         try:
             blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
@@ -107,7 +108,8 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         "unpacked_size": manifest.unpacked_size,
         "install": manifest.install.to_json(),
         "files": [
-            {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin}
+            {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin,
+             **({"provenance": attested[m.path].to_json()} if m.path in attested else {})}
             for m in manifest.members
         ],
     }
@@ -140,6 +142,12 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             for m in manifest.members
             if m.kind == "wheel" and m.path.startswith("sdists/")
         ),
+        *(
+            [f"provenance (PEP 740, as the index stated it at lock time, unverified): {len(attested)} attested file(s)"]
+            if attested
+            else []
+        ),
+        *(f"  {path.rsplit('/', 1)[-1]}: {p.describe()}" for path, p in manifest.provenance),
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]

@@ -16,7 +16,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from servers import FakeServer
 
-from lockbuild.recipe import Build, Recipe, load_recipe
+from lockbuild import __version__
+from lockbuild.recipe import Build, Recipe, ReleaseWheel, SelfWheel, load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = ROOT / "bundles"
@@ -78,7 +79,7 @@ def test_recipe_says_where_its_numbers_come_from(path: Path) -> None:
         for ix in b.extra_indexes:  # index, and each of indexes
             host = ix.url.split("/")[2]
             assert host in notes, f"{path.name}: no comment explains the extra index {ix.url}"
-        if b.wheel is not None:
+        if isinstance(b.wheel, ReleaseWheel):
             assert b.wheel.tag.lstrip("v") in notes, f"{path.name}: no comment names the release of the wheel"
         if b.assets is not None:
             for name in b.assets.files:
@@ -107,9 +108,11 @@ def test_release_files_have_a_repository(path: Path) -> None:
     for b in recipe.builds:
         if b.assets is not None:
             assert recipe.engine.repo, f"{path.name}: {b.id} has assets but the engine names no repo"
-        if b.wheel is not None:
+        if isinstance(b.wheel, ReleaseWheel):
             assert b.wheel.project in _pins(b), f"{path.name}: {b.id} should pin {b.wheel.project}== its version"
             assert _pins(b)[b.wheel.project] == b.version
+        if isinstance(b.wheel, SelfWheel):  # lockbuild's own: pinned at the checkout's version
+            assert recipe.engine.name == "lockbuild" and _pins(b)["lockbuild"] == b.version == __version__
 
 
 def test_engine_names_and_bundle_names_are_unique_across_the_catalogue() -> None:

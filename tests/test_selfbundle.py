@@ -219,6 +219,7 @@ def test_minisign_accepts_the_self_bundle_and_refuses_a_flipped_byte(bundles: li
     assert refused.returncode != 0 and "verification failed" in (refused.stdout + refused.stderr).lower()
 
 
+@pytest.mark.slow
 def test_the_bootstrap_installs_lockbuild_offline_with_no_python_on_path(
     bundles: list[Path], keys: Keys, tmp_path: Path
 ) -> None:
@@ -252,6 +253,7 @@ def test_the_bootstrap_installs_lockbuild_offline_with_no_python_on_path(
     assert again.stdout.strip() == f"lockbuild, version {__version__}"
 
 
+@pytest.mark.slow
 def test_the_bootstrap_refuses_a_damaged_extraction_and_leaves_nothing(bundles: list[Path], tmp_path: Path) -> None:
     extracted = extract(bundles[0], tmp_path / "x")
     wheel = next((extracted / "wheels").glob("click-*.whl"))
@@ -279,6 +281,7 @@ def test_the_bootstrap_refuses_an_existing_target_and_a_relative_one(bundles: li
     assert sorted(p.name for p in (tmp_path / "opt").iterdir()) == ["lockbuild"]
 
 
+@pytest.mark.slow
 def test_a_failing_install_step_leaves_nothing(bundles: list[Path], tmp_path: Path) -> None:
     """The lock names a file the extraction lacks (both lists edited alike): uv refuses, nothing stays."""
     extracted = extract(bundles[0], tmp_path / "x")

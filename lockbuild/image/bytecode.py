@@ -1,10 +1,11 @@
 """Deterministic bytecode for an image: every ``.py`` under PREFIX compiled in checked-hash mode.
 
-A checked-hash ``.pyc`` records the sha256-based hash of its source, not its mtime, so the same source
+A checked-hash ``.pyc`` records a hash of its source (importlib's source_hash), not its mtime, so the same source
 always gives the same bytes, whatever time squashfs gives the files, and the first import from a
 read-only mount finds it valid: nothing is compiled or written there. It runs in the prefix view with
 the image's own interpreter, so the file names inside the code objects (tracebacks) are PREFIX's.
-``-f`` replaces what the verify command left (timestamp ``.pyc`` files of the modules it imported).
+``force`` replaces what the verify command left (timestamp ``.pyc`` files of the modules it imported).
+Files are compiled in parallel (one process per CPU, the same seed): each .pyc depends on its source only.
 A file that does not compile (test data with Python 2 syntax, say) is left without one, as pip and uv
 leave it: importing it fails on the node just as it does anywhere.
 """
@@ -18,7 +19,7 @@ from lockbuild.install.stage import Runner
 
 COMPILE = """\
 import compileall, py_compile, sys
-compileall.compile_dir(sys.argv[1], quiet=2, force=True, workers=1,
+compileall.compile_dir(sys.argv[1], quiet=2, force=True, workers=0,
                        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
 """
 COMPILE_TIMEOUT = 3600.0

@@ -129,9 +129,12 @@ def summary(results: list[Results]) -> tuple[str, dict[str, dict[str, float]]]:
     return text, growth
 
 
-def show(path: Path, *, plot: bool) -> int:
+def show(path: Path, *, plot: bool, readme: bool = False) -> int:
     doc = json.loads(path.read_text())
     results = [Results.from_json(r) for r in doc["runs"]]
+    if readme:  # the README's table of the install and the site path (vllm-live)
+        sys.stdout.write(report.site_readme_table(results[-1]) + "\n")
+        return 0
     sys.stdout.write(f"{doc['command']}  ({doc['date']}, {doc['machine']})\n\n")
     for r in results:
         sys.stdout.write(report.table(r) + "\n\n")
@@ -152,7 +155,9 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--repeat", type=int, default=None, help="runs of every variant (default 3; vllm-live 1)")
     ap.add_argument(
-        "--phases", default=None, help="vllm-live only: some of lock,fetch,build-cold,build-warm,verify,install,classic"
+        "--phases", default=None,
+        help="vllm-live only: some of lock,fetch,build-cold,build-warm,verify,install,import,push-pull,install-store,"
+        "classic"
     )
     ap.add_argument(
         "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"
@@ -168,9 +173,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
     ap.add_argument("--keep", action="store_true", help="keep the work directories under bench/work/runs/")
     ap.add_argument("--report", type=Path, metavar="RESULTS.json", help="print the tables of a saved run and exit")
+    ap.add_argument("--readme", action="store_true", help="with --report: the README's install and site-path table")
     args = ap.parse_args(argv)
     if args.report is not None:
-        return show(args.report, plot=args.plot)
+        return show(args.report, plot=args.plot, readme=args.readme)
     if args.repeat is None:
         args.repeat = 1 if args.workload == "vllm-live" else 3
     scales = [float(x) for x in args.scale.split(",")] if args.scale else [1.0]

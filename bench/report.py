@@ -218,3 +218,41 @@ def plot(results: Sequence[Results], path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _span(values: Sequence[float], fmt: str) -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def site_readme_table(r: Results) -> str:
+    """The README's table of the node's install and the site path (issue 29), from a vllm-live run:
+    each step's median (range), its floor in the same run, the pair-by-pair ratio, peak RSS, the target."""
+    from bench import vllm_live as v
+
+    uv, raw = "bare `uv venv` + `uv pip install --offline` + the verify command", "`curl --parallel` + `openssl sha256`"
+    rows = (
+        ("install from the `.lbz`", ("install", v.INSTALL), ("install", v.UV_INSTALL), uv, "<= 1.4", 1.4),
+        ("install `--store` (blobs linked)", ("install-store", v.INSTALL_STORE), ("install-store", v.UV_INSTALL),
+         uv, "<= 1.2", 1.2),
+        ("import (a new store)", ("import", v.IMPORT), ("import", v.IMPORT_FLOOR), "one sha256 pass + `cp`", "",
+         None),
+        ("push (local registry)", ("push-pull", v.PUSH), ("push-pull", v.RAW_PULL), raw, "", None),
+        ("pull (a new store)", ("push-pull", v.PULL), ("push-pull", v.RAW_PULL), raw, "", None),
+    )
+    lines = ["| step | lockbuild, s | floor, same run | ratio, pair by pair | peak RSS MB (own) | target |",
+             "|---|---:|---|---:|---:|---|"]
+    for name, ours, base, short, target, limit in rows:
+        a, b = r.get(*ours), r.get(*base)
+        if a is None:
+            continue
+        ratio, floor, met = "", "", ""
+        if b is not None:
+            pairs = [x / y for x, y in zip(a.seconds, b.seconds, strict=False)]
+            ratio = _span(pairs, "{:.2f}") + "×"
+            floor = f"{short}: {_span(b.seconds, '{:.1f}')} s"
+            if limit is not None:
+                met = "met" if statistics.median(pairs) <= limit else "**missed**"
+        own = f" ({a.self_rss_mb:.0f})" if a.self_rss_mb else ""
+        lines.append(f"| {name} | {_span(a.seconds, '{:.1f}')} | {floor} | {ratio} | {a.peak_rss_mb:.0f}{own} "
+                     f"| {target.replace('<=', '≤')}{' ' + met if met else ''} |")
+    return "\n".join(lines)

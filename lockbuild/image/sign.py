@@ -11,12 +11,10 @@ from typing import Any
 
 from lockbuild.errors import SignatureError
 from lockbuild.image.verify import checked_contents, statement_of
-from lockbuild.limits import DEFAULT_LIMITS
 from lockbuild.minisign import Signature
-from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.trust import digest_bundle, evaluate, read_signatures, signature_path
 from lockbuild.trust.policy import Evaluation
-from lockbuild.trust.sign import _write_atomically, sign_in_fresh_process
+from lockbuild.trust.sign import sign_in_fresh_process, write_with_block
 from lockbuild.trust.store import TrustStore
 
 
@@ -51,16 +49,5 @@ def sign_image(image: Path, key: Path, *, password: str | None, allow_readable_k
         raise SignatureError(f"internal: {image.name} was hashed without minisign's prehash.")
     signed = sign_in_fresh_process(key, [(digests.blake2b, statement.to_comment())], password=password,
                                    allow_readable_key=allow_readable_key)
-    block = signed.blocks[0]
-    replaced = any(s.key_id == signed.key_id for s in existing)
-    blocks = [block if s.key_id == signed.key_id else s.to_text() for s in existing]
-    if not replaced:
-        blocks.append(block)
-    text = "".join(blocks)
-    if len(blocks) > MAX_SIGNATURES or len(text.encode()) > DEFAULT_LIMITS.max_signature_file:
-        raise SignatureError(
-            f"{sig_path} would hold {len(blocks)} signature blocks; every reader refuses more than {MAX_SIGNATURES} "
-            f"blocks or {DEFAULT_LIMITS.max_signature_file} bytes; nothing was written.",
-            tip="Remove the blocks of signers the sites do not trust from the .minisig, then sign again.")
-    _write_atomically(sig_path, text)
+    replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
     return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.sha256, evaluation)

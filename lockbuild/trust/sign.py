@@ -91,6 +91,25 @@ def _write_atomically(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def write_with_block(sig_path: Path, existing: Sequence[Signature], key_id: bytes, block: str) -> bool:
+    """Write ``sig_path`` with ``block`` in place of ``key_id``'s earlier block (or added after the others),
+    atomically, and only within what every reader accepts; True when a block was replaced."""
+    replaced = any(s.key_id == key_id for s in existing)
+    blocks = [block if s.key_id == key_id else s.to_text() for s in existing]
+    if not replaced:
+        blocks.append(block)
+    text = "".join(blocks)
+    if len(blocks) > MAX_SIGNATURES or len(text.encode()) > DEFAULT_LIMITS.max_signature_file:
+        raise SignatureError(
+            f"{sig_path} would hold {len(blocks)} signature blocks ({len(text.encode())} bytes); every reader "
+            f"refuses more than {MAX_SIGNATURES} blocks or {DEFAULT_LIMITS.max_signature_file} bytes, so this "
+            "signature would make the file unverifiable everywhere; nothing was written.",
+            tip="Remove the blocks of signers the sites do not trust from the .minisig, then sign again.",
+        )
+    _write_atomically(sig_path, text)
+    return replaced
+
+
 def sign_bundle(
     bundle: Path,
     key: SecretKey,
@@ -121,19 +140,7 @@ def sign_bundle(
     statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires,
                              manifest_bytes=carried[0])
     block = sign_statement(key, statement, digests.blake2b)
-    replaced = any(s.key_id == key.key_id for s in existing)
-    blocks = [block if s.key_id == key.key_id else s.to_text() for s in existing]
-    if not replaced:
-        blocks.append(block)
-    text = "".join(blocks)
-    if len(blocks) > MAX_SIGNATURES or len(text.encode()) > DEFAULT_LIMITS.max_signature_file:
-        raise SignatureError(
-            f"{sig_path} would hold {len(blocks)} signature blocks ({len(text.encode())} bytes); every reader "
-            f"refuses more than {MAX_SIGNATURES} blocks or {DEFAULT_LIMITS.max_signature_file} bytes, so this "
-            "signature would make the bundle uninstallable everywhere; nothing was written.",
-            tip="Remove the blocks of signers the sites do not trust from the .minisig, then sign again.",
-        )
-    _write_atomically(sig_path, text)
+    replaced = write_with_block(sig_path, existing, key.key_id, block)
     return SignResult(bundle, sig_path, key.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)
 
 

@@ -121,7 +121,7 @@ def extract(bundle: Path, dest: Path) -> Path:
 
 # What a minimal node has: a shell, coreutils, tar, gzip, grep and sed; no python of any version.
 NODE_TOOLS = ("sh", "sha256sum", "tar", "gzip", "mktemp", "mv", "rm", "mkdir", "chmod", "cat", "head", "grep",
-              "sed", "dirname", "readlink", "realpath", "ls")
+              "sed", "dirname", "readlink", "realpath", "ls", "find", "id", "dd", "cut")
 
 
 def node_path(base: Path) -> str:
@@ -278,6 +278,9 @@ def test_the_bootstrap_refuses_an_existing_target_and_a_relative_one(bundles: li
     run = subprocess.run(["sh", str(extracted / "bootstrap.sh"), "opt/lockbuild"], capture_output=True, text=True,
                          cwd=tmp_path)
     assert run.returncode == 1 and "expected TARGET as an absolute path" in run.stderr
+    for odd in (f"{tmp_path}/opt/../opt/lb", f"{tmp_path}/opt/a b", f"{tmp_path}/opt/$(id)"):
+        run = subprocess.run(["sh", str(extracted / "bootstrap.sh"), odd], capture_output=True, text=True)
+        assert run.returncode == 1 and "with no . or .. parts" in run.stderr, odd
     assert sorted(p.name for p in (tmp_path / "opt").iterdir()) == ["lockbuild"]
 
 
@@ -310,3 +313,75 @@ def test_the_bootstrap_script_is_posix_sh() -> None:
         lint = subprocess.run([shellcheck, "-s", "sh", str(script)], capture_output=True, text=True)
         assert lint.returncode == 0, lint.stdout
     assert sys.version_info >= (3, 11)
+
+
+# --- lockbuild's own wheel: the commit's files, never the work tree's ---------------------------------------
+
+
+def _repo(tmp: Path, version: str = __version__) -> Path:
+    root = tmp / "checkout"
+    (root / "lockbuild").mkdir(parents=True)
+    (root / "lockbuild" / "__init__.py").write_text('__version__ = "committed"\n')
+    (root / "pyproject.toml").write_text(
+        f'[project]\nname = "lockbuild"\nversion = "{version}"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["click>=8.1"]\n'
+    )
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    return root
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_self_wheel_holds_the_commits_files_not_stray_or_uncommitted_ones(tmp_path: Path) -> None:
+    import datetime as dt
+    import io
+    import zipfile
+
+    from lockbuild.builder.selfwheel import from_checkout, make_self_wheel
+
+    root = _repo(tmp_path)
+    when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    clean = make_self_wheel(when, from_checkout(root))
+    (root / "lockbuild" / "backdoor.py").write_text("import os\n")  # untracked
+    (root / "lockbuild" / "__init__.py.orig").write_text("x\n")
+    (root / "lockbuild" / "__init__.py").write_text('__version__ = "edited, not committed"\n')
+    dirty = make_self_wheel(when, from_checkout(root))
+    assert dirty.data == clean.data  # the same commit gives the same bytes, whatever the work tree holds
+    names = zipfile.ZipFile(io.BytesIO(clean.data)).namelist()
+    assert names[0] == "lockbuild/__init__.py" and not [n for n in names if "backdoor" in n or n.endswith(".orig")]
+    assert zipfile.ZipFile(io.BytesIO(clean.data)).read("lockbuild/__init__.py") == b'__version__ = "committed"\n'
+    meta = zipfile.ZipFile(io.BytesIO(clean.data)).read(f"lockbuild-{__version__}.dist-info/METADATA").decode()
+    assert "Requires-Dist: click>=8.1" in meta  # the commit's pyproject.toml, not an installed copy's
+    assert all(i.compress_type == zipfile.ZIP_STORED for i in zipfile.ZipFile(io.BytesIO(clean.data)).infolist())
+    assert clean.made_from.startswith("commit ")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_commit_of_another_version_is_refused(tmp_path: Path) -> None:
+    from lockbuild.builder.selfwheel import from_checkout
+    from lockbuild.errors import RecipeError
+
+    root = _repo(tmp_path, version="9.9.9")
+    with pytest.raises(RecipeError, match=f"'9.9.9', but the running lockbuild is {__version__}"):
+        from_checkout(root)
+
+
+@pytest.mark.parametrize("where", ["extraction", "parent"])
+def test_the_bootstrap_refuses_a_directory_another_user_could_write(bundles: list[Path], tmp_path: Path,
+                                                                     where: str) -> None:
+    """A group- or world-writable extraction could be changed between the check and the use; a parent
+    writable by others lets them replace TARGET. Both are refused before anything is made."""
+    extracted = extract(bundles[0], tmp_path / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    if where == "extraction":
+        (extracted / "wheels").chmod(0o775)
+        expected = "another user could change"
+    else:
+        parent.chmod(0o777)
+        expected = "is writable by other users"
+    run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1 and expected in run.stderr, run.stderr
+    assert list(parent.iterdir()) == []

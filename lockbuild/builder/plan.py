@@ -147,7 +147,8 @@ class Planner:
                 f"makes {wheel.sha256}; expected the same files as the bundle that recorded the pin.",
                 tip="Build from the checkout (the same commit) that made that bundle, or drop wheel.sha256.",
             )
-        self.progress.phase(f"made lockbuild's own wheel {wheel.filename} (sha256 {wheel.sha256[:16]}…)")
+        self.progress.phase(f"made lockbuild's own wheel {wheel.filename} from {wheel.made_from} "
+                            f"(sha256 {wheel.sha256[:16]}…)")
         sha, named = self.cache.put(wheel.data, wheel.filename)
         return wheel.filename, sha, named, len(wheel.data)
 

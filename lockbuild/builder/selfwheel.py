@@ -2,12 +2,14 @@
 
 The self-bundle carries lockbuild like any engine carries its packages: a wheel pinned in the lock by
 its sha256. No build backend runs (lockbuild is pure Python), so nothing from outside runs on the
-builder and the wheel is the same bytes for the same files and cut-off:
+builder, and the wheel is the same bytes for the same files and cut-off:
 
-- the files are the package directory's, minus bytecode caches, in sorted order;
-- the metadata is the installed distribution's (name, version, summary, requires-python, and the
-  dependencies that hold without an extra);
-- every entry has the cut-off as its time, mode 0644 (0755 for a ``.sh``), and is deflated.
+- from a checkout, the files are those of the commit checked out (``git archive HEAD``), never the work
+  tree: an uncommitted edit or a stray file (an editor's backup, a ``.rej``) is not shipped, and the
+  bundle is rebuilt from the commit alone. The metadata is that commit's ``pyproject.toml``'s;
+- from an installed lockbuild (no checkout), the files its distribution's RECORD lists, and its metadata;
+- entries in sorted order, all dated at the cut-off, mode 0644 (0755 for a ``.sh``), stored without
+  compression (the bundle is compressed as a whole; a zlib build would change deflated bytes).
 """
 
 from __future__ import annotations
@@ -18,9 +20,14 @@ import hashlib
 import importlib.metadata
 import io
 import os
+import subprocess
+import tarfile
+import tomllib
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lockbuild
 from lockbuild import __version__, fsio
@@ -31,6 +38,8 @@ TAG = "py3-none-any"
 ENTRY_POINTS = "[console_scripts]\nlockbuild = lockbuild.cli:main\n"
 MAX_FILE = 16 << 20  # no file of lockbuild's is near this: a larger one is not lockbuild's
 MAX_FILES = 2000
+MAX_ARCHIVE = 64 << 20
+GIT_TIMEOUT = 60.0
 _SKIP_DIRS = ("__pycache__",)
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 ZIP_EPOCH = dt.datetime(1980, 1, 1, tzinfo=dt.UTC)  # the oldest time a zip entry can carry
@@ -40,55 +49,124 @@ ZIP_EPOCH = dt.datetime(1980, 1, 1, tzinfo=dt.UTC)  # the oldest time a zip entr
 class SelfWheel:
     filename: str
     data: bytes
+    made_from: str  # "commit <sha> of <checkout>" or "the installed distribution"
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
 
-def package_files(top: Path) -> list[tuple[str, bytes]]:
-    """``(archive name, bytes)`` of every file under lockbuild's package directory, sorted."""
-    out: list[tuple[str, bytes]] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
-        for name in sorted(filenames):
-            if name.endswith(_SKIP_SUFFIXES) or name.startswith("."):
-                continue
-            path = Path(dirpath) / name
-            rel = path.relative_to(top.parent).as_posix()
-            data = fsio.read_regular(path, max_size=MAX_FILE, what=f"lockbuild's file {rel}", error=RecipeError)
-            out.append((rel, data))
-            if len(out) > MAX_FILES:
-                raise RecipeError(f"lockbuild's package directory {top} holds over {MAX_FILES} files; expected "
-                                  "lockbuild's own files only.")
-    out.sort()
-    return out
+@dataclass(frozen=True)
+class Contents:
+    files: tuple[tuple[str, bytes], ...]  # (archive name, bytes), sorted
+    metadata: str
+    made_from: str
 
 
-def metadata_text() -> str:
-    """The core metadata of the running lockbuild: what its installed distribution says."""
+def _wanted(name: str) -> bool:
+    parts = name.split("/")
+    return (parts[0] == NAME and len(parts) > 1 and not any(p in _SKIP_DIRS or p.startswith(".") for p in parts)
+            and not name.endswith(_SKIP_SUFFIXES))
+
+
+def _git(root: Path, *args: str, limit: int) -> bytes:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
+           "HOME": os.devnull}
     try:
-        meta = importlib.metadata.metadata(NAME)
-        requires = importlib.metadata.requires(NAME) or []
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT, env=env,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RecipeError(f"cannot run git in the checkout {root}: {exc}.",
+                          tip="Install git, or build the self-bundle with an installed lockbuild.") from None
+    if proc.returncode != 0:
+        raise RecipeError(
+            f"git {args[0]} failed in the checkout {root}: {proc.stderr.decode(errors='replace').strip()[-300:]}",
+            tip="A self-bundle is made from the commit checked out; check the checkout with git status.",
+        )
+    if len(proc.stdout) > limit:
+        raise RecipeError(f"git {args[0]} in {root} gave {len(proc.stdout)} bytes; expected at most {limit}.")
+    return proc.stdout
+
+
+def from_checkout(root: Path) -> Contents:
+    """The package files and the metadata of the commit checked out at ``root``."""
+    commit = _git(root, "rev-parse", "--verify", "HEAD^{commit}", limit=100).decode().strip()
+    raw = _git(root, "archive", "--format=tar", commit, "--", NAME, "pyproject.toml", limit=MAX_ARCHIVE)
+    files: list[tuple[str, bytes]] = []
+    project: Mapping[str, Any] = {}
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tf:
+        for info in tf:
+            if not info.isreg():
+                continue
+            f = tf.extractfile(info)
+            assert f is not None
+            if info.size > MAX_FILE:
+                raise RecipeError(f"{info.name} at commit {commit[:12]} is {info.size} bytes; expected lockbuild's "
+                                  f"own files, at most {MAX_FILE} bytes each.")
+            data = f.read()
+            if info.name == "pyproject.toml":
+                project = tomllib.loads(data.decode("utf-8")).get("project", {})
+            elif _wanted(info.name):
+                files.append((info.name, data))
+    if len(files) > MAX_FILES or not files:
+        raise RecipeError(f"commit {commit[:12]} of {root} holds {len(files)} files under {NAME}/; expected "
+                          f"lockbuild's own files (1 to {MAX_FILES}).")
+    version = project.get("version")
+    if project.get("name") != NAME or version != __version__:
+        raise RecipeError(
+            f"commit {commit[:12]} of {root} is {project.get('name')!r} {version!r}, but the running lockbuild is "
+            f"{__version__}; expected the commit of the running lockbuild.",
+            tip="Commit (or check out) the version you mean to bundle, and run that lockbuild.",
+        )
+    deps = [d for d in project.get("dependencies", []) if isinstance(d, str)]
+    meta = _metadata(version, project.get("description"), project.get("requires-python"), deps)
+    return Contents(tuple(sorted(files)), meta, f"commit {commit} of {root}")
+
+
+def from_installed() -> Contents:
+    """The files the installed distribution's RECORD lists under ``lockbuild/``, and its metadata."""
+    try:
+        dist = importlib.metadata.distribution(NAME)
     except importlib.metadata.PackageNotFoundError:
         raise RecipeError(
             "this lockbuild runs without its distribution's metadata (not installed); a self-bundle needs it.",
-            tip="Install lockbuild from its checkout (pip install -e . or pip install .) and run it again.",
+            tip="Install lockbuild (pip install .) or run it from a git checkout.",
         ) from None
-    version = meta["Version"]
-    if version != __version__:
+    names = sorted({str(f) for f in dist.files or () if _wanted(str(f))})
+    if not names or len(names) > MAX_FILES:
         raise RecipeError(
-            f"the installed distribution says lockbuild {version}, but the running code is {__version__}; "
-            "expected the two to agree.",
-            tip="Reinstall lockbuild from its checkout (pip install -e .).",
+            f"the installed lockbuild's RECORD lists {len(names)} of its files; expected lockbuild's own files "
+            f"(1 to {MAX_FILES}). An editable install lists none.",
+            tip="Run lockbuild from its git checkout, or install it with pip install . (not -e).",
         )
+    top = Path(lockbuild.__file__).parent.parent
+    files = tuple((n, fsio.read_regular(top / n, max_size=MAX_FILE, what=f"lockbuild's file {n}", error=RecipeError))
+                  for n in names)
+    meta = dist.metadata
+    if meta["Version"] != __version__:
+        raise RecipeError(f"the installed distribution says lockbuild {meta['Version']}, but the running code is "
+                          f"{__version__}; expected the two to agree.", tip="Reinstall lockbuild.")
+    requires = [r for r in dist.requires or () if "extra ==" not in r]
+    return Contents(files, _metadata(__version__, meta["Summary"], meta["Requires-Python"], requires),
+                    "the installed distribution")
+
+
+def _metadata(version: str, summary: object, requires_python: object, requires: list[str]) -> str:
     lines = ["Metadata-Version: 2.1", f"Name: {NAME}", f"Version: {version}"]
-    if meta["Summary"]:
-        lines.append(f"Summary: {meta['Summary']}")
-    if meta["Requires-Python"]:
-        lines.append(f"Requires-Python: {meta['Requires-Python']}")
-    lines += [f"Requires-Dist: {r}" for r in sorted(requires) if "extra ==" not in r]
+    if isinstance(summary, str) and summary:
+        lines.append(f"Summary: {summary}")
+    if isinstance(requires_python, str) and requires_python:
+        lines.append(f"Requires-Python: {requires_python}")
+    lines += [f"Requires-Dist: {r}" for r in sorted(requires)]
     return "\n".join(lines) + "\n"
+
+
+def own_contents() -> Contents:
+    """From the git checkout the running lockbuild is in, else from its installed distribution."""
+    root = Path(lockbuild.__file__).resolve().parent.parent
+    if (root / ".git").exists() and (root / "pyproject.toml").is_file():
+        return from_checkout(root)
+    return from_installed()
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -96,15 +174,15 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def make_self_wheel(when: dt.datetime, top: Path | None = None) -> SelfWheel:
-    """The wheel of the running lockbuild, every entry dated ``when`` (the build's cut-off)."""
-    top = top if top is not None else Path(lockbuild.__file__).parent
+def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> SelfWheel:
+    """The wheel of the running lockbuild (or of ``contents``), every entry dated ``when`` (the cut-off)."""
+    got = contents if contents is not None else own_contents()
     stamp = max(when.astimezone(dt.UTC), ZIP_EPOCH)
     date_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)
     info_dir = f"{NAME}-{__version__}.dist-info"
-    entries = package_files(top)
+    entries = list(got.files)
     entries += [
-        (f"{info_dir}/METADATA", metadata_text().encode()),
+        (f"{info_dir}/METADATA", got.metadata.encode()),
         (f"{info_dir}/WHEEL", f"Wheel-Version: 1.0\nGenerator: lockbuild {__version__}\n"
                               f"Root-Is-Purelib: true\nTag: {TAG}\n".encode()),
         (f"{info_dir}/entry_points.txt", ENTRY_POINTS.encode()),
@@ -115,8 +193,8 @@ def make_self_wheel(when: dt.datetime, top: Path | None = None) -> SelfWheel:
     with zipfile.ZipFile(buf, "w") as zf:
         for name, data in entries:
             info = zipfile.ZipInfo(name, date_time)
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.compress_type = zipfile.ZIP_STORED
             info.external_attr = (0o100755 if name.endswith(".sh") else 0o100644) << 16
             info.create_system = 3  # unix: the mode above is read
-            zf.writestr(info, data, compresslevel=9)
-    return SelfWheel(f"{NAME}-{__version__}-{TAG}.whl", buf.getvalue())
+            zf.writestr(info, data)
+    return SelfWheel(f"{NAME}-{__version__}-{TAG}.whl", buf.getvalue(), got.made_from)

@@ -77,8 +77,15 @@ name=${target##*/}
   "Create it first (mkdir -p $parent)."
 [ -w "$parent" ] || die "cannot write to $parent; the staging directory is made beside TARGET." \
   "Run as a user who may write there (root for /opt)."
+uid=$(id -u)
+# Nobody else may write where TARGET appears, nor to the extraction this script reads after checking it.
+unsafe() { find "$1" -maxdepth "$2" \( ! -user 0 ! -user "$uid" \) -o -perm -0020 -o -perm -0002 \
+  -o ! \( -type f -o -type d \) 2>/dev/null | head -n 1; }
+odd=$(find "$parent" -maxdepth 0 \( ! -user 0 ! -user "$uid" \) -o \( \( -perm -0020 -o -perm -0002 \) ! -perm -1000 \) 2>/dev/null)
+[ -z "$odd" ] || die "$parent is writable by other users (or owned by one); expected a directory only root or you can write." \
+  "Install under a directory such as /opt, owned by root with mode 755."
 
-for tool in sha256sum tar gzip mktemp mv rm; do
+for tool in sha256sum tar gzip mktemp mv rm find id dd sed grep; do
   command -v "$tool" >/dev/null 2>&1 || die "this node has no '$tool' on PATH; the bootstrap needs it." \
     "Install coreutils, tar and gzip from the node's own media."
 done
@@ -86,6 +93,10 @@ done
 here=$(cd -P -- "$(dirname -- "$0")" && pwd)
 [ -f "$here/SHA256SUMS" ] || die "$here has no SHA256SUMS; expected an extraction of lockbuild's own bundle." \
   "Extract the whole .lbz: zstd -dc FILE.lbz | tar -x -C DIR"
+
+odd=$(unsafe "$here" 64)
+[ -z "$odd" ] || die "the extraction in $here holds $odd, which another user could change (or which is not a plain file or directory); expected files only you or root can write." \
+  "Extract again as the user who runs the bootstrap, with umask 022, into a new directory: mkdir DIR && zstd -dc FILE.lbz | tar -x -C DIR"
 
 # 1. Every member as the builder listed it (the list itself is covered by the bundle's signature).
 say "checking the extracted members in $here against SHA256SUMS"
@@ -158,7 +169,7 @@ if [ -n "$system" ]; then
   from=$(printf '%s' "$stage" | sed 's/[.]/\\./g')
   for f in "$stage/env/bin/"*; do
     [ -f "$f" ] && [ ! -L "$f" ] || continue
-    head -c 2 "$f" | grep -q '^#!' || continue
+    [ "$(dd if="$f" bs=2 count=1 2>/dev/null)" = '#!' ] || continue
     grep -q "$stage/" "$f" || continue
     sed "1,3s|$from/|$target/|g" "$f" >"$f.new" && chmod 755 "$f.new" && mv -f "$f.new" "$f"
   done
@@ -172,9 +183,14 @@ here=\$(dirname -- "\$(readlink -f -- "\$0")")
 exec "\$here/../env/bin/python$PYTHON_VERSION" -I -m lockbuild "\$@"
 EOF
 chmod 755 "$stage/bin/lockbuild"
-printf '{"lockbuild": "%s", "bundle": "%s", "python": "%s", "interpreter": "%s"}\n' \
-  "$LOCKBUILD_VERSION" "$BUNDLE" "$PYTHON_VERSION" "${given:-${INTERPRETER:-python$PYTHON_VERSION on PATH}}" \
-  >"$stage/lockbuild.json"
+"$base" -I -B -c '
+import json, sys
+keys = ("lockbuild", "bundle", "python", "interpreter")
+with open(sys.argv[1], "x", encoding="utf-8") as f:
+    json.dump(dict(zip(keys, sys.argv[2:])), f, indent=2, sort_keys=True)
+    f.write("\n")
+' "$stage/lockbuild.json" "$LOCKBUILD_VERSION" "$BUNDLE" "$PYTHON_VERSION" \
+  "${given:-${INTERPRETER:-python$PYTHON_VERSION on PATH}}" || die "cannot write $stage/lockbuild.json."
 
 # 4. It runs, from the staging directory.
 shown=$("$stage/bin/lockbuild" --version 2>&1) || die "the installed lockbuild does not run: $shown"
@@ -183,15 +199,26 @@ case $shown in
   *) die "the installed lockbuild says '$shown'; expected version $LOCKBUILD_VERSION." ;;
 esac
 
-# 5. Into place: one rename within $parent.
+# 5. Into place: one rename within $parent that never replaces anything (renameat2 RENAME_NOREPLACE:
+# a TARGET that appeared meanwhile, even an empty directory or a link, makes it fail).
 chmod 755 "$stage"
-if [ -e "$target" ] || [ -L "$target" ]; then
-  die "$target appeared while installing; nothing was changed there."
-fi
-if mv --help 2>&1 | grep -q -e "-T, --no-target-directory"; then
-  mv -T -- "$stage" "$target" || die "cannot rename the staging directory to $target."
-else
-  mv -- "$stage" "$target" || die "cannot rename the staging directory to $target."
-fi
+"$base" -I -B -c '
+import ctypes, errno, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    renameat2 = libc.renameat2
+except AttributeError:  # a C library older than glibc 2.28: check, then rename(2)
+    if os.path.lexists(dst):
+        sys.exit(dst + " appeared while installing; nothing was changed there")
+    os.rename(src, dst)
+    sys.exit(0)
+AT_FDCWD, RENAME_NOREPLACE = -100, 1
+if renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE) != 0:
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        sys.exit(dst + " appeared while installing; nothing was changed there")
+    sys.exit("cannot rename " + src + " to " + dst + ": " + os.strerror(err))
+' "$stage" "$target" || die "the staging directory was not renamed to $target; nothing was installed."
 trap - EXIT
 say "installed $shown at $target (run $target/bin/lockbuild, or link it: ln -s $target/bin/lockbuild /usr/local/bin/lockbuild)"

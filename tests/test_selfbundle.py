@@ -253,7 +253,6 @@ def test_the_bootstrap_installs_lockbuild_offline_with_no_python_on_path(
     assert again.stdout.strip() == f"lockbuild, version {__version__}"
 
 
-@pytest.mark.slow
 def test_the_bootstrap_refuses_a_damaged_extraction_and_leaves_nothing(bundles: list[Path], tmp_path: Path) -> None:
     extracted = extract(bundles[0], tmp_path / "x")
     wheel = next((extracted / "wheels").glob("click-*.whl"))
@@ -284,7 +283,6 @@ def test_the_bootstrap_refuses_an_existing_target_and_a_relative_one(bundles: li
     assert sorted(p.name for p in (tmp_path / "opt").iterdir()) == ["lockbuild"]
 
 
-@pytest.mark.slow
 def test_a_failing_install_step_leaves_nothing(bundles: list[Path], tmp_path: Path) -> None:
     """The lock names a file the extraction lacks (both lists edited alike): uv refuses, nothing stays."""
     extracted = extract(bundles[0], tmp_path / "x")

@@ -121,10 +121,20 @@ def safe_filename(name: str, *, what: str) -> str:
 
 
 def parse_requirements_lock(text: str) -> tuple[Pin, ...]:
-    """Read ``uv pip compile --generate-hashes`` output; every entry must be pinned and hashed."""
+    """Read ``uv pip compile --generate-hashes`` output; every entry must be pinned and hashed.
+
+    Lines end at "\n" (or "\r\n") only, as uv reads them: ``str.splitlines`` would also break at U+2028,
+    U+0085, form feeds..., and a pin hidden in a comment would be one lockbuild trusts and uv never sees. A
+    lone carriage return, which a reader might take for a line end, is refused."""
     logical: list[str] = []
     buf = ""
-    for raw in text.splitlines():
+    for raw in text.split("\n"):
+        raw = raw.removesuffix("\r")
+        if "\r" in raw:
+            raise ResolveError(
+                f"the lock has a carriage return inside a line ({raw[:80]!r}); expected lines ending in a "
+                "line feed only."
+            )
         line = _COMMENT.sub("", raw).strip()  # pip's rule: a comment starts at "#" after whitespace
         if line.endswith("\\"):
             buf += line[:-1] + " "

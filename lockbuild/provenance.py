@@ -11,8 +11,10 @@ docs/release-engineers.md, "Provenance".
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,6 +30,14 @@ RECORD = "provenance.json"
 RECORD_FORMAT = 1
 _KIND = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")
 _FIELDS = ("repository", "workflow", "environment")
+# A publisher's fields are shown to operators as who published a file: plain ASCII only, so that no
+# homoglyph (a Cyrillic "о" in numpy/numpy) and no separator of describe() (", " and "; ") can fake one.
+# GitHub and GitLab names, workflow paths and Google's service-account e-mails all fit; an environment may
+# hold a space (GitHub allows one), never a comma or a semicolon.
+_IDENT = re.compile(r"[A-Za-z0-9._/@+:-]*")
+_ENVIRONMENT = re.compile(r"[A-Za-z0-9._/@+: -]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_STATEMENT_BYTES = 64 << 10  # one attestation's in-toto statement, decoded (PyPI's are about 1 kB)
 Status = Literal["attested", "none", "not-offered"]
 
 
@@ -83,13 +93,24 @@ def status_of(p: Provenance | None) -> Status:
 
 
 def _text(value: object, where: str, error: type[LockbuildError]) -> str:
+    """A bounded printable string (``str.isprintable``: no category C, and no line or paragraph separator,
+    U+2028/U+2029, which ``str.splitlines`` breaks at); "" for None."""
     if value is None:
         return ""
     if not isinstance(value, str):
         raise error(f"{where} is {type(value).__name__}; expected a string.")
-    if len(value) > MAX_TEXT or any(unicodedata.category(c).startswith("C") for c in value):
+    if len(value) > MAX_TEXT or not value.isprintable():
         raise error(f"{where} {value[:60]!r} is not plain text of at most {MAX_TEXT} characters; refused.")
     return value
+
+
+def _field(value: object, where: str, error: type[LockbuildError], *, environment: bool = False) -> str:
+    """A publisher's repository, workflow or environment: ``_text``, and plain ASCII (``_IDENT``)."""
+    text = _text(value, where, error)
+    if not (_ENVIRONMENT if environment else _IDENT).fullmatch(text):
+        allowed = "letters, digits" + (", spaces" if environment else "") + " and . _ / @ + : -"
+        raise error(f"{where} {text[:60]!r} holds a character other than ASCII {allowed}; refused.")
+    return text
 
 
 def publisher(data: Mapping[str, Any], where: str, error: type[LockbuildError]) -> Publisher:
@@ -101,7 +122,7 @@ def publisher(data: Mapping[str, Any], where: str, error: type[LockbuildError]) 
     unknown = sorted(set(data) - {"kind", *_FIELDS})
     if unknown:
         raise error(f"{where} has the unknown key(s) {', '.join(unknown)[:80]}; refused.")
-    values = [_text(data.get(k, ""), f"{where}.{k}", error) for k in _FIELDS]
+    values = [_field(data.get(k, ""), f"{where}.{k}", error, environment=k == "environment") for k in _FIELDS]
     return Publisher(kind, *values)
 
 
@@ -112,17 +133,49 @@ def _from_index(data: Mapping[str, Any], where: str, error: type[LockbuildError]
     kind = data.get("kind")
     if not isinstance(kind, str) or not _KIND.fullmatch(kind):
         raise error(f"{where}.kind {str(kind)[:40]!r} is not a plain word such as GitHub; refused.")
-    repository = _text(data.get("repository"), f"{where}.repository", error)
-    email = _text(data.get("email"), f"{where}.email", error)
-    workflow = _text(data.get("workflow"), f"{where}.workflow", error)
-    filepath = _text(data.get("workflow_filepath"), f"{where}.workflow_filepath", error)
-    environment = _text(data.get("environment"), f"{where}.environment", error)
+    repository = _field(data.get("repository"), f"{where}.repository", error)
+    email = _field(data.get("email"), f"{where}.email", error)
+    workflow = _field(data.get("workflow"), f"{where}.workflow", error)
+    filepath = _field(data.get("workflow_filepath"), f"{where}.workflow_filepath", error)
+    environment = _field(data.get("environment"), f"{where}.environment", error, environment=True)
     return Publisher(kind, repository or email, workflow or filepath, environment)
 
 
-def parse_answer(data: Any, *, what: str, error: type[LockbuildError]) -> Provenance:
+def _subjects(attestation: Mapping[str, Any], where: str, error: type[LockbuildError]) -> list[str] | None:
+    """The sha256 digests an attestation's in-toto statement names as its subjects (PEP 740: its
+    ``envelope.statement``, base64 of the Statement JSON, ``subject: [{name, digest: {sha256}}]``); None
+    when it carries no statement. Read bounded; the signature over it is not checked (no Sigstore here)."""
+    envelope = attestation.get("envelope")
+    statement = envelope.get("statement") if isinstance(envelope, dict) else None
+    if statement is None or statement == "":
+        return None
+    unreadable = f"{where}.envelope.statement is not base64 of an in-toto statement of at most " \
+                 f"{MAX_STATEMENT_BYTES} bytes with a subject list; refused."
+    if not isinstance(statement, str) or len(statement) > MAX_STATEMENT_BYTES * 4 // 3 + 4:
+        raise error(unreadable)
+    try:
+        doc = json.loads(base64.b64decode(statement, validate=True))
+    except (binascii.Error, ValueError, RecursionError):
+        raise error(unreadable) from None
+    subject = doc.get("subject") if isinstance(doc, dict) else None
+    if not isinstance(subject, list) or not subject or len(subject) > MAX_ATTESTATIONS:
+        raise error(unreadable)
+    out: list[str] = []
+    for s in subject:
+        digest = s.get("digest") if isinstance(s, dict) else None
+        sha = digest.get("sha256") if isinstance(digest, dict) else None
+        if sha is not None:
+            if not isinstance(sha, str) or not _SHA256.fullmatch(sha.lower()):
+                raise error(unreadable)
+            out.append(sha.lower())
+    return out
+
+
+def parse_answer(data: Any, *, what: str, error: type[LockbuildError], sha256: str | None = None) -> Provenance:
     """A PEP 740 provenance object: ``{"version": 1, "attestation_bundles": [{"publisher": {...},
-    "attestations": [...]}]}``, strictly typed and bounded. The attestations are counted, not read."""
+    "attestations": [...]}]}``, strictly typed and bounded. The attestations are counted, not verified;
+    one whose statement names sha256 digests none of which is ``sha256`` (the locked file's) is an
+    attestation of another file, and refused."""
     if not isinstance(data, dict) or data.get("version") != 1:
         raise error(f"{what} is not a PEP 740 provenance object (expected an object with version 1); refused.")
     bundles = data.get("attestation_bundles")
@@ -143,6 +196,13 @@ def parse_answer(data: Any, *, what: str, error: type[LockbuildError]) -> Proven
         count += len(b["attestations"])
         if count > MAX_ATTESTATIONS:
             raise error(f"{what} carries more than {MAX_ATTESTATIONS} attestations; refused.")
+        for j, a in enumerate(b["attestations"]):
+            digests = _subjects(a, f"{where}.attestations[{j}]", error)
+            if sha256 is not None and digests and sha256.lower() not in digests:
+                raise error(
+                    f"{what}: attestation_bundles[{i}].attestations[{j}] names another file (sha256 "
+                    f"{digests[0][:16]}..., the locked file's is {sha256[:16]}...); refused."
+                )
         p = _from_index(b["publisher"], f"{where}.publisher", error)
         if p not in publishers:
             publishers.append(p)

@@ -318,11 +318,19 @@ class FakeServer:
         return Handler
 
 
-def provenance_doc(*publishers: dict[str, object], attestations: int = 1) -> bytes:
+def in_toto_statement(filename: str, sha256: str) -> str:
+    """An attestation's envelope.statement as PEP 740 has it: base64 of an in-toto Statement naming the file."""
+    doc = {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": filename, "digest": {"sha256": sha256}}],
+           "predicateType": "https://docs.pypi.org/attestations/publish/v1", "predicate": None}
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+def provenance_doc(*publishers: dict[str, object], attestations: int = 1, statement: str = "") -> bytes:
     """A PEP 740 provenance object as PyPI's integrity API answers it: one attestation bundle per publisher
-    (the attestations are stand-ins: lockbuild counts them, it does not verify them)."""
+    (the attestations are stand-ins: lockbuild counts them and reads the subject of their ``statement``,
+    when one is given, without verifying them)."""
     stand_in = {"version": 1, "verification_material": {"certificate": "", "transparency_entries": [{}]},
-                "envelope": {"statement": "", "signature": ""}}
+                "envelope": {"statement": statement, "signature": ""}}
     bundles = [{"publisher": p, "attestations": [stand_in] * attestations} for p in publishers]
     return json.dumps({"version": 1, "attestation_bundles": bundles}).encode()
 

@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 from packaging.specifiers import InvalidSpecifier, Specifier
@@ -113,6 +113,17 @@ def _sdist_version_field(filename: str) -> str | None:
     return None
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port filled in for http and https."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1  # no origin matches an unreadable port
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
 def parse_time(value: object) -> dt.datetime | None:
     """An index's upload time in UTC, or None when it is not a readable time."""
     if not isinstance(value, str):
@@ -192,6 +203,14 @@ def parse_project_page(
             raise RemoteError(
                 f"{what}: {page_url} gives {filename} a provenance of {str(provenance)[:_SHOWN]!r}; expected "
                 "null or a URL of at most 4096 characters (PEP 740); refused."
+            )
+        # the provenance must come from the index that served the page (PyPI serves both from pypi.org): a
+        # mirror that serves another file cannot point at the genuine file's provenance elsewhere
+        if isinstance(provenance, str) and _origin(urljoin(page_url, provenance)) != _origin(page_url):
+            raise RemoteError(
+                f"{what}: {page_url} gives {filename} a provenance at "
+                f"{public(urljoin(page_url, provenance))[:_SHOWN]!r}, another origin than the page's; expected "
+                "the provenance from the index that lists the file (scheme, host and port); refused."
             )
         got = IndexFile(
             filename=filename,

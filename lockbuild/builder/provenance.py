@@ -12,6 +12,7 @@ index states, unverified (``lockbuild/provenance.py``).
 from __future__ import annotations
 
 import dataclasses
+import stat
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -37,10 +38,13 @@ from lockbuild.provenance import (
 INTEGRITY_JSON = "application/vnd.pypi.integrity.v1+json"
 
 
-def fetch_provenance(client: httpx.Client, listed: IndexFile, *, project: str) -> Provenance | None:
+def fetch_provenance(
+    client: httpx.Client, listed: IndexFile, *, project: str, sha256: str | None = None
+) -> Provenance | None:
     """The provenance of one file as its index entry offers it: None when the entry has no ``provenance``
     key, no attestations when it is null or its URL answers 404; RemoteError for any other answer that
-    is not a bounded, well-typed PEP 740 provenance object."""
+    is not a bounded, well-typed PEP 740 provenance object, or that attests another file than the one
+    with ``sha256`` (the locked file's)."""
     if not listed.offers_provenance:
         return None
     if listed.provenance_url is None:
@@ -54,7 +58,7 @@ def fetch_provenance(client: httpx.Client, listed: IndexFile, *, project: str) -
         if exc.message == missing:  # the 404 get_json gives for this URL: the file has no attestations
             return Provenance()
         raise
-    return parse_answer(data, what=f"{what} at {listed.provenance_url}", error=RemoteError)
+    return parse_answer(data, what=f"{what} at {listed.provenance_url}", error=RemoteError, sha256=sha256)
 
 
 def with_provenance(
@@ -72,7 +76,7 @@ def with_provenance(
         entry = next((e for e in listed(f) if e.filename == f.filename), None)
         if entry is None:
             return f
-        return dataclasses.replace(f, provenance=fetch_provenance(client, entry, project=f.name))
+        return dataclasses.replace(f, provenance=fetch_provenance(client, entry, project=f.name, sha256=f.sha256))
 
     return tuple(pool.map(one, files))
 
@@ -81,20 +85,46 @@ def recorded(files: Sequence[LockedFile]) -> tuple[Recorded, ...]:
     return tuple(Recorded(f.name, f.version, f.filename, f.provenance) for f in files)
 
 
-def report(engine: str, build: str, previous_dir: Path, files: Sequence[LockedFile]) -> list[str]:
-    """The provenance warnings of a new lock against the one ``previous_dir`` holds (none when it holds
-    none, or one of another engine or build); a record that cannot be read is said once, and skipped."""
+NO_PREVIOUS = "no previous lock of this build to compare publishers with"
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """What comparing a new lock with the previous one said: its warnings, and a note (None when it was
+    compared with a previous lock of the same build) saying why it was not."""
+
+    warnings: tuple[str, ...] = ()
+    note: str | None = None
+
+
+def report(engine: str, build: str, previous_dir: Path, files: Sequence[LockedFile]) -> Comparison:
+    """The provenance warnings of a new lock against the one ``previous_dir`` holds; the note says when it
+    holds none (or one of another engine or build). A record another user could have written (the store
+    and trust rule, ``fsio.owner_problem``, on it and the directories above it) or one that cannot be
+    read is warned of once, and not compared with."""
     path = previous_dir / RECORD
     if not (path.exists() or path.is_symlink()):
-        return []
+        return Comparison(note=NO_PREVIOUS)
     where = f"the previous lock's {path}"
+    for checked in (previous_dir.parent, previous_dir, path):
+        try:
+            st = checked.lstat() if checked == path else checked.stat()
+            # the record itself only when it is a file (read_regular refuses anything else, a link included)
+            problem = fsio.owner_problem(st) if checked != path or stat.S_ISREG(st.st_mode) else None
+        except OSError as exc:
+            problem = f"cannot be examined ({exc.strerror or exc})"
+        if problem is not None:
+            return Comparison(
+                (f"provenance: {checked} {problem}; another user could have written the previous lock's record, "
+                 "so this lock is not compared with it (make it this user's and not group- or world-writable)",),
+                NO_PREVIOUS)
     try:
         raw = fsio.read_regular(path, what="provenance record of the previous lock", max_size=MAX_RECORD_BYTES)
         data = fsio.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)
         was_engine, was_build, before = parse_record(data, where, LockbuildError)
     except (OSError, LockbuildError) as exc:
         message = exc.message if isinstance(exc, LockbuildError) else str(exc)
-        return [f"provenance: {message.rstrip('.')}; this lock is not compared with it"]
+        return Comparison((f"provenance: {message.rstrip('.')}; this lock is not compared with it",), NO_PREVIOUS)
     if (was_engine, was_build) != (engine, build):
-        return []
-    return changes(before, recorded(files))
+        return Comparison(note=f"{NO_PREVIOUS} ({path} is of {was_engine[:60]} {was_build[:60]})")
+    return Comparison(tuple(changes(before, recorded(files))))

@@ -69,12 +69,13 @@ def _lock_json(plan: Any) -> dict[str, Any]:
     }
 
 
-def _with_provenance_report(plan: Any, out: Path) -> Any:
-    """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT (issue 28)."""
+def _with_provenance_report(plan: Any, out: Path) -> tuple[Any, str | None]:
+    """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT (issue 28),
+    and the note saying when there was none to compare with."""
     from lockbuild.builder.provenance import report
 
-    notes = report(plan.recipe.engine.name, plan.build.id, out / plan.build.id, plan.lock.files)
-    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes)) if notes else plan
+    got = report(plan.recipe.engine.name, plan.build.id, out / plan.build.id, plan.lock.files)
+    return (dataclasses.replace(plan, warnings=(*plan.warnings, *got.warnings)) if got.warnings else plan), got.note
 
 
 def provenance_summary(files: Any, shown: int = 8) -> str:
@@ -124,16 +125,18 @@ def lock(
     results = []
     with session(settings, progress=_progress(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
-    plans = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
-    for plan in plans:
+    compared = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
+    plans = [plan for plan, _ in compared]
+    for plan, note in compared:
         write_plan_dir(plan, out)
         _warn(ctx, plan.warnings)
-        results.append(_lock_json(plan))
+        results.append({**_lock_json(plan), "provenance_note": note})
     text = "\n".join(
         f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
         f"-> {out / res['build'] / res['lock_format']}"
         + (REUSED_NOTE if res["resolution_reused"] else "")
         + provenance_summary(plan.lock.files)
+        + (f"\n  provenance: {res['provenance_note']}" if res["provenance_note"] else "")
         for res, plan in zip(results, plans, strict=True)
     )
     _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
@@ -174,13 +177,14 @@ def fetch(
     results = []
     with session(settings, progress=_progress(ctx), jobs=jobs) as s:
         for b in r.select(build_spec):
-            plan = _with_provenance_report(s.planner.plan(r, b), out)
+            plan, note = _with_provenance_report(s.planner.plan(r, b), out)
             _warn(ctx, plan.warnings)
             paths, report = s.fetch(plan)
             write_plan_dir(plan, out, paths)
             results.append(
                 {
                     **_lock_json(plan),
+                    "provenance_note": note,
                     "files": len(report.files),
                     "cached": report.cached,
                     "downloaded_bytes": report.downloaded_bytes,
@@ -189,6 +193,7 @@ def fetch(
             )
     text = "\n".join(
         f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> {out / x['build']}"
+        + (f"\n  provenance: {x['provenance_note']}" if x["provenance_note"] else "")
         for x in results
     )
     _emit(ctx, {"fetches": results, "warnings": list(settings.warnings)}, text)

@@ -36,6 +36,7 @@ TIP = "The bundle is damaged or was altered; do not install it. Fetch it again f
 INLINE = 1 << 20  # a smaller member is hashed on the reader's thread; a larger one beside it
 DEPTH = 4  # 1 MiB pieces a background hash may lag behind the reader
 LINKED_AHEAD = 64  # linked members (each an open file) whose hash may still be running
+HASHERS = min(os.cpu_count() or 1, 16)  # threads hashing linked members (more outrun any disk)
 
 Update = Callable[[bytes | memoryview], None]
 T = TypeVar("T")
@@ -239,7 +240,7 @@ class _Linked:
         if f is None:
             return False
         if self.pool is None:
-            self.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="lockbuild-linked")
+            self.pool = ThreadPoolExecutor(max_workers=HASHERS, thread_name_prefix="lockbuild-linked")
         self.pending.append((member, self.pool.submit(_hash_file, f, member.size), f))
         self.check(leave=LINKED_AHEAD)  # bounded: open files and unchecked work
         return True
@@ -248,8 +249,12 @@ class _Linked:
         """Hold the linked members to the manifest, in order, until at most ``leave`` are unchecked."""
         while len(self.pending) - self.checked > leave:
             member, fut, _ = self.pending[self.checked]
-            n, digest = fut.result()
             self.checked += 1
+            try:
+                n, digest = fut.result()
+            except OSError as exc:
+                raise LockbuildError(f"cannot read {member.path} as linked: {exc.strerror or exc}.",
+                                     tip="Check the destination's file system, then run it again.") from None
             _check(member, n, digest, self.damage_tip)
             self.progress.advance(member.size)
             self.progress.file_done()

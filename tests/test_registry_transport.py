@@ -194,6 +194,40 @@ def test_an_upload_to_a_registry_that_reads_slowly_fails_on_time() -> None:
         assert time.monotonic() - t0 < 2.5
 
 
+def test_an_upload_asked_for_credentials_is_sent_again_whole() -> None:
+    """A blob body is streamed from its file, not held; a PUT answered 401 sends the same bytes again."""
+    data = bytes(range(256)) * 5000
+    bodies: list[bytes] = []
+
+    def script(h: _Handler) -> None:
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        if h.command == "POST":
+            h.answer(202, headers={"Location": "/v2/site/x/blobs/uploads/1"})
+        elif "Authorization" not in h.headers:
+            h.answer(401, headers={"WWW-Authenticate": 'Basic realm="x"'})
+        else:
+            bodies.append(body)
+            h.answer(201)
+
+    with fake(script) as server, registry(server, credentials=Credentials("alice", "pw")) as reg:
+        server.read_body = False
+        src = io.BytesIO(data)
+        reg.upload_blob("sha256:" + hashlib.sha256(data).hexdigest(), src, len(data))
+    assert bodies == [data]
+
+
+def test_an_upload_whose_local_copy_ends_early_fails() -> None:
+    def script(h: _Handler) -> None:
+        if h.command == "POST":
+            h.answer(202, headers={"Location": "/v2/site/x/blobs/uploads/1"})
+        else:
+            h.answer(201)
+
+    with fake(script) as server, registry(server) as reg, \
+            pytest.raises(RegistryError, match="the local copy ended 7 bytes early"):
+        reg.upload_blob("sha256:" + "0" * 64, io.BytesIO(b"abc"), 10)
+
+
 def test_a_range_answer_that_starts_elsewhere_is_refused() -> None:
     def script(h: _Handler) -> None:
         h.answer(206, b"whole blob", {"Content-Range": "bytes 0-9/10"})

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -337,3 +339,75 @@ def test_push_from_a_store_refuses_a_damaged_blob_and_an_untrusted_build(tmp_pat
     assert r.exit_code == 4 and "has sha256" in r.output, r.output
     got = httpx.head(f"http://{reg.host}/v2/damaged/toyengine/blobs/sha256:{blob.name}")
     assert got.status_code == 404  # never uploaded
+
+
+# -- memory stays flat -------------------------------------------------------------------------------
+
+BIG = 200 << 20
+GROWTH_BOUND_KB = 120 << 10
+PEAK_OF = '''
+import sys
+def hwm():  # this process's peak RSS in kB (VmHWM: unlike ru_maxrss, not inherited from the parent)
+    return int(next(x for x in open("/proc/self/status") if x.startswith("VmHWM:")).split()[1])
+from lockbuild.cli import main
+base = hwm()
+try:
+    main(sys.argv[1:])
+finally:
+    print(f"peak-growth-kb {hwm() - base}", file=sys.stderr)
+'''
+
+
+def _peak_growth_kb(*args: str | Path) -> int:
+    """Run `lockbuild ARGS` in a child; how far its peak RSS rose over its own baseline (lockbuild imported)."""
+    proc = subprocess.run([sys.executable, "-c", PEAK_OF, *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return int(proc.stderr.rsplit("peak-growth-kb ", 1)[1].split()[0])
+
+
+def _big_bundle(out: Path, keys: Keys) -> Path:
+    """A signed bundle whose wheel is BIG bytes (a sparse file: made at once, read as zeros)."""
+    from hostile import UV_MEMBER
+    from hostile import manifest as hostile_manifest
+
+    from lockbuild.bundle.manifest import Member
+    from lockbuild.bundle.write import Entry, write_bundle
+    from lockbuild.minisign import read_secret_key
+    from lockbuild.trust import sign_bundle
+
+    out.mkdir(parents=True)
+    wheel = out / "torch.whl"
+    with wheel.open("wb") as f:
+        f.truncate(BIG)
+    h = hashlib.sha256()
+    with wheel.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    recipe = b'[engine]\nname = "toyengine"\n'
+    small = [("recipe.toml", recipe, "recipe"), ("lock/requirements.txt", b"toyengine==1.0\n", "lock"),
+             (UV_MEMBER, b"PK uv wheel bytes " * 50, "tool")]
+    members = [Member(p, len(d), hashlib.sha256(d).hexdigest(), k, f"https://example.invalid/{p}")
+               for p, d, k in small]
+    big = Member("wheels/torch-2.0-py3-none-any.whl", BIG, h.hexdigest(), "wheel", "https://example.invalid/torch")
+    manifest = hostile_manifest((*members, big), recipe_sha256=hashlib.sha256(recipe).hexdigest())
+    path = out / manifest.bundle_name
+    with path.open("wb") as f:
+        write_bundle(f, manifest, [*(Entry(m, d) for m, (_, d, _) in zip(members, small, strict=True)),
+                                   Entry(big, wheel)], threads=1)
+    sign_bundle(path, read_secret_key(keys.secret, lambda: ""))
+    return path
+
+
+@pytest.mark.slow
+def test_push_and_pull_of_a_large_member_keep_memory_flat(tmp_path: Path, reg: RealRegistry, signer: Keys) -> None:
+    """A 200 MB member goes up (in PATCH chunks) and comes down without its size showing in the
+    process's peak RSS: every body is streamed, none is held whole."""
+    bundle = _big_bundle(tmp_path / "big", signer)
+    target = reg.ref("flat/toyengine", "1.0-cpu")
+    reg.mark()
+    pushed = _peak_growth_kb("push", bundle, target, "--trust", signer.trust)
+    assert pushed < GROWTH_BOUND_KB, f"push: peak RSS rose {pushed >> 10} MB"
+    assert any(q.method == "PATCH" for q in reg.requests())  # the chunked path was the one measured
+    pulled = _peak_growth_kb("pull", target, "--store", tmp_path / "store", "--trust", signer.trust)
+    assert pulled < GROWTH_BOUND_KB, f"pull: peak RSS rose {pulled >> 10} MB"

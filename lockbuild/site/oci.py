@@ -26,6 +26,10 @@
   error body ``max_error`` (16 KiB, truncated for the message), a blob the size the caller knows. JSON
   answers are parsed with :func:`lockbuild.fsio.loads_json` (size and nesting depth checked first).
   Bodies are read raw (``Accept-Encoding: identity``), so nothing is decompressed past a cap.
+- **Memory stays flat.** A blob goes up as a stream of ``CHUNK`` (1 MiB) pieces read from its file
+  (``_Body``, with its ``Content-Length``), never as one bytes object: httpx keeps a streamed request in
+  a reference cycle until the garbage collector runs, so a bytes body of each PATCH chunk would stay
+  resident (a 900 MB blob held ~900 MB).
 - No third-party exception leaves this module: transport failures (httpx, ssl, socket) become
   ``RegistryError`` with the registry, the request and what to do.
 """
@@ -38,7 +42,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -410,7 +414,7 @@ class Registry:
 
     # -- transport ----------------------------------------------------------------------------
     def _raw(self, method: str, url: str, *, what: str, headers: dict[str, str],
-             content: bytes | Iterator[bytes] | None) -> httpx.Response:
+             content: bytes | Iterable[bytes] | None) -> httpx.Response:
         """One request, streamed; every transport failure a RegistryError."""
         if self._clock.stopped is not None:
             raise self._transport_error(what, RuntimeError("stopped"))
@@ -421,7 +425,7 @@ class Registry:
             raise self._transport_error(what, exc) from None
 
     def _send(self, method: str, url: str, *, what: str, headers: dict[str, str] | None = None,
-              content: bytes | Iterator[bytes] | None = None, retry_auth: bool = True,
+              content: bytes | Iterable[bytes] | None = None, retry_auth: bool = True,
               redirects: int = 5) -> httpx.Response:
         self._check_scheme(url)
         h = dict(headers or {})
@@ -454,7 +458,7 @@ class Registry:
 
     @contextmanager
     def _exchange(self, method: str, url: str, *, what: str, seconds: float, headers: dict[str, str] | None = None,
-                  content: bytes | Iterator[bytes] | None = None) -> Iterator[httpx.Response]:
+                  content: bytes | Iterable[bytes] | None = None) -> Iterator[httpx.Response]:
         """A request and its answer, all within ``seconds``; the answer is closed after."""
         with self._clock.within(seconds):
             r = self._send(method, url, what=what, headers=headers, content=content)
@@ -600,34 +604,63 @@ class Registry:
             return bytes(out)
 
     def upload_blob(self, digest: str, src: BinaryIO, size: int) -> None:
-        """Upload ``size`` bytes from ``src`` as ``digest``: one PUT, or PATCH chunks for large blobs.
-        The registry checks the digest when it completes the upload."""
+        """Upload ``size`` bytes from ``src`` (from where it stands) as ``digest``: one PUT, or PATCH chunks
+        of ``CHUNK_UPLOAD`` for large blobs, each body streamed from ``src`` (``_Body``). The registry
+        checks the digest when it completes the upload."""
         what = f"uploading the blob {digest}"
         t = self.limits
         with self._exchange("POST", f"{self.base}/blobs/uploads/", what=what, seconds=t.request_seconds,
                             content=b"") as r:
             self._expect(r, (202,), what)
             location = self._join(f"{self.base}/", r.headers.get("Location", ""), what)
+        start = _tell(src, what)
+        octets = {"Content-Type": "application/octet-stream"}
         if size > CHUNK_UPLOAD:
             done = 0
             while done < size:
-                chunk = _read_source(src, min(CHUNK_UPLOAD, size - done), what)
-                if not chunk:
-                    raise self._fail(what, "the source ended early.")
-                with self._exchange("PATCH", location, what=what, seconds=t.blob_deadline(len(chunk)), content=chunk,
-                                    headers={"Content-Type": "application/octet-stream",
-                                             "Content-Range": f"{done}-{done + len(chunk) - 1}"}) as r:
+                n = min(CHUNK_UPLOAD, size - done)
+                with self._exchange("PATCH", location, what=what, seconds=t.blob_deadline(n),
+                                    content=_Body(src, start + done, n, what),
+                                    headers={**octets, "Content-Length": str(n),
+                                             "Content-Range": f"{done}-{done + n - 1}"}) as r:
                     self._expect(r, (202,), what)
                     location = self._join(location, r.headers.get("Location", location), what)
-                done += len(chunk)
-            body = b""
+                done += n
+            body: bytes | _Body = b""
         else:
-            body = _read_source(src, size, what)
+            body = _Body(src, start, size, what)
+            octets["Content-Length"] = str(size)
         sep = "&" if "?" in location else "?"
         with self._exchange("PUT", f"{location}{sep}{urlencode({'digest': digest})}", what=what,
-                            seconds=t.blob_deadline(len(body)), content=body,
-                            headers={"Content-Type": "application/octet-stream"}) as r:
+                            seconds=t.blob_deadline(0 if isinstance(body, bytes) else size), content=body,
+                            headers=octets) as r:
             self._expect(r, (201,), what)
+
+
+@dataclass(frozen=True)
+class _Body:
+    """``size`` bytes of ``src`` from ``offset``, as a request body of ``CHUNK`` pieces (memory stays
+    flat). Iterable again: a request sent anew (after a 401, or to a redirect's target) seeks back and
+    sends the same bytes; a source that ends early fails the request instead of sending less."""
+
+    src: BinaryIO
+    offset: int
+    size: int
+    what: str
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            self.src.seek(self.offset)
+        except OSError as exc:
+            raise _source_error(self.what, exc) from None
+        left = self.size
+        while left:
+            piece = _read_source(self.src, min(CHUNK, left), self.what)
+            if not piece:
+                raise RegistryError(f"{self.what}: the local copy ended {left} bytes early.",
+                                    tip="Run `lockbuild store verify` on the store.")
+            left -= len(piece)
+            yield piece
 
 
 def _close(r: httpx.Response) -> None:
@@ -639,8 +672,19 @@ def _read_source(src: BinaryIO, n: int, what: str) -> bytes:
     try:
         return src.read(n)
     except OSError as exc:
-        raise RegistryError(f"{what}: cannot read the local copy: {exc.strerror or exc}.",
-                            tip="Run `lockbuild store verify` on the store.") from None
+        raise _source_error(what, exc) from None
+
+
+def _tell(src: BinaryIO, what: str) -> int:
+    try:
+        return src.tell()
+    except OSError as exc:
+        raise _source_error(what, exc) from None
+
+
+def _source_error(what: str, exc: OSError) -> RegistryError:
+    return RegistryError(f"{what}: cannot read the local copy: {exc.strerror or exc}.",
+                         tip="Run `lockbuild store verify` on the store.")
 
 
 def _error_text(body: bytes) -> str:

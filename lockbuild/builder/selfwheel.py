@@ -20,6 +20,7 @@ import hashlib
 import importlib.metadata
 import io
 import os
+import shutil
 import subprocess
 import tarfile
 import tomllib
@@ -70,10 +71,13 @@ def _wanted(name: str) -> bool:
 
 
 def _git(root: Path, *args: str, limit: int) -> bytes:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
-           "HOME": os.devnull}
+    git = shutil.which("git")
+    if git is None:
+        raise RecipeError(f"a self-bundle from the checkout {root} needs git, and none is on PATH.",
+                          tip="Install git, or build the self-bundle with an installed lockbuild.")
+    env = {"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C", "HOME": os.devnull}
     try:
-        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT, env=env,
+        proc = subprocess.run([git, "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT, env=env,
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RecipeError(f"cannot run git in the checkout {root}: {exc}.",

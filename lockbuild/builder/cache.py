@@ -149,18 +149,19 @@ class Cache:
         ``(sha256, the named copy)``."""
         sha256 = hashlib.sha256(data).hexdigest()
         if self.lookup(sha256, len(data)) is None:
-            temp = self.new_temp(sha256)
-            with open(temp, "xb") as f:  # a fresh temp name: never an existing file or link
-                f.write(data)
-            self.commit(temp, sha256)
+            self.commit(self._written(data, sha256), sha256)
         named = self.root / "made" / sha256 / filename
         if self.open_named(named, sha256) is None:
             named.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            temp = self.new_temp(sha256)
-            with open(temp, "xb") as f:
-                f.write(data)
-            temp.replace(named)
+            self._written(data, sha256).replace(named)
         return sha256, named
+
+    def _written(self, data: bytes, sha256: str) -> Path:
+        """``data`` in a fresh temp file (created O_EXCL|O_NOFOLLOW: never an existing file or link)."""
+        temp = self.new_temp(sha256)
+        with fsio.create_new(temp, mode=0o600) as f:
+            f.write(data)
+        return temp
 
     @staticmethod
     def open_named(path: Path, sha256: str) -> bytes | None:

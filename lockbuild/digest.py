@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import threading
@@ -14,6 +15,12 @@ from lockbuild.channel import Cancelled, Channel, End
 
 CHUNK = 1 << 20
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as lockbuild writes it: 64 lowercase hex digits (fullmatch)
+
+
+def record_line(name: str, data: bytes) -> str:
+    """A wheel RECORD line for ``name`` holding ``data`` (PEP 376/427: urlsafe base64 sha256, no padding)."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
 
 
 def is_sha256(text: str) -> bool:

@@ -14,7 +14,6 @@ builder, and the wheel is the same bytes for the same files and cut-off:
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import hashlib
 import importlib.metadata
@@ -32,6 +31,7 @@ from typing import Any
 
 import lockbuild
 from lockbuild import __version__, fsio
+from lockbuild.digest import record_line
 from lockbuild.errors import RecipeError
 
 NAME = "lockbuild"
@@ -173,11 +173,6 @@ def own_contents() -> Contents:
     return from_installed()
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
 def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> SelfWheel:
     """The wheel of the running lockbuild (or of ``contents``), every entry dated ``when`` (the cut-off)."""
     got = contents if contents is not None else own_contents()
@@ -191,7 +186,7 @@ def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> Self
                               f"Root-Is-Purelib: true\nTag: {TAG}\n".encode()),
         (f"{info_dir}/entry_points.txt", ENTRY_POINTS.encode()),
     ]
-    record = "".join(_record_line(n, d) + "\n" for n, d in entries) + f"{info_dir}/RECORD,,\n"
+    record = "".join(record_line(n, d) + "\n" for n, d in entries) + f"{info_dir}/RECORD,,\n"
     entries.append((f"{info_dir}/RECORD", record.encode()))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:

@@ -12,10 +12,8 @@ extended attributes, a fixed compressor and block size. The image is written to 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -28,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockbuild import __version__
+from lockbuild import __version__, fsio
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.digest import record_line
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.fsio import create_new, remove_tree
 from lockbuild.image import bytecode, view
@@ -160,20 +159,32 @@ def _settle_cache_info(tree: Path, epoch: int) -> None:
     for info in sorted(tree.glob("lib/python*/site-packages/*.dist-info/uv_cache.json")):
         if info.is_symlink() or not info.is_file():
             continue
-        data = json.loads(info.read_text(encoding="utf-8"))
+        data = json.loads(fsio.read_regular(info, what="uv's cache record", max_size=MAX_SMALL))
         if not isinstance(data, dict) or "timestamp" not in data:
             continue
         data["timestamp"] = {"secs_since_epoch": epoch, "nanos_since_epoch": 0}
         raw = json.dumps(data, separators=(",", ":")).encode()
-        info.write_bytes(raw)
+        _rewrite(info, raw)
         record = info.parent / "RECORD"
         if record.is_symlink() or not record.is_file():
             continue
         name = f"{info.parent.name}/{info.name}"
-        digest = base64.urlsafe_b64encode(hashlib.sha256(raw).digest()).rstrip(b"=").decode()
-        lines = record.read_text(encoding="utf-8").splitlines(keepends=True)
-        fixed = [f"{name},sha256={digest},{len(raw)}\n" if line.split(",", 1)[0] == name else line for line in lines]
-        record.write_text("".join(fixed), encoding="utf-8")
+        text = fsio.read_regular(record, what="a RECORD", max_size=MAX_SMALL).decode("utf-8")
+        fixed = [record_line(name, raw) + "\n" if line.split(",", 1)[0] == name else line
+                 for line in text.splitlines(keepends=True)]
+        _rewrite(record, "".join(fixed).encode())
+
+
+MAX_SMALL = 16 << 20  # a RECORD or uv_cache.json: far below this
+
+
+def _rewrite(path: Path, data: bytes) -> None:
+    """``path``'s new contents as a new file renamed over it: never written through a link, and never into
+    an inode shared by a hard link (uv links installed files from its cache)."""
+    temp = path.with_name(f".{path.name}.lockbuild-new")
+    with fsio.create_new(temp, mode=0o644) as f:
+        f.write(data)
+    temp.replace(path)
 
 
 def _interpreter(staged: Path, chosen: str) -> str:

@@ -129,12 +129,19 @@ def summary(results: list[Results]) -> tuple[str, dict[str, dict[str, float]]]:
     return text, growth
 
 
-def show(path: Path, *, plot: bool, readme: bool = False) -> int:
+def show(paths: list[Path], *, plot: bool, readme: bool = False) -> int:
+    if readme:  # the README's table of issue 29's steps (vllm-live), from one or more runs
+        runs = [Results.from_json(json.loads(p.read_text())["runs"][-1]) for p in paths]
+        sys.stdout.write(report.site_readme_table(runs) + "\n")
+        return 0
+    for path in paths:
+        _show(path, plot=plot)
+    return 0
+
+
+def _show(path: Path, *, plot: bool) -> None:
     doc = json.loads(path.read_text())
     results = [Results.from_json(r) for r in doc["runs"]]
-    if readme:  # the README's table of the install and the site path (vllm-live)
-        sys.stdout.write(report.site_readme_table(results[-1]) + "\n")
-        return 0
     sys.stdout.write(f"{doc['command']}  ({doc['date']}, {doc['machine']})\n\n")
     for r in results:
         sys.stdout.write(report.table(r) + "\n\n")
@@ -142,7 +149,6 @@ def show(path: Path, *, plot: bool, readme: bool = False) -> int:
         sys.stdout.write(summary(results)[0])
     if plot and report.plot(results, path.with_suffix(".png")):
         log(f"wrote {path.with_suffix('.png')}")
-    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -172,8 +178,11 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
     ap.add_argument("--keep", action="store_true", help="keep the work directories under bench/work/runs/")
-    ap.add_argument("--report", type=Path, metavar="RESULTS.json", help="print the tables of a saved run and exit")
-    ap.add_argument("--readme", action="store_true", help="with --report: the README's install and site-path table")
+    ap.add_argument("--report", type=Path, nargs="+", metavar="RESULTS.json",
+                    help="print the tables of saved runs and exit")
+    ap.add_argument("--readme", action="store_true",
+                    help="with --report: the README's table of the cold build, the install and the site path "
+                         "(each step from the last of the runs that measured it)")
     args = ap.parse_args(argv)
     if args.report is not None:
         return show(args.report, plot=args.plot, readme=args.readme)

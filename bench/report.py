@@ -224,12 +224,25 @@ def _span(values: Sequence[float], fmt: str) -> str:
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
 
 
-def site_readme_table(r: Results) -> str:
-    """The README's table of the node's install and the site path (issue 29), from a vllm-live run:
-    each step's median (range), its floor in the same run, the pair-by-pair ratio, peak RSS, the target."""
+def site_readme_table(runs: Sequence[Results]) -> str:
+    """The README's table of issue 29's steps (the cold build, the node's install and the site path), from
+    vllm-live runs: each step's median (range), its floor in the same run, the pair-by-pair ratio, peak
+    RSS, the target. A step is taken from the last run that measured it (the runs may each hold some)."""
     from bench import vllm_live as v
 
     uv, raw = "bare `uv venv` + `uv pip install --offline` + the verify command", "`curl --parallel` + `openssl sha256`"
+    lines = ["| step | lockbuild, s | floor, same run | ratio, pair by pair | peak RSS MB (own) | target |",
+             "|---|---:|---|---:|---:|---|"]
+    for r in reversed(runs):  # the cold build's floor is the sum of two figures of the same run, pair by pair
+        cold, lock, fetch = r.get("build", v.COLD), r.get("lock", v.UV_LOCK), r.get("fetch", v.RAW)
+        if cold is not None and lock is not None and fetch is not None:
+            floors = [x + y for x, y in zip(lock.seconds, fetch.seconds, strict=False)]
+            pairs = [x / y for x, y in zip(cold.seconds, floors, strict=False)]
+            met = "met" if statistics.median(pairs) <= 1.25 else "**missed**"
+            lines.append(f"| build, cold cache | {_span(cold.seconds, '{:.1f}')} | `uv pip compile` + "
+                         f"`curl --parallel` (8): {_span(floors, '{:.1f}')} s | {_span(pairs, '{:.2f}')}× "
+                         f"| {cold.peak_rss_mb:.0f} ({cold.self_rss_mb:.0f}) | ≤ 1.25 {met} |")
+            break
     rows = (
         ("install from the `.lbz`", ("install", v.INSTALL), ("install", v.UV_INSTALL), uv, "<= 1.4", 1.4),
         ("install `--store` (blobs linked)", ("install-store", v.INSTALL_STORE), ("install-store", v.UV_INSTALL),
@@ -239,12 +252,12 @@ def site_readme_table(r: Results) -> str:
         ("push (local registry)", ("push-pull", v.PUSH), ("push-pull", v.RAW_PULL), raw, "", None),
         ("pull (a new store)", ("push-pull", v.PULL), ("push-pull", v.RAW_PULL), raw, "", None),
     )
-    lines = ["| step | lockbuild, s | floor, same run | ratio, pair by pair | peak RSS MB (own) | target |",
-             "|---|---:|---|---:|---:|---|"]
     for name, ours, base, short, target, limit in rows:
-        a, b = r.get(*ours), r.get(*base)
-        if a is None:
+        run = next((x for x in reversed(runs) if x.get(*ours) is not None), None)
+        if run is None:
             continue
+        a, b = run.get(*ours), run.get(*base)
+        assert a is not None
         ratio, floor, met = "", "", ""
         if b is not None:
             pairs = [x / y for x, y in zip(a.seconds, b.seconds, strict=False)]

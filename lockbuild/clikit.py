@@ -226,7 +226,11 @@ def _setup(ctx: click.Context, as_json: bool) -> None:
 build_option = click.option(
     "--build", "build_spec", metavar="VARIANT|VERSION-VARIANT", help="Only this build of the recipe (default: all)."
 )
-jobs_option = click.option("--jobs", default=8, show_default=True, help="Files downloaded at once.")
+jobs_option = click.option(
+    "--jobs", default=8, show_default=True,
+    help="Files downloaded at once. A build packs as files arrive and starts one only within JOBS x 128 MiB of the "
+    "file it is packing: raise it where each connection gets little of the bandwidth.",
+)
 
 
 def _expires(_ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:

@@ -13,6 +13,7 @@ downloads at once: 48 s -> 33 s for 4.4 GB, 31 s -> 17 s of system time, from co
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,12 @@ from lockbuild.errors import FetchError, IntegrityError
 from lockbuild.progress import Progress
 
 DEFAULT_JOBS = 8
+# A batch (a build's downloads, packed in order as they arrive) starts a file only once it begins less than
+# jobs x AHEAD_PER_JOB bytes past the start of the file the packer waits for: 1 GiB at the default 8 jobs.
+# The vLLM build, cold, 2 CPUs: 63.6 s with no window (the packer idle 25 s behind eight CUDA wheels that all
+# arrived at the end), 54.9 s with 1 GiB, 56.8 s with 512 MiB, 60.7 s with 2 GiB. A network that gives each
+# connection little is given more connections with --jobs, and the window grows with them.
+AHEAD_PER_JOB = 128 << 20
 RETRIES = 5
 BACKOFF = 0.25
 MAX_BACKOFF = 10.0
@@ -287,7 +294,7 @@ class Batch:
     time: ``path`` waits for that file only, so a reader can consume files in its own order while the
     rest are still arriving. ``finish`` waits for all (the first failure is raised); ``abort`` cancels."""
 
-    def __init__(self, fetcher: Fetcher, wanted: Sequence[Wanted]) -> None:
+    def __init__(self, fetcher: Fetcher, wanted: Sequence[Wanted], *, ahead: int | None = None) -> None:
         self.fetcher = fetcher
         self.started = time.monotonic()
         unique: dict[str, Wanted] = {}
@@ -297,15 +304,33 @@ class Batch:
         fetcher.progress.start("fetching", total_bytes=sum(w.size or 0 for w in unique.values()), files=len(unique))
         self.cancel = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=fetcher.jobs, thread_name_prefix="lockbuild-fetch")
-        self.futures: dict[str, Future[Fetched]] = {
-            sha: self.pool.submit(fetcher._one, w, self.cancel) for sha, w in unique.items()
-        }
+        self.order = list(unique.values())
+        self.index = {w.sha256: i for i, w in enumerate(self.order)}
+        self.offsets = list(itertools.accumulate((w.size or 0 for w in self.order), initial=0))
+        self.ahead = ahead if ahead is not None else fetcher.jobs * AHEAD_PER_JOB
+        self.futures: dict[str, Future[Fetched]] = {}
+        self._lock = threading.Lock()
+        self._top_up(0)
+
+    def _top_up(self, at: int) -> None:
+        """Start the downloads a reader now waiting for file ``at`` needs: every file up to ``at``, and the
+        ones after it that begin less than ``ahead`` bytes past its start. The file waited for shares the
+        network with fewer others, so the reader is not left idle behind a row of large files all
+        arriving at once at the end."""
+        with self._lock:
+            while (i := len(self.futures)) < len(self.order):
+                if i > at and self.offsets[i] - self.offsets[at] >= self.ahead:
+                    break
+                w = self.order[i]
+                self.futures[w.sha256] = self.pool.submit(self.fetcher._one, w, self.cancel)
 
     def path(self, sha256: str) -> Path:
+        self._top_up(self.index[sha256])
         return self.futures[sha256].result().path
 
     def finish(self) -> FetchReport:
         try:
+            self._top_up(len(self.order) - 1)
             files = tuple(f.result() for f in self.futures.values())
         except BaseException:
             self.abort()

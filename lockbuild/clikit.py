@@ -228,8 +228,8 @@ build_option = click.option(
 )
 jobs_option = click.option(
     "--jobs", default=8, show_default=True,
-    help="Files downloaded at once. A build packs as files arrive and starts one only within JOBS x 128 MiB of the "
-    "file it is packing: raise it where each connection gets little of the bandwidth.",
+    help="Files downloaded at once. A build packs files as they arrive, in order, and keeps at most JOBS x 128 "
+    "MiB of files in flight (at least two): raise it where each connection gets little of the bandwidth.",
 )
 
 

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from servers import FakeServer, QuietHTTPServer, Served
 
+from lockbuild import fsio
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Batch, Fetcher, Wanted, open_verified
 from lockbuild.builder.http import make_client
@@ -360,24 +361,67 @@ def test_downloads_run_in_parallel_but_bounded(srv: FakeServer, make_fetcher) ->
     assert [f.path.read_bytes() for f in report.files] == files  # in the order asked for
 
 
-def test_a_batch_downloads_only_a_window_ahead_of_its_reader(srv: FakeServer, make_fetcher) -> None:
-    """A build packs members in order while they download: a file is started only once it begins within
-    ``ahead`` bytes of the file the packer waits for, so that file does not share the network with a row
-    of large ones behind it (the vLLM build's packer sat idle for 25 s behind eight CUDA wheels)."""
+def gated(data: bytes, started: threading.Event, release: threading.Event) -> Callable[[], Iterator[bytes]]:
+    """A body that sends its first 64 KiB, says so, and sends the rest once released."""
+
+    def gen() -> Iterator[bytes]:
+        yield data[: 1 << 16]
+        started.set()
+        release.wait(10)
+        for i in range(1 << 16, len(data), 1 << 16):
+            yield data[i : i + (1 << 16)]
+
+    return gen
+
+
+def test_a_batch_keeps_a_window_of_bytes_in_flight(srv: FakeServer, make_fetcher) -> None:
+    """A build packs members in order while they download. A batch starts files in that order while the
+    ones in flight add up to less than ``ahead`` bytes (and always two), so the file the packer waits for
+    does not share the network with a row of large ones (the vLLM build's packer sat idle for 25 s behind
+    eight CUDA wheels). Two files larger than the window still download side by side."""
     files = {"a": blob(3 * MiB, "a"), "b": blob(3 * MiB, "b"), "c": blob(1000, "c"), "d": blob(1000, "d")}
-    want = [wanted(srv.add_file(f"/{k}", d), d, k) for k, d in files.items()]
+    started = {"a": threading.Event(), "b": threading.Event()}
+    release = threading.Event()
+    want = [wanted(add_generated(srv, f"/{k}", gated(files[k], started[k], release), MiB * 3), files[k], k)
+            for k in ("a", "b")]
+    want += [wanted(srv.add_file(f"/{k}", files[k]), files[k], k) for k in ("c", "d")]
     batch = Batch(make_fetcher(jobs=8), want, ahead=4 * MiB)
     try:
+        assert started["a"].wait(5) and started["b"].wait(5)  # both large files at once
+        time.sleep(0.3)
+        held_back = (srv.files["/c"].hits, srv.files["/d"].hits)
+        release.set()
         assert batch.path(want[0].sha256).read_bytes() == files["a"]
-        assert srv.files["/c"].hits == 0 and srv.files["/d"].hits == 0  # c begins 6 MiB past a's start
-        assert batch.path(want[1].sha256).read_bytes() == files["b"]  # b is the one waited for now: c, d start
         assert batch.path(want[3].sha256).read_bytes() == files["d"]
         report = batch.finish()
     except BaseException:
+        release.set()
         batch.abort()
         raise
+    assert held_back == (0, 0)  # 6 MiB in flight: c and d wait for the window
     assert [f.path.read_bytes() for f in report.files] == list(files.values())
     assert all(srv.files[f"/{k}"].hits == 1 for k in files)
+
+
+def test_a_cache_hit_does_not_hold_back_the_next_download(srv: FakeServer, make_fetcher) -> None:
+    """A cached file is done at once, so it leaves the window at once: the next download overlaps the
+    packing of the cached one (a partly warm rebuild)."""
+    a, a2, b = blob(8 * MiB, "cached"), blob(8 * MiB, "cached too"), blob(MiB, "miss")
+    ua, ua2, ub = srv.add_file("/a", a), srv.add_file("/a2", a2), srv.add_file("/b", b)
+    fetcher = make_fetcher(jobs=2)
+    fetcher.fetch_all([wanted(ua, a, "a"), wanted(ua2, a2, "a2")])
+    fetcher.hash_hits = False  # as fetch_and_write sets it
+    batch = Batch(fetcher, [wanted(ua, a, "a"), wanted(ua2, a2, "a2"), wanted(ub, b, "b")], ahead=4 * MiB)
+    try:
+        batch.path(wanted(ua, a).sha256)  # 16 MiB of cache hits: done at once, out of the window at once
+        deadline = time.monotonic() + 5
+        while srv.files["/b"].hits == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert srv.files["/b"].hits == 1  # started before the reader asked for it
+        batch.finish()
+    except BaseException:
+        batch.abort()
+        raise
 
 
 def test_one_failure_cancels_the_rest(srv: FakeServer, make_fetcher, cache: Cache) -> None:
@@ -439,22 +483,19 @@ def test_small_network_reads_are_gathered_into_whole_mib_writes(srv: FakeServer,
     step = 16 << 10
     url = add_generated(srv, "/g.bin", lambda: (data[i : i + step] for i in range(0, len(data), step)), len(data))
     writes: list[int] = []
-    real_open = Path.open
+    real_create = fsio.create_new
 
-    def counting_open(self: Path, *a: object, **kw: object):  # type: ignore[no-untyped-def]
-        f = real_open(self, *a, **kw)  # type: ignore[call-overload]
-        if self.parent == cache.tmp:
-            real_write = f.write
+    class Counting(io.BufferedWriter):
+        def write(self, b: bytes) -> int:  # type: ignore[override]
+            writes.append(len(b))
+            return super().write(b)
 
-            def write(b: bytes) -> int:
-                writes.append(len(b))
-                return real_write(b)  # type: ignore[no-any-return]
-
-            f.write = write
-        return f
+    def counting_create(name: Path, **kw: object) -> io.BufferedWriter:
+        f = real_create(name, **kw)  # type: ignore[arg-type]
+        return Counting(f.detach())  # type: ignore[attr-defined]
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(Path, "open", counting_open)
+    mp.setattr(fsio, "create_new", counting_create)
     try:
         report = Fetcher(cache, client).fetch_all([wanted(url, data, "g.bin")])
     finally:

@@ -13,7 +13,6 @@ downloads at once: 48 s -> 33 s for 4.4 GB, 31 s -> 17 s of system time, from co
 from __future__ import annotations
 
 import hashlib
-import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,18 +23,21 @@ from typing import BinaryIO
 
 import httpx
 
+from lockbuild import fsio
 from lockbuild.builder.cache import Cache
 from lockbuild.digest import CHUNK
 from lockbuild.errors import FetchError, IntegrityError
 from lockbuild.progress import Progress
 
 DEFAULT_JOBS = 8
-# A batch (a build's downloads, packed in order as they arrive) starts a file only once it begins less than
-# jobs x AHEAD_PER_JOB bytes past the start of the file the packer waits for: 1 GiB at the default 8 jobs.
-# The vLLM build, cold, 2 CPUs: 63.6 s with no window (the packer idle 25 s behind eight CUDA wheels that all
-# arrived at the end), 54.9 s with 1 GiB, 56.8 s with 512 MiB, 60.7 s with 2 GiB. A network that gives each
-# connection little is given more connections with --jobs, and the window grows with them.
+# A batch (a build's downloads, packed in order as they arrive) keeps at most jobs x AHEAD_PER_JOB bytes of
+# files in flight (1 GiB at the default 8 jobs; always at least MIN_IN_FLIGHT files), started in the packer's
+# order: the file the packer waits for does not share the network with a whole row of large ones. The vLLM
+# build, cold, 2 CPUs: 63.6 s with all eight at once (the packer idle 25 s behind eight CUDA wheels that all
+# arrived at the end), 54.9 s with a 1 GiB window, 56.8 s with 512 MiB, 60.7 s with 2 GiB. A network that
+# gives each connection little is given more connections with --jobs, and the window grows with them.
 AHEAD_PER_JOB = 128 << 20
+MIN_IN_FLIGHT = 2
 RETRIES = 5
 BACKOFF = 0.25
 MAX_BACKOFF = 10.0
@@ -197,8 +199,9 @@ class Fetcher:
         return report
 
     def start(self, wanted: Sequence[Wanted]) -> Batch:
-        """Start bringing every file, in the given order (the order the caller will read them in), on
-        ``jobs`` threads; the caller takes each file as it completes (``Batch.path``)."""
+        """Bring every file, started in the given order (the order the caller will read them in) on ``jobs``
+        threads, a window of bytes at a time (``Batch``); the caller takes each file as it completes
+        (``Batch.path``)."""
         return Batch(self, wanted)
 
     def _one(self, w: Wanted, cancel: threading.Event) -> Fetched:
@@ -218,7 +221,7 @@ class Fetcher:
         temp: Path | None = None
         try:
             temp = self.cache.new_temp(w.sha256)
-            with temp.open("w+b") as out:
+            with fsio.create_new(temp, mode=0o600) as out:
                 sink = _Sink(w, out, w.size if w.size is not None else self.max_unsized, self.progress)
                 self._transfer(w, sink, cancel)
                 sink.flush()
@@ -306,27 +309,43 @@ class Batch:
         self.pool = ThreadPoolExecutor(max_workers=fetcher.jobs, thread_name_prefix="lockbuild-fetch")
         self.order = list(unique.values())
         self.index = {w.sha256: i for i, w in enumerate(self.order)}
-        self.offsets = list(itertools.accumulate((w.size or 0 for w in self.order), initial=0))
         self.ahead = ahead if ahead is not None else fetcher.jobs * AHEAD_PER_JOB
         self.futures: dict[str, Future[Fetched]] = {}
         self._lock = threading.Lock()
+        self._flight = [0, 0]  # files started and not yet done: their count, their bytes
         self._top_up(0)
 
     def _top_up(self, at: int) -> None:
-        """Start the downloads a reader now waiting for file ``at`` needs: every file up to ``at``, and the
-        ones after it that begin less than ``ahead`` bytes past its start. The file waited for shares the
-        network with fewer others, so the reader is not left idle behind a row of large files all
-        arriving at once at the end."""
+        """Start, in order, every file up to ``at`` (the one the reader waits for; -1: none), then the next
+        ones while fewer than MIN_IN_FLIGHT are in flight or their sizes stay within ``ahead``. Called again
+        as each file is done (a cache hit is done at once), so the window slides with the downloads."""
         with self._lock:
-            while (i := len(self.futures)) < len(self.order):
-                if i > at and self.offsets[i] - self.offsets[at] >= self.ahead:
-                    break
+            while (i := len(self.futures)) < len(self.order) and not self.cancel.is_set():
                 w = self.order[i]
-                self.futures[w.sha256] = self.pool.submit(self.fetcher._one, w, self.cancel)
+                size = w.size or 0
+                count, held = self._flight
+                if i > at and count >= MIN_IN_FLIGHT and held + size > self.ahead:
+                    return
+                self._flight = [count + 1, held + size]
+                try:
+                    self.futures[w.sha256] = self.pool.submit(self._run, w, size)
+                except RuntimeError:  # the pool was shut down (abort): nothing more starts
+                    return
+
+    def _run(self, w: Wanted, size: int) -> Fetched:
+        try:
+            return self.fetcher._one(w, self.cancel)
+        finally:
+            with self._lock:
+                self._flight = [self._flight[0] - 1, self._flight[1] - size]
+            self._top_up(-1)
 
     def path(self, sha256: str) -> Path:
         self._top_up(self.index[sha256])
-        return self.futures[sha256].result().path
+        fut = self.futures.get(sha256)
+        if fut is None:  # aborted before it started
+            raise _cancelled(self.wanted[sha256])
+        return fut.result().path
 
     def finish(self) -> FetchReport:
         try:

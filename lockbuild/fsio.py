@@ -25,6 +25,7 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import stat
 import time
@@ -143,8 +144,24 @@ def opened_dir(path: Path | str, *, dir_fd: int | None = None, follow: bool = Fa
 
 
 def create_new(name: Path | str, *, dir_fd: int | None = None, mode: int = 0o644) -> BinaryIO:
-    """A new file, created ``O_EXCL|O_NOFOLLOW`` (nothing that exists, link or file, is written through)."""
+    """A new file, created ``O_EXCL|O_NOFOLLOW`` (nothing that exists, link or file, is written through).
+    The one way lockbuild creates a file (``tests/test_layout.py`` holds every module to it)."""
     return os.fdopen(os.open(name, NEW_FLAGS, mode, dir_fd=dir_fd), "wb")
+
+
+def write_new(name: Path, data: bytes, *, mode: int = 0o644, sync: bool = False) -> None:
+    """``data`` as a new file (``create_new``): never through a link, never over a file that exists."""
+    with create_new(name, mode=mode) as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def temp_beside(final: Path, what: str = "partial") -> Path:
+    """A name beside ``final`` for the file that will be renamed onto it: hidden, and unguessable, so
+    another user who can write the directory can neither plant a link there nor take the name first."""
+    return final.with_name(f".{final.name}.{secrets.token_hex(8)}.{what}")
 
 
 def open_writable(name: str, *, dir_fd: int, append: bool, mode: int = 0o644) -> BinaryIO:

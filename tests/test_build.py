@@ -384,6 +384,29 @@ def test_cold_build_bytes_do_not_depend_on_arrival_order(env, keys: Keys, toy_re
     assert again.read_bytes() == first.read_bytes()
 
 
+def test_build_never_writes_through_a_link_planted_in_its_output_directory(env, keys: Keys, toy_recipe: Path,
+                                                                           tmp_path: Path) -> None:
+    """Another user who can write --out (a shared dist directory) plants links at the names a build once
+    wrote its temporary bundle and signature to (fixed: a dot, the name, the process id). The bundle and its
+    .minisig are made as new files under unguessable names and renamed into place; the links' targets
+    are untouched."""
+    import os
+
+    out = tmp_path / "dist"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    name = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
+    for planted in (f".{name}.{os.getpid()}.partial", f".{name}.minisig.{os.getpid()}.partial", f"{name}.minisig"):
+        (out / planted).symlink_to(victim)
+    bundle = build(toy_recipe, keys.secret, out)
+    assert bundle.name == name
+    assert victim.read_text() == "precious\n"
+    assert not Path(f"{bundle}.minisig").is_symlink()
+    code, _, stderr = cli("verify", str(bundle), "--trust", str(keys.trust))
+    assert code == 0, stderr
+
+
 def test_a_command_leaves_no_progress_thread_behind(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
     """The heartbeat thread of a command's progress ends with the command, not with the process (many
     commands run in one process: tests, or a program that calls lockbuild's CLI in-process)."""

@@ -98,10 +98,7 @@ def test_the_cli_loads_the_self_tests_machinery_only_for_lockbuild_test() -> Non
 OS_OPEN_ALLOWED = {
     "fsio.py": "the primitives themselves",
     "install/places.py": "makes ROOT/ENGINE by descriptor and fchmods it (one O_DIRECTORY|O_NOFOLLOW open)",
-    "builder/resolve.py": "a private temporary file of the builder's own, created O_EXCL (0600)",
     "builder/cache.py": "the builder's own content-addressed cache, checked by sha256 on every read",
-    "trust/sign.py": "writes the .minisig beside a bundle, O_EXCL then rename",
-    "minisign/keyfiles.py": "creates a new key file O_EXCL with mode 0600",
 }
 DELETE_BY_PATH_ALLOWED = {
     "fsio.py": "the primitives themselves",
@@ -154,6 +151,46 @@ def test_only_fsio_deletes_trees_and_files_by_path_outside_the_allow_list() -> N
         if hits:
             offenders[rel] = hits
     assert offenders == {}, "delete through lockbuild.fsio.remove_at / remove_tree"
+
+
+WRITE_BY_PATH_ALLOWED = {
+    "fsio.py": "the primitives themselves (create_new: O_CREAT|O_EXCL|O_NOFOLLOW)",
+    "selftest/trace.py": "opens, for writing, the FIFO it made itself, to unblock its own reader: creates nothing",
+}
+
+
+def _writes_by_path(path: Path) -> list[str]:
+    """Calls that create or write a file by its path (following a link, or over a file that exists):
+    ``open``/``Path.open`` in a writing mode, ``write_text``, ``write_bytes``, ``shutil.copy*``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f, dotted = node.func, ast.unparse(node.func)
+        mode: ast.expr | None = next((k.value for k in node.keywords if k.arg == "mode"), None)
+        if (isinstance(f, ast.Attribute) and f.attr in ("write_text", "write_bytes")) or dotted in ("shutil.copy", "shutil.copy2", "shutil.copyfile"):
+            found.append(f"{dotted} (line {node.lineno})")
+        elif (isinstance(f, ast.Name) and f.id == "open") or (isinstance(f, ast.Attribute) and f.attr == "open"
+                                                              and not dotted.startswith("os.")):
+            at = 1 if isinstance(f, ast.Name) else 0  # Path.open(MODE); open(PATH, MODE); ZipFile.open(NAME) reads
+            if mode is None and len(node.args) > at and (at == 1 or isinstance(node.args[at], ast.Constant)):
+                mode = node.args[at]
+            if mode is not None and not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)
+                                         and not set(mode.value) & set("wax+")):
+                found.append(f"{dotted}(mode={ast.unparse(mode)}) (line {node.lineno})")
+    return found
+
+
+def test_every_file_lockbuild_creates_is_made_by_fsio() -> None:
+    """One primitive creates files: ``fsio.create_new`` (O_EXCL|O_NOFOLLOW), with ``fsio.temp_beside`` naming
+    the temporary file renamed over a result. A write by path follows a link planted in a directory another
+    user can write (``--out``, a shared dist directory) and truncates whatever it points at."""
+    offenders = {rel: hits for rel, p in _library()
+                 if rel not in WRITE_BY_PATH_ALLOWED and (hits := _writes_by_path(p))}
+    assert offenders == {}, "create files through lockbuild.fsio.create_new / write_new"
+    libs = dict(_library())
+    stale = [rel for rel in WRITE_BY_PATH_ALLOWED if rel != "fsio.py" and not _writes_by_path(libs[rel])]
+    assert stale == [], f"no longer needs its allowance: {stale}"
 
 
 def test_the_allow_lists_name_only_modules_that_exist_and_need_them() -> None:

@@ -46,6 +46,26 @@ def test_parts_join_with_cat_into_the_identical_file_and_import(tmp_path: Path, 
     assert cli("store", "verify", "--store", tmp_path / "store").exit_code == 0
 
 
+def test_split_never_writes_through_a_link_planted_in_its_output_directory(tmp_path: Path, bundle: Path) -> None:
+    """Another user who can write the media directory plants links at the names split writes: the
+    signature copy, the part list and the old fixed name of a part's temporary file. Each result is made
+    as a new file and renamed over the link; what the links point at is untouched."""
+    media = tmp_path / "media"
+    media.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    planted = [f"{bundle.name}.minisig", f"{bundle.name}.parts.toml", f".{bundle.name}.part000.partial"]
+    for name in planted:
+        (media / name).symlink_to(victim)
+    done = _split(bundle, media)
+    assert victim.read_text() == "precious\n"
+    sig = media / f"{bundle.name}.minisig"
+    assert not sig.is_symlink() and sig.read_bytes() == Path(f"{bundle}.minisig").read_bytes()
+    assert not (media / f"{bundle.name}.parts.toml").is_symlink()
+    assert [p.name for p in media.iterdir() if p.name.startswith(".") and p.name != planted[2]] == []
+    assert len(done["parts"]) > 2  # type: ignore[arg-type]
+
+
 def test_a_flipped_byte_in_a_part_is_refused_naming_the_part(tmp_path: Path, bundle: Path, signer: Keys) -> None:
     done = _split(bundle, tmp_path / "media")
     parts = done["parts"]

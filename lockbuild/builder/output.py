@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from lockbuild import fsio
 from lockbuild.builder.plan import Plan
 from lockbuild.builder.provenance import recorded
 from lockbuild.provenance import RECORD, record_json
@@ -40,7 +41,8 @@ def _place(src: Path, dest: Path) -> None:
     try:
         os.link(src, dest)
     except OSError:
-        shutil.copyfile(src, dest)
+        with src.open("rb") as f, fsio.create_new(dest) as out:
+            shutil.copyfileobj(f, out, fsio.CHUNK)
 
 
 def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = None) -> Path:
@@ -51,10 +53,9 @@ def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = N
     final = out / plan.build.id
     tmp = Path(tempfile.mkdtemp(prefix=f".{plan.build.id}.", suffix=".partial", dir=out))
     try:
-        (tmp / plan.lock.filename).write_text(plan.lock.text, encoding="utf-8")
-        (tmp / "recipe.toml").write_text(plan.resolved_recipe, encoding="utf-8")
-        (tmp / EXTRAS).write_text(extras_text(plan), encoding="utf-8")
-        (tmp / RECORD).write_text(provenance_text(plan), encoding="utf-8")
+        for name, text in ((plan.lock.filename, plan.lock.text), ("recipe.toml", plan.resolved_recipe),
+                           (EXTRAS, extras_text(plan)), (RECORD, provenance_text(plan))):
+            fsio.write_new(tmp / name, text.encode("utf-8"))
         if fetched is not None:
             for f in plan.lock.files:
                 _place(fetched[f.sha256], tmp / f.bundle_path)

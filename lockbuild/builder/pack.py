@@ -14,7 +14,7 @@ from typing import BinaryIO, cast
 
 import zstandard
 
-from lockbuild import __version__
+from lockbuild import __version__, fsio
 from lockbuild.builder.fetch import Fetcher, FetchReport
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle import bootstrap
@@ -278,10 +278,10 @@ def write(
 ) -> Written:
     """Write the bundle to a temporary file in ``out_dir``, hashed as it is written (never read back)."""
     final = out_dir / manifest.bundle_name
-    tmp = out_dir / f".{manifest.bundle_name}.{os.getpid()}.partial"
+    tmp = fsio.temp_beside(final)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as raw:
+        with fsio.create_new(tmp) as raw:
             out = HashingWriter(EarlyWriteback(raw))  # written and hashed on threads of their own, never read back
             try:
                 write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
@@ -313,11 +313,11 @@ def place_signed(written: Written, statement: Statement, *, signer: bytes, block
     """Move a written bundle into place with ``block``, the signing process's signature over ``statement``,
     followed by the co-signers' blocks that still describe the same bytes (``signer``'s own old one replaced)."""
     final, manifest, digests = written.final, written.manifest, written.digests
-    tmp_sig = final.with_name(f".{manifest.bundle_name}.minisig.{os.getpid()}.partial")
     sig_final = signature_path(final)
+    tmp_sig = fsio.temp_beside(sig_final)
     try:
         kept, dropped = carry_over(_existing_signatures(sig_final), statement, signer)
-        tmp_sig.write_text(block + "".join(s.to_text() for s in kept), encoding="utf-8")
+        fsio.write_new(tmp_sig, (block + "".join(s.to_text() for s in kept)).encode("utf-8"))
         written.tmp.replace(final)
         tmp_sig.replace(sig_final)
     finally:

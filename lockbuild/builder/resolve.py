@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from lockbuild import fsio
 from lockbuild.builder.memo import ResolutionMemo, resolution_key
 from lockbuild.errors import ResolveError
 from lockbuild.recipe import SecondIndex
@@ -119,9 +120,8 @@ def _write_netrc(workdir: Path, index_url: str, credentials: Credentials) -> Pat
             tip="Use a token without such characters.",
         )
     path = workdir / "netrc"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(f"machine {host}\nlogin {credentials.username}\npassword {credentials.password}\n")
+    fsio.write_new(path, f"machine {host}\nlogin {credentials.username}\npassword {credentials.password}\n".encode(),
+                   mode=0o600)
     return path
 
 
@@ -337,7 +337,7 @@ def compile_lock(
     else:
         project = workdir / "pyproject.toml"
         project_text = second_index_project(requirements, indexes)
-        project.write_text(project_text, encoding="utf-8")
+        fsio.write_new(project, project_text.encode("utf-8"))
         argv += ["--format", "pylock.toml"]
         for name in (name for ix in indexes for name in ix.packages if name not in timed):
             # Its index publishes no upload times for it; the recipe pins these with == instead.

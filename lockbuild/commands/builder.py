@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from lockbuild import fsio
 from lockbuild.clikit import (
     _Command,
     _emit,
@@ -350,12 +351,12 @@ def _self_test_before_signing(ctx: click.Context, written: list[Any]) -> list[An
     with tempfile.TemporaryDirectory(prefix=".lockbuild-selftest-", dir=written[0].final.parent) as tmp:
         t = Path(tmp)
         (t / "trust").mkdir()
-        (t / "trust" / "build.pub").write_text(throwaway.public_key().to_text(), encoding="utf-8")
+        fsio.write_new(t / "trust" / "build.pub", throwaway.public_key().to_text().encode("utf-8"))
         for w in written:
             tested = t / w.final.name
             tested.hardlink_to(w.tmp)
             block = sign_statement(throwaway, statement_for(w, None), _prehash(w))
-            (t / f"{w.final.name}.minisig").write_text(block, encoding="utf-8")
+            fsio.write_new(t / f"{w.final.name}.minisig", block.encode("utf-8"))
             opts = SelfTestOptions(trust_dir=t / "trust", environ=dict(os.environ))
             reports.append(self_test(tested, opts, _progress(ctx)))
     return reports

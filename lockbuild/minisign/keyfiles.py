@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from lockbuild import fsio
 from lockbuild.errors import SignatureError
 from lockbuild.fsio import bounded_read, open_regular, read_regular
 from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
@@ -41,7 +42,7 @@ def read_text(path: Path, *, what: str, limit: int = MAX_KEY_FILE_BYTES) -> str:
 def _write_new_file(path: Path, text: str, mode: int) -> None:
     """Create ``path`` exclusively (never overwrite) with permissions ``mode``."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        fh = fsio.create_new(path, mode=mode)
     except FileExistsError:
         raise SignatureError(
             f"{path} already exists; refusing to overwrite a key",
@@ -52,9 +53,9 @@ def _write_new_file(path: Path, text: str, mode: int) -> None:
             f"cannot create {path}: {exc.strerror or exc}", tip="Check the directory exists and is writable."
         ) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with fh:
             os.fchmod(fh.fileno(), mode)
-            fh.write(text)
+            fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from lockbuild import fsio
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.text import for_terminal
@@ -68,7 +69,7 @@ def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None,
     with tempfile.TemporaryDirectory(prefix="lockbuild-selftest-trust-") as tmp:
         if trust is None:
             trust = Path(tmp)
-            (trust / "signer.pub").write_text(public_key_text, encoding="utf-8")
+            fsio.write_new(trust / "signer.pub", public_key_text.encode("utf-8"))
         from lockbuild.selftest.run import SelfTestOptions, self_test
 
         opts = SelfTestOptions(trust_dir=trust, environ=dict(os.environ))

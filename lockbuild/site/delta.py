@@ -22,11 +22,13 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from lockbuild import fsio
 from lockbuild.bundle.manifest import MANIFEST, toml_string
 from lockbuild.bundle.read import read_bundle, read_head
 from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
@@ -124,8 +126,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
     sig = signature_path(new)
     blocks = "".join(s.to_text() for s in read_signatures(sig, limits)).encode()  # present, bounded, well-formed
     out_dir.mkdir(parents=True, exist_ok=True)
-    work = out_dir / f".delta-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix=".delta-", dir=out_dir))  # this run's own (0700, an unguessable name)
     try:
         manifest = read_bundle(new, dest=work / "members", limits=limits, progress=progress)
         head_bytes = manifest.to_toml()
@@ -134,7 +135,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
         head = DeltaHead(manifest.bundle_name, f"{base_manifest.engine}/{base_manifest.version}-"
                          f"{base_manifest.variant}", len(manifest.members) - len(keep))
         tmp = work / name
-        with tmp.open("wb") as raw:
+        with fsio.create_new(tmp) as raw:
             z = compressor().stream_writer(raw, closefd=False, write_size=CHUNK)
             counted = _Counting(z)
             mtime = manifest.serial
@@ -148,7 +149,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
             z.close()  # type: ignore[no-untyped-call]
             raw.flush()
             os.fsync(raw.fileno())
-        (work / (name + ".minisig")).write_bytes(blocks)  # the blocks that were checked, not a second read
+        fsio.write_new(work / (name + ".minisig"), blocks)  # the blocks that were checked, not a second read
         tmp.replace(out_dir / name)
         (work / (name + ".minisig")).replace(out_dir / (name + ".minisig"))
     finally:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from lockbuild import fsio
 from lockbuild.bundle.manifest import toml_string
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
@@ -101,19 +102,21 @@ def split(bundle: Path, size: int, out: Path) -> Path:
             name = f"{bundle.name}.part{len(parts):0{width}d}"
             h = hashlib.sha256()
             n = 0
-            tmp = out / f".{name}.partial"
-            with tmp.open("wb") as dst:
-                while n < size and (chunk := src.read(min(CHUNK, size - n))):
-                    h.update(chunk)
-                    whole.update(chunk)
-                    dst.write(chunk)
-                    n += len(chunk)
-                dst.flush()
-                os.fsync(dst.fileno())
-            if n == 0 and parts:
-                tmp.unlink()
-                break
-            tmp.replace(out / name)
+            tmp = fsio.temp_beside(out / name)
+            try:
+                with fsio.create_new(tmp) as dst:
+                    while n < size and (chunk := src.read(min(CHUNK, size - n))):
+                        h.update(chunk)
+                        whole.update(chunk)
+                        dst.write(chunk)
+                        n += len(chunk)
+                    dst.flush()
+                    os.fsync(dst.fileno())
+                if n == 0 and parts:
+                    break
+                tmp.replace(out / name)
+            finally:
+                tmp.unlink(missing_ok=True)
             parts.append(Part(name, n, h.hexdigest()))
             total += n
             if n < size:
@@ -122,13 +125,22 @@ def split(bundle: Path, size: int, out: Path) -> Path:
     if sig.exists():  # copied as read: a regular file within the readers' limit
         blocks = read_regular(sig, what="signature file", max_size=DEFAULT_LIMITS.max_signature_file,
                               error=IntegrityError)
-        (out / sig.name).write_bytes(blocks)
+        _replace(out / sig.name, blocks)
     listing = PartList(bundle.name, total, whole.hexdigest(), tuple(parts))
     path = out / f"{bundle.name}{PARTS_SUFFIX}"
-    tmp = out / f".{path.name}.partial"
-    tmp.write_bytes(listing.to_toml())
-    tmp.replace(path)
+    _replace(path, listing.to_toml())
     return path
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, made as a new file beside it and renamed over it: a link planted at ``path``
+    is replaced, never written through."""
+    tmp = fsio.temp_beside(path)
+    try:
+        fsio.write_new(tmp, data, sync=True)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _bad(message: str) -> IntegrityError:

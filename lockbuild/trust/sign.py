@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockbuild import fsio
 from lockbuild.bundle.read import read_bundle
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS
@@ -75,13 +76,9 @@ class SignResult:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    tmp = fsio.temp_beside(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        fsio.write_new(tmp, text.encode("utf-8"), sync=True)
         tmp.replace(path)
     except OSError as exc:
         raise SignatureError(

@@ -230,6 +230,35 @@ def test_list_images_shows_what_each_holds(signed: Path) -> None:
     assert "toyengine" in stdout and PREFIX in stdout and "not verified" in stdout
 
 
+def test_mksquashfs_writes_only_into_a_directory_no_one_else_can_write(
+        bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mksquashfs opens its output by path. That path is in this run's own 0700 work directory, so another
+    user who can write --out's directory cannot swap it for a link between its creation and mksquashfs's
+    open; the image is renamed into place afterwards. A link planted at the old fixed temporary name (a
+    dot, the name, the process id) is left alone and does not stop the build."""
+    real = shutil.which("mksquashfs")
+    assert real is not None
+    bin_dir, seen = tmp_path / "bin", tmp_path / "seen"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "mksquashfs"
+    wrapper.write_text(f'#!/bin/sh\nstat -c "%a %u %n" "$(dirname "$2")" > {seen}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out_dir = tmp_path / "shared"
+    out_dir.mkdir()
+    out_dir.chmod(0o777)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (out_dir / f".x.sqfs.{os.getpid()}.partial").symlink_to(victim)
+    (out_dir / f".x.sqfs.json.{os.getpid()}.partial").symlink_to(victim)
+    code, _, stderr = image(bundles["toy"], out_dir / "x.sqfs", keys)
+    assert code == 0, stderr
+    mode, uid, where = seen.read_text().split(maxsplit=2)
+    assert (mode, int(uid)) == ("700", os.geteuid()) and Path(where.strip()).parent == out_dir
+    assert victim.read_text() == "precious\n"
+    assert (out_dir / "x.sqfs").is_file() and not (out_dir / "x.sqfs").is_symlink()
+
+
 def _nothing_left(bundle: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                   trust: Path | None = None) -> str:
     import tempfile

@@ -53,6 +53,23 @@ def test_a_delta_completes_a_store_that_holds_the_base(tmp_path: Path, bundles: 
     assert cli("store", "verify", "--store", store).exit_code == 0
 
 
+def test_a_delta_never_works_in_a_directory_planted_in_its_output_directory(tmp_path: Path,
+                                                                            bundles: dict[str, Path]) -> None:
+    """Another user who can write --out plants a link, at the work directory's old fixed name (a dot,
+    "delta-", the process id), to a directory of theirs: the members would have been unpacked there, where
+    they could change them before they are packed. The work directory is now mkdtemp's own."""
+    import os
+
+    out, theirs = tmp_path / "deltas", tmp_path / "theirs"
+    out.mkdir()
+    theirs.mkdir()
+    (out / f".delta-{os.getpid()}").symlink_to(theirs)
+    delta = _delta(bundles, out)
+    assert list(theirs.iterdir()) == []
+    assert delta.is_file() and sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        delta.name, delta.name + ".minisig"]
+
+
 def test_a_delta_without_its_base_names_what_is_missing(tmp_path: Path, bundles: dict[str, Path],
                                                        signer: Keys) -> None:
     delta = _delta(bundles, tmp_path / "deltas")

@@ -30,7 +30,7 @@ from lockbuild import __version__, fsio
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.digest import record_line
 from lockbuild.errors import InstallError, LockbuildError
-from lockbuild.fsio import create_new, remove_tree
+from lockbuild.fsio import create_new, remove_tree, temp_beside
 from lockbuild.image import bytecode, view
 from lockbuild.image.record import SUFFIX, TOOLS_TIP, Record, record_path
 from lockbuild.install.installer import Installer, InstallOptions
@@ -106,7 +106,7 @@ def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path,
         installer.check_fit(m, node, work)
         the_view = View(at=prefix, run=run, existing=python is None, fixed=m.as_of)
         interpreter = [str(python)] if python is not None else []
-        partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+        partial = work / "image.sqfs"  # mksquashfs writes by path: into this run's own 0700 directory, renamed out
 
         def pack() -> None:
             p.phase("compiling the bytecode (checked-hash)")
@@ -234,7 +234,7 @@ def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: st
 def _place_atomically(partial: Path, out: Path, record: Record) -> None:
     """The record first, then the image: a FILE.sqfs is always whole and has its record beside it."""
     rec = record_path(out)
-    rec_partial = rec.with_name(f".{rec.name}.{os.getpid()}.partial")
+    rec_partial = temp_beside(rec)
     try:
         with create_new(rec_partial, mode=0o644) as f:
             f.write(record.to_bytes())

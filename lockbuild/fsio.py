@@ -164,6 +164,32 @@ def temp_beside(final: Path, what: str = "partial") -> Path:
     return final.with_name(f".{final.name}.{secrets.token_hex(8)}.{what}")
 
 
+STALE_BESIDE_SECONDS = 3600  # a temp file beside a result, untouched this long, belongs to a run that was killed
+
+
+def sweep_beside(final: Path, *, older_than: float = STALE_BESIDE_SECONDS, what: str = "partial") -> int:
+    """Remove the files ``temp_beside(final)`` named that killed runs left (a bundle's is gigabytes):
+    regular files of this user untouched for ``older_than`` seconds (a run still writing touches its own
+    every MiB), listed and unlinked by the directory's descriptor, never a link's target or a directory.
+    Returns how many; a directory that cannot be read is left alone."""
+    prefix, suffix, cutoff, removed = f".{final.name}.", f".{what}", time.time() - older_than, 0
+    try:
+        with opened_dir(final.parent) as fd:
+            for name in list_dir(fd):
+                token = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
+                if len(token) != 16 or token.strip("0123456789abcdef"):
+                    continue
+                st = lstat_at(name, fd)
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mtime >= cutoff:
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)  # by descriptor: never through a link, never a directory
+                    removed += 1
+    except OSError:
+        return 0
+    return removed
+
+
 def open_writable(name: str, *, dir_fd: int, append: bool, mode: int = 0o644) -> BinaryIO:
     """A file of ours to (re)write or extend, never through a link; a non-regular file is refused."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

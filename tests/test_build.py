@@ -407,6 +407,36 @@ def test_build_never_writes_through_a_link_planted_in_its_output_directory(env, 
     assert code == 0, stderr
 
 
+def test_a_build_removes_what_a_killed_build_of_the_same_bundle_left(env, keys: Keys, toy_recipe: Path,
+                                                                      tmp_path: Path) -> None:
+    """A build killed while writing leaves its hidden temporary bundle in --out (gigabytes for a real
+    engine). The next build of that bundle removes such files once they are an hour old (a build still
+    writing touches its own every MiB), and nothing else: not a fresh one, not a directory, not another
+    bundle's, not a link of that name nor what it points at."""
+    import os
+    import time
+
+    out = tmp_path / "dist"
+    out.mkdir()
+    name = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    old, fresh, link, folder, other = (out / f".{name}.{'a' * 16}.partial", out / f".{name}.{'b' * 16}.partial",
+                                       out / f".{name}.{'c' * 16}.partial", out / f".{name}.{'d' * 16}.partial",
+                                       out / f".other.lbz.{'e' * 16}.partial")
+    for f in (old, fresh, other):
+        f.write_bytes(b"half a bundle")
+    link.symlink_to(victim)
+    folder.mkdir()
+    hours_ago = time.time() - 7200
+    for f in (old, other, folder):
+        os.utime(f, (hours_ago, hours_ago))
+    os.utime(link, (hours_ago, hours_ago), follow_symlinks=False)
+    build(toy_recipe, keys.secret, out)
+    assert not old.exists()
+    assert fresh.exists() and link.is_symlink() and folder.is_dir() and other.exists() and victim.read_text() == "precious\n"
+
+
 def test_a_command_leaves_no_progress_thread_behind(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
     """The heartbeat thread of a command's progress ends with the command, not with the process (many
     commands run in one process: tests, or a program that calls lockbuild's CLI in-process)."""

@@ -281,6 +281,7 @@ def write(
     tmp = fsio.temp_beside(final)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        fsio.sweep_beside(final)  # what a killed build of this bundle left
         with fsio.create_new(tmp) as raw:
             out = HashingWriter(EarlyWriteback(raw))  # written and hashed on threads of their own, never read back
             try:

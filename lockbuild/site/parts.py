@@ -102,6 +102,7 @@ def split(bundle: Path, size: int, out: Path) -> Path:
             name = f"{bundle.name}.part{len(parts):0{width}d}"
             h = hashlib.sha256()
             n = 0
+            fsio.sweep_beside(out / name)  # what a killed split left
             tmp = fsio.temp_beside(out / name)
             try:
                 with fsio.create_new(tmp) as dst:

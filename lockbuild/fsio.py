@@ -167,17 +167,16 @@ def temp_beside(final: Path, what: str = "partial") -> Path:
 STALE_BESIDE_SECONDS = 3600  # a temp file beside a result, untouched this long, belongs to a run that was killed
 
 
-def sweep_beside(final: Path, *, older_than: float = STALE_BESIDE_SECONDS, what: str = "partial") -> int:
-    """Remove the files ``temp_beside(final)`` named that killed runs left (a bundle's is gigabytes):
-    regular files of this user untouched for ``older_than`` seconds (a run still writing touches its own
-    every MiB), listed and unlinked by the directory's descriptor, never a link's target or a directory.
-    Returns how many; a directory that cannot be read is left alone."""
-    prefix, suffix, cutoff, removed = f".{final.name}.", f".{what}", time.time() - older_than, 0
+def sweep_stale(directory: Path, matches: Callable[[str], bool], *, older_than: float) -> int:
+    """Remove the entries of ``directory`` that ``matches`` names and killed runs left: regular files of
+    this user untouched for ``older_than`` seconds (a run still writing touches its own), listed and
+    unlinked by the directory's descriptor, never a link's target or a directory. Returns how many; a
+    directory that cannot be read is left alone."""
+    cutoff, removed = time.time() - older_than, 0
     try:
-        with opened_dir(final.parent) as fd:
+        with opened_dir(directory) as fd:
             for name in list_dir(fd):
-                token = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
-                if len(token) != 16 or token.strip("0123456789abcdef"):
+                if not matches(name):
                     continue
                 st = lstat_at(name, fd)
                 if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mtime >= cutoff:
@@ -188,6 +187,17 @@ def sweep_beside(final: Path, *, older_than: float = STALE_BESIDE_SECONDS, what:
     except OSError:
         return 0
     return removed
+
+
+def sweep_beside(final: Path, *, older_than: float = STALE_BESIDE_SECONDS, what: str = "partial") -> int:
+    """Remove the files ``temp_beside(final)`` named that killed runs left (a bundle's is gigabytes)."""
+    prefix, suffix = f".{final.name}.", f".{what}"
+
+    def mine(name: str) -> bool:
+        token = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
+        return len(token) == 16 and not token.strip("0123456789abcdef")
+
+    return sweep_stale(final.parent, mine, older_than=older_than)
 
 
 def open_writable(name: str, *, dir_fd: int, append: bool, mode: int = 0o644) -> BinaryIO:

@@ -13,13 +13,11 @@ following symlinks, and a caller that reads an entry reads it from the descripto
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
 import secrets
 import stat
-import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -183,18 +181,7 @@ class Cache:
 
     def sweep(self, *, older_than: float = STALE_TEMP_SECONDS) -> int:
         """Remove temp files left by fetches that died (untouched for ``older_than`` seconds); returns how many."""
-        cutoff = time.time() - older_than
-        removed = 0
-        try:
-            temps = list(self.tmp.glob("*.part"))
-        except OSError:
-            return 0
-        for p in temps:
-            with contextlib.suppress(OSError):
-                if p.lstat().st_mtime < cutoff:
-                    p.unlink()
-                    removed += 1
-        return removed
+        return fsio.sweep_stale(self.tmp, lambda name: name.endswith(".part"), older_than=older_than)
 
     def uv_cache(self) -> Path:
         return self.root / "uv"

@@ -26,6 +26,7 @@ from lockbuild.clikit import (
     jobs_option,
     json_option,
 )
+from lockbuild.errors import SignatureError
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary
 
@@ -243,19 +244,24 @@ def build(
     step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt.
     Other people's code (build backends, and with --self-test the engine and the recipe's commands) runs
     only in the sandbox and has exited before the key is read; the key is read, and the passphrase asked
-    for, only in a fresh signing process (python -I -S) that loads nothing once it holds the key.
+    for, only in a fresh signing process (python -I -S) that loads nothing once it holds the key. Before
+    anything is locked or downloaded, such a process opens and decrypts the key and exits (a typed
+    passphrase is asked for then, and again to sign), so a bad key stops the build at once.
     """
     _setup(ctx, as_json)
     from lockbuild.builder.pack import Written, fetch_and_write, place_signed, statement_for
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
-    from lockbuild.trust.sign import sign_in_fresh_process
+    from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
-    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)
+    # The key opened and decrypted now, before anything is locked or downloaded and before any other
+    # people's code starts, in a signing process that signs nothing and exits; it is read again to sign.
+    checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     progress = _progress(ctx)
     results: list[dict[str, Any]] = []
     with session(settings, progress=progress, jobs=jobs) as s:
@@ -280,6 +286,12 @@ def build(
         # The key is read only now, and only in a fresh process; this one never holds it.
         signer = sign_in_fresh_process(key, items, password=password, allow_readable_key=allow_readable_key)
         password = None
+        if signer.key_id != checked.key_id:
+            raise SignatureError(
+                f"the secret key {key} is key {signer.key_id_hex} now, but it was key {checked.key_id_hex} when "
+                "the build started; expected the same key throughout.",
+                tip="Someone replaced the key file during the build: find out who; nothing was signed.",
+            )
         signed = [(plan, place_signed(w, st, signer=signer.key_id, block=block))
                   for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)]
     finally:

@@ -259,7 +259,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
                 click.echo("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else ""), err=True)
                 ctx.exit(1)
             raise refusal(got)
-        if not ctx.obj.get("json"):  # the choice is said before the install runs (stdout keeps the result)
+        if not (ctx.obj.get("json") or ctx.obj.get("quiet")):  # the choice, said before the install runs
             click.echo("\n".join(got.lines()), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"

@@ -57,6 +57,8 @@ INSTALL_TIP = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fe
 class SandboxError(LockbuildError):
     """The sandbox cannot start here, or what ran in it did not finish."""
 
+    default_tip = "Check that bubblewrap (bwrap) is installed and that user namespaces are allowed here."
+
 
 class SandboxTimeout(SandboxError):
     """The command ran past its deadline; everything in the sandbox was killed."""

@@ -45,7 +45,7 @@ def test_json_errors_are_machine_readable(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("not toml [")
     r = CliRunner().invoke(main, ["lock", str(bad), "--out", str(tmp_path), "--json"])
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # a recipe problem, like a usage error
     err = json.loads(r.stdout)["error"]
     assert err["type"] == "RecipeError" and "not valid TOML" in err["message"]
 

@@ -795,10 +795,10 @@ def test_the_self_test_runs_before_the_key_is_read(
     real = sign_mod.sign_in_fresh_process
     monkeypatch.setattr(selftest_run, "self_test", fake_self_test)
     monkeypatch.setattr(sign_mod, "sign_in_fresh_process",
-                        lambda *a, **k: (order.append("sign"), real(*a, **k))[1])
+                        lambda *a, **k: (order.append("sign" if a[1] else "check"), real(*a, **k))[1])
     code, _, err = _build(toy_recipe, keys.secret, tmp_path / "d", "--self-test")  # type: ignore[attr-defined]
     assert code == 3 and "stopped by the test" in err
-    assert order == ["self-test"]
+    assert order == ["check", "self-test"]  # the key's check (signs nothing) comes before any third-party code
     assert list(tmp_path.joinpath("d").iterdir()) == []  # nothing left behind: no bundle, no signature
 
 

@@ -80,6 +80,8 @@ def _driver_from_proc(path: Path) -> str | None:
 class FactsError(LockbuildError):
     """LOCKBUILD_GPU_FACTS names a file that does not state the facts plainly."""
 
+    default_tip = "Fix the file LOCKBUILD_GPU_FACTS names (JSON: driver and gpus), or unset it to detect them."
+
 
 def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
     """The driver and GPUs an operator states in ``path`` (JSON; see the module's docstring), strictly."""

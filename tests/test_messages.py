@@ -139,3 +139,55 @@ def test_a_certificate_that_does_not_verify_says_to_set_ssl_cert_file(
         httpd.server_close()
     assert r.exit_code == 1, r.output
     assert "CERTIFICATE_VERIFY_FAILED" in r.stderr and "TIP " in r.stderr and "SSL_CERT_FILE" in r.stderr, r.stderr
+
+
+# Progress names what is really done ---------------------------------------------------------------------
+def test_import_and_delta_say_what_they_do_not_unpacking(tmp_path: Path) -> None:
+    from conftest import make_keys
+    from sitekit import make_bundle
+
+    signer = make_keys(tmp_path / "keys")
+    old, new = (make_bundle(tmp_path / "b", [signer.secret], version=v) for v in ("1.0", "1.1"))
+    store = tmp_path / "store"
+    r = CliRunner().invoke(main, ["import", str(old), "--trust", str(signer.trust), "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"^lockbuild: importing: \d+ file\(s\)", r.stderr, re.M), r.stderr
+    assert "unpacking" not in r.stderr
+    r = CliRunner().invoke(main, ["delta", str(new), "--base", str(old), "--out", str(tmp_path / "d")])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"^lockbuild: checking: \d+ file\(s\)", r.stderr, re.M), r.stderr
+    assert "unpacking" not in r.stderr
+
+
+def test_a_multi_build_build_says_which_build_it_packs(env: object, keys: Keys, toy_recipe: Path,
+                                                       tmp_path: Path) -> None:
+    text = toy_recipe.read_text()
+    second = text[text.index("[[builds]]"):].replace('variant = "cpu"', 'variant = "cpu2"')
+    toy_recipe.write_text(text + "\n" + second)
+    r = CliRunner().invoke(main, ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d")])
+    assert r.exit_code == 0, r.stderr
+    lines = r.stderr.splitlines()
+    first = lines.index("lockbuild: build 1 of 2: 1.0-cpu (x86_64-manylinux_2_28)")
+    then = lines.index("lockbuild: build 2 of 2: 1.0-cpu2 (x86_64-manylinux_2_28)")
+    assert any("packing" in x for x in lines[first:then]) and any("packing" in x for x in lines[then:])
+
+
+def test_a_step_writing_one_file_shows_its_bytes_against_the_input(tmp_path: Path) -> None:
+    import io
+    import time
+
+    from lockbuild.progress import Progress, written_of
+
+    out = io.StringIO()
+    p = Progress(out, heartbeat=0.05)
+    image = tmp_path / "image.sqfs"
+    p.phase("packing x.sqfs with mksquashfs", detail=written_of(image, 3_000_000))
+    image.write_bytes(b"\0" * 1_500_000)
+    deadline = time.monotonic() + 5
+    while "written" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    p.finish()
+    p.close()
+    assert re.search(r"^lockbuild: packing x\.sqfs with mksquashfs: \d+ s, 1\.5 MB written, from 3\.0 MB of files$",
+                     out.getvalue(), re.M), out.getvalue()
+    assert "still working" not in out.getvalue()

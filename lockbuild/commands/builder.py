@@ -272,7 +272,9 @@ def build(
             plans.append(plan)
         written: list[Written] = []
         try:
-            for plan in plans:  # fetched and packed at once, members in manifest order as they arrive
+            for n, plan in enumerate(plans, 1):  # fetched and packed at once, members in manifest order
+                if len(plans) > 1:  # which of the builds the packing line below is about
+                    progress.note(f"build {n} of {len(plans)}: {plan.build.id} ({plan.build.platform})")
                 written.append(fetch_and_write(plan, s.fetcher, out, threads=threads)[0])
         except BaseException:
             for w in written:

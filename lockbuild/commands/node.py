@@ -13,6 +13,7 @@ from lockbuild.clikit import (
     _emit,
     _progress,
     _setup,
+    _warn,
     json_option,
     root_option,
     threshold_option,
@@ -232,7 +233,9 @@ def install(
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
-    _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
+    _warn(ctx, result.warnings)
+    _emit(ctx, result.to_json(),
+          f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line())
 
 
 def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any, allow_cpu: bool) -> None:
@@ -263,7 +266,9 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
             click.echo("\n".join(got.lines()), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"
-    text = f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+    text = (f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+            + result.python_line())
+    _warn(ctx, result.warnings)
     _emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 
@@ -336,9 +341,9 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
 @click.option(
     "--catalogue",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("bundles"),
-    show_default=True,
-    help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node.",
+    default=None,
+    help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node (default: ./bundles "
+    "when it exists; otherwise no catalogue is checked).",
 )
 @click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
               help="A site store: for each engine and version in it, the build this node would take, or why none "
@@ -346,7 +351,7 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
 @trust_option
 @json_option
 @click.pass_context
-def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool,
+def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Path | None, as_json: bool,
            store_dir: Path | None = None) -> None:
     """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
     engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
@@ -355,12 +360,23 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | No
     from lockbuild.install.doctor import examine, render
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    candidates, problems = _catalogue(catalogue)
+    chosen: Path | None = catalogue if catalogue is not None else DEFAULT_CATALOGUE
+    how = "--catalogue" if catalogue is not None else "default"
+    if catalogue is None and not DEFAULT_CATALOGUE.is_dir():
+        chosen, how = None, "none"
+    candidates, problems = _catalogue(chosen) if chosen is not None else ([], [])
     from lockbuild.install.node import detect
 
     report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
                      store=store_dir, node=detect(environ=os.environ))
-    _emit(ctx, report, render(report))
+    where = str(chosen.absolute()) if chosen is not None else None
+    report["catalogue_dir"] = {"path": where, "from": how}
+    said = {"--catalogue": f"{where} (--catalogue)", "default": f"{where} (the default, ./bundles)",
+            "none": f"not checked: no --catalogue, and no ./bundles in {Path.cwd()}"}[how]
+    _emit(ctx, report, render(report) + f"\ncatalogue   {said}")
+
+
+DEFAULT_CATALOGUE = Path("bundles")  # relative to the current directory: a checkout's recipes
 
 
 def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:

@@ -61,7 +61,7 @@ def import_bundle(
                     seen.add(m.sha256)
                     return True
 
-                done = trusted.extract(staging, progress=progress, want=want)
+                done = trusted.extract(staging, progress=progress, want=want, action="importing")
             added = added_bytes = 0
             for m in done.written:
                 fresh = store.blob_size(m.sha256) is None

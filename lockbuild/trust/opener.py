@@ -217,9 +217,11 @@ class TrustedBundle:
         progress: Progress | None = None,
         want: Callable[[Member], bool] | None = None,
         allow_absent: bool = False,
+        action: str | None = None,
     ) -> Extracted:
         """Check every member against the signed manifest (and with ``dest``, write those ``want``
-        accepts there): the one extraction, :func:`lockbuild.bundle.extract.extract`.
+        accepts there): the one extraction, :func:`lockbuild.bundle.extract.extract`. ``action`` names
+        the step in the progress line (default "checking", or "unpacking" with ``dest``).
 
         A source that carries the manifest again (a file read a second time) must carry the same bytes,
         so a file swapped after its signatures were checked is refused as soon as anything it carries
@@ -232,7 +234,8 @@ class TrustedBundle:
                 raise IntegrityError(f"the bundle's manifest has sha256 {hashlib.sha256(again).hexdigest()}; the "
                                      f"signatures sign {self.statement.manifest_sha256} ({self.source.label} changed"
                                      " while it was read).", tip=_TIP_AGAIN)
-            progress.start("checking" if dest is None else "unpacking", total_bytes=self.manifest.unpacked_size,
+            progress.start(action or ("checking" if dest is None else "unpacking"),
+                           total_bytes=self.manifest.unpacked_size,
                            files=len(self.manifest.members))
             done = extract(self.manifest, stream.pieces, dest=dest, want=want, progress=progress,
                            allow_absent=allow_absent, absent_tip=getattr(self.source, "absent_tip", _TIP_AGAIN),

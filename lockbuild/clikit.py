@@ -65,7 +65,7 @@ def anywhere_options(*, with_json: bool) -> list[click.Option]:
 def write_usage(formatter: click.HelpFormatter, prog: str, pieces: list[str]) -> None:
     """The usage line, wrapped between words only: a metavar such as ENGINE/VERSION-VARIANT is never cut
     (click's own wrapping breaks at hyphens and inside long words). When the longest word does not fit
-    beside the prefix, the arguments go on the lines below it."""
+    beside the prefix, the lines after the first are indented by four instead."""
     import textwrap
 
     prefix = f"{'Usage: ':>{formatter.current_indent}}{prog} "
@@ -75,11 +75,8 @@ def write_usage(formatter: click.HelpFormatter, prog: str, pieces: list[str]) ->
     if not args:
         formatter.write(prefix.rstrip(" ") + "\n")
         return
-    if len(prefix) + longest <= width:
-        first, rest = prefix, " " * len(prefix)
-    else:
-        formatter.write(prefix.rstrip(" ") + "\n")
-        first = rest = " " * (formatter.current_indent + 4)
+    first = prefix
+    rest = " " * (len(prefix) if len(prefix) + longest <= width else formatter.current_indent + 4)
     wrapper = textwrap.TextWrapper(width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
                                    break_on_hyphens=False)
     formatter.write(wrapper.fill(args) + "\n")

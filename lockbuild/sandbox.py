@@ -1,4 +1,4 @@
-"""The one sandbox for other people's code on the builder (issue 23): bubblewrap.
+"""The one sandbox for other people's code on the builder: bubblewrap.
 
 Build backends (prebuild, and uv's metadata hooks while locking), the engine and the recipe's commands
 under ``build --self-test`` all run through :func:`run`. The sandbox has new user, mount, PID, IPC, UTS,

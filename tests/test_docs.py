@@ -127,3 +127,17 @@ def test_the_install_example_is_what_an_install_prints(bundles_for_docs: Path, t
     assert r.exit_code == 0, r.output
     real = [_shape(x) for x in (r.stderr + r.stdout).splitlines()]
     assert [_shape(x) for x in block.splitlines()] == real, (block, r.stderr + r.stdout)
+
+
+def test_no_issue_numbers_in_code_docs_or_tests() -> None:
+    """Code, comments and docs speak of the project to its users: what a thing is, never a tracker's number."""
+    found = []
+    for top in ("lockbuild", "docs", "bench", "tests", "scripts"):
+        for path in sorted((ROOT / top).rglob("*")):
+            skip = {"__pycache__", "work", "results"} & set(path.relative_to(ROOT).parts)  # bench's scratch and data
+            if path.is_file() and path.suffix in (".py", ".md", ".sh", ".toml", "") and not skip:
+                text = path.read_text(errors="replace")
+                found += [f"{path.relative_to(ROOT)}: {m[0]}" for m in re.finditer(r"[Ii]ssues? [0-9][0-9.]*", text)]
+    readme = (ROOT / "README.md").read_text()
+    found += [f"README.md: {m[0]}" for m in re.finditer(r"[Ii]ssues? [0-9][0-9.]*", readme)]
+    assert found == []

@@ -1,4 +1,4 @@
-"""Issue 28: ``lockbuild --help`` lists every command under its role, and every command's help carries an
+"""``lockbuild --help`` lists every command under its role, and every command's help carries an
 example that parses as written (its arguments and options, with click's own parser, nothing resilient)."""
 
 from __future__ import annotations

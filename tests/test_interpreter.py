@@ -1,4 +1,4 @@
-"""A bundle that carries its own Python (issue 14): fetched only with the digest its release publishes,
+"""A bundle that carries its own Python: fetched only with the digest its release publishes,
 checked to be the build's X.Y, and on the node shared under <root>/.python/<sha256>/ by every engine
 whose bundle carries the same file."""
 

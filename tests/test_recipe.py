@@ -398,7 +398,7 @@ def test_requirements_that_reach_outside_the_index_are_refused(requirement: str,
         assert "wheel = { url" in problem  # points to the key that takes a wheel from a URL
 
 
-# ----------------------------------------------------- issues 11.10 and 18.9: exact values, Git ref tags
+# ----------------------------------------------------- exact values, Git ref tags
 @pytest.mark.parametrize("key", ["name", "pypi", "binary", "repo"])
 def test_an_engine_value_with_a_trailing_newline_is_refused(key: str) -> None:
     engine = ENGINE + 'repo = "o/eng"\n'

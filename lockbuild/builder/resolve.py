@@ -5,7 +5,7 @@ never runs an sdist's PEP 517 backend to learn its metadata. Packages the build 
 come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds); uv
 reads their static metadata (PKG-INFO 2.2+, or pyproject's [project]) when they have it, and otherwise
 runs their backend's metadata hook, so such a resolution runs entirely inside the sandbox
-(:mod:`lockbuild.sandbox`, issue 23): network kept for the index, no files of the builder. uv's
+(:mod:`lockbuild.sandbox`): network kept for the index, no files of the builder. uv's
 environment is an allow-list (``lockbuild.uvtool``), and the index's credentials reach it only in the
 index URL of its environment (``UV_INDEX_URL``), where uv keeps them to the index's origin (or, when a
 build backend may run, in a netrc file in the private work directory, removed with it).
@@ -234,7 +234,7 @@ SANDBOX_WORK = Path("/lock")  # the compile's private work directory, as the san
 def _sandboxed(
     argv: Sequence[str], env: Mapping[str, str], workdir: Path, target: Target
 ) -> tuple[list[str], dict[str, str]]:
-    """``uv pip compile`` inside the sandbox (issue 23), for a resolution where an sdist's build backend
+    """``uv pip compile`` inside the sandbox, for a resolution where an sdist's build backend
     may run to learn its metadata. The sandbox keeps the network (uv must reach the index) but has none of
     the builder's files: read-only, lockbuild's uv and a system Python X.Y; writable, only this compile's
     private work directory (the requirements, the output, the index's netrc when it has credentials). uv's

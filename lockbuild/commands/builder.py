@@ -72,7 +72,7 @@ def _lock_json(plan: Any) -> dict[str, Any]:
 
 
 def _with_provenance_report(plan: Any, out: Path) -> tuple[Any, str | None]:
-    """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT (issue 28),
+    """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT,
     and the note saying when there was none to compare with."""
     from lockbuild.builder.provenance import report
 
@@ -122,7 +122,7 @@ def lock(
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
-    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx)) as s:
@@ -174,7 +174,7 @@ def fetch(
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
-    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx), jobs=jobs) as s:
@@ -331,7 +331,7 @@ def build(
         f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
         for x in results
     )
-    if reports is not None:  # issue 15: the report follows the build's own result
+    if reports is not None:  # the report follows the build's own result
         from lockbuild.selftest.cli import show_after_build
 
         if trust_dir is not None:

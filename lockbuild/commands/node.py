@@ -89,7 +89,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 
     with named_source(bundle, store=store_dir) as source:
         manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
-        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time (issue 28), unverified
+        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time, unverified
         try:
             blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]

@@ -1,4 +1,4 @@
-"""The signing process (issue 23): the only process that reads a secret key or asks for its passphrase.
+"""The signing process: the only process that reads a secret key or asks for its passphrase.
 
 ``lockbuild build`` runs everything else first (lock, fetch, prebuild and self-test, the other people's
 code among it sandboxed and exited), then starts this module in a fresh interpreter,

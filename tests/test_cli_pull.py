@@ -46,3 +46,14 @@ def test_a_pull_of_an_unknown_tag_leaves_no_new_store_and_an_old_one_as_it_was(r
     r = cli("pull", unknown, "--store", store, "--trust", keys.trust)
     assert r.exit_code != 0
     assert sorted(str(p.relative_to(store)) for p in store.rglob("*")) == before  # the old store is untouched
+
+
+def test_push_says_it_checks_then_uploads_not_unpacking(reg: RealRegistry, tmp_path: Path) -> None:
+    keys = make_keys(tmp_path / "keys")
+    bundle = make_bundle(tmp_path / "b", [keys.secret], version="2.0")
+    store = tmp_path / "store"
+    assert cli("import", bundle, "--trust", keys.trust, "--store", store).exit_code == 0
+    r = cli("push", "toyengine/2.0-cpu", "--store", store, reg.ref("site/toyengine", "2.0-cpu"), "--trust", keys.trust)
+    assert r.exit_code == 0, r.output
+    assert "lockbuild: checking: " in r.stderr and "lockbuild: uploading: " in r.stderr, r.stderr
+    assert "unpacking" not in r.stderr

@@ -300,12 +300,16 @@ def pull_(
 
 
 def _forget_new_store(made: Path | None, store_dir: Path) -> None:
-    """A failed pull leaves no trace of a store it created: ``made``, the topmost directory this run made
-    (None: the store was there before), is deleted by descriptor, unless a build arrived in it meanwhile."""
+    """A failed pull leaves no trace of a store it created and put nothing in (an unknown tag, an untrusted
+    signature, no registry): ``made``, the topmost directory this run made (None: the store was there
+    before), is deleted by descriptor. A store that holds a blob, a partial download or a build is kept:
+    the next pull resumes from what this one fetched."""
     from lockbuild.fsio import remove_tree
 
-    builds = store_dir / "builds"
-    if made is not None and not (builds.is_dir() and any(builds.iterdir())):
+    def empty(d: Path) -> bool:
+        return not d.is_dir() or not any(d.iterdir())
+
+    if made is not None and all(empty(store_dir / d) for d in ("builds", "blobs/sha256", "tmp")):
         remove_tree(made.absolute())
 
 

@@ -383,3 +383,86 @@ def test_the_bootstrap_refuses_a_directory_another_user_could_write(bundles: lis
     run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
     assert run.returncode == 1 and expected in run.stderr, run.stderr
     assert list(parent.iterdir()) == []
+
+
+# --- the self wheel and the bootstrap are the commit's blobs, whatever git would apply on the way out -----
+
+_GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+
+
+def _committed(root: Path, name: str) -> bytes:
+    return subprocess.run(["git", "--no-replace-objects", "-C", str(root), "cat-file", "blob", f"HEAD:{name}"], capture_output=True,
+                          check=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_self_wheel_holds_the_committed_blobs_whatever_the_checkouts_attributes_and_config_say(
+    tmp_path: Path,
+) -> None:
+    """``git archive`` applies the checkout's own ``.git/info/attributes``: a ``filter.*.smudge`` from
+    ``.git/config`` and ``export-subst`` rewrote modules of the signed wheel while HEAD and ``git status``
+    stayed clean. So does a replace ref. The wheel holds the committed blobs, byte for byte."""
+    import datetime as dt
+    import io
+    import zipfile
+
+    from lockbuild.builder.selfwheel import from_checkout, make_self_wheel
+
+    root = _repo(tmp_path)
+    (root / "lockbuild" / "stamp.py").write_text('COMMIT = "$Format:%H$"\n')
+    (root / "lockbuild" / "replaced.py").write_text('WHO = "committed"\n')
+    git = ["git", "-C", str(root), *_GIT_ID]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "more"], check=True)
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "attributes").write_text("*.py filter=x\nlockbuild/stamp.py export-subst\n")
+    subprocess.run([*git, "config", "filter.x.smudge", "sed s/committed/rewritten/"], check=True)
+    subprocess.run([*git, "config", "filter.x.clean", "cat"], check=True)
+    evil = subprocess.run([*git, "hash-object", "-w", "--stdin"], input=b'WHO = "replaced"\n', capture_output=True,
+                          check=True).stdout.decode().strip()
+    blob = subprocess.run([*git, "rev-parse", "HEAD:lockbuild/replaced.py"], capture_output=True, check=True,
+                          text=True).stdout.strip()
+    subprocess.run([*git, "replace", blob, evil], check=True)
+    status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, check=True).stdout
+    assert status == ""  # the checkout looks clean
+    archived = subprocess.run([*git, "archive", "--format=tar", "HEAD", "--", "lockbuild"], capture_output=True,
+                              check=True).stdout
+    assert b"rewritten" in archived and b"$Format:%H$" not in archived  # what the old way shipped
+
+    wheel = make_self_wheel(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), from_checkout(root))
+    with zipfile.ZipFile(io.BytesIO(wheel.data)) as zf:
+        for name in ("lockbuild/__init__.py", "lockbuild/stamp.py", "lockbuild/replaced.py"):
+            assert zf.read(name) == _committed(root, name), name
+        assert zf.read("lockbuild/stamp.py") == b'COMMIT = "$Format:%H$"\n'
+        assert zf.read("lockbuild/replaced.py") == b'WHO = "committed"\n'
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_bundles_bootstrap_is_the_commits_not_an_uncommitted_edit(
+    index: tuple[FakeServer, str], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bootstrap came from the running lockbuild's package data (the work tree): an uncommitted edit of
+    bootstrap.sh was signed and ran as root on the node. It comes out of the self wheel, the commit's."""
+    from importlib.resources import files
+
+    from lockbuild.builder import selfwheel
+
+    root = _repo(tmp_path)
+    real = Path(selfwheel.__file__).resolve().parents[2]
+    (root / "pyproject.toml").write_text((real / "pyproject.toml").read_text())
+    script = root / "lockbuild" / "bundle" / "bootstrap.sh"
+    script.parent.mkdir()
+    template = files("lockbuild.bundle").joinpath("bootstrap.sh").read_text()
+    script.write_text(template + "# the committed bootstrap\n")
+    git = ["git", "-C", str(root), *_GIT_ID]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "bootstrap"], check=True)
+    script.write_text(template + "# an uncommitted edit\n")
+    monkeypatch.setattr(selfwheel, "own_contents", lambda: selfwheel.from_checkout(root))
+
+    code, stdout, stderr = build(index, tmp_path, keys, recipe_text(None), "edited")
+    assert code == 0, stderr
+    unpacked = extract(Path(json.loads(stdout)["bundles"][0]["bundle"]), tmp_path / "x")
+    shipped = (unpacked / "bootstrap.sh").read_text()
+    assert shipped.endswith("# the committed bootstrap\n") and "uncommitted" not in shipped
+    assert "@VERSION@" not in shipped and f"LOCKBUILD_VERSION='{__version__}'" in shipped

@@ -466,3 +466,97 @@ def test_the_bundles_bootstrap_is_the_commits_not_an_uncommitted_edit(
     shipped = (unpacked / "bootstrap.sh").read_text()
     assert shipped.endswith("# the committed bootstrap\n") and "uncommitted" not in shipped
     assert "@VERSION@" not in shipped and f"LOCKBUILD_VERSION='{__version__}'" in shipped
+
+
+# --- the bootstrap reads nothing of DIR after it checked it --------------------------------------------------
+
+
+def test_the_bootstrap_refuses_an_extraction_under_a_directory_another_user_can_write(
+    bundles: list[Path], tmp_path: Path
+) -> None:
+    """DIR's own files may be safe, but a directory above it that another user can write (and that is not
+    sticky) lets them rename DIR away and put their own extraction in its place after the checks: their uv
+    would run as root. Refused, as --root is, before anything is made."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    extracted = extract(bundles[0], shared / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1, run.stderr
+    assert f"the extraction {extracted} sits in {shared}, which another user can write" in run.stderr
+    assert list(parent.iterdir()) == []
+    shared.chmod(0o1777)  # sticky, like /tmp: no one may rename another's entry
+    run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
+    assert "which another user can write" not in run.stderr
+
+
+def test_the_bootstrap_refuses_a_target_whose_parents_parent_another_user_can_write(
+    bundles: list[Path], tmp_path: Path
+) -> None:
+    extracted = extract(bundles[0], tmp_path / "x")
+    shared = tmp_path / "shared"
+    (shared / "opt").mkdir(parents=True)
+    shared.chmod(0o777)
+    run = bootstrap(extracted, shared / "opt" / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1 and f"{shared} is writable by other users" in run.stderr, run.stderr
+    assert list((shared / "opt").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_bootstrap_installs_from_its_own_copy_not_from_dir_after_the_check(
+    bundles: list[Path], tmp_path: Path
+) -> None:
+    """The attacker's move, made at the worst moment: DIR's files are replaced right as the bootstrap checks
+    the members (a sha256sum that first rewrites DIR). The bootstrap checks and uses its own 0700 copy,
+    made before, so what it installs is the signed lockbuild; reading DIR by path after the check, it ran
+    (here: failed on) the attacker's files."""
+    extracted = extract(bundles[0], tmp_path / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    node = node_path(tmp_path)
+    spy = tmp_path / "spy-bin"
+    spy.mkdir()
+    real = os.path.realpath(shutil.which("sha256sum") or "sha256sum")
+    swap = " ".join(f"'{p}'" for p in sorted((extracted / "wheels").glob("*.whl")))
+    (spy / "sha256sum").write_text(
+        f"#!/bin/sh\nfor f in {swap}; do printf 'swapped\\n' > \"$f\"; done\nexec '{real}' \"$@\"\n")
+    (spy / "sha256sum").chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tmp").mkdir()
+    env = {"PATH": f"{spy}:{node}", "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
+    target = parent / "lockbuild"
+    run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(target)]), capture_output=True,
+                         text=True, env=env)
+    assert all(p.read_bytes() == b"swapped\n" for p in (extracted / "wheels").glob("*.whl"))  # the swap happened
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in parent.iterdir()) == ["lockbuild"] and not (target / ".bundle").exists()
+    version = subprocess.run([str(target / "bin" / "lockbuild"), "--version"], capture_output=True, text=True,
+                             env={"PATH": node, "LANG": "C.UTF-8"})
+    assert version.stdout.strip() == f"lockbuild, version {__version__}"
+
+
+def test_the_bootstrap_refuses_an_interpreter_another_user_could_swap(bundles: list[Path], tmp_path: Path) -> None:
+    """--python names a file that runs as the installing user (often root): in a directory another user can
+    write, they could swap it between the check and the run. Refused before it is run."""
+    extracted = extract(bundles[0], tmp_path / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    fake = shared / f"python{PY}"
+    ran = tmp_path / "ran"
+    fake.write_text(f"#!/bin/sh\necho ran > '{ran}'\necho {PY}\n")
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tmp").mkdir()
+    env = {"PATH": node_path(tmp_path), "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
+    run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(parent / "lockbuild"), "--python",
+                                  str(fake)]), capture_output=True, text=True, env=env)
+    assert run.returncode == 1, run.stderr
+    assert f"the interpreter {fake} ({fake}) is in or under {shared}, which another user can write" in run.stderr
+    assert not ran.exists() and list(parent.iterdir()) == []

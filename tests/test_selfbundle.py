@@ -560,3 +560,17 @@ def test_the_bootstrap_refuses_an_interpreter_another_user_could_swap(bundles: l
     assert run.returncode == 1, run.stderr
     assert f"the interpreter {fake} ({fake}) is in or under {shared}, which another user can write" in run.stderr
     assert not ran.exists() and list(parent.iterdir()) == []
+
+
+def test_after_its_copy_the_bootstrap_names_dir_only_in_messages() -> None:
+    """The structural half of the copy: once the extraction is copied, every command of the script reads
+    the copy ($here, inside its own 0700 staging directory); DIR appears only in what it says."""
+    from importlib.resources import files
+
+    lines = files("lockbuild.bundle").joinpath("bootstrap.sh").read_text().splitlines()
+    copy = next(i for i, line in enumerate(lines) if 'tar -cf - .' in line)
+    assert lines[copy].startswith('(cd "$dir" && tar -cf - .)')
+    uses = [f"{i + 1}: {line}" for i, line in enumerate(lines[copy + 1:], copy + 1)
+            if "$dir" in line and not line.lstrip().startswith(("die ", "say ", "|| die ", "[ -z \"$odd\" ] || die ", "#"))]
+    assert uses == []
+    assert 'here=$stage/.bundle' in lines[:copy]

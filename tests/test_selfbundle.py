@@ -574,3 +574,43 @@ def test_after_its_copy_the_bootstrap_names_dir_only_in_messages() -> None:
             if "$dir" in line and not line.lstrip().startswith(("die ", "say ", "|| die ", "[ -z \"$odd\" ] || die ", "#"))]
     assert uses == []
     assert 'here=$stage/.bundle' in lines[:copy]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_blob_that_does_not_hash_to_its_id_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever git answers (a patched git, an object store edited in place), each blob is hashed again
+    against the id the commit names: other bytes are refused, never shipped."""
+    from lockbuild.builder.selfwheel import from_checkout
+    from lockbuild.errors import RecipeError
+
+    root = _repo(tmp_path)
+    real = shutil.which("git")
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" cat-file "*) \'{real}\' "$@" | sed s/committed/COMMITTED/ ;;\n'
+                    f'*) exec \'{real}\' "$@" ;; esac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    with pytest.raises(RecipeError, match=r"lockbuild/__init__\.py of commit .* does not hash to its blob id"):
+        from_checkout(root)
+
+
+def test_a_checkout_that_moves_during_the_build_stops_it(
+    index: tuple[FakeServer, str], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bootstrap is read out of the self wheel made again at packing time; when that is not the wheel
+    the lock pins (the checkout moved to another commit), the bootstrap of one commit would ship with the
+    wheel of another: the build stops instead."""
+    import dataclasses
+
+    from lockbuild.builder import selfwheel
+
+    first = selfwheel.own_contents()
+    moved = dataclasses.replace(first, files=tuple((n, d + b"# moved\n" if n == "lockbuild/__init__.py" else d)
+                                                   for n, d in first.files))
+    made = iter([first, moved])
+    monkeypatch.setattr(selfwheel, "own_contents", lambda: next(made))
+    code, _, stderr = build(index, tmp_path, keys, recipe_text(None), "moved")
+    assert code == 4, stderr
+    assert "The checkout changed while the bundle was built" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "dist-moved").exists() or not list((tmp_path / "dist-moved").iterdir())

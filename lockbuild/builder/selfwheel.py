@@ -91,8 +91,7 @@ def _wanted(name: str) -> bool:
 # cat-file of blob ids), which applies no attributes, filters, textconv or export-subst; each blob read is
 # hashed here again against its id, so what the wheel holds is exactly what the commit names.
 _GIT_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_LITERAL_PATHSPECS": "1",
-            "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+            "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
 _GIT_FLAGS = ("--no-replace-objects", "--literal-pathspecs", "-c", "core.attributesFile=/dev/null",
               "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 _REGULAR = ("100644", "100755")  # git's modes for a file; a link (120000) or a submodule is no file

@@ -25,7 +25,9 @@ def test_only_fsio_judges_whether_a_directory_above_a_place_is_safe() -> None:
 
 
 def test_root_and_stores_both_use_the_one_ancestor_rule() -> None:
-    for rel in ("install/places.py", "site/store.py"):
+    store = {ast.unparse(n.func) for n in ast.walk(_tree("site/store.py")) if isinstance(n, ast.Call)}
+    assert "storecare.check_ancestors" in store
+    for rel in ("install/places.py", "site/storecare.py"):
         calls = {ast.unparse(n.func) for n in ast.walk(_tree(rel)) if isinstance(n, ast.Call)}
         assert "ancestor_problem" in calls, rel
 

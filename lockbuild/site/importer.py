@@ -4,8 +4,9 @@ The source (a ``.lbz``, the part list of its media parts, a delta completed by t
 the one way every command names it (``site.sources.named_source``), judged by the one trust decision
 (``trust.open_source``: the signature policy before anything is decompressed) and read by the one
 extraction (every member against the signed manifest while streaming) into a staging directory under
-the store's tmp/. Each member the extraction wrote is fsynced and renamed into blobs/ under its sha256,
-replacing a damaged copy if one was there; the build's manifest and the signature blocks that counted
+the store's tmp/, made, opened and written through descriptors. Each member the extraction wrote is
+fsynced and renamed from its directory's descriptor into blobs/ under its sha256, replacing a damaged copy
+if one was there; the build's manifest and the signature blocks that counted
 are recorded last. The whole import holds the store's lock, so a gc cannot remove a blob the import is
 about to reference.
 """

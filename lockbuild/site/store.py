@@ -14,7 +14,9 @@ build's directory appears last, after all its blobs. A killed import therefore l
 whole (or nothing) and no build naming missing blobs; the next import completes it.
 
 Every path is walked from the store's root one component at a time with O_NOFOLLOW: a symbolic link
-anywhere inside the store (a directory, a blob, a manifest) is refused, never followed.
+anywhere inside the store (a directory, a blob, a manifest) is refused, never followed. The store, and the
+directories above it, follow --root's rules (``storecare.check_owner``, ``storecare.check_ancestors``);
+files move only between directories the store holds open (``os.rename`` by ``src_dir_fd``/``dst_dir_fd``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from lockbuild.bundle.manifest import Manifest, parse_manifest
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError
 from lockbuild.fsio import (
-    ancestor_problem,
     busy_error,
     create_new,
     flocked,
@@ -43,7 +44,6 @@ from lockbuild.fsio import (
     open_regular,
     open_under,
     open_writable,
-    owner_problem,
     read_regular,
 )
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -74,13 +74,13 @@ class Store:
         self.root = root
         self.limits = limits
         self._fds: list[int] = []
-        self._check_ancestors()  # before anything is made there
+        storecare.check_ancestors(root)  # before anything is made there
         if create:
             try:
                 root.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot make the store {root}: {exc.strerror or exc}.") from None
-            self._check_ancestors()  # the directories just made too
+            storecare.check_ancestors(root)  # the directories just made too
         try:
             self.fd = self._keep(open_dir(root, follow=True))
         except OSError as exc:
@@ -89,7 +89,7 @@ class Store:
                 tip="Give --store the directory `lockbuild import` or `pull` made.",
             ) from None
         try:
-            self._check_owner(self.fd, str(root))
+            storecare.check_owner(root, os.fstat(self.fd), str(root))
             self._mark(create)
             self.blobs = self._dir(self._dir(self.fd, "blobs", create), "sha256", create)
             self.builds = self._dir(self.fd, "builds", create)
@@ -99,33 +99,6 @@ class Store:
             raise
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _check_owner(self, fd: int, where: str) -> None:
-        """The rule --root has: a store (and each directory in it) is owned by this user or root and
-        writable by no one else, or another user could plant, swap or delete what nodes install."""
-        problem = owner_problem(os.fstat(fd))
-        if problem:
-            raise StoreError(f"refused the store {self.root}: {where} {problem}, so another user could change "
-                             "what it holds.", tip=f"Make {where} owned by the user running lockbuild (or root) and "
-                             "writable by no one else (chown, chmod go-w).")
-
-    def _check_ancestors(self) -> None:
-        """The rule --root has for the directories above it (``fsio.ancestor_problem``): owned by root or
-        this user, writable by no one else unless sticky. Otherwise another user could rename the store
-        away and put a tree of theirs in its place while lockbuild imports into it or installs from it."""
-        try:
-            found = ancestor_problem(self.root)
-        except OSError as exc:
-            raise StoreError(f"cannot examine {exc.filename}, above the store {self.root}: "
-                             f"{exc.strerror or exc}.") from None
-        if found is None:
-            return
-        fix = ("Put the store under directories owned by root or by the user running lockbuild" if found.owner else
-               "Put the store under directories only root (or the user running lockbuild) can write, or make the "
-               f"shared one sticky (chmod +t {found.directory})")
-        raise StoreError(f"refused the store {self.root}: the directory {found.directory} above it {found.problem}, "
-                         "so another user could swap the store for a tree of theirs while lockbuild works in it.",
-                         tip=f"{fix}; see docs/site-administrators.md.")
-
     def _keep(self, fd: int) -> int:
         self._fds.append(fd)
         return fd
@@ -163,7 +136,7 @@ class Store:
                 ) from None
             raise StoreError(f"cannot open {name!r} in the store {self.root}: {exc.strerror or exc}.") from None
         try:
-            self._check_owner(fd, f"its directory {name}/")
+            storecare.check_owner(self.root, os.fstat(fd), f"its directory {name}/")
         except BaseException:
             os.close(fd)
             raise
@@ -266,8 +239,7 @@ class Store:
         return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
     def adopt(self, path: Path, sha256: str) -> None:
-        """Move a checked file under tmp/ (named by its path, as a pull names its partial blob) into blobs/:
-        the path only names it; the file is reached from tmp/'s descriptor (:meth:`adopt_at`)."""
+        """:meth:`adopt_at` for a file under tmp/ named by its path (a pull's partial blob)."""
         try:
             rel = path.relative_to(self.root / "tmp").as_posix()
         except ValueError:
@@ -275,10 +247,9 @@ class Store:
         self.adopt_at(self.tmp, rel, sha256, str(path))
 
     def adopt_at(self, dir_fd: int, rel: str, sha256: str, shown: str) -> None:
-        """Move the checked file ``rel`` under the opened directory ``dir_fd`` into blobs/ under its sha256:
-        walked by descriptor (a link on the way is refused), fsynced, renamed from its directory's
-        descriptor to blobs/' (never through a path another rename could redirect), blobs/ fsynced by
-        :meth:`sync`. Replaces a damaged copy, if one was there."""
+        """Move the checked file ``rel`` under the opened ``dir_fd`` into blobs/ as its sha256 (replacing a
+        damaged copy): walked by descriptor (a link on the way is refused), fsynced, renamed between the two
+        directories' descriptors, never through a path."""
         check_hex(sha256)
         parent, _, name = rel.rpartition("/")
         try:

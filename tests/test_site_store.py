@@ -354,3 +354,16 @@ def test_a_tmp_swapped_for_a_link_mid_import_redirects_nothing(
     assert list(elsewhere.rglob("*")) == []  # nothing written through the link
     assert len(list((store / "blobs" / "sha256").iterdir())) == 5
     assert list((store / "tmp-moved").iterdir()) == []  # the work directory removed by descriptor
+
+
+def test_directories_made_for_a_new_store_are_held_to_the_rule_too(tmp_path: Path, bundles: dict[str, Path],
+                                                                  signer: Keys) -> None:
+    """With umask 002, `import --store NEW/deep/store` makes NEW/deep group-writable on the way: the check
+    made again once the directories exist refuses it (the one before could not see them)."""
+    old = os.umask(0o002)
+    try:
+        r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", tmp_path / "new" / "deep" / "store")
+    finally:
+        os.umask(old)
+    assert r.exit_code == 1 and f"the directory {tmp_path / 'new' / 'deep'} above it is writable by its group" in r.output, \
+        r.output

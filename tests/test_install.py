@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -742,3 +743,26 @@ def test_success_is_said_once_on_stdout(bundles: dict[str, Path], keys: Keys, tm
         assert code == 0, stderr
         said = [line for line in (stdout + stderr).splitlines() if "installed" in line]
         assert said == [f"{verb}: toyengine 1.0-cpu at {root / 'toyengine' / '1.0-cpu'}"], said
+
+
+@pytest.mark.parametrize(
+    ("place", "name", "why"),
+    [
+        ("lib/python3.12/site-packages", "evil.pth", "lib/ belongs to the environment's own packages"),
+        ("lib64", "libc.so.6", "lib64/ belongs to the environment's own packages"),
+        ("lockbuild", "marker.json", "lockbuild/ belongs to the environment's own packages"),
+        ("bin", "activate", "bin/activate is the environment's interpreter or activation script"),
+    ],
+)
+def test_an_asset_placed_in_the_environments_own_files_is_refused(place: str, name: str, why: str) -> None:
+    from hostile import manifest as make_manifest
+
+    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.errors import IntegrityError
+
+    base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")
+    asset = Member(f"assets/{name}", 1, "0" * 64, "asset", "")
+    table = InstallTable("toyengine", ("toyengine", "--version"), "none", base.path,
+                         assets=(AssetPlace(asset.path, place),))
+    with pytest.raises(IntegrityError, match=re.escape(why)):
+        parse_manifest(make_manifest([base, asset], install=table).to_toml())

@@ -11,7 +11,7 @@ import pytest
 from test_trust import NOW, Signer, make_bundle, signature_block, signer, trust_dir, verify
 
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.errors import SignatureError
+from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.minisign.sigfile import parse_signatures
 from lockbuild.trust import digest_bundle, signature_path
 
@@ -57,3 +57,26 @@ def test_two_trusted_groups_with_different_statements_are_refused(tmp_path: Path
     signature_path(bundle).write_text(honest + other, encoding="utf-8")
     with pytest.raises(SignatureError, match="trusted signers sign different statements"):
         verify(bundle, trust_dir(tmp_path, keys["alice"], keys["bob"]), now=NOW)
+
+
+@pytest.mark.parametrize("prehash", [True, False])
+@pytest.mark.parametrize(("change", "said"), [("grow", "grew"), ("shrink", "shrank")])
+def test_a_bundle_that_changes_while_it_is_hashed_is_refused(
+    tmp_path: Path, prehash: bool, change: str, said: str
+) -> None:
+    # The size was checked against what trusted keys signed before a byte was read; the hash must cover
+    # exactly that many bytes, so a file that grows or shrinks under the reader is refused, not hashed short.
+    bundle, _ = make_bundle(tmp_path / "b")
+    size = bundle.stat().st_size
+
+    def meanwhile(checked: int) -> None:
+        assert checked == size
+        with bundle.open("r+b") as f:
+            if change == "grow":
+                f.seek(0, 2)
+                f.write(b"appended after the size check")
+            else:
+                f.truncate(size - 1)
+
+    with pytest.raises(IntegrityError, match=rf"the bundle .* {said} while it was read: expected {size} bytes"):
+        digest_bundle(bundle, check=meanwhile, prehash=prehash)

@@ -409,6 +409,27 @@ def test_install_follows_the_signed_manifest(bundles: dict[str, Path], keys: Key
     assert code == 1 and "the verify command (toyengine --fail) failed (exit 3)" in stderr
 
 
+def test_a_signed_lock_without_hashes_is_refused_on_the_node(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    """The node installs with --require-hashes whatever the lock says: a signer's lock whose lines carry
+    no hashes is refused by uv, and the previous install (none) is left as it was."""
+
+    def strip_hashes(m: Manifest, files: dict[str, bytes]) -> Manifest:
+        text = files["lock/requirements.txt"].decode()
+        stripped = re.sub(r"\s*\\\n\s*--hash=sha256:[0-9a-f]{64}", "", text)
+        assert stripped != text and "--hash" not in stripped
+        files["lock/requirements.txt"] = stripped.encode()
+        return m
+
+    bundle = repack(bundles["v1"], tmp_path / "edited", keys, strip_hashes)
+    root = tmp_path / "engines"
+    code, _, stderr = install(bundle, root, keys)
+    assert code != 0
+    assert "hash" in stderr.lower()
+    assert not (root / "toyengine" / "1.0-cpu").exists()
+
+
 # --- one fit rule ---------------------------------------------------------------------------------
 
 

@@ -406,3 +406,23 @@ def test_the_manifest_carries_upload_times_readers_before_it_pass_over(tmp_path:
     with pytest.raises(IntegrityError, match="only wheels and sdists"):
         parse_manifest(on_recipe)
     assert hashlib.sha256(raw).hexdigest() != hashlib.sha256(manifest(members).to_toml()).hexdigest()
+
+
+def test_the_site_wing_never_holds_a_secret_key() -> None:
+    """The index is signed by the signing process only (trust/sign.py::sign_in_fresh_process): no module of
+    the site wing reads a secret key or signs with one itself."""
+    import ast
+
+    import lockbuild
+
+    site = Path(lockbuild.__file__).parent / "site"
+    forbidden = {"read_secret_key", "SecretKey", "sign_prehashed", "sign_statement", "sign_bundle", "signproc"}
+    found = {}
+    for path in sorted(site.glob("*.py")):
+        nodes = list(ast.walk(ast.parse(path.read_text())))
+        names = {n.id for n in nodes if isinstance(n, ast.Name)} | {n.attr for n in nodes if isinstance(n, ast.Attribute)}
+        names |= {a.name.rpartition(".")[2] for n in nodes if isinstance(n, ast.ImportFrom | ast.Import) for a in n.names}
+        if hits := sorted(names & forbidden):
+            found[path.name] = hits
+    assert found == {}, "sign through lockbuild.trust.sign.sign_in_fresh_process"
+    assert "sign_in_fresh_process" in (site / "export.py").read_text()

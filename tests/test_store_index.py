@@ -224,6 +224,22 @@ def test_build_names_only_those_builds(tmp_path: Path) -> None:
     assert r.exit_code != 0 and "holds no toyengine/9-cpu" in r.output
 
 
+def test_one_file_name_with_two_contents_is_refused(tmp_path: Path) -> None:
+    keys = make_keys(tmp_path / "k")
+    store = tmp_path / "store"
+    name, data = make_wheel("shared", "1.0")
+    for version, wheel in (("1.0", data), ("1.1", data + b"\0")):
+        bundle = make_bundle(tmp_path / "b", [keys.secret], version=version,
+                             files=[("recipe.toml", f"# {version}\n".encode(), "recipe"), UV,
+                                    (f"wheels/{name}", wheel, "wheel")])
+        assert cli("import", bundle, "--trust", keys.trust, "--store", store).exit_code == 0
+    out = tmp_path / "pypi"
+    r = cli("store", "index", "--store", store, "--out", out)
+    assert r.exit_code != 0 and f"both list {name}, with different contents" in r.output
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert index(store, out, "--build", "toyengine/1.1-cpu")["files"] == 1
+
+
 def test_copied_when_a_link_cannot_stand_in(built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "linked"
     assert index(built.store, out)["linked"] == 2  # on one file system the files are hard-linked from the store

@@ -112,8 +112,8 @@ def _dists_of(builds: Sequence[Build]) -> list[tuple[Dist, str]]:
                     raise ExportError(f"{b.ref} and {ref} both list {filename}, with different contents "
                                       f"(sha256 {d.sha256[:16]}… and {other.sha256[:16]}…); an index holds one file "
                                       "per name.", tip="Export those builds into separate indexes (--build).")
-                if other.upload_time is None or (d.upload_time is not None and d.upload_time < other.upload_time):
-                    seen[filename] = (d, ref)
+                if other.upload_time is None and d.upload_time is not None:
+                    seen[filename] = (d, b.ref)  # the same file: keep the time one of its builds recorded
                 continue
             seen[filename] = (d, b.ref)
     return [seen[k] for k in sorted(seen)]

@@ -258,8 +258,15 @@ def assemble_from(
         zstd_version=".".join(map(str, zstandard.ZSTD_VERSION)),
         exclude_newer_package=b.exclude_newer_package,
         provenance=_attested(plan, entries),
+        upload_times=_uploaded(plan, entries),
     )
     return manifest, entries
+
+
+def _uploaded(plan: Plan, entries: list[Entry]) -> tuple[tuple[str, str], ...]:
+    """The manifest's upload times: each wheel or sdist of the lock whose index gave one, in member order."""
+    by_path = {f.bundle_path: iso(f.upload_time) for f in plan.lock.files if f.upload_time is not None}
+    return tuple((e.member.path, by_path[e.member.path]) for e in entries if e.member.path in by_path)
 
 
 def _attested(plan: Plan, entries: list[Entry]) -> tuple[tuple[str, Provenance], ...]:

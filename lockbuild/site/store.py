@@ -33,7 +33,6 @@ from lockbuild.bundle.manifest import Manifest, parse_manifest
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError
 from lockbuild.fsio import (
-    ancestor_problem,
     busy_error,
     create_new,
     flocked,
@@ -41,7 +40,6 @@ from lockbuild.fsio import (
     open_dir,
     open_lockfile,
     open_regular,
-    open_under,
     open_writable,
     owner_problem,
     read_regular,
@@ -74,13 +72,11 @@ class Store:
         self.root = root
         self.limits = limits
         self._fds: list[int] = []
-        self._check_ancestors()  # before anything is made there
         if create:
             try:
                 root.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot make the store {root}: {exc.strerror or exc}.") from None
-            self._check_ancestors()  # the directories just made too
         try:
             self.fd = self._keep(open_dir(root, follow=True))
         except OSError as exc:
@@ -107,24 +103,6 @@ class Store:
             raise StoreError(f"refused the store {self.root}: {where} {problem}, so another user could change "
                              "what it holds.", tip=f"Make {where} owned by the user running lockbuild (or root) and "
                              "writable by no one else (chown, chmod go-w).")
-
-    def _check_ancestors(self) -> None:
-        """The rule --root has for the directories above it (``fsio.ancestor_problem``): owned by root or
-        this user, writable by no one else unless sticky. Otherwise another user could rename the store
-        away and put a tree of theirs in its place while lockbuild imports into it or installs from it."""
-        try:
-            found = ancestor_problem(self.root)
-        except OSError as exc:
-            raise StoreError(f"cannot examine {exc.filename}, above the store {self.root}: "
-                             f"{exc.strerror or exc}.") from None
-        if found is None:
-            return
-        fix = ("Put the store under directories owned by root or by the user running lockbuild" if found.owner else
-               "Put the store under directories only root (or the user running lockbuild) can write, or make the "
-               f"shared one sticky (chmod +t {found.directory})")
-        raise StoreError(f"refused the store {self.root}: the directory {found.directory} above it {found.problem}, "
-                         "so another user could swap the store for a tree of theirs while lockbuild works in it.",
-                         tip=f"{fix}; see docs/site-administrators.md.")
 
     def _keep(self, fd: int) -> int:
         self._fds.append(fd)
@@ -266,37 +244,16 @@ class Store:
         return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
     def adopt(self, path: Path, sha256: str) -> None:
-        """Move a checked file under tmp/ (named by its path, as a pull names its partial blob) into blobs/:
-        the path only names it; the file is reached from tmp/'s descriptor (:meth:`adopt_at`)."""
-        try:
-            rel = path.relative_to(self.root / "tmp").as_posix()
-        except ValueError:
-            raise StoreError(f"internal: {path} is not under the store's tmp/.") from None
-        self.adopt_at(self.tmp, rel, sha256, str(path))
-
-    def adopt_at(self, dir_fd: int, rel: str, sha256: str, shown: str) -> None:
-        """Move the checked file ``rel`` under the opened directory ``dir_fd`` into blobs/ under its sha256:
-        walked by descriptor (a link on the way is refused), fsynced, renamed from its directory's
-        descriptor to blobs/' (never through a path another rename could redirect), blobs/ fsynced by
-        :meth:`sync`. Replaces a damaged copy, if one was there."""
+        """Move a checked file (under tmp/) into blobs/ under its sha256: fsync, rename, fsync the dir."""
         check_hex(sha256)
-        parent, _, name = rel.rpartition("/")
         try:
-            fd = open_under(dir_fd, parent)
-        except OSError as exc:
-            raise StoreError(f"internal: cannot reach the checked member {shown}: {exc.strerror or exc}.") from None
-        try:
-            try:
-                f, _ = open_regular(name, what="checked member", max_size=self.limits.max_member, error=StoreError,
-                                    dir_fd=fd, shown=shown)
-            except FileNotFoundError:
-                raise StoreError(f"internal: the checked member {shown} is gone.") from None
-            with f:
-                os.fchmod(f.fileno(), 0o444)  # content-addressed: never edited in place
-                os.fsync(f.fileno())
-            os.rename(name, sha256, src_dir_fd=fd, dst_dir_fd=self.blobs)
-        finally:
-            os.close(fd)
+            f, _ = open_regular(path, what="checked member", max_size=self.limits.max_member, error=StoreError)
+        except FileNotFoundError:
+            raise StoreError(f"internal: the checked member {path} is gone.") from None
+        with f:
+            os.fchmod(f.fileno(), 0o444)  # content-addressed: never edited in place
+            os.fsync(f.fileno())
+        os.rename(path, sha256, dst_dir_fd=self.blobs)  # replaces a damaged copy, if one was there
 
     def sync(self) -> None:
         fsync_dir(self.blobs)

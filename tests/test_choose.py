@@ -203,6 +203,64 @@ def test_stated_facts_are_used_strictly_and_marked(tmp_path: Path, no_smi: None)
         detect(environ={"LOCKBUILD_GPU_FACTS": str(tmp_path / "absent.json")})
 
 
+def smi_script(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """A fake nvidia-smi on PATH running ``body`` (sh)."""
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("LOCKBUILD_GPU_FACTS", raising=False)
+
+
+def test_a_gpu_name_that_is_not_utf_8_is_decoded_with_replacement(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One byte that is not UTF-8 in a GPU name: the facts are read (with U+FFFD), never an internal error."""
+    smi_script(tmp_path / "bin", monkeypatch, r"printf '580.65.06, 8.0, NVIDIA A100 \377\n'")
+    n = detect()
+    assert n.driver == "580.65.06" and n.gpus == (Gpu("NVIDIA A100 \ufffd", (8, 0)),)
+    code, data, err = run("doctor", "--root", tmp_path / "e", "--catalogue", tmp_path, "--trust", tmp_path)
+    assert code == 0 and data["node"]["gpus"] == [{"name": "NVIDIA A100 \ufffd", "capability": "8.0"}], err
+
+
+@pytest.mark.parametrize("line", [
+    r"580.65.06, 8.0, NVIDIA \033]0;owned\007A100",  # an escape sequence in the name
+    r"580.65.06, 8.0, NVIDIA \342\200\256A100",  # a bidirectional override
+    r"580.65.06; rm -rf, 8.0, NVIDIA A100",  # not a driver version
+    r"580.65.06, [N/A], NVIDIA A100",  # a GPU whose capability is unknown is never left out
+    r"580.65.06, 8.0, " + "A" * 129,
+])
+def test_nvidia_smi_output_is_held_to_the_rules_of_stated_facts(line: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    smi_script(tmp_path / "bin", monkeypatch, f"printf '{line}\\n'")
+    with pytest.raises(FactsError, match=r"for a GPU; expected DRIVER, X\.Y, NAME"):
+        detect()
+    r = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path / "e"), "--catalogue", str(tmp_path)])
+    assert r.exit_code == 1 and "ERROR " in r.stderr and "internal" not in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr and "\u202e" not in r.stderr  # what it printed is shown escaped
+
+
+def test_two_drivers_or_too_many_gpus_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    smi_script(tmp_path / "bin", monkeypatch, "echo '580.65.06, 8.0, A'; echo '535.10, 8.0, B'")
+    with pytest.raises(FactsError, match="one driver"):
+        detect()
+    smi_script(tmp_path / "bin", monkeypatch, "for i in $(seq 65); do echo \"580.65.06, 8.0, GPU $i\"; done")
+    with pytest.raises(FactsError, match="lists 65 GPUs; expected at most 64"):
+        detect()
+
+
+def test_nvidia_smi_output_is_read_bounded_and_the_tool_killed_past_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An nvidia-smi that prints megabytes, then holds its output open: stopped at the bound, at once."""
+    import time
+
+    smi_script(tmp_path / "bin", monkeypatch, "head -c 3000000 /dev/zero | tr '\\0' a; sleep 60")
+    started = time.monotonic()
+    with pytest.raises(FactsError, match="printed over 65536 bytes"):
+        detect()
+    assert time.monotonic() - started < 20
+
+
 # --- the recipe and the signed manifest ------------------------------------------------------------
 
 

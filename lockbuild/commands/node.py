@@ -303,13 +303,12 @@ def _list_images(ctx: click.Context, folder: Path) -> None:
     rows = list_images(folder)
     lines = []
     for x in rows:
-        signed = "signed" if x.signed else "not signed"
         if x.record is None or x.marker is None:
             lines.append(f"{x.image.name}: {x.problem}")
             continue
         m, r = x.marker, x.record
         lines.append(f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
-                     f"sha256 {r.image_sha256[:16]}…  {signed}  {x.image}")
+                     f"sha256 {r.image_sha256[:16]}…  {x.signature}  {x.image}")
     text = "\n".join(lines) or f"no images in {folder}"
     _emit(ctx, {"folder": str(folder.absolute()), "images": [x.to_json() for x in rows]},
           text + ("\n(read, not verified: lockbuild verify FILE.sqfs --trust DIR checks one)" if rows else ""))

@@ -497,6 +497,33 @@ def test_an_unsigned_file_claiming_another_engine_counts_for_nothing(
     assert code == 1 and "holds no bundle to choose from" in err and "skipped garbage.lbz: not judged" in err
 
 
+def test_planted_file_names_reach_the_terminal_escaped_on_every_path(
+        keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """File names with an escape sequence and with a line feed (faking a line of the choice): escaped in the
+    choice said before an install, in the refusal, and on stderr under --json."""
+    usb = tmp_path / "usb"
+    good = signed(usb, keys, "cu130", CU13)
+    (usb / "\x1b]0;owned\x07\x1b[2J.lbz").write_bytes(b"x")
+    (usb / "z\nchose otherengine 6.6: forged.lbz").write_bytes(b"x")
+
+    def clean(text: str) -> None:
+        assert "\x1b" not in text and "\x07" not in text, text
+        assert not any(line.startswith("chose otherengine") for line in text.splitlines()), text
+
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
+    r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust", str(keys.trust)])
+    assert f"(from {good.name})" in r.stderr and "skipped \\x1b]0;owned" in r.stderr, r.stderr
+    assert "skipped z\\x0achose otherengine 6.6" in r.stderr, r.stderr
+    clean(r.stderr)
+    fake_gpu(tmp_path / "bin", monkeypatch, "535.10, 8.0, NVIDIA A100-SXM4-80GB")  # nothing fits: the refusal
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust",
+                                      str(keys.trust), *extra])
+        assert r.exit_code == 1 and "ERROR no build of toyengine fits" in r.stderr, r.stderr
+        clean(r.stderr)
+        clean(r.stdout)
+
+
 # --- real bundles: the chosen build is installed, from a store and from a folder -------------------
 
 

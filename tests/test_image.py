@@ -275,6 +275,29 @@ def test_list_images_reads_a_marker_bounded_and_kills_unsquashfs_past_the_bound(
     assert row["signature_file"] == "present (not verified)" and "signed" not in row
 
 
+def test_list_images_escapes_what_an_image_and_its_name_say(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image named with an escape sequence and a line feed, whose (unverified) marker names its engine
+    with them too: each listed row is one line, escaped."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = {"engine": "evil\x1b[2J\nchose x", "version": "1", "variant": "v", "binary": "b", "requirements": [],
+              "exclude_newer": "", "uv": "0", "installed": "", "bundle": "b.lbz", "bundle_sha256": "0" * 64,
+              "serial": 1, "signers": [], "python": "3.12", "platform": "p", "lockbuild": "0"}
+    (fake / "unsquashfs").write_text(f"#!/bin/sh\nprintf '%s' '{json.dumps(marker)}'\n")
+    (fake / "unsquashfs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    folder = tmp_path / "images"
+    sqfs = _planted_image(folder)
+    for name in ("a\x1b]0;owned\x07\nforged line.sqfs", "b.sqfs"):
+        for suffix in ("", ".json"):
+            shutil.copyfile(folder / (sqfs.name + suffix), folder / (name + suffix))
+    code, stdout, stderr = cli("list", "--images", folder)
+    assert code == 0, stderr
+    assert "\x1b" not in stdout and "\x07" not in stdout, stdout
+    assert not any(line.startswith(("forged", "chose")) for line in stdout.splitlines()), stdout
+    assert "evil\\x1b[2J\\x0achose x" in stdout and "owned\\x07\\x0aforged line.sqfs" in stdout, stdout
+
+
 @pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="needs squashfs-tools")
 def test_a_real_image_whose_marker_is_a_huge_sparse_file_is_listed_with_the_bound(tmp_path: Path) -> None:
     folder = tmp_path / "images"

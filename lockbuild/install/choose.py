@@ -28,6 +28,7 @@ from lockbuild.install.node import Node, free_bytes
 from lockbuild.site.sources import Choosing, StoreBuild
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import parse_ref
+from lockbuild.text import one_line
 from lockbuild.trust import TrustedBundle, TrustStore, open_source
 from lockbuild.trust.source import BundleFile, Source
 
@@ -133,8 +134,9 @@ class Chosen:
         return {**self.choice.to_json(), "node": node_json(self.node), "skipped": list(self.skipped)}
 
     def lines(self, *, fix: bool = True) -> list[str]:
-        return [self.choice.head(), "  " + node_line(self.node), *self.choice.passed_over(fix=fix),
-                *(f"  skipped {s}" for s in self.skipped)]
+        """The text: one line each (a file name or a reason that quotes one never starts a line of its own)."""
+        return [self.choice.head(), one_line("  " + node_line(self.node)), *self.choice.passed_over(fix=fix),
+                *(one_line(f"  skipped {s}") for s in self.skipped)]
 
 
 @contextlib.contextmanager

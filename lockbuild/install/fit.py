@@ -19,6 +19,7 @@ from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.install.node import Node
 from lockbuild.target import parse_platform
+from lockbuild.text import one_line
 from lockbuild.times import iso
 
 GpuCheck = Literal["auto", "require", "skip"]
@@ -166,9 +167,9 @@ class Choice:
 
     def head(self) -> str:
         if self.chosen is None:
-            return f"no build of {self.asked} fits: {self.why}"
+            return one_line(f"no build of {self.asked} fits: {self.why}")
         where = f" (from {self.chosen.source})" if self.chosen.source else ""
-        return f"chose {self.chosen.build}: {self.why}{where}"
+        return one_line(f"chose {self.chosen.build}: {self.why}{where}")
 
     def lines(self, *, fix: bool = True) -> list[str]:
         """The choice, then each other candidate and why it was passed over (then the fix, if asked)."""
@@ -182,9 +183,9 @@ class Choice:
             mark = "fits, passed over" if c.fits else "does not fit"
             via = f" (serves {c.serves})" if c.serves else ""
             where = f" ({c.option.source})" if c.option.source else ""
-            out.append(f"  {c.option.build}{where}{via}: {mark}: {'; '.join(c.reasons)}")
+            out.append(one_line(f"  {c.option.build}{where}{via}: {mark}: {'; '.join(c.reasons)}"))
         if self.fix and fix:
-            out.append(f"  fix: {self.fix}")
+            out.append(one_line(f"  fix: {self.fix}"))
         return out
 
 

@@ -524,6 +524,15 @@ def test_planted_file_names_reach_the_terminal_escaped_on_every_path(
         clean(r.stdout)
 
 
+def test_doctor_shows_a_planted_catalogue_file_name_on_one_line(tmp_path: Path, no_smi: None) -> None:
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "x\nlockbuild   all is well \x1b[32mOK.lbz").write_bytes(b"not a bundle")
+    r = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path / "e"), "--catalogue", str(cat)])
+    assert "catalogue   PROBLEM: x\\x0alockbuild   all is well \\x1b[32mOK.lbz: " in r.stdout, r.stdout
+    assert not any(line.startswith("lockbuild   all is well") for line in r.stdout.splitlines())
+
+
 # --- real bundles: the chosen build is installed, from a store and from a folder -------------------
 
 

@@ -522,6 +522,12 @@ def test_planted_file_names_reach_the_terminal_escaped_on_every_path(
         assert r.exit_code == 1 and "ERROR no build of toyengine fits" in r.stderr, r.stderr
         clean(r.stderr)
         clean(r.stdout)
+    good.unlink()  # nothing signed: the refusal names every file, each on the ERROR line
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust",
+                                      str(keys.trust), *extra])
+        assert r.exit_code == 1 and "holds no bundle to choose from" in r.stderr, r.stderr
+        clean(r.stderr)
 
 
 def test_doctor_shows_a_planted_catalogue_file_name_on_one_line(tmp_path: Path, no_smi: None) -> None:

@@ -111,7 +111,7 @@ def _one_engine(cands: Sequence[Candidate], where: str, skipped: Sequence[str] =
     """The one engine the signed candidates are builds of (a refused file claims nothing)."""
     engines = sorted({c.option.engine for c in cands if c.opened is not None})
     if not engines:
-        found = f"; skipped {'; '.join(skipped)}" if skipped else ""
+        found = f"; skipped {'; '.join(one_line(s) for s in skipped)}" if skipped else ""
         raise InstallError(f"{where} holds no bundle to choose from: expected signed .lbz files with their "
                            f".minisig, whose signatures meet the policy{found}.",
                            tip="Copy the bundles and their .minisig files into the folder.")

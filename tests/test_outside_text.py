@@ -76,3 +76,14 @@ def test_node_tools_output_is_read_through_the_bounded_reader() -> None:
                    and "subprocess" in ((n.module or "") if isinstance(n, ast.ImportFrom) else "")
                    + " ".join(a.name for a in n.names)]
         assert not uses and not imports, f"{rel} runs a tool with subprocess (lines {uses + imports})"
+
+
+def test_the_choice_reads_nothing_of_a_bundle_before_the_trust_decision() -> None:
+    """The choosing forms take a candidate's facts from its opening only: install/choose.py reads no bundle
+    head, manifest or tar of its own (a planted file's claims would count otherwise)."""
+    tree = ast.parse((PACKAGE / "install/choose.py").read_text())
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in modules if m.startswith("lockbuild.bundle")}, modules
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not names & {"read_head", "parse_manifest", "manifest_bytes", "members"}, names

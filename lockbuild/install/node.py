@@ -79,7 +79,7 @@ def _driver_from_proc(path: Path) -> str | None:
 
 
 class FactsError(LockbuildError):
-    """LOCKBUILD_GPU_FACTS names a file that does not state the facts plainly."""
+    """The node's GPU facts are not stated plainly: by the LOCKBUILD_GPU_FACTS file, or by nvidia-smi."""
 
 
 def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:

@@ -432,3 +432,26 @@ def test_the_resolution_is_repeated_until_each_sdist_was_resolved_with_its_own_m
 
     with pytest.raises(ResolveError, match="its metadata was read from another file"):
         resolve_with_sdists(lambda known: ("r", (_file("a", "1.0", "other" if known else "s"),)), meta)
+
+
+def test_only_the_compile_that_runs_no_backend_keeps_the_network_in_the_sandbox() -> None:
+    """Every sandbox.Spec in lockbuild is made without network, except the one of builder/resolve.py's
+    compile, which is given every sdist's metadata and runs no backend: a new networked sandbox (for a
+    build backend, an engine, a recipe's command) fails here."""
+    import ast
+
+    import lockbuild
+
+    package = Path(lockbuild.__file__).parent
+    networked = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            for kw in node.keywords:
+                if name == "Spec" and kw.arg == "network" and not (
+                    isinstance(kw.value, ast.Constant) and kw.value.value is False
+                ):
+                    networked.append(str(path.relative_to(package)))
+    assert networked == ["builder/resolve.py"]

@@ -214,14 +214,19 @@ class Planner:
                 extras.append(ExtraFile(f"assets/{name}", "asset", got.url, got.sha256(), got.size))
         if build.interpreter is not None:
             extras.append(self._interpreter(build))
-        resolution, files = resolve_with_sdists(  # no build backend runs with the network (sdistlock.py)
-            lambda known: self._resolve(requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node,
-                                        sdist_metadata=known),
-            lambda f: read_sdist_metadata(
+        def read_metadata(f: LockedFile) -> SdistMetadata:
+            self.progress.phase(f"{build.id}: reading the metadata of {f.filename} (its backend, if it must run, "
+                                "runs in the sandbox without network)")
+            return read_sdist_metadata(
                 f, open_file=lambda g: open_verified(self.fetcher, Wanted(g.url, g.sha256, g.size, g.filename)),
                 lock_build_deps=lambda reqs: self._resolve(list(reqs), build, as_of, extra, {}, pool)[1],
                 target=build.target, inherit=dict(self.settings.child_environ),
-            ),
+            )
+
+        resolution, files = resolve_with_sdists(  # no build backend runs with the network (sdistlock.py)
+            lambda known: self._resolve(requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node,
+                                        sdist_metadata=known),
+            read_metadata,
         )
         files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740 (issue 28)
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})

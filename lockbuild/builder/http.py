@@ -16,7 +16,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from lockbuild import __version__
-from lockbuild.errors import RemoteError
+from lockbuild.errors import RemoteError, certificate_tip
 from lockbuild.settings import Settings
 from lockbuild.urls import check_transport, public
 
@@ -106,7 +106,7 @@ def get_json(
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip="Check the network, the proxy settings and the address.",
+                tip=certificate_tip(str(exc)) or "Check the network, the proxy settings and the address.",
             ) from None
         try:
             return json.loads(body), current

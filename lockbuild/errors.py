@@ -69,3 +69,18 @@ class PlatformError(LockbuildError):
     self-test here proves nothing, so it stops with its own exit code instead of passing."""
 
     exit_code = 6
+
+
+CERTIFICATE_SIGNS = ("certificate", "CERTIFICATE_VERIFY_FAILED", "UnknownIssuer")
+
+
+def certificate_tip(text: str) -> str | None:
+    """The tip for a TLS certificate that could not be verified (a TLS-inspecting proxy, a private index),
+    when ``text`` (an error's own words) shows one; else None."""
+    if not any(sign.lower() in text.lower() for sign in CERTIFICATE_SIGNS):
+        return None
+    return (
+        "The server's TLS certificate is not signed by a CA this machine trusts (behind a TLS-inspecting proxy, "
+        "or for an index with a private CA): set SSL_CERT_FILE to the CA bundle that signs it (or SSL_CERT_DIR "
+        "to a directory of CA certificates), or UV_NATIVE_TLS=1 to use the system's certificate store."
+    )

@@ -1,13 +1,14 @@
 """The one sandbox for other people's code on the builder (issue 23): bubblewrap.
 
-Build backends (prebuild, and uv's metadata hooks while locking), the engine and the recipe's commands
-under ``build --self-test`` all run through :func:`run`. The sandbox has new user, mount, PID, IPC, UTS,
-cgroup and network namespaces (``--unshare-all`` plus an explicit ``--unshare-user``, as root too; the
-network is kept only for ``Spec(network=True)``), no capabilities, no nested user namespaces, a new
-``/proc`` that shows only its own processes, a minimal ``/dev``, a tmpfs ``/tmp`` and ``HOME``, and a
-read-only view of the system's programs and libraries plus a short list of ``/etc`` files. Nothing else
-of the host is there: no ``/run``, no host ``/tmp``, no home directory, no sockets. Only the binds a
-:class:`Spec` names are added, read-only unless marked writable.
+Build backends (prebuild, and an sdist's metadata hooks while locking: both without network), the engine
+and the recipe's commands under ``build --self-test`` all run through :func:`run`; the one networked
+use, the lock's ``uv pip compile`` with sdists, runs no backend (``builder/resolve.py``). The sandbox
+has new user, mount, PID, IPC, UTS, cgroup and network namespaces (``--unshare-all`` plus an explicit
+``--unshare-user``, as root too; the network is kept only for ``Spec(network=True)``), no capabilities,
+no nested user namespaces, a new ``/proc`` that shows only its own processes, a minimal ``/dev``, a
+tmpfs ``/tmp`` and ``HOME``, and a read-only view of the system's programs and libraries plus a short
+list of ``/etc`` files. Nothing else of the host is there: no ``/run``, no host ``/tmp``, no home
+directory, no sockets. Only the binds a :class:`Spec` names are added, read-only unless marked writable.
 
 When the command exits, bwrap exits and the PID namespace's init dies, so the kernel kills whatever the
 command left behind (a double-forked daemon included); ``--die-with-parent`` does the same if lockbuild

@@ -16,6 +16,7 @@ import click
 
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.errors import IntegrityError
+from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
     from lockbuild.site.oci import Credentials
@@ -180,9 +181,10 @@ def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str,
             "files": len(done.dists), "linked": done.linked, "signer": done.signer,
             "without_upload_time": list(missing)}
     if missing and not as_json:
-        click.echo(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as PyTorch's does); "
-                   f"uv's --exclude-newer cannot place them: {', '.join(missing[:10])}"
-                   f"{' …' if len(missing) > 10 else ''}", err=True)
+        names = one_line(", ".join(missing[:10]))
+        click.echo(for_terminal(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
+                                f"PyTorch's does); uv's --exclude-newer cannot place them: {names}"
+                                f"{' …' if len(missing) > 10 else ''}"), err=True)
     signed = f"; SHA256SUMS signed by {done.signer}" if done.signer else ""
     _emit(ctx, data, f"OK indexed {len(done.dists)} file(s) of {len(done.builds)} build(s) at {out} "
                      f"({done.linked} hard-linked from the store){signed}")

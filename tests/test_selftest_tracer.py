@@ -334,6 +334,8 @@ CAPTURED = "\n".join([
     f'29690 writev(3<UDP:[49570]>, [{{iov_base="{_hex(_q("e.example")[:10])}", iov_len=10}}, {{iov_base="'
     f'{_hex(_q("e.example")[10:])}", iov_len=17}}], 2) = -1 ECONNREFUSED (Connection refused)',
     f'29690 sendto(3<UDP:[49570]>, "{_hex(_q("f.example"))}", 27, 0, NULL, 0) = 27',
+    '29690 sendfile(3<UDP:[49570]>, 4<\\x2f\\x74\\x6d\\x70\\x2f\\x71>, [0] => [28], 28) = 28',
+    '29690 splice(5<\\x70\\x69\\x70\\x65\\x3a\\x5b\\x31\\x5d>, NULL, 3<UDP:[49570]>, NULL, 28, 0) = 28',
     f'29690 write(1<\\x2f\\x64\\x65\\x76\\x2f\\x6e\\x75\\x6c\\x6c<char 1:3>>, "{_hex(_q("not.sent"))}", 26) = 26',
     '29690 socket(AF_INET, SOCK_DGRAM, IPPROTO_IP) = 4<UDP:[49581]>',
     f'29690 sendmmsg(4<UDP:[49581]>, [{{msg_hdr={{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr('
@@ -351,7 +353,8 @@ def test_captured_sends_to_port_53_are_named_by_their_bytes() -> None:
     log = parse(CAPTURED)
     assert [(t.call, t.name) for t in log.attempts] == [
         ("sendmsg", "b.example"), ("sendmsg", "c.example"), ("write", "d.example"), ("writev", "e.example"),
-        ("sendto", "f.example"), ("sendmmsg", "h.example"), ("sendmmsg", "i.example"),
+        ("sendto", "f.example"), ("sendfile", None), ("splice", None),  # bytes the line does not show
+        ("sendmmsg", "h.example"), ("sendmmsg", "i.example"),
         ("connect", None),  # a stream to port 53 that never sent a query: a look-up of a name not read
     ]
     assert all(t.lookup and (t.host, t.port) == ("127.0.0.1", 53) for t in log.attempts)

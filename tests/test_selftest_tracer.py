@@ -369,6 +369,14 @@ def test_a_sendmmsg_shown_in_two_halves_is_read_when_it_resumes() -> None:
     assert [(t.call, t.name) for t in log.attempts] == [("sendmmsg", "late.example")]
 
 
+def test_bytes_after_a_string_cut_short_are_not_read_as_the_query() -> None:
+    head = _q("hub.example")[:16]  # the header and b"\x03hub", then strace's -s cut the iovec short
+    line = (f'5 sendmsg(6<UDP:[14]>, {{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, '
+            f'msg_namelen=16, msg_iov=[{{iov_base="{_hex(head)}"..., iov_len=2000}}, {{iov_base="'
+            f'{_hex(_q("hub.example")[16:])}", iov_len=13}}], msg_iovlen=2, msg_controllen=0, msg_flags=0}}, 0) = 2013')
+    assert [(t.call, t.name) for t in parse(line).attempts] == [("sendmsg", None)]
+
+
 def test_a_python_look_up_and_a_native_one_are_two_attempts_and_no_note_names_either() -> None:
     import base64
 

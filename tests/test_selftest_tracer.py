@@ -377,6 +377,25 @@ def test_bytes_after_a_string_cut_short_are_not_read_as_the_query() -> None:
     assert [(t.call, t.name) for t in parse(line).attempts] == [("sendmsg", None)]
 
 
+def test_an_address_or_buffer_strace_could_not_read_is_no_peer_and_no_name() -> None:
+    """Another thread can unmap what a call sent before strace reads it (sendmmsg is read when it returns):
+    strace then shows a pointer. An address not read is somewhere, never the socket's peer; bytes not read
+    name nothing."""
+    q = _hex(_q("evil.example"))
+    lines = [
+        f'5 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, 16) = 0',
+        "5 write(6<UDP:[14]>, 0x7ffd0000, 30) = 30",
+        f'5 sendto(6<UDP:[14]>, "{q}", 30, 0, 0x7ffd0000, 16) = 30',
+        f'5 sendmsg(6<UDP:[14]>, {{msg_name=0x7ffd0000, msg_namelen=16, msg_iov=[{{iov_base="{q}", iov_len=30}}], '
+        "msg_iovlen=1, msg_controllen=0, msg_flags=0}, 0) = 30",
+        "5 sendmmsg(6<UDP:[14]>, 0x7ffd0000, 2, 0) = 2",
+        f'5 sendto(6<UDP:[14]>, "{q}", 30, 0, NULL, 0) = 30',  # the socket's peer: read as usual
+    ]
+    assert [(t.call, t.host, t.lookup, t.name) for t in parse("\n".join(lines)).attempts] == [
+        ("write", "127.0.0.1", True, None), ("sendto", "?", False, None), ("sendmsg", "?", False, None),
+        ("sendmmsg", "?", False, None), ("sendto", "127.0.0.1", True, "evil.example")]
+
+
 def test_a_python_look_up_and_a_native_one_are_two_attempts_and_no_note_names_either() -> None:
     import base64
 

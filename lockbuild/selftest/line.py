@@ -34,6 +34,9 @@ FDS = re.compile(r"\d+<([A-Za-z0-9-]+):\[(\d+)\]>")  # every socket a call names
 FIRST_ARG = re.compile(r"^(?P<family>[A-Z0-9_]+|0x[0-9a-f]+|\d+)[,\s]")
 STRING = re.compile(_HEX.format("s") + r"(?P<cut>\.\.\.)?")
 _IOV = re.compile(r"iov_base=" + _HEX.format("s") + r"(?P<cut>\.\.\.)?")
+_BUFFER = re.compile(r"^\d+(?:<(?:[^<>]|<[^<>]*>)*>)?, " + _HEX.format("s") + r"(?P<cut>\.\.\.)?")  # the 2nd argument
+_SENDTO_UNREAD = re.compile(r", 0x[0-9a-f]+, [1-9]\d*\)(?: = |$)")  # sendto's address shown as a pointer
+_MMSG_UNREAD = re.compile(r"^\d+(?:<(?:[^<>]|<[^<>]*>)*>)?, 0x[0-9a-f]+,")  # sendmmsg's vector shown as a pointer
 
 
 @dataclass(frozen=True)
@@ -96,17 +99,25 @@ def _payload(strings: Sequence[re.Match[str]]) -> tuple[bytes, bool]:
     return data, True
 
 
-def messages(call: str, args: str) -> list[tuple[list[Address], bytes, bool]]:
+def messages(call: str, args: str, family: str = "AF_INET") -> list[tuple[list[Address], bytes, bool]]:
     """What a sending call sends, message by message: (the addresses it names, the bytes, shown whole).
-    ``sendto`` and ``write``: the buffer, strace's first string; ``sendmsg`` and the ``writev`` family: the
+    ``sendto`` and ``write``: the buffer, their second argument; ``sendmsg`` and the ``writev`` family: the
     ``iov_base`` strings only (``msg_name``'s ``inet_addr("...")`` comes first and is no data); ``sendmmsg``:
-    each ``msg_hdr`` on its own, with its own address. A buffer strace could not read is no bytes."""
+    each ``msg_hdr`` on its own, with its own address. A buffer strace could not read is no bytes; an
+    address it could not read (a pointer where ``msg_name`` or sendto's address should be, a ``sendmmsg``
+    vector shown as a pointer) is ``(family, "?", None)``: somewhere, not the socket's peer."""
+    unread: Address = (family, "?", None)
     if call == "sendmmsg":
-        return [(addresses(part), *_payload(list(_IOV.finditer(part)))) for part in args.split("{msg_hdr=")[1:]]
+        if _MMSG_UNREAD.match(args):
+            return [([unread], b"", False)]
+        return [(addresses(part) or ([unread] if "msg_name=0x" in part else []), *_payload(list(_IOV.finditer(part))))
+                for part in args.split("{msg_hdr=")[1:]]
     if call in ("sendmsg", "writev", "pwritev", "pwritev2"):
-        return [(addresses(args) if call == "sendmsg" else [], *_payload(list(_IOV.finditer(args))))]
-    first = STRING.search(args)
-    return [(addresses(args) if call == "sendto" else [], *_payload([first] if first else []))]
+        addrs = addresses(args) or ([unread] if call == "sendmsg" and "msg_name=0x" in args else [])
+        return [(addrs, *_payload(list(_IOV.finditer(args))))]
+    first = _BUFFER.match(args)
+    addrs = (addresses(args) or ([unread] if _SENDTO_UNREAD.search(args) else [])) if call == "sendto" else []
+    return [(addrs, *_payload([first] if first else []))]
 
 
 def socket_of(args: str) -> tuple[str | None, str | None, Address | None]:

@@ -277,7 +277,8 @@ class Parser:
                 if fam not in INET_FAMILIES and fam not in LOCAL_FAMILIES and fam != "AF_UNSPEC":
                     self._add(Traced(call, fam, host, port, pid))  # binding is no attempt on an Internet socket
             return
-        for addrs, data, whole in messages(call, args):
+        family = "AF_INET6" if (kind or "").endswith("v6") else "AF_INET"
+        for addrs, data, whole in messages(call, args, family):
             for fam, host, port in addrs or ([peer] if peer else []):
                 if fam in LOCAL_FAMILIES or fam == "AF_UNSPEC":
                     continue

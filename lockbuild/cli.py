@@ -54,6 +54,7 @@ SUMMARIES: dict[str, str] = {
     "store list": "List the builds a store holds, with their sizes.",
     "store verify": "Re-hash every blob and check every build.",
     "store gc": "Remove the blobs that no build references.",
+    "store index": "Write a static package index of a store for pip and uv.",
     "delta": "Write a delta: only the files a store lacks.",
     "split": "Cut a bundle into parts that cat joins again.",
     "push": "Push a signed build to an OCI registry.",

@@ -10,22 +10,32 @@ raised without a tip of its own carries its kind's ``default_tip``, one that fit
 from __future__ import annotations
 
 NETWORK_TIP = "Check the network, the proxy settings (HTTPS_PROXY, NO_PROXY) and the address."
+CERTIFICATE_SIGNS = ("certificate", "CERTIFICATE_VERIFY_FAILED", "UnknownIssuer")
 TLS_TIP = (
-    "The server's TLS certificate did not verify. If a proxy or a private CA signs it, set SSL_CERT_FILE to "
-    "that CA's PEM file (verification stays on); otherwise check the address and this machine's clock."
+    "The server's TLS certificate is not signed by a CA this machine trusts (behind a TLS-inspecting proxy, "
+    "or for an index with a private CA): set SSL_CERT_FILE to the CA bundle that signs it (or SSL_CERT_DIR "
+    "to a directory of CA certificates), or UV_NATIVE_TLS=1 to use the system's certificate store."
 )
 
 
+def certificate_tip(text: str) -> str | None:
+    """The tip for a TLS certificate that could not be verified (a TLS-inspecting proxy, a private index),
+    when ``text`` (an error's own words) shows one; else None."""
+    if not any(sign.lower() in text.lower() for sign in CERTIFICATE_SIGNS):
+        return None
+    return TLS_TIP
+
+
 def transport_tip(exc: BaseException) -> str:
-    """The tip for a failed connection: a certificate that did not verify gets SSL_CERT_FILE, the rest
-    the network's own."""
+    """The tip for a failed connection: a certificate that did not verify gets SSL_CERT_FILE
+    (:func:`certificate_tip`), the rest the network's own."""
     import ssl
 
     seen: BaseException | None = exc
     for _ in range(8):  # the exception and what it was raised from (httpx wraps ssl's error)
         if seen is None:
             break
-        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+        if isinstance(seen, ssl.SSLCertVerificationError) or certificate_tip(str(seen)):
             return TLS_TIP
         seen = seen.__cause__ or seen.__context__
     return NETWORK_TIP

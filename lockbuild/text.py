@@ -42,6 +42,13 @@ def escape(text: str, *, keep_newlines: bool = True) -> str:
     return "".join(ch if ch.isprintable() or ch == " " or ch in kept else _escape(ch) for ch in text)
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: every line feed and tab escaped too. For a line built around a string from
+    outside (a file name, a reason that quotes one), so that a name holding a line feed cannot fake a
+    line of its own; :func:`for_terminal` still runs over the whole text."""
+    return escape(text, keep_newlines=False)
+
+
 def for_terminal(text: str) -> str:
     """What the CLI prints for ``text``: credentials masked, non-printable characters escaped."""
     return escape(mask_credentials(text))

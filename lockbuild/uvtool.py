@@ -37,6 +37,7 @@ CHILD_ALLOWED = frozenset(
         "ALL_PROXY",
         "SSL_CERT_FILE",
         "SSL_CERT_DIR",
+        "UV_NATIVE_TLS",
     }
 )
 

@@ -136,15 +136,9 @@ def test_a_backend_allowed_to_run_sees_no_secret(env: FakeServer, tmp_path: Path
     assert "lkallowed==1.0" in got.text
     reader.join(timeout=30)
     listener.close()
-    assert not seen.exists()  # it ran in the sandbox: no path of the builder was there to write
-    child = json.loads(reports[0])  # the backend did run, as allowed
-    for name, value in SECRETS.items():
-        assert name not in child
-        assert not any(value in v for v in child.values())
-    # Only the allow-list, and what uv itself sets for a build (its own UV_*/PIP_* settings, the venv).
-    allowed = ("PATH", "HOME", "TMPDIR", "PWD", "LANG", "LC_", "UV", "PIP_", "NETRC", "NO_COLOR", "VIRTUAL_ENV",
-               "PYTHON", "PEP517")  # (TMPDIR, PWD: the sandbox's own /tmp and working directory)
-    assert [k for k in child if not k.startswith(allowed)] == []
+    # uv was given the sdist's metadata (for a version lockbuild has not read, "no dependencies": see
+    # test_sdist_metadata.py), so it ran no backend, which would have reported over uv's network.
+    assert not seen.exists() and reports in ([], [b""])
 
 
 def test_the_passphrase_leaves_the_environment_and_the_key_is_read_only_after_locking(

@@ -68,6 +68,9 @@ class Manifest:
     # PEP 740: a wheel's or sdist's provenance as its index stated it, unverified, by member path.
     # Optional: written in the member's [[files]] table, which readers before it pass over.
     provenance: tuple[tuple[str, Provenance], ...] = ()
+    # PEP 700: a wheel's or sdist's upload time as its index gave it at lock time (UTC, to the second), by
+    # member path. Optional, in the member's [[files]] table as upload-time, which readers before it pass over.
+    upload_times: tuple[tuple[str, str], ...] = ()
 
     @property
     def bundle_name(self) -> str:
@@ -107,7 +110,7 @@ class Manifest:
             "",
             *self.install.toml_lines(q),
         ]
-        attested = dict(self.provenance)
+        attested, uploaded = dict(self.provenance), dict(self.upload_times)
         for m in self.members:
             lines += [
                 "[[files]]",
@@ -117,6 +120,7 @@ class Manifest:
                 f"kind = {q(m.kind)}",
                 f"origin = {q(m.origin)}",
                 *([f"provenance = {_provenance_toml(attested[m.path])}"] if m.path in attested else []),
+                *([f"upload-time = {q(uploaded[m.path])}"] if m.path in uploaded else []),
                 "",
             ]
         return "\n".join(lines).encode()
@@ -317,7 +321,24 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         zstd_version=zstd,
         exclude_newer_package=exempt,
         provenance=provenance,
+        upload_times=_upload_times(files, members),
     )
+
+
+def _upload_times(files: list[Any], members: tuple[Member, ...]) -> tuple[tuple[str, str], ...]:
+    """The optional per-file upload time, on wheels and sdists only, as the builder writes it (iso: UTC, Z)."""
+    out: list[tuple[str, str]] = []
+    for f, m in zip(files, members, strict=True):
+        if "upload-time" not in f:
+            continue
+        when = f["upload-time"]
+        if m.kind not in ("wheel", "sdist"):
+            raise _bad(f"the manifest gives {m.path} (kind {m.kind}) an upload-time; only wheels and sdists have one.")
+        parsed = parse_time(when) if isinstance(when, str) else None
+        if parsed is None or parsed.tzinfo is None or iso(parsed) != when:
+            raise _bad(f"the manifest's upload-time of {m.path} is not a UTC time such as 2024-06-01T00:00:00Z.")
+        out.append((m.path, when))
+    return tuple(out)
 
 
 def _provenance(files: list[Any], members: tuple[Member, ...]) -> tuple[tuple[str, Provenance], ...]:

@@ -245,6 +245,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 
     from lockbuild.install.choose import chosen, refusal
     from lockbuild.install.node import detect
+    from lockbuild.text import for_terminal, mask_data
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
@@ -256,13 +257,14 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
         if got.opened is None:
             if ctx.obj.get("json"):
                 err = refusal(got)
-                click.echo(json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": err.message,
-                                       "tip": err.tip, "exit_code": err.exit_code}, **got.to_json()}))
-                click.echo("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else ""), err=True)
+                click.echo(json.dumps(mask_data({"ok": False, "error": {
+                    "type": type(err).__name__, "message": err.message, "tip": err.tip, "exit_code": err.exit_code},
+                    **got.to_json()})))
+                click.echo(for_terminal("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else "")), err=True)
                 ctx.exit(1)
             raise refusal(got)
         if not (ctx.obj.get("json") or ctx.obj.get("quiet")):  # the choice, said before the install runs
-            click.echo("\n".join(got.lines()), err=True)
+            click.echo(for_terminal("\n".join(got.lines())), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"
     text = (f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
@@ -303,17 +305,17 @@ def _list_images(ctx: click.Context, folder: Path) -> None:
     """list --images DIR: each image's build, prefix, size and digest, as its record and marker say (not
     verified: `lockbuild verify FILE.sqfs` checks them)."""
     from lockbuild.image.record import list_images
+    from lockbuild.text import one_line
 
     rows = list_images(folder)
     lines = []
     for x in rows:
-        signed = "signed" if x.signed else "not signed"
         if x.record is None or x.marker is None:
-            lines.append(f"{x.image.name}: {x.problem}")
+            lines.append(one_line(f"{x.image.name}: {x.problem}"))
             continue
         m, r = x.marker, x.record
-        lines.append(f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
-                     f"sha256 {r.image_sha256[:16]}…  {signed}  {x.image}")
+        lines.append(one_line(f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
+                              f"sha256 {r.image_sha256[:16]}…  {x.signature}  {x.image}"))
     text = "\n".join(lines) or f"no images in {folder}"
     _emit(ctx, {"folder": str(folder.absolute()), "images": [x.to_json() for x in rows]},
           text + ("\n(read, not verified: lockbuild verify FILE.sqfs --trust DIR checks one)" if rows else ""))

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from lockbuild import __version__
 from lockbuild.bundle.instructions import InstallTable, check_text, parse_install
+from lockbuild.bundle.modelinfo import MODEL_FORMAT, MODEL_KIND, NO_LOCK, ModelTable, check_no_model_files, parse_model
 from lockbuild.bundle.paths import check_member_path, collision_key
 
 __all__ = ["MANIFEST", "Manifest", "Member", "check_member_path", "collision_key", "parse_manifest"]
@@ -24,12 +25,12 @@ from lockbuild.times import iso, parse_time
 
 FORMAT = 2  # what a manifest says unless its [install] table needs more (InstallTable.needs_format)
 NEWEST = 3  # format 3 (issue 25): install.gpu.max-capability, variant-properties and install.serves
-READS = (2, 3)
+READS = (2, 3, MODEL_FORMAT)  # format 4: a model bundle (bundle/modelinfo.py)
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
 MANIFEST = "bundle.toml"
 KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter", "build-dep",
-         "bootstrap")
+         "bootstrap", MODEL_KIND)
 _ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
           "source": 7, "assets": 8, "build-deps": 9}
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -68,6 +69,7 @@ class Manifest:
     # PEP 740 (issue 28): a wheel's or sdist's provenance as its index stated it, unverified, by member path.
     # Optional: written in the member's [[files]] table, which readers before it pass over.
     provenance: tuple[tuple[str, Provenance], ...] = ()
+    model: ModelTable | None = None  # a model bundle's repo, commit and files (format 4; no [install] table)
 
     @property
     def bundle_name(self) -> str:
@@ -105,7 +107,7 @@ class Manifest:
             f"uv = {q(self.uv_version)}",
             *([f"zstd = {q(self.zstd_version)}"] if self.zstd_version else []),
             "",
-            *self.install.toml_lines(q),
+            *(self.install.toml_lines(q) if self.model is None else self.model.toml_lines(q)),
         ]
         attested = dict(self.provenance)
         for m in self.members:
@@ -117,6 +119,7 @@ class Manifest:
                 f"kind = {q(m.kind)}",
                 f"origin = {q(m.origin)}",
                 *([f"provenance = {_provenance_toml(attested[m.path])}"] if m.path in attested else []),
+                *(self.model.file_lines(m.path, q) if self.model is not None else []),
                 "",
             ]
         return "\n".join(lines).encode()
@@ -154,7 +157,9 @@ def member_order(path: str) -> tuple[int, str]:
 
 
 _TOP_KEYS = ("format", "engine", "version", "variant", "as-of", "serial", "recipe-sha256", "lock-format", "target",
-             "builder", "install", "files", "exclude-newer-package")
+             "builder", "install", "files", "exclude-newer-package", "model")
+# A model bundle's placeholder instructions: it has no [install] table, and the engine installer refuses it.
+MODEL_INSTALL = InstallTable(binary="", verify=(), gpu_probe="none", uv="")
 _CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a PEP 503 normalised project name
 MAX_EXEMPT = 256
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
@@ -288,12 +293,21 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     if serial < 0 or not is_sha256(recipe_sha256):
         raise _bad("the manifest's serial is negative or its recipe-sha256 is malformed.")
     lock_format = _require(data, "lock-format", str, "")
-    if lock_format not in LOCK_FORMATS:
+    if lock_format not in (LOCK_FORMATS if fmt != MODEL_FORMAT else (NO_LOCK,)):
         raise _bad(f"the manifest's lock-format {lock_format[:40]!r} is not one of {', '.join(LOCK_FORMATS)}.")
     zstd = builder.get("zstd", "")
     if not isinstance(zstd, str) or (zstd and not _VERSION.fullmatch(zstd)):
         raise _bad("the manifest's builder.zstd is not a plain version string.")
-    install = parse_install(data.get("install"), {m.path: m.kind for m in members})
+    model = None
+    if fmt == MODEL_FORMAT:
+        if "install" in data:
+            raise _bad("the manifest is a model bundle's (format 4) but has an [install] table; it is malformed.")
+        model, install = parse_model(data, files, members), MODEL_INSTALL
+    else:
+        if "model" in data:
+            raise _bad(f"the manifest has a [model] table but is format {fmt}; a model bundle is format 4.")
+        check_no_model_files(members)
+        install = parse_install(data.get("install"), {m.path: m.kind for m in members})
     if install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
         raise _bad(f"the manifest is format {fmt}, but its [install] table "
                    f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "
@@ -317,6 +331,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         zstd_version=zstd,
         exclude_newer_package=exempt,
         provenance=provenance,
+        model=model,
     )
 
 

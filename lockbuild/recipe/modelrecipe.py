@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockbuild.bundle.modelinfo import COMMIT, repo_id
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
 from lockbuild.recipe.checks import plain_name
@@ -22,10 +23,6 @@ from lockbuild.recipe.fields import SHOWN, Problems, Table
 from lockbuild.recipe.selection import DEFAULT_INCLUDE, MAX_PATTERNS, pattern_problem
 
 MAX_MODEL_RECIPE_BYTES = 64 << 10
-COMMIT = re.compile(r"[0-9a-f]{40}")
-# A Hub repo id: ORG/NAME, each part letters, digits, '.', '_' or '-', not starting or ending with '.'
-# or '-', no '--' or '..' (huggingface_hub's validate_repo_id), at most 96 characters per part.
-_REPO_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
 _MODEL_KEYS = ("name", "repo", "revision", "include", "exclude")
 
 
@@ -44,14 +41,6 @@ class ModelRecipe:
     @property
     def org(self) -> str:
         return self.repo.split("/", 1)[0]
-
-
-def repo_id(value: str) -> bool:
-    """ORG/NAME as the Hub spells a model repository id."""
-    parts = value.split("/")
-    return len(parts) == 2 and all(
-        _REPO_PART.fullmatch(p) and "--" not in p and ".." not in p for p in parts
-    )
 
 
 def is_model_recipe(text: str) -> bool:

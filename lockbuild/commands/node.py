@@ -176,6 +176,8 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 @click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="A model bundle: place it here as the Hugging Face cache holds it (models--ORG--NAME/).")
 @json_option
 @click.pass_context
 def install(
@@ -192,6 +194,7 @@ def install(
     wait: float,
     as_json: bool,
     allow_cpu: bool = False,
+    models_dir: Path | None = None,
 ) -> None:
     """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
 
@@ -225,6 +228,11 @@ def install(
     installer = Installer(opts, progress=_progress(ctx))
     from lockbuild.site.sources import named_source  # no network code either
 
+    if models_dir is not None:
+        from lockbuild.commands.models import install_model_cli
+
+        install_model_cli(ctx, bundle, models_dir, store_dir=store_dir, opts=opts, installer=installer)
+        return
     request = choosing_form(bundle, store=store_dir)
     if request is not None:
         _install_chosen(ctx, installer, request, opts, allow_cpu)

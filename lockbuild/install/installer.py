@@ -115,6 +115,9 @@ class Installer:
 
     def install_opened(self, opened: TrustedBundle, started: float, node: Node | None = None) -> InstallResult:
         m, p = opened.manifest, self.progress
+        if m.model is not None:
+            raise InstallError(f"{opened.path.name} is a model bundle ({m.model.repo} at {m.model.commit}); it has no "
+                               "environment to install under --root.", tip="Install it with --models DIR.")
         node = node or self.node or detect(environ=self.o.environ)
         # --python wins; else the bundle's own interpreter (placed after the extraction); else PATH's
         python = find_python(m.python, self.o.python) if self.o.python or not m.install.interpreter else None

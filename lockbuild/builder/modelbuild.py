@@ -18,7 +18,11 @@ from pathlib import Path
 import zstandard
 
 from lockbuild import __version__
-from lockbuild.builder.hub import HubFile
+from lockbuild.builder.cache import Cache
+from lockbuild.builder.fetch import Fetcher
+from lockbuild.builder.http import make_client
+from lockbuild.builder.hub import HubFile, HubRevision, download_files, list_revision
+from lockbuild.builder.pack import Written, write
 from lockbuild.bundle.manifest import MODEL_INSTALL, Manifest, Member, member_order
 from lockbuild.bundle.modelinfo import (
     MODEL_DIR,
@@ -35,8 +39,10 @@ from lockbuild.bundle.write import Entry
 from lockbuild.digest import hash_stream
 from lockbuild.errors import IntegrityError, RemoteError
 from lockbuild.fsio import open_regular
+from lockbuild.progress import Progress
 from lockbuild.recipe.modelrecipe import ModelRecipe
 from lockbuild.recipe.selection import Selection, select
+from lockbuild.settings import Settings
 
 # A commit's files never change, so the bundle's time is fixed: the tar's mtimes and the serial.
 MODEL_AS_OF = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -132,3 +138,31 @@ def assemble_model(
         model=ModelTable(recipe.repo, commit, tuple(model_files)),
     )
     return manifest, entries
+
+
+@dataclass(frozen=True)
+class ModelWritten:
+    """A model bundle written under a temporary name (builder/pack.py's ``Written``), with what was chosen."""
+
+    written: Written
+    revision: HubRevision
+    choice: ModelChoice
+
+
+def build_model(
+    recipe: ModelRecipe, settings: Settings, out: Path, *, jobs: int, threads: int | None, progress: Progress
+) -> ModelWritten:
+    """List the revision, choose its files, download them verified through the shared fetcher and cache,
+    and write the bundle (unsigned: the caller signs it in the signing process)."""
+    cache = Cache(settings.cache_dir)
+    cache.check_owner()
+    cache.sweep()
+    with make_client(settings=settings) as api, make_client(connections=jobs, settings=settings) as downloads:
+        downloads.follow_redirects = True  # to the CDN; the token stays on the Hub's origin (Settings.auth_for)
+        progress.phase(f"asking {settings.hf_endpoint} for {recipe.repo} at {recipe.revision}")
+        revision = list_revision(api, settings.hf_endpoint, recipe.repo, recipe.revision)
+        choice = choose(recipe, revision.files)
+        fetcher = Fetcher(cache, downloads, jobs=jobs, progress=progress)
+        fetched = download_files(fetcher, settings.hf_endpoint, revision, choice.files)
+    manifest, entries = assemble_model(recipe, revision.commit, choice.files, fetched)
+    return ModelWritten(write(manifest, entries, out, threads=threads, progress=progress), revision, choice)

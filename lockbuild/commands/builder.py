@@ -252,6 +252,14 @@ def build(
     from lockbuild.trust.sign import sign_in_fresh_process
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    from lockbuild.recipe.modelrecipe import is_model_recipe_file
+
+    if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
+        from lockbuild.commands.models import build_model_cli
+
+        build_model_cli(ctx, recipe, key=key, out=out, expires=expires, threads=threads, jobs=jobs, settings=settings,
+                        self_test=self_test, build_spec=build_spec, allow_readable_key=allow_readable_key)
+        return
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)

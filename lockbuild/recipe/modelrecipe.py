@@ -52,6 +52,19 @@ def is_model_recipe(text: str) -> bool:
     return "model" in data
 
 
+def is_model_recipe_file(path: Path) -> bool:
+    """Whether the recipe at ``path`` is a model recipe (False when it cannot be read: the engine recipe's
+    reader then says why)."""
+    try:
+        raw = read_regular(path, what="recipe", max_size=1 << 20, error=RecipeError)
+    except (OSError, RecipeError):
+        return False
+    try:
+        return is_model_recipe(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return False
+
+
 def _patterns(t: Table, key: str, default: tuple[str, ...] | None) -> tuple[str, ...]:
     values = t.strings(key, 'a list of file patterns, e.g. ["*.safetensors", "config.json"]', required=False)
     if values is None:

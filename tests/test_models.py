@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from conftest import Keys
 from hubkit import REPO, tiny_model
@@ -99,3 +100,129 @@ def test_blobs_and_snapshot_are_what_snapshot_download_writes(tmp_path: Path, ke
 def _taken(files: dict[str, bytes]) -> list[str]:
     return sorted(p for p in files if not p.endswith((".bin", ".pth")) and not p.startswith("original/")
                   and p not in ("README.md", ".gitattributes"))
+
+
+def _installed(tmp_path: Path, keys: Keys) -> Path:
+    packed = model_bundle(tmp_path, keys.secret)
+    models = tmp_path / "models"
+    code, _, err = cli("install", packed.bundle, "--models", models, "--trust", keys.trust)
+    assert code == 0, err
+    return models
+
+
+def test_verify_models_passes_intact_and_names_a_changed_file_with_exit_4(tmp_path: Path, keys: Keys) -> None:
+    models = _installed(tmp_path, keys)
+    code, out, err = cli("verify", "--models", models, "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert [v["repo"] for v in got["verified"]] == [REPO] and got["verified"][0]["current"]
+    code, out, _ = cli("verify", "--models", models, REPO, "--trust", keys.trust, "--json")
+    assert code == 0 and json.loads(out)["verified"][0]["signers"]
+    blob = (models / FOLDER / "snapshots" / COMMIT / "config.json").resolve()
+    blob.chmod(0o644)
+    data = bytearray(blob.read_bytes())
+    data[5] ^= 1
+    blob.write_bytes(bytes(data))
+    code, out, err = cli("verify", "--models", models, "--json")
+    assert code == 4
+    error = json.loads(out)["error"]
+    assert "model/config.json" in error["message"]
+
+
+def test_verify_models_refuses_a_file_of_another_size_and_a_moved_link(tmp_path: Path, keys: Keys) -> None:
+    models = _installed(tmp_path, keys)
+    snap = models / FOLDER / "snapshots" / COMMIT
+    shard = (snap / "model-00001-of-00002.safetensors").resolve()
+    shard.chmod(0o644)
+    with shard.open("ab") as f:
+        f.write(b"x")
+    code, _, err = cli("verify", "--models", models)
+    assert code == 4 and "model-00001-of-00002.safetensors" in err
+    models = _installed(tmp_path / "again", keys)
+    snap = models / FOLDER / "snapshots" / COMMIT
+    (snap / "vocab.txt").unlink()
+    (snap / "vocab.txt").symlink_to("../../blobs/" + os.readlink(snap / "config.json").rsplit("/", 1)[1])
+    code, _, err = cli("verify", "--models", models)
+    assert code == 4 and "vocab.txt" in err
+
+
+def test_verify_models_with_trust_refuses_an_altered_record(tmp_path: Path, keys: Keys) -> None:
+    models = _installed(tmp_path, keys)
+    record = models / FOLDER / ".lockbuild" / f"{COMMIT}.toml"
+    record.chmod(0o644)
+    text = record.read_bytes()
+    record.write_bytes(text.replace(b'\nlockbuild = "', b'\nlockbuild = "9', 1))  # still a well-formed record
+    assert record.read_bytes() != text
+    assert cli("verify", "--models", models)[0] == 0  # the files match; only the signatures can tell
+    code, _, err = cli("verify", "--models", models, "--trust", keys.trust)
+    assert code in (3, 4) and "manifest" in err
+
+
+def test_list_models_shows_what_is_installed(tmp_path: Path, keys: Keys) -> None:
+    models = _installed(tmp_path, keys)
+    code, out, _ = cli("list", "--models", models, "--json")
+    assert code == 0
+    (row,) = json.loads(out)["installed"]
+    assert (row["repo"], row["commit"], row["name"]) == (REPO, COMMIT, "tiny-llama")
+    code, out, _ = cli("list", "--models", models)
+    assert REPO in out and COMMIT in out
+
+
+def test_a_model_bundle_is_refused_as_an_engine_install(tmp_path: Path, keys: Keys) -> None:
+    packed = model_bundle(tmp_path, keys.secret)
+    code, _, err = cli("install", packed.bundle, "--root", tmp_path / "root", "--trust", keys.trust)
+    assert code == 1 and "model bundle" in err and "--models" in err
+    assert not (tmp_path / "root").exists() or not list((tmp_path / "root").iterdir())
+
+
+def test_an_untrusted_model_bundle_places_nothing(tmp_path: Path, keys: Keys) -> None:
+    from conftest import make_keys
+
+    other = make_keys(tmp_path / "other", "other")
+    packed = model_bundle(tmp_path, other.secret)
+    models = tmp_path / "models"
+    code, _, _ = cli("install", packed.bundle, "--models", models, "--trust", keys.trust)
+    assert code == 3
+    assert not (models / FOLDER).exists()
+
+
+def test_a_models_folder_others_can_write_is_refused(tmp_path: Path, keys: Keys) -> None:
+    packed = model_bundle(tmp_path, keys.secret)
+    models = tmp_path / "models"
+    models.mkdir()
+    models.chmod(0o777)
+    code, _, err = cli("install", packed.bundle, "--models", models, "--trust", keys.trust)
+    assert code == 1 and "writable by its group or by others" in err
+    models.chmod(0o755)
+    (models / FOLDER).symlink_to(tmp_path)
+    code, _, err = cli("install", packed.bundle, "--models", models, "--trust", keys.trust)
+    assert code == 1 and "symbolic link" in err
+
+
+def test_a_failed_reinstall_leaves_the_previous_snapshot_whole(tmp_path: Path, keys: Keys,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    models = _installed(tmp_path, keys)
+    snap = models / FOLDER / "snapshots" / COMMIT
+    before = {p.name: p.read_bytes() for p in snap.iterdir()}
+    packed = model_bundle(tmp_path / "second", keys.secret)
+    from lockbuild import fsio
+
+    real = fsio.symlink_under
+    made: list[str] = []
+
+    def dies(dest: Path, rel: str, target: str) -> None:
+        if len(made) == 3:
+            raise KeyboardInterrupt  # a kill halfway through the new snapshot
+        made.append(rel)
+        real(dest, rel, target)
+
+    monkeypatch.setattr(fsio, "symlink_under", dies)
+    code, _, _ = cli("install", packed.bundle, "--models", models, "--trust", keys.trust)
+    assert code != 0
+    assert {p.name: p.read_bytes() for p in snap.iterdir()} == before
+    assert (models / FOLDER / "refs" / "main").read_bytes() == COMMIT.encode()
+    monkeypatch.setattr(fsio, "symlink_under", real)
+    (models / FOLDER / f"snapshot-{COMMIT}.partial").mkdir()  # as a kill before the clean-up would leave it
+    assert cli("install", packed.bundle, "--models", models, "--trust", keys.trust)[0] == 0
+    assert not [p for p in (models / FOLDER).iterdir() if p.name.endswith(".partial")]
+    assert cli("verify", "--models", models)[0] == 0

@@ -255,7 +255,7 @@ def build(
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
-        from lockbuild.commands.models import build_model_cli
+        from lockbuild.builder.modelcli import build_model_cli
 
         build_model_cli(ctx, recipe, key=key, out=out, expires=expires, threads=threads, jobs=jobs, settings=settings,
                         self_test=self_test, build_spec=build_spec, allow_readable_key=allow_readable_key)

@@ -29,23 +29,36 @@ store_option = click.option("--store", "store_dir", type=click.Path(path_type=Pa
                             "delta.")
 
 
+models_option = click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
+                             help="The models folder (a Hugging Face cache that `install --models` wrote).")
+
+
 @click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
-@click.argument("bundle", metavar="BUNDLE")
+@click.argument("bundle", metavar="BUNDLE", required=False)
 @store_option
 @trust_option
 @threshold_option
+@models_option
 @json_option
 @click.pass_context
-def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
-           as_json: bool) -> None:
+def verify(ctx: click.Context, bundle: str | None, store_dir: Path | None, trust_dir: Path | None,
+           threshold: int | None, as_json: bool, models_dir: Path | None = None) -> None:
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
 
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR; or an image FILE.sqfs from `image`
-    (its .minisig and record FILE.sqfs.json beside it).
+    (its .minisig and record FILE.sqfs.json beside it). With --models DIR: every installed model (or the
+    one named ORG/NAME) re-hashed against its signed record (--trust checks the record's signatures again).
     """
     _setup(ctx, as_json)
+    if models_dir is not None:
+        from lockbuild.modelcli import verify_models_cli
+
+        verify_models_cli(ctx, models_dir, bundle, trust_dir=trust_dir, threshold=threshold)
+        return
+    if bundle is None:
+        raise click.UsageError("expected BUNDLE (or --models DIR).")
     from lockbuild.image.record import is_image
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, verify_source
@@ -229,9 +242,10 @@ def install(
     from lockbuild.site.sources import named_source  # no network code either
 
     if models_dir is not None:
-        from lockbuild.commands.models import install_model_cli
+        from lockbuild.modelcli import install_model_cli
 
-        install_model_cli(ctx, bundle, models_dir, store_dir=store_dir, opts=opts, installer=installer)
+        with named_source(bundle, store=store_dir) as source:
+            install_model_cli(ctx, source, models_dir, opts=opts, installer=installer)
         return
     request = choosing_form(bundle, store=store_dir)
     if request is not None:
@@ -279,12 +293,19 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 @root_option
 @click.option("--images", "images_dir", type=click.Path(path_type=Path, file_okay=False),
               help="List the images (FILE.sqfs from `image`) in this folder instead, with what they hold.")
+@models_option
 @json_option
 @click.pass_context
-def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None) -> None:
+def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None,
+          models_dir: Path | None = None) -> None:
     """List installed engines with version, variant, installed time and bundle digest (or, with --images, the
-    images in a folder)."""
+    images in a folder; with --models, the models installed there)."""
     _setup(ctx, as_json)
+    if models_dir is not None:
+        from lockbuild.modelcli import list_models_cli
+
+        list_models_cli(ctx, models_dir)
+        return
     if images_dir is not None:
         _list_images(ctx, images_dir)
         return

@@ -226,3 +226,29 @@ def test_a_failed_reinstall_leaves_the_previous_snapshot_whole(tmp_path: Path, k
     assert cli("install", packed.bundle, "--models", models, "--trust", keys.trust)[0] == 0
     assert not [p for p in (models / FOLDER).iterdir() if p.name.endswith(".partial")]
     assert cli("verify", "--models", models)[0] == 0
+
+
+def test_an_engine_installed_with_models_finds_them_offline(env: object, keys: Keys, tmp_path: Path) -> None:
+    """install ENGINE.lbz --models M: HF_HUB_CACHE=M and HF_HUB_OFFLINE=1 in the engine's runtime settings,
+    seen by the environment's interpreter started directly (no activation)."""
+    from conftest import TOY_RECIPE
+
+    models = _installed(tmp_path, keys)
+    recipe = tmp_path / "toy.toml"
+    recipe.write_text(TOY_RECIPE)
+    code, out, err = cli("build", recipe, "--key", keys.secret, "--out", tmp_path / "dist", "--json")
+    assert code == 0, err
+    engine = Path(json.loads(out)["bundles"][0]["bundle"])
+    root = tmp_path / "engines"
+    code, out, err = cli("install", engine, "--root", root, "--models", models, "--trust", keys.trust, "--gpu-check",
+                         "skip")
+    assert code == 0, err
+    python = root / "toyengine" / "1.0-cpu" / "bin" / "python"
+    probe = "import os; print(os.environ['HF_HUB_CACHE'], os.environ['HF_HUB_OFFLINE'])"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    r = subprocess.run([str(python), "-c", probe], env=clean, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(models.absolute()), "1"]
+    code, out, _ = cli("list", "--root", root, "--json")
+    assert code == 0
+    assert json.loads(out)["installed"][0]["env"]["HF_HUB_CACHE"] == str(models.absolute())

@@ -237,6 +237,7 @@ def install(
         threshold=threshold,
         wait=wait,
         environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
+        models=models_dir,
     )
     installer = Installer(opts, progress=_progress(ctx))
     from lockbuild.site.sources import named_source  # no network code either

@@ -25,6 +25,7 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
+from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, collect
@@ -51,6 +52,7 @@ class InstallOptions:
     wait: float = 0.0
     verify_timeout: float = VERIFY_TIMEOUT
     environ: Mapping[str, str] = field(default_factory=dict)  # the CLI's; uv and the engine get allow-lists of it
+    models: Path | None = None  # --models: HF_HUB_CACHE (and HF_HUB_OFFLINE=1) among the runtime settings
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,8 @@ class Installer:
         command, the GPU probe and the records; then ``then()`` (install: the swap), with the bundle's
         interpreter still held. An image (lockbuild.image) passes its ``view`` (the prefix its nodes mount
         it at) and ``place_python`` (its interpreter goes inside the image)."""
-        stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ, view)
+        manifest = with_models_env(opened.manifest, self.o.models)
+        stage = Stage(unpacked, staged, manifest, self.progress, self.hook, self.o.environ, view)
         cleaner: threading.Thread | None = None
         try:
             with contextlib.ExitStack() as held:

@@ -252,3 +252,41 @@ def test_an_engine_installed_with_models_finds_them_offline(env: object, keys: K
     code, out, _ = cli("list", "--root", root, "--json")
     assert code == 0
     assert json.loads(out)["installed"][0]["env"]["HF_HUB_CACHE"] == str(models.absolute())
+
+
+def test_the_self_test_runs_the_smoke_command_with_the_model_in_place_and_no_network(
+        blank_server: object, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """test ENGINE.lbz --model MODEL.lbz: the smoke command finds the model's snapshot through HF_HUB_CACHE,
+    offline, inside the sandbox; without --model the same command fails."""
+    import shutil
+    import tempfile
+
+    from conftest import day, uv_wheel
+    from servers import FakeServer, make_wheel
+    from test_selftest import ENGINE, PREEMPT, RECIPE, needs_netns
+
+    if needs_netns.args[0] or shutil.which("strace") is None:
+        pytest.skip("this machine cannot start the bubblewrap sandbox, or has no strace")
+    assert isinstance(blank_server, FakeServer)
+    s = blank_server
+    s.reset()
+    s.publish(*uv_wheel(), uploaded=day(1))
+    s.publish(*make_wheel("netengine", "1.0", modules={"netengine/__init__.py": ENGINE, "_a_preempt.pth": PREEMPT},
+                          scripts={"netengine": "netengine:main"}), uploaded=day(1))
+    monkeypatch.setenv("LOCKBUILD_INDEX_URL", s.index_url())
+    smoke = ('smoke = ["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && cat '
+             f'\\"$HF_HUB_CACHE/{FOLDER}/snapshots/{COMMIT}/config.json\\""]')
+    recipe = tmp_path / "engine.toml"
+    recipe.write_text(RECIPE.format(extra=smoke, variant="model"))
+    code, out, err = cli("build", recipe, "--key", keys.secret, "--out", tmp_path / "dist", "--json")
+    assert code == 0, err
+    engine = Path(json.loads(out)["bundles"][0]["bundle"])
+    model = model_bundle(tmp_path, keys.secret).bundle
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code, out, err = cli("test", engine, "--model", model, "--trust", keys.trust, "--json")
+    assert code == 0, (out, err)
+    report = json.loads(out)["self_test"][0]
+    smoke_step = next(x for x in report["steps"] if x["name"] == "smoke")
+    assert smoke_step["status"] == "passed" and report["attempts"] == []
+    code, out, _ = cli("test", engine, "--trust", keys.trust, "--json")
+    assert code == 1  # without the model the smoke command finds nothing

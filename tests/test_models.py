@@ -290,3 +290,19 @@ def test_the_self_test_runs_the_smoke_command_with_the_model_in_place_and_no_net
     assert smoke_step["status"] == "passed" and report["attempts"] == []
     code, out, _ = cli("test", engine, "--trust", keys.trust, "--json")
     assert code == 1  # without the model the smoke command finds nothing
+
+
+@pytest.mark.slow
+def test_transformers_loads_config_and_tokenizer_from_the_installed_cache(tmp_path: Path, keys: Keys) -> None:
+    pytest.importorskip("transformers")
+    models = _installed(tmp_path, keys)
+    code = f"""
+import transformers
+transformers.logging.set_verbosity_error()
+from transformers import AutoConfig, AutoTokenizer
+c = AutoConfig.from_pretrained({REPO!r})
+t = AutoTokenizer.from_pretrained({REPO!r})
+print(c.model_type, c.num_hidden_layers, t("hello world")["input_ids"])
+"""
+    out = hub_offline(models, code).strip().splitlines()[-1]
+    assert out == "llama 2 [3, 4]"

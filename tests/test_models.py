@@ -306,3 +306,17 @@ print(c.model_type, c.num_hidden_layers, t("hello world")["input_ids"])
 """
     out = hub_offline(models, code).strip().splitlines()[-1]
     assert out == "llama 2 [3, 4]"
+
+
+def test_a_model_bundle_imports_into_a_store_and_installs_from_it(tmp_path: Path, keys: Keys) -> None:
+    """Models are bundles like any other: import keeps each member once by sha256, and the build installs
+    from the store (ENGINE/VERSION-VARIANT = NAME/COMMIT-hf) through the same --models placement."""
+    packed = model_bundle(tmp_path, keys.secret)
+    store = tmp_path / "store"
+    code, _, err = cli("import", packed.bundle, "--trust", keys.trust, "--store", store)
+    assert code == 0, err
+    models = tmp_path / "models"
+    code, _, err = cli("install", f"tiny-llama/{COMMIT}-hf", "--store", store, "--models", models,
+                       "--trust", keys.trust)
+    assert code == 0, err
+    assert cli("verify", "--models", models, "--trust", keys.trust)[0] == 0

@@ -30,9 +30,7 @@ store_option = click.option("--store", "store_dir", type=click.Path(path_type=Pa
 
 
 models_option = click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
-                             help="The models folder (a Hugging Face cache that `install --models` wrote).")
-
-
+                             help="A models folder: the Hugging Face cache model bundles are installed in.")
 @click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
 @click.argument("bundle", metavar="BUNDLE", required=False)
 @store_option
@@ -48,8 +46,7 @@ def verify(ctx: click.Context, bundle: str | None, store_dir: Path | None, trust
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR; or an image FILE.sqfs from `image`
-    (its .minisig and record FILE.sqfs.json beside it). With --models DIR: every installed model (or the
-    one named ORG/NAME) re-hashed against its signed record (--trust checks the record's signatures again).
+    (its .minisig and record FILE.sqfs.json beside it). --models DIR [ORG/NAME]: the installed models.
     """
     _setup(ctx, as_json)
     if models_dir is not None:
@@ -189,8 +186,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 @click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
-@click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="A model bundle: place it here as the Hugging Face cache holds it (models--ORG--NAME/).")
+@models_option
 @json_option
 @click.pass_context
 def install(
@@ -242,7 +238,7 @@ def install(
     installer = Installer(opts, progress=_progress(ctx))
     from lockbuild.site.sources import named_source  # no network code either
 
-    if models_dir is not None:
+    if models_dir is not None:  # a model bundle placed there, or an engine that reads its models there
         from lockbuild.modelcli import install_model_cli
 
         with named_source(bundle, store=store_dir) as source:

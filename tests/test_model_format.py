@@ -4,6 +4,7 @@ model table read strictly."""
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import subprocess
 import threading
@@ -166,3 +167,26 @@ def test_a_sparse_file_over_8_gib_round_trips_through_a_stored_frame(tmp_path: P
             pass
     t.join()
     assert not errors
+
+
+def test_an_engine_manifest_with_a_model_file_member_is_refused() -> None:
+    import datetime as dt
+
+    from lockbuild.bundle.instructions import InstallTable
+
+    data = b"{}"
+    sha = hashlib.sha256(data).hexdigest()
+    members = (Member("recipe.toml", 2, sha, "recipe"), Member("tools/uv.whl", 2, sha, "tool"),
+               Member("model/config.json", 2, sha, "model-file"))
+    m = Manifest("toy", "1.0", "cpu", "3.12", "x86_64-manylinux_2_28", dt.datetime(2025, 1, 1, tzinfo=dt.UTC), 1,
+                 "0" * 64, "0.2.0", "0.9.0", "requirements.txt", members,
+                 InstallTable(binary="toy", verify=("toy",), gpu_probe="none", uv="tools/uv.whl"))
+    with pytest.raises(IntegrityError, match=r"model-file 'model/config\.json' but is not a model bundle"):
+        parse_manifest(m.to_toml())
+
+
+def test_a_stored_frame_block_over_128_kib_is_refused() -> None:
+    data = bytes(200 << 10)
+    frame = b"\x28\xb5\x2f\xfd\x00\x38" + ((len(data) << 3) | 1).to_bytes(3, "little") + data
+    with pytest.raises(IntegrityError, match="a block holds at most"):
+        check_zstd_frame(io.BytesIO(frame))

@@ -320,3 +320,12 @@ def test_a_model_bundle_imports_into_a_store_and_installs_from_it(tmp_path: Path
                        "--trust", keys.trust)
     assert code == 0, err
     assert cli("verify", "--models", models, "--trust", keys.trust)[0] == 0
+
+
+def test_verify_models_names_a_missing_blob_with_exit_4(tmp_path: Path, keys: Keys) -> None:
+    models = _installed(tmp_path, keys)
+    (models / FOLDER / "snapshots" / COMMIT / "tokenizer.json").resolve().unlink()
+    code, out, _ = cli("verify", "--models", models, "--json")
+    assert code == 4
+    message = json.loads(out)["error"]["message"]
+    assert "tokenizer.json" in message and "missing" in message

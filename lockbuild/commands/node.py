@@ -238,15 +238,15 @@ def install(
     installer = Installer(opts, progress=_progress(ctx))
     from lockbuild.site.sources import named_source  # no network code either
 
+    request = choosing_form(bundle, store=store_dir)
+    if request is not None:
+        _install_chosen(ctx, installer, request, opts, allow_cpu)
+        return
     if models_dir is not None:  # a model bundle placed there, or an engine that reads its models there
         from lockbuild.modelcli import install_model_cli
 
         with named_source(bundle, store=store_dir) as source:
             install_model_cli(ctx, source, models_dir, opts=opts, installer=installer)
-        return
-    request = choosing_form(bundle, store=store_dir)
-    if request is not None:
-        _install_chosen(ctx, installer, request, opts, allow_cpu)
         return
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)

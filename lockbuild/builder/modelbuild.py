@@ -37,7 +37,7 @@ from lockbuild.bundle.modelinfo import (
 )
 from lockbuild.bundle.write import Entry
 from lockbuild.digest import hash_stream
-from lockbuild.errors import IntegrityError, RemoteError
+from lockbuild.errors import IntegrityError, RecipeError, RemoteError
 from lockbuild.fsio import open_regular
 from lockbuild.progress import Progress
 from lockbuild.recipe.modelrecipe import ModelRecipe
@@ -73,8 +73,6 @@ def choose(recipe: ModelRecipe, files: Sequence[HubFile]) -> ModelChoice:
     by_path = {f.path: f for f in files}
     selection = select(sorted(by_path), recipe.include, recipe.exclude)
     if not selection.taken:
-        from lockbuild.errors import RecipeError
-
         err = RecipeError(
             f"{recipe.path}: model.include selects none of the {len(by_path)} files of {recipe.repo} at "
             f"{recipe.revision}; expected at least one.",

@@ -135,9 +135,11 @@ def installed(models: Path, repo: str | None = None) -> list[KeptRecord]:
 def describe(rec: KeptRecord, signers: tuple[str, ...] = ()) -> CheckedModel:
     m = parse_manifest(rec.manifest_bytes())
     table = _table(m, rec.record)
-    ref = _lstat(rec.repo_dir / "refs" / "main")
-    current = ref is not None and stat.S_ISREG(ref.st_mode) and (rec.repo_dir / "refs" / "main").read_bytes() == \
-        table.commit.encode()
+    try:
+        ref = read_regular(rec.repo_dir / "refs" / "main", what="refs/main", max_size=64, error=IntegrityError)
+    except (OSError, IntegrityError):
+        ref = b""
+    current = ref == table.commit.encode()
     return CheckedModel(table.repo, table.commit, m.engine, len(table.files), sum(f.size for f in table.files),
                         current, signers)
 

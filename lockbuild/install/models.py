@@ -60,7 +60,7 @@ def place_model(trusted: TrustedBundle, models: Path, *, wait: float = 0.0,
         raise InstallError(f"{trusted.path.name} is an engine bundle ({m.engine} {m.version}-{m.variant}), not a "
                            "model bundle; --models takes model bundles only.",
                            tip="Install an engine with --root DIR (and --models DIR to point it at the models).")
-    repo_dir = prepare(models.absolute(), table.folder)
+    repo_dir = prepare(models.absolute(), table.folder, what="--models")
     with engine_lock(repo_dir, wait=wait):
         clean_stale(repo_dir)
         for sub in ("blobs", "snapshots", "refs", RECORDS):

@@ -190,3 +190,19 @@ def test_a_stored_frame_block_over_128_kib_is_refused() -> None:
     frame = b"\x28\xb5\x2f\xfd\x00\x38" + ((len(data) << 3) | 1).to_bytes(3, "little") + data
     with pytest.raises(IntegrityError, match="a block holds at most"):
         check_zstd_frame(io.BytesIO(frame))
+
+
+def test_inspect_describes_a_model_bundle(tmp_path: Path, keys: Keys) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from lockbuild.cli import main
+
+    packed = model_bundle(tmp_path, keys.secret)
+    r = CliRunner().invoke(main, ["inspect", str(packed.bundle), "--json"])
+    data = json.loads(r.stdout)
+    assert data["install"] is None and data["model"]["commit"] == COMMIT
+    assert {f["repo_path"] for f in data["model"]["files"]} >= {"config.json", "tokenizer.json"}
+    r = CliRunner().invoke(main, ["inspect", str(packed.bundle)])
+    assert "--models" in r.stdout and COMMIT in r.stdout

@@ -79,6 +79,15 @@ class ModelTable:
                 return [f"repo-path = {q(f.repo_path)}", f"blob-id = {q(f.blob_id)}", f"lfs = {str(f.lfs).lower()}"]
         return []
 
+    def to_json(self) -> dict[str, Any]:
+        return {"repo": self.repo, "commit": self.commit, "files": [
+            {"repo_path": f.repo_path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id, "lfs": f.lfs}
+            for f in self.files]}
+
+    def summary(self) -> list[str]:
+        return [f"the model {self.repo} at {self.commit}, {len(self.files)} files, into a Hugging Face cache "
+                "(install … --models DIR)"]
+
     def file(self, repo_path: str) -> ModelFile | None:
         return next((f for f in self.files if f.repo_path == repo_path), None)
 

@@ -116,7 +116,8 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         "exclude_newer_package": {name: when or False for name, when in manifest.exclude_newer_package},
         "signatures": sigs,
         "unpacked_size": manifest.unpacked_size,
-        "install": manifest.install.to_json(),
+        "install": manifest.install.to_json() if manifest.model is None else None,
+        **({"model": manifest.model.to_json()} if manifest.model is not None else {}),
         "files": [
             {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin,
              **({"provenance": attested[m.path].to_json()} if m.path in attested else {})}
@@ -132,7 +133,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             f"exclude-newer-package: {name} = {when or 'false (no cut-off)'}"
             for name, when in manifest.exclude_newer_package
         ),
-        *(f"install: {line}" for line in manifest.install.summary()),
+        *(f"install: {line}" for line in (manifest.model or manifest.install).summary()),
         *(
             f"interpreter: Python {manifest.python}, {m.path} (sha256 {m.sha256[:16]}…, from {m.origin})"
             for m in manifest.members

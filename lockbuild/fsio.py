@@ -12,6 +12,8 @@ once:
   check (a directory another user can write could be swapped for a link between the two);
 - reads are bounded, JSON is parsed with a size and a nesting bound, copies hash what they copy;
 - a lock waits up to a deadline and then fails; a directory is fsynced after a rename into it.
+- a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
+  root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule).
 
 ``tests/test_layout.py`` fails when library code outside this module calls ``os.open`` (or deletes a
 tree by path) outside a short allow-list, each entry with its reason.
@@ -30,6 +32,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -141,6 +144,29 @@ def opened_dir(path: Path | str, *, dir_fd: int | None = None, follow: bool = Fa
         yield fd
     finally:
         os.close(fd)
+
+
+def open_under(dir_fd: int, rel: str) -> int:
+    """A descriptor for the directory ``rel`` (``a/b``; ``""`` for ``dir_fd`` itself) under an opened
+    directory, walked one component at a time with O_NOFOLLOW: a link on the way is refused (ELOOP or
+    ENOTDIR), never followed. The caller closes it."""
+    fd = os.dup(dir_fd)
+    try:
+        for part in rel.split("/") if rel else ():
+            nxt = open_dir(part, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def fd_path(dir_fd: int) -> Path:
+    """A path that names the directory opened as ``dir_fd`` for as long as it stays open (Linux's
+    ``/proc/self/fd``), for the calls that take a path: whatever is renamed or planted along the path the
+    directory was opened by afterwards, what is made under this one lands in the directory opened."""
+    return Path(f"/proc/self/fd/{dir_fd}")
 
 
 def create_new(name: Path | str, *, dir_fd: int | None = None, mode: int = 0o644) -> BinaryIO:
@@ -502,6 +528,40 @@ def owner_problem(st: os.stat_result, *, allow_root: bool = True) -> str | None:
         return f"is owned by uid {st.st_uid}, {who} (this user is uid {os.geteuid()})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+@dataclass(frozen=True)
+class Unsafe:
+    """A directory above a place lockbuild works in that another user could use to swap that place."""
+
+    directory: Path
+    problem: str  # "is owned by uid N, ..." or "is writable by its group or by others and not sticky (...)"
+    owner: bool  # True: owned by another user (no chmod helps); False: writable by others (chmod +t helps)
+
+
+def ancestor_problem(path: Path) -> Unsafe | None:
+    """The first directory above ``path`` (as named, and as it resolves) that is owned by neither root nor
+    this user, or writable by its group or others without being sticky (like /tmp, where no one may rename
+    another's entry); None when every one is safe. Otherwise another user could rename ``path`` (or a
+    directory above it) away and put a tree of theirs in its place between the checks and the writes. The
+    one rule for ``--root`` and for stores. Directories not made yet are passed over (check again once
+    made); one that cannot be examined raises OSError."""
+    absolute = Path(os.path.abspath(path))  # noqa: PTH100 (normalised, links kept: the path as named)
+    for start in (absolute.parent, Path(os.path.realpath(absolute)).parent):
+        for d in (start, *start.parents):
+            try:
+                st = os.lstat(d)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                st = d.stat()  # the link itself sits in a checked directory; judge what it points to too
+            if st.st_uid not in (0, os.geteuid()):
+                return Unsafe(d, f"is owned by uid {st.st_uid}, neither root nor this user (uid {os.geteuid()})",
+                              owner=True)
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                return Unsafe(d, "is writable by its group or by others and not sticky "
+                                 f"(mode {stat.S_IMODE(st.st_mode):04o})", owner=False)
     return None
 
 

@@ -16,6 +16,8 @@ class Limits:
     max_signature_file: int = 64 << 10  # a .minisig file's largest size
     max_index_files: int = 200_000  # the most files one index project page may list
     max_index_files_total: int = 1_000_000  # the most files all index pages of one plan may list together
+    max_image_marker: int = 1 << 20  # an image's marker (lockbuild.json), as `unsquashfs -cat` prints it
+    max_gpu_query: int = 64 << 10  # what `nvidia-smi --query-gpu` may print (64 GPUs are a few KiB)
 
 
 DEFAULT_LIMITS = Limits()

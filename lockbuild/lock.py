@@ -57,6 +57,8 @@ class LockedFile:
     time_from: TimeFrom = "upload-time"
     # PEP 740: what the index said of the file's attestations (None: it offers no provenance), recorded unverified
     provenance: Provenance | None = None
+    # PEP 700: when the index says the file was uploaded (None: it gives no time, as PyTorch's index)
+    upload_time: dt.datetime | None = None
 
     @property
     def kind(self) -> Literal["wheel", "sdist"]:
@@ -293,6 +295,7 @@ def choose_file(
         origin=origin,
         index=index if index is not None else {"primary": "primary", "second": "second", "direct": ""}[origin],
         time_from="upload-time" if as_of is not None and best.upload_time is not None else "exemption",
+        upload_time=best.upload_time,
     )
 
 

@@ -42,6 +42,13 @@ def escape(text: str, *, keep_newlines: bool = True) -> str:
     return "".join(ch if ch.isprintable() or ch == " " or ch in kept else _escape(ch) for ch in text)
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: every line feed and tab escaped too. For a line built around a string from
+    outside (a file name, a reason that quotes one), so that a name holding a line feed cannot fake a
+    line of its own; :func:`for_terminal` still runs over the whole text."""
+    return escape(text, keep_newlines=False)
+
+
 def for_terminal(text: str) -> str:
     """What the CLI prints for ``text``: credentials masked, non-printable characters escaped."""
     return escape(mask_credentials(text))
@@ -56,3 +63,13 @@ def mask_data(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [mask_data(v) for v in value]
     return value
+
+
+def closest(word: str, known: tuple[str, ...]) -> str | None:
+    """The known key a misspelt ``word`` most likely meant ("did you mean ...?"): a close match, or one
+    with the same letters in another order; None when nothing is near."""
+    import difflib
+
+    lowered = word.lower()
+    close = difflib.get_close_matches(lowered, known, n=1) or [k for k in known if sorted(k) == sorted(lowered)]
+    return close[0] if close else None

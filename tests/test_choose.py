@@ -1,4 +1,4 @@
-"""Issue 25: the node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
+"""The node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
 the signed manifest fields (format 3), and the choosing forms of `install` and `doctor --store`.
 
 Each rule has a test that fails without it: the example of the issue (CUDA 13 = capability 7.5+, driver
@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, TOY_RECIPE, Keys
 from hostile import INSTALL
 from servers import FakeServer
-from sitekit import files_for, make_bundle, sha
+from sitekit import AS_OF, files_for, make_bundle, sha
 
 from lockbuild.bundle import manifest as manifest_mod
 from lockbuild.bundle.instructions import GpuNeeds
@@ -203,6 +203,64 @@ def test_stated_facts_are_used_strictly_and_marked(tmp_path: Path, no_smi: None)
         detect(environ={"LOCKBUILD_GPU_FACTS": str(tmp_path / "absent.json")})
 
 
+def smi_script(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """A fake nvidia-smi on PATH running ``body`` (sh)."""
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("LOCKBUILD_GPU_FACTS", raising=False)
+
+
+def test_a_gpu_name_that_is_not_utf_8_is_decoded_with_replacement(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One byte that is not UTF-8 in a GPU name: the facts are read (with U+FFFD), never an internal error."""
+    smi_script(tmp_path / "bin", monkeypatch, r"printf '580.65.06, 8.0, NVIDIA A100 \377\n'")
+    n = detect()
+    assert n.driver == "580.65.06" and n.gpus == (Gpu("NVIDIA A100 \ufffd", (8, 0)),)
+    code, data, err = run("doctor", "--root", tmp_path / "e", "--catalogue", tmp_path, "--trust", tmp_path)
+    assert code == 0 and data["node"]["gpus"] == [{"name": "NVIDIA A100 \ufffd", "capability": "8.0"}], err
+
+
+@pytest.mark.parametrize("line", [
+    r"580.65.06, 8.0, NVIDIA \033]0;owned\007A100",  # an escape sequence in the name
+    r"580.65.06, 8.0, NVIDIA \342\200\256A100",  # a bidirectional override
+    r"580.65.06; rm -rf, 8.0, NVIDIA A100",  # not a driver version
+    r"580.65.06, [N/A], NVIDIA A100",  # a GPU whose capability is unknown is never left out
+    r"580.65.06, 8.0, " + "A" * 129,
+])
+def test_nvidia_smi_output_is_held_to_the_rules_of_stated_facts(line: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    smi_script(tmp_path / "bin", monkeypatch, f"printf '{line}\\n'")
+    with pytest.raises(FactsError, match=r"for a GPU; expected DRIVER, X\.Y, NAME"):
+        detect()
+    r = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path / "e"), "--catalogue", str(tmp_path)])
+    assert r.exit_code == 1 and "ERROR " in r.stderr and "internal" not in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr and "\u202e" not in r.stderr  # what it printed is shown escaped
+
+
+def test_two_drivers_or_too_many_gpus_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    smi_script(tmp_path / "bin", monkeypatch, "echo '580.65.06, 8.0, A'; echo '535.10, 8.0, B'")
+    with pytest.raises(FactsError, match="one driver"):
+        detect()
+    smi_script(tmp_path / "bin", monkeypatch, "for i in $(seq 65); do echo \"580.65.06, 8.0, GPU $i\"; done")
+    with pytest.raises(FactsError, match="lists 65 GPUs; expected at most 64"):
+        detect()
+
+
+def test_nvidia_smi_output_is_read_bounded_and_the_tool_killed_past_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An nvidia-smi that prints megabytes, then holds its output open: stopped at the bound, at once."""
+    import time
+
+    smi_script(tmp_path / "bin", monkeypatch, "head -c 3000000 /dev/zero | tr '\\0' a; sleep 60")
+    started = time.monotonic()
+    with pytest.raises(FactsError, match="printed over 65536 bytes"):
+        detect()
+    assert time.monotonic() - started < 20
+
+
 # --- the recipe and the signed manifest ------------------------------------------------------------
 
 
@@ -267,7 +325,8 @@ def fake_gpu(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, *lines: str) -> Non
 
 
 def signed(out: Path, keys: Keys, variant: str, gpu: GpuNeeds | None, version: str = "1.0",
-           serves: tuple[str, ...] = ()) -> Path:
+           serves: tuple[str, ...] = (), *, platform: str = PLATFORM, serial_days: int = 0,
+           engine: str = "toyengine", sign: bool = True) -> Path:
     """A signed in-memory bundle (no uv) whose signed manifest carries ``gpu`` and ``serves``."""
     import sitekit
 
@@ -275,11 +334,13 @@ def signed(out: Path, keys: Keys, variant: str, gpu: GpuNeeds | None, version: s
     real = sitekit.hostile_manifest
 
     def with_install(members: object, **changes: object) -> manifest_mod.Manifest:
-        return real(members, **changes, install=install, python=PY, platform=PLATFORM)  # type: ignore[arg-type]
+        return real(members, **changes, install=install, python=PY, platform=platform,  # type: ignore[arg-type]
+                    engine=engine)
 
     sitekit.hostile_manifest = with_install  # type: ignore[assignment]
     try:
-        return make_bundle(out, [keys.secret], version=version, variant=variant)
+        return make_bundle(out, [keys.secret] if sign else [], version=version, variant=variant,
+                           serial_days=serial_days)
     finally:
         sitekit.hostile_manifest = real
 
@@ -365,6 +426,117 @@ def test_stated_facts_are_marked_in_the_output(store: Path, keys: Keys, tmp_path
     assert data["node"]["facts"] == "stated"  # type: ignore[index]
     entry = next(e for e in data["store"]["entries"] if e["version"] == "1.0")  # type: ignore[index]
     assert entry["chosen"] == "toyengine/1.0-cu129"  # the stated V100, not the detected H100
+
+
+# --- a folder another user can write: what is planted there -----------------------------------------
+
+
+AS_OF_SERIAL = int(AS_OF.timestamp())
+
+
+def test_an_older_signed_build_planted_under_a_name_that_sorts_first_is_passed_over(
+        keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same engine, version and variant, signed, for manylinux_2_17 (its name sorts before 2_28) and a
+    year older: the newest signed build wins the tie, and the older one is named as passed over."""
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
+    usb = tmp_path / "usb"
+    new = signed(usb, keys, "cu130", CU13, serial_days=365)
+    old = signed(usb, keys, "cu130", CU13, platform="x86_64-manylinux_2_17")
+    assert sorted(p.name for p in usb.glob("*.lbz")) == [old.name, new.name]
+    # the choice is said before the install runs (which then fails: these in-memory bundles hold no uv)
+    r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust", str(keys.trust)])
+    assert "\nchose toyengine/1.0-cu130: " in "\n" + r.stderr and f"(from {new.name})\n" in r.stderr, r.stderr
+    assert (f"  toyengine/1.0-cu130 ({old.name}): fits, passed over: an older signed build (serial "
+            f"{AS_OF_SERIAL}); toyengine/1.0-cu130 ({new.name}) is newer (serial {AS_OF_SERIAL + 365 * 86400})"
+            in r.stderr), r.stderr
+    # the same rule in the pure choice, with the older one first in the order
+    a100 = facts(node("580.65.06", A100))
+    older = dataclasses.replace(opt("cu130", CU13), newness=(100, 100), source="a.lbz")
+    newer = dataclasses.replace(opt("cu130", CU13), newness=(200, 50), source="b.lbz")
+    later = dataclasses.replace(opt("cu130", CU13), newness=(200, 90), source="c.lbz")
+    assert choose("vllm", "0.11.0", [older, newer], a100).chosen is newer
+    assert choose("vllm", "0.11.0", [older, newer, later], a100).chosen is later  # same serial: the build time
+    cpu_old = dataclasses.replace(opt("cpu", None), newness=(1, 1), source="a.lbz")
+    cpu_new = dataclasses.replace(opt("cpu", None), newness=(2, 1), source="b.lbz")
+    got = choose("vllm", "0.11.0", [cpu_old, cpu_new], facts(node(None)))
+    assert got.chosen is cpu_new and "an older signed build" in got.lines()[1]
+
+
+def test_an_unsigned_file_claiming_another_engine_counts_for_nothing(
+        keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unsigned .lbz (a real bundle of another engine, no .minisig) and one with a garbage .minisig: the
+    folder's choice is made from the signed bundles alone, and the planted files are named by file name."""
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
+    usb = tmp_path / "usb"
+    good = signed(usb, keys, "cu130", CU13)
+    signed(usb, keys, "evil", None, "9.9", engine="otherengine", sign=False)  # claims another engine, unsigned
+    from conftest import make_keys
+
+    stranger = make_keys(tmp_path / "stranger", "stranger")
+    signed(usb, stranger, "evil", None, "9.8", engine="thirdengine")  # signed, by a key the node does not trust
+    (usb / "garbage.lbz").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(100))
+    (usb / "garbage.lbz.minisig").write_text("untrusted comment: x\nnot base64\n")
+    import lockbuild.bundle.read as read_mod
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("the head of a bundle whose signatures were not met was read")
+
+    monkeypatch.setattr(read_mod, "read_head", never)
+    r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust", str(keys.trust)])
+    assert "several engines" not in r.stderr and "\nchose toyengine/1.0-cu130: " in "\n" + r.stderr, r.stderr
+    assert f"(from {good.name})" in r.stderr and "was read" not in r.stderr
+    skipped = [line for line in r.stderr.splitlines() if line.startswith("  skipped ")]
+    assert [line.split(":")[0] for line in skipped] == [
+        "  skipped garbage.lbz", "  skipped otherengine-9.9-evil-x86_64-manylinux_2_28.lbz",
+        "  skipped thirdengine-9.8-evil-x86_64-manylinux_2_28.lbz"], r.stderr
+    assert all(": not judged: its signatures are refused (" in line for line in skipped)
+    assert not any(" 9.9" in line or "otherengine/" in line for line in r.stderr.splitlines()[:2])
+    # nothing signed at all: refused, with every file and its reason
+    good.unlink()
+    code, _, err = run("install", f"{usb}/", "--root", tmp_path / "e", "--trust", keys.trust)
+    assert code == 1 and "holds no bundle to choose from" in err and "skipped garbage.lbz: not judged" in err
+
+
+def test_planted_file_names_reach_the_terminal_escaped_on_every_path(
+        keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """File names with an escape sequence and with a line feed (faking a line of the choice): escaped in the
+    choice said before an install, in the refusal, and on stderr under --json."""
+    usb = tmp_path / "usb"
+    good = signed(usb, keys, "cu130", CU13)
+    (usb / "\x1b]0;owned\x07\x1b[2J.lbz").write_bytes(b"x")
+    (usb / "z\nchose otherengine 6.6: forged.lbz").write_bytes(b"x")
+
+    def clean(text: str) -> None:
+        assert "\x1b" not in text and "\x07" not in text, text
+        assert not any(line.startswith("chose otherengine") for line in text.splitlines()), text
+
+    fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
+    r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust", str(keys.trust)])
+    assert f"(from {good.name})" in r.stderr and "skipped \\x1b]0;owned" in r.stderr, r.stderr
+    assert "skipped z\\x0achose otherengine 6.6" in r.stderr, r.stderr
+    clean(r.stderr)
+    fake_gpu(tmp_path / "bin", monkeypatch, "535.10, 8.0, NVIDIA A100-SXM4-80GB")  # nothing fits: the refusal
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust",
+                                      str(keys.trust), *extra])
+        assert r.exit_code == 1 and "ERROR no build of toyengine fits" in r.stderr, r.stderr
+        clean(r.stderr)
+        clean(r.stdout)
+    good.unlink()  # nothing signed: the refusal names every file, each on the ERROR line
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust",
+                                      str(keys.trust), *extra])
+        assert r.exit_code == 1 and "holds no bundle to choose from" in r.stderr, r.stderr
+        clean(r.stderr)
+
+
+def test_doctor_shows_a_planted_catalogue_file_name_on_one_line(tmp_path: Path, no_smi: None) -> None:
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "x\nlockbuild   all is well \x1b[32mOK.lbz").write_bytes(b"not a bundle")
+    r = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path / "e"), "--catalogue", str(cat)])
+    assert "catalogue   PROBLEM: x\\x0alockbuild   all is well \\x1b[32mOK.lbz: " in r.stdout, r.stdout
+    assert not any(line.startswith("lockbuild   all is well") for line in r.stdout.splitlines())
 
 
 # --- real bundles: the chosen build is installed, from a store and from a folder -------------------

@@ -882,6 +882,22 @@ def test_hostile_zip_archive(tmp_path: Path, entries: list[ZipEntry], why: str) 
     unpack_refused(tmp_path, "assets.zip", data, re.escape(why))
 
 
+@pytest.mark.parametrize(
+    ("limits", "entries"),
+    [
+        (Limits(max_member=3), [TarEntry("top/big", b"four")]),
+        (Limits(max_bundle=5), [TarEntry("top/a", b"abc"), TarEntry("top/b", b"def")]),
+        (Limits(max_members=2), [TarEntry(f"top/{i}", b"x") for i in range(3)]),
+    ],
+    ids=["one-file-too-large", "all-files-too-large", "too-many-files"],
+)
+def test_an_archive_past_the_limits_is_refused(tmp_path: Path, limits: Limits, entries: list[TarEntry]) -> None:
+    archive = write(tmp_path / "src.tar.gz", tar_archive(entries))
+    with pytest.raises(IntegrityError, match="the archive is larger than the limits allow"):
+        archives.extract(archive, tmp_path / "dest", limits=limits)
+    assert archives.extract(archive, tmp_path / "ok") == len(entries)  # the default limits take it
+
+
 def test_two_archives_colliding(tmp_path: Path) -> None:
     """Two release assets unpacked into one directory may not overwrite each other's files."""
     first = write(tmp_path / "a.tar.gz", tar_archive([TarEntry("lib/libengine.so", b"good")]))

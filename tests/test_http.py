@@ -53,6 +53,13 @@ def test_redirect_to_another_host_is_refused(srv: FakeServer, client: httpx.Clie
         other.close()
 
 
+def test_a_redirect_no_parser_can_read_is_the_servers_error(srv: FakeServer, client: httpx.Client) -> None:
+    srv.redirects["/doc"] = "http://[127.0.0.1/doc"
+    with pytest.raises(RemoteError, match=r"which is not a readable URL") as err:
+        get_json(client, f"{srv.url}/doc", what="reading")
+    assert err.value.tip is not None and "malformed" in err.value.tip
+
+
 def test_redirect_loop_is_refused(srv: FakeServer, client: httpx.Client) -> None:
     srv.redirects["/a"] = "/b"
     srv.redirects["/b"] = "/a"

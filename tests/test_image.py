@@ -1,4 +1,4 @@
-"""lockbuild image (issue 27): an engine as one reproducible squashfs image, mounted read-only."""
+"""lockbuild image: an engine as one reproducible squashfs image, mounted read-only."""
 
 from __future__ import annotations
 
@@ -224,10 +224,87 @@ def test_list_images_shows_what_each_holds(signed: Path) -> None:
     code, stdout, stderr = cli("list", "--images", signed.parent, "--json")
     assert code == 0, stderr
     (row,) = json.loads(stdout)["images"]
-    assert (row["engine"], row["version"], row["variant"], row["signed"]) == ("toyengine", "1.0", "cpu", True)
+    assert (row["engine"], row["version"], row["variant"]) == ("toyengine", "1.0", "cpu")
+    assert row["signature_file"] == "present (not verified)" and "signed" not in row
     assert row["record"]["prefix"] == PREFIX
     code, stdout, _ = cli("list", "--images", signed.parent)
-    assert "toyengine" in stdout and PREFIX in stdout and "not verified" in stdout
+    assert "toyengine" in stdout and PREFIX in stdout and "signature file present (not verified)" in stdout
+
+
+def _planted_image(folder: Path, marker_size: int | None = None) -> Path:
+    """FILE.sqfs (a real squashfs whose lockbuild.json is a sparse file of ``marker_size`` bytes, or just the
+    magic), a well-formed record, and a .minisig of garbage beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sqfs = folder / "planted.sqfs"
+    if marker_size is None:
+        sqfs.write_bytes(b"hsqs" + bytes(4092))
+    else:
+        tree = folder.parent / "tree"
+        tree.mkdir()
+        with (tree / "lockbuild.json").open("wb") as f:
+            f.truncate(marker_size)
+        subprocess.run(["mksquashfs", str(tree), str(sqfs), "-quiet", "-noappend"], check=True,
+                       capture_output=True)
+    digest = "0" * 64
+    (folder / "planted.sqfs.json").write_text(json.dumps({
+        "image_sha256": digest, "image_size": 4096, "bundle_sha256": digest, "manifest_sha256": digest,
+        "signers": [], "prefix": "/opt/x", "interpreter": "/usr/bin/python3", "lockbuild": "0"}))
+    (folder / "planted.sqfs.minisig").write_text("not a signature at all\n")
+    return sqfs
+
+
+def test_list_images_reads_a_marker_bounded_and_kills_unsquashfs_past_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unverified image whose marker is endless: unsquashfs is stopped at the bound, at once, and the
+    listing says so; a .minisig of garbage beside it is reported as a file present, never as signed."""
+    import time
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "unsquashfs").write_text("#!/bin/sh\nhead -c 8000000 /dev/zero; sleep 60\n")
+    (fake / "unsquashfs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    folder = tmp_path / "images"
+    _planted_image(folder)
+    started = time.monotonic()
+    code, stdout, stderr = cli("list", "--images", folder, "--json")
+    assert code == 0, stderr
+    assert time.monotonic() - started < 20
+    (row,) = json.loads(stdout)["images"]
+    assert "is over 1048576 bytes (unsquashfs was stopped there)" in row["problem"]
+    assert row["signature_file"] == "present (not verified)" and "signed" not in row
+
+
+def test_list_images_escapes_what_an_image_and_its_name_say(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image named with an escape sequence and a line feed, whose (unverified) marker names its engine
+    with them too: each listed row is one line, escaped."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    marker = {"engine": "evil\x1b[2J\nchose x", "version": "1", "variant": "v", "binary": "b", "requirements": [],
+              "exclude_newer": "", "uv": "0", "installed": "", "bundle": "b.lbz", "bundle_sha256": "0" * 64,
+              "serial": 1, "signers": [], "python": "3.12", "platform": "p", "lockbuild": "0"}
+    (fake / "unsquashfs").write_text(f"#!/bin/sh\nprintf '%s' '{json.dumps(marker)}'\n")
+    (fake / "unsquashfs").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    folder = tmp_path / "images"
+    sqfs = _planted_image(folder)
+    for name in ("a\x1b]0;owned\x07\nforged line.sqfs", "b.sqfs"):
+        for suffix in ("", ".json"):
+            shutil.copyfile(folder / (sqfs.name + suffix), folder / (name + suffix))
+    code, stdout, stderr = cli("list", "--images", folder)
+    assert code == 0, stderr
+    assert "\x1b" not in stdout and "\x07" not in stdout, stdout
+    assert not any(line.startswith(("forged", "chose")) for line in stdout.splitlines()), stdout
+    assert "evil\\x1b[2J\\x0achose x" in stdout and "owned\\x07\\x0aforged line.sqfs" in stdout, stdout
+
+
+@pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="needs squashfs-tools")
+def test_a_real_image_whose_marker_is_a_huge_sparse_file_is_listed_with_the_bound(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    _planted_image(folder, marker_size=64 << 20)
+    code, stdout, stderr = cli("list", "--images", folder)
+    assert code == 0, stderr
+    assert "planted.sqfs: the lockbuild.json at the root of" in stdout and "is over 1048576 bytes" in stdout
 
 
 def test_mksquashfs_writes_only_into_a_directory_no_one_else_can_write(
@@ -336,3 +413,13 @@ def test_the_bundles_interpreter_goes_inside_the_image(py_bundle: Path, keys: Ke
     assert lines[0] == "toyengine 1.0" and lines[1] == interpreter.removesuffix("/bin/python" + PY_X_Y)
     stdlib = [line for line in lines if line.startswith("# code object from")]
     assert stdlib and all(line.endswith(".pyc'") for line in stdlib), stdlib  # the stdlib's bytecode, in the image
+
+
+def test_the_sign_hint_names_the_image_as_the_user_gave_it(bundles: dict[str, Path], keys: Keys, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--out images/toy.sqfs`` from where the user stands: the hint is a command that works from there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "images").mkdir()
+    code, stdout, stderr = image(bundles["toy"], Path("images/toy.sqfs"), keys)
+    assert code == 0, stderr
+    assert stdout.rstrip().endswith("not signed: lockbuild sign images/toy.sqfs --key KEY"), stdout

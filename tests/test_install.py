@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -343,7 +344,7 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
     assert not (root / "toyengine").exists() or listing(root) == []
 
 
-# --- the node acts on the signed manifest only (issue 12) -----------------------------------------
+# --- the node acts on the signed manifest only -----------------------------------------
 
 
 def repack(bundle: Path, out_dir: Path, keys: Keys, change: Callable[[Manifest, dict[str, bytes]], Manifest]) -> Path:
@@ -408,6 +409,27 @@ def test_install_follows_the_signed_manifest(bundles: dict[str, Path], keys: Key
     assert code == 1 and "the verify command (toyengine --fail) failed (exit 3)" in stderr
 
 
+def test_a_signed_lock_without_hashes_is_refused_on_the_node(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    """The node installs with --require-hashes whatever the lock says: a signer's lock whose lines carry
+    no hashes is refused by uv, and the previous install (none) is left as it was."""
+
+    def strip_hashes(m: Manifest, files: dict[str, bytes]) -> Manifest:
+        text = files["lock/requirements.txt"].decode()
+        stripped = re.sub(r"\s*\\\n\s*--hash=sha256:[0-9a-f]{64}", "", text)
+        assert stripped != text and "--hash" not in stripped
+        files["lock/requirements.txt"] = stripped.encode()
+        return m
+
+    bundle = repack(bundles["v1"], tmp_path / "edited", keys, strip_hashes)
+    root = tmp_path / "engines"
+    code, _, stderr = install(bundle, root, keys)
+    assert code != 0
+    assert "hash" in stderr.lower()
+    assert not (root / "toyengine" / "1.0-cpu").exists()
+
+
 # --- one fit rule ---------------------------------------------------------------------------------
 
 
@@ -448,7 +470,7 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
     assert not (tmp_path / "engines" / "toyengine" / "1.0-cu130").exists()
 
 
-# --- the root, the engine directory and the target (issue 11 item 2) ------------------------------
+# --- the root, the engine directory and the target ------------------------------
 
 
 def test_a_root_that_is_a_symlink_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
@@ -571,7 +593,7 @@ def test_a_waiter_relocks_when_the_holder_removes_the_lock_file(tmp_path: Path) 
     assert list(engine_dir.iterdir()) == []
 
 
-# --- files placed in the environment (issue 11 item 3) ---------------------------------------------
+# --- files placed in the environment ---------------------------------------------
 
 
 def test_an_asset_named_like_a_file_of_the_environment_is_refused(
@@ -618,7 +640,7 @@ def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builde
         install_table(plan, [base, wheel, asset])  # type: ignore[arg-type]
 
 
-# --- the engine's code runs in a minimal environment (issue 11) -------------------------------------
+# --- the engine's code runs in a minimal environment -------------------------------------
 
 
 def test_the_installers_secrets_do_not_reach_the_verify_command(
@@ -638,7 +660,7 @@ def test_the_installers_secrets_do_not_reach_the_verify_command(
     assert code == 0, stderr
 
 
-# --- a bundle without wheels (issue 17) -------------------------------------------------------------
+# --- a bundle without wheels -------------------------------------------------------------
 
 
 def test_uv_is_pointed_only_at_the_folders_the_bundle_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -714,7 +736,7 @@ SDIST_RECIPE = build_on_node_recipe("lksdist")
 
 
 def test_a_bundle_with_only_an_sdist_installs(env: FakeServer, keys: Keys, tmp_path: Path) -> None:
-    """issue 17: an engine whose only file is an sdist (built on the node by its in-tree backend, offline)."""
+    """An engine whose only file is an sdist (built on the node by its in-tree backend, offline)."""
     from servers import make_tar_gz
 
     if not env.projects.get(("primary", "lksdist")):
@@ -742,3 +764,26 @@ def test_success_is_said_once_on_stdout(bundles: dict[str, Path], keys: Keys, tm
         assert code == 0, stderr
         said = [line for line in (stdout + stderr).splitlines() if "installed" in line]
         assert said == [f"{verb}: toyengine 1.0-cpu at {root / 'toyengine' / '1.0-cpu'}"], said
+
+
+@pytest.mark.parametrize(
+    ("place", "name", "why"),
+    [
+        ("lib/python3.12/site-packages", "evil.pth", "lib/ belongs to the environment's own packages"),
+        ("lib64", "libc.so.6", "lib64/ belongs to the environment's own packages"),
+        ("lockbuild", "marker.json", "lockbuild/ belongs to the environment's own packages"),
+        ("bin", "activate", "bin/activate is the environment's interpreter or activation script"),
+    ],
+)
+def test_an_asset_placed_in_the_environments_own_files_is_refused(place: str, name: str, why: str) -> None:
+    from hostile import manifest as make_manifest
+
+    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.errors import IntegrityError
+
+    base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")
+    asset = Member(f"assets/{name}", 1, "0" * 64, "asset", "")
+    table = InstallTable("toyengine", ("toyengine", "--version"), "none", base.path,
+                         assets=(AssetPlace(asset.path, place),))
+    with pytest.raises(IntegrityError, match=re.escape(why)):
+        parse_manifest(make_manifest([base, asset], install=table).to_toml())

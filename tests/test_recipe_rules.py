@@ -1,4 +1,4 @@
-"""Issue 23 and 24, the recipe side: no credential in a recipe URL, no control character in a recipe's
+"""The recipe side of the sandbox and the self-test: no credential in a recipe URL, no control character in a recipe's
 commands, and ``[engine.env]`` by an allow-list that the recipe and the node's manifest parser share."""
 
 from __future__ import annotations
@@ -240,3 +240,11 @@ def test_every_allowed_prefix_has_its_reason_in_the_docs() -> None:
     for prefix in (*envtable.ALLOWED_PREFIXES, *envtable.ALLOWED_NAMES):
         shown = f"`{prefix}*`" if prefix.endswith("_") else f"`{prefix}`"
         assert shown in docs, f"docs/release-engineers.md does not list {shown} with its reason"
+
+
+@pytest.mark.parametrize("url", ["https://[download.pytorch.org/whl/cu128", "https://[::1/whl"])
+def test_a_recipe_url_no_parser_can_read_is_a_recipe_problem(url: str) -> None:
+    err = refused(ENGINE + build(f'index = {{ url = "{url}", packages = ["torch"] }}'))
+    assert err.exit_code == 2
+    line = next(x for x in err.problems if x.startswith("builds[0].index.url:"))
+    assert "not a readable URL" in line

@@ -1,4 +1,4 @@
-"""The one sandbox for other people's code (issue 23): what the code inside can and cannot reach.
+"""The one sandbox for other people's code: what the code inside can and cannot reach.
 
 Each test runs a real bubblewrap; each fails if the flag or restriction it names is removed from
 ``lockbuild/sandbox.py``.
@@ -148,9 +148,19 @@ def test_proc_shows_only_the_sandboxs_processes() -> None:
 
 
 def test_no_capabilities_and_no_nested_user_namespace() -> None:
-    proc = sh("grep CapEff /proc/self/status; unshare -r true && echo NESTED")
+    # `unshare -U` alone, not `-r`: writing a uid map fails in the sandbox with or without --disable-userns,
+    # so only a bare new user namespace tells whether nesting is really off.
+    proc = sh("grep CapEff /proc/self/status; unshare -U true && echo NESTED")
     assert "CapEff:\t0000000000000000" in out(proc)
     assert "NESTED" not in out(proc)
+
+
+def test_the_sandbox_is_a_session_of_its_own() -> None:
+    # With --new-session the sandbox cannot push keystrokes into the caller's terminal (TIOCSTI): its
+    # session leader lies inside its own PID namespace, so getsid answers a PID it can see, not 0.
+    proc = sh("python3 -c 'import os; print(\"SID\", os.getsid(0))'")
+    assert "SID " in out(proc)
+    assert "SID 0" not in out(proc)
 
 
 def test_no_setns_back_into_the_hosts_network(tmp_path: Path) -> None:

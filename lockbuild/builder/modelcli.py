@@ -18,9 +18,9 @@ def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, e
     from lockbuild.builder.modelbuild import build_model
     from lockbuild.builder.pack import place_signed, statement_for
     from lockbuild.clikit import _take_password, _warn
-    from lockbuild.errors import RecipeError
+    from lockbuild.errors import RecipeError, SignatureError
     from lockbuild.recipe.modelrecipe import load_model_recipe
-    from lockbuild.trust.sign import sign_in_fresh_process
+    from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
     password = _take_password()
     if self_test or build_spec is not None:
@@ -29,6 +29,9 @@ def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, e
         err.exit_code = 2
         raise err
     r = load_model_recipe(recipe)
+    # The key opened and decrypted now, before anything is asked of the Hub, in a signing process that
+    # signs nothing and exits (as for an engine); it is read again to sign.
+    checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
     done = build_model(r, settings, out, jobs=jobs, threads=threads, progress=_progress(ctx))
     _warn(ctx, done.choice.warnings)
     w = done.written
@@ -38,6 +41,12 @@ def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, e
             raise ValueError("a written bundle without its BLAKE2b-512 prehash cannot be signed")
         signer = sign_in_fresh_process(key, [(bytes(w.digests.blake2b), statement.to_comment())], password=password,
                                        allow_readable_key=allow_readable_key)
+        if signer.key_id != checked.key_id:
+            raise SignatureError(
+                f"the secret key {key} is key {signer.key_id_hex} now, but it was key {checked.key_id_hex} when "
+                "the build started; expected the same key throughout.",
+                tip="Someone replaced the key file during the build: find out who; nothing was signed.",
+            )
         packed = place_signed(w, statement, signer=signer.key_id, block=signer.blocks[0])
     finally:
         w.discard()

@@ -36,6 +36,8 @@ from lockbuild.builder.provenance import with_provenance
 from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
+from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
+from lockbuild.builder.sdistmeta import SdistMetadata
 from lockbuild.builder.selfwheel import NAME as SELF_NAME
 from lockbuild.builder.selfwheel import make_self_wheel
 from lockbuild.builder.sources import read_source_requirements
@@ -65,7 +67,7 @@ class Plan:
     resolved_recipe: str
     uv_version: str
     warnings: tuple[str, ...] = ()  # shown by the CLI in text and in --json
-    build_deps: tuple[LockedFile, ...] = ()  # the hashed closure the lock's sdists are built from (issue 14)
+    build_deps: tuple[LockedFile, ...] = ()  # the hashed closure the lock's sdists are built from
     build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
     prebuilt: tuple[Prebuilt, ...] = ()  # wheels built here from sdists, bundled next to them
     resolution_reused: bool = False  # uv's resolution was remembered from an earlier run (memo.py), uv not run
@@ -212,8 +214,21 @@ class Planner:
                 extras.append(ExtraFile(f"assets/{name}", "asset", got.url, got.sha256(), got.size))
         if build.interpreter is not None:
             extras.append(self._interpreter(build))
-        resolution, files = self._resolve(requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node)
-        files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740 (issue 28)
+        def read_metadata(f: LockedFile) -> SdistMetadata:
+            self.progress.phase(f"{build.id}: reading the metadata of {f.filename} (its backend, if it must run, "
+                                "runs in the sandbox without network)")
+            return read_sdist_metadata(
+                f, open_file=lambda g: open_verified(self.fetcher, Wanted(g.url, g.sha256, g.size, g.filename)),
+                lock_build_deps=lambda reqs: self._resolve(list(reqs), build, as_of, extra, {}, pool)[1],
+                target=build.target, inherit=dict(self.settings.child_environ),
+            )
+
+        resolution, files = resolve_with_sdists(  # no build backend runs with the network (sdistlock.py)
+            lambda known: self._resolve(requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node,
+                                        sdist_metadata=known),
+            read_metadata,
+        )
+        files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(
@@ -252,6 +267,7 @@ class Planner:
         pool: Executor,
         *,
         sdists: Sequence[str] = (),
+        sdist_metadata: Sequence[SdistMetadata] = (),
     ) -> tuple[Resolution, tuple[LockedFile, ...]]:
         """uv's resolution (remembered, or run with its choices hinting the look-ups) and each pin's file.
 
@@ -267,7 +283,8 @@ class Planner:
                         requirements, build.target, as_of, index_url=self.index_url, indexes=build.extra_indexes,
                         timed=extra.timed, workdir=Path(tmp), cache_dir=self.cache.uv_cache(),
                         inherit=dict(self.settings.child_environ), credentials=self.settings.index_credentials,
-                        sdists_allowed=sdists, exclude_newer_package=build.exclude_newer_package,
+                        sdists_allowed=sdists, sdist_metadata=sdist_metadata,
+                        exclude_newer_package=build.exclude_newer_package,
                         memo=self.memo, reuse=reuse, on_select=ahead.hint,
                     )
                 try:

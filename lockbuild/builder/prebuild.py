@@ -1,4 +1,4 @@
-"""Building an sdist on the builder when the wheel can run on the node (issue 14), in the sandbox (issue 23).
+"""Building an sdist on the builder when the wheel can run on the node, in the sandbox.
 
 The build runs ``uv build --wheel`` offline, with no index, inside the one sandbox
 (:mod:`lockbuild.sandbox`: bubblewrap with new user, PID and network namespaces, no host files but the
@@ -126,9 +126,9 @@ def prebuild(
         (t / "in" / "deps").mkdir(parents=True)
         (t / "out").mkdir()
         for filename, f in deps:
-            with create_new(t / "in" / "deps" / _plain(filename)) as out:
+            with create_new(t / "in" / "deps" / plain_name(filename)) as out:
                 shutil.copyfileobj(f, out)
-        with create_new(t / "in" / _plain(sdist_name)) as out:
+        with create_new(t / "in" / plain_name(sdist_name)) as out:
             shutil.copyfileobj(sdist, out)
         with create_new(t / "in" / "build-requirements.txt") as out:
             out.write(lock_text.encode("utf-8"))
@@ -154,7 +154,7 @@ def prebuild(
         return _keep(t / "out", project, version, sdist_name, target, cache)
 
 
-def _plain(filename: str) -> str:
+def plain_name(filename: str) -> str:
     if not filename or "/" in filename or filename in (".", "..") or "\0" in filename:
         raise LockbuildError(f"expected a plain file name for a build input; found {filename!r}.")
     return filename

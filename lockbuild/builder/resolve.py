@@ -2,13 +2,14 @@
 
 Resolution runs no code from the index: uv is told to take wheels only (``--only-binary :all:``), so it
 never runs an sdist's PEP 517 backend to learn its metadata. Packages the build names as allowed to
-come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds); uv
-reads their static metadata (PKG-INFO 2.2+, or pyproject's [project]) when they have it, and otherwise
-runs their backend's metadata hook, so such a resolution runs entirely inside the sandbox
-(:mod:`lockbuild.sandbox`, issue 23): network kept for the index, no files of the builder. uv's
-environment is an allow-list (``lockbuild.uvtool``), and the index's credentials reach it only in the
-index URL of its environment (``UV_INDEX_URL``), where uv keeps them to the index's origin (or, when a
-build backend may run, in a netrc file in the private work directory, removed with it).
+come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds), and uv
+runs no backend for them either: it is given their metadata in a ``uv.toml`` (``--config-file``,
+``dependency-metadata``: the metadata of each version lockbuild read, and "no dependencies" for every
+other version; ``builder/sdistmeta.py``), which lockbuild produced without network (``builder/sdistlock.py``).
+Such a resolution still runs inside the sandbox (:mod:`lockbuild.sandbox`): network kept for the index, no
+files of the builder, and the CA settings of the user's environment. uv's environment is an allow-list
+(``lockbuild.uvtool``), and the index's credentials reach it only in the index URL of its environment
+(``UV_INDEX_URL``), where uv keeps them to the index's origin.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import contextlib
 import datetime as dt
 import functools
 import json
-import os
 import re
 import subprocess
 import threading
@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import IO, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from lockbuild import fsio
+from lockbuild import fsio, sandbox
 from lockbuild.builder.memo import ResolutionMemo, resolution_key
-from lockbuild.errors import ResolveError
+from lockbuild.builder.sdistmeta import SdistMetadata, uv_config
+from lockbuild.errors import ResolveError, certificate_tip
 from lockbuild.recipe import SecondIndex
 from lockbuild.settings import Credentials
 from lockbuild.target import Target
 from lockbuild.times import iso, parse_time
-from lockbuild.urls import origin
 from lockbuild.uvtool import clean_env, uv_binary, uv_version
 
 RESOLVE_TIMEOUT = 1800
@@ -81,6 +81,9 @@ _NETWORK_SIGNS = ("Failed to fetch", "dns error", "Connection refused", "error s
 
 
 def _resolve_tip(stderr: str) -> str:
+    cert = certificate_tip(stderr)
+    if cert is not None:
+        return cert
     if any(sign in stderr for sign in _NETWORK_SIGNS):
         return "uv could not reach the index: check the network, the proxy settings and LOCKBUILD_INDEX_URL."
     return (
@@ -107,22 +110,6 @@ def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
         "either here, with no network, when its wheel runs on the node (pure Python, or this platform), or "
         "else by the node, offline, from those bundled build dependencies.",
     )
-
-
-def _write_netrc(workdir: Path, index_url: str, credentials: Credentials) -> Path:
-    """The index's credentials as a netrc for uv (mode 0600, in the private work directory)."""
-    host = origin(index_url)[1]
-    fields = (host, credentials.username, credentials.password)
-    if any(not v or any(c.isspace() or c in "\"'#" for c in v) for v in fields):
-        raise ResolveError(
-            "the index's user name or password contains a space, a quote or '#', which a netrc file "
-            "(how uv is given them when a build backend may run) cannot carry.",
-            tip="Use a token without such characters.",
-        )
-    path = workdir / "netrc"
-    fsio.write_new(path, f"machine {host}\nlogin {credentials.username}\npassword {credentials.password}\n".encode(),
-                   mode=0o600)
-    return path
 
 
 def _with_credentials(index_url: str, credentials: Credentials) -> str:
@@ -234,28 +221,47 @@ SANDBOX_WORK = Path("/lock")  # the compile's private work directory, as the san
 def _sandboxed(
     argv: Sequence[str], env: Mapping[str, str], workdir: Path, target: Target
 ) -> tuple[list[str], dict[str, str]]:
-    """``uv pip compile`` inside the sandbox (issue 23), for a resolution where an sdist's build backend
-    may run to learn its metadata. The sandbox keeps the network (uv must reach the index) but has none of
-    the builder's files: read-only, lockbuild's uv and a system Python X.Y; writable, only this compile's
-    private work directory (the requirements, the output, the index's netrc when it has credentials). uv's
-    cache there is a throw-away one: a backend could otherwise poison the answers later locks read."""
-    from lockbuild import sandbox
+    """``uv pip compile`` inside the sandbox, for a resolution with sdists (``--no-binary``). uv is given their
+    metadata (the work directory's uv.toml), so no build backend runs in it; should one, it would meet
+    the sandbox: the network kept (uv must reach the index) but none of the builder's files. Read-only,
+    lockbuild's uv, a system Python X.Y and the CA settings of the user's environment (``SSL_CERT_FILE``,
+    ``SSL_CERT_DIR``, ``UV_NATIVE_TLS``: a TLS-inspecting proxy's or a private index's CA); writable, only
+    this compile's private work directory (the requirements, the uv.toml, the output). uv's cache there is
+    a throw-away one."""
     from lockbuild.builder.prebuild import SANDBOX_UV, build_env, find_python, uv_bind
 
     sandbox.check_available()
     python = find_python(target.python, env)
     inner = build_env(offline=False, extra_path=[python.executable.parent] if python is not None else [])
-    for name in ("UV_INDEX_URL", "RUST_LOG", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
-                 "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):
+    for name in ("UV_INDEX_URL", "RUST_LOG", *PROXY_NAMES, *CA_NAMES):
         if name in env:
             inner[name] = env[name]
-    netrc = env.get("NETRC", os.devnull)
-    inner["NETRC"] = _inside(netrc, workdir)
-    binds = [uv_bind(), sandbox.Bind(workdir, SANDBOX_WORK, writable=True)]
+    binds = [uv_bind(), sandbox.Bind(workdir, SANDBOX_WORK, writable=True), *ca_binds(env)]
     binds += python.binds if python is not None else ()
     spec = sandbox.Spec(binds=tuple(binds), env=inner, cwd=SANDBOX_WORK, network=True)
     command = [str(SANDBOX_UV), *(_inside(a, workdir) for a in argv[1:])]
     return sandbox.argv(spec, command), {"PATH": sandbox.BWRAP_PATH}
+
+
+PROXY_NAMES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+               "ALL_PROXY")
+CA_NAMES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_NATIVE_TLS")
+_SEEN_IN_SANDBOX = ("/usr", "/etc/ssl", "/etc/ca-certificates")  # already there, read-only
+
+
+def ca_binds(env: Mapping[str, str]) -> list[sandbox.Bind]:
+    """The CA bundle (``SSL_CERT_FILE``) and directory (``SSL_CERT_DIR``, colon-separated) the environment
+    names, each bound read-only at its own path where it is an absolute path to a file or directory that
+    the sandbox does not already show."""
+    paths = [env.get("SSL_CERT_FILE", ""), *env.get("SSL_CERT_DIR", "").split(":")]
+    out: list[sandbox.Bind] = []
+    for raw in dict.fromkeys(p for p in paths if p):
+        path = Path(raw)
+        if not path.is_absolute() or "\0" in raw or any(path.is_relative_to(d) for d in _SEEN_IN_SANDBOX):
+            continue
+        if path.is_file() or path.is_dir():
+            out.append(sandbox.Bind(path, path))
+    return out
 
 
 def _inside(arg: str, workdir: Path) -> str:
@@ -283,6 +289,7 @@ def compile_lock(
     inherit: Mapping[str, str] | None = None,
     credentials: Credentials | None = None,
     sdists_allowed: Sequence[str] = (),
+    sdist_metadata: Sequence[SdistMetadata] = (),
     exclude_newer_package: Sequence[tuple[str, str | None]] = (),
     timed: Collection[str] = (),
     memo: ResolutionMemo | None = None,
@@ -293,15 +300,17 @@ def compile_lock(
     """Resolve ``requirements`` for the target as the index stood at ``as_of``, with every hash.
 
     ``index_url`` carries no credentials; ``credentials`` are handed to uv in its environment. Only the
-    packages in ``sdists_allowed`` may come as sdists (their build backend may run); every other
-    package must have a wheel for the target. The packages of ``indexes`` are exempt from the cut-off
+    packages in ``sdists_allowed`` may come as sdists; uv is given ``sdist_metadata`` for the versions
+    read, and "no dependencies" for every other version of them, so it runs no build backend (``sdistlock``
+    repeats the resolution until every sdist locked is one read); every other package must have a wheel
+    for the target. The packages of ``indexes`` are exempt from the cut-off
     (their index publishes no upload times; the recipe's == pins hold them), except those in ``timed``,
     whose index gives upload times for the pinned release: the cut-off holds them as it does the primary's.
 
     With ``memo``, the answer is remembered by its inputs, and with ``reuse`` an answer remembered earlier
     is returned without running uv (``Resolution.reused``); the caller must still check every pin against
     the live index, and resolve afresh (``reuse=False``) if a check fails. A resolution that may run a
-    build backend (``sdists_allowed``) is never remembered: its answer comes from code run here; nor one
+    backend's answer (``sdists_allowed``) is never remembered: it comes from code run here; nor one
     with a package exempt from the cut-off (an extra index's untimed package, ``exclude-newer-package``
     false): its candidates can grow at any time; nor one whose cut-off (``as_of``, or an
     ``exclude_newer_package`` time) is later than ``now`` less SETTLED: the index can still gain files
@@ -310,16 +319,13 @@ def compile_lock(
     ``on_select(name, version)`` is called (from another thread) as uv's log shows it choosing a version.
     """
     out = workdir / ("pylock.toml" if indexes else "requirements.txt")
-    # The index's credentials: in uv's environment as part of the index URL (uv keeps them to its origin),
-    # unless a build backend may run (sdists_allowed), which would inherit that environment: then in a
-    # netrc file, as uv's only other way (uv sends a netrc's password to any port of the host that asks).
-    in_url = credentials if credentials is not None and not sdists_allowed else None
+    # The index's credentials: in uv's environment as part of the index URL (uv keeps them to its origin).
     argv = [
         uv_binary(), "pip", "compile",
         "--python-version", target.python,
         "--python-platform", target.platform,
         "--exclude-newer", iso(as_of),
-        *(["--index-url", index_url] if in_url is None else []),  # with credentials: UV_INDEX_URL below
+        *(["--index-url", index_url] if credentials is None else []),  # with credentials: UV_INDEX_URL below
         "--generate-hashes",
         "--no-header", "--quiet",
         "--output-file", str(out),
@@ -327,6 +333,10 @@ def compile_lock(
     ]
     for name in sdists_allowed:
         argv += ["--no-binary", name]
+    if sdists_allowed:  # their metadata, so that uv runs no build backend (sdistmeta.py)
+        config = workdir / "uv.toml"
+        fsio.write_new(config, uv_config(sdist_metadata, sdists_allowed).encode("utf-8"))
+        argv += ["--config-file", str(config)]
     for name, when in exclude_newer_package:  # the recipe's per-package cut-off (None: none at all)
         argv += ["--exclude-newer-package", f"{name}={when or 'false'}"]
     stdin: str | None
@@ -364,13 +374,12 @@ def compile_lock(
         remembered = memo.get(key) if reuse else None
         if remembered is not None and remembered.format == lock_format:
             return Resolution(lock_format, remembered.text, tuple(argv), reused=True, key=key)
-    netrc = _write_netrc(workdir, index_url, credentials) if credentials is not None and in_url is None else None
-    env = clean_env(cache_dir, inherit=inherit or {}, netrc=netrc)
-    if in_url is not None:
-        env["UV_INDEX_URL"] = _with_credentials(index_url, in_url)
+    env = clean_env(cache_dir, inherit=inherit or {})
+    if credentials is not None:
+        env["UV_INDEX_URL"] = _with_credentials(index_url, credentials)
     if on_select is not None:
         env["RUST_LOG"] = UV_LOG_FILTER
-    if sdists_allowed:  # a build backend may run (an sdist's metadata hooks): only inside the sandbox
+    if sdists_allowed:  # sdists, their metadata given: uv runs no backend, and runs in the sandbox all the same
         run_argv, run_env = _sandboxed(argv, env, workdir, target)
     else:  # wheels only (--only-binary :all:): uv runs no code from the index
         run_argv, run_env = argv, env
@@ -379,9 +388,10 @@ def compile_lock(
         refused = _needs_build_error(stderr, target)
         if refused is not None:
             raise refused
+        tls = " (the index's TLS certificate could not be verified)" if certificate_tip(stderr) else ""
         raise ResolveError(
             f"uv could not resolve the requirements for Python {target.python} on {target.platform} "
-            f"as of {iso(as_of)}:\n{_tail(stderr)}",
+            f"as of {iso(as_of)}{tls}:\n{_tail(stderr)}",
             tip=_resolve_tip(stderr),
         )
     text = out.read_text(encoding="utf-8")

@@ -24,7 +24,7 @@ from lockbuild.provenance import Provenance, parse_recorded
 from lockbuild.times import iso, parse_time
 
 FORMAT = 2  # what a manifest says unless its [install] table needs more (InstallTable.needs_format)
-NEWEST = 3  # format 3 (issue 25): install.gpu.max-capability, variant-properties and install.serves
+NEWEST = 3  # format 3: install.gpu.max-capability, variant-properties and install.serves
 READS = (2, 3, MODEL_FORMAT)  # format 4: a model bundle (bundle/modelinfo.py)
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
@@ -66,9 +66,12 @@ class Manifest:
     zstd_version: str = ""  # libzstd that compressed it: a rebuild must use the same to match bit for bit
     # The recipe's per-package cut-offs (uv's --exclude-newer-package): (canonical name, UTC time or None = none)
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()
-    # PEP 740 (issue 28): a wheel's or sdist's provenance as its index stated it, unverified, by member path.
+    # PEP 740: a wheel's or sdist's provenance as its index stated it, unverified, by member path.
     # Optional: written in the member's [[files]] table, which readers before it pass over.
     provenance: tuple[tuple[str, Provenance], ...] = ()
+    # PEP 700: a wheel's or sdist's upload time as its index gave it at lock time (UTC, to the second), by
+    # member path. Optional, in the member's [[files]] table as upload-time, which readers before it pass over.
+    upload_times: tuple[tuple[str, str], ...] = ()
     model: ModelTable | None = None  # a model bundle's repo, commit and files (format 4; no [install] table)
 
     @property
@@ -109,7 +112,7 @@ class Manifest:
             "",
             *(self.install.toml_lines(q) if self.model is None else self.model.toml_lines(q)),
         ]
-        attested = dict(self.provenance)
+        attested, uploaded = dict(self.provenance), dict(self.upload_times)
         for m in self.members:
             lines += [
                 "[[files]]",
@@ -119,6 +122,7 @@ class Manifest:
                 f"kind = {q(m.kind)}",
                 f"origin = {q(m.origin)}",
                 *([f"provenance = {_provenance_toml(attested[m.path])}"] if m.path in attested else []),
+                *([f"upload-time = {q(uploaded[m.path])}"] if m.path in uploaded else []),
                 *(self.model.file_lines(m.path, q) if self.model is not None else []),
                 "",
             ]
@@ -331,8 +335,25 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         zstd_version=zstd,
         exclude_newer_package=exempt,
         provenance=provenance,
+        upload_times=_upload_times(files, members),
         model=model,
     )
+
+
+def _upload_times(files: list[Any], members: tuple[Member, ...]) -> tuple[tuple[str, str], ...]:
+    """The optional per-file upload time, on wheels and sdists only, as the builder writes it (iso: UTC, Z)."""
+    out: list[tuple[str, str]] = []
+    for f, m in zip(files, members, strict=True):
+        if "upload-time" not in f:
+            continue
+        when = f["upload-time"]
+        if m.kind not in ("wheel", "sdist"):
+            raise _bad(f"the manifest gives {m.path} (kind {m.kind}) an upload-time; only wheels and sdists have one.")
+        parsed = parse_time(when) if isinstance(when, str) else None
+        if parsed is None or parsed.tzinfo is None or iso(parsed) != when:
+            raise _bad(f"the manifest's upload-time of {m.path} is not a UTC time such as 2024-06-01T00:00:00Z.")
+        out.append((m.path, when))
+    return tuple(out)
 
 
 def _provenance(files: list[Any], members: tuple[Member, ...]) -> tuple[tuple[str, Provenance], ...]:

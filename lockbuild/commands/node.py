@@ -1,4 +1,4 @@
-"""Node commands: verify, inspect, install, list, remove, doctor (no network code below them)."""
+"""Node commands: verify, inspect, install, list, remove (no network code below them); doctor is beside."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from lockbuild.clikit import (
     _emit,
     _progress,
     _setup,
+    _warn,
     json_option,
     root_option,
     threshold_option,
     trust_option,
 )
-from lockbuild.errors import LockbuildError
 from lockbuild.times import iso
 
 Command = _Command
@@ -98,7 +98,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 
     with named_source(bundle, store=store_dir) as source:
         manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
-        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time (issue 28), unverified
+        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time, unverified
         try:
             blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
@@ -252,7 +252,9 @@ def install(
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
-    _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
+    _warn(ctx, result.warnings)
+    _emit(ctx, result.to_json(),
+          f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line())
 
 
 def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any, allow_cpu: bool) -> None:
@@ -263,6 +265,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 
     from lockbuild.install.choose import chosen, refusal
     from lockbuild.install.node import detect
+    from lockbuild.text import for_terminal, mask_data
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
@@ -274,16 +277,19 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
         if got.opened is None:
             if ctx.obj.get("json"):
                 err = refusal(got)
-                click.echo(json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": err.message,
-                                       "tip": err.tip, "exit_code": err.exit_code}, **got.to_json()}))
-                click.echo("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else ""), err=True)
+                click.echo(json.dumps(mask_data({"ok": False, "error": {
+                    "type": type(err).__name__, "message": err.message, "tip": err.tip, "exit_code": err.exit_code},
+                    **got.to_json()})))
+                click.echo(for_terminal("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else "")), err=True)
                 ctx.exit(1)
             raise refusal(got)
-        if not ctx.obj.get("json"):  # the choice is said before the install runs (stdout keeps the result)
-            click.echo("\n".join(got.lines()), err=True)
+        if not (ctx.obj.get("json") or ctx.obj.get("quiet")):  # the choice, said before the install runs
+            click.echo(for_terminal("\n".join(got.lines())), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"
-    text = f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+    text = (f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+            + result.python_line())
+    _warn(ctx, result.warnings)
     _emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 
@@ -326,17 +332,17 @@ def _list_images(ctx: click.Context, folder: Path) -> None:
     """list --images DIR: each image's build, prefix, size and digest, as its record and marker say (not
     verified: `lockbuild verify FILE.sqfs` checks them)."""
     from lockbuild.image.record import list_images
+    from lockbuild.text import one_line
 
     rows = list_images(folder)
     lines = []
     for x in rows:
-        signed = "signed" if x.signed else "not signed"
         if x.record is None or x.marker is None:
-            lines.append(f"{x.image.name}: {x.problem}")
+            lines.append(one_line(f"{x.image.name}: {x.problem}"))
             continue
         m, r = x.marker, x.record
-        lines.append(f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
-                     f"sha256 {r.image_sha256[:16]}…  {signed}  {x.image}")
+        lines.append(one_line(f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
+                              f"sha256 {r.image_sha256[:16]}…  {x.signature}  {x.image}"))
     text = "\n".join(lines) or f"no images in {folder}"
     _emit(ctx, {"folder": str(folder.absolute()), "images": [x.to_json() for x in rows]},
           text + ("\n(read, not verified: lockbuild verify FILE.sqfs --trust DIR checks one)" if rows else ""))
@@ -358,74 +364,4 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
     _emit(ctx, {"removed": str(path)}, f"removed {path}")
 
 
-@click.command(cls=Command, epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
-@root_option
-@click.option(
-    "--catalogue",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("bundles"),
-    show_default=True,
-    help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node.",
-)
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="A site store: for each engine and version in it, the build this node would take, or why none "
-              "fits.")
-@trust_option
-@json_option
-@click.pass_context
-def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool,
-           store_dir: Path | None = None) -> None:
-    """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
-    engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
-    would take of each engine and version in the store."""
-    _setup(ctx, as_json)
-    from lockbuild.install.doctor import examine, render
-    from lockbuild.trust import trust_dir as resolve_trust_dir
-
-    candidates, problems = _catalogue(catalogue)
-    from lockbuild.install.node import detect
-
-    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))
-    _emit(ctx, report, render(report))
-
-
-def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
-    """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
-    from lockbuild.bundle.instructions import GpuNeeds
-    from lockbuild.bundle.read import read_head
-    from lockbuild.install.doctor import Candidate
-    from lockbuild.install.fit import Needs, space_needed
-    from lockbuild.recipe import load_recipe
-    from lockbuild.recipe.modelrecipe import is_model_recipe_file
-
-    if not directory.is_dir():
-        return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
-    out: list[Any] = []
-    problems: list[str] = []
-    for path in sorted(directory.glob("*.toml")):
-        if is_model_recipe_file(path):  # a [model] recipe: nothing to fit
-            continue
-        try:
-            recipe = load_recipe(path)
-        except LockbuildError as exc:
-            problems.append(exc.message)
-            continue
-        for b in recipe.builds:
-            gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability) if b.gpu else None
-            needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
-            out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
-    for path in sorted(directory.glob("*.lbz")):
-        try:
-            manifest, _ = read_head(path)
-        except LockbuildError as exc:
-            problems.append(f"{path.name}: {exc.message}")
-            continue
-        if manifest.model is not None:  # a model bundle: no environment to fit this node
-            continue
-        out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
-    return out, problems
-
-
-
-COMMANDS = (verify, inspect, install, list_, remove, doctor)
+COMMANDS = (verify, inspect, install, list_, remove)

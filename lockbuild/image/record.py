@@ -9,22 +9,22 @@ record is the image's manifest.
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockbuild.child import run_bounded
 from lockbuild.digest import is_sha256
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import loads_json, open_regular, read_regular
 from lockbuild.install.marker import MARKER, Installed
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 
 KEYS = ("image_sha256", "image_size", "bundle_sha256", "manifest_sha256", "signers", "prefix", "interpreter",
         "lockbuild")
 SUFFIX = ".sqfs"
 MAGIC = b"hsqs"  # a squashfs superblock, little-endian
 MAX_RECORD = 1 << 20
-MAX_MARKER = 1 << 20
 UNSQUASHFS_TIMEOUT = 120
 TOOLS_TIP = ("Install squashfs-tools (Debian/Ubuntu: apt-get install squashfs-tools; Fedora: dnf install "
              "squashfs-tools).")
@@ -92,21 +92,30 @@ def is_image(path: Path) -> bool:
         return size >= len(MAGIC) and f.read(len(MAGIC)) == MAGIC
 
 
-def image_marker(image: Path) -> Installed:
-    """The marker (lockbuild.json) at the image's root, read with ``unsquashfs -cat``, bounded."""
+def image_marker(image: Path, limits: Limits = DEFAULT_LIMITS) -> Installed:
+    """The marker (lockbuild.json) at the image's root, read with ``unsquashfs -cat``: at most
+    ``limits.max_image_marker`` bytes are read from its pipe, and it is killed past them (the image is not
+    yet verified where ``list --images`` reads it, and its marker may be a sparse file of any size)."""
+    bound = limits.max_image_marker
     try:
-        proc = subprocess.run(["unsquashfs", "-cat", str(image), MARKER], capture_output=True,
-                              timeout=UNSQUASHFS_TIMEOUT, check=False, stdin=subprocess.DEVNULL)
+        proc = run_bounded(["unsquashfs", "-cat", str(image), MARKER], limit=bound, timeout=UNSQUASHFS_TIMEOUT)
     except FileNotFoundError:
         raise LockbuildError("expected unsquashfs on PATH to read the image; found none.", tip=TOOLS_TIP) from None
-    except subprocess.TimeoutExpired:
-        raise IntegrityError(f"unsquashfs did not read {image} within {UNSQUASHFS_TIMEOUT} s.") from None
-    if proc.returncode != 0 or len(proc.stdout) > MAX_MARKER:
+    except OSError as exc:
+        raise LockbuildError(f"cannot run unsquashfs: {exc.strerror or exc}.", tip=TOOLS_TIP) from None
+    if proc.timed_out:
+        raise IntegrityError(f"unsquashfs did not read {image} within {UNSQUASHFS_TIMEOUT} s; it was stopped.")
+    if proc.over:
         raise IntegrityError(
-            f"{image} holds no readable {MARKER} at its root (unsquashfs exit {proc.returncode}, "
-            f"{len(proc.stdout)} bytes); expected the marker of the environment it was built from.",
+            f"the {MARKER} at the root of {image} is over {bound} bytes (unsquashfs was stopped there); expected "
+            "the small marker of the environment it was built from.",
             tip="Build the image again with `lockbuild image`.")
-    data = loads_json(proc.stdout, what=f"the marker in {image}", max_bytes=MAX_MARKER, error=IntegrityError)
+    if proc.returncode != 0:
+        raise IntegrityError(
+            f"{image} holds no readable {MARKER} at its root (unsquashfs exit {proc.returncode}); expected the "
+            "marker of the environment it was built from.",
+            tip="Build the image again with `lockbuild image`.")
+    data = loads_json(proc.stdout, what=f"the marker in {image}", max_bytes=bound, error=IntegrityError)
     try:
         data["requirements"] = tuple(data["requirements"])
         data["signers"] = tuple(data["signers"])
@@ -122,13 +131,20 @@ class Listed:
     image: Path
     record: Record | None
     marker: Installed | None
-    signed: bool
+    signature_file: bool  # a FILE.sqfs.minisig lies beside it: present, never read or verified here
     problem: str = ""
+
+    @property
+    def signature(self) -> str:
+        """What the listing knows of its signature: only whether a file of that name is there."""
+        return "signature file present (not verified)" if self.signature_file else "no signature file"
 
     def to_json(self) -> dict[str, Any]:
         m = self.marker
         return {"image": str(self.image), "engine": m.engine if m else None, "version": m.version if m else None,
-                "variant": m.variant if m else None, "signed": self.signed, "problem": self.problem,
+                "variant": m.variant if m else None,
+                "signature_file": "present (not verified)" if self.signature_file else "absent",
+                "problem": self.problem,
                 "record": self.record.to_json() if self.record else None}
 
 
@@ -142,10 +158,10 @@ def list_images(folder: Path) -> list[Listed]:
         if not is_image(image):
             out.append(Listed(image, None, None, False, "not a squashfs image"))
             continue
-        signed = image.with_name(image.name + ".minisig").is_file()
+        beside = image.with_name(image.name + ".minisig").is_file()
         try:
             record, _ = read_record(image)
-            out.append(Listed(image, record, image_marker(image), signed))
+            out.append(Listed(image, record, image_marker(image), beside))
         except LockbuildError as exc:
-            out.append(Listed(image, None, None, signed, exc.message))
+            out.append(Listed(image, None, None, beside, exc.message))
     return out

@@ -1,11 +1,15 @@
-"""The node chooses its build (issue 25): the I/O around the pure rule :func:`lockbuild.install.fit.choose`.
+"""The node chooses its build: the I/O around the pure rule :func:`lockbuild.install.fit.choose`.
 
 ``install ENGINE/VERSION --store DIR``, ``install ENGINE --store DIR`` and ``install DIR/`` name no
 single bundle: the candidates are the store's builds of ENGINE, or the signed bundles in a folder. Each
 candidate goes through the one trust decision (:func:`lockbuild.trust.open_source`) *before* it is
 judged, so the GPU table and ``serves`` a choice rests on are signed ones; a candidate whose signatures
-do not meet the policy is listed with that reason and never chosen. In a folder this hashes every
+do not meet the policy is listed with that reason and never chosen. In a folder nothing of a bundle is
+decompressed or parsed before its signatures meet the policy: a refused file is named by its file name,
+with its reason, and counts towards no rule (not even which engine the folder holds). This hashes every
 bundle once (the price of judging only what is signed); the chosen one is installed from that opening.
+Among builds that fit equally, the newest signed one wins (the signed serial, then the signed build
+time), so an older signed bundle planted beside a newer one is passed over, whatever its file name.
 
 Which form an argument is: :func:`lockbuild.site.sources.choosing_form`, beside ``named_source``.
 """
@@ -18,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockbuild.bundle.read import read_head
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.install.fit import Choice, Facts, GpuCheck, Needs, Option, choose
 from lockbuild.install.node import Node, free_bytes
 from lockbuild.site.sources import Choosing, StoreBuild
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import parse_ref
+from lockbuild.text import one_line
 from lockbuild.trust import TrustedBundle, TrustStore, open_source
 from lockbuild.trust.source import BundleFile, Source
 
@@ -55,20 +59,22 @@ def node_line(node: Node) -> str:
     return f"node: driver {node.driver or 'none'}; GPUs: {gpus} ({how})"
 
 
-def _option(opened: TrustedBundle) -> Option:
+def _option(opened: TrustedBundle, source: str = "") -> Option:
+    """A candidate from what is signed only: the manifest's needs and what the counted statement says."""
     m = opened.manifest
-    return Option(m.engine, m.version, m.variant, Needs.of(m), m.install.serves)
+    newness = (opened.statement.serial, int(m.as_of.timestamp()))
+    return Option(m.engine, m.version, m.variant, Needs.of(m), m.install.serves, newness=newness, source=source)
 
 
-def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple[str, str, str] | None,
-           needs: Needs | None) -> Candidate | None:
+def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple[str, str, str]) -> Candidate:
+    """A store's build through the trust decision; refused, it is listed under its store name and never
+    judged on what it claims."""
     try:
         opened = open_source(source, trust, threshold=threshold)
     except LockbuildError as exc:
-        if name is None or needs is None:
-            return None
-        bad = Needs(needs.python, needs.platform, None, 0)
-        return Candidate(Option(*name, bad, problem=f"not judged: its signatures are refused ({exc.message})"), None)
+        unverified = Needs("", "", None, 0)
+        return Candidate(Option(*name, unverified, problem=f"not judged: its signatures are refused ({exc.message})"),
+                         None)
     return Candidate(_option(opened), opened)
 
 
@@ -78,40 +84,40 @@ def store_candidates(store: Store, engine: str, trust: TrustStore, threshold: in
         e, version, variant = parse_ref(ref)
         if e != engine:
             continue
-        unverified = Needs("", "", None, 0)  # a refused one is never judged on what it claims
-        got = _judge(StoreBuild(store, ref), trust, threshold, (e, version, variant), unverified)
-        if got is not None:
-            out.append(got)
+        out.append(_judge(StoreBuild(store, ref), trust, threshold, (e, version, variant)))
     return out
 
 
 def folder_candidates(folder: Path, trust: TrustStore, threshold: int | None) -> tuple[list[Candidate], list[str]]:
-    """Every ``*.lbz`` in ``folder`` (sorted by name), each opened through the one trust decision."""
+    """Every ``*.lbz`` in ``folder``, each opened through the one trust decision before anything of it is
+    read; the candidates are those it opened (in the order of their signed file names), the rest are
+    listed by file name with the reason, and nothing else."""
     out, skipped = [], []
     for path in sorted(folder.glob("*.lbz")):
         if path.name.endswith(".delta.lbz"):
             skipped.append(f"{path.name}: a delta, not a whole bundle")
             continue
         try:
-            claimed, _ = read_head(path)  # unverified: only to name it if its signatures are refused
-            name: tuple[str, str, str] | None = (claimed.engine, claimed.version, claimed.variant)
+            opened = open_source(BundleFile(path), trust, threshold=threshold)
         except LockbuildError as exc:
-            skipped.append(f"{path.name}: {exc.message}")
+            skipped.append(f"{path.name}: not judged: its signatures are refused ({exc.message})")
             continue
-        got = _judge(BundleFile(path), trust, threshold, name, Needs("", "", None, 0))
-        if got is not None:
-            out.append(got)
+        out.append(Candidate(_option(opened, path.name), opened))
+    out.sort(key=lambda c: c.opened.statement.file if c.opened else "")
     return out, skipped
 
 
-def _one_engine(cands: Sequence[Candidate], where: str) -> str:
-    engines = sorted({c.option.engine for c in cands})
+def _one_engine(cands: Sequence[Candidate], where: str, skipped: Sequence[str] = ()) -> str:
+    """The one engine the signed candidates are builds of (a refused file claims nothing)."""
+    engines = sorted({c.option.engine for c in cands if c.opened is not None})
     if not engines:
-        raise InstallError(f"{where} holds no bundle to choose from; expected signed .lbz files with their .minisig.",
+        found = f"; skipped {'; '.join(one_line(s) for s in skipped)}" if skipped else ""
+        raise InstallError(f"{where} holds no bundle to choose from: expected signed .lbz files with their "
+                           f".minisig, whose signatures meet the policy{found}.",
                            tip="Copy the bundles and their .minisig files into the folder.")
     if len(engines) > 1:
-        raise InstallError(f"{where} holds bundles of several engines ({', '.join(engines)}); expected one, so "
-                           "that the choice is between builds of one engine.",
+        raise InstallError(f"{where} holds signed bundles of several engines ({', '.join(engines)}); expected one, "
+                           "so that the choice is between builds of one engine.",
                            tip="Give a folder with one engine's bundles, or import them into a store and run "
                            "`lockbuild install ENGINE --store DIR`.")
     return engines[0]
@@ -128,8 +134,9 @@ class Chosen:
         return {**self.choice.to_json(), "node": node_json(self.node), "skipped": list(self.skipped)}
 
     def lines(self, *, fix: bool = True) -> list[str]:
-        return [self.choice.head(), "  " + node_line(self.node), *self.choice.passed_over(fix=fix),
-                *(f"  skipped {s}" for s in self.skipped)]
+        """The text: one line each (a file name or a reason that quotes one never starts a line of its own)."""
+        return [self.choice.head(), one_line("  " + node_line(self.node)), *self.choice.passed_over(fix=fix),
+                *(one_line(f"  skipped {s}") for s in self.skipped)]
 
 
 @contextlib.contextmanager
@@ -141,7 +148,7 @@ def chosen(request: Choosing, *, trust: TrustStore, threshold: int | None, node:
         skipped: list[str] = []
         if request.folder is not None:
             cands, skipped = folder_candidates(request.folder, trust, threshold)
-            engine = _one_engine(cands, f"the folder {request.folder}")
+            engine = _one_engine(cands, f"the folder {request.folder}", skipped)
         else:
             assert request.store is not None and request.engine is not None
             store = stack.enter_context(Store(request.store))

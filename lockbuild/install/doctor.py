@@ -22,6 +22,7 @@ from lockbuild.install.marker import list_installed
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.pythons import base_of, shared_python
 from lockbuild.install.tools import python_version
+from lockbuild.text import one_line
 from lockbuild.times import iso
 from lockbuild.trust import TrustStore, load_store
 
@@ -134,7 +135,7 @@ def writable_here(path: Path) -> bool:
 
 
 def self_install_report(path0: str | None = None) -> dict[str, Any]:
-    """Where lockbuild itself is installed, and which of those places the current user can write (issue 23):
+    """Where lockbuild itself is installed, and which of those places the current user can write:
     code written there (a ``.pth``, a ``getpass.py`` beside the package, a changed module) runs in the next
     lockbuild command, the one that asks for a passphrase included. ``sys.path[0]`` is the directory of the
     running script (a console script's ``bin/``), searched before everything else."""
@@ -197,7 +198,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"lockbuild   {own['package']}: not writable by this user")
     if "store" in report:
         lines += _render_store(report["store"])
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)  # a catalogue file's name cannot start a line of its own
 
 
 def _render_store(s: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ not report, GPUs nvidia-smi does not list) counts as unmet, with a reason saying
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.install.node import Node
 from lockbuild.target import parse_platform
+from lockbuild.text import one_line
+from lockbuild.times import iso
 
 GpuCheck = Literal["auto", "require", "skip"]
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
@@ -113,7 +116,7 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
     return reasons
 
 
-# --- the choice (issue 25): which of several builds a node takes. Pure, beside the fit rule. ---------------
+# --- the choice: which of several builds a node takes. Pure, beside the fit rule. ---------------
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ class Option:
     needs: Needs
     serves: tuple[str, ...] = ()
     problem: str | None = None  # it could not be judged (its signatures do not meet the policy): never chosen
+    newness: tuple[int, int] = (0, 0)  # the signed serial, then the signed build (as-of) time: newest wins a tie
+    source: str = ""  # where it was found (a folder's file name), shown to the user and never ranked
 
     @property
     def build(self) -> str:
@@ -144,7 +149,8 @@ class Judged:
     reasons: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"build": self.option.build, "fits": self.fits, "serves": self.serves, "reasons": list(self.reasons)}
+        return {"build": self.option.build, "fits": self.fits, "serves": self.serves, "reasons": list(self.reasons),
+                **({"source": self.option.source} if self.option.source else {})}
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,10 @@ class Choice:
                 "candidates": [c.to_json() for c in self.candidates], "fix": self.fix or None}
 
     def head(self) -> str:
-        return f"chose {self.chosen.build}: {self.why}" if self.chosen else f"no build of {self.asked} fits: {self.why}"
+        if self.chosen is None:
+            return one_line(f"no build of {self.asked} fits: {self.why}")
+        where = f" (from {self.chosen.source})" if self.chosen.source else ""
+        return one_line(f"chose {self.chosen.build}: {self.why}{where}")
 
     def lines(self, *, fix: bool = True) -> list[str]:
         """The choice, then each other candidate and why it was passed over (then the fix, if asked)."""
@@ -169,13 +178,14 @@ class Choice:
     def passed_over(self, *, fix: bool = True) -> list[str]:
         out = []
         for c in self.candidates:
-            if self.chosen is not None and c.option == self.chosen:
+            if c.option is self.chosen:
                 continue
             mark = "fits, passed over" if c.fits else "does not fit"
             via = f" (serves {c.serves})" if c.serves else ""
-            out.append(f"  {c.option.build}{via}: {mark}: {'; '.join(c.reasons)}")
+            where = f" ({c.option.source})" if c.option.source else ""
+            out.append(one_line(f"  {c.option.build}{where}{via}: {mark}: {'; '.join(c.reasons)}"))
         if self.fix and fix:
-            out.append(f"  fix: {self.fix}")
+            out.append(one_line(f"  fix: {self.fix}"))
         return out
 
 
@@ -192,6 +202,11 @@ def _width(o: Option) -> int:
 def _driver_of(o: Option) -> tuple[int, ...]:
     gpu = o.needs.gpu
     return _version(gpu.min_driver) if gpu is not None and gpu.min_driver else ()
+
+
+def _older(o: Option) -> tuple[int, int]:
+    """Sorts the newest signed build first: the higher serial, then the later build time."""
+    return (-o.newness[0], -o.newness[1])
 
 
 def _newest_first(versions: set[str]) -> list[str]:
@@ -246,13 +261,16 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
     fitting_gpu = [o for o in relevant if o.is_gpu and not unmet_of[id(o)]]
     cpu_ok = [o for o in relevant if not o.is_gpu and not unmet_of[id(o)]]
 
-    def rank(o: Option) -> tuple[int, tuple[int, ...], int, int]:
-        # 1. the asked version itself; 2. the highest min-driver (the newest CUDA); 3. the narrowest range; 4. order
-        return (0 if o.version == version else 1, tuple(-x for x in _driver_of(o)), _width(o), relevant.index(o))
+    def rank(o: Option) -> tuple[int, tuple[int, ...], int, tuple[int, int], int]:
+        # 1. the asked version itself; 2. the highest min-driver (the newest CUDA); 3. the narrowest range;
+        # 4. the newest signed build (serial, then build time); 5. order
+        return (0 if o.version == version else 1, tuple(-x for x in _driver_of(o)), _width(o), _older(o),
+                relevant.index(o))
 
     # A CPU build on a GPU node: only for a CPU-only engine, or with --allow-cpu (and then after any GPU build)
     cpu_allowed = not gpu_node or not any_gpu_build or allow_cpu
-    ranked = sorted(fitting_gpu, key=rank) + (sorted(cpu_ok, key=lambda o: (o.version != version, relevant.index(o)))
+    ranked = sorted(fitting_gpu, key=rank) + (sorted(cpu_ok, key=lambda o: (o.version != version, _older(o),
+                                                                         relevant.index(o)))
                                               if cpu_allowed else [])
     chosen = ranked[0] if ranked else None
     judged = []
@@ -298,10 +316,12 @@ def _range(gpu: GpuNeeds) -> str:
 
 
 def _passed_over(o: Option, chosen: Option, version: str) -> str:
-    if not chosen.is_gpu or not o.is_gpu:
+    if o.is_gpu != chosen.is_gpu:
         return f"a CPU build; {chosen.build} fits" if not o.is_gpu else f"{chosen.build} is preferred"
     if (o.version == version) != (chosen.version == version):
         return f"only serves {version}; {chosen.build} is a build of {version} that fits"
+    if not o.is_gpu:
+        return _older_or_after(o, chosen)
     if _driver_of(o) != _driver_of(chosen):
         assert o.needs.gpu is not None and chosen.needs.gpu is not None
         return (f"needs driver {o.needs.gpu.min_driver or 'any'}+; {chosen.build} needs "
@@ -310,7 +330,20 @@ def _passed_over(o: Option, chosen: Option, version: str) -> str:
         assert o.needs.gpu is not None and chosen.needs.gpu is not None
         return (f"its capability range {_range(o.needs.gpu)} is wider than {chosen.build}'s "
                 f"({_range(chosen.needs.gpu)})")
-    return f"listed after {chosen.build}"
+    return _older_or_after(o, chosen)
+
+
+def _older_or_after(o: Option, chosen: Option) -> str:
+    if o.newness == chosen.newness:
+        return f"listed after {chosen.build}"
+    newer = f"{chosen.build} ({chosen.source})" if chosen.source else chosen.build
+    if o.newness[0] != chosen.newness[0]:
+        return f"an older signed build (serial {o.newness[0]}); {newer} is newer (serial {chosen.newness[0]})"
+    return f"an older signed build (built {_when(o.newness[1])}); {newer} is newer (built {_when(chosen.newness[1])})"
+
+
+def _when(seconds: int) -> str:
+    return iso(dt.datetime.fromtimestamp(seconds, dt.UTC))
 
 
 def _nothing_fits(relevant: Sequence[Option], unmet_of: dict[int, tuple[str, ...]], facts: Facts,

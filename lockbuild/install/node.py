@@ -14,13 +14,14 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockbuild.child import run_bounded
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import bounded_read, loads_json, open_regular, read_regular
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 
 PROC_DRIVER = Path("/proc/driver/nvidia/version")
 SYS_DRIVER = Path("/sys/module/nvidia/version")
@@ -78,7 +79,9 @@ def _driver_from_proc(path: Path) -> str | None:
 
 
 class FactsError(LockbuildError):
-    """LOCKBUILD_GPU_FACTS names a file that does not state the facts plainly."""
+    """The node's GPU facts are not stated plainly: by the LOCKBUILD_GPU_FACTS file, or by nvidia-smi."""
+
+    default_tip = "Fix the file LOCKBUILD_GPU_FACTS names (JSON: driver and gpus), or unset it to detect them."
 
 
 def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
@@ -114,32 +117,48 @@ def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
     return driver, tuple(out)
 
 
-def _nvidia_smi() -> tuple[str | None, tuple[Gpu, ...]]:
+SMI_QUERY = ("--query-gpu=driver_version,compute_cap,name", "--format=csv,noheader")
+SMI_TIMEOUT = 30
+SMI_TIP = (f"Check the driver with `nvidia-smi`; on a node whose nvidia-smi cannot be fixed, state the facts in a "
+           f"file named by {FACTS_ENV} (see `lockbuild doctor`).")
+
+
+def _nvidia_smi(limits: Limits = DEFAULT_LIMITS) -> tuple[str | None, tuple[Gpu, ...]]:
+    """The driver and GPUs nvidia-smi reports: its output read bounded (killed past the bound), decoded with
+    replacement, and held to the rules stated facts are (a line that breaks them is refused, never skipped:
+    a GPU left out would be one no rule checks)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None, ()
     try:
-        proc = subprocess.run(
-            [exe, "--query-gpu=driver_version,compute_cap,name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        proc = run_bounded([exe, *SMI_QUERY], limit=limits.max_gpu_query, timeout=SMI_TIMEOUT)
+    except OSError:
         return None, ()
+    if proc.over:
+        raise FactsError(f"{exe} printed over {limits.max_gpu_query} bytes for the GPU query (it was stopped); "
+                         f"expected a line per GPU, at most {MAX_GPUS}.", tip=SMI_TIP)
     if proc.returncode != 0:
         return None, ()
+    return parse_gpu_query(proc.stdout.decode("utf-8", "replace"), exe)
+
+
+def parse_gpu_query(text: str, exe: str = "nvidia-smi") -> tuple[str | None, tuple[Gpu, ...]]:
+    """``DRIVER, X.Y, NAME`` lines (nvidia-smi's CSV), each held to the rules of stated facts. Pure."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > MAX_GPUS:
+        raise FactsError(f"{exe} lists {len(lines)} GPUs; expected at most {MAX_GPUS}.", tip=SMI_TIP)
     driver = None
     gpus: list[Gpu] = []
-    for line in proc.stdout.splitlines():
+    for line in lines:
         parts = [p.strip() for p in line.split(",", 2)]
-        if len(parts) < 2:
-            continue
+        m = _CAP.fullmatch(parts[1]) if len(parts) == 3 else None
+        if (m is None or not _DRIVER_TEXT.fullmatch(parts[0]) or not 0 < len(parts[2]) <= 128
+                or not parts[2].isprintable() or driver not in (None, parts[0])):
+            raise FactsError(f"{exe} printed {line[:100]!r} for a GPU; expected DRIVER, X.Y, NAME (one driver "
+                             "version like 580.65.06 on every line, a compute capability like 8.0, a printable "
+                             "name of at most 128 characters).", tip=SMI_TIP)
         driver = parts[0]
-        m = re.fullmatch(r"(\d+)\.(\d+)", parts[1])
-        if m:
-            gpus.append(Gpu(parts[2] if len(parts) > 2 else "GPU", (int(m[1]), int(m[2]))))
+        gpus.append(Gpu(parts[2], (int(m[1]), int(m[2]))))
     return driver, tuple(gpus)
 
 

@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 
 from lockbuild.errors import InstallError
+from lockbuild.fsio import ancestor_problem
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _TIP = ("--root, ROOT/ENGINE and every environment in it must be directories owned by the installing user "
@@ -44,35 +45,26 @@ def check_place(path: Path, what: str) -> os.stat_result:
 
 def check_ancestors(root: Path) -> None:
     """Every directory above ``root`` (as named, and as it resolves) must be owned by root or this user and
-    writable by no one else, unless it is sticky (like /tmp, where no one may rename another's entry).
+    writable by no one else, unless it is sticky (``fsio.ancestor_problem``, the rule stores share).
     Otherwise another user could rename --root away and put a link or a directory of theirs in its place
     between the checks and the writes, and every check made by name would be judged on the wrong tree."""
-    absolute = Path(os.path.abspath(root))  # noqa: PTH100 (normalised, links kept: the path as named)
-    chains = {absolute.parent, Path(os.path.realpath(absolute)).parent}
-    for start in chains:
-        for d in (start, *start.parents):
-            try:
-                st = os.lstat(d)
-            except FileNotFoundError:
-                continue  # not made yet: checked again once prepare() has made it
-            except OSError as exc:
-                raise InstallError(f"cannot examine {d}, above --root {root}: {exc.strerror}.", tip=_TIP) from None
-            if stat.S_ISLNK(st.st_mode):
-                st = d.stat()  # the link itself sits in a checked directory; judge what it points to too
-            problem = fix = None
-            if st.st_uid not in (0, os.geteuid()):
-                problem = f"is owned by uid {st.st_uid}, neither root nor the installing user"
-                fix = "Put --root under directories owned by root or by the installing user"  # chmod cannot help
-            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-                problem = f"is writable by its group or by others and not sticky (mode {stat.S_IMODE(st.st_mode):04o})"
-                fix = ("Put --root under directories only root (or the installing user) can write, or make the"
-                       f" shared one sticky (chmod +t {d})")
-            if problem:
-                raise InstallError(
-                    f"refused --root {root}: the directory {d} above it {problem}, so another user could swap"
-                    " --root for a tree of theirs while lockbuild works in it.",
-                    tip=f"{fix}; see docs/site-administrators.md.",
-                )
+    try:
+        found = ancestor_problem(root)
+    except OSError as exc:
+        raise InstallError(f"cannot examine {exc.filename}, above --root {root}: {exc.strerror}.", tip=_TIP) from None
+    if found is None:
+        return
+    d = found.directory
+    if found.owner:
+        fix = "Put --root under directories owned by root or by the installing user"  # chmod cannot help
+    else:
+        fix = ("Put --root under directories only root (or the installing user) can write, or make the"
+               f" shared one sticky (chmod +t {d})")
+    raise InstallError(
+        f"refused --root {root}: the directory {d} above it {found.problem}, so another user could swap"
+        " --root for a tree of theirs while lockbuild works in it.",
+        tip=f"{fix}; see docs/site-administrators.md.",
+    )
 
 
 def prepare(root: Path, engine: str, *, what: str = "--root") -> Path:

@@ -101,6 +101,10 @@ def url_problem(value: str, expected: str) -> str | None:
     (userinfo, or a query or fragment parameter such as ``X-Amz-Signature``, ``sig``, ``token``) is refused,
     naming the parameter and never its value: the recipe is signed into every bundle, and its URLs are
     recorded in the manifest, the SBOM and ``inspect``."""
+    try:
+        urlsplit(value)
+    except ValueError:  # an unclosed "[" in the host, a port out of range: not a URL at all
+        return f"expected {expected}, found {value[:SHOWN]!r}, which is not a readable URL; check its host part"
     secret = secret_parameter(value)
     if secret == "userinfo":  # noqa: S105 (the name of a URL part, not a password)
         return (

@@ -44,7 +44,7 @@ def _show(ctx: click.Context, reports: list[Report], extra: dict[str, Any] | Non
     if failed or unchecked:
         if not ctx.obj.get("json"):
             click.echo(f"ERROR {for_terminal(message)}", err=True)
-            click.echo(f"TIP {tip}", err=True)
+            click.echo(f"TIP {for_terminal(tip)}", err=True)
         ctx.exit(code)
 
 

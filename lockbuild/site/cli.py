@@ -7,6 +7,7 @@ imported inside push and pull only.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import click
 
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.errors import IntegrityError
+from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
     from lockbuild.site.oci import Credentials
@@ -69,7 +71,8 @@ def import_(
 
 @click.group("store", cls=_Group, epilog="Example: lockbuild store list --store /srv/lockbuild")
 def store_group() -> None:
-    """Look after a site store: list its builds, re-hash its blobs, remove unreferenced blobs."""
+    """Look after a site store: list its builds, re-hash its blobs, remove unreferenced blobs, export a
+    package index."""
 
 
 @store_group.command("list", epilog="Example: lockbuild store list --store /srv/lockbuild --json")
@@ -144,6 +147,48 @@ def store_gc(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) ->
         removed, freed = store.gc()
     _emit(ctx, {"store": str(store_dir), "removed_blobs": removed, "freed_bytes": freed},
           f"OK removed {removed} unreferenced blob(s), {freed / 1e6:.1f} MB")
+
+
+@store_group.command("index", epilog="Example: lockbuild store index --store /srv/lockbuild --out /srv/pypi "
+                     "--key site-index.key")
+@store_option
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="The index directory (made, or replaced whole).")
+@click.option("--build", "refs", multiple=True, metavar="ENGINE/VERSION-VARIANT",
+              help="Only this build's files (repeatable; as `store list` shows it). Default: every build.")
+@click.option("--key", type=click.Path(path_type=Path, dir_okay=False),
+              help="minisign secret key: sign SHA256SUMS, the listing of every file.")
+@click.option("--allow-readable-key", is_flag=True,
+              help="Use a secret key file that its group or other users can read (refused otherwise).")
+@wait_option
+@json_option
+@click.pass_context
+def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str, ...], key: Path | None,
+                allow_readable_key: bool, wait: float, as_json: bool) -> None:
+    """Write a static package index (PEP 503/691/700, with PEP 658 metadata) of the store's wheels and sdists,
+    for pip and uv inside the air gap: OUT/simple/ and OUT/files/, each file the store's checked blob. The new
+    index replaces OUT whole. With --key, OUT/SHA256SUMS lists every file and SHA256SUMS.minisig signs it.
+    The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt."""
+    _setup(ctx, as_json)
+    from lockbuild.clikit import _take_password
+    from lockbuild.site.export import Signing, export_index
+    from lockbuild.site.store import Store
+
+    signing = Signing(key, _take_password(), allow_readable_key) if key is not None else None
+    with Store(store_dir) as store:
+        done = export_index(store, out, refs=refs, signing=signing, wait=wait)
+    missing = done.without_upload_time
+    data = {"out": str(out), "builds": list(done.builds), "projects": len({d.project for d in done.dists}),
+            "files": len(done.dists), "linked": done.linked, "signer": done.signer,
+            "without_upload_time": list(missing)}
+    if missing and not as_json:
+        names = one_line(", ".join(missing[:10]))
+        click.echo(for_terminal(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
+                                f"PyTorch's does); uv's --exclude-newer cannot place them: {names}"
+                                f"{' …' if len(missing) > 10 else ''}"), err=True)
+    signed = f"; SHA256SUMS signed by {done.signer}" if done.signer else ""
+    _emit(ctx, data, f"OK indexed {len(done.dists)} file(s) of {len(done.builds)} build(s) at {out} "
+                     f"({done.linked} hard-linked from the store){signed}")
 
 
 @click.command("split", cls=_Command,
@@ -282,14 +327,34 @@ def pull_(
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
-    with Store(store_dir, create=True) as store, \
-            Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                     auth_realms=auth_realms) as reg:
-        done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
+    made = next((d for d in reversed([store_dir, *store_dir.absolute().parents]) if not os.path.lexists(d)), None)
+    try:
+        with Store(store_dir, create=True) as store, \
+                Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
+                         auth_realms=auth_realms) as reg:
+            done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
+                        jobs=jobs)
+    except BaseException:
+        _forget_new_store(made, store_dir)
+        raise
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
             "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
                      f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
+
+
+def _forget_new_store(made: Path | None, store_dir: Path) -> None:
+    """A failed pull leaves no trace of a store it created and put nothing in (an unknown tag, an untrusted
+    signature, no registry): ``made``, the topmost directory this run made (None: the store was there
+    before), is deleted by descriptor. A store that holds a blob, a partial download or a build is kept:
+    the next pull resumes from what this one fetched."""
+    from lockbuild.fsio import remove_tree
+
+    def empty(d: Path) -> bool:
+        return not d.is_dir() or not any(d.iterdir())
+
+    if made is not None and all(empty(store_dir / d) for d in ("builds", "blobs/sha256", "tmp")):
+        remove_tree(made.absolute())
 
 
 @click.command("delta", cls=_Command,

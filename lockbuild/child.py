@@ -1,0 +1,87 @@
+"""A tool's output, read bounded: the one way lockbuild reads what a node tool prints for it to parse.
+
+``nvidia-smi`` and ``unsquashfs -cat`` print text lockbuild parses; neither's output is bounded by
+anything but the tool (a hostile ``nvidia-smi`` on PATH, an image whose marker is a sparse file of many
+gigabytes). :func:`run_bounded` reads the pipe as it comes, at most ``limit`` bytes: past the bound, or
+past the deadline, the child and everything it started are killed, and the result says which. The
+caller decides what that means (an error, or a fact that is unknown); nothing here decodes or parses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+CHUNK = 64 << 10
+
+
+@dataclass(frozen=True)
+class Captured:
+    returncode: int | None  # None: it was killed (over the bound or past the deadline)
+    stdout: bytes  # at most the bound
+    over: bool = False  # it printed more than the bound
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.over and not self.timed_out
+
+
+def run_bounded(argv: Sequence[str], *, limit: int, timeout: float,
+                env: Mapping[str, str] | None = None) -> Captured:
+    """Run ``argv`` (stdin and stderr closed to it), keeping at most ``limit`` bytes of its stdout.
+
+    Raises OSError when it cannot start (FileNotFoundError: no such program)."""
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=None if env is None else dict(env),
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    kept: list[bytes] = []
+    size, over, timed_out = 0, False, False
+    out = proc.stdout
+    if out is None:  # never: stdout is a pipe
+        _kill(proc)
+        raise OSError(f"no pipe from {argv[0]}")
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(out, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    timed_out = True
+                    break
+                data = os.read(out.fileno(), CHUNK)
+                if not data:
+                    break
+                size += len(data)
+                if size > limit:
+                    kept.append(data[: len(data) - (size - limit)])
+                    over = True
+                    break
+                kept.append(data)
+        if not (over or timed_out):
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:  # it closed its output but runs on
+                timed_out = True
+    finally:
+        out.close()
+        if over or timed_out or proc.returncode is None:
+            _kill(proc)
+    code = None if over or timed_out else proc.returncode
+    return Captured(code, b"".join(kept), over, timed_out)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """The child's whole process group (it was started in its own session), then the child reaped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait()

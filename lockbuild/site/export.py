@@ -1,0 +1,228 @@
+"""``lockbuild store index``: a static package index of the store's wheels and sdists, written whole
+beside --out and swapped into place (the I/O; the pages are rendered by ``site/pyindex.py``).
+
+- Every file is the store's blob, hard-linked where the file system allows (``fsio.link_under``), else
+  copied (``fsio.copy_with_hash``), and hashed as it lies in the export against the signed manifest.
+- --out and the directories above it follow the --root rule (``fsio.owner_problem``,
+  ``fsio.ancestor_problem``); nothing is written through a link (``fsio.create_under``).
+- The new tree is made in a hidden directory beside --out and put in place with ``renameat2``'s
+  RENAME_EXCHANGE (``install/swap.py::swap_into_place``): a reader sees the old index or the new one.
+- With a key, SHA256SUMS is signed last, by the signing process (``trust/sign.py::sign_in_fresh_process``),
+  which alone reads the key; the trusted comment holds no time, so two exports are byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from lockbuild import fsio
+from lockbuild.errors import IntegrityError
+from lockbuild.install.swap import swap_into_place
+from lockbuild.site.pyindex import (
+    MAX_METADATA,
+    METADATA_SUFFIX,
+    SUMS,
+    SUMS_SIGNATURE,
+    Dist,
+    ExportError,
+    pages,
+    project_of,
+    requires_python,
+    sums_text,
+    trusted_comment,
+)
+from lockbuild.site.store import Store
+from lockbuild.site.storemodel import Build
+
+KINDS = ("wheel", "sdist")
+_TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
+
+
+@dataclass(frozen=True)
+class Signing:
+    key: Path
+    password: str | None
+    allow_readable_key: bool = False
+
+
+@dataclass(frozen=True)
+class Exported:
+    out: Path
+    builds: tuple[str, ...]
+    dists: tuple[Dist, ...]
+    linked: int  # files hard-linked from the store (the rest were copied)
+    signer: str | None
+
+    @property
+    def without_upload_time(self) -> tuple[str, ...]:
+        return tuple(d.filename for d in self.dists if d.upload_time is None)
+
+
+def check_out(out: Path) -> None:
+    """--out may be absent; if present it is a directory of this user's (or root's) that no one else can
+    write, and so is every directory above it (the --root rule), or another user could swap the index."""
+    try:
+        found = fsio.ancestor_problem(out)
+    except OSError as exc:
+        raise ExportError(f"cannot examine {exc.filename}, above --out {out}: {exc.strerror or exc}.") from None
+    if found is not None:
+        fix = ("Put --out under directories owned by root or by the user running lockbuild" if found.owner else
+               "Put --out under directories only root (or the user running lockbuild) can write, or make the "
+               f"shared one sticky (chmod +t {found.directory})")
+        raise ExportError(f"refused --out {out}: the directory {found.directory} above it {found.problem}, so another "
+                          "user could swap --out for a tree of theirs while lockbuild works in it.",
+                          tip=f"{fix}; see docs/site-administrators.md.")
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else
+               "is not a directory" if not stat.S_ISDIR(st.st_mode) else fsio.owner_problem(st))
+    if problem:
+        raise ExportError(f"refused --out {out}: it {problem}, so another user could change the index nodes install "
+                          "from.", tip="Give --out a directory of this user's that no one else can write (chmod "
+                          "go-w), or a new path.")
+
+
+def chosen_builds(store: Store, refs: Sequence[str]) -> list[Build]:
+    return [store.build(r) for r in dict.fromkeys(refs)] if refs else store.builds_all()
+
+
+def _dists_of(builds: Sequence[Build]) -> list[tuple[Dist, str]]:
+    """Each wheel and sdist once, with the build that lists it; one file name with two contents is refused."""
+    seen: dict[str, tuple[Dist, str]] = {}
+    for b in builds:
+        uploaded = dict(b.manifest.upload_times)
+        for m in b.manifest.members:
+            if m.kind not in KINDS:
+                continue
+            filename = m.path.rpartition("/")[2]
+            project, version = project_of(filename)
+            d = Dist(filename, project, version, m.sha256, m.size, uploaded.get(m.path))
+            if filename in seen:
+                other, ref = seen[filename]
+                if (other.sha256, other.size) != (d.sha256, d.size):
+                    raise ExportError(f"{b.ref} and {ref} both list {filename}, with different contents "
+                                      f"(sha256 {d.sha256[:16]}… and {other.sha256[:16]}…); an index holds one file "
+                                      "per name.", tip="Export those builds into separate indexes (--build).")
+                if other.upload_time is None and d.upload_time is not None:
+                    seen[filename] = (d, b.ref)  # the same file: keep the time one of its builds recorded
+                continue
+            seen[filename] = (d, b.ref)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _place(store: Store, dest: Path, d: Dist) -> tuple[BinaryIO, bool]:
+    """The blob at ``dest/d.path``, linked or copied, opened for reading from its new name."""
+    blobs, name = store.blob_at(d.sha256)
+    linked = fsio.link_under(blobs, name, dest, d.path)
+    if linked is not None:
+        return linked, True
+    with store.open_blob(d.sha256) as src, fsio.create_under(dest, d.path) as dst:
+        fsio.copy_with_hash(src, dst, d.size)
+    f, _ = fsio.open_regular(dest / d.path, what="exported file", max_size=d.size, error=IntegrityError)
+    return f, False
+
+
+def _check(f: BinaryIO, d: Dist, ref: str) -> None:
+    f.seek(0)
+    seen, sha = fsio.copy_with_hash(f, None, d.size)
+    if (seen, sha) != (d.size, d.sha256):
+        raise IntegrityError(f"the store's blob for {d.filename} ({ref}) is {seen} bytes with sha256 {sha}; its "
+                             f"signed manifest says {d.size} bytes, {d.sha256}. Nothing was exported.",
+                             tip=_TIP_DAMAGE)
+
+
+def _metadata(f: BinaryIO, d: Dist) -> bytes | None:
+    """A wheel's METADATA (its one top-level ``*.dist-info/METADATA``), bounded; None for an sdist."""
+    if not d.filename.endswith(".whl"):
+        return None
+    f.seek(0)
+    try:
+        with zipfile.ZipFile(f) as z:
+            infos = [i for i in z.infolist() if i.filename.count("/") == 1
+                     and i.filename.endswith(".dist-info/METADATA")]
+            if len(infos) != 1 or infos[0].file_size > MAX_METADATA:
+                raise ExportError(f"the wheel {d.filename} has {len(infos)} .dist-info/METADATA file(s) within "
+                                  f"{MAX_METADATA} bytes; expected exactly one.",
+                                  tip="Leave its build out of the index (--build), or rebuild the bundle.")
+            with z.open(infos[0]) as m:
+                data = m.read(MAX_METADATA + 1)  # the zip's own sizes may lie: bounded here
+            if len(data) > MAX_METADATA:
+                raise ExportError(f"the METADATA of {d.filename} is over {MAX_METADATA} bytes; expected a small file.")
+            return data
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        raise ExportError(f"cannot read the wheel {d.filename} as a zip file ({exc}); expected a wheel.",
+                          tip="Leave its build out of the index (--build), or rebuild the bundle.") from None
+
+
+def _write(dest: Path, rel: str, data: bytes) -> None:
+    with fsio.create_under(dest, rel) as f:
+        f.write(data)
+
+
+def _fill(store: Store, dest: Path, chosen: list[tuple[Dist, str]]) -> tuple[list[Dist], int, list[tuple[str, str]]]:
+    """Write every file and page into ``dest``: (the dists as listed, how many were linked, (path, sha256))."""
+    dists: list[Dist] = []
+    listed: list[tuple[str, str]] = []
+    linked = 0
+    for d, ref in chosen:
+        f, was_linked = _place(store, dest, d)
+        with f:
+            _check(f, d, ref)
+            meta = _metadata(f, d)
+        linked += was_linked
+        listed.append((d.path, d.sha256))
+        if meta is not None:
+            meta_sha = hashlib.sha256(meta).hexdigest()
+            _write(dest, d.path + METADATA_SUFFIX, meta)
+            listed.append((d.path + METADATA_SUFFIX, meta_sha))
+            d = Dist(d.filename, d.project, d.version, d.sha256, d.size, d.upload_time, requires_python(meta), meta_sha)
+        dists.append(d)
+    for rel, data in pages(dists):
+        _write(dest, rel, data)
+        listed.append((rel, hashlib.sha256(data).hexdigest()))
+    return dists, linked, listed
+
+
+def _sign(dest: Path, listed: list[tuple[str, str]], signing: Signing) -> str:
+    from lockbuild.trust.sign import sign_in_fresh_process
+
+    sums = sums_text(listed)
+    _write(dest, SUMS, sums)
+    comment = trusted_comment(hashlib.sha256(sums).hexdigest(), len(listed))
+    signed = sign_in_fresh_process(signing.key, [(hashlib.blake2b(sums).digest(), comment)],
+                                   password=signing.password, allow_readable_key=signing.allow_readable_key)
+    _write(dest, SUMS_SIGNATURE, signed.blocks[0].encode())
+    return signed.key_id_hex
+
+
+def export_index(store: Store, out: Path, *, refs: Sequence[str] = (), signing: Signing | None = None,
+                 wait: float = 0.0) -> Exported:
+    """Write the index of ``refs`` (every build when empty) at ``out``, whole, replacing what was there."""
+    check_out(out)
+    staging = fsio.temp_beside(out)
+    try:
+        staging.mkdir(0o755)
+        staging.chmod(0o755)  # whatever the umask: the index is served to others, read-only
+    except OSError as exc:
+        raise ExportError(f"cannot make {staging} beside --out: {exc.strerror or exc}.",
+                          tip="Check that the directory above --out exists and is writable.") from None
+    try:
+        with store.lock(exclusive=False, wait=wait):  # gc waits: no blob vanishes while it is linked
+            builds = chosen_builds(store, refs)
+            dists, linked, listed = _fill(store, staging, _dists_of(builds))
+        signer = _sign(staging, listed, signing) if signing is not None else None
+        check_out(out)  # again, just before the swap
+        swap_into_place(staging, out)
+    except BaseException:
+        fsio.remove_tree(staging)
+        raise
+    return Exported(out, tuple(b.ref for b in builds), tuple(dists), linked, signer)

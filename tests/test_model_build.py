@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from conftest import Keys
 from hubkit import REPO, tiny_model
@@ -106,3 +107,19 @@ def test_a_pickle_named_explicitly_is_taken_and_reported(hub: FakeHub, keys: Key
     got = build(tmp_path, keys, commit, extra='include = ["*.json", "pytorch_model.bin"]\n')
     assert got["pickles"] == ["pytorch_model.bin"]
     assert any("pickle" in str(w) for w in got["warnings"])  # type: ignore[attr-defined]
+
+
+def test_the_token_is_written_nowhere(hub: FakeHub, keys: Keys, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    token = "hf_secret_token_never_written_anywhere"
+    monkeypatch.setenv("HF_TOKEN", token)
+    commit = hub.add_repo(REPO, tiny_model())
+    code, stdout, stderr = cli("build", recipe(tmp_path, commit), "--key", keys.secret, "--out", tmp_path / "out",
+                               "--json")
+    assert code == 0, stderr
+    assert token not in stdout and token not in stderr
+    bundle = Path(json.loads(stdout)["bundles"][0]["bundle"])
+    raw = subprocess.run(["zstd", "-dc", str(bundle)], capture_output=True, check=True).stdout
+    assert token.encode() not in raw and token.encode() not in Path(str(bundle) + ".minisig").read_bytes()

@@ -68,7 +68,7 @@ def _model_manifest(**changes: object) -> bytes:
     recipe = Member("recipe.toml", 2, hashlib.sha256(data).hexdigest(), "recipe")
     import datetime as dt
 
-    from lockbuild.bundle.manifest import MODEL_INSTALL
+    from lockbuild.bundle.modelinfo import MODEL_INSTALL
 
     m = Manifest("tiny", COMMIT, "hf", "none", "any", dt.datetime(1970, 1, 1, tzinfo=dt.UTC), 0, "0" * 64, "0.2.0",
                  "none", "none", (recipe, member), MODEL_INSTALL, format=MODEL_FORMAT,
@@ -126,7 +126,7 @@ def test_a_sparse_file_over_8_gib_round_trips_through_a_stored_frame(tmp_path: P
                Member("model/big.safetensors", EIGHT_GIB, sha, "model-file"))
     import datetime as dt
 
-    from lockbuild.bundle.manifest import MODEL_INSTALL
+    from lockbuild.bundle.modelinfo import MODEL_INSTALL
 
     manifest = Manifest("big", COMMIT, "hf", "none", "any", dt.datetime(1970, 1, 1, tzinfo=dt.UTC), 0, "0" * 64,
                         "0.2.0", "none", "none", members, MODEL_INSTALL, format=MODEL_FORMAT,

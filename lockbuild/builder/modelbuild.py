@@ -23,10 +23,11 @@ from lockbuild.builder.fetch import Fetcher
 from lockbuild.builder.http import make_client
 from lockbuild.builder.hub import HubFile, HubRevision, download_files, list_revision
 from lockbuild.builder.pack import Written, write
-from lockbuild.bundle.manifest import MODEL_INSTALL, Manifest, Member, member_order
+from lockbuild.bundle.manifest import Manifest, Member, member_order
 from lockbuild.bundle.modelinfo import (
     MODEL_DIR,
     MODEL_FORMAT,
+    MODEL_INSTALL,
     MODEL_KIND,
     MODEL_PLATFORM,
     MODEL_PYTHON,

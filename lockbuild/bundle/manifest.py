@@ -12,8 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lockbuild import __version__
-from lockbuild.bundle.instructions import InstallTable, check_text, parse_install
-from lockbuild.bundle.modelinfo import MODEL_FORMAT, MODEL_KIND, NO_LOCK, ModelTable, check_no_model_files, parse_model
+from lockbuild.bundle.instructions import InstallTable, check_text
+from lockbuild.bundle.modelinfo import MODEL_FORMAT, MODEL_KIND, NO_LOCK, ModelTable, instructions
 from lockbuild.bundle.paths import check_member_path, collision_key
 
 __all__ = ["MANIFEST", "Manifest", "Member", "check_member_path", "collision_key", "parse_manifest"]
@@ -162,8 +162,6 @@ def member_order(path: str) -> tuple[int, str]:
 
 _TOP_KEYS = ("format", "engine", "version", "variant", "as-of", "serial", "recipe-sha256", "lock-format", "target",
              "builder", "install", "files", "exclude-newer-package", "model")
-# A model bundle's placeholder instructions: it has no [install] table, and the engine installer refuses it.
-MODEL_INSTALL = InstallTable(binary="", verify=(), gpu_probe="none", uv="")
 _CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a PEP 503 normalised project name
 MAX_EXEMPT = 256
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
@@ -302,16 +300,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     zstd = builder.get("zstd", "")
     if not isinstance(zstd, str) or (zstd and not _VERSION.fullmatch(zstd)):
         raise _bad("the manifest's builder.zstd is not a plain version string.")
-    model = None
-    if fmt == MODEL_FORMAT:
-        if "install" in data:
-            raise _bad("the manifest is a model bundle's (format 4) but has an [install] table; it is malformed.")
-        model, install = parse_model(data, files, members), MODEL_INSTALL
-    else:
-        if "model" in data:
-            raise _bad(f"the manifest has a [model] table but is format {fmt}; a model bundle is format 4.")
-        check_no_model_files(members)
-        install = parse_install(data.get("install"), {m.path: m.kind for m in members})
+    model, install = instructions(data, fmt, files, members)  # a model bundle's table, or the [install] table
     if install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
         raise _bad(f"the manifest is format {fmt}, but its [install] table "
                    f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "

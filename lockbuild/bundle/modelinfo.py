@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lockbuild.bundle.instructions import InstallTable, parse_install
 from lockbuild.errors import IntegrityError
 
 MODEL_FORMAT = 4
@@ -31,6 +32,8 @@ BLOB_ID = COMMIT  # a git blob sha1, as the Hub's tree gives a file's "oid"
 # '..', not starting or ending with '.' or '-'; the cache folder models--ORG--NAME is made from it.
 _REPO_PART = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
 _MODEL_KEYS = ("repo", "commit")
+# A model bundle's placeholder instructions: it has no [install] table, and the engine installer refuses it.
+MODEL_INSTALL = InstallTable(binary="", verify=(), gpu_probe="none", uv="")
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
 
 
@@ -151,3 +154,18 @@ def check_no_model_files(members: Sequence[_Member]) -> None:
         if m.kind == MODEL_KIND:
             raise _bad(f"the manifest lists the {MODEL_KIND} {m.path[:80]!r} but is not a model bundle (format "
                        f"{MODEL_FORMAT} with a [model] table).")
+
+
+def instructions(top: Mapping[str, Any], fmt: int, files: Sequence[Mapping[str, Any]],
+                 members: Sequence[_Member]) -> tuple[ModelTable | None, InstallTable]:
+    """What a manifest tells the node: a model bundle's (format 4) [model] table and no [install] table;
+    any other format's [install] table, with no [model] table and no model file."""
+    if fmt == MODEL_FORMAT:
+        if "install" in top:
+            raise _bad("the manifest is a model bundle's (format 4) but has an [install] table; it is malformed.")
+        return parse_model(top, files, members), MODEL_INSTALL
+    if "model" in top:
+        raise _bad(f"the manifest has a [model] table but is format {fmt}; a model bundle is format {MODEL_FORMAT}.")
+    check_no_model_files(members)
+    return None, parse_install(top.get("install"), {m.path: m.kind for m in members})
+

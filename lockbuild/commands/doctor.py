@@ -64,12 +64,15 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
     from lockbuild.install.doctor import Candidate
     from lockbuild.install.fit import Needs, space_needed
     from lockbuild.recipe import load_recipe
+    from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if not directory.is_dir():
         return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
     out: list[Any] = []
     problems: list[str] = []
     for path in sorted(directory.glob("*.toml")):
+        if is_model_recipe_file(path):  # a [model] recipe: nothing to fit
+            continue
         try:
             recipe = load_recipe(path)
         except LockbuildError as exc:
@@ -84,6 +87,8 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
             manifest, _ = read_head(path)
         except LockbuildError as exc:
             problems.append(f"{path.name}: {exc.message}")
+            continue
+        if manifest.model is not None:  # a model bundle: no environment to fit this node
             continue
         out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
     return out, problems

@@ -65,7 +65,6 @@ def hub_endpoint(environ: Mapping[str, str]) -> str:
     if (
         has_control_character(value)
         or " " in value
-        or parts.scheme not in ("http", "https")
         or not parts.hostname
         or "@" in parts.netloc
         or parts.query
@@ -77,7 +76,7 @@ def hub_endpoint(environ: Mapping[str, str]) -> str:
             f"credentials, query or spaces; found {public(value)[:200]!r}.",
             tip="Unset HF_ENDPOINT to use the Hub, or set it to your mirror's base URL (give HF_TOKEN for a token).",
         )
-    check_transport(value, what="HF_ENDPOINT", allow_insecure=False)
+    check_transport(value, what="HF_ENDPOINT", allow_insecure=False)  # also refuses a scheme but http(s)
     return value.rstrip("/")
 
 
@@ -107,12 +106,9 @@ def check_path(path: object, *, repo: str, limits: Limits = DEFAULT_LIMITS) -> s
     backslash, nothing unprintable, not too long. It becomes a path in the bundle and on the node."""
     if (
         not isinstance(path, str)
-        or not path
-        or path.startswith("/")
+        or any(part in ("", ".", "..") for part in path.split("/"))  # also: empty, leading or trailing "/"
         or "\\" in path
-        or not path.isprintable()
-        or has_control_character(path)
-        or any(part in ("", ".", "..") for part in path.split("/"))
+        or not path.isprintable()  # no character of Unicode's categories C (control, format...) or Z but " "
         or len(path.encode()) > limits.max_path - _PATH_ROOM
     ):
         shown = path[:200] if isinstance(path, str) else path
@@ -193,8 +189,10 @@ def _tree(client: httpx.Client, endpoint: str, repo: str, commit: str, limits: L
     files: list[HubFile] = []
     items = 0
     while url is not None:
-        if len(seen) >= MAX_TREE_PAGES or url in seen:
-            raise _bad(repo, commit, f"is a tree of more than {MAX_TREE_PAGES} pages, or pages that repeat")
+        if url in seen:
+            raise _bad(repo, commit, f"repeats a page of its tree ({redacted(url)[:200]})")
+        if len(seen) >= MAX_TREE_PAGES:
+            raise _bad(repo, commit, f"is a tree of more than {MAX_TREE_PAGES} pages")
         seen.add(url)
         if origin(url) != origin(endpoint) or not urlsplit(url).path == urlsplit(base).path:
             raise _bad(repo, commit, f"names a next page elsewhere ({redacted(url)[:200]}); expected {base}")

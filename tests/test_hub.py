@@ -369,3 +369,30 @@ def test_a_tree_page_is_read_bounded(hub: FakeHub, kit: Kit, monkeypatch: pytest
     monkeypatch.setattr(hubmod, "MAX_PAGE_BYTES", 10_000)
     with pytest.raises(RemoteError, match=r"/tree/.* sent more than 10000 bytes"):
         kit.list(commit)
+
+
+def test_only_the_hub_client_speaks_the_hubs_api_and_only_the_settings_read_its_token() -> None:
+    """One place asks the Hub (``builder/hub.py``: its checks apply to every answer) and one place reads
+    ``HF_TOKEN`` and ``HF_ENDPOINT`` (the settings, through ``hub.hub_endpoint``)."""
+    import ast
+
+    import lockbuild
+
+    package = Path(lockbuild.__file__).parent
+    speaks: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for needle in ("/api/models/", "/resolve/"):  # in any string: an f-string's parts too
+                    if needle in node.value:
+                        speaks.setdefault(needle, []).append(rel)
+            if isinstance(node, (ast.Call, ast.Subscript)):  # environ.get("HF_TOKEN"), environ["HF_TOKEN"]
+                args = node.args if isinstance(node, ast.Call) else [node.slice]
+                for arg in args:
+                    if isinstance(arg, ast.Constant) and arg.value in ("HF_TOKEN", "HF_ENDPOINT"):
+                        speaks.setdefault(arg.value, []).append(rel)
+    assert set(speaks.get("/api/models/", [])) == {"builder/hub.py"}
+    assert set(speaks.get("/resolve/", [])) == {"builder/hub.py"}
+    assert set(speaks.get("HF_TOKEN", [])) == {"settings.py"}
+    assert set(speaks.get("HF_ENDPOINT", [])) == {"builder/hub.py"}

@@ -396,3 +396,14 @@ def test_only_the_hub_client_speaks_the_hubs_api_and_only_the_settings_read_its_
     assert set(speaks.get("/resolve/", [])) == {"builder/hub.py"}
     assert set(speaks.get("HF_TOKEN", [])) == {"settings.py"}
     assert set(speaks.get("HF_ENDPOINT", [])) == {"builder/hub.py"}
+
+
+def test_a_repo_the_hub_will_not_show_says_what_to_do(hub: FakeHub, kit: Kit) -> None:
+    with pytest.raises(RemoteError, match=r"HTTP 401\. The repo does not exist, or it is gated or private.*HF_TOKEN"):
+        hubmod.list_revision(kit.api, kit.endpoint, "other-org/gated-model", "0" * 40)
+
+
+def test_a_commit_the_hub_does_not_have_is_named(hub: FakeHub, kit: Kit) -> None:
+    _published(hub)
+    with pytest.raises(RemoteError, match=f"the Hub has no commit {'e' * 40} in {REPO}"):
+        kit.list("e" * 40)

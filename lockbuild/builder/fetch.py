@@ -293,7 +293,8 @@ class Fetcher:
                 raise FetchError(
                     f"{w.label}: {w.url} answered HTTP {status}; expected 200.",
                     tip="Check that the file still exists at that address"
-                    + (" and that GITHUB_TOKEN may read it." if status in (401, 403) else "."),
+                    + (" and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it." if status in (401, 403)
+                       else "."),
                 )
             sink.expect(resp.headers.get("content-length"))
             for chunk in resp.iter_raw():

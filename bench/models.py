@@ -108,16 +108,19 @@ def _median(row: dict[str, object], name: str, key: str) -> float:
 
 
 def report(rows: list[dict[str, object]]) -> str:
-    lines = ["| model | build s | curl+sha256sum s | ratio | install s | tar -x+sha256sum s | ratio | "
-             "build peak RSS | install peak RSS |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | build s (CPU s) | curl+sha256sum s (CPU s) | ratio | install s (CPU s) | "
+             "tar -x+sha256sum s (CPU s) | ratio | build peak RSS | install peak RSS |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         b, c = _median(row, "build", "seconds"), _median(row, "curl+sha256sum", "seconds")
         i, t = _median(row, "install", "seconds"), _median(row, "tar -x+sha256sum", "seconds")
+        cpu = {name: _median(row, name, "cpu_s") for name in ("build", "curl+sha256sum", "install", "tar -x+sha256sum")}
         size = int(str(row["bytes"])) / MB
         rss_b, rss_i = _median(row, "build", "rss_mb"), _median(row, "install", "rss_mb")
         lines.append(
-            f"| {size:.0f} MB, {row['files']} files | {b:.2f} | {c:.2f} | {b / c:.2f}× | {i:.2f} | "
-            f"{t:.2f} | {i / t:.2f}× | {rss_b:.0f} MB | {rss_i:.0f} MB |"
+            f"| {size:.0f} MB, {row['files']} files | {b:.2f} ({cpu['build']:.1f}) | {c:.2f} "
+            f"({cpu['curl+sha256sum']:.1f}) | {b / c:.2f}× | {i:.2f} ({cpu['install']:.1f}) | {t:.2f} "
+            f"({cpu['tar -x+sha256sum']:.1f}) | {i / t:.2f}× | {rss_b:.0f} MB | {rss_i:.0f} MB |"
         )
     return "\n".join(lines)
 

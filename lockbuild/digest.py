@@ -32,7 +32,15 @@ def is_git_sha1(text: str) -> bool:
     return GIT_SHA1_HEX.fullmatch(text) is not None
 
 
-def git_blob_hash(size: int) -> hashlib._Hash:
+class Hasher(Protocol):
+    """A running hash (hashlib's objects): bytes in, a hex digest out."""
+
+    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def git_blob_hash(size: int) -> Hasher:
     """A sha1 ready to take the ``size`` bytes of a file: its hexdigest is then the file's git blob id
     (``git hash-object``: sha1 of ``b"blob SIZE\\0"`` and the bytes)."""
     return hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
+import functools
 import gzip
 import hashlib
 import io
@@ -373,18 +374,22 @@ class HubEntry:
     data: bytes
     lfs: bool
 
-    @property
-    def oid(self) -> str:
-        return git_blob_id(lfs_pointer(self.data) if self.lfs else self.data)
+    @functools.cached_property
+    def pointer(self) -> bytes:
+        return lfs_pointer(self.data)
 
-    @property
+    @functools.cached_property
+    def oid(self) -> str:
+        return git_blob_id(self.pointer if self.lfs else self.data)
+
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
     def tree_item(self) -> dict[str, object]:
         item: dict[str, object] = {"type": "file", "oid": self.oid, "size": len(self.data), "path": self.path}
         if self.lfs:
-            item["lfs"] = {"oid": self.sha256, "size": len(self.data), "pointerSize": len(lfs_pointer(self.data))}
+            item["lfs"] = {"oid": self.sha256, "size": len(self.data), "pointerSize": len(self.pointer)}
         return item
 
     def sibling(self, blobs: bool) -> dict[str, object]:
@@ -392,7 +397,7 @@ class HubEntry:
         if blobs:
             item.update(blobId=self.oid, size=len(self.data))
             if self.lfs:
-                item["lfs"] = {"sha256": self.sha256, "size": len(self.data), "pointerSize": len(lfs_pointer(self.data))}
+                item["lfs"] = {"sha256": self.sha256, "size": len(self.data), "pointerSize": len(self.pointer)}
         return item
 
 

@@ -17,6 +17,7 @@ from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher
 from lockbuild.builder.http import make_client
 from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, RemoteError
+from lockbuild.limits import Limits
 from lockbuild.urls import InsecureTransportError
 
 TOKEN = "hf_test_token_not_for_the_cdn"
@@ -240,7 +241,7 @@ def test_a_next_page_that_repeats_is_refused(hub: FakeHub, kit: Kit) -> None:
     _, commit = _published(hub)
     hub.page_size = 3
     hub.next_link = f"{hub.endpoint}/api/models/{REPO}/tree/{commit}?recursive=true"  # the first page again
-    with pytest.raises(RemoteError, match="pages that repeat"):
+    with pytest.raises(RemoteError, match="repeats a page of its tree"):
         kit.list(commit)
 
 
@@ -252,6 +253,10 @@ def test_a_next_page_that_repeats_is_refused(hub: FakeHub, kit: Kit) -> None:
         ("https://user:pw@hub.example.com", LockbuildError),
         ("https://hub.example.com/?x=1", LockbuildError),
         ("https://hub.example.com/\n", LockbuildError),
+        ("https://hub example.com", LockbuildError),
+        ("https:///only-a-path", LockbuildError),
+        ("https://hub.example.com/?", LockbuildError),
+        ("https://hub.example.com/#top", LockbuildError),
     ],
 )
 def test_hf_endpoint_is_https_or_loopback_http(value: str, error: type[Exception]) -> None:
@@ -263,3 +268,142 @@ def test_hf_endpoint_default_and_accepted_forms() -> None:
     assert hubmod.hub_endpoint({}) == "https://huggingface.co"
     assert hubmod.hub_endpoint({"HF_ENDPOINT": "https://mirror.example.com/hf/"}) == "https://mirror.example.com/hf"
     assert hubmod.hub_endpoint({"HF_ENDPOINT": "http://127.0.0.1:8080"}) == "http://127.0.0.1:8080"
+
+
+def test_the_token_belongs_to_the_hubs_origin_only(hub: FakeHub, tmp_path: Path) -> None:
+    s = settings_mod.load({"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN}, home=tmp_path)
+    assert s.auth_for(f"{hub.endpoint}/api/models/{REPO}/revision/{'0' * 40}") == f"Bearer {TOKEN}"
+    assert s.auth_for(f"{hub.cdn.url}/lfs-cdn/{'0' * 64}") is None  # another port: another origin
+    assert s.auth_for("https://cdn-lfs.huggingface.co/x") is None
+    assert TOKEN in s.secrets()
+
+
+def _retyped(path: str, **fields: object):  # type: ignore[no-untyped-def]
+    def tree(page: list[dict[str, object]]) -> object:
+        return [{**i, **fields} if i["path"] == path else i for i in page]
+
+    return tree
+
+
+@pytest.mark.parametrize(
+    ("path", "fields", "message"),
+    [
+        ("config.json", {"oid": "ABC"}, "without a size and a git blob id"),
+        ("config.json", {"oid": "A" * 40}, "without a size and a git blob id"),
+        ("config.json", {"size": -1}, "without a size and a git blob id"),
+        ("config.json", {"size": True}, "without a size and a git blob id"),
+        ("config.json", {"size": "12"}, "without a size and a git blob id"),
+        ("config.json", {"size": 1 << 41}, "without a size and a git blob id"),
+        (SHARD, {"lfs": "yes"}, "in LFS without its sha256"),
+        ("config.json", {"type": "symlink"}, "neither a file nor a directory"),
+    ],
+)
+def test_a_tree_entry_of_the_wrong_type_is_refused(hub: FakeHub, kit: Kit, path: str, fields: dict[str, object],
+                                                  message: str) -> None:
+    _, commit = _published(hub)
+    hub.tamper_tree = _retyped(path, **fields)
+    with pytest.raises(RemoteError, match=message):
+        kit.list(commit)
+
+
+def test_an_lfs_size_that_differs_from_the_files_is_refused(hub: FakeHub, kit: Kit) -> None:
+    files, commit = _published(hub)
+    sha = hashlib.sha256(files[SHARD]).hexdigest()
+    hub.tamper_tree = _retyped(SHARD, lfs={"oid": sha, "size": len(files[SHARD]) + 1})
+    with pytest.raises(RemoteError, match="in LFS without its sha256"):
+        kit.list(commit)
+
+
+def test_a_file_listed_twice_is_refused(hub: FakeHub, kit: Kit) -> None:
+    _, commit = _published(hub)
+    hub.tamper_tree = lambda page: page + [i for i in page if i["path"] == "config.json"]
+    with pytest.raises(RemoteError, match=r"lists 'config\.json' twice"):
+        kit.list(commit)
+
+
+def test_an_answer_for_another_repo_is_refused(hub: FakeHub, kit: Kit) -> None:
+    _, commit = _published(hub)
+    hub.tamper_revision = lambda doc: {**doc, "id": "other-org/other-model"}
+    with pytest.raises(RemoteError, match="names another repo"):
+        kit.list(commit)
+
+
+def test_a_revision_without_its_file_list_is_refused(hub: FakeHub, kit: Kit) -> None:
+    _, commit = _published(hub)
+    hub.tamper_revision = lambda doc: {**doc, "siblings": None}
+    with pytest.raises(RemoteError, match="has no list of files"):
+        kit.list(commit)
+
+
+def test_the_number_of_files_is_bounded(hub: FakeHub, kit: Kit) -> None:
+    files, commit = _published(hub)
+    few = Limits(max_members=5)
+    with pytest.raises(RemoteError, match="lists more than 5 files"):
+        hubmod.list_revision(kit.api, kit.endpoint, REPO, commit, limits=few)
+    hub.tamper_revision = lambda doc: {**doc, "siblings": doc["siblings"][:5]}  # type: ignore[index]
+    with pytest.raises(RemoteError, match="lists more than 10 entries"):
+        hubmod.list_revision(kit.api, kit.endpoint, REPO, commit, limits=few)
+    assert len(files) > 10
+
+
+def test_an_lfs_sha256_that_is_not_lowercase_hex_is_refused(hub: FakeHub, kit: Kit) -> None:
+    files, commit = _published(hub)
+    hub.tamper_tree = _retyped(SHARD, lfs={"oid": hashlib.sha256(files[SHARD]).hexdigest().upper(),
+                                           "size": len(files[SHARD])})
+    with pytest.raises(RemoteError, match="in LFS without its sha256"):
+        kit.list(commit)
+
+
+def test_the_revision_answer_is_read_bounded(hub: FakeHub, kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, commit = _published(hub)
+    hub.page_size = 2  # small tree pages: only the revision's answer is over the bound
+    hub.tamper_revision = lambda doc: {**doc, "cardData": {"padding": "x" * 20_000}}
+    monkeypatch.setattr(hubmod, "MAX_PAGE_BYTES", 10_000)
+    with pytest.raises(RemoteError, match=r"/revision/.* sent more than 10000 bytes"):
+        kit.list(commit)
+
+
+def test_a_tree_page_is_read_bounded(hub: FakeHub, kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, commit = _published(hub)
+    hub.tamper_tree = _retyped("config.json", lastCommit={"title": "x" * 20_000})
+    monkeypatch.setattr(hubmod, "MAX_PAGE_BYTES", 10_000)
+    with pytest.raises(RemoteError, match=r"/tree/.* sent more than 10000 bytes"):
+        kit.list(commit)
+
+
+def test_only_the_hub_client_speaks_the_hubs_api_and_only_the_settings_read_its_token() -> None:
+    """One place asks the Hub (``builder/hub.py``: its checks apply to every answer) and one place reads
+    ``HF_TOKEN`` and ``HF_ENDPOINT`` (the settings, through ``hub.hub_endpoint``)."""
+    import ast
+
+    import lockbuild
+
+    package = Path(lockbuild.__file__).parent
+    speaks: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for needle in ("/api/models/", "/resolve/"):  # in any string: an f-string's parts too
+                    if needle in node.value:
+                        speaks.setdefault(needle, []).append(rel)
+            if isinstance(node, (ast.Call, ast.Subscript)):  # environ.get("HF_TOKEN"), environ["HF_TOKEN"]
+                args = node.args if isinstance(node, ast.Call) else [node.slice]
+                for arg in args:
+                    if isinstance(arg, ast.Constant) and arg.value in ("HF_TOKEN", "HF_ENDPOINT"):
+                        speaks.setdefault(arg.value, []).append(rel)
+    assert set(speaks.get("/api/models/", [])) == {"builder/hub.py"}
+    assert set(speaks.get("/resolve/", [])) == {"builder/hub.py"}
+    assert set(speaks.get("HF_TOKEN", [])) == {"settings.py"}
+    assert set(speaks.get("HF_ENDPOINT", [])) == {"builder/hub.py"}
+
+
+def test_a_repo_the_hub_will_not_show_says_what_to_do(hub: FakeHub, kit: Kit) -> None:
+    with pytest.raises(RemoteError, match=r"HTTP 401\. The repo does not exist, or it is gated or private.*HF_TOKEN"):
+        hubmod.list_revision(kit.api, kit.endpoint, "other-org/gated-model", "0" * 40)
+
+
+def test_a_commit_the_hub_does_not_have_is_named(hub: FakeHub, kit: Kit) -> None:
+    _published(hub)
+    with pytest.raises(RemoteError, match=f"the Hub has no commit {'e' * 40} in {REPO}"):
+        kit.list("e" * 40)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild import fsio
-from lockbuild.digest import git_blob_hash, is_git_sha1, is_sha256
+from lockbuild.digest import Hasher, git_blob_hash, is_git_sha1, is_sha256
 from lockbuild.errors import FetchError, IntegrityError
 
 GIT_KEY = "git-sha1:"  # a key that names an entry by its git blob id instead of its sha256
@@ -48,7 +48,7 @@ def _unsafe(path: Path, st: os.stat_result) -> str | None:
     return None
 
 
-def entry_hash(key: str, size: int) -> hashlib._Hash:
+def entry_hash(key: str, size: int) -> Hasher:
     """The hash that names an entry of ``size`` bytes under ``key``: sha256, or the git blob sha1."""
     return git_blob_hash(size) if key.startswith(GIT_KEY) else hashlib.sha256()
 

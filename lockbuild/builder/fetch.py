@@ -12,7 +12,6 @@ downloads at once: 48 s -> 33 s for 4.4 GB, 31 s -> 17 s of system time, from co
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ import httpx
 
 from lockbuild import fsio
 from lockbuild.builder.cache import GIT_KEY, Cache, digest_of, entry_hash
-from lockbuild.digest import CHUNK
+from lockbuild.digest import CHUNK, Hasher
 from lockbuild.errors import TLS_TIP, FetchError, IntegrityError, transport_tip
 from lockbuild.progress import Progress
 
@@ -134,7 +133,7 @@ class _Sink:
             self.pending.clear()
 
 
-def _new_hash(w: Wanted) -> hashlib._Hash:
+def _new_hash(w: Wanted) -> Hasher:
     """The hash that names ``w``: sha256, or the git blob sha1 of its stated size (refused without one)."""
     if w.sha256.startswith(GIT_KEY) and w.size is None:
         raise IntegrityError(f"{w.label}: a file known by its git blob id needs a stated size; refused.")
@@ -296,7 +295,8 @@ class Fetcher:
                 raise FetchError(
                     f"{w.label}: {w.url} answered HTTP {status}; expected 200.",
                     tip="Check that the file still exists at that address"
-                    + (" and that GITHUB_TOKEN may read it." if status in (401, 403) else "."),
+                    + (" and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it." if status in (401, 403)
+                       else "."),
                 )
             sink.expect(resp.headers.get("content-length"))
             for chunk in resp.iter_raw():

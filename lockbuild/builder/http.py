@@ -95,8 +95,10 @@ def get_json_page(
     headers: dict[str, str] | None = None,
     not_found: str | None = None,
     limit: int = MAX_JSON_BYTES,
+    denied: str | None = None,
 ) -> JsonPage:
-    """``get_json``, with the answer's next-page link (a paginated API: the Hugging Face Hub's tree)."""
+    """``get_json``, with the answer's next-page link (a paginated API: the Hugging Face Hub's tree);
+    ``denied``: what a 401 or 403 means to the user."""
     current = url
     next_url: str | None = None
     retried = False
@@ -115,6 +117,8 @@ def get_json_page(
                     continue
                 if resp.status_code == 404 and not_found is not None:
                     raise RemoteError(not_found)
+                if resp.status_code in (401, 403) and denied is not None:
+                    raise RemoteError(f"{what}: {current} answered HTTP {resp.status_code}. {denied}")
                 if resp.status_code != 200:
                     raise RemoteError(
                         f"{what}: {current} answered HTTP {resp.status_code}; expected 200.",

@@ -19,7 +19,7 @@ import httpx
 
 from lockbuild.builder.cache import GIT_KEY
 from lockbuild.builder.fetch import Fetcher, Wanted
-from lockbuild.builder.http import get_json, get_json_page
+from lockbuild.builder.http import get_json_page
 from lockbuild.builder.index import has_control_character
 from lockbuild.digest import is_git_sha1, is_sha256
 from lockbuild.errors import IntegrityError, RecipeError, RemoteError
@@ -31,6 +31,10 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_PAGE_BYTES = 32 << 20  # one answer of the Hub's API (a tree page holds at most 1000 entries)
 MAX_TREE_PAGES = 1000  # pages of one revision's tree (the Hub sends 1000 entries a page)
 MAX_FILE = 1 << 40  # the largest file size believed (a 1 TiB file is no model's)
+DENIED = (
+    "The repo does not exist, or it is gated or private: accept its terms on the Hub and set HF_TOKEN to a "
+    "token that may read it (sent to HF_ENDPOINT's origin only)."
+)
 _PATH_ROOM = 64  # bytes of a bundle member's path kept for the prefix the model's files go under
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
@@ -65,7 +69,6 @@ def hub_endpoint(environ: Mapping[str, str]) -> str:
     if (
         has_control_character(value)
         or " " in value
-        or parts.scheme not in ("http", "https")
         or not parts.hostname
         or "@" in parts.netloc
         or parts.query
@@ -77,7 +80,7 @@ def hub_endpoint(environ: Mapping[str, str]) -> str:
             f"credentials, query or spaces; found {public(value)[:200]!r}.",
             tip="Unset HF_ENDPOINT to use the Hub, or set it to your mirror's base URL (give HF_TOKEN for a token).",
         )
-    check_transport(value, what="HF_ENDPOINT", allow_insecure=False)
+    check_transport(value, what="HF_ENDPOINT", allow_insecure=False)  # also refuses a scheme but http(s)
     return value.rstrip("/")
 
 
@@ -107,12 +110,9 @@ def check_path(path: object, *, repo: str, limits: Limits = DEFAULT_LIMITS) -> s
     backslash, nothing unprintable, not too long. It becomes a path in the bundle and on the node."""
     if (
         not isinstance(path, str)
-        or not path
-        or path.startswith("/")
+        or any(part in ("", ".", "..") for part in path.split("/"))  # also: empty, leading or trailing "/"
         or "\\" in path
-        or not path.isprintable()
-        or has_control_character(path)
-        or any(part in ("", ".", "..") for part in path.split("/"))
+        or not path.isprintable()  # no character of Unicode's categories C (control, format...) or Z but " "
         or len(path.encode()) > limits.max_path - _PATH_ROOM
     ):
         shown = path[:200] if isinstance(path, str) else path
@@ -193,13 +193,15 @@ def _tree(client: httpx.Client, endpoint: str, repo: str, commit: str, limits: L
     files: list[HubFile] = []
     items = 0
     while url is not None:
-        if len(seen) >= MAX_TREE_PAGES or url in seen:
-            raise _bad(repo, commit, f"is a tree of more than {MAX_TREE_PAGES} pages, or pages that repeat")
+        if url in seen:
+            raise _bad(repo, commit, f"repeats a page of its tree ({redacted(url)[:200]})")
+        if len(seen) >= MAX_TREE_PAGES:
+            raise _bad(repo, commit, f"is a tree of more than {MAX_TREE_PAGES} pages")
         seen.add(url)
         if origin(url) != origin(endpoint) or not urlsplit(url).path == urlsplit(base).path:
             raise _bad(repo, commit, f"names a next page elsewhere ({redacted(url)[:200]}); expected {base}")
         page = get_json_page(client, url, what=f"listing {repo} at {commit} on the Hub", limit=MAX_PAGE_BYTES,
-                             not_found=f"the Hub has no commit {commit} in {repo}.")
+                             not_found=f"the Hub has no commit {commit} in {repo}.", denied=DENIED)
         if not isinstance(page.data, list):
             raise _bad(repo, commit, "is a tree page that is not a list")
         items += len(page.data)
@@ -247,14 +249,15 @@ def list_revision(
     ``blobs=true`` (whose ``sha`` must be the commit asked) and the recursive tree, every page of it."""
     check_repo(repo)
     check_commit(revision)
-    data, _ = get_json(
+    page = get_json_page(
         client,
         f"{endpoint}/api/models/{repo}/revision/{revision}?blobs=true",
         what=f"asking the Hub for {repo} at {revision}",
         not_found=f"the Hub has no commit {revision} in {repo}.",
         limit=MAX_PAGE_BYTES,
+        denied=DENIED,
     )
-    siblings = _check_commit_answer(data, repo, revision)
+    siblings = _check_commit_answer(page.data, repo, revision)
     if len(siblings) > limits.max_members:
         raise _bad(repo, revision, f"lists more than {limits.max_members} files")
     stated = [_sibling(s, repo, revision, limits) for s in siblings]

@@ -83,19 +83,15 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     """The builds a store holds, with their sizes and how many of their blobs are present."""
     _setup(ctx, as_json)
     from lockbuild.site.store import Store
+    from lockbuild.site.storemodel import list_line, list_row
 
     rows: list[dict[str, object]] = []
     lines: list[str] = []
     with Store(store_dir) as store:
         for b in store.builds_all():
-            m = b.manifest
-            present = sum(1 for x in m.members if store.blob_size(x.sha256) is not None)
-            complete = present == len(m.members)
-            rows.append({"build": b.ref, "engine": m.engine, "version": m.version, "variant": m.variant,
-                         "platform": m.platform, "serial": m.serial, "members": len(m.members),
-                         "present": present, "complete": complete, "size": m.unpacked_size})
-            note = "" if complete else f"  INCOMPLETE ({present}/{len(m.members)} blobs)"
-            lines.append(f"{b.ref:<40} {m.platform:<28} {m.unpacked_size / 1e6:>10.1f} MB{note}")
+            present = sum(1 for x in b.manifest.members if store.blob_size(x.sha256) is not None)
+            rows.append(list_row(b, present))
+            lines.append(list_line(b, present))
         blobs = store.blob_names()
     lines.append(f"{len(rows)} build(s), {len(blobs)} blob(s) in {store_dir}")
     _emit(ctx, {"store": str(store_dir), "builds": rows, "blobs": len(blobs)}, "\n".join(lines))

@@ -11,6 +11,10 @@ The artifact (docs/site-administrators.md, "Many nodes"): one OCI image manifest
   the bundle's file name. A co-signature added later is pushed by pushing the build again: only the
   OCI manifest changes.
 
+A model bundle's artifact is laid out as the CNCF ModelPack specification has it (``site/modelpack.py``):
+ModelPack's artifactType, configuration and one raw layer per model file, with the signed manifest as
+a layer of the type above and the same annotations.
+
 ``pull`` reads the OCI manifest, judges the signature blocks it carries against the trust directory,
 and only then requests a blob: first the config (whose digest must be the signed manifest sha256),
 then the members the store lacks, each sha256-checked as it streams into the store's tmp/, resumed
@@ -36,6 +40,7 @@ from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import loads_json, open_regular, remove_at
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
+from lockbuild.site import modelpack
 from lockbuild.site.oci import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, RegistryError
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import StoreError
@@ -106,9 +111,13 @@ def parse_artifact(raw: bytes, where: str) -> Artifact:
         raise bad(exc.message.rstrip(".")) from None
     if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
         raise bad("its manifest is not an OCI image manifest")
-    if doc.get("artifactType") != ARTIFACT_TYPE:
-        raise bad(f"its artifactType is {str(doc.get('artifactType'))[:80]!r}, expected {ARTIFACT_TYPE}")
-    config, notes = doc.get("config"), doc.get("annotations")
+    kind = doc.get("artifactType")
+    if kind not in (ARTIFACT_TYPE, modelpack.ARTIFACT_TYPE):
+        raise bad(f"its artifactType is {str(kind)[:80]!r}, expected {ARTIFACT_TYPE} or {modelpack.ARTIFACT_TYPE}")
+    # a model's signed manifest is its one layer of the manifest's media type; an engine's is the config
+    config = modelpack.signed_manifest_layer(doc, CONFIG_TYPE) if kind == modelpack.ARTIFACT_TYPE \
+        else doc.get("config")
+    notes = doc.get("annotations")
     if not isinstance(config, dict) or config.get("mediaType") != CONFIG_TYPE or not isinstance(notes, dict):
         raise bad("its config or annotations are missing")
     digest, size = config.get("digest"), config.get("size")
@@ -194,8 +203,16 @@ def push(trusted: TrustedBundle, registry: Registry, *, progress: Progress | Non
     config = "sha256:" + hashlib.sha256(trusted.manifest_bytes).hexdigest()
     if not registry.has_blob(config):
         registry.upload_blob(config, io.BytesIO(trusted.manifest_bytes), len(trusted.manifest_bytes))
-    registry.put_manifest(registry.ref.tag, oci_manifest(trusted.manifest_bytes, m.members,
-                                                         trusted.counted_signatures(), m.bundle_name))
+    if m.model is not None:  # a model: the ModelPack layout, its configuration blob beside the members
+        notes = {SIGNATURES: trusted.counted_signatures().decode("utf-8"), BUNDLE: m.bundle_name}
+        document, model_config = modelpack.model_artifact(m, trusted.manifest_bytes, notes,
+                                                          manifest_type=CONFIG_TYPE, member_type=MEMBER_TYPE)
+        digest = "sha256:" + hashlib.sha256(model_config).hexdigest()
+        if not registry.has_blob(digest):
+            registry.upload_blob(digest, io.BytesIO(model_config), len(model_config))
+    else:
+        document = oci_manifest(trusted.manifest_bytes, m.members, trusted.counted_signatures(), m.bundle_name)
+    registry.put_manifest(registry.ref.tag, document)
     progress.finish()
     return Moved(trusted.ref, len(members), moved, moved_bytes, trusted.signer_ids)
 

@@ -82,6 +82,26 @@ class Build:
         return f"{m.engine}/{m.version}-{m.variant}"
 
 
+def list_row(b: Build, present: int) -> dict[str, object]:
+    """A build's row in ``store list --json``: an engine's fields, and for a model build (one per commit)
+    also its ``repo`` and ``commit``."""
+    m = b.manifest
+    row: dict[str, object] = {"build": b.ref, "engine": m.engine, "version": m.version, "variant": m.variant,
+                              "platform": m.platform, "serial": m.serial, "members": len(m.members),
+                              "present": present, "complete": present == len(m.members), "size": m.unpacked_size}
+    if m.model is not None:
+        row.update(kind="model", repo=m.model.repo, commit=m.model.commit)
+    return row
+
+
+def list_line(b: Build, present: int) -> str:
+    """A build's line in ``store list``: an engine's platform, or a model's repo."""
+    m = b.manifest
+    where = m.platform if m.model is None else f"model {m.model.repo}"
+    note = "" if present == len(m.members) else f"  INCOMPLETE ({present}/{len(m.members)} blobs)"
+    return f"{b.ref:<40} {where:<28} {m.unpacked_size / 1e6:>10.1f} MB{note}"
+
+
 @dataclass(frozen=True)
 class Damage:
     path: str  # relative to the store

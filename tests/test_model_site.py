@@ -243,6 +243,38 @@ def test_a_model_artifact_naming_another_manifest_or_two_is_refused_before_any_b
         assert reg.blob_gets() == [], tag
 
 
+@needs_registry
+def test_an_edited_modelpack_view_points_a_node_at_nothing_else(
+        tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    """The layers' filepath annotations swapped between two files, and the model config replaced: pull
+    fetches what the signed manifest lists, so the installed cache holds each file's signed bytes."""
+    old, _ = revisions
+    _ok("push", old, reg.ref("models/view", "v1"), "--trust", keys.trust)
+    doc = _oci(reg, "models/view", "v1")
+    layers = [dict(x) for x in doc["layers"]]  # type: ignore[attr-defined]
+    a, b = (x for x in layers if x.get("annotations", {}).get(modelpack.FILEPATH) in ("config.json", CHANGED))
+    a["annotations"], b["annotations"] = b["annotations"], a["annotations"]
+    blob = b'{"descriptor": {"name": "other"}, "config": {}, "modelfs": {"type": "layers", "diff_ids": []}}'
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+    start = httpx.post(f"http://{reg.host}/v2/models/view/blobs/uploads/")
+    where = httpx.URL(f"http://{reg.host}").join(start.headers["Location"])
+    up = httpx.put(where.copy_merge_params({"digest": digest}), content=blob,
+                   headers={"Content-Type": "application/octet-stream"})
+    assert up.status_code == 201
+    edited = {**doc, "layers": layers, "config": {**doc["config"], "digest": digest,  # type: ignore[dict-item]
+                                                  "size": len(blob)}}
+    url = f"http://{reg.host}/v2/models/view/manifests/edited"
+    assert httpx.put(url, content=json.dumps(edited), headers={"Content-Type": OCI_MANIFEST}).status_code == 201
+    store, models = tmp_path / "store", tmp_path / "models"
+    _ok("pull", reg.ref("models/view", "edited"), "--store", store, "--trust", keys.trust)
+    _ok("install", f"tiny-llama/{COMMIT}-hf", "--store", store, "--models", models, "--trust", keys.trust)
+    snapshot = models / FOLDER / "snapshots" / COMMIT
+    files = _files(changed=False)
+    for name in ("config.json", CHANGED):
+        assert (snapshot / name).read_bytes() == files[name]
+    assert cli("verify", "--models", models, "--trust", keys.trust).exit_code == 0
+
+
 def test_media_types_follow_what_each_file_is() -> None:
     assert modelpack.media_type("model-00001-of-00002.safetensors") == modelpack.WEIGHT
     assert modelpack.media_type("gguf/tiny.Q4_K_M.gguf") == modelpack.WEIGHT

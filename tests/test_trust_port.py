@@ -132,7 +132,8 @@ def test_a_fifo_where_a_file_from_outside_belongs_is_refused(where: str, tmp_pat
     parts = tmp_path / "parts"
     listing = Path(str(_ok("split", bundles["1.0"], "--size", "300", "--out", parts)["part_list"]))
     deltas = tmp_path / "deltas"
-    delta = Path(str(_ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", deltas)["delta"]))
+    delta = Path(str(_ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", deltas,
+                           "--trust", signer.trust)["delta"]))
     catalogue = tmp_path / "catalogue"
     catalogue.mkdir()
     if where == "part list":
@@ -239,11 +240,11 @@ def test_a_store_name_holding_another_signed_build_is_refused(tmp_path: Path, bu
 
 def _write_delta(path: Path, bundle: Path, order: list[int]) -> None:
     """A delta of ``bundle`` carrying its members ``order`` (indices into the manifest), as `delta` writes."""
-    from lockbuild.bundle.read import read_bundle, read_head_raw
+    from lockbuild.bundle.read import read_head_raw, read_unverified
 
     head = read_head_raw(bundle)
     staging = path.parent / "members"
-    read_bundle(bundle, dest=staging)
+    read_unverified(bundle, dest=staging)
     m = head.manifest
     buf = io.BytesIO()
     z = compressor().stream_writer(buf, closefd=False)
@@ -316,7 +317,8 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(t
 def _sources(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> dict[str, tuple[str | Path, ...]]:
     parts = tmp_path / "parts"
     listing = _ok("split", bundles["1.1"], "--size", "300", "--out", parts)["part_list"]
-    delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "deltas")["delta"]
+    delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "deltas",
+                "--trust", signer.trust)["delta"]
     store = _store(tmp_path, bundles, signer, "1.0", "1.1")
     return {
         "lbz": (bundles["1.1"],),

@@ -25,11 +25,8 @@ from lockbuild.fsio import open_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 
-# The strict reader's pieces, for the site wing's readers (a delta is read by the same rules).
-_check_header = check_header
-_copy = copy_member
-__all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "_check_header", "_copy", "_open_tar", "check_zstd_frame",
-           "read_bundle", "read_head", "read_head_raw", "tar_pieces"]
+__all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "check_zstd_frame", "open_file", "open_tar", "read_head",
+           "read_head_raw", "read_manifest", "read_unverified", "tar_pieces"]
 
 
 class Head(NamedTuple):
@@ -45,12 +42,12 @@ def _bad(message: str) -> IntegrityError:
     return IntegrityError(message, tip=TIP)
 
 
-def _open_tar(f: BinaryIO | Hashing, limits: Limits) -> TarReader:
+def open_tar(f: BinaryIO | Hashing, limits: Limits) -> TarReader:
     """The decompressed tar stream, as a strict tar reader."""
     return TarReader(decompressed(f, limits))
 
 
-def _open(path: Path, limits: Limits) -> BinaryIO:
+def open_file(path: Path, limits: Limits) -> BinaryIO:
     """The bundle, as a regular file of bounded size: a FIFO, a device or a link (say, one swapped in
     after the signatures were checked) is refused, never read."""
     try:
@@ -60,7 +57,7 @@ def _open(path: Path, limits: Limits) -> BinaryIO:
     return f
 
 
-def _read_manifest(tar: TarReader, limits: Limits) -> tuple[Manifest, bytes]:
+def read_manifest(tar: TarReader, limits: Limits) -> tuple[Manifest, bytes]:
     first = tar.next()
     if first is None or first.name != MANIFEST:
         found = repr(first.name) if first else "missing"
@@ -115,7 +112,7 @@ def tar_pieces(tar: TarReader, limits: Limits) -> Iterator[TarPiece]:
         yield piece
 
 
-def read_bundle(
+def read_unverified(
     path: Path,
     *,
     dest: Path | None = None,
@@ -125,8 +122,12 @@ def read_bundle(
     expect_sha256: str | None = None,
     want: Callable[[Member], bool] | None = None,
 ) -> Manifest:
-    """Check every member of the bundle against its manifest (:func:`lockbuild.bundle.extract.extract`);
-    with ``dest``, write them there.
+    """Check every member of the bundle against the manifest *the bundle itself carries*
+    (:func:`lockbuild.bundle.extract.extract`); with ``dest``, write them there. No signature is judged:
+    this is the signer's reader (``trust/sign.py``: a bundle about to be signed, or co-signed after its
+    signatures were checked), never a way to members a user trusts. Everything else reaches members
+    through the one trust decision (``lockbuild.trust.open_source``, ``TrustedBundle.extract``);
+    ``tests/test_trust_port.py`` holds the list of its callers.
 
     ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
     its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With it, what the
@@ -137,11 +138,11 @@ def read_bundle(
     """
     progress = progress or Progress.quiet()
     make_dest(dest)
-    with _open(path, limits) as raw_file:
+    with open_file(path, limits) as raw_file:
         check_zstd_frame(raw_file, limits)
         f = Hashing(raw_file) if expect_sha256 is not None else None
-        tar = _open_tar(f or raw_file, limits)
-        manifest, manifest_bytes = _read_manifest(tar, limits)
+        tar = open_tar(f or raw_file, limits)
+        manifest, manifest_bytes = read_manifest(tar, limits)
         if on_manifest is not None:
             on_manifest(manifest, manifest_bytes)
         progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
@@ -163,10 +164,10 @@ def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, by
 
 def read_head_raw(path: Path, limits: Limits = DEFAULT_LIMITS) -> Head:
     """As :func:`read_head`, with the manifest's exact bytes."""
-    with _open(path, limits) as f:
+    with open_file(path, limits) as f:
         check_zstd_frame(f, limits)
-        tar = _open_tar(f, limits)
-        manifest, manifest_bytes = _read_manifest(tar, limits)
+        tar = open_tar(f, limits)
+        manifest, manifest_bytes = read_manifest(tar, limits)
         if not manifest.members or manifest.members[0].path != "recipe.toml":
             raise _bad("the manifest does not list recipe.toml first.")
         want = manifest.members[0]

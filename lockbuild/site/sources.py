@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from lockbuild.bundle.extract import AbsentPiece, FilePiece, Piece
+from lockbuild.bundle.extract import TIP, AbsentPiece, FilePiece, Piece
 from lockbuild.bundle.manifest import MANIFEST, Member, parse_manifest
-from lockbuild.bundle.read import TarPiece, _open_tar, check_zstd_frame
+from lockbuild.bundle.read import TarPiece, check_zstd_frame, open_tar
 from lockbuild.bundle.tar import TarReader, check_header, copy_member
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import create_new, open_regular, read_regular
@@ -38,7 +38,7 @@ from lockbuild.site.parts import PARTS_SUFFIX, join, read_part_list
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import check_name, parse_ref
 from lockbuild.trust.policy import FileDigests
-from lockbuild.trust.source import BundleFile, SizeCheck, Source, Stream, signature_path
+from lockbuild.trust.source import TIP_AGAIN, BundleFile, SizeCheck, Source, Stream, signature_path
 
 
 def _blocks(path: Path, limits: Limits) -> bytes:
@@ -61,6 +61,8 @@ class PartsFile:
         self.label = str(part_list)
         self.file_name: str | None = self.listing.file
         self.expect_ref: str | None = None
+        self.where, self.subject = self.label, "the bundle's manifest"
+        self.absent_tip, self.damage_tip, self.partial = TIP_AGAIN, TIP, False
         self.joined = work / self.listing.file
         self.signature_file = part_list.parent / (self.listing.file + ".minisig")
         self._bundle = BundleFile(self.joined, signatures=self.signature_file)
@@ -102,6 +104,7 @@ class DeltaFile:
         self.label = str(delta)
         self.file_name: str | None = full_name(delta)
         self.expect_ref: str | None = None
+        self.where, self.subject, self.damage_tip = self.label, "the bundle's manifest", TIP
         self.partial = store is None  # verified alone, it may leave members to a store
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
@@ -122,7 +125,7 @@ class DeltaFile:
             raise IntegrityError(f"the delta {self.delta} does not exist.", tip="Check the path.") from None
         with f:
             check_zstd_frame(f, limits)
-            tar = _open_tar(f, limits)
+            tar = open_tar(f, limits)
             head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))  # a hint for messages, not trusted
             self.absent_tip = (f"Import the base it was cut against ({head.base}) or the full bundle first, "
                                "then this delta.")
@@ -188,6 +191,8 @@ class StoreBuild:
         self.label = f"{ref} in the store {store.root}"
         self.file_name: str | None = None
         self.expect_ref: str | None = ref
+        self.where, self.subject = self.label, "the bundle's manifest"
+        self.absent_tip, self.partial = TIP_AGAIN, False
         self._files: tuple[bytes, bytes] | None = None
 
     def _build(self) -> tuple[bytes, bytes]:

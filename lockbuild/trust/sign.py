@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild import fsio
-from lockbuild.bundle.read import read_bundle
+from lockbuild.bundle.read import read_unverified
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS
 from lockbuild.minisign import SecretKey, Signature, sign_prehashed
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.progress import Progress
-from lockbuild.trust.opener import digest_bundle, read_signatures, signature_path
 from lockbuild.trust.policy import Evaluation, evaluate
+from lockbuild.trust.source import digest_bundle, read_signatures, signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
 
@@ -123,8 +123,8 @@ def sign_bundle(
         existing = read_signatures(sig_path)
     digests = digest_bundle(bundle)
     carried: list[bytes] = []  # the manifest's bytes as the bundle carries them: what the statement signs
-    manifest = read_bundle(bundle, progress=progress, expect_sha256=digests.sha256,  # every member, or refused
-                           on_manifest=lambda _m, raw: carried.append(raw))
+    manifest = read_unverified(bundle, progress=progress, expect_sha256=digests.sha256,  # every member, or refused
+                               on_manifest=lambda _m, raw: carried.append(raw))
     if bundle.name != manifest.bundle_name:
         raise IntegrityError(
             f"the bundle file is named {bundle.name}, but its manifest names {manifest.bundle_name}.",

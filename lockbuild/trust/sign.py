@@ -21,7 +21,7 @@ from lockbuild.limits import DEFAULT_LIMITS
 from lockbuild.minisign import SecretKey, Signature, sign_prehashed
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.progress import Progress
-from lockbuild.trust.policy import Evaluation, evaluate
+from lockbuild.trust.policy import Evaluation, FileDigests, evaluate
 from lockbuild.trust.source import digest_bundle, read_signatures, signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
@@ -107,6 +107,16 @@ def write_with_block(sig_path: Path, existing: Sequence[Signature], key_id: byte
     return replaced
 
 
+def judge_existing(existing: Sequence[Signature], store: TrustStore | None, *, name: str, digests: FileDigests,
+                   now: dt.datetime | None = None) -> Evaluation | None:
+    """What the signatures already beside a file (a bundle, an image) amount to under ``store``, reported
+    by ``sign`` (None without a store or blocks). A trusted key's signature that does not verify raises
+    here: the file or its .minisig was altered."""
+    if store is None or not existing:
+        return None
+    return evaluate(existing, store, name=name, now=now or dt.datetime.now(dt.UTC), file=digests)
+
+
 def sign_bundle(
     bundle: Path,
     key: SecretKey,
@@ -130,10 +140,7 @@ def sign_bundle(
             f"the bundle file is named {bundle.name}, but its manifest names {manifest.bundle_name}.",
             tip="Sign the bundle under the name it was built as; a renamed bundle is refused on every node.",
         )
-    evaluation = None
-    if store is not None and existing:
-        # A trusted key's signature that does not verify raises here: the bundle or its .minisig was altered.
-        evaluation = evaluate(existing, store, name=bundle.name, now=now or dt.datetime.now(dt.UTC), file=digests)
+    evaluation = judge_existing(existing, store, name=bundle.name, digests=digests, now=now)
     statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires,
                              manifest_bytes=carried[0])
     block = sign_statement(key, statement, digests.blake2b)

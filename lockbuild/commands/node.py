@@ -243,6 +243,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 
     from lockbuild.install.choose import chosen, refusal
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import place_for
     from lockbuild.text import for_terminal, mask_data
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
@@ -250,7 +251,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
     started = time.monotonic()
     node = detect(environ=os.environ)
     trust = load_store(resolve_trust_dir(opts.trust_dir))
-    with chosen(request, trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
+    with chosen(place_for(request), trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
                 allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:
         if got.opened is None:
             if ctx.obj.get("json"):
@@ -359,9 +360,10 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | No
 
     candidates, problems = _catalogue(catalogue)
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import StoreOffers  # the store's builds, fed to the installer's choice
 
     report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))
+                     store=StoreOffers(store_dir) if store_dir is not None else None, node=detect(environ=os.environ))
     _emit(ctx, report, render(report))
 
 

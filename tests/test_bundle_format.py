@@ -21,10 +21,11 @@ import zstandard
 from hostile import AS_OF, RECIPE, SERIAL, UV_MEMBER, manifest, member, sha
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, member_order, parse_manifest
-from lockbuild.bundle.read import check_zstd_frame, read_head, read_unverified
+from lockbuild.bundle.read import check_zstd_frame, read_head
 from lockbuild.bundle.write import JOB_SIZE, READ_AHEAD, READ_SIZE, ZSTD_LEVEL, DamagedSource, Entry, write_bundle
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS
+from lockbuild.trust.sign import read_unverified
 
 LONG = "wheels/" + "ñ" * 70 + "-1.0-py3-none-any.whl"  # non-ASCII and over 100 bytes: needs a pax header
 

@@ -48,12 +48,13 @@ from hostile import (
 )
 
 from lockbuild.bundle.manifest import MANIFEST, parse_manifest
-from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_head, read_head_raw, read_unverified
+from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_head, read_head_raw
 from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.install import archives
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import read_secret_key, write_keypair
 from lockbuild.trust import Statement, digest_bundle, load_store, open_bundle, sign_statement, signature_path
+from lockbuild.trust.sign import read_unverified
 
 NAME = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
 GOOD_PATHS = {p for p, _, _ in GOOD_FILES}
@@ -606,7 +607,7 @@ def test_zstd_bomb_single_segment_claim_fails_fast_without_allocating(tmp_path: 
 import resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 from pathlib import Path
-from lockbuild.bundle.read import read_unverified
+from lockbuild.trust.sign import read_unverified
 from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 t = time.monotonic()
 try:

@@ -350,8 +350,8 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
 def repack(bundle: Path, out_dir: Path, keys: Keys, change: Callable[[Manifest, dict[str, bytes]], Manifest]) -> Path:
     """The bundle with ``change`` applied to its manifest and member bytes (sizes, digests and the recipe's
     digest recomputed), written and signed again with the test key: valid in every way a signature checks."""
-    from lockbuild.bundle.read import read_unverified
     from lockbuild.bundle.write import Entry, write_bundle
+    from lockbuild.trust.sign import read_unverified
 
     work = out_dir / "unpacked"
     work.mkdir(parents=True)

@@ -100,8 +100,8 @@ def test_exclude_newer_package_is_in_the_manifest_the_lock_and_inspect(
 
     from click.testing import CliRunner
 
-    from lockbuild.bundle.read import read_unverified
     from lockbuild.cli import main
+    from lockbuild.trust.sign import read_unverified
 
     toy_recipe.write_text(
         toy_recipe.read_text() + 'exclude-newer-package = { Wheel = "2024-06-01T00:00:00Z", toyengine = false }\n'
@@ -404,8 +404,9 @@ def test_the_bundle_reader_opens_only_a_regular_bounded_file(tmp_path: Path, kin
     the install), whatever the member digests would later say."""
     from hostile import good_bundle
 
-    from lockbuild.bundle.read import read_head, read_unverified
+    from lockbuild.bundle.read import read_head
     from lockbuild.limits import Limits
+    from lockbuild.trust.sign import read_unverified
 
     real = tmp_path / "real.lbz"
     real.write_bytes(good_bundle())

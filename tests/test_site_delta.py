@@ -10,7 +10,7 @@ import pytest
 from conftest import Keys, make_keys
 from sitekit import cli, files_for, make_bundle
 
-from lockbuild.bundle.read import read_unverified
+from lockbuild.trust.sign import read_unverified
 
 
 @pytest.fixture(scope="module")

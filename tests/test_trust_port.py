@@ -240,7 +240,8 @@ def test_a_store_name_holding_another_signed_build_is_refused(tmp_path: Path, bu
 
 def _write_delta(path: Path, bundle: Path, order: list[int]) -> None:
     """A delta of ``bundle`` carrying its members ``order`` (indices into the manifest), as `delta` writes."""
-    from lockbuild.bundle.read import read_head_raw, read_unverified
+    from lockbuild.bundle.read import read_head_raw
+    from lockbuild.trust.sign import read_unverified
 
     head = read_head_raw(bundle)
     staging = path.parent / "members"

@@ -1,4 +1,8 @@
-"""The safe streaming bundle reader.
+"""The safe streaming bundle reader: the pieces every reader of a ``.lbz`` is made of.
+
+It judges no signature and has no member loop of its own: the trust path (``trust/source.py``'s
+``BundleFile``, judged by ``trust/opener.py``) hands its pieces to the one extraction, and the signer's
+own pass is ``trust/sign.py::read_unverified``.
 
 Before anything is decompressed, the zstd frame's structure is walked (bundle/zstdframe.py). Then the
 tar stream is read member by member by the strict reader (bundle/tar.py): each member must be a regular
@@ -16,8 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from lockbuild.bundle.extract import extract, make_dest
-from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST, Manifest, parse_manifest
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
 from lockbuild.errors import IntegrityError, LockbuildError
@@ -26,7 +29,7 @@ from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 
 __all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "check_zstd_frame", "open_file", "open_tar", "read_head",
-           "read_head_raw", "read_manifest", "read_unverified", "tar_pieces"]
+           "read_head_raw", "read_manifest", "tar_pieces"]
 
 
 class Head(NamedTuple):
@@ -110,49 +113,6 @@ def tar_pieces(tar: TarReader, limits: Limits) -> Iterator[TarPiece]:
         check_header(h, limits)
         piece = TarPiece(tar, h)
         yield piece
-
-
-def read_unverified(
-    path: Path,
-    *,
-    dest: Path | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-    progress: Progress | None = None,
-    on_manifest: Callable[[Manifest, bytes], None] | None = None,
-    expect_sha256: str | None = None,
-    want: Callable[[Member], bool] | None = None,
-) -> Manifest:
-    """Check every member of the bundle against the manifest *the bundle itself carries*
-    (:func:`lockbuild.bundle.extract.extract`); with ``dest``, write them there. No signature is judged:
-    this is the signer's reader (``trust/sign.py``: a bundle about to be signed, or co-signed after its
-    signatures were checked), never a way to members a user trusts. Everything else reaches members
-    through the one trust decision (``lockbuild.trust.open_source``, ``TrustedBundle.extract``);
-    ``tests/test_trust_port.py`` holds the list of its callers.
-
-    ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
-    its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With it, what the
-    caller uses (the manifest, the members) is checked against what it trusts, whatever file is read.
-    With ``expect_sha256``, the raw bytes read must also be that file, hashed again as they are read:
-    for ``lockbuild sign``, whose signature asserts a file digest it computed on an earlier pass.
-    The caller owns ``dest`` (an empty staging directory) and removes it if this raises.
-    """
-    progress = progress or Progress.quiet()
-    make_dest(dest)
-    with open_file(path, limits) as raw_file:
-        check_zstd_frame(raw_file, limits)
-        f = Hashing(raw_file) if expect_sha256 is not None else None
-        tar = open_tar(f or raw_file, limits)
-        manifest, manifest_bytes = read_manifest(tar, limits)
-        if on_manifest is not None:
-            on_manifest(manifest, manifest_bytes)
-        progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
-                       files=len(manifest.members))
-        extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
-        got = f.finish() if f is not None else None
-    if expect_sha256 is not None and got != expect_sha256:
-        raise _bad(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.")
-    progress.finish()
-    return manifest
 
 
 def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, bytes]:

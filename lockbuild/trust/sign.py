@@ -9,15 +9,18 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lockbuild import fsio
-from lockbuild.bundle.read import read_unverified
+from lockbuild.bundle.extract import extract, make_dest
+from lockbuild.bundle.manifest import Manifest, Member
+from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_manifest, tar_pieces
+from lockbuild.bundle.zstdframe import TIP, Hashing
 from lockbuild.errors import IntegrityError, SignatureError
-from lockbuild.limits import DEFAULT_LIMITS
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import SecretKey, Signature, sign_prehashed
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.progress import Progress
@@ -105,6 +108,49 @@ def write_with_block(sig_path: Path, existing: Sequence[Signature], key_id: byte
         )
     _write_atomically(sig_path, text)
     return replaced
+
+
+def read_unverified(
+    path: Path,
+    *,
+    dest: Path | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    progress: Progress | None = None,
+    on_manifest: Callable[[Manifest, bytes], None] | None = None,
+    expect_sha256: str | None = None,
+    want: Callable[[Member], bool] | None = None,
+) -> Manifest:
+    """The signer's own reader: every member of the bundle checked against the manifest *the bundle itself
+    carries* (the one member loop, :func:`lockbuild.bundle.extract.extract`, by the strict reader's rules);
+    with ``dest``, written there. No signature is judged: this serves :func:`sign_bundle` (a bundle about
+    to be signed, or co-signed) and nothing a user trusts. Every other way to members is the one trust
+    decision (``open_source``, ``TrustedBundle.extract``); ``tests/test_trust_port.py`` fails when the
+    package calls this anywhere but here.
+
+    ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
+    its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With
+    ``expect_sha256``, the raw bytes read must also be that file, hashed again as they are read: the
+    signature asserts a file digest computed on an earlier pass. The caller owns ``dest`` (an empty
+    staging directory) and removes it if this raises.
+    """
+    progress = progress or Progress.quiet()
+    make_dest(dest)
+    with open_file(path, limits) as raw_file:
+        check_zstd_frame(raw_file, limits)
+        f = Hashing(raw_file) if expect_sha256 is not None else None
+        tar = open_tar(f or raw_file, limits)
+        manifest, manifest_bytes = read_manifest(tar, limits)
+        if on_manifest is not None:
+            on_manifest(manifest, manifest_bytes)
+        progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
+                       files=len(manifest.members))
+        extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
+        got = f.finish() if f is not None else None
+    if expect_sha256 is not None and got != expect_sha256:
+        raise IntegrityError(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.",
+                             tip=TIP)
+    progress.finish()
+    return manifest
 
 
 def judge_existing(existing: Sequence[Signature], store: TrustStore | None, *, name: str, digests: FileDigests,

@@ -1,4 +1,4 @@
-"""lockbuild image (issue 27): an engine as one reproducible squashfs image, mounted read-only."""
+"""lockbuild image: an engine as one reproducible squashfs image, mounted read-only."""
 
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ once:
   check (a directory another user can write could be swapped for a link between the two);
 - reads are bounded, JSON is parsed with a size and a nesting bound, copies hash what they copy;
 - a lock waits up to a deadline and then fails; a directory is fsynced after a rename into it.
+- a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
+  root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule).
 
 ``tests/test_layout.py`` fails when library code outside this module calls ``os.open`` (or deletes a
 tree by path) outside a short allow-list, each entry with its reason.

@@ -1,4 +1,4 @@
-"""The builder's process and transport (issues 11 and 18): what index code can reach while locking,
+"""The builder's process and transport: what index code can reach while locking,
 where credentials go, plain http, terminal escapes, and the cache's owner."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _dump():
     try:
         with open({out!r}, "w") as f:
             f.write(data)
-    except OSError:  # in the sandbox no host path is there (issue 23): it reports over the network
+    except OSError:  # in the sandbox no host path is there: it reports over the network
         pass
     if {port!r}:
         import socket
@@ -159,7 +159,7 @@ def _unzstd(path: Path) -> bytes:
         return r.read()
 
 
-@pytest.mark.slow  # over 5 s (issue 28)
+@pytest.mark.slow  # over 5 s
 def test_index_credentials_reach_only_the_index_and_no_record(
     env: FakeServer, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

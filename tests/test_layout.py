@@ -91,7 +91,7 @@ def test_the_cli_loads_the_self_tests_machinery_only_for_lockbuild_test() -> Non
     assert out.strip() == "['lockbuild.selftest', 'lockbuild.selftest.cli', 'lockbuild.selftest.defaults']"
 
 
-# --- one module for the file primitives ---------------------------------------------------------------
+# --- one module for the file primitives ---------------------------------------------------
 
 # Library modules that may still call os.open themselves, each with its reason. Everything else opens,
 # lists and deletes through lockbuild/fsio.py; a new direct call fails this test.
@@ -326,7 +326,8 @@ PRIVATE_IMPORTS_LEFT = {
     *(("lockbuild.site.cli", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_Group", "_progress", "_setup",
                                                                "_take_password")),
     *(("lockbuild.commands.image", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_setup")),
-    *(("lockbuild.commands.node", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_setup")),
+    *(("lockbuild.commands.node", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_setup", "_warn")),
+    *(("lockbuild.commands.doctor", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_setup")),
     *(("lockbuild.commands.keys", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_password", "_progress",
                                                                     "_setup", "_take_password")),
     *(("lockbuild.commands.builder", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_settings",

@@ -45,7 +45,7 @@ from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress
 from lockbuild.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
 from lockbuild.sandbox import run as sandboxed
-from lockbuild.selftest import inner, sandbox, trace
+from lockbuild.selftest import inner, sandbox, seccomp, trace
 from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.site.sources import DeltaFile, PartsFile, named_source
@@ -57,6 +57,7 @@ BOX = Path("/selftest")  # where the sandbox sees the test's files
 CODE = Path("/opt/lockbuild-selftest")  # lockbuild's own package, read-only, for the inner run
 GPU_BIN = Path("/opt/lockbuild-gpu/bin")  # nvidia-smi, under --gpu
 MAX_OUTPUT = 1 << 20  # bytes of the inner run's output kept for a message
+SECCOMP_PROBLEM = "the engine installed a seccomp filter: this self-test cannot vouch for it"
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,8 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         prefix = _dies_with_us(trace.command(reader.tracer, reader.fifo)) if reader else []
         try:
             proc = sandboxed(spec, [sys.executable, "-P", "-m", "lockbuild.selftest.inner"],
-                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(), prefix=prefix)
+                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(), prefix=prefix,
+                             seccomp=seccomp.program())
         except SandboxTimeout:
             raise LockbuildError(f"the self-test of {m.bundle_name} did not finish in time; it was stopped.") from None
         finally:
@@ -289,6 +291,9 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         problems.append(f"the run inside the sandbox failed: {result['error']}")
     elif result.get("dumpable"):
         problems.append("the run inside the sandbox could not protect itself from the engine (PR_SET_DUMPABLE)")
+    if log is not None and log.seccomp:  # it could have hidden any call from the tracer: never a pass
+        call, pid = log.seccomp[0]
+        problems.append(f"{SECCOMP_PROBLEM} ({call} in pid {pid}; a filter can keep system calls from the tracer)")
     steps = tuple(Step(str(s["name"]), s["status"], str(s["detail"])) for s in result["steps"])
     env_dir = f"{BOX / 'root' / m.engine / build}/"  # gone after the test: frames name files as <env>/...
     attempts = []

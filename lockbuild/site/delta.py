@@ -135,7 +135,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, trust: TrustStore, thre
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".delta-", dir=out_dir))  # this run's own (0700, an unguessable name)
     try:
-        manifest = trusted.extract(work / "members", progress=progress).manifest
+        manifest = trusted.extract(work / "members", progress=progress, action="checking").manifest
         head_bytes = trusted.manifest_bytes  # exactly the bytes the signatures sign
         keep = [m for m in manifest.members if m.sha256 not in have]
         name = manifest.bundle_name.removesuffix(".lbz") + SUFFIX

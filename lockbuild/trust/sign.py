@@ -119,6 +119,7 @@ def read_unverified(
     on_manifest: Callable[[Manifest, bytes], None] | None = None,
     expect_sha256: str | None = None,
     want: Callable[[Member], bool] | None = None,
+    action: str | None = None,
 ) -> Manifest:
     """The signer's own reader: every member of the bundle checked against the manifest *the bundle itself
     carries* (the one member loop, :func:`lockbuild.bundle.extract.extract`, by the strict reader's rules);
@@ -142,7 +143,7 @@ def read_unverified(
         manifest, manifest_bytes = read_manifest(tar, limits)
         if on_manifest is not None:
             on_manifest(manifest, manifest_bytes)
-        progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
+        progress.start(action or ("checking" if dest is None else "unpacking"), total_bytes=manifest.unpacked_size,
                        files=len(manifest.members))
         extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
         got = f.finish() if f is not None else None
@@ -216,6 +217,14 @@ def _import_dirs() -> list[str]:
         if d not in dirs:
             dirs.append(d)
     return dirs
+
+
+def check_key(key: Path, *, password: str | None, allow_readable_key: bool = False) -> SignedBlocks:
+    """Open and decrypt the secret key at ``key`` and sign nothing: ``build``'s check before it locks or
+    downloads anything, so that a missing file, bad permissions, a wrong passphrase or no terminal stop it
+    before its first request. The key is read in a fresh signing process that exits at once (this process
+    never holds it), before any third-party code has started; the signing process reads it again later."""
+    return sign_in_fresh_process(key, [], password=password, allow_readable_key=allow_readable_key)
 
 
 def sign_in_fresh_process(

@@ -44,9 +44,10 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Pa
         chosen, how = None, "none"
     candidates, problems = _catalogue(chosen) if chosen is not None else ([], [])
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import StoreOffers  # the store's builds, fed to the installer's choice
 
     report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))
+                     store=StoreOffers(store_dir) if store_dir is not None else None, node=detect(environ=os.environ))
     where = str(chosen.absolute()) if chosen is not None else None
     report["catalogue_dir"] = {"path": where, "from": how}
     said = {"--catalogue": f"{where} (--catalogue)", "default": f"{where} (the default, ./bundles)",

@@ -265,6 +265,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 
     from lockbuild.install.choose import chosen, refusal
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import place_for
     from lockbuild.text import for_terminal, mask_data
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
@@ -272,7 +273,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
     started = time.monotonic()
     node = detect(environ=os.environ)
     trust = load_store(resolve_trust_dir(opts.trust_dir))
-    with chosen(request, trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
+    with chosen(place_for(request), trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
                 allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:
         if got.opened is None:
             if ctx.obj.get("json"):

@@ -93,7 +93,7 @@ def test_a_delta_carries_only_the_changed_file_and_completes_a_store_holding_old
     old, new = revisions
     store = tmp_path / "store"
     _ok("import", old, "--trust", keys.trust, "--store", store)
-    cut = _ok("delta", new, "--base", old, "--out", tmp_path / "deltas")
+    cut = _ok("delta", new, "--base", old, "--out", tmp_path / "deltas", "--trust", keys.trust)
     changed = _members(new)[CHANGED_MEMBER][1]
     assert cut["included"] == 2  # the changed shard and the recipe
     assert changed <= int(cut["size"]) <= changed + (16 << 10)  # type: ignore[call-overload]
@@ -110,7 +110,7 @@ def test_a_delta_carries_only_the_changed_file_and_completes_a_store_holding_old
 def test_a_delta_into_a_store_without_old_names_what_is_missing(
         tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]) -> None:
     old, new = revisions
-    cut = _ok("delta", new, "--base", old, "--out", tmp_path / "deltas")
+    cut = _ok("delta", new, "--base", old, "--out", tmp_path / "deltas", "--trust", keys.trust)
     r = cli("import", str(cut["delta"]), "--trust", keys.trust, "--store", tmp_path / "empty")
     assert r.exit_code != 0 and "config.json" in r.output
     assert not (tmp_path / "empty" / "builds" / "tiny-llama").exists()

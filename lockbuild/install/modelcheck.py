@@ -45,6 +45,10 @@ class KeptRecord:
         self.where = f"the installed model {repo_dir.name} at {commit}"
         self.file_name: str | None = None
         self.expect_ref: str | None = None
+        self.subject = "the installed model's kept manifest record"
+        self.absent_tip = _TIP
+        self.damage_tip = _TIP
+        self.partial = False
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         return read_regular(self.repo_dir / RECORDS / f"{self.commit}.minisig", what="kept signature record",

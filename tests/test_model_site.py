@@ -282,3 +282,12 @@ def test_media_types_follow_what_each_file_is() -> None:
     assert modelpack.media_type("vocab.txt") == modelpack.WEIGHT_CONFIG
     assert modelpack.media_type("LICENSE") == modelpack.DOC
     assert modelpack.media_type("modeling_tiny.py") == modelpack.CODE
+
+
+def test_only_the_modelpack_module_spells_the_modelpack_layout() -> None:
+    """One place for the layout: the ModelPack media types and annotation keys appear in site/modelpack.py
+    only (push and pull call it), so a second, drifting copy of the layout cannot appear."""
+    package = Path(modelpack.__file__).parent.parent
+    spelled = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                     if "application/vnd.cncf.model" in p.read_text() or "org.cncf.model" in p.read_text())
+    assert spelled == ["site/modelpack.py"]

@@ -178,6 +178,10 @@ def test_push_lays_a_model_out_as_modelpack(reg: RealRegistry, keys: Keys, revis
     assert notes["dev.lockbuild.signatures"] == Path(f"{old}.minisig").read_text()
     model_config = httpx.get(f"http://{reg.host}/v2/models/tiny/blobs/{config['digest']}").json()
     assert model_config["descriptor"]["revision"] == COMMIT
+    assert set(model_config) == {"descriptor", "config", "modelfs"}  # the schema's keys, none else
+    assert set(model_config["descriptor"]) <= {"createdAt", "authors", "family", "name", "docURL", "sourceURL",
+                                               "version", "revision", "vendor", "licenses", "title", "description"}
+    assert model_config["config"] == {"format": "safetensors"}
     assert model_config["modelfs"] == {"type": "layers", "diff_ids": [x["digest"] for x in layers]}
     assert pushed["blobs"] == len(head.members)
 
@@ -282,6 +286,9 @@ def test_media_types_follow_what_each_file_is() -> None:
     assert modelpack.media_type("vocab.txt") == modelpack.WEIGHT_CONFIG
     assert modelpack.media_type("LICENSE") == modelpack.DOC
     assert modelpack.media_type("modeling_tiny.py") == modelpack.CODE
+    assert modelpack.weight_format(["a.safetensors", "config.json"]) == {"format": "safetensors"}
+    assert modelpack.weight_format(["a.safetensors", "b.gguf"]) == {}  # two formats: none claimed
+    assert modelpack.weight_format(["weights.npz"]) == {}  # a format ModelPack has no name for
 
 
 def test_only_the_modelpack_module_spells_the_modelpack_layout() -> None:

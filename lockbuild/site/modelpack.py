@@ -4,8 +4,9 @@ https://github.com/modelpack/model-spec: an OCI image manifest with
 
 - ``artifactType`` ``application/vnd.cncf.model.manifest.v1+json``;
 - ``config``: the ModelPack model configuration (``application/vnd.cncf.model.config.v1+json``): the
-  model's name, its commit as version and revision, where it came from, and ``modelfs.diff_ids``, the
-  layers' digests in order (each layer is raw, so its DiffID is its digest);
+  model's name, its commit as version and revision, where it came from, the weights' format when they
+  share one, and ``modelfs.diff_ids``, the layers' digests in order (each layer is raw, so its DiffID is
+  its digest); only keys the specification's schema allows;
 - ``layers``: one raw layer per model file, in the signed manifest's order, whose digest is the file's
   sha256, with the ModelPack media type for what the file is (weights, weight configuration such as
   ``config.json`` and the tokenizer, documentation, code) and the annotations ``org.cncf.model.filepath``
@@ -60,6 +61,16 @@ def media_type(repo_path: str) -> str:
     return WEIGHT_CONFIG
 
 
+_FORMATS = {".safetensors": "safetensors", ".gguf": "gguf", ".onnx": "onnx", ".bin": "pytorch", ".pt": "pytorch",
+            ".pth": "pytorch", ".h5": "tensorflow", ".msgpack": "flax"}
+
+
+def weight_format(repo_paths: list[str]) -> dict[str, str]:
+    """ModelPack's ``config.format`` where every weight file has one format (else nothing is claimed)."""
+    found = {_FORMATS.get("." + p.rsplit(".", 1)[-1].lower(), "") for p in repo_paths if media_type(p) == WEIGHT}
+    return {"format": found.pop()} if len(found) == 1 and "" not in found else {}
+
+
 def _descriptor(media: str, sha256: str, size: int, annotations: Mapping[str, str] | None = None) -> dict[str, object]:
     out: dict[str, object] = {"mediaType": media, "digest": f"sha256:{sha256}", "size": size}
     if annotations:
@@ -86,7 +97,7 @@ def model_artifact(manifest: Manifest, manifest_bytes: bytes, annotations: Mappi
     config = {
         "descriptor": {"name": manifest.engine, "version": table.commit, "revision": table.commit,
                        "sourceURL": HUB + table.repo},
-        "config": {},
+        "config": weight_format([f.repo_path for f in table.files]),
         "modelfs": {"type": "layers", "diff_ids": [str(x["digest"]) for x in layers]},
     }
     config_bytes = json.dumps(config, indent=1, sort_keys=True).encode()

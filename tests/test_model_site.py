@@ -207,6 +207,18 @@ def test_pull_a_model_into_a_fresh_store_and_install_it(
     assert cli("store", "verify", "--store", store).exit_code == 0
 
 
+@needs_registry
+def test_push_a_model_from_a_store(tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    old, _ = revisions
+    store = tmp_path / "store"
+    _ok("import", old, "--trust", keys.trust, "--store", store)
+    _ok("push", f"tiny-llama/{COMMIT}-hf", reg.ref("models/fromstore", "v1"), "--store", store, "--trust", keys.trust)
+    doc = _oci(reg, "models/fromstore", "v1")
+    assert doc["artifactType"] == modelpack.ARTIFACT_TYPE
+    _ok("push", old, reg.ref("models/fromstore", "file"), "--trust", keys.trust)
+    assert doc == _oci(reg, "models/fromstore", "file")  # the same artifact as pushed from the .lbz
+
+
 def _manifest_bytes(bundle: Path) -> bytes:
     return read_head(bundle)[0].to_toml()
 

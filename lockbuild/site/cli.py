@@ -7,6 +7,7 @@ imported inside push and pull only.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_op
 from lockbuild.errors import IntegrityError
 
 if TYPE_CHECKING:
-    from lockbuild.site.oci import Credentials
+    from lockbuild.site.oci import Credentials, Transport
 
 store_option = click.option(
     "--store", "store_dir", type=click.Path(path_type=Path, file_okay=False), required=True, help="The site store."
@@ -223,6 +224,29 @@ def _credentials(username: str | None, password_stdin: bool) -> Credentials | No
     return oci.Credentials(username, password)
 
 
+def _transport() -> Transport:
+    """The registry transport's bounds, with ``LOCKBUILD_REGISTRY_RETRY_SECONDS`` (the most one request
+    spends being asked again after 429 / 502 / 503 / 504) when it is set."""
+    import dataclasses
+
+    from lockbuild.site import oci
+    from lockbuild.site.retry import RETRY_ENV
+
+    base = oci.DEFAULT_TRANSPORT
+    value = os.environ.get(RETRY_ENV)
+    if value is None:
+        return base
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise oci.RegistryError(f"{RETRY_ENV}={value[:40]!r} is not a number of seconds from 0 to 3600.",
+                                tip=f"Unset {RETRY_ENV} for the default ({base.retry.retry_seconds:g} s), or give "
+                                "e.g. 300.")
+    return dataclasses.replace(base, retry=dataclasses.replace(base.retry, retry_seconds=seconds))
+
+
 def registry_options(f: Callable[..., None]) -> Callable[..., None]:
     for option in reversed((
         click.option("--plain-http", is_flag=True, help="Use http, not https, for a registry that is not on loopback."),
@@ -280,10 +304,11 @@ def push_(
     with named_source(source, store=store_dir) as src:
         # the same trust decision as install: nothing unchecked is uploaded
         trusted = open_source(src, load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms) as reg:
+        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms,
+                      transport=_transport()) as reg:
             done = push(trusted, reg, progress=_progress(ctx))
     data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
-            "uploaded_bytes": done.moved_bytes}
+            "uploaded_bytes": done.moved_bytes, "retries": reg.retries}
     _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
                      f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")
 
@@ -326,10 +351,11 @@ def pull_(
     creds = _credentials(username, password_stdin)
     with Store(store_dir, create=True) as store, \
             Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                     auth_realms=auth_realms) as reg:
+                     auth_realms=auth_realms, transport=_transport()) as reg:
         done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
-            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}
+            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir),
+            "retries": reg.retries}
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
                      f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
 

@@ -36,15 +36,15 @@
 
 from __future__ import annotations
 
-import base64
-import ipaddress
+import http
+import random
 import re
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -54,24 +54,39 @@ import httpx
 
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import CHUNK, loads_json
+from lockbuild.site.ociref import (
+    Credentials,
+    OciRef,
+    RegistryError,
+    is_loopback,
+    parse_auth_realm,
+    parse_challenge,
+    parse_ref,
+    realm_refusal,
+    realm_tip,
+)
+from lockbuild.site.ocisocket import Clock, ClockedTransport
+from lockbuild.site.retry import DEFAULT_RETRY, RETRY_ENV, RETRYABLE, Answer, Moment, RetryPolicy, decide, resume
+
+__all__ = ["CHUNK_UPLOAD", "DEFAULT_TRANSPORT", "MAX_OCI_MANIFEST", "OCI_MANIFEST", "TRANSPORT_ERRORS", "Credentials",
+           "OciRef", "Registry", "RegistryError", "TransferCut", "Transport", "parse_auth_realm", "parse_ref",
+           "realm_refusal"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MAX_OCI_MANIFEST = 64 << 20
-_REPO = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?")
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # a token goes into a header: printable ASCII, no spaces
-_LOOPBACK_NAMES = ("localhost",)
-_RANK = {"http": 0, "https": 1}
-_WRITE_SLICE = 64 << 10  # writes are cut to this size, so the deadline is checked between slices
 CHUNK_UPLOAD = 64 << 20  # blobs larger than this are uploaded in chunks (PATCH), smaller in one PUT
 # What the transport may raise (httpx wraps socket and ssl errors; the rest is belt and braces).
 TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpcore.TimeoutException,
                     httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError, ValueError)
 
 
-class RegistryError(LockbuildError):
-    """The registry refused a request, answered something unusable, or could not be reached."""
+class TransferCut(RegistryError):
+    """An answer's body broke off (the connection closed or failed mid-body), not on a deadline or a stop:
+    a blob can be asked for again from the byte received. Given up, it is shown as the RegistryError it is."""
+
+    def plain(self) -> RegistryError:
+        return RegistryError(self.message, tip="Run the same command again: a pull resumes where this one stopped.")
 
 
 @dataclass(frozen=True)
@@ -86,231 +101,13 @@ class Transport:
     max_token: int = 1 << 20
     max_error: int = 16 << 10
     max_depth: int = 32  # JSON nesting (an OCI manifest nests 3 deep)
+    retry: RetryPolicy = field(default=DEFAULT_RETRY)  # 429 / 502 / 503 / 504: when to ask again (site/retry.py)
 
     def blob_deadline(self, size: int) -> float:
         return self.blob_seconds + max(0, size) / self.min_rate
 
 
 DEFAULT_TRANSPORT = Transport()
-
-
-@dataclass(frozen=True)
-class OciRef:
-    host: str  # host[:port] as written
-    repo: str
-    tag: str
-
-    def __str__(self) -> str:
-        return f"oci://{self.host}/{self.repo}:{self.tag}"
-
-    @property
-    def loopback(self) -> bool:
-        name = self.host.rsplit(":", 1)[0] if not self.host.startswith("[") else self.host[1:].split("]")[0]
-        return _is_loopback(name)
-
-
-def _is_loopback(name: str) -> bool:
-    if name.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_ref(text: str) -> OciRef:
-    """``oci://HOST[:PORT]/REPO:TAG``; the repository and tag as the distribution spec allows them."""
-    usage = "expected oci://HOST[:PORT]/REPO:TAG, e.g. oci://registry.site:5000/engines/vllm:0.11.0-cu128"
-    if not text.startswith("oci://"):
-        raise RegistryError(f"{text[:80]!r} is not a registry reference; {usage}.")
-    rest = text[len("oci://") :]
-    host, slash, path = rest.partition("/")
-    if "@" in host:
-        raise RegistryError(
-            "refused a registry reference with credentials in it (user:password@host).",
-            tip="Pass --username and --password-stdin instead; credentials never go in a reference.",
-        )
-    repo, colon, tag = path.rpartition(":")
-    if not slash or not colon or "/" in tag or not _HOST.fullmatch(host):
-        raise RegistryError(f"{text[:200]!r} is not a registry reference; {usage}.")
-    if not _REPO.fullmatch(repo) or len(repo) > 255:
-        raise RegistryError(f"the repository {repo[:120]!r} is not valid: lower-case words separated by / . _ -.")
-    if not _TAG.fullmatch(tag):
-        raise RegistryError(f"the tag {tag[:140]!r} is not valid: up to 128 of A-Z a-z 0-9 _ . - (not first . -).")
-    return OciRef(host, repo, tag)
-
-
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str
-
-    def __repr__(self) -> str:  # never shown, not even in a traceback
-        return "Credentials(<hidden>)"
-
-    def basic(self) -> str:
-        return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-
-
-def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
-    scheme, _, params = header.strip().partition(" ")
-    return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', params))
-
-
-# -- where credentials may go (pure) -----------------------------------------------------------------
-
-
-def _authority(scheme: str, netloc: str) -> tuple[str, int | None] | None:
-    """(host, port) of ``netloc`` under ``scheme``, the port defaulted by the scheme; None if unusable."""
-    try:
-        parts = urlsplit(f"{scheme}://{netloc}")
-        port = parts.port
-    except ValueError:
-        return None
-    host = (parts.hostname or "").lower()
-    if not host or parts.username is not None:
-        return None
-    return host, port or (443 if scheme == "https" else 80 if scheme == "http" else None)
-
-
-def parse_auth_realm(text: str) -> tuple[str, int | None]:
-    """``--auth-realm HOST[:PORT]``: (host, port); no port means any port of that host."""
-    if not _HOST.fullmatch(text):
-        raise RegistryError(f"--auth-realm {text[:120]!r} is not a host: expected HOST or HOST:PORT, "
-                            "e.g. auth.registry.site or auth.registry.site:5001.")
-    parts = urlsplit(f"//{text}")
-    try:
-        port = parts.port
-    except ValueError:
-        raise RegistryError(f"--auth-realm {text[:120]!r} has no valid port.") from None
-    return (parts.hostname or "").lower(), port
-
-
-def realm_refusal(registry_scheme: str, registry_host: str, realm: str,
-                  allowed: Sequence[tuple[str, int | None]] = ()) -> str | None:
-    """Why the Bearer token realm ``realm`` may not be sent the registry's credentials, or None if it
-    may: on the registry's own host and port over the same or a stronger scheme, or on a host named in
-    ``allowed`` (from ``--auth-realm``) over the same or a stronger scheme."""
-    try:
-        parts = urlsplit(realm)
-        _ = parts.port
-    except ValueError:
-        return "is not a URL"
-    if parts.scheme not in _RANK or not parts.hostname:
-        return "is not an http or https URL"
-    if parts.username is not None:
-        return "has credentials in it"
-    if _RANK[parts.scheme] < _RANK.get(registry_scheme, 1):
-        return f"uses {parts.scheme}, weaker than the registry's {registry_scheme}"
-    here = _authority(parts.scheme, parts.netloc)
-    if here is not None and here == _authority(registry_scheme, registry_host):
-        return None
-    for host, port in allowed:
-        if here is not None and here[0] == host and port in (None, here[1]):
-            return None
-    shown = f"{here[0]}:{here[1]}" if here else parts.netloc
-    return f"is on {shown}, not the registry's own {registry_host}"
-
-
-# -- deadlines at the socket ------------------------------------------------------------------------
-
-
-class _Clock:
-    """The deadline of the exchange each thread is in, and a stop shared by every thread of a command.
-
-    ``budget`` is asked before every socket read, write and connect: it gives the time left (at most
-    the per-operation timeout), or raises a timeout once the deadline has passed."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self.stopped: str | None = None
-
-    def _now(self) -> tuple[float, float] | None:
-        value: tuple[float, float] | None = getattr(self._local, "deadline", None)
-        return value
-
-    @contextmanager
-    def within(self, seconds: float) -> Iterator[None]:
-        outer = self._now()
-        mine = (time.monotonic() + seconds, seconds)
-        self._local.deadline = mine if outer is None or mine[0] < outer[0] else outer
-        try:
-            yield
-        finally:
-            self._local.deadline = outer
-
-    def expired(self) -> float | None:
-        """The seconds the current exchange was given, if they have run out."""
-        now = self._now()
-        return now[1] if now is not None and time.monotonic() >= now[0] else None
-
-    def budget(self, timeout: float | None, late: type[Exception]) -> float | None:
-        if self.stopped is not None:
-            raise httpcore.ReadError("stopped")
-        now = self._now()
-        if now is None:
-            return timeout
-        left = now[0] - time.monotonic()
-        if left <= 0:
-            raise late(f"the overall deadline of {now[1]:.0f} s has passed")
-        return left if timeout is None else min(timeout, left)
-
-
-class _Stream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream, clock: _Clock) -> None:
-        self._inner = inner
-        self._clock = clock
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._clock.budget(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        view = memoryview(buffer)
-        for at in range(0, len(view), _WRITE_SLICE):
-            self._inner.write(bytes(view[at : at + _WRITE_SLICE]), self._clock.budget(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
-        return _Stream(self._inner.start_tls(ssl_context, server_hostname, budget), self._clock)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _Backend(httpcore.NetworkBackend):
-    def __init__(self, clock: _Clock) -> None:
-        self._inner = httpcore.SyncBackend()
-        self._clock = clock
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
-        budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
-        return _Stream(self._inner.connect_tcp(host, port, budget, local_address, socket_options), self._clock)
-
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Any = None) -> httpcore.NetworkStream:
-        budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
-        return _Stream(self._inner.connect_unix_socket(path, budget, socket_options), self._clock)
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-class _HTTPTransport(httpx.HTTPTransport):
-    """httpx's transport over a connection pool whose sockets answer to the clock."""
-
-    def __init__(self, verify: ssl.SSLContext | bool, clock: _Clock) -> None:
-        context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
-        super().__init__(verify=context)
-        limits = httpx.Limits()  # httpx's own defaults, on our pool
-        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(clock),
-                                             max_connections=limits.max_connections,
-                                             max_keepalive_connections=limits.max_keepalive_connections,
-                                             keepalive_expiry=limits.keepalive_expiry)
 
 
 # -- the client -------------------------------------------------------------------------------------
@@ -344,12 +141,14 @@ class Registry:
         self.base = f"{self.scheme}://{ref.host}/v2/{ref.repo}"
         self._credentials = credentials
         self._auth: str | None = None  # the Authorization header value once the registry asked for one
-        self._clock = _Clock()
+        self._clock = Clock()
         self._stop_lock = threading.Lock()
         self._stopped_by: LockbuildError | None = None
+        self._jitter = random.Random()  # noqa: S311 - spreads retries in time; nothing secret
+        self.retries = 0  # requests asked again after a 429 / 502 / 503 / 504 (all threads)
         t = self.limits
         self.client = httpx.Client(
-            transport=_HTTPTransport(verify, self._clock),
+            transport=ClockedTransport(verify, self._clock),
             timeout=httpx.Timeout(t.io_seconds),
             follow_redirects=False,
             headers={"User-Agent": "lockbuild", "Accept-Encoding": "identity"},
@@ -372,7 +171,7 @@ class Registry:
         with self._stop_lock:
             if self._stopped_by is None:
                 self._stopped_by = cause
-                self._clock.stopped = cause.message.rstrip(".")
+                self._clock.stop(cause.message.rstrip("."))
             return self._stopped_by
 
     # -- errors -------------------------------------------------------------------------------
@@ -403,7 +202,7 @@ class Registry:
         parts = urlsplit(url)
         if parts.scheme == "https":
             return
-        if parts.scheme != "http" or not (self.plain_http or _is_loopback(parts.hostname or "")):
+        if parts.scheme != "http" or not (self.plain_http or is_loopback(parts.hostname or "")):
             shown = f"{parts.scheme}://{parts.hostname or ''}"
             raise self._fail("refused", f"the registry sent us to {shown[:200]}, which is not https.",
                              tip="Use --plain-http only for a registry you reach over a trusted network.")
@@ -459,13 +258,47 @@ class Registry:
     @contextmanager
     def _exchange(self, method: str, url: str, *, what: str, seconds: float, headers: dict[str, str] | None = None,
                   content: bytes | Iterable[bytes] | None = None) -> Iterator[httpx.Response]:
-        """A request and its answer, all within ``seconds``; the answer is closed after."""
-        with self._clock.within(seconds):
-            r = self._send(method, url, what=what, headers=headers, content=content)
-            try:
-                yield r
-            finally:
-                _close(r)
+        """A request and its answer, each attempt within ``seconds``; a busy answer (429, 502, 503, 504)
+        asked again as ``site/retry.py`` decides. The answer is closed after."""
+        with self._attempts(what, seconds, lambda: self._send(method, url, what=what, headers=headers,
+                                                               content=content)) as r:
+            yield r
+
+    @contextmanager
+    def _attempts(self, what: str, seconds: float, send: Callable[[], httpx.Response]) -> Iterator[httpx.Response]:
+        first = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            with self._clock.within(seconds):
+                r = send()
+                try:
+                    if r.status_code not in RETRYABLE:
+                        yield r
+                        return
+                    wait = self._busy(r, attempt, first, what)
+                finally:
+                    _close(r)
+            if not self._clock.pause(wait):
+                raise self._transport_error(what, RuntimeError("stopped"))
+
+    def _busy(self, r: httpx.Response, attempt: int, first: float, what: str) -> float:
+        """The seconds to wait before asking again after a busy answer, or the error that ends the request."""
+        decision = decide(Answer(r.status_code, r.headers.get("Retry-After")),
+                          attempt, Moment(time.monotonic() - first, time.time()), self.limits.retry,
+                          self._jitter.random())
+        if decision.wait is not None:
+            with self._stop_lock:
+                self.retries += 1
+            return decision.wait
+        body = _error_text(self._read(r, self.limits.max_error, what, truncate=True))
+        said = f"{r.status_code} {_phrase(r.status_code)}" + (f" ({body})" if body else "")
+        raise self._fail(
+            what, f"the registry answered {said}, and {decision.why}; given up.",
+            tip="The registry (or a mirror or proxy in front of it) is overloaded or limits requests: run the same "
+            "command again later (a pull resumes what it already has), pull from a mirror nearer the node, or give "
+            f"it longer with {RETRY_ENV}=SECONDS.",
+        )
 
     def _read(self, r: httpx.Response, limit: int, what: str, *, truncate: bool = False) -> bytes:
         """The answer's body, at most ``limit`` bytes (``truncate``: cut there, else refuse more)."""
@@ -485,9 +318,23 @@ class Registry:
 
     def _chunks(self, r: httpx.Response, what: str) -> Iterator[bytes]:
         try:
-            yield from r.iter_raw(CHUNK)
+            yield from r.iter_raw()  # as received (a chunk size would hold back what came before a break)
         except TRANSPORT_ERRORS as exc:
-            raise self._transport_error(what, exc) from None
+            error = self._transport_error(what, exc)
+            cut = self._clock.stopped is None and self._clock.expired() is None and not isinstance(
+                exc, httpx.TimeoutException | httpcore.TimeoutException)
+            raise (TransferCut(error.message, tip=error.tip) if cut else error) from None
+
+    def resume_after_cut(self, attempt: int, first: float) -> bool:
+        """After a blob's answer broke off for the ``attempt``-th time (``first``: when it was first asked
+        for, monotonic): wait as ``site/retry.py::resume`` decides and say True, or False to give up."""
+        decision = resume(attempt, Moment(time.monotonic() - first, time.time()), self.limits.retry,
+                          self._jitter.random())
+        if decision.wait is None or not self._clock.pause(decision.wait):
+            return False
+        with self._stop_lock:
+            self.retries += 1
+        return True
 
     def _json(self, raw: bytes, what: str, answer: str, limit: int) -> Any:
         try:
@@ -503,7 +350,7 @@ class Registry:
 
     # -- auth ---------------------------------------------------------------------------------
     def _authenticate(self, challenge: str, what: str) -> None:
-        scheme, params = _parse_challenge(challenge)
+        scheme, params = parse_challenge(challenge)
         creds = self._credentials
         if scheme == "basic":
             if creds is None:
@@ -517,7 +364,7 @@ class Registry:
         why = realm_refusal(self.scheme, self.ref.host, realm, self.auth_realms)
         if why is not None:
             raise self._fail(what, f"its token realm {realm[:200]!r} {why}; nothing was sent to it.",
-                             tip=_realm_tip(realm, self.scheme))
+                             tip=realm_tip(realm, self.scheme))
         self._check_scheme(realm)
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
         query.setdefault("scope", f"repository:{self.ref.repo}:pull,push")
@@ -527,16 +374,13 @@ class Registry:
     def _token(self, url: str, what: str) -> str:
         headers = {"Authorization": self._credentials.basic()} if self._credentials is not None else {}
         t = self.limits
-        with self._clock.within(t.request_seconds):
-            r = self._raw("GET", url, what=what, headers=headers, content=None)
-            try:
-                if r.status_code != 200:
-                    tip = "Check --username and the password given on stdin, and your access to the repository."
-                    body = _error_text(self._read(r, t.max_error, what, truncate=True))
-                    raise self._fail(what, f"the token service refused (HTTP {r.status_code} {body}).", tip=tip)
-                raw = self._read(r, t.max_token, what)
-            finally:
-                _close(r)
+        with self._attempts(what, t.request_seconds,
+                            lambda: self._raw("GET", url, what=what, headers=headers, content=None)) as r:
+            if r.status_code != 200:
+                tip = "Check --username and the password given on stdin, and your access to the repository."
+                body = _error_text(self._read(r, t.max_error, what, truncate=True))
+                raise self._fail(what, f"the token service refused (HTTP {r.status_code} {body}).", tip=tip)
+            raw = self._read(r, t.max_token, what)
         data = self._json(raw, what, "the token service's answer", t.max_token)
         token = (data.get("token") or data.get("access_token")) if isinstance(data, dict) else None
         if not isinstance(token, str) or not _TOKEN.fullmatch(token):
@@ -594,14 +438,22 @@ class Registry:
             yield self._chunks(r, what), start
 
     def get_small_blob(self, digest: str, limit: int) -> bytes:
+        """A blob of at most ``limit`` bytes, held in memory; asked for again whole if its answer breaks off."""
         what = f"fetching the blob {digest}"
-        with self.get_blob(digest, size=limit) as (chunks, _):
-            out = bytearray()
-            for chunk in chunks:
-                out += chunk
-                if len(out) > limit:
-                    raise self._fail(what, f"the answer is over {limit} bytes; refused.")
-            return bytes(out)
+        first, cuts = time.monotonic(), 0
+        while True:
+            try:
+                with self.get_blob(digest, size=limit) as (chunks, _):
+                    out = bytearray()
+                    for chunk in chunks:
+                        out += chunk
+                        if len(out) > limit:
+                            raise self._fail(what, f"the answer is over {limit} bytes; refused.")
+                    return bytes(out)
+            except TransferCut as exc:
+                cuts += 1
+                if not self.resume_after_cut(cuts, first):
+                    raise exc.plain() from None
 
     def upload_blob(self, digest: str, src: BinaryIO, size: int) -> None:
         """Upload ``size`` bytes from ``src`` (from where it stands) as ``digest``: one PUT, or PATCH chunks
@@ -687,6 +539,14 @@ def _source_error(what: str, exc: OSError) -> RegistryError:
                          tip="Run `lockbuild store verify` on the store.")
 
 
+def _phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (never the registry's own words)."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
 def _error_text(body: bytes) -> str:
     """An error answer as one short line: the OCI ``errors`` messages when it has them, else its text."""
     try:
@@ -702,10 +562,3 @@ def _error_text(body: bytes) -> str:
     return " ".join(body[:300].decode("utf-8", "replace").split())
 
 
-def _realm_tip(realm: str, registry_scheme: str) -> str:
-    parts = urlsplit(realm)
-    if parts.scheme in _RANK and _RANK[parts.scheme] < _RANK.get(registry_scheme, 1):
-        return "The registry's token service must be reached over https; fix its realm setting."
-    host = parts.netloc.rsplit("@", 1)[-1] or "HOST"
-    return (f"If {host[:100]} is your registry's own token service, name it: --auth-realm {host[:100]} "
-            "(credentials go nowhere else).")

@@ -30,6 +30,7 @@ from throttle import CUT, Refusal, Rule, Throttle
 
 from lockbuild.site.ocisocket import Clock
 from lockbuild.site.retry import RETRY_ENV, Answer, Moment, RetryPolicy, backoff, decide, retry_after_seconds
+from lockbuild.site.store import MARK, MARK_TEXT, Store
 
 needs_registry = pytest.mark.skipif(binary() is None, reason="docker-registry is not installed (scripts/test does)")
 ROOT = Path(__file__).resolve().parent.parent
@@ -292,7 +293,7 @@ def test_many_nodes_pull_at_once_into_their_own_stores_and_one_shared_store(
     tmp_path: Path, reg: RealRegistry, pushed: str, signer: Keys
 ) -> None:
     target = reg.ref(pushed, "1.0-cpu")
-    stores = [tmp_path / f"node-{i}" for i in range(6)] + [tmp_path / "shared"] * 3
+    stores = [tmp_path / f"node-{i}" for i in range(6)] + [tmp_path / "shared"] * 4  # all created at once
     procs = [subprocess.Popen([sys.executable, "-m", "lockbuild", "pull", target, "--store", str(s), "--trust",
                                str(signer.trust), "--wait", "60", "--json"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for s in stores]
@@ -300,6 +301,18 @@ def test_many_nodes_pull_at_once_into_their_own_stores_and_one_shared_store(
     assert [p.returncode for p in procs] == [0] * len(stores), outs
     fetched = [json.loads(o)["fetched"] for o, _ in outs]
     assert fetched[:6] == [5] * 6
-    assert sorted(fetched[6:]) == [0, 0, 5]  # the shared store: one fetched, the others found it there
+    assert sorted(fetched[6:]) == [0, 0, 0, 5]  # the shared store: one fetched, the others found it there
     for s in set(stores):
         assert cli("store", "verify", "--store", s).exit_code == 0
+
+
+def test_a_store_another_node_is_creating_at_this_moment_is_opened_once_its_mark_is_whole(tmp_path: Path) -> None:
+    root = tmp_path / "shared"
+    root.mkdir()
+    (root / MARK).write_bytes(MARK_TEXT[:5])  # another node's create, halfway through writing the mark
+    threading.Timer(0.3, (root / MARK).write_bytes, args=(MARK_TEXT,)).start()
+    with Store(root, create=True) as s:
+        assert s.refs() == []
+    (root / MARK).write_bytes(b"something else\n")  # a mark that is not becoming ours is still refused
+    with pytest.raises(Exception, match="not a format-1 lockbuild store mark"):
+        Store(root, create=True)

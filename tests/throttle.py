@@ -92,6 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class Throttle(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # many nodes connect at once (socketserver's default backlog is 5)
 
     def __init__(self, upstream: str, rule: Rule) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)

@@ -32,6 +32,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except ConnectionError:  # a client closed its kept-alive connection: nothing to report
+            self.close_connection = True
+
     def _any(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""

@@ -1,4 +1,4 @@
-"""Site-wing measurements (issue 13), as ratios from one run, on vLLM-shaped synthetic bundles.
+"""Site-wing measurements, as ratios from one run, on vLLM-shaped synthetic bundles.
 
     .venv/bin/python -m bench.site [--scale 0.02] [--fanout 1,4,16]
 
@@ -92,7 +92,7 @@ def main() -> None:
             for kind in ("patch", "minor"):
                 lb("push", b[kind], ref("engines/vllm", kind), "--trust", trust)
                 full = b[kind].stat().st_size
-                d = lb("delta", b[kind], "--base", b["base"], "--out", work / f"delta-{kind}")
+                d = lb("delta", b[kind], "--base", b["base"], "--out", work / f"delta-{kind}", "--trust", trust)
                 store = work / f"store-{kind}"
                 lb("import", b["base"], "--trust", trust, "--store", store)
                 t_full, _ = timed(lambda k=kind: lb("import", b[k], "--trust", trust, "--store", work / f"s-{k}"))

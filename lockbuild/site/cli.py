@@ -17,6 +17,7 @@ import click
 
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.errors import IntegrityError
+from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
     from lockbuild.site.oci import Credentials, Transport
@@ -181,9 +182,10 @@ def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str,
             "files": len(done.dists), "linked": done.linked, "signer": done.signer,
             "without_upload_time": list(missing)}
     if missing and not as_json:
-        click.echo(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as PyTorch's does); "
-                   f"uv's --exclude-newer cannot place them: {', '.join(missing[:10])}"
-                   f"{' …' if len(missing) > 10 else ''}", err=True)
+        names = one_line(", ".join(missing[:10]))
+        click.echo(for_terminal(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
+                                f"PyTorch's does); uv's --exclude-newer cannot place them: {names}"
+                                f"{' …' if len(missing) > 10 else ''}"), err=True)
     signed = f"; SHA256SUMS signed by {done.signer}" if done.signer else ""
     _emit(ctx, data, f"OK indexed {len(done.dists)} file(s) of {len(done.builds)} build(s) at {out} "
                      f"({done.linked} hard-linked from the store){signed}")
@@ -349,10 +351,16 @@ def pull_(
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
-    with Store(store_dir, create=True) as store, \
-            Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                     auth_realms=auth_realms, transport=_transport()) as reg:
-        done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
+    made = next((d for d in reversed([store_dir, *store_dir.absolute().parents]) if not os.path.lexists(d)), None)
+    try:
+        with Store(store_dir, create=True) as store, \
+                Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
+                         auth_realms=auth_realms, transport=_transport()) as reg:
+            done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
+                        jobs=jobs)
+    except BaseException:
+        _forget_new_store(made, store_dir)
+        raise
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
             "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir),
             "retries": reg.retries}
@@ -360,22 +368,43 @@ def pull_(
                      f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
 
 
+def _forget_new_store(made: Path | None, store_dir: Path) -> None:
+    """A failed pull leaves no trace of a store it created and put nothing in (an unknown tag, an untrusted
+    signature, no registry): ``made``, the topmost directory this run made (None: the store was there
+    before), is deleted by descriptor. A store that holds a blob, a partial download or a build is kept:
+    the next pull resumes from what this one fetched."""
+    from lockbuild.fsio import remove_tree
+
+    def empty(d: Path) -> bool:
+        return not d.is_dir() or not any(d.iterdir())
+
+    if made is not None and all(empty(store_dir / d) for d in ("builds", "blobs/sha256", "tmp")):
+        remove_tree(made.absolute())
+
+
 @click.command("delta", cls=_Command,
                epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
-               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/")
+               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/ --trust /etc/lockbuild/keys")
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--base", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
               help="The older bundle the site already has.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the delta.")
+@trust_option
+@threshold_option
 @json_option
 @click.pass_context
-def delta_(ctx: click.Context, new: Path, base: Path, out: Path, as_json: bool) -> None:
+def delta_(ctx: click.Context, new: Path, base: Path, out: Path, trust_dir: Path | None, threshold: int | None,
+           as_json: bool) -> None:
     """Write NAME.delta.lbz: NEW's signed manifest and only the members BASE lacks, with NEW's signatures
-    (no key needed). `lockbuild import` completes it in a store that holds BASE's members."""
+    (no key needed). NEW and BASE must meet --trust's policy first. `lockbuild import` completes the
+    delta in a store that holds BASE's members."""
     _setup(ctx, as_json)
     from lockbuild.site.delta import write_delta
+    from lockbuild.trust import load_store
+    from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    done = write_delta(new, base, out, progress=_progress(ctx))
+    done = write_delta(new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold,
+                       progress=_progress(ctx))
     size = done.path.stat().st_size
     data = {"delta": str(done.path), "members": done.members, "included": done.included,
             "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}

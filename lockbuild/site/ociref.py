@@ -29,6 +29,8 @@ _RANK = {"http": 0, "https": 1}
 class RegistryError(LockbuildError):
     """The registry refused a request, answered something unusable, or could not be reached."""
 
+    default_tip = "Check the registry's address, that it is reachable from here, and its credentials."
+
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockbuild.bundle.extract import TIP
 from lockbuild.bundle.manifest import Member
-from lockbuild.digest import CHUNK
+from lockbuild.digest import CHUNK, Hasher
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import loads_json, open_regular, remove_at
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -41,7 +42,7 @@ from lockbuild.site.oci import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, Registr
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import StoreError
 from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
-from lockbuild.trust.source import SizeCheck, Stream
+from lockbuild.trust.source import TIP_AGAIN, SizeCheck, Stream
 
 ARTIFACT_TYPE = "application/vnd.lockbuild.bundle.v1"
 CONFIG_TYPE = "application/vnd.lockbuild.manifest.v1+toml"
@@ -136,6 +137,8 @@ class RegistryArtifact:
         self.label = str(registry.ref)
         self.file_name: str | None = artifact.bundle_name
         self.expect_ref: str | None = None
+        self.where, self.subject = self.label, "the bundle's manifest"
+        self.absent_tip, self.damage_tip, self.partial = TIP_AGAIN, TIP, False
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         if len(self.artifact.signatures) > limits.max_signature_file:
@@ -182,8 +185,8 @@ def push(trusted: TrustedBundle, registry: Registry, *, progress: Progress | Non
                 return True
             return False
 
-        done = trusted.extract(staging, progress=progress, want=want)
-        progress.start("pushing", total_bytes=sum(x.size for x in done.written), files=len(done.written))
+        done = trusted.extract(staging, progress=progress, want=want, action="checking")
+        progress.start("uploading", total_bytes=sum(x.size for x in done.written), files=len(done.written))
         for x in done.written:
             f, _ = open_regular(staging / x.path, what="staged member", max_size=x.size, error=IntegrityError)
             with f:
@@ -265,7 +268,7 @@ def _write_error(store: Store, m: Member, exc: OSError) -> StoreError:
 
 
 def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress) -> None:
-    h = hashlib.sha256()
+    h: Hasher = hashlib.sha256()
     have = _hash_partial(store, m, h)
     if have == m.size:
         if h.hexdigest() == m.sha256:  # complete and right: adopted, nothing is requested
@@ -289,7 +292,7 @@ def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress)
 
 
 def _stream_blob(registry: Registry, store: Store, m: Member, progress: Progress, have: int,
-                 h: hashlib._Hash) -> tuple[int, hashlib._Hash]:
+                 h: Hasher) -> tuple[int, Hasher]:
     """The blob's bytes from ``have`` appended to its partial (from 0 if the registry ignored Range)."""
     with registry.get_blob(f"sha256:{m.sha256}", size=m.size, offset=have) as (chunks, start):
         if start != have:
@@ -309,7 +312,7 @@ def _stream_blob(registry: Registry, store: Store, m: Member, progress: Progress
     return have, h
 
 
-def _hash_partial(store: Store, m: Member, h: hashlib._Hash) -> int:
+def _hash_partial(store: Store, m: Member, h: Hasher) -> int:
     """How many bytes of tmp/<sha256>.partial count (0: none, or more than the blob), hashed into ``h``."""
     have = store.partial_size(m.sha256)
     if not 0 < have <= m.size:

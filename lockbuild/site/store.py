@@ -59,8 +59,7 @@ from lockbuild.site.storemodel import (
     parse_ref,
 )
 
-MARK = "lockbuild-store"
-MARK_TEXT = b"lockbuild store 1\n"
+MARK, MARK_TEXT = storecare.MARK, storecare.MARK_TEXT
 MANIFEST_FILE = "bundle.toml"
 SIGNATURE_FILE = "bundle.toml.minisig"
 _TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
@@ -143,30 +142,7 @@ class Store:
         return self._keep(fd) if keep else fd
 
     def _mark(self, create: bool) -> None:
-        """Check the store's mark, or write it in an empty directory. Nodes that share one store may all
-        create it at once: a mark another process is writing (a prefix of the text) is read again, for
-        up to 2 s, until it is whole."""
-        for _ in range(100):
-            try:
-                text = read_regular(MARK, what="store mark", max_size=64, error=StoreError, dir_fd=self.fd,
-                                    shown=self._where(MARK))
-            except FileNotFoundError:
-                if not create or [n for n in _names(self.fd) if n != MARK]:
-                    raise StoreError(
-                        f"{self.root} is not a lockbuild store (no {MARK} file).",
-                        tip="Give --store an empty directory (import makes the store) or one lockbuild made.",
-                    ) from None
-                with contextlib.suppress(FileExistsError), create_new(MARK, dir_fd=self.fd) as f:
-                    f.write(MARK_TEXT)
-                    os.fsync(f.fileno())
-                    return
-                continue  # another process made it first: read what it wrote
-            if text == MARK_TEXT:
-                return
-            if not (create and MARK_TEXT.startswith(text)):
-                break
-            time.sleep(0.02)
-        raise StoreError(f"{self._where(MARK)} is not a format-1 lockbuild store mark.")
+        storecare.check_mark(self.fd, self.root, create=create)
 
     def _write_new(self, dir_fd: int, name: str, data: bytes) -> None:
         """Write ``data`` to tmp/, fsync, and rename it to ``name`` in ``dir_fd``."""

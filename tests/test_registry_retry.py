@@ -318,3 +318,28 @@ def test_a_store_another_node_is_creating_at_this_moment_is_opened_once_its_mark
     (root / MARK).write_bytes(b"something else\n")  # a mark that is not becoming ours is still refused
     with pytest.raises(Exception, match="not a format-1 lockbuild store mark"):
         Store(root, create=True)
+
+
+@needs_registry
+def test_a_failed_pull_leaves_a_store_that_another_node_created_meanwhile(
+    tmp_path: Path, reg: RealRegistry, pushed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared"
+    opened = Store.__init__
+
+    def another_node_first(self: Store, root: Path, **kw: object) -> None:
+        if root == shared and not shared.exists():  # the other node creates it just after this pull looked
+            other = Store.__new__(Store)
+            opened(other, root, create=True)
+            other.close()
+        opened(self, root, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "__init__", another_node_first)
+    stranger = make_keys(tmp_path / "stranger")
+    r = cli("pull", reg.ref(pushed, "1.0-cpu"), "--store", shared, "--trust", stranger.trust)
+    assert r.exit_code == 3, r.output  # this node's pull fails ...
+    assert (shared / MARK).read_bytes() == MARK_TEXT  # ... and leaves the other node's store alone
+    monkeypatch.undo()
+    lone = tmp_path / "lone"
+    assert cli("pull", reg.ref(pushed, "1.0-cpu"), "--store", lone, "--trust", stranger.trust).exit_code == 3
+    assert not lone.exists()  # a store the failed pull made itself is still forgotten

@@ -352,6 +352,7 @@ def pull_(
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
     made = next((d for d in reversed([store_dir, *store_dir.absolute().parents]) if not os.path.lexists(d)), None)
+    store: Store | None = None
     try:
         with Store(store_dir, create=True) as store, \
                 Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
@@ -359,7 +360,8 @@ def pull_(
             done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
                         jobs=jobs)
     except BaseException:
-        _forget_new_store(made, store_dir)
+        # a store another node created meanwhile (nodes sharing one) is not this pull's to forget
+        _forget_new_store(made if store is None or store.created else None, store_dir)
         raise
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
             "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir),

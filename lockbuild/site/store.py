@@ -142,7 +142,7 @@ class Store:
         return self._keep(fd) if keep else fd
 
     def _mark(self, create: bool) -> None:
-        storecare.check_mark(self.fd, self.root, create=create)
+        self.created = storecare.check_mark(self.fd, self.root, create=create)  # True: this process made it
 
     def _write_new(self, dir_fd: int, name: str, data: bytes) -> None:
         """Write ``data`` to tmp/, fsync, and rename it to ``name`` in ``dir_fd``."""

@@ -30,10 +30,10 @@ MARK = "lockbuild-store"
 MARK_TEXT = b"lockbuild store 1\n"
 
 
-def check_mark(fd: int, root: Path, *, create: bool) -> None:
-    """Check the store's mark, or write it in an empty directory. Nodes that share one store may all
-    create it at once: a mark another process is writing (a prefix of the text) is read again, for up to
-    2 s, until it is whole."""
+def check_mark(fd: int, root: Path, *, create: bool) -> bool:
+    """Check the store's mark, or write it in an empty directory (True: this call wrote it). Nodes that
+    share one store may all create it at once: a mark another process is writing (a prefix of the text)
+    is read again, for up to 2 s, until it is whole."""
     for _ in range(100):
         try:
             text = read_regular(MARK, what="store mark", max_size=64, error=StoreError, dir_fd=fd,
@@ -47,10 +47,10 @@ def check_mark(fd: int, root: Path, *, create: bool) -> None:
             with contextlib.suppress(FileExistsError), create_new(MARK, dir_fd=fd) as f:
                 f.write(MARK_TEXT)
                 os.fsync(f.fileno())
-                return
+                return True
             continue  # another process made it first: read what it wrote
         if text == MARK_TEXT:
-            return
+            return False
         if not (create and MARK_TEXT.startswith(text)):
             break
         time.sleep(0.02)

@@ -28,8 +28,18 @@ from registry import RealRegistry, binary
 from sitekit import cli, make_bundle
 from throttle import CUT, Refusal, Rule, Throttle
 
+from lockbuild.site.ociref import RegistryError
 from lockbuild.site.ocisocket import Clock
-from lockbuild.site.retry import RETRY_ENV, Answer, Moment, RetryPolicy, backoff, decide, retry_after_seconds
+from lockbuild.site.retry import (
+    RETRY_ENV,
+    Answer,
+    Moment,
+    RetryPolicy,
+    backoff,
+    decide,
+    retry_after_seconds,
+    with_budget,
+)
 from lockbuild.site.store import MARK, MARK_TEXT, Store
 
 needs_registry = pytest.mark.skipif(binary() is None, reason="docker-registry is not installed (scripts/test does)")
@@ -80,6 +90,17 @@ def test_a_request_gives_up_once_its_budget_is_spent() -> None:
     late = decide(Answer(429, "30"), 1, Moment(0.0, 0), p)  # asked to wait past the budget: not begun
     assert late.wait is None and "Retry-After" in late.why
     assert decide(Answer(503), 1, Moment(0, 0), RetryPolicy(retry_seconds=0)).again is False
+
+
+def test_the_budget_comes_from_the_environment_and_a_bad_value_is_refused(tmp_path: Path) -> None:
+    assert with_budget(POLICY, None) == POLICY and with_budget(POLICY, "0").retry_seconds == 0
+    assert with_budget(POLICY, "300").retry_seconds == 300
+    for bad in ("soon", "-1", "86400", "nan"):
+        with pytest.raises(RegistryError, match="is not a number of seconds from 0 to 3600"):
+            with_budget(POLICY, bad)
+    p = _lockbuild("pull", "oci://127.0.0.1:9/site/x:1", "--store", tmp_path / "s", "--json", env={RETRY_ENV: "soon"})
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert RETRY_ENV in json.loads(p.stdout)["error"]["message"]
 
 
 def test_a_pause_ends_at_once_when_the_command_is_stopped() -> None:

@@ -20,7 +20,7 @@ from lockbuild.errors import IntegrityError
 from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
-    from lockbuild.site.oci import Credentials, Transport
+    from lockbuild.site.oci import Credentials
 
 store_option = click.option(
     "--store", "store_dir", type=click.Path(path_type=Path, file_okay=False), required=True, help="The site store."
@@ -226,29 +226,6 @@ def _credentials(username: str | None, password_stdin: bool) -> Credentials | No
     return oci.Credentials(username, password)
 
 
-def _transport() -> Transport:
-    """The registry transport's bounds, with ``LOCKBUILD_REGISTRY_RETRY_SECONDS`` (the most one request
-    spends being asked again after 429 / 502 / 503 / 504) when it is set."""
-    import dataclasses
-
-    from lockbuild.site import oci
-    from lockbuild.site.retry import RETRY_ENV
-
-    base = oci.DEFAULT_TRANSPORT
-    value = os.environ.get(RETRY_ENV)
-    if value is None:
-        return base
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise oci.RegistryError(f"{RETRY_ENV}={value[:40]!r} is not a number of seconds from 0 to 3600.",
-                                tip=f"Unset {RETRY_ENV} for the default ({base.retry.retry_seconds:g} s), or give "
-                                "e.g. 300.")
-    return dataclasses.replace(base, retry=dataclasses.replace(base.retry, retry_seconds=seconds))
-
-
 def registry_options(f: Callable[..., None]) -> Callable[..., None]:
     for option in reversed((
         click.option("--plain-http", is_flag=True, help="Use http, not https, for a registry that is not on loopback."),
@@ -295,7 +272,7 @@ def push_(
     member against the signed manifest before it is uploaded; each member is one blob, by its sha256,
     uploaded once."""
     _setup(ctx, as_json)
-    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import push
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, open_source
@@ -307,7 +284,7 @@ def push_(
         # the same trust decision as install: nothing unchecked is uploaded
         trusted = open_source(src, load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
         with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms,
-                      transport=_transport()) as reg:
+                      transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
             done = push(trusted, reg, progress=_progress(ctx))
     data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
             "uploaded_bytes": done.moved_bytes, "retries": reg.retries}
@@ -345,7 +322,7 @@ def pull_(
     """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
     any blob is requested; then only the blobs the store lacks are fetched, each checked as it streams."""
     _setup(ctx, as_json)
-    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import pull
     from lockbuild.site.store import Store
 
@@ -356,7 +333,7 @@ def pull_(
     try:
         with Store(store_dir, create=True) as store, \
                 Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                         auth_realms=auth_realms, transport=_transport()) as reg:
+                         auth_realms=auth_realms, transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
             done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
                         jobs=jobs)
     except BaseException:

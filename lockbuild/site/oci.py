@@ -43,6 +43,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -61,13 +62,19 @@ from lockbuild.site.ociclient import (
     Transport,
 )
 from lockbuild.site.ociref import Credentials, OciRef, RegistryError, parse_auth_realm, parse_ref, realm_refusal
+from lockbuild.site.retry import RETRY_ENV, with_budget
 
-__all__ = ["CHUNK_UPLOAD", "DEFAULT_TRANSPORT", "MAX_OCI_MANIFEST", "OCI_MANIFEST", "TRANSPORT_ERRORS", "Credentials",
-           "OciRef", "Registry", "RegistryError", "TransferCut", "Transport", "parse_auth_realm", "parse_ref",
-           "realm_refusal"]
+__all__ = ["CHUNK_UPLOAD", "DEFAULT_TRANSPORT", "MAX_OCI_MANIFEST", "OCI_MANIFEST", "RETRY_ENV", "TRANSPORT_ERRORS",
+           "Credentials", "OciRef", "Registry", "RegistryError", "TransferCut", "Transport", "parse_auth_realm",
+           "parse_ref", "realm_refusal", "transport_with"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CHUNK_UPLOAD = 64 << 20  # blobs larger than this are uploaded in chunks (PATCH), smaller in one PUT
+
+
+def transport_with(retry_seconds: str | None) -> Transport:
+    """The default bounds, with the retry budget ``LOCKBUILD_REGISTRY_RETRY_SECONDS`` when it is set."""
+    return dataclasses.replace(DEFAULT_TRANSPORT, retry=with_budget(DEFAULT_TRANSPORT.retry, retry_seconds))
 
 
 class Registry(Connection):

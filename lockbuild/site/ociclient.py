@@ -79,6 +79,7 @@ class Transport:
 DEFAULT_TRANSPORT = Transport()
 
 
+
 # -- the client -------------------------------------------------------------------------------------
 
 

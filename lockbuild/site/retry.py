@@ -21,8 +21,11 @@ of the same command fails. ``LOCKBUILD_REGISTRY_RETRY_SECONDS`` (read by the CLI
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 from dataclasses import dataclass
+
+from lockbuild.site.ociref import RegistryError
 
 RETRYABLE = frozenset({429, 502, 503, 504})
 RETRY_ENV = "LOCKBUILD_REGISTRY_RETRY_SECONDS"
@@ -38,6 +41,21 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+
+
+def with_budget(policy: RetryPolicy, value: str | None) -> RetryPolicy:
+    """``policy`` with ``retry_seconds`` from ``value`` (``LOCKBUILD_REGISTRY_RETRY_SECONDS``, read by the
+    CLI): seconds from 0 to 3600; None keeps it."""
+    if value is None:
+        return policy
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise RegistryError(f"{RETRY_ENV}={value[:40]!r} is not a number of seconds from 0 to 3600.",
+                            tip=f"Unset {RETRY_ENV} for the default ({policy.retry_seconds:g} s), or give e.g. 300.")
+    return dataclasses.replace(policy, retry_seconds=seconds)
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,8 @@ class HashingWriter:
             for ch in self._channels:
                 ch.put(chunk)
         except Cancelled:
-            assert self._error is not None  # only a failing consumer stops the channels before finish/abort
+            if self._error is None:  # only a failing consumer stops the channels before finish/abort
+                raise
             raise self._error from None
         self.size += len(chunk)
         return len(chunk)

@@ -284,7 +284,8 @@ def choose_file(
             f"the index offers {len(allowed)} file(s) with the locked hashes and none is a compatible wheel or sdist.",
             tip="Check the build's python and platform, or pick a version that publishes a matching wheel.",
         )
-    assert best.sha256 is not None
+    if best.sha256 is None:  # only files with the index's sha256 were allowed above
+        raise ResolveError(f"the index gave no sha256 for {best.filename} ({what}); expected one for each file locked.")
     return LockedFile(
         name=pin.name,
         version=pin.version,

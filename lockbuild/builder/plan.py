@@ -181,7 +181,8 @@ class Planner:
         if isinstance(build.wheel, UrlWheel):
             uw = build.wheel
             filename = wheel_filename(uw.url)
-            assert filename is not None  # the recipe checked it
+            if filename is None:  # the recipe checked it
+                raise RecipeError(f"{build.id}: expected the wheel URL to end in a wheel's file name, found {uw.url}")
             # Checked like a source archive: fetched now, and refused unless it has the recipe's sha256.
             with open_verified(self.fetcher, Wanted(uw.url, uw.sha256, None, f"the wheel at {uw.url}")):
                 pass
@@ -296,8 +297,8 @@ class Planner:
                     why = self._not_the_closure(requirements, files, build, extra, pool) if resolution.reused else None
                     if why is None:
                         return resolution, files
-                    assert resolution.key is not None
-                    self.memo.discard(resolution.key)
+                    if resolution.key is not None:  # a reused resolution always has its key
+                        self.memo.discard(resolution.key)
                     self.progress.phase(
                         f"{build.id}: the remembered resolution is not what the requirements need ({why[:160]}); "
                         "resolving afresh"
@@ -430,7 +431,8 @@ class Planner:
         """The standalone interpreter: a release asset taken only with its published digest, fetched
         now and refused unless it is the build's Python X.Y."""
         it = build.interpreter
-        assert it is not None
+        if it is None:
+            raise RecipeError(f"{build.id}: expected an [builds.interpreter] table, found none")
         published = self._release_assets(it.repo, it.tag)
         got = published.get(it.file)
         if got is None:

@@ -176,9 +176,12 @@ def _run_uv(
         )
     except OSError as exc:
         raise ResolveError(f"cannot run uv at {argv[0]}: {exc.strerror}") from None
-    assert proc.stdin is not None and proc.stderr is not None
+    stdin_pipe, stderr = proc.stdin, proc.stderr
+    if stdin_pipe is None or stderr is None:  # both were asked for as pipes
+        proc.kill()
+        proc.wait()
+        raise ResolveError(f"cannot talk to uv at {argv[0]}: expected pipes to its stdin and stderr, found none")
     messages: list[str] = []
-    stderr = proc.stderr
 
     def read() -> None:
         with stderr:  # closed by the reader, when it ends (it may outlive this call: see below)
@@ -192,9 +195,9 @@ def _run_uv(
     reader.start()
     try:
         with contextlib.suppress(BrokenPipeError):  # uv may exit (an argument error) before reading it
-            proc.stdin.write((stdin or "").encode("utf-8"))
+            stdin_pipe.write((stdin or "").encode("utf-8"))
         with contextlib.suppress(BrokenPipeError):
-            proc.stdin.close()
+            stdin_pipe.close()
         # uv's stderr ends when uv does: wait on the reader (no polling), then reap uv.
         deadline = time.monotonic() + RESOLVE_TIMEOUT
         reader.join(timeout=RESOLVE_TIMEOUT)

@@ -149,11 +149,13 @@ def chosen(request: Choosing, *, trust: TrustStore, threshold: int | None, node:
         if request.folder is not None:
             cands, skipped = folder_candidates(request.folder, trust, threshold)
             engine = _one_engine(cands, f"the folder {request.folder}", skipped)
-        else:
-            assert request.store is not None and request.engine is not None
+        elif request.store is not None and request.engine is not None:
             store = stack.enter_context(Store(request.store))
             cands = store_candidates(store, request.engine, trust, threshold)
             engine = request.engine
+        else:
+            raise InstallError("expected a folder of bundles, or ENGINE or ENGINE/VERSION with --store DIR; found "
+                               "neither", tip="Name a folder (DIR/), or an engine with --store DIR.")
         options = [c.option for c in cands]
         choice = choose(engine, request.version, options, facts_for(node, options, root), allow_cpu=allow_cpu,
                         gpu_check=gpu_check)

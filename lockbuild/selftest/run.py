@@ -196,7 +196,9 @@ def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, 
         if sig.exists():
             binds.append(Bind(sig.absolute(), BOX / "bundle" / (path.name + ".minisig")))
         return binds, str(BOX / "bundle" / path.name), None
-    assert store is not None or isinstance(source, DeltaFile)
+    if store is None and not isinstance(source, DeltaFile):
+        raise InstallError(f"{source.label}: expected a store (--store DIR) to test a build it holds, found none",
+                           tip="Name the store with --store DIR.")
     binds = [Bind(store.absolute(), BOX / "store")] if store is not None else []
     inner_store = str(BOX / "store") if store is not None else None
     if isinstance(source, DeltaFile):

@@ -12,8 +12,9 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import BinaryIO, Protocol
 
 from lockbuild.channel import Cancelled, Channel, End
+from lockbuild.limits import MiB
 
-CHUNK = 1 << 20
+CHUNK = MiB  # the read size of every copy and hash loop (a file, a member, a blob, a download): one place
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as lockbuild writes it: 64 lowercase hex digits (fullmatch)
 
 

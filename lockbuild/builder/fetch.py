@@ -27,6 +27,7 @@ from lockbuild import fsio
 from lockbuild.builder.cache import Cache
 from lockbuild.digest import CHUNK
 from lockbuild.errors import TLS_TIP, FetchError, IntegrityError, transport_tip
+from lockbuild.limits import MiB
 from lockbuild.progress import Progress
 
 DEFAULT_JOBS = 8
@@ -42,7 +43,7 @@ RETRIES = 5
 BACKOFF = 0.25
 MAX_BACKOFF = 10.0
 MAX_UNSIZED = 16 << 30  # a file whose size is not announced may still not be endless
-PROGRESS_RESETS_RETRIES = 1 << 20  # an attempt that brought this many bytes starts the retry count afresh
+PROGRESS_RESETS_RETRIES = MiB  # an attempt that brought this many bytes starts the retry count afresh
 _RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 

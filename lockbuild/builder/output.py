@@ -12,6 +12,7 @@ from pathlib import Path
 from lockbuild import fsio
 from lockbuild.builder.plan import Plan
 from lockbuild.builder.provenance import recorded
+from lockbuild.digest import CHUNK
 from lockbuild.provenance import RECORD, record_json
 
 EXTRAS = "extras.txt"
@@ -42,7 +43,7 @@ def _place(src: Path, dest: Path) -> None:
         os.link(src, dest)
     except OSError:
         with src.open("rb") as f, fsio.create_new(dest) as out:
-            shutil.copyfileobj(f, out, fsio.CHUNK)
+            shutil.copyfileobj(f, out, CHUNK)
 
 
 def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = None) -> Path:

@@ -51,8 +51,6 @@ from lockbuild.settings import Settings
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
 
-MAX_REQUIREMENTS_FILE = 1 << 20
-
 
 @dataclass(frozen=True)
 class Plan:

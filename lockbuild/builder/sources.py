@@ -11,11 +11,12 @@ from typing import BinaryIO
 from packaging.utils import canonicalize_name
 
 from lockbuild.errors import RecipeError
+from lockbuild.limits import MiB
 from lockbuild.recipe import Build
 from lockbuild.recipe.checks import requirement
 from lockbuild.recipe.fields import SHOWN, listing
 
-MAX_REQUIREMENTS_FILE = 1 << 20
+MAX_REQUIREMENTS_FILE = MiB
 _COMMENT = re.compile(r"(^|\s)#.*$")
 
 

@@ -13,6 +13,7 @@ from packaging.utils import canonicalize_name
 from lockbuild import envtable
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
+from lockbuild.limits import MiB
 from lockbuild.recipe.checks import (
     CAPABILITY,
     DRIVER,
@@ -40,7 +41,7 @@ from lockbuild.recipe.tables import _assets, _index, _indexes, _interpreter, _so
 from lockbuild.target import Target, parse_platform
 from lockbuild.times import iso
 
-MAX_RECIPE_BYTES = 1 << 20
+MAX_RECIPE_BYTES = MiB
 
 
 _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", "smoke", "gpu-smoke", "allow-network")

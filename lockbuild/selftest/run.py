@@ -42,6 +42,7 @@ from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.node import detect
 from lockbuild.install.runenv import GPU_PASSED, PASSED
 from lockbuild.install.tools import find_python
+from lockbuild.limits import MiB
 from lockbuild.progress import Progress
 from lockbuild.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
 from lockbuild.sandbox import run as sandboxed
@@ -56,7 +57,7 @@ NO_TRACER = "strace is not installed"
 BOX = Path("/selftest")  # where the sandbox sees the test's files
 CODE = Path("/opt/lockbuild-selftest")  # lockbuild's own package, read-only, for the inner run
 GPU_BIN = Path("/opt/lockbuild-gpu/bin")  # nvidia-smi, under --gpu
-MAX_OUTPUT = 1 << 20  # bytes of the inner run's output kept for a message
+MAX_OUTPUT = MiB  # bytes of the inner run's output kept for a message
 SECCOMP_PROBLEM = "the engine installed a seccomp filter: this self-test cannot vouch for it"
 
 
@@ -86,7 +87,7 @@ def platform_problems(manifest: Any, python: Path | None) -> tuple[str, ...]:
     return unmet(Needs(manifest.python, manifest.platform, None, 0), facts, "skip")
 
 
-def copy_trust(src: Path, dest: Path, most: int = 1 << 20) -> None:
+def copy_trust(src: Path, dest: Path, most: int = MiB) -> None:
     """The trust directory's regular files into ``dest`` (0700, this user's), bound read-only into the
     sandbox, where a root-owned /etc/lockbuild/keys would show as owned by nobody. The outer run has already
     checked the signatures against ``src`` itself."""

@@ -30,6 +30,23 @@ def test_no_assert_statement_in_the_library() -> None:
     assert not found, f"assert statements in lockbuild/ (raise an error from lockbuild.errors instead): {found}"
 
 
+def _names_any(tree: ast.AST) -> list[int]:
+    return [node.lineno for node in ast.walk(tree)
+            if (isinstance(node, ast.Name) and node.id == "Any")
+            or (isinstance(node, ast.Attribute) and node.attr == "Any")]
+
+
+def test_the_commands_hide_no_type_behind_any() -> None:
+    """The commands name the types they handle (JSON output is ``jsonio.JSON``); a str from click that
+    must be a Literal is checked, not silenced with ``type: ignore``."""
+    commands = [*sorted((PACKAGE / "commands").glob("*.py")), PACKAGE / "site" / "cli.py"]
+    found = {_rel(p): lines for p in commands if (lines := _names_any(ast.parse(p.read_text())))}
+    assert found == {}, "name the type (lockbuild.jsonio.JSON for JSON data)"
+    ignored = [f"{_rel(p)}:{i}" for p in commands for i, line in enumerate(p.read_text().splitlines(), 1)
+               if "type: ignore" in line]
+    assert ignored == [], "check the value instead (e.g. install.fit.gpu_check_of)"
+
+
 # Modules another engineer is editing as this rule lands; each follows once that work is merged.
 MIB_WRITTEN_OUT = {
     "builder/cache.py": "its hashing is being reworked: its own _CHUNK follows digest.CHUNK after that merge",

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from lockbuild.clikit import _Command, _emit, _setup, json_option, root_option, trust_option
 from lockbuild.errors import LockbuildError
+
+if TYPE_CHECKING:
+    from lockbuild.install.doctor import Candidate
 
 Command = _Command
 
@@ -57,7 +60,7 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Pa
 DEFAULT_CATALOGUE = Path("bundles")  # relative to the current directory: a checkout's recipes
 
 
-def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
+def _catalogue(directory: Path) -> tuple[list[Candidate], list[str]]:
     """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
     from lockbuild.bundle.instructions import GpuNeeds
     from lockbuild.bundle.read import read_head
@@ -67,7 +70,7 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
 
     if not directory.is_dir():
         return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
-    out: list[Any] = []
+    out: list[Candidate] = []
     problems: list[str] = []
     for path in sorted(directory.glob("*.toml")):
         try:

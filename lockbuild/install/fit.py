@@ -17,12 +17,14 @@ from typing import Any, Literal
 
 from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.errors import InstallError
 from lockbuild.install.node import Node
 from lockbuild.target import parse_platform
 from lockbuild.text import one_line
 from lockbuild.times import iso
 
 GpuCheck = Literal["auto", "require", "skip"]
+GPU_CHECKS: tuple[GpuCheck, ...] = ("auto", "require", "skip")
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 HEADROOM = 256 << 20  # beyond three times the unpacked size (the unpacked bundle, the environment, slack)
 
@@ -59,6 +61,15 @@ def _version(text: str) -> tuple[int, ...]:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+def gpu_check_of(text: str) -> GpuCheck:
+    """``--gpu-check``'s value as one of :data:`GPU_CHECKS`; anything else is refused."""
+    for check in GPU_CHECKS:
+        if text == check:
+            return check
+    raise InstallError(f"--gpu-check: expected one of {', '.join(GPU_CHECKS)}, found {text!r}",
+                       tip="Pass --gpu-check auto, require or skip.")
 
 
 def unmet(needs: Needs, facts: Facts, gpu_check: GpuCheck = "auto") -> tuple[str, ...]:

@@ -78,10 +78,6 @@ class PartList:
         return "\n".join(lines).encode()
 
 
-def is_part_list(path: Path) -> bool:
-    return path.name.endswith(PARTS_SUFFIX)
-
-
 def split(bundle: Path, size: int, out: Path) -> Path:
     """Write the parts, the signature copy and the part list into ``out``; returns the part list."""
     out.mkdir(parents=True, exist_ok=True)

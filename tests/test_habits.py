@@ -82,3 +82,23 @@ def test_one_read_size_and_one_mib() -> None:
     )
     stale = [rel for rel in MIB_WRITTEN_OUT if rel not in written and rel not in chunks]
     assert stale == [], "remove the entries that no longer write their own size (the list only shrinks)"
+
+
+MAX_LINES = 400
+# Modules still over the bound, each with why; the list only shrinks (a module under it must leave).
+OVER_THE_BOUND = {
+    "site/oci.py": "being split (the OCI client, its transport and its retries)",
+    "fsio.py": "the file primitives, one rule each: the whole-file reads and the descriptor walks split next",
+    "builder/pack.py": "packing and hashing are being reworked; the install table leaves once that work is merged",
+    "builder/resolve.py": "uv's run and its stderr log: read_uv_stderr leaves next (its tests patch it here)",
+    "builder/fetch.py": "the fetcher and its batch: Batch leaves next",
+}
+
+
+def test_no_module_is_over_four_hundred_lines() -> None:
+    """A module a newcomer reads whole: at most 400 lines, one concept."""
+    sizes = {_rel(p): len(p.read_text().splitlines()) for p in _modules()}
+    over = {rel: n for rel, n in sizes.items() if n > MAX_LINES and rel not in OVER_THE_BOUND}
+    assert over == {}, f"split these modules (at most {MAX_LINES} lines each)"
+    under = [rel for rel in OVER_THE_BOUND if sizes.get(rel, 0) <= MAX_LINES]
+    assert under == [], "these are under the bound now: remove them from OVER_THE_BOUND"

@@ -21,12 +21,13 @@ from lockbuild.builder.selfwheel import make_self_wheel
 from lockbuild.bundle import bootstrap
 from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text
 from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
+from lockbuild.bundle.lockfiles import bundle_pylock, bundle_requirements
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
 from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
 from lockbuild.digest import HashingWriter
 from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, SignatureError
-from lockbuild.lock import LockedFile, bundle_pylock, bundle_requirements
+from lockbuild.lock import LockedFile
 from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
 from lockbuild.provenance import Provenance

@@ -32,7 +32,7 @@ from lockbuild.recipe.model import (
     ReleaseWheel,
     SecondIndex,
     SelfWheel,
-    Source,
+    SourceArchive,
     UrlWheel,
 )
 
@@ -147,7 +147,7 @@ def _indexes(
     return tuple(out)
 
 
-def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> Source | None:
+def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> SourceArchive | None:
     if data is None:
         return None
     t = Table(data, where, p, ("url", "sha256", "top", "dir", "requirements"))
@@ -158,7 +158,7 @@ def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> Source |
     reqs = t.string("requirements", "a relative path inside the archive", required=False, check=relative_path)
     if url is None or sha is None or top is None or dest is None:
         return None
-    return Source(url, sha, top, dest, reqs)
+    return SourceArchive(url, sha, top, dest, reqs)
 
 
 def _url_wheel(data: Mapping[str, Any], where: str, p: Problems) -> UrlWheel | None:

@@ -35,7 +35,6 @@ from lockbuild.uvtool import uv_binary
 if TYPE_CHECKING:  # the commands import the builder only when they run
     from lockbuild.builder.pack import Packed, Written
     from lockbuild.builder.plan import Plan
-    from lockbuild.lock import LockedFile
     from lockbuild.selftest.report import Report
 
 Command = _Command
@@ -49,36 +48,6 @@ fresh_lock_option = click.option(
 )
 
 
-def _lock_json(plan: Plan) -> dict[str, JSON]:
-    return {
-        "engine": plan.recipe.engine.name,
-        "build": plan.build.id,
-        "as_of": iso(plan.as_of),
-        "python": plan.build.python,
-        "platform": plan.build.platform,
-        "lock_format": plan.lock.format,
-        "resolution_reused": plan.resolution_reused,
-        "packages": [
-            {
-                "name": f.name,
-                "version": f.version,
-                "file": f.filename,
-                "sha256": f.sha256,
-                "size": f.size,
-                "url": f.url,
-                "origin": f.origin,
-                "index": f.index,
-                "time_from": f.time_from,
-                "provenance": f.provenance.to_json() if f.provenance is not None else None,
-            }
-            for f in plan.lock.files
-        ],
-        "exclude_newer_package": {name: when or False for name, when in plan.build.exclude_newer_package},
-        "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
-        "warnings": list(plan.warnings),
-    }
-
-
 def _with_provenance_report(plan: Plan, out: Path) -> tuple[Plan, str | None]:
     """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT,
     and the note saying when there was none to compare with."""
@@ -86,19 +55,6 @@ def _with_provenance_report(plan: Plan, out: Path) -> tuple[Plan, str | None]:
 
     got = report(plan.recipe.engine.name, plan.build.id, out / plan.build.id, plan.lock.files)
     return (dataclasses.replace(plan, warnings=(*plan.warnings, *got.warnings)) if got.warnings else plan), got.note
-
-
-def provenance_summary(files: Sequence[LockedFile], shown: int = 8) -> str:
-    """The lock's PEP 740 line: the attested packages and their publishers as the index states them."""
-    offered = [(f, f.provenance) for f in files if f.provenance is not None]
-    if not offered:
-        return f"\n  provenance (PEP 740): the index offers none for these {len(files)} packages (nothing recorded)"
-    attested = sorted(((f, p) for f, p in offered if p.publishers), key=lambda fp: fp[0].name)
-    head = (f"\n  provenance (PEP 740, as the index states it, unverified): {len(attested)} of {len(files)} "
-            "packages attested")
-    listed = "".join(f"\n    {f.name} {f.version}: {p.describe()}" for f, p in attested[:shown])
-    more = f"\n    ... and {len(attested) - shown} more (--json lists each)" if len(attested) > shown else ""
-    return head + listed + more
 
 
 @click.command(cls=Command, epilog="Example: lockbuild lock bundles/vllm.toml --build cu128 --out locks/")
@@ -125,7 +81,7 @@ def lock(
     filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.output import write_plan_dir
+    from lockbuild.builder.output import lock_json, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
@@ -139,7 +95,7 @@ def lock(
     for plan, note in compared:
         write_plan_dir(plan, out)
         _warn(ctx, plan.warnings)
-        results.append({**_lock_json(plan), "provenance_note": note})
+        results.append({**lock_json(plan), "provenance_note": note})
     text = "\n".join(
         f"locked {plan.recipe.engine.name} {plan.build.id}: {len(plan.lock.files)} packages as of {iso(plan.as_of)} "
         f"-> {out / plan.build.id / plan.lock.format}"
@@ -176,7 +132,7 @@ def fetch(
     sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.output import write_plan_dir
+    from lockbuild.builder.output import lock_json, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
@@ -197,7 +153,7 @@ def fetch(
             )
             results.append(
                 {
-                    **_lock_json(plan),
+                    **lock_json(plan),
                     "provenance_note": note,
                     "files": len(report.files),
                     "cached": report.cached,
@@ -263,6 +219,14 @@ def build(
     from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    from lockbuild.recipe.modelrecipe import is_model_recipe_file
+
+    if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
+        from lockbuild.builder.modelcli import build_model_cli
+
+        build_model_cli(ctx, recipe, key=key, out=out, expires=expires, threads=threads, jobs=jobs, settings=settings,
+                        self_test=self_test, build_spec=build_spec, allow_readable_key=allow_readable_key)
+        return
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)

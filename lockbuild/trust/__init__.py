@@ -20,7 +20,6 @@ from lockbuild.trust.opener import (
     read_signatures,
     signature_path,
     trust_dir,
-    verify_bundle,
     verify_source,
 )
 from lockbuild.trust.policy import (
@@ -29,10 +28,8 @@ from lockbuild.trust.policy import (
     Verdict,
     check_complete,
     check_dates,
-    check_manifest,
     check_signed_metadata,
     evaluate,
-    prove_manifest,
     signed_manifest,
 )
 from lockbuild.trust.sign import SignResult, carry_over, sign_bundle, sign_statement
@@ -56,7 +53,6 @@ __all__ = [
     "carry_over",
     "check_complete",
     "check_dates",
-    "check_manifest",
     "check_signed_metadata",
     "decide",
     "digest_bundle",
@@ -68,13 +64,11 @@ __all__ = [
     "open_source",
     "parse_policy",
     "parse_trusted_comment",
-    "prove_manifest",
     "read_signatures",
     "sign_bundle",
     "sign_statement",
     "signature_path",
     "signed_manifest",
     "trust_dir",
-    "verify_bundle",
     "verify_source",
 ]

@@ -89,7 +89,6 @@ MAX_LINES = 400
 OVER_THE_BOUND = {
     "site/oci.py": "being split (the OCI client, its transport and its retries)",
     "fsio.py": "the file primitives, one rule each: the whole-file reads and the descriptor walks split next",
-    "builder/pack.py": "packing and hashing are being reworked; the install table leaves once that work is merged",
     "builder/resolve.py": "uv's run and its stderr log: read_uv_stderr leaves next (its tests patch it here)",
     "builder/fetch.py": "the fetcher and its batch: Batch leaves next",
 }

@@ -617,7 +617,7 @@ def test_an_asset_named_like_a_file_of_the_environment_is_refused(
 def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builder() -> None:
     from types import SimpleNamespace
 
-    from lockbuild.builder.pack import install_table
+    from lockbuild.builder.installtable import install_table
     from lockbuild.bundle.manifest import parse_manifest
     from lockbuild.errors import IntegrityError, RecipeError
 

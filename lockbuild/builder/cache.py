@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild import fsio
-from lockbuild.digest import Hasher, git_blob_hash, is_git_sha1, is_sha256
+from lockbuild.digest import CHUNK, Hasher, git_blob_hash, is_git_sha1, is_sha256
 from lockbuild.errors import FetchError, IntegrityError
 
 GIT_KEY = "git-sha1:"  # a key that names an entry by its git blob id instead of its sha256
 STALE_TEMP_SECONDS = 24 * 3600  # a .part file untouched this long belongs to a fetch that died
 
 
-_CHUNK = 1 << 20
 MAX_MADE = 64 << 20  # a file the builder makes itself (lockbuild's own wheel is 0.3 MB)
 
 
@@ -126,7 +125,7 @@ class Cache:
             if not hashed and size is not None:
                 return f
             h = entry_hash(sha256, st.st_size)
-            while chunk := f.read(_CHUNK):
+            while chunk := f.read(CHUNK):
                 h.update(chunk)
             if h.hexdigest() != digest_of(sha256):
                 f.close()

@@ -55,6 +55,7 @@ import httpx
 from lockbuild.digest import CHUNK
 from lockbuild.errors import LockbuildError
 from lockbuild.jsonio import loads_json
+from lockbuild.limits import MiB
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MAX_OCI_MANIFEST = 64 << 20
@@ -86,7 +87,7 @@ class Transport:
     min_rate: float = 1_000_000.0  # ... plus its size at this many bytes per second
     io_seconds: float = 30.0  # the longest any one read, write or connect may wait
     max_manifest: int = MAX_OCI_MANIFEST
-    max_token: int = 1 << 20
+    max_token: int = MiB
     max_error: int = 16 << 10
     max_depth: int = 32  # JSON nesting (an OCI manifest nests 3 deep)
 

@@ -442,7 +442,7 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
     import lockbuild.install.installer as installer
     from lockbuild.bundle.read import read_head
     from lockbuild.errors import InstallError
-    from lockbuild.install.doctor import Candidate
+    from lockbuild.install.doctor import CatalogueBuild
     from lockbuild.install.fit import Needs
     from lockbuild.install.node import Gpu, Node
 
@@ -453,7 +453,7 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
     manifest, _ = read_head(bundles["gpu"])
     report = doctor.examine(
         tmp_path / "engines",
-        candidates=[Candidate("b.lbz", manifest.engine, "1.0-cu130", Needs.of(manifest))],
+        candidates=[CatalogueBuild("b.lbz", manifest.engine, "1.0-cu130", Needs.of(manifest))],
         trust=keys.trust,
         node=node,
     )

@@ -79,9 +79,10 @@ MAX_LINES = 400
 # Modules still over the bound, each with why; the list only shrinks (a module under it must leave).
 OVER_THE_BOUND = {
     "site/oci.py": "being split (the OCI client, its transport and its retries)",
-    "fsio.py": "the file primitives, one rule each: the whole-file reads and the descriptor walks split next",
-    "builder/resolve.py": "uv's run and its stderr log: read_uv_stderr leaves next (its tests patch it here)",
-    "builder/fetch.py": "the fetcher and its batch: Batch leaves next",
+    "fsio.py": "the file primitives (tests/test_layout.py lets only fsio.py open files): splitting it into a "
+               "package of primitives needs that rule to name the package",
+    "builder/fetch.py": "the fetcher and its batch window share the fetcher's download step (Fetcher._one): "
+                        "Batch leaves once that step is public",
 }
 
 

@@ -69,6 +69,7 @@ FITS = {
     "StoreError": "store",
     "RegistryError": "registry",
     "ExportError": "store index",
+    "TransferCut": "resumes",
 }
 
 

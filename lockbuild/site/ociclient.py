@@ -55,6 +55,8 @@ class TransferCut(RegistryError):
     """An answer's body broke off (the connection closed or failed mid-body), not on a deadline or a stop:
     a blob can be asked for again from the byte received. Given up, it is shown as the RegistryError it is."""
 
+    default_tip = "Run the same command again: a pull resumes a cut blob at the byte received."
+
     def plain(self) -> RegistryError:
         return RegistryError(self.message, tip="Run the same command again: a pull resumes where this one stopped.")
 

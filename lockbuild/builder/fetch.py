@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -226,7 +227,7 @@ class Fetcher:
                 self._transfer(w, sink, cancel)
                 sink.flush()
             _check(w, sink)
-            return self.cache.commit(temp, w.sha256)
+            return self.cache.commit(temp, w.sha256, name=urlsplit(w.url).path.rpartition("/")[2])
         except OSError as exc:
             raise FetchError(
                 f"{w.label}: cannot write to the cache at {self.cache.root}: {exc.strerror or exc}.",

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from lockbuild.channel import Cancelled, Channel, End
@@ -25,6 +28,40 @@ def record_line(name: str, data: bytes) -> str:
 
 def is_sha256(text: str) -> bool:
     return SHA256_HEX.fullmatch(text) is not None
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What ``fstat`` says of a file that could show it changed: which inode, its size, and its
+    modification and status-change times (any write or truncation moves both; the status-change time
+    cannot be set back by an unprivileged process)."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @staticmethod
+    def of(st: os.stat_result) -> FileIdentity:
+        return FileIdentity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class HashedFile:
+    """A file whose ``sha256`` was taken of the very bytes written to it (a download, as it arrived), and
+    its ``identity`` right after it was put in place. A reader whose open descriptor shows that same
+    identity before and after reading it reads the bytes that were hashed, and need not hash them again
+    (``same_file``); any other file is hashed as it is read."""
+
+    path: Path
+    sha256: str
+    identity: FileIdentity
+
+
+def same_file(fd: int, identity: FileIdentity) -> bool:
+    """Whether the open ``fd`` is still the file ``identity`` describes, unchanged."""
+    return FileIdentity.of(os.fstat(fd)) == identity
 
 
 class _Hash(Protocol):

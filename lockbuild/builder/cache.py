@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 from lockbuild import fsio
 from lockbuild.builder.closure import MAX_METADATA_BYTES, wheel_metadata
-from lockbuild.digest import is_sha256
+from lockbuild.digest import FileIdentity, HashedFile, is_sha256
 from lockbuild.errors import FetchError, IntegrityError, LockbuildError
 
 STALE_TEMP_SECONDS = 24 * 3600  # a .part file untouched this long belongs to a fetch that died
@@ -257,6 +257,20 @@ class Cache:
             p.unlink(missing_ok=True)
             return None
         return data
+
+    def arrived(self, sha256: str, written: os.stat_result) -> HashedFile | None:
+        """The entry just committed for ``sha256``, as a ``HashedFile``, when it is the inode the fetcher
+        wrote and hashed (``written``: its ``fstat`` after the last byte) and unchanged since: the same
+        device, inode, size and modification time. Its status-change time is taken now (the rename moved
+        it), so a reader that finds the same identity on its descriptor reads exactly the bytes hashed."""
+        try:
+            st = self.path(sha256).lstat()
+        except OSError:
+            return None
+        same = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
+            written.st_dev, written.st_ino, written.st_size, written.st_mtime_ns
+        )
+        return HashedFile(self.path(sha256), sha256, FileIdentity.of(st)) if same and stat.S_ISREG(st.st_mode) else None
 
     def sweep(self, *, older_than: float = STALE_TEMP_SECONDS) -> int:
         """Remove temp files left by fetches that died (untouched for ``older_than`` seconds); returns how many."""

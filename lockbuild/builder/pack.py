@@ -24,7 +24,7 @@ from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, So
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
 from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
-from lockbuild.digest import HashingWriter
+from lockbuild.digest import HashedFile, HashingWriter
 from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, SignatureError
 from lockbuild.lock import LockedFile, bundle_pylock, bundle_requirements
 from lockbuild.minisign import SecretKey, Signature
@@ -205,7 +205,7 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
     )
 
 
-Source = Path | Callable[[], Path]  # a file, or a file still arriving (the writer waits for it)
+Source = Path | Callable[[], Path | HashedFile]  # a file, or a file still arriving (the writer waits for it)
 
 
 def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[Manifest, list[Entry]]:
@@ -379,8 +379,12 @@ def fetch_and_write(
         for f in fetcher.fetch_all(unsized).files:
             sizes[f.wanted.sha256] = f.path.stat().st_size
 
-    def source(sha: str) -> Callable[[], Path]:
-        return lambda: batch.path(sha)  # waits for that download (or cache check) only
+    def source(sha: str) -> Callable[[], Path | HashedFile]:
+        def arrived() -> Path | HashedFile:  # waits for that download (or cache check) only
+            got = batch.fetched(sha)
+            return got.hashed or got.path  # a download, hashed as it arrived: the writer hashes it once only
+
+        return arrived
 
     manifest, entries = assemble_from(plan, source, sizes.__getitem__, plan.uv_version)
     by_sha = {w.sha256: w for w in wanted}

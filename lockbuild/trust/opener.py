@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 
 from lockbuild.bundle.extract import TIP, Extracted, extract, make_dest
 from lockbuild.bundle.manifest import Manifest, Member
-from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
+from lockbuild.digest import CHUNK, digest_exactly
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.fsio import bounded_read, list_dir, open_dir, open_regular, owner_problem, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -142,13 +142,7 @@ def digest_bundle(
     with f:
         if check is not None:
             check(size)
-        if prehash:
-            twin = TwinHasher()
-            _read_all(f, path, size, twin.update)
-            return FileDigests(*twin.finish())
-        sha = BackgroundHash("sha256")  # beside the reads: the next chunk is read while this one is hashed
-        _read_all(f, path, size, sha.update)
-        return FileDigests(size, sha.hexdigest())
+        return FileDigests(size, *digest_exactly(f, size, what=f"the bundle {path}", blake2b=prehash))
 
 
 def _read_all(f: BinaryIO, path: Path, size: int, update: Callable[[bytes], None]) -> None:

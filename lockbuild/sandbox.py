@@ -1,4 +1,4 @@
-"""The one sandbox for other people's code on the builder (issue 23): bubblewrap.
+"""The one sandbox for other people's code on the builder: bubblewrap.
 
 Build backends (prebuild, and an sdist's metadata hooks while locking: both without network), the engine
 and the recipe's commands under ``build --self-test`` all run through :func:`run`; the one networked
@@ -57,6 +57,8 @@ INSTALL_TIP = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fe
 
 class SandboxError(LockbuildError):
     """The sandbox cannot start here, or what ran in it did not finish."""
+
+    default_tip = "Check that bubblewrap (bwrap) is installed and that user namespaces are allowed here."
 
 
 class SandboxTimeout(SandboxError):

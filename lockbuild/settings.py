@@ -81,6 +81,8 @@ class Settings:
 class SettingsError(LockbuildError):
     """A setting in the environment or on the command line is unusable."""
 
+    default_tip = "Fix the variable in the environment, or the option, that the message names."
+
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")

@@ -1,4 +1,4 @@
-"""lockbuild's own bundle (issue 26): built reproducibly from the running lockbuild's own files, checked
+"""lockbuild's own bundle: built reproducibly from the running lockbuild's own files, checked
 on the node with stock minisign, extracted with zstd and tar, and installed by its signed bootstrap.sh
 with no network and no python on PATH, using the interpreter it carries; then it updates itself like any
 engine."""

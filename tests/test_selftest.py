@@ -1,4 +1,4 @@
-"""Issue 15: runtime settings ([engine.env]) every entry point sees, and the self-test (`lockbuild test`)."""
+"""Runtime settings ([engine.env]) every entry point sees, and the self-test (`lockbuild test`)."""
 
 from __future__ import annotations
 
@@ -224,7 +224,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
                             verify='["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && netengine --version"]'),
             "native": _build(tmp, keys, "native",
                              'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'),
-            # the dodges of issue 24, each one of them
+            # the dodges a hostile engine tries, each one of them
             "sendmsg": _build(tmp, keys, "sendmsg", verify='["netengine", "--sendmsg"]'),
             "sendmmsg": _build(tmp, keys, "sendmmsg", 'smoke = ["netengine", "--sendmmsg"]'),
             "devtcp": _build(tmp, keys, "devtcp", verify='["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.5/82) '
@@ -435,7 +435,7 @@ def test_without_a_tracer_the_verdict_is_not_checked_never_passed(
     assert code == 6 and data["self_test"][0]["verdict"] == "not checked"
 
 
-# --- the dodges of issue 24: each one fails the test, naming the address or family, the call and the frame ---
+# --- the dodges a hostile engine tries: each one fails the test, naming the address or family, the call and the frame ---
 
 
 @needs_netns

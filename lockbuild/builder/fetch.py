@@ -28,7 +28,7 @@ import httpx
 from lockbuild import fsio
 from lockbuild.builder.cache import Cache
 from lockbuild.digest import CHUNK, HashedFile
-from lockbuild.errors import FetchError, IntegrityError
+from lockbuild.errors import TLS_TIP, FetchError, IntegrityError, transport_tip
 from lockbuild.progress import Progress
 
 DEFAULT_JOBS = 8
@@ -256,6 +256,9 @@ class Fetcher:
             except (_Retry, _Restart, httpx.TransportError) as exc:
                 if isinstance(exc, httpx.UnsupportedProtocol):
                     raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc}") from None
+                if transport_tip(exc) == TLS_TIP:  # a certificate that does not verify will not on a retry
+                    raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc.__class__.__name__}: {exc}",
+                                     tip=TLS_TIP) from None
                 if isinstance(exc, _Restart):
                     sink.restart()
                 failures = 1 if sink.written - before >= PROGRESS_RESETS_RETRIES else failures + 1

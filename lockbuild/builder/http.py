@@ -16,7 +16,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from lockbuild import __version__
-from lockbuild.errors import RemoteError, certificate_tip
+from lockbuild.errors import RemoteError, transport_tip
 from lockbuild.settings import Settings
 from lockbuild.urls import check_transport, public
 
@@ -101,12 +101,12 @@ def get_json(
                 continue
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip="Check the network, the proxy settings and the address.",
+                tip=transport_tip(exc),
             ) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip=certificate_tip(str(exc)) or "Check the network, the proxy settings and the address.",
+                tip=transport_tip(exc),
             ) from None
         try:
             return json.loads(body), current

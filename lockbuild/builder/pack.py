@@ -114,7 +114,7 @@ def sbom(plan: Plan) -> bytes:
 
 
 def _provenance_properties(f: LockedFile) -> dict[str, object]:
-    """PEP 740 (issue 28): the publishers the index states for an attested file, as SBOM properties."""
+    """PEP 740: the publishers the index states for an attested file, as SBOM properties."""
     p = f.provenance
     if p is None or not p.publishers:
         return {}
@@ -238,7 +238,7 @@ def assemble_from(
         entries.append(Entry(member, source(f.sha256)))
     for e in plan.extras:
         entries.append(Entry(Member(e.path, size(e.sha256), e.sha256, e.kind, e.url), source(e.sha256)))
-    if isinstance(b.wheel, SelfWheel):  # lockbuild's own bundle: installable with stock tools (issue 26)
+    if isinstance(b.wheel, SelfWheel):  # lockbuild's own bundle: installable with stock tools
         entries += _bootstrap_entries(plan, [e.member for e in entries])
     entries.sort(key=lambda e: member_order(e.member.path))
     manifest = Manifest(
@@ -324,7 +324,7 @@ def write(
 
 
 def statement_for(written: Written, expires: dt.datetime | None) -> Statement:
-    """What a signature over a written bundle says: the signing process (issue 23) signs exactly this."""
+    """What a signature over a written bundle says: the signing process signs exactly this."""
     digests = written.digests
     return Statement.of(written.manifest, name=written.final.name, sha256=digests.sha256, size=digests.size,
                         expires=expires)

@@ -1,4 +1,4 @@
-"""lockbuild's own wheel, made by the running lockbuild from its own files (issue 26).
+"""lockbuild's own wheel, made by the running lockbuild from its own files.
 
 The self-bundle carries lockbuild like any engine carries its packages: a wheel pinned in the lock by
 its sha256. No build backend runs (lockbuild is pure Python), so nothing from outside runs on the

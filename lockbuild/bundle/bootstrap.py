@@ -1,5 +1,5 @@
-"""The members that let a node with no lockbuild install lockbuild's own bundle with stock tools
-(issue 26): ``bootstrap.sh``, a POSIX sh script, and ``SHA256SUMS``, the list it checks the extraction
+"""The members that let a node with no lockbuild install lockbuild's own bundle with stock tools:
+``bootstrap.sh``, a POSIX sh script, and ``SHA256SUMS``, the list it checks the extraction
 against with ``sha256sum -c``. Both are signed members, like every other; the node checks the whole file
 with ``minisign -V`` before it extracts anything."""
 

@@ -23,7 +23,7 @@ from lockbuild.provenance import Provenance, parse_recorded
 from lockbuild.times import iso, parse_time
 
 FORMAT = 2  # what a manifest says unless its [install] table needs more (InstallTable.needs_format)
-NEWEST = 3  # format 3 (issue 25): install.gpu.max-capability, variant-properties and install.serves
+NEWEST = 3  # format 3: install.gpu.max-capability, variant-properties and install.serves
 READS = (2, 3)
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
@@ -65,7 +65,7 @@ class Manifest:
     zstd_version: str = ""  # libzstd that compressed it: a rebuild must use the same to match bit for bit
     # The recipe's per-package cut-offs (uv's --exclude-newer-package): (canonical name, UTC time or None = none)
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()
-    # PEP 740 (issue 28): a wheel's or sdist's provenance as its index stated it, unverified, by member path.
+    # PEP 740: a wheel's or sdist's provenance as its index stated it, unverified, by member path.
     # Optional: written in the member's [[files]] table, which readers before it pass over.
     provenance: tuple[tuple[str, Provenance], ...] = ()
     # PEP 700: a wheel's or sdist's upload time as its index gave it at lock time (UTC, to the second), by

@@ -1,4 +1,4 @@
-"""Node commands: verify, inspect, install, list, remove, doctor (no network code below them)."""
+"""Node commands: verify, inspect, install, list, remove (no network code below them); doctor is beside."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from lockbuild.clikit import (
     _emit,
     _progress,
     _setup,
+    _warn,
     json_option,
     root_option,
     threshold_option,
     trust_option,
 )
-from lockbuild.errors import LockbuildError
 from lockbuild.times import iso
 
 Command = _Command
@@ -88,7 +88,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 
     with named_source(bundle, store=store_dir) as source:
         manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
-        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time (issue 28), unverified
+        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time, unverified
         try:
             blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
@@ -232,7 +232,9 @@ def install(
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
-    _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
+    _warn(ctx, result.warnings)
+    _emit(ctx, result.to_json(),
+          f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line())
 
 
 def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any, allow_cpu: bool) -> None:
@@ -261,11 +263,13 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
                 click.echo(for_terminal("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else "")), err=True)
                 ctx.exit(1)
             raise refusal(got)
-        if not ctx.obj.get("json"):  # the choice is said before the install runs (stdout keeps the result)
+        if not (ctx.obj.get("json") or ctx.obj.get("quiet")):  # the choice, said before the install runs
             click.echo(for_terminal("\n".join(got.lines())), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"
-    text = f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+    text = (f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+            + result.python_line())
+    _warn(ctx, result.warnings)
     _emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 
@@ -333,69 +337,4 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
     _emit(ctx, {"removed": str(path)}, f"removed {path}")
 
 
-@click.command(cls=Command, epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
-@root_option
-@click.option(
-    "--catalogue",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("bundles"),
-    show_default=True,
-    help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node.",
-)
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="A site store: for each engine and version in it, the build this node would take, or why none "
-              "fits.")
-@trust_option
-@json_option
-@click.pass_context
-def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool,
-           store_dir: Path | None = None) -> None:
-    """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
-    engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
-    would take of each engine and version in the store."""
-    _setup(ctx, as_json)
-    from lockbuild.install.doctor import examine, render
-    from lockbuild.trust import trust_dir as resolve_trust_dir
-
-    candidates, problems = _catalogue(catalogue)
-    from lockbuild.install.node import detect
-
-    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))
-    _emit(ctx, report, render(report))
-
-
-def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
-    """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
-    from lockbuild.bundle.instructions import GpuNeeds
-    from lockbuild.bundle.read import read_head
-    from lockbuild.install.doctor import Candidate
-    from lockbuild.install.fit import Needs, space_needed
-    from lockbuild.recipe import load_recipe
-
-    if not directory.is_dir():
-        return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
-    out: list[Any] = []
-    problems: list[str] = []
-    for path in sorted(directory.glob("*.toml")):
-        try:
-            recipe = load_recipe(path)
-        except LockbuildError as exc:
-            problems.append(exc.message)
-            continue
-        for b in recipe.builds:
-            gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability) if b.gpu else None
-            needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
-            out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
-    for path in sorted(directory.glob("*.lbz")):
-        try:
-            manifest, _ = read_head(path)
-        except LockbuildError as exc:
-            problems.append(f"{path.name}: {exc.message}")
-            continue
-        out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
-    return out, problems
-
-
-
-COMMANDS = (verify, inspect, install, list_, remove, doctor)
+COMMANDS = (verify, inspect, install, list_, remove)

@@ -68,7 +68,7 @@ def import_bundle(
                     seen.add(m.sha256)
                     return True
 
-                done = trusted.extract(work / MEMBERS, progress=progress, want=want)
+                done = trusted.extract(work / MEMBERS, progress=progress, want=want, action="importing")
             added = added_bytes = 0
             shown = store.root / "tmp" / name / MEMBERS
             for m in done.written:

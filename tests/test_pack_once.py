@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
+from conftest import Keys
 from hostile import RECIPE, manifest, member
+from test_build import build
 from test_bundle_format import UV, pack, sample
 
 import lockbuild.bundle.write as write
@@ -107,3 +109,26 @@ def test_a_download_written_to_while_it_is_packed_is_refused(tmp_path: Path, mon
     monkeypatch.setattr(write, "open_regular", opened)
     with pytest.raises(IntegrityError, match=f"{src} changed while it was packed"):
         pack(m, entries)
+
+
+def test_a_cold_build_packs_its_downloads_unhashed_and_a_warm_one_hashes_its_cache_hits(
+    env: object, keys: Keys, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same bundle either way; the cold build's writer hashed one file fewer per download (each was
+    hashed as it arrived), the warm build's hashed every cache hit as it packed it."""
+    proven: list[bool] = []
+    real = write.same_file
+
+    def spy(fd: int, identity: FileIdentity) -> bool:
+        proven.append(real(fd, identity))
+        return proven[-1]
+
+    monkeypatch.setattr(write, "same_file", spy)
+    cache = {"LOCKBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    cold = build(toy_recipe, keys.secret, tmp_path / "a", env=cache)
+    downloads = len(proven)
+    assert downloads >= 2 and all(proven)  # checked before the first byte and after the last
+    proven.clear()
+    warm = build(toy_recipe, keys.secret, tmp_path / "b", env=cache)
+    assert proven == []  # cache hits: no HashedFile, hashed as they are packed
+    assert cold.read_bytes() == warm.read_bytes()

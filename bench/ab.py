@@ -1,6 +1,7 @@
 """A/B of lockbuild source trees on one generated workload, step by step, in the same run.
 
-    python -m bench.ab [--workload vllm-shape] [--scale 1] [--repeat 2] LABEL=TREE [LABEL=TREE ...]
+    python -m bench.ab [--workload vllm-shape] [--scale 1] [--repeat 2] [--no-pep658] [--steps S,S]
+                       LABEL=TREE [LABEL=TREE ...]
 
 TREE is a directory holding a lockbuild source tree (``git archive COMMIT | tar -x -C TREE``; ``.`` is
 this one); each command runs with TREE as its working directory and on its PYTHONPATH, so it is that
@@ -35,6 +36,7 @@ from bench.workload import generate
 
 HERE = Path(__file__).resolve().parent
 STEPS = ("lock, cold", "build, cold", "lock, rebuild", "build, warm", "sha256 pass", "openssl dgst -sha256")
+KEYS = dict(zip(("lock-cold", "build-cold", "lock-rebuild", "build-warm", "sha256"), STEPS[:5], strict=True))
 
 
 def main(argv: list[str]) -> int:
@@ -42,11 +44,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--workload", default="vllm-shape", choices=("small", "vllm-shape"))
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--no-pep658", action="store_true", help="an index that lists no METADATA files")
+    ap.add_argument("--steps", default=",".join(KEYS), help=f"some of {','.join(KEYS)} (default: all)")
     ap.add_argument("trees", nargs="+", metavar="LABEL=TREE")
     args = ap.parse_args(argv)
     trees = {label: Path(tree).resolve() for label, _, tree in (t.partition("=") for t in args.trees)}
     w = generate(args.workload, args.scale, HERE / "work")
-    server = StaticIndex(w.files_dir, w.files)
+    server = StaticIndex(w.files_dir, w.files, pep658=not args.no_pep658)
+    steps = [step for key, step in KEYS.items() if key in args.steps.split(",")]
     work = HERE / "work" / "ab"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -58,7 +63,7 @@ def main(argv: list[str]) -> int:
         for i in range(args.repeat):
             for label in trees:
                 shutil.rmtree(work / label, ignore_errors=True)
-            for step in STEPS[:5]:
+            for step in steps:
                 for label, tree in trees.items():
                     runs = _step(step, tree, work / label, recipe, secret, server.index_url)
                     for name, r in runs:

@@ -153,7 +153,8 @@ def test_import_and_delta_say_what_they_do_not_unpacking(tmp_path: Path) -> None
     assert r.exit_code == 0, r.output
     assert re.search(r"^lockbuild: importing: \d+ file\(s\)", r.stderr, re.M), r.stderr
     assert "unpacking" not in r.stderr
-    r = CliRunner().invoke(main, ["delta", str(new), "--base", str(old), "--out", str(tmp_path / "d")])
+    r = CliRunner().invoke(main, ["delta", str(new), "--base", str(old), "--out", str(tmp_path / "d"), "--trust",
+                                  str(signer.trust)])
     assert r.exit_code == 0, r.output
     assert re.search(r"^lockbuild: checking: \d+ file\(s\)", r.stderr, re.M), r.stderr
     assert "unpacking" not in r.stderr

@@ -255,6 +255,14 @@ def build(
     from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    from lockbuild.recipe.modelrecipe import is_model_recipe_file
+
+    if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
+        from lockbuild.builder.modelcli import build_model_cli
+
+        build_model_cli(ctx, recipe, key=key, out=out, expires=expires, threads=threads, jobs=jobs, settings=settings,
+                        self_test=self_test, build_spec=build_spec, allow_readable_key=allow_readable_key)
+        return
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)

@@ -44,9 +44,10 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Pa
         chosen, how = None, "none"
     candidates, problems = _catalogue(chosen) if chosen is not None else ([], [])
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import StoreOffers  # the store's builds, fed to the installer's choice
 
     report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))
+                     store=StoreOffers(store_dir) if store_dir is not None else None, node=detect(environ=os.environ))
     where = str(chosen.absolute()) if chosen is not None else None
     report["catalogue_dir"] = {"path": where, "from": how}
     said = {"--catalogue": f"{where} (--catalogue)", "default": f"{where} (the default, ./bundles)",
@@ -64,12 +65,15 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
     from lockbuild.install.doctor import Candidate
     from lockbuild.install.fit import Needs, space_needed
     from lockbuild.recipe import load_recipe
+    from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if not directory.is_dir():
         return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
     out: list[Any] = []
     problems: list[str] = []
     for path in sorted(directory.glob("*.toml")):
+        if is_model_recipe_file(path):  # a [model] recipe: nothing to fit
+            continue
         try:
             recipe = load_recipe(path)
         except LockbuildError as exc:
@@ -84,6 +88,8 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
             manifest, _ = read_head(path)
         except LockbuildError as exc:
             problems.append(f"{path.name}: {exc.message}")
+            continue
+        if manifest.model is not None:  # a model bundle: no environment to fit this node
             continue
         out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
     return out, problems

@@ -29,23 +29,33 @@ store_option = click.option("--store", "store_dir", type=click.Path(path_type=Pa
                             "delta.")
 
 
+models_option = click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
+                             help="A models folder: the Hugging Face cache model bundles are installed in.")
 @click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
-@click.argument("bundle", metavar="BUNDLE")
+@click.argument("bundle", metavar="BUNDLE", required=False)
 @store_option
 @trust_option
 @threshold_option
+@models_option
 @json_option
 @click.pass_context
-def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
-           as_json: bool) -> None:
+def verify(ctx: click.Context, bundle: str | None, store_dir: Path | None, trust_dir: Path | None,
+           threshold: int | None, as_json: bool, models_dir: Path | None = None) -> None:
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
 
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR; or an image FILE.sqfs from `image`
-    (its .minisig and record FILE.sqfs.json beside it).
+    (its .minisig and record FILE.sqfs.json beside it). --models DIR [ORG/NAME]: the installed models.
     """
     _setup(ctx, as_json)
+    if models_dir is not None:
+        from lockbuild.modelcli import verify_models_cli
+
+        verify_models_cli(ctx, models_dir, bundle, trust_dir=trust_dir, threshold=threshold)
+        return
+    if bundle is None:
+        raise click.UsageError("expected BUNDLE (or --models DIR).")
     from lockbuild.image.record import is_image
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, verify_source
@@ -106,7 +116,8 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         "exclude_newer_package": {name: when or False for name, when in manifest.exclude_newer_package},
         "signatures": sigs,
         "unpacked_size": manifest.unpacked_size,
-        "install": manifest.install.to_json(),
+        "install": manifest.install.to_json() if manifest.model is None else None,
+        **({"model": manifest.model.to_json()} if manifest.model is not None else {}),
         "files": [
             {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin,
              **({"provenance": attested[m.path].to_json()} if m.path in attested else {})}
@@ -122,7 +133,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             f"exclude-newer-package: {name} = {when or 'false (no cut-off)'}"
             for name, when in manifest.exclude_newer_package
         ),
-        *(f"install: {line}" for line in manifest.install.summary()),
+        *(f"install: {line}" for line in (manifest.model or manifest.install).summary()),
         *(
             f"interpreter: Python {manifest.python}, {m.path} (sha256 {m.sha256[:16]}…, from {m.origin})"
             for m in manifest.members
@@ -176,6 +187,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 @click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@models_option
 @json_option
 @click.pass_context
 def install(
@@ -192,6 +204,7 @@ def install(
     wait: float,
     as_json: bool,
     allow_cpu: bool = False,
+    models_dir: Path | None = None,
 ) -> None:
     """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
 
@@ -221,6 +234,7 @@ def install(
         threshold=threshold,
         wait=wait,
         environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
+        models=models_dir,
     )
     installer = Installer(opts, progress=_progress(ctx))
     from lockbuild.site.sources import named_source  # no network code either
@@ -228,6 +242,12 @@ def install(
     request = choosing_form(bundle, store=store_dir)
     if request is not None:
         _install_chosen(ctx, installer, request, opts, allow_cpu)
+        return
+    if models_dir is not None:  # a model bundle placed there, or an engine that reads its models there
+        from lockbuild.modelcli import install_model_cli
+
+        with named_source(bundle, store=store_dir) as source:
+            install_model_cli(ctx, source, models_dir, opts=opts, installer=installer)
         return
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)
@@ -245,6 +265,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 
     from lockbuild.install.choose import chosen, refusal
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import place_for
     from lockbuild.text import for_terminal, mask_data
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
@@ -252,7 +273,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
     started = time.monotonic()
     node = detect(environ=os.environ)
     trust = load_store(resolve_trust_dir(opts.trust_dir))
-    with chosen(request, trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
+    with chosen(place_for(request), trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
                 allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:
         if got.opened is None:
             if ctx.obj.get("json"):
@@ -277,12 +298,19 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 @root_option
 @click.option("--images", "images_dir", type=click.Path(path_type=Path, file_okay=False),
               help="List the images (FILE.sqfs from `image`) in this folder instead, with what they hold.")
+@models_option
 @json_option
 @click.pass_context
-def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None) -> None:
+def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None,
+          models_dir: Path | None = None) -> None:
     """List installed engines with version, variant, installed time and bundle digest (or, with --images, the
-    images in a folder)."""
+    images in a folder; with --models, the models installed there)."""
     _setup(ctx, as_json)
+    if models_dir is not None:
+        from lockbuild.modelcli import list_models_cli
+
+        list_models_cli(ctx, models_dir)
+        return
     if images_dir is not None:
         _list_images(ctx, images_dir)
         return

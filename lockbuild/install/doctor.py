@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.errors import LockbuildError
+from lockbuild.install.choose import Place, store_choices
 from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.marker import list_installed
 from lockbuild.install.node import Node, detect, free_bytes
@@ -85,7 +86,7 @@ def examine(
     problems: Sequence[str] = (),
     trust: Path,
     node: Node | None = None,
-    store: Path | None = None,
+    store: Place | None = None,
 ) -> dict[str, Any]:
     node = node or detect()
     pythons = find_pythons()
@@ -156,15 +157,13 @@ def self_install_report(path0: str | None = None) -> dict[str, Any]:
     return {"package": str(package), "sys_path0": first, "writable": writable, "warnings": warnings}
 
 
-def _store_report(store: Path, trust: Path, node: Node, root: Path) -> dict[str, Any]:
+def _store_report(store: Place, trust: Path, node: Node, root: Path) -> dict[str, Any]:
     """doctor --store: each engine and version in the store, and the build this node would take."""
-    from lockbuild.install.choose import store_choices
-
     try:
         entries = store_choices(store, trust=load_store(trust), node=node, root=root)
     except LockbuildError as exc:
-        return {"path": str(store), "ok": False, "error": exc.message, "entries": []}
-    return {"path": str(store), "ok": True, "entries": entries}
+        return {"path": str(store.path), "ok": False, "error": exc.message, "entries": []}
+    return {"path": str(store.path), "ok": True, "entries": entries}
 
 
 def render(report: dict[str, Any]) -> str:

@@ -209,7 +209,7 @@ def _older(o: Option) -> tuple[int, int]:
     return (-o.newness[0], -o.newness[1])
 
 
-def _newest_first(versions: set[str]) -> list[str]:
+def newest_first(versions: set[str]) -> list[str]:
     from packaging.version import InvalidVersion, Version
 
     def key(v: str) -> tuple[int, Any]:
@@ -230,7 +230,7 @@ def choose(engine: str, version: str | None, options: Sequence[Option], facts: F
     if version is not None:
         return _choose_version(engine, version, mine, facts, allow_cpu, gpu_check)
     results = [_choose_version(engine, v, [o for o in mine if o.version == v], facts, allow_cpu, gpu_check)
-               for v in _newest_first({o.version for o in mine})]
+               for v in newest_first({o.version for o in mine})]
     if not results:
         return Choice(engine, None, f"the candidates hold no build of {engine}", (),
                       f"import a build of {engine} into the store or folder")

@@ -25,6 +25,7 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
+from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others
@@ -52,6 +53,7 @@ class InstallOptions:
     wait: float = 0.0
     verify_timeout: float = VERIFY_TIMEOUT
     environ: Mapping[str, str] = field(default_factory=dict)  # the CLI's; uv and the engine get allow-lists of it
+    models: Path | None = None  # --models: HF_HUB_CACHE (and HF_HUB_OFFLINE=1) among the runtime settings
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,9 @@ class Installer:
 
     def install_opened(self, opened: TrustedBundle, started: float, node: Node | None = None) -> InstallResult:
         m, p = opened.manifest, self.progress
+        if m.model is not None:
+            raise InstallError(f"{opened.path.name} is a model bundle ({m.model.repo} at {m.model.commit}); it has no "
+                               "environment to install under --root.", tip="Install it with --models DIR.")
         node = node or self.node or detect(environ=self.o.environ)
         # --python wins; else the bundle's own interpreter (placed after the extraction); else the system's
         # (/usr/bin, /usr/local/bin); only then, with a warning, one found elsewhere on PATH
@@ -203,7 +208,8 @@ class Installer:
         command, the GPU probe and the records; then ``then()`` (install: the swap), with the bundle's
         interpreter still held. An image (lockbuild.image) passes its ``view`` (the prefix its nodes mount
         it at) and ``place_python`` (its interpreter goes inside the image)."""
-        stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ, view)
+        manifest = with_models_env(opened.manifest, self.o.models)
+        stage = Stage(unpacked, staged, manifest, self.progress, self.hook, self.o.environ, view)
         cleaner: threading.Thread | None = None
         try:
             with contextlib.ExitStack() as held:

@@ -359,20 +359,27 @@ def _forget_new_store(made: Path | None, store_dir: Path) -> None:
 
 @click.command("delta", cls=_Command,
                epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
-               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/")
+               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/ --trust /etc/lockbuild/keys")
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--base", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
               help="The older bundle the site already has.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the delta.")
+@trust_option
+@threshold_option
 @json_option
 @click.pass_context
-def delta_(ctx: click.Context, new: Path, base: Path, out: Path, as_json: bool) -> None:
+def delta_(ctx: click.Context, new: Path, base: Path, out: Path, trust_dir: Path | None, threshold: int | None,
+           as_json: bool) -> None:
     """Write NAME.delta.lbz: NEW's signed manifest and only the members BASE lacks, with NEW's signatures
-    (no key needed). `lockbuild import` completes it in a store that holds BASE's members."""
+    (no key needed). NEW and BASE must meet --trust's policy first. `lockbuild import` completes the
+    delta in a store that holds BASE's members."""
     _setup(ctx, as_json)
     from lockbuild.site.delta import write_delta
+    from lockbuild.trust import load_store
+    from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    done = write_delta(new, base, out, progress=_progress(ctx))
+    done = write_delta(new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold,
+                       progress=_progress(ctx))
     size = done.path.stat().st_size
     data = {"delta": str(done.path), "members": done.members, "included": done.included,
             "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}

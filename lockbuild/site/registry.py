@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockbuild.bundle.extract import TIP
 from lockbuild.bundle.manifest import Member
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
@@ -40,7 +41,7 @@ from lockbuild.site.oci import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, Registr
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import StoreError
 from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
-from lockbuild.trust.source import SizeCheck, Stream
+from lockbuild.trust.source import TIP_AGAIN, SizeCheck, Stream
 
 ARTIFACT_TYPE = "application/vnd.lockbuild.bundle.v1"
 CONFIG_TYPE = "application/vnd.lockbuild.manifest.v1+toml"
@@ -135,6 +136,8 @@ class RegistryArtifact:
         self.label = str(registry.ref)
         self.file_name: str | None = artifact.bundle_name
         self.expect_ref: str | None = None
+        self.where, self.subject = self.label, "the bundle's manifest"
+        self.absent_tip, self.damage_tip, self.partial = TIP_AGAIN, TIP, False
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         if len(self.artifact.signatures) > limits.max_signature_file:

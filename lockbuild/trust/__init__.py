@@ -1,14 +1,18 @@
 """The trust path: one signed statement per signature, a trust store, a pure policy, one opener.
 
 ``statement`` (the signed fields), ``store`` (keys, revocations, policy; identity by raw key),
-``policy`` (pure: who counts and why), ``source`` (the one port every source implements), ``opener``
-(the one trust decision: ``open_source`` returns a :class:`TrustedBundle`), ``sign`` (adding a checked co-signature).
+``policy`` (pure: who counts and why), ``source`` (the one port: ``Signed``, what the decision reads,
+and ``Source``, a bundle's source with its members), ``opener`` (the one trust decision: ``decide`` for
+every signed thing; ``open_source`` returns a :class:`TrustedBundle`), ``sign`` (adding a checked
+co-signature; ``read_unverified``, the signer's own pass).
 """
 
 from lockbuild.trust.opener import (
     DEFAULT_TRUST_DIR,
+    Decision,
     TrustedBundle,
     VerifyResult,
+    decide,
     digest_bundle,
     load_store,
     open_bundle,
@@ -38,6 +42,7 @@ from lockbuild.trust.store import POLICY_FILE, Policy, TrustStore, build_store, 
 __all__ = [
     "DEFAULT_TRUST_DIR",
     "POLICY_FILE",
+    "Decision",
     "Evaluation",
     "FileDigests",
     "Policy",
@@ -53,6 +58,7 @@ __all__ = [
     "check_dates",
     "check_manifest",
     "check_signed_metadata",
+    "decide",
     "digest_bundle",
     "evaluate",
     "format_trusted_comment",

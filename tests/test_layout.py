@@ -334,6 +334,8 @@ PRIVATE_IMPORTS_LEFT = {
                                                                        "_setup", "_take_password", "_warn")),
     *(("lockbuild.recipe.parse", "lockbuild.recipe.tables", n) for n in ("_assets", "_index", "_indexes",
                                                                           "_interpreter", "_source", "_wheel")),
+    *(("lockbuild.builder.modelcli", "lockbuild.clikit", n) for n in ("_emit", "_progress", "_take_password", "_warn")),
+    *(("lockbuild.modelcli", "lockbuild.clikit", n) for n in ("_emit", "_progress")),
     ("lockbuild.image.build", "lockbuild.install.pythons", "_place"),
     ("lockbuild.install.pythons", "lockbuild.install.swap", "_open_lock"),
     ("lockbuild.site.storecare", "lockbuild.site.storemodel", "_HEX"),

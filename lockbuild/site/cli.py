@@ -272,7 +272,7 @@ def push_(
     member against the signed manifest before it is uploaded; each member is one blob, by its sha256,
     uploaded once."""
     _setup(ctx, as_json)
-    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import push
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, open_source
@@ -283,10 +283,11 @@ def push_(
     with named_source(source, store=store_dir) as src:
         # the same trust decision as install: nothing unchecked is uploaded
         trusted = open_source(src, load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms) as reg:
+        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms,
+                      transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
             done = push(trusted, reg, progress=_progress(ctx))
     data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
-            "uploaded_bytes": done.moved_bytes}
+            "uploaded_bytes": done.moved_bytes, "retries": reg.retries}
     _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
                      f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")
 
@@ -321,24 +322,27 @@ def pull_(
     """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
     any blob is requested; then only the blobs the store lacks are fetched, each checked as it streams."""
     _setup(ctx, as_json)
-    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import pull
     from lockbuild.site.store import Store
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
     made = next((d for d in reversed([store_dir, *store_dir.absolute().parents]) if not os.path.lexists(d)), None)
+    store: Store | None = None
     try:
         with Store(store_dir, create=True) as store, \
                 Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                         auth_realms=auth_realms) as reg:
+                         auth_realms=auth_realms, transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
             done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
                         jobs=jobs)
     except BaseException:
-        _forget_new_store(made, store_dir)
+        # a store another node created meanwhile (nodes sharing one) is not this pull's to forget
+        _forget_new_store(made if store is None or store.created else None, store_dir)
         raise
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
-            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}
+            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir),
+            "retries": reg.retries}
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
                      f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
 

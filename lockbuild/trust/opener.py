@@ -122,6 +122,18 @@ def load_store(directory: Path) -> TrustStore:
     return build_store(keys, source=str(directory), revoked=revoked or "", policy=policy)
 
 
+
+def recheck_kept(source: Source, manifest: Manifest, limits: Limits = DEFAULT_LIMITS) -> Extracted:
+    """Check ``source``'s members against ``manifest``, a manifest the one trust decision already accepted
+    and that this user's own install kept beside what it installed (``verify --models`` without
+    ``--trust``: the kept record was judged when it was installed, under the same ownership rule as the
+    install itself). The signatures are not judged again here; with ``--trust`` the caller opens the kept
+    record with :func:`open_source` instead. The member loop is the one extraction."""
+    with source.members(limits) as stream:
+        return extract(manifest, stream.pieces, dest=None, allow_absent=True, absent_tip=source.absent_tip,
+                       damage_tip=source.damage_tip, where=source.where)
+
+
 @dataclass(frozen=True)
 class TrustedBundle:
     """A source whose signatures met the policy, and whose manifest is the signed one: the only way to

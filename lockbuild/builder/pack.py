@@ -22,7 +22,7 @@ from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_t
 from lockbuild.bundle.lockfiles import bundle_pylock, bundle_requirements
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
-from lockbuild.digest import HashingWriter
+from lockbuild.digest import HashedFile, HashingWriter
 from lockbuild.errors import LockbuildError, SignatureError
 from lockbuild.lock import LockedFile
 from lockbuild.minisign import SecretKey, Signature
@@ -128,7 +128,7 @@ def _bytes_member(path: str, data: bytes, kind: str) -> tuple[Member, bytes]:
     return Member(path, len(data), hashlib.sha256(data).hexdigest(), kind, ""), data
 
 
-Source = Path | Callable[[], Path]  # a file, or a file still arriving (the writer waits for it)
+Source = Path | Callable[[], Path | HashedFile]  # a file, or a file still arriving (the writer waits for it)
 
 
 def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[Manifest, list[Entry]]:
@@ -302,8 +302,12 @@ def fetch_and_write(
         for f in fetcher.fetch_all(unsized).files:
             sizes[f.wanted.sha256] = f.path.stat().st_size
 
-    def source(sha: str) -> Callable[[], Path]:
-        return lambda: batch.path(sha)  # waits for that download (or cache check) only
+    def source(sha: str) -> Callable[[], Path | HashedFile]:
+        def arrived() -> Path | HashedFile:  # waits for that download (or cache check) only
+            got = batch.fetched(sha)
+            return got.hashed or got.path  # a download, hashed as it arrived: the writer hashes it once only
+
+        return arrived
 
     manifest, entries = assemble_from(plan, source, sizes.__getitem__, plan.uv_version)
     by_sha = {w.sha256: w for w in wanted}

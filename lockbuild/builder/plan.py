@@ -283,8 +283,16 @@ class Planner:
             w = Wanted(entry.metadata_url, entry.metadata_sha256, None, f"the metadata of {f.filename}")
             with open_verified(self.fetcher, w) as fh:
                 return fsio.bounded_read(fh, MAX_METADATA_BYTES, what=w.label, error=IntegrityError)
-        with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:
-            return wheel_metadata(fh, f.filename)
+        kept = self.cache.metadata(f.sha256)  # taken out when the wheel entered the cache: the wheel unopened
+        if kept is None and self.cache.lookup(f.sha256, f.size, hashed=False) is None:
+            self.fetcher.download(Wanted(f.url, f.sha256, f.size, f.filename))  # hashed as it came; keeps it
+            kept = self.cache.metadata(f.sha256)
+        if kept is not None:
+            return kept
+        with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:  # cached before
+            data = wheel_metadata(fh, f.filename)
+        self.cache.keep_metadata(f.sha256, data)
+        return data
 
     def _build_closure(
         self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: ExtraIndexes, pool: Executor

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from lockbuild.clikit import _Command, _emit, _setup, json_option, root_option, trust_option
 from lockbuild.errors import LockbuildError
+
+if TYPE_CHECKING:
+    from lockbuild.install.doctor import CatalogueBuild
 
 Command = _Command
 
@@ -58,18 +61,18 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Pa
 DEFAULT_CATALOGUE = Path("bundles")  # relative to the current directory: a checkout's recipes
 
 
-def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
+def _catalogue(directory: Path) -> tuple[list[CatalogueBuild], list[str]]:
     """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
     from lockbuild.bundle.instructions import GpuNeeds
     from lockbuild.bundle.read import read_head
-    from lockbuild.install.doctor import Candidate
+    from lockbuild.install.doctor import CatalogueBuild
     from lockbuild.install.fit import Needs, space_needed
     from lockbuild.recipe import load_recipe
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if not directory.is_dir():
         return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
-    out: list[Any] = []
+    out: list[CatalogueBuild] = []
     problems: list[str] = []
     for path in sorted(directory.glob("*.toml")):
         if is_model_recipe_file(path):  # a [model] recipe: nothing to fit
@@ -82,7 +85,7 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
         for b in recipe.builds:
             gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability) if b.gpu else None
             needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
-            out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
+            out.append(CatalogueBuild(path.name, recipe.engine.name, b.id, needs))
     for path in sorted(directory.glob("*.lbz")):
         try:
             manifest, _ = read_head(path)
@@ -91,7 +94,8 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
             continue
         if manifest.model is not None:  # a model bundle: no environment to fit this node
             continue
-        out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
+        build = f"{manifest.version}-{manifest.variant}"
+        out.append(CatalogueBuild(path.name, manifest.engine, build, Needs.of(manifest)))
     return out, problems
 
 

@@ -2,7 +2,7 @@
 
 Fit is decided by :func:`lockbuild.install.fit.unmet`, the rule ``install`` refuses by, on the same
 facts. Candidates come from the caller: the CLI turns catalogue recipes (and bundles' signed manifests)
-into :class:`Candidate` needs, so nothing here parses a recipe.
+into :class:`CatalogueBuild` needs, so nothing here parses a recipe.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from lockbuild.trust import TrustStore, load_store
 
 
 @dataclass(frozen=True)
-class Candidate:
+class CatalogueBuild:
+    """One build of the catalogue doctor judges: a recipe's build or a bundle's signed needs (read, not verified)."""
+
     source: str  # the recipe or bundle file it came from
     engine: str
     build: str
@@ -82,7 +84,7 @@ def _trust_report(directory: Path) -> dict[str, Any]:
 def examine(
     root: Path,
     *,
-    candidates: Sequence[Candidate] = (),
+    candidates: Sequence[CatalogueBuild] = (),
     problems: Sequence[str] = (),
     trust: Path,
     node: Node | None = None,

@@ -17,6 +17,7 @@ import click
 
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.errors import IntegrityError
+from lockbuild.jsonio import JSON
 from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
@@ -59,8 +60,8 @@ def import_(
     with Store(store_dir, create=True) as store:
         done = import_bundle(store, bundle, trust_dir=trust_dir, threshold=threshold, progress=_progress(ctx),
                              wait=wait)
-    data = {"build": done.ref, "members": done.members, "added_blobs": done.added, "added_bytes": done.added_bytes,
-            "signers": list(done.signers), "store": str(store_dir)}
+    data: dict[str, JSON] = {"build": done.ref, "members": done.members, "added_blobs": done.added,
+                             "added_bytes": done.added_bytes, "signers": list(done.signers), "store": str(store_dir)}
     _emit(
         ctx,
         data,
@@ -85,7 +86,7 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     from lockbuild.site.store import Store
     from lockbuild.site.storemodel import list_line, list_row
 
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, JSON]] = []
     lines: list[str] = []
     with Store(store_dir) as store:
         for b in store.builds_all():
@@ -174,9 +175,9 @@ def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str,
     with Store(store_dir) as store:
         done = export_index(store, out, refs=refs, signing=signing, wait=wait)
     missing = done.without_upload_time
-    data = {"out": str(out), "builds": list(done.builds), "projects": len({d.project for d in done.dists}),
-            "files": len(done.dists), "linked": done.linked, "signer": done.signer,
-            "without_upload_time": list(missing)}
+    data: dict[str, JSON] = {"out": str(out), "builds": list(done.builds),
+                             "projects": len({d.project for d in done.dists}), "files": len(done.dists),
+                             "linked": done.linked, "signer": done.signer, "without_upload_time": list(missing)}
     if missing and not as_json:
         names = one_line(", ".join(missing[:10]))
         click.echo(for_terminal(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
@@ -202,7 +203,7 @@ def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json:
 
     listing_path = split(bundle, parse_size(size_text), out)
     listing = read_part_list(listing_path)
-    data = {"part_list": str(listing_path), "sha256": listing.sha256, "size": listing.size,
+    data: dict[str, JSON] = {"part_list": str(listing_path), "sha256": listing.sha256, "size": listing.size,
             "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts]}
     _emit(
         ctx,
@@ -282,7 +283,7 @@ def push_(
         with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms,
                       transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
             done = push(trusted, reg, progress=_progress(ctx))
-    data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
+    data: dict[str, JSON] = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
             "uploaded_bytes": done.moved_bytes, "retries": reg.retries}
     _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
                      f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")
@@ -336,7 +337,7 @@ def pull_(
         # a store another node created meanwhile (nodes sharing one) is not this pull's to forget
         _forget_new_store(made if store is None or store.created else None, store_dir)
         raise
-    data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
+    data: dict[str, JSON] = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
             "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir),
             "retries": reg.retries}
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
@@ -381,7 +382,7 @@ def delta_(ctx: click.Context, new: Path, base: Path, out: Path, trust_dir: Path
     done = write_delta(new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold,
                        progress=_progress(ctx))
     size = done.path.stat().st_size
-    data = {"delta": str(done.path), "members": done.members, "included": done.included,
+    data: dict[str, JSON] = {"delta": str(done.path), "members": done.members, "included": done.included,
             "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}
     _emit(ctx, data, f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "
                      f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)")

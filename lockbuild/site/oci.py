@@ -24,7 +24,7 @@
 - **Size bounds.** Every answer is read as a stream with a cap, and a ``Content-Length`` over the cap
   is refused unread: a manifest ``max_manifest`` (64 MiB), a token answer ``max_token`` (1 MiB), an
   error body ``max_error`` (16 KiB, truncated for the message), a blob the size the caller knows. JSON
-  answers are parsed with :func:`lockbuild.fsio.loads_json` (size and nesting depth checked first).
+  answers are parsed with :func:`lockbuild.jsonio.loads_json` (size and nesting depth checked first).
   Bodies are read raw (``Accept-Encoding: identity``), so nothing is decompressed past a cap.
 - **Memory stays flat.** A blob goes up as a stream of ``CHUNK`` (1 MiB) pieces read from its file
   (``_Body``, with its ``Content-Length``), never as one bytes object: httpx keeps a streamed request in
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlencode
 
-from lockbuild.fsio import CHUNK
+from lockbuild.digest import CHUNK
 from lockbuild.site.ociclient import (
     DEFAULT_TRANSPORT,
     MAX_OCI_MANIFEST,

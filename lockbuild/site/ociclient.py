@@ -29,7 +29,8 @@ import httpcore
 import httpx
 
 from lockbuild.errors import LockbuildError
-from lockbuild.fsio import loads_json
+from lockbuild.jsonio import loads_json
+from lockbuild.limits import MiB
 from lockbuild.site.ociref import (
     Credentials,
     OciRef,
@@ -54,6 +55,8 @@ class TransferCut(RegistryError):
     """An answer's body broke off (the connection closed or failed mid-body), not on a deadline or a stop:
     a blob can be asked for again from the byte received. Given up, it is shown as the RegistryError it is."""
 
+    default_tip = "Run the same command again: a pull resumes a cut blob at the byte received."
+
     def plain(self) -> RegistryError:
         return RegistryError(self.message, tip="Run the same command again: a pull resumes where this one stopped.")
 
@@ -67,7 +70,7 @@ class Transport:
     min_rate: float = 1_000_000.0  # ... plus its size at this many bytes per second
     io_seconds: float = 30.0  # the longest any one read, write or connect may wait
     max_manifest: int = MAX_OCI_MANIFEST
-    max_token: int = 1 << 20
+    max_token: int = MiB
     max_error: int = 16 << 10
     max_depth: int = 32  # JSON nesting (an OCI manifest nests 3 deep)
     retry: RetryPolicy = field(default=DEFAULT_RETRY)  # 429 / 502 / 503 / 504: when to ask again (site/retry.py)

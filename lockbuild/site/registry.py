@@ -39,7 +39,8 @@ from lockbuild.bundle.extract import TIP
 from lockbuild.bundle.manifest import Member
 from lockbuild.digest import CHUNK, Hasher
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
-from lockbuild.fsio import loads_json, open_regular, remove_at
+from lockbuild.fsio import open_regular, remove_at
+from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 from lockbuild.site import modelpack

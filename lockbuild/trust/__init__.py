@@ -21,7 +21,6 @@ from lockbuild.trust.opener import (
     recheck_kept,
     signature_path,
     trust_dir,
-    verify_bundle,
     verify_source,
 )
 from lockbuild.trust.policy import (
@@ -30,10 +29,8 @@ from lockbuild.trust.policy import (
     Verdict,
     check_complete,
     check_dates,
-    check_manifest,
     check_signed_metadata,
     evaluate,
-    prove_manifest,
     signed_manifest,
 )
 from lockbuild.trust.sign import SignResult, carry_over, sign_bundle, sign_statement
@@ -57,7 +54,6 @@ __all__ = [
     "carry_over",
     "check_complete",
     "check_dates",
-    "check_manifest",
     "check_signed_metadata",
     "decide",
     "digest_bundle",
@@ -69,7 +65,6 @@ __all__ = [
     "open_source",
     "parse_policy",
     "parse_trusted_comment",
-    "prove_manifest",
     "read_signatures",
     "recheck_kept",
     "sign_bundle",
@@ -77,6 +72,5 @@ __all__ = [
     "signature_path",
     "signed_manifest",
     "trust_dir",
-    "verify_bundle",
     "verify_source",
 ]

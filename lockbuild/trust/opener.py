@@ -344,18 +344,6 @@ def verify_source(
                         trusted.ref)
 
 
-def verify_bundle(
-    bundle: Path,
-    store: TrustStore,
-    *,
-    threshold: int | None = None,
-    now: dt.datetime | None = None,
-    progress: Progress | None = None,
-) -> VerifyResult:
-    """``verify_source`` of a ``.lbz``."""
-    return verify_source(BundleFile(bundle), store, threshold=threshold, now=now, progress=progress)
-
-
 def trust_dir(explicit: Path | None) -> Path:
     """The trust directory: the one given (``--trust``, or ``LOCKBUILD_TRUST_DIR`` as the CLI reads it), else
     the default. No library module reads the environment."""

@@ -24,7 +24,7 @@ from typing import BinaryIO, Protocol
 
 from lockbuild.bundle.extract import TIP, Piece
 from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_head_raw, read_manifest, tar_pieces
-from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
+from lockbuild.digest import CHUNK, digest_exactly
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.fsio import open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -207,13 +207,7 @@ def digest_bundle(
     with f:
         if check is not None:
             check(size)
-        if prehash:
-            twin = TwinHasher()
-            _read_all(f, path, size, twin.update, what)
-            return FileDigests(*twin.finish())
-        sha = BackgroundHash("sha256")  # beside the reads: the next chunk is read while this one is hashed
-        _read_all(f, path, size, sha.update, what)
-        return FileDigests(size, sha.hexdigest())
+        return FileDigests(size, *digest_exactly(f, size, what=f"the {what} {path}", blake2b=prehash))
 
 
 def _read_all(f: BinaryIO, path: Path, size: int, update: Callable[[bytes], None], what: str) -> None:

@@ -10,6 +10,7 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.digest import SHA256_HEX
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import list_dir
+from lockbuild.jsonio import JSON
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import parse_signatures
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
@@ -82,13 +83,13 @@ class Build:
         return f"{m.engine}/{m.version}-{m.variant}"
 
 
-def list_row(b: Build, present: int) -> dict[str, object]:
+def list_row(b: Build, present: int) -> dict[str, JSON]:
     """A build's row in ``store list --json``: an engine's fields, and for a model build (one per commit)
     also its ``repo`` and ``commit``."""
     m = b.manifest
-    row: dict[str, object] = {"build": b.ref, "engine": m.engine, "version": m.version, "variant": m.variant,
-                              "platform": m.platform, "serial": m.serial, "members": len(m.members),
-                              "present": present, "complete": present == len(m.members), "size": m.unpacked_size}
+    row: dict[str, JSON] = {"build": b.ref, "engine": m.engine, "version": m.version, "variant": m.variant,
+                            "platform": m.platform, "serial": m.serial, "members": len(m.members),
+                            "present": present, "complete": present == len(m.members), "size": m.unpacked_size}
     if m.model is not None:
         row.update(kind="model", repo=m.model.repo, commit=m.model.commit)
     return row

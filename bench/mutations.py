@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only check that every snippet matches once")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per entry (default 240)")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still restores the file (finally)
     chosen = list(enumerate(ENTRIES, 1))
     if args.only:
         wanted = {int(x) for x in args.only.split(",")}
@@ -131,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     for n, m in chosen:
         if args.check:
             count, line = locate((ROOT / m.file).read_text(encoding="utf-8"), m.find)
-            outcomes.append(Outcome(m, line, "caught" if count == 1 else "NOT FOUND", "", 0.0))
+            outcomes.append(Outcome(m, line, "caught" if count == 1 else "NOT FOUND" if count == 0 else "AMBIGUOUS",
+                                  f"snippet occurs {count} times", 0.0))
         else:
             outcomes.append(run_one(m, args.timeout))
         o = outcomes[-1]

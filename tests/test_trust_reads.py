@@ -1,0 +1,68 @@
+"""What the one trust decision reads, it reads bounded and once: the bundle and its ``.minisig`` are
+refused by their own size before a byte is read (naming the file), the manifest a bundle carries must be
+the one the statement signs, and a bundle whose manifest changes between the decision and the extraction
+is refused as changed, not extracted against the first manifest."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from test_trust import NOW, Signer, make_bundle, sign, trust_dir, verify
+from test_trust import signers as signers  # the fixture: alice, bob and mallory
+
+from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.limits import Limits
+from lockbuild.trust import Statement, check_manifest, load_store, open_bundle, signature_path
+from lockbuild.trust.statement import manifest_sha256
+
+
+def test_a_bundle_over_max_bundle_is_refused_by_its_size_before_it_is_read(tmp_path: Path,
+                                                                           signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    size = bundle.stat().st_size
+    assert size < m.unpacked_size  # so the limit below is the file's own bound, not the unpacked size's
+    assert open_bundle(bundle, trust, now=NOW, limits=Limits(max_bundle=m.unpacked_size)).manifest == m
+    with pytest.raises(IntegrityError, match=rf"the bundle {bundle} is {size} bytes: expected at most {size - 1}\."):
+        open_bundle(bundle, trust, now=NOW, limits=Limits(max_bundle=size - 1))
+
+
+def test_a_signature_file_over_its_bound_is_refused_by_its_size_naming_it(tmp_path: Path,
+                                                                          signers: dict[str, Signer]) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    sig = signature_path(bundle)
+    size = sig.stat().st_size
+    with pytest.raises(SignatureError, match=rf"the signature file {sig} is {size} bytes: expected at most 100\."):
+        open_bundle(bundle, trust, now=NOW, limits=Limits(max_signature_file=100))
+
+
+def test_check_manifest_refuses_bytes_the_statement_does_not_sign(tmp_path: Path) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    statement = Statement.of(m, name=bundle.name, sha256="0" * 64, size=1, expires=None)
+    carried = m.to_toml()
+    assert statement.manifest_sha256 == manifest_sha256(m)
+    check_manifest(statement, m, carried)  # the signed bytes: accepted
+    with pytest.raises(IntegrityError, match="the signatures sign " + statement.manifest_sha256):
+        check_manifest(statement, m, carried + b"\n")
+    with pytest.raises(IntegrityError, match="the signatures sign " + "1" * 64):
+        check_manifest(dataclasses.replace(statement, manifest_sha256="1" * 64), m, carried)
+
+
+def test_a_bundle_whose_manifest_changes_after_the_decision_is_refused_as_changed(
+    tmp_path: Path, signers: dict[str, Signer]
+) -> None:
+    bundle, m = make_bundle(tmp_path / "dist")
+    sign(bundle, m, signers["alice"])
+    other, _ = make_bundle(tmp_path / "other", payload=b"other weights, another size")
+    assert other.name == bundle.name
+    opened = verify(bundle, trust_dir(tmp_path, signers["alice"]))
+    bundle.write_bytes(other.read_bytes())  # swapped after the signatures were checked, before extraction
+    dest = tmp_path / "out"
+    with pytest.raises(IntegrityError, match=r"changed while it was read"):
+        opened.extract(dest)
+    assert not dest.exists() or list(dest.iterdir()) == []

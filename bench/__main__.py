@@ -130,7 +130,7 @@ def summary(results: list[Results]) -> tuple[str, dict[str, dict[str, float]]]:
 
 
 def show(paths: list[Path], *, plot: bool, readme: bool = False) -> int:
-    if readme:  # the README's table of issue 29's steps (vllm-live), from one or more runs
+    if readme:  # the README's table of the cold build, install and site path (vllm-live), from one or more runs
         runs = [Results.from_json(json.loads(p.read_text())["runs"][-1]) for p in paths]
         sys.stdout.write(report.site_readme_table(runs) + "\n")
         return 0

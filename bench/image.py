@@ -1,4 +1,4 @@
-"""Issue 27's figures for one bundle (the vLLM one): `lockbuild image` against `install` plus a bare
+"""The image's figures for one bundle (the vLLM one): `lockbuild image` against `install` plus a bare
 `mksquashfs` of the same tree; the image's size against the bundle's; and cold `import MODULE` wall time
 and the files the import opens (strace), from a squashfuse mount against the same tree on disk.
 

@@ -225,7 +225,7 @@ def _span(values: Sequence[float], fmt: str) -> str:
 
 
 def site_readme_table(runs: Sequence[Results]) -> str:
-    """The README's table of issue 29's steps (the cold build, the node's install and the site path), from
+    """The README's table of the cold build, the node's install and the site path, from
     vllm-live runs: each step's median (range), its floor in the same run, the pair-by-pair ratio, peak
     RSS, the target. A step is taken from the last run that measured it (the runs may each hold some)."""
     from bench import vllm_live as v

@@ -1,4 +1,4 @@
-"""Site-wing measurements (issue 13), as ratios from one run, on vLLM-shaped synthetic bundles.
+"""Site-wing measurements, as ratios from one run, on vLLM-shaped synthetic bundles.
 
     .venv/bin/python -m bench.site [--scale 0.02] [--fanout 1,4,16]
 

@@ -1,4 +1,4 @@
-"""``bench/run --workload vllm-live``: the real workload of issue 16. ``bundles/vllm.toml``, build cu128 (vLLM
+"""``bench/run --workload vllm-live``: the real workload. ``bundles/vllm.toml``, build cu128 (vLLM
 0.11.0: 141 packages, 4.9 GB of wheels, a 9 GB environment), locked, built and installed from the real PyPI,
 next to its floors and the classic path, in the same run:
 
@@ -16,7 +16,7 @@ next to its floors and the classic path, in the same run:
     install-store lockbuild install ENGINE/VERSION-VARIANT --store | the same bare-uv floor as install
     classic      pip download + tar czf + pip install --no-index (skipped with --quick)
 
-The site path (import, push-pull, install-store: issue 29) needs docker-registry (CNCF distribution) for
+The site path (import, push-pull, install-store) needs docker-registry (CNCF distribution) for
 push-pull; the store install links the store's blobs (the store and the root share this disk).
 
 It needs about 25 GB of free disk under bench/work/ (the cache, the bundles, two environments of 9 GB):
@@ -293,7 +293,7 @@ class LiveSuite:
         shutil.rmtree(venv, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
 
-    # the site path (issue 29) ----------------------------------------------------------------------
+    # the site path ----------------------------------------------------------------------
     def _store(self) -> Path:
         """A store holding the build (imported once, untimed, when the import phase did not run)."""
         store = self.work / "store"
@@ -392,7 +392,7 @@ def _layer_digests(host: str, repo: str, tag: str) -> list[str]:
     return [layer["digest"] for layer in doc["layers"]] + [doc["config"]["digest"]]
 
 
-# targets (issue 16) ------------------------------------------------------------------------------
+# targets ------------------------------------------------------------------------------
 def ratios(r: Results) -> list[Ratio]:
     out: list[Ratio] = []
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import click
 
 from lockbuild import __version__
-from lockbuild.clikit import EPILOG_EXIT, _Group
-from lockbuild.commands import builder, image, keys, node
+from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, _Group, anywhere_options
+from lockbuild.commands import builder, doctor, image, keys, node
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
@@ -41,20 +41,58 @@ class _Root(_Group):
                     formatter.write_dl([(n.ljust(width), commands[n].get_short_help_str(limit)) for n in names])
 
 
-@click.group(cls=_Root, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Show a traceback with errors (also accepted after the command).")
-@click.version_option(__version__, prog_name="lockbuild")
+# The line each command has in ``lockbuild --help``: a whole sentence that fits beside the name at 80
+# columns (click would otherwise cut the docstring's first sentence with "..."). tests/test_help.py holds it.
+SUMMARIES: dict[str, str] = {
+    "lock": "Resolve a recipe's builds into hashed locks.",
+    "fetch": "Lock, then download and check every file a build needs.",
+    "build": "Lock, fetch, pack and sign a recipe's bundles.",
+    "sign": "Add a signature to a bundle or an image.",
+    "test": "Prove that a bundle runs offline, in the sandbox.",
+    "import": "Check a signed bundle, then add it to a store.",
+    "store": "List, re-hash and clean up a site store.",
+    "store list": "List the builds a store holds, with their sizes.",
+    "store verify": "Re-hash every blob and check every build.",
+    "store gc": "Remove the blobs that no build references.",
+    "store index": "Write a static package index of a store for pip and uv.",
+    "delta": "Write a delta: only the files a store lacks.",
+    "split": "Cut a bundle into parts that cat joins again.",
+    "push": "Push a signed build to an OCI registry.",
+    "pull": "Pull a signed build from an OCI registry into a store.",
+    "verify": "Check a bundle's signatures, then every file in it.",
+    "inspect": "Show a bundle's engine, build, signers and files.",
+    "install": "Install a signed bundle offline, whole or not at all.",
+    "image": "Pack a signed bundle's environment into one image.",
+    "list": "List the installed engines.",
+    "remove": "Remove an installed engine.",
+    "doctor": "Report what this node has and what it lacks.",
+    "keygen": "Write a minisign-compatible key pair.",
+}
+
+
+def _summarise(group: click.Group, path: str = "") -> None:
+    for name, command in group.commands.items():
+        here = f"{path}{name}"
+        if command.short_help is None and here in SUMMARIES:
+            command.short_help = SUMMARIES[here]
+        if isinstance(command, click.Group):
+            _summarise(command, f"{here} ")
+
+
+@click.group(cls=_Root, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]},
+             params=anywhere_options(with_json=True))
+@click.version_option(__version__, "-V", "--version", prog_name=PROG_NAME)
 @click.pass_context
-def main(ctx: click.Context, verbose: bool) -> None:
+def main(ctx: click.Context) -> None:
     """Build signed, hashed, reproducible bundles of inference engines, and install them offline.
 
-    Each command below has --help with an example; the commands are listed by who runs them.
+    Each command below has --help with an example; the commands are listed by who runs them. -v, -q and
+    --json may also be given after the command.
     """
     ctx.ensure_object(dict)
-    ctx.obj["verbose"] = verbose
 
 
-for _module in (builder, keys, node, image):
+for _module in (builder, keys, node, doctor, image):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 
@@ -62,9 +100,10 @@ from lockbuild.site.cli import register as _register_site  # noqa: E402  (the si
 
 _register_site(main)
 
-from lockbuild.selftest.cli import register as _register_selftest  # noqa: E402  (lockbuild test, issue 15)
+from lockbuild.selftest.cli import register as _register_selftest  # noqa: E402  (lockbuild test)
 
 _register_selftest(main)
+_summarise(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -26,15 +26,65 @@ EPILOG_EXIT = (
 )
 
 
-def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-    if value:
-        ctx.ensure_object(dict)
-        ctx.find_root().ensure_object(dict)["verbose"] = True
-    return value
+PROG_NAME = "lockbuild"
+COMPLETE_VAR = "_LOCKBUILD_COMPLETE"  # eval "$(_LOCKBUILD_COMPLETE=bash_source lockbuild)"
+
+
+def _root_flag(key: str) -> Callable[[click.Context, click.Parameter, bool], bool]:
+    """A flag accepted before or after the command's name: either place sets it for the whole run."""
+
+    def set_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.ensure_object(dict)
+            ctx.find_root().ensure_object(dict)[key] = True
+        return value
+
+    return set_flag
+
+
+_verbose = _root_flag("verbose")
+VERBOSE_HELP = "Show a traceback with errors."
+QUIET_HELP = "Print only the result: no progress and no warnings on stderr (errors still show)."
+JSON_HELP = "Print a machine-readable JSON result on stdout."
+
+
+def anywhere_options(*, with_json: bool) -> list[click.Option]:
+    """-v/--verbose and -q/--quiet (and at the top, --json): each sets the run's flag wherever it is given."""
+    options = [
+        click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, callback=_verbose, is_eager=True,
+                     help=VERBOSE_HELP),
+        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_root_flag("quiet"),
+                     is_eager=True, help=QUIET_HELP),
+    ]
+    if with_json:
+        options.append(click.Option(["--json"], is_flag=True, expose_value=False, callback=_root_flag("json"),
+                                    is_eager=True, help=JSON_HELP))
+    return options
+
+
+def write_usage(formatter: click.HelpFormatter, prog: str, pieces: list[str]) -> None:
+    """The usage line, wrapped between words only: a metavar such as ENGINE/VERSION-VARIANT is never cut
+    (click's own wrapping breaks at hyphens and inside long words). When the longest word does not fit
+    beside the prefix, the lines after the first are indented by four instead."""
+    import textwrap
+
+    prefix = f"{'Usage: ':>{formatter.current_indent}}{prog} "
+    width = max(formatter.width - formatter.current_indent, 20)
+    args = " ".join(pieces)
+    longest = max((len(w) for w in args.split()), default=0)
+    if not args:
+        formatter.write(prefix.rstrip(" ") + "\n")
+        return
+    first = prefix
+    rest = " " * (len(prefix) if len(prefix) + longest <= width else formatter.current_indent + 4)
+    wrapper = textwrap.TextWrapper(width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                                   break_on_hyphens=False)
+    formatter.write(wrapper.fill(args) + "\n")
 
 
 class _Command(click.Command):
-    """Every command also takes -v/--verbose after its name; its example is printed as written, never rewrapped."""
+    """Every command also takes -v/--verbose and -q/--quiet after its name; its example is printed as written,
+    never rewrapped, and its usage line is never cut inside a word."""
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.epilog:
@@ -42,24 +92,21 @@ class _Command(click.Command):
             for line in self.epilog.splitlines():
                 formatter.write(f"{' ' * formatter.current_indent}  {line}\n")
 
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        write_usage(formatter, ctx.command_path, self.collect_usage_pieces(ctx))
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.params.append(
-            click.Option(
-                ["-v", "--verbose"],
-                is_flag=True,
-                expose_value=False,
-                callback=_verbose,
-                is_eager=True,
-                help="Show a traceback with errors.",
-            )
-        )
+        self.params.extend(anywhere_options(with_json=False))
 
 
 class _Group(click.Group):
     """Catches lockbuild's errors once, at the top: ERROR and TIP lines, a traceback only with --verbose."""
 
     command_class = _Command
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        write_usage(formatter, ctx.command_path, self.collect_usage_pieces(ctx))
 
     def main(  # type: ignore[override]
         self,
@@ -71,6 +118,8 @@ class _Group(click.Group):
     ) -> Any:
         """click's main, but a usage error under --json is a JSON object like every other error."""
         argv = list(sys.argv[1:] if args is None else args)
+        prog_name = prog_name or PROG_NAME  # `python -I -m lockbuild` (the bootstrap's wrapper) is lockbuild too
+        complete_var = complete_var or COMPLETE_VAR
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
@@ -143,7 +192,7 @@ def _usage_error(exc: click.ClickException) -> dict[str, Any]:
 def _progress(ctx: click.Context) -> Any:
     from lockbuild.progress import Progress
 
-    progress = Progress(enabled=not ctx.obj.get("json"))
+    progress = Progress(enabled=not (ctx.obj.get("json") or ctx.obj.get("quiet")))
     ctx.call_on_close(progress.close)  # its heartbeat thread ends with the command (tests run many in one process)
     return progress
 
@@ -163,7 +212,7 @@ def _warn(ctx: click.Context, warnings: Any) -> None:
     """Warnings (data on settings, plans and results) as lines on stderr; --json shows them in its object."""
     from lockbuild.text import for_terminal
 
-    if not ctx.obj.get("json"):
+    if not (ctx.obj.get("json") or ctx.obj.get("quiet")):
         for w in warnings:
             click.echo(f"warning: {for_terminal(w)}", err=True)
 
@@ -215,7 +264,7 @@ root_option = click.option(
     show_default=True,
     help="Where engines live (or LOCKBUILD_ROOT); the same default for install, list, remove and doctor.",
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON result on stdout.")
+json_option = click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 
 
 def _setup(ctx: click.Context, as_json: bool) -> None:

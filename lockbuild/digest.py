@@ -15,6 +15,7 @@ from lockbuild.channel import Cancelled, Channel, End
 
 CHUNK = 1 << 20
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as lockbuild writes it: 64 lowercase hex digits (fullmatch)
+GIT_SHA1_HEX = re.compile(r"[0-9a-f]{40}")  # a git object id (a blob's sha1), 40 lowercase hex digits (fullmatch)
 
 
 def record_line(name: str, data: bytes) -> str:
@@ -25,6 +26,24 @@ def record_line(name: str, data: bytes) -> str:
 
 def is_sha256(text: str) -> bool:
     return SHA256_HEX.fullmatch(text) is not None
+
+
+def is_git_sha1(text: str) -> bool:
+    return GIT_SHA1_HEX.fullmatch(text) is not None
+
+
+class Hasher(Protocol):
+    """A running hash (hashlib's objects): bytes in, a hex digest out."""
+
+    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def git_blob_hash(size: int) -> Hasher:
+    """A sha1 ready to take the ``size`` bytes of a file: its hexdigest is then the file's git blob id
+    (``git hash-object``: sha1 of ``b"blob SIZE\\0"`` and the bytes)."""
+    return hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
 
 
 class _Hash(Protocol):

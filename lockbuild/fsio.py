@@ -12,6 +12,8 @@ once:
   check (a directory another user can write could be swapped for a link between the two);
 - reads are bounded, JSON is parsed with a size and a nesting bound, copies hash what they copy;
 - a lock waits up to a deadline and then fails; a directory is fsynced after a rename into it.
+- a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
+  root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule).
 
 ``tests/test_layout.py`` fails when library code outside this module calls ``os.open`` (or deletes a
 tree by path) outside a short allow-list, each entry with its reason.
@@ -191,6 +193,17 @@ def temp_beside(final: Path, what: str = "partial") -> Path:
 STALE_BESIDE_SECONDS = 3600  # a temp file beside a result, untouched this long, belongs to a run that was killed
 
 
+def write_replacing(final: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """``final`` replaced whole by ``data``: written and synced under a temporary name beside it
+    (O_EXCL|O_NOFOLLOW), then renamed over it; a reader sees the old file or the new one."""
+    tmp = temp_beside(final)
+    try:
+        write_new(tmp, data, mode=mode, sync=True)
+        tmp.replace(final)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def sweep_stale(directory: Path, matches: Callable[[str], bool], *, older_than: float) -> int:
     """Remove the entries of ``directory`` that ``matches`` names and killed runs left: regular files of
     this user untouched for ``older_than`` seconds (a run still writing touches its own), listed and
@@ -308,6 +321,22 @@ def link_under(src_dir_fd: int, src_name: str, dest: Path, rel: str) -> BinaryIO
     finally:
         os.close(fd)
     return os.fdopen(out, "rb")
+
+
+def symlink_under(dest: Path, rel: str, target: str) -> None:
+    """A new symbolic link at ``dest/rel`` pointing at ``target`` (directories on the way made and walked
+    as :func:`create_under` walks them; nothing that exists is replaced: FileExistsError)."""
+    parts = rel.split("/")
+    fd = _walk_making(dest, parts[:-1])
+    try:
+        os.symlink(target, parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def rename_at(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str) -> None:
+    """Rename an entry of one opened directory to a name in another (replacing a file there), by descriptor."""
+    os.replace(src_name, dst_name, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
 def make_dirs_under(dest: Path, rel: str) -> None:

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from lockbuild.text import for_terminal
@@ -138,6 +139,7 @@ class Progress:
         self._drawn = 0.0
         self._phase: str | None = None  # the work under way, for the heartbeat
         self._phase_started = 0.0
+        self._detail: Callable[[], str] | None = None  # what the phase's heartbeat says instead of "still working"
         self._last_line = 0.0
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,9 +148,12 @@ class Progress:
     def quiet(cls) -> Progress:
         return cls(enabled=False)
 
-    def phase(self, text: str) -> None:
-        """Start a step: one line now, then a heartbeat (or a live timer) until the next phase or finish."""
+    def phase(self, text: str, *, detail: Callable[[], str] | None = None) -> None:
+        """Start a step: one line now, then a heartbeat (or a live timer) until the next phase or finish;
+        ``detail()`` (e.g. :func:`written_of`) says how far it is, where the step can tell."""
         self._line(text, ongoing=True)
+        with self._lock:
+            self._detail = detail
 
     def note(self, text: str) -> None:
         """One line that starts no step (a result, a warning)."""
@@ -224,7 +229,7 @@ class Progress:
             now = self._now()
             self._last_line = now
             if ongoing:
-                self._phase, self._phase_started = text, now
+                self._phase, self._phase_started, self._detail = text, now, None
             elif self._main is None:
                 self._phase = None
             if ongoing and self._thread is None and self.heartbeat > 0:
@@ -257,13 +262,22 @@ class Progress:
         if self._main is not None:
             detail, label = _fields(counts, now), self._label()
         else:
-            detail, label = "still working", self._phase or ""
+            detail, label = self._phase_detail(), self._phase or ""
         self.stream.write(f"lockbuild: {label}: {elapsed:.0f} s, {detail}\n")
         self.stream.flush()
         self._last_line = now
 
+    def _phase_detail(self) -> str:
+        if self._detail is None:
+            return "still working"
+        try:
+            return for_terminal(self._detail())
+        except OSError:
+            return "still working"
+
     def _draw_timer(self, now: float) -> None:
-        self.stream.write(f"\r\x1b[K{self._phase}: {_clock(now - self._phase_started)}")
+        more = f", {self._phase_detail()}" if self._detail is not None else ""
+        self.stream.write(f"\r\x1b[K{self._phase}: {_clock(now - self._phase_started)}{more}")
         self.stream.flush()
         self._drawn = now
 
@@ -328,3 +342,17 @@ class _Alongside(Progress):
         p = self.parent
         with p._lock:
             p._side = None
+
+
+def written_of(path: Path, expected: int) -> Callable[[], str]:
+    """A phase's detail for a tool writing one file from ``expected`` bytes of input: its bytes so far
+    against that, e.g. ``1.2 GB written, from 3.4 GB of files`` (compressed, it ends smaller)."""
+
+    def detail() -> str:
+        try:
+            got = path.stat().st_size
+        except FileNotFoundError:
+            got = 0
+        return f"{_size(got)} written, from {_size(expected)} of files"
+
+    return detail

@@ -1,4 +1,4 @@
-"""The one sandbox for other people's code on the builder (issue 23): bubblewrap.
+"""The one sandbox for other people's code on the builder: bubblewrap.
 
 Build backends (prebuild, and an sdist's metadata hooks while locking: both without network), the engine
 and the recipe's commands under ``build --self-test`` all run through :func:`run`; the one networked
@@ -58,6 +58,8 @@ INSTALL_TIP = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fe
 class SandboxError(LockbuildError):
     """The sandbox cannot start here, or what ran in it did not finish."""
 
+    default_tip = "Check that bubblewrap (bwrap) is installed and that user namespaces are allowed here."
+
 
 class SandboxTimeout(SandboxError):
     """The command ran past its deadline; everything in the sandbox was killed."""
@@ -114,8 +116,9 @@ def _system_args() -> list[str]:
     return out
 
 
-def argv(spec: Spec, command: Sequence[str]) -> list[str]:
-    """The full bwrap command line that runs ``command`` as ``spec`` says (bwrap found on PATH)."""
+def argv(spec: Spec, command: Sequence[str], *, seccomp_fd: int | None = None) -> list[str]:
+    """The full bwrap command line that runs ``command`` as ``spec`` says (bwrap found on PATH); with
+    ``seccomp_fd``, bwrap reads a seccomp filter program from that descriptor and installs it in the sandbox."""
     if not command:
         raise SandboxError("expected a command to run in the sandbox; found an empty one.")
     out = [str(bwrap_path()), "--unshare-all", "--unshare-user", "--disable-userns"]
@@ -141,6 +144,8 @@ def argv(spec: Spec, command: Sequence[str]) -> list[str]:
             raise SandboxError(f"a sandbox environment variable must be NAME=value; found {k!r}.")
         out += ["--setenv", k, v]
     out += ["--chdir", _check_path(spec.cwd, "working directory") if spec.cwd is not None else home]
+    if seccomp_fd is not None:
+        out += ["--seccomp", str(seccomp_fd)]
     out += ["--", *command]
     return out
 
@@ -153,14 +158,21 @@ def run(
     stdin: bytes | None = None,
     capture: bool = True,
     prefix: Sequence[str] = (),
+    seccomp: bytes | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``command`` in the sandbox and wait for it (and everything it started) to end.
 
     ``prefix`` goes before bwrap (a tracer such as ``strace -f -o FILE``), so it runs outside. Raises
     SandboxTimeout after ``timeout`` seconds, with bwrap's process group killed, and SandboxError when
-    the sandbox cannot start; a command's own failure is its return code."""
+    the sandbox cannot start; a command's own failure is its return code. ``seccomp``: a classic BPF program
+    (``struct sock_filter`` bytes) that bwrap installs for everything in the sandbox."""
     check_available()
-    full = [*prefix, *argv(spec, command)]
+    fd = _program_fd(seccomp)
+    try:
+        full = [*prefix, *argv(spec, command, seccomp_fd=fd)]
+    except BaseException:
+        _close(fd)
+        raise
     pipe = subprocess.PIPE if capture else None
     try:
         proc = subprocess.Popen(
@@ -171,9 +183,12 @@ def run(
             env={"PATH": BWRAP_PATH},
             cwd="/",
             start_new_session=True,
+            pass_fds=() if fd is None else (fd,),
         )
     except OSError as exc:
         raise SandboxError(f"cannot start {full[0]}: {exc.strerror}", tip=INSTALL_TIP) from None
+    finally:
+        _close(fd)  # the child holds its own copy
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -186,6 +201,28 @@ def run(
         _kill_group(proc)
         raise
     return subprocess.CompletedProcess(full, proc.returncode, out, err)
+
+
+def _program_fd(program: bytes | None) -> int | None:
+    """A pipe's read end holding ``program`` (written whole, the write end closed), or None."""
+    if program is None:
+        return None
+    if not program or len(program) % 8 or len(program) > 4096 * 8:
+        raise SandboxError(f"expected a seccomp program of 1 to 4096 instructions (8 bytes each); found "
+                           f"{len(program)} bytes.")
+    r, w = os.pipe()
+    try:
+        view = memoryview(program)
+        while view:  # far below a pipe's buffer: the writes never block
+            view = view[os.write(w, view) :]
+    finally:
+        os.close(w)
+    return r
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -5,8 +5,9 @@ of ``LOCKBUILD_INDEX_URL`` here, at the boundary, so every URL downstream is cre
 they travel only as an Authorization header to the host they belong to (``auth_for``).
 
 Contract names (DESIGN.md §5): LOCKBUILD_INDEX_URL, LOCKBUILD_GITHUB_API, LOCKBUILD_GITHUB_DOWNLOAD,
-LOCKBUILD_CACHE_DIR; also GITHUB_TOKEN, LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, and the
-index host's entry in ``~/.netrc`` (or the file NETRC names).
+LOCKBUILD_CACHE_DIR; also GITHUB_TOKEN, LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, the
+index host's entry in ``~/.netrc`` (or the file NETRC names), and for models HF_ENDPOINT and HF_TOKEN
+(the token goes to the Hub's own origin only: never to the CDN it redirects downloads to).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Settings:
     cache_dir: Path
     index_credentials: Credentials | None = field(default=None, repr=False)
     github_token: str | None = field(default=None, repr=False)
+    hf_endpoint: str = "https://huggingface.co"  # builder/hub.py::hub_endpoint (https, or http to loopback)
+    hf_token: str | None = field(default=None, repr=False)
     allow_insecure_http: bool = False
     warnings: tuple[str, ...] = ()
     child_environ: tuple[tuple[str, str], ...] = ()  # the allow-listed variables a child may inherit
@@ -68,11 +71,13 @@ class Settings:
                 return f"Bearer {self.github_token}"
         if self.index_credentials is not None and origin(self.index_url) == where:
             return self.index_credentials.authorization()
+        if self.hf_token and origin(self.hf_endpoint) == where:
+            return f"Bearer {self.hf_token}"
         return None
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret these settings hold (for tests and for scrubbing a child's output)."""
-        out = [s for s in (self.github_token,) if s]
+        out = [s for s in (self.github_token, self.hf_token) if s]
         if self.index_credentials is not None:
             out.append(self.index_credentials.password)
         return tuple(out)
@@ -80,6 +85,8 @@ class Settings:
 
 class SettingsError(LockbuildError):
     """A setting in the environment or on the command line is unusable."""
+
+    default_tip = "Fix the variable in the environment, or the option, that the message names."
 
 
 def _truthy(value: str | None) -> bool:
@@ -145,6 +152,8 @@ def load(
                 f"INSECURE: {name} is plain http to {host} ({url}); anyone on the network path can change "
                 "what is locked and fetched. No credentials are sent to it."
             )
+    from lockbuild.builder.hub import hub_endpoint  # here: the hub's client imports the HTTP layer, which imports this
+
     if cache_dir is None:
         explicit = environ.get("LOCKBUILD_CACHE_DIR")
         base = Path(environ.get("XDG_CACHE_HOME") or home / ".cache")
@@ -156,6 +165,8 @@ def load(
         cache_dir=cache_dir,
         index_credentials=creds,
         github_token=environ.get("GITHUB_TOKEN") or None,
+        hf_endpoint=hub_endpoint(environ),
+        hf_token=environ.get("HF_TOKEN") or None,
         allow_insecure_http=insecure,
         warnings=tuple(warnings),
         child_environ=tuple(sorted(child_environ(environ).items())),

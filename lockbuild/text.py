@@ -63,3 +63,13 @@ def mask_data(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [mask_data(v) for v in value]
     return value
+
+
+def closest(word: str, known: tuple[str, ...]) -> str | None:
+    """The known key a misspelt ``word`` most likely meant ("did you mean ...?"): a close match, or one
+    with the same letters in another order; None when nothing is near."""
+    import difflib
+
+    lowered = word.lower()
+    close = difflib.get_close_matches(lowered, known, n=1) or [k for k in known if sorted(k) == sorted(lowered)]
+    return close[0] if close else None

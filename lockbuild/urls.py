@@ -20,6 +20,8 @@ INSECURE_ENV = "LOCKBUILD_ALLOW_INSECURE_HTTP"
 class InsecureTransportError(RemoteError):
     """A URL would be fetched over plain http from a host that is not this machine."""
 
+    default_tip = "Use an https address, or pass --allow-insecure-http if plain http is deliberate."
+
 
 def origin(url: str) -> tuple[str, str, int | None]:
     """(scheme, host, port) with the scheme's default port filled in."""

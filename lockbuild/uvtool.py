@@ -79,7 +79,7 @@ def uv_binary() -> str:
 
     Finding it reads ``sysconfig.get_config_vars()``, whose first initialisation is not thread-safe on
     Python 3.11: a second thread can see the half-filled table (``EXE`` missing) and fail with
-    ``TypeError: can only concatenate str (not "NoneType") to str`` in ``uv/_find_uv.py`` (issue 28: a
+    ``TypeError: can only concatenate str (not "NoneType") to str`` in ``uv/_find_uv.py`` (a
     lock's uv-wheel look-up runs on a background thread while the main thread starts uv). So the look-up
     is made under a lock and kept; the builder's commands call this before they start any thread."""
     global _FOUND

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from servers import FakeServer, make_wheel
+from servers import FakeHub, FakeServer, make_wheel
 
 from lockbuild.minisign import write_keypair
 from lockbuild.uvtool import uv_binary, uv_version
@@ -120,6 +120,25 @@ def srv(blank_server: FakeServer) -> FakeServer:
     return blank_server
 
 
+@pytest.fixture(scope="module")
+def blank_hub() -> Iterator[FakeHub]:
+    cdn = FakeServer()
+    h = FakeHub(cdn)
+    yield h
+    h.close()
+    cdn.close()
+
+
+@pytest.fixture
+def hub(blank_hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
+    """A fake Hugging Face Hub (``HF_ENDPOINT`` points at it) and its CDN, on another port (another
+    origin), shared by the module; each test publishes its repos."""
+    blank_hub.reset()
+    blank_hub.cdn.reset()
+    monkeypatch.setenv("HF_ENDPOINT", blank_hub.endpoint)
+    return blank_hub
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
@@ -135,6 +154,8 @@ def lockbuild_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("LOCKBUILD_TRUST_DIR", raising=False)
     monkeypatch.delenv("LOCKBUILD_KEY_PASSWORD", raising=False)
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
 
 
 @pytest.fixture

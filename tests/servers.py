@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
+import functools
 import gzip
 import hashlib
 import io
@@ -49,6 +50,7 @@ class Served:
     corrupt_at: int | None = None  # flip one byte at this offset
     hits: int = 0
     ranges: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every answer (a Hub file's ETag...)
 
 
 @dataclass
@@ -283,6 +285,8 @@ class FakeServer:
                     self.send_response(200)
                 self.send_header("Content-Length", str(end - start))
                 self.send_header("Accept-Ranges", "bytes")
+                for name, value in s.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 sent = 0
                 drop = s.drop_after
@@ -346,6 +350,247 @@ def _chunks(data: bytes | Callable[[], Iterator[bytes]]) -> Iterator[bytes]:
             yield data[i : i + (1 << 16)]
     else:
         yield from data()
+
+
+# a fake Hugging Face Hub ----------------------------------------------------------------------------
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pkl", ".model", ".gguf", ".msgpack")
+
+
+def git_blob_id(data: bytes) -> str:
+    """``git hash-object``: the sha1 of ``blob SIZE\\0`` and the bytes (the Hub's ``oid`` of a file)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def lfs_pointer(data: bytes) -> bytes:
+    """The git-lfs pointer file the repo's git tree holds for an LFS file (its blob id is the ``oid``)."""
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\nsize {len(data)}\n".encode()
+
+
+@dataclass
+class HubEntry:
+    """One file of a fake Hub repo: its bytes, whether it is stored in LFS, and what the Hub states."""
+
+    path: str
+    data: bytes
+    lfs: bool
+
+    @functools.cached_property
+    def pointer(self) -> bytes:
+        return lfs_pointer(self.data)
+
+    @functools.cached_property
+    def oid(self) -> str:
+        return git_blob_id(self.pointer if self.lfs else self.data)
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def tree_item(self) -> dict[str, object]:
+        item: dict[str, object] = {"type": "file", "oid": self.oid, "size": len(self.data), "path": self.path}
+        if self.lfs:
+            item["lfs"] = {"oid": self.sha256, "size": len(self.data), "pointerSize": len(self.pointer)}
+        return item
+
+    def sibling(self, blobs: bool) -> dict[str, object]:
+        item: dict[str, object] = {"rfilename": self.path}
+        if blobs:
+            item.update(blobId=self.oid, size=len(self.data))
+            if self.lfs:
+                item["lfs"] = {"sha256": self.sha256, "size": len(self.data), "pointerSize": len(self.pointer)}
+        return item
+
+
+class FakeHub(FakeServer):
+    """A fake of the Hugging Face Hub's model endpoints, as the Hub answers them:
+
+    - ``GET /api/models/ORG/NAME/revision/REV[?blobs=true]``: ``id``, ``sha`` and ``siblings`` (with
+      ``blobId``, ``size`` and ``lfs`` under ``blobs=true``); an unknown revision is a 404 with
+      ``X-Error-Code: RevisionNotFound``, an unknown repo a 401 with ``RepoNotFound``;
+    - ``GET /api/models/ORG/NAME/tree/REV[/PATH]?recursive=true``: files and directories, ``page_size``
+      entries a page, the next page named by ``Link: <…&cursor=N>; rel="next"``;
+    - ``GET|HEAD /ORG/NAME/resolve/REV/PATH``: a small file answered here (quoted ``ETag`` = its blob
+      id, ``X-Repo-Commit``); an LFS file a 302 to ``cdn`` (another origin: a second server) with
+      ``X-Linked-Etag`` (its sha256), ``X-Linked-Size`` and ``X-Repo-Commit``; the CDN honours Range.
+
+    Files are registered with ``add_repo``; the CDN's ``Served`` entries take the usual faults
+    (``cdn.files[hub.cdn_path(sha256)]``). ``tamper_revision`` / ``tamper_tree`` rewrite an answer
+    before it is sent; ``next_link`` replaces the first page's next link.
+    """
+
+    def __init__(self, cdn: FakeServer) -> None:
+        self.cdn = cdn
+        self.repos: dict[str, dict[str, list[HubEntry]]] = {}  # repo -> commit -> files
+        self.refs: dict[tuple[str, str], str] = {}  # (repo, branch or tag) -> commit
+        self.page_size = 1000
+        self.tamper_revision: Callable[[dict[str, object]], object] | None = None
+        self.tamper_tree: Callable[[list[dict[str, object]]], object] | None = None
+        self.next_link: str | None = None
+        super().__init__()
+
+    def reset(self) -> None:
+        super().reset()
+        self.repos.clear()
+        self.refs.clear()
+        self.page_size = 1000
+        self.tamper_revision = self.tamper_tree = None
+        self.next_link = None
+
+    @property
+    def endpoint(self) -> str:
+        return self.url
+
+    @staticmethod
+    def cdn_path(sha256: str) -> str:
+        return f"/lfs-cdn/{sha256}"
+
+    def add_repo(
+        self,
+        repo: str,
+        files: dict[str, bytes],
+        *,
+        commit: str | None = None,
+        branch: str = "main",
+        lfs: Callable[[str], bool] | None = None,
+    ) -> str:
+        """Publish ``files`` as a commit of ``repo`` (its id derived from the files unless given), which
+        ``branch`` then names; returns the commit. LFS: by suffix, as a repo's ``.gitattributes`` has it."""
+        is_lfs = lfs or (lambda path: path.endswith(LFS_SUFFIXES))
+        entries = sorted((HubEntry(p, d, is_lfs(p)) for p, d in files.items()), key=lambda e: e.path)
+        if commit is None:
+            commit = hashlib.sha1(repr([(e.path, e.oid) for e in entries]).encode()).hexdigest()
+        self.repos.setdefault(repo, {})[commit] = entries
+        self.refs[(repo, branch)] = commit
+        for e in entries:
+            headers = {"ETag": f'"{e.oid}"', "X-Repo-Commit": commit}
+            if e.lfs:
+                self.cdn.add_file(self.cdn_path(e.sha256), e.data)
+            else:
+                self.files[f"/{repo}/resolve/{commit}/{e.path}"] = Served(e.data, len(e.data), headers=headers)
+        return commit
+
+    def commit_of(self, repo: str, rev: str) -> str | None:
+        commits = self.repos.get(repo, {})
+        return rev if rev in commits else self.refs.get((repo, rev))
+
+    def _tree_items(self, repo: str, commit: str, under: str, recursive: bool) -> list[dict[str, object]]:
+        prefix = f"{under}/" if under else ""
+        dirs: set[str] = set()
+        files: list[dict[str, object]] = []
+        for e in self.repos[repo][commit]:
+            if not e.path.startswith(prefix):
+                continue
+            rest = e.path[len(prefix) :].split("/")
+            for depth in range(1, len(rest) if recursive else min(2, len(rest))):
+                dirs.add(prefix + "/".join(rest[:depth]))
+            if recursive or len(rest) == 1:
+                files.append(e.tree_item())
+        folders: list[dict[str, object]] = [
+            {"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d} for d in dirs
+        ]
+        return sorted(folders + files, key=lambda item: str(item["path"]))
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        hub = self
+        base = super()._handler()
+
+        class HubHandler(base):  # type: ignore[valid-type,misc]
+            def _json(self, code: int, doc: object, headers: dict[str, str] | None = None) -> None:
+                body = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _not_found(self, code: str) -> None:
+                status = 401 if code == "RepoNotFound" else 404
+                self._json(status, {"error": code}, {"X-Error-Code": code})
+
+            def _route(self, head: bool) -> bool:
+                split = urlsplit(self.path)
+                path = unquote(split.path)
+                query = dict(q.split("=", 1) if "=" in q else (q, "") for q in split.query.split("&") if q)
+                parts = path.split("/")[1:]
+                if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] in ("revision", "tree"):
+                    hub.requests.append(path)
+                    hub.request_headers.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                    repo = f"{parts[2]}/{parts[3]}"
+                    if repo not in hub.repos:
+                        self._not_found("RepoNotFound")
+                        return True
+                    commit = hub.commit_of(repo, parts[5])
+                    if commit is None:
+                        self._not_found("RevisionNotFound")
+                        return True
+                    if parts[4] == "revision":
+                        blobs = query.get("blobs", "").lower() == "true"
+                        doc: dict[str, object] = {
+                            "_id": hashlib.sha1(repo.encode()).hexdigest()[:24], "id": repo, "modelId": repo,
+                            "author": parts[2], "sha": commit, "lastModified": "2025-01-01T00:00:00.000Z",
+                            "private": False, "disabled": False, "gated": False, "tags": [], "downloads": 0,
+                            "likes": 0, "library_name": "transformers",
+                            "siblings": [e.sibling(blobs) for e in hub.repos[repo][commit]],
+                        }
+                        self._json(200, hub.tamper_revision(doc) if hub.tamper_revision else doc)
+                        return True
+                    recursive = query.get("recursive", "").lower() == "true"
+                    items = hub._tree_items(repo, commit, "/".join(parts[6:]), recursive)
+                    cursor = int(query.get("cursor", "0") or 0)
+                    page = items[cursor : cursor + hub.page_size]
+                    headers = {}
+                    if cursor + hub.page_size < len(items):
+                        nxt = f"{hub.url}{split.path}?recursive={query.get('recursive', 'false')}&cursor={cursor + hub.page_size}"
+                        if hub.next_link is not None and cursor == 0:
+                            nxt = hub.next_link
+                        headers["Link"] = f'<{nxt}>; rel="next"'
+                    self._json(200, hub.tamper_tree(page) if hub.tamper_tree else page, headers)
+                    return True
+                if len(parts) >= 5 and parts[2] == "resolve":
+                    repo = f"{parts[0]}/{parts[1]}"
+                    commit = hub.commit_of(repo, parts[3])
+                    file_path = "/".join(parts[4:])
+                    entry = next((e for e in hub.repos.get(repo, {}).get(commit or "", []) if e.path == file_path), None)
+                    if commit is None or entry is None:
+                        hub.requests.append(path)
+                        hub.request_headers.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                        self._not_found("EntryNotFound" if commit else "RevisionNotFound")
+                        return True
+                    if entry.lfs:
+                        hub.requests.append(path)
+                        hub.request_headers.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                        self.send_response(302)
+                        self.send_header("Location", f"{hub.cdn.url}{hub.cdn_path(entry.sha256)}?X-Amz-Signature=fake")
+                        self.send_header("ETag", f'"{entry.oid}"')
+                        self.send_header("X-Linked-Etag", f'"{entry.sha256}"')
+                        self.send_header("X-Linked-Size", str(len(entry.data)))
+                        self.send_header("X-Repo-Commit", commit)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return True
+                    key = f"/{repo}/resolve/{commit}/{file_path}"
+                    if head:
+                        self.send_response(200)
+                        self.send_header("Content-Length", str(len(entry.data)))
+                        self.send_header("ETag", f'"{entry.oid}"')
+                        self.send_header("X-Repo-Commit", commit)
+                        self.end_headers()
+                        return True
+                    self.path = key  # the registered file (with its faults), served by the base handler
+                    return False
+                return False
+
+            def do_HEAD(self) -> None:
+                if not self._route(head=True):
+                    super().do_HEAD()
+
+            def do_GET(self) -> None:
+                if not self._route(head=False):
+                    super().do_GET()
+
+        return HubHandler
 
 
 # building distributions ------------------------------------------------------------------------

@@ -144,7 +144,7 @@ def test_verify_refuses(
     assert expected in stderr
 
 
-@pytest.mark.slow  # over 5 s (issue 28)
+@pytest.mark.slow  # over 5 s
 def test_sbom_is_valid_cyclonedx(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
     pytest.importorskip("cyclonedx")
     from cyclonedx.schema import SchemaVersion
@@ -228,7 +228,7 @@ def test_keygen_encrypts_and_build_reads_the_passphrase_from_the_environment(
 
 
 def test_sign_checks_before_it_signs(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
-    """issue 11 item 8, from the command line: a co-signer's `sign --trust` reports the signatures present,
+    """From the command line: a co-signer's `sign --trust` reports the signatures present,
     refuses a bundle whose trusted signature does not verify (exit 3) and a damaged bundle (exit 4)."""
     bundle = build(toy_recipe, keys.secret, tmp_path / "d")
     second = make_keys(tmp_path / "k2", "second")
@@ -264,7 +264,7 @@ def test_verify_json_says_who_counted(env, keys: Keys, toy_recipe: Path, tmp_pat
 
 
 def test_keygen_prompt_names_the_key_and_says_why_it_asks_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """issue 17: the prompt names the key file; an empty passphrase is refused with a reason, then asked again."""
+    """The prompt names the key file; an empty passphrase is refused with a reason, then asked again."""
     import sys
     import types
 
@@ -293,7 +293,7 @@ def test_the_trust_dir_comes_from_the_environment_through_the_cli(env, keys: Key
 def test_a_truncated_bundle_is_an_incomplete_copy_for_verify_and_install(
     env, keys: Keys, toy_recipe: Path, tmp_path: Path
 ) -> None:
-    """issue 17: a short copy says how much arrived and to copy it again (exit 4), not 'the file was altered'."""
+    """A short copy says how much arrived and to copy it again (exit 4), not 'the file was altered'."""
     bundle = build(toy_recipe, keys.secret, tmp_path / "d")
     size = bundle.stat().st_size
     with bundle.open("r+b") as f:
@@ -306,7 +306,7 @@ def test_a_truncated_bundle_is_an_incomplete_copy_for_verify_and_install(
 
 
 def test_a_rebuild_keeps_or_reports_the_co_signatures(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
-    """issue 17: rebuilding into the same --out keeps a co-signer's block when the bundle is byte-identical,
+    """Rebuilding into the same --out keeps a co-signer's block when the bundle is byte-identical,
     and says whose signatures were dropped when it is not (never silently)."""
     out = tmp_path / "d"
     bundle = build(toy_recipe, keys.secret, out)
@@ -331,7 +331,7 @@ def test_a_rebuild_keeps_or_reports_the_co_signatures(env, keys: Keys, toy_recip
 
 
 def test_keygen_refuses_a_secret_key_that_git_would_track(tmp_path: Path) -> None:
-    """issue 17: a secret key inside a git work tree that does not ignore it is refused unless --force."""
+    """A secret key inside a git work tree that does not ignore it is refused unless --force."""
     repo = tmp_path / "repo"
     (repo / "keys").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -366,7 +366,7 @@ def test_warm_build_hashes_in_the_pack_and_refetches_a_damaged_entry(
     assert wheel.read_bytes() != bytes(data)  # the entry was replaced by a good download
 
 
-@pytest.mark.slow  # over 5 s (issue 28)
+@pytest.mark.slow  # over 5 s
 def test_cold_build_bytes_do_not_depend_on_arrival_order(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
     """A cold build packs members in manifest order while the downloads complete: a file that arrives
     last (its server answers 500 twice first) changes nothing in the bundle, at any thread count."""

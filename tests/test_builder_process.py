@@ -1,4 +1,4 @@
-"""The builder's process and transport (issues 11 and 18): what index code can reach while locking,
+"""The builder's process and transport: what index code can reach while locking,
 where credentials go, plain http, terminal escapes, and the cache's owner."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _dump():
     try:
         with open({out!r}, "w") as f:
             f.write(data)
-    except OSError:  # in the sandbox no host path is there (issue 23): it reports over the network
+    except OSError:  # in the sandbox no host path is there: it reports over the network
         pass
     if {port!r}:
         import socket
@@ -141,15 +141,16 @@ def test_a_backend_allowed_to_run_sees_no_secret(env: FakeServer, tmp_path: Path
     assert not seen.exists() and reports in ([], [b""])
 
 
-def test_the_passphrase_leaves_the_environment_and_the_key_is_read_only_after_locking(
+def test_the_passphrase_leaves_the_environment_and_a_missing_key_stops_the_build_before_the_lock(
     env: FakeServer, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOCKBUILD_KEY_PASSWORD", "pw-SECRET-0a1b")
     missing_key = tmp_path / "absent.key"
     bad = recipe_with(tmp_path, "lknosuchpackage==1.0")
     r = CliRunner().invoke(main, ["build", str(bad), "--key", str(missing_key), "--out", str(tmp_path / "d")])
-    assert r.exit_code == 1
-    assert "lknosuchpackage" in r.stderr and "absent.key" not in r.stderr  # the lock failed first: key never read
+    # the key is checked (in the signing process) before anything is locked: the lock's error never comes
+    assert r.exit_code == 3
+    assert "absent.key" in r.stderr and "lknosuchpackage" not in r.stderr
     assert "LOCKBUILD_KEY_PASSWORD" not in os.environ
 
 
@@ -159,7 +160,7 @@ def _unzstd(path: Path) -> bytes:
         return r.read()
 
 
-@pytest.mark.slow  # over 5 s (issue 28)
+@pytest.mark.slow  # over 5 s
 def test_index_credentials_reach_only_the_index_and_no_record(
     env: FakeServer, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

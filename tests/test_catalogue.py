@@ -90,7 +90,7 @@ def test_recipe_says_where_its_numbers_come_from(path: Path) -> None:
 def test_second_index_packages_are_pinned(path: Path) -> None:
     """The second index publishes no upload times: only == pins (and the lock's hashes) hold those packages,
     and only a full version with its local label (or a pin-sha256) names one release: ``torch==2.8.0`` also
-    matches a ``2.8.0+cu128.post1`` added later (issue 18.4)."""
+    matches a ``2.8.0+cu128.post1`` added later."""
     for b in load_recipe(path).builds:
         pins = _pins(b)
         for url, name in ((i.url, n) for i in b.extra_indexes for n in i.packages):  # index, and each of indexes
@@ -160,7 +160,7 @@ def test_check_catalogue_locks_what_it_reaches(env: FakeServer, tmp_path: Path) 
 
 
 def test_check_catalogue_shows_the_locks_warnings(env: FakeServer, tmp_path: Path) -> None:
-    """A release whose files span more than a day: the locked line says so (issue 11.1)."""
+    """A release whose files span more than a day: the locked line says so."""
     from conftest import day
     from servers import make_wheel
 
@@ -174,7 +174,7 @@ def test_check_catalogue_shows_the_locks_warnings(env: FakeServer, tmp_path: Pat
     assert "treated as absent: ckspan-1.0-py312-none-any.whl" in proc.stdout
 
 
-@pytest.mark.slow  # over 5 s (issue 28)
+@pytest.mark.slow  # over 5 s
 def test_check_catalogue_skips_unreachable_hosts_and_fails_on_a_bad_build(
     env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

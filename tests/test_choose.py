@@ -1,4 +1,4 @@
-"""Issue 25: the node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
+"""The node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
 the signed manifest fields (format 3), and the choosing forms of `install` and `doctor --store`.
 
 Each rule has a test that fails without it: the example of the issue (CUDA 13 = capability 7.5+, driver

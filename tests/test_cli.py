@@ -45,7 +45,7 @@ def test_json_errors_are_machine_readable(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("not toml [")
     r = CliRunner().invoke(main, ["lock", str(bad), "--out", str(tmp_path), "--json"])
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # a recipe problem, like a usage error
     err = json.loads(r.stdout)["error"]
     assert err["type"] == "RecipeError" and "not valid TOML" in err["message"]
 
@@ -134,3 +134,39 @@ def test_command_output_escapes_terminal_sequences(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout
     assert "engines\\x1b]0;owned\\x07\\x1b[2J" in r.stdout
+
+
+def _doctor(root: Path, keys: Keys, *extra: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, ["doctor", "--root", str(root), "--trust", str(keys.trust), *extra])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_doctor_without_a_catalogue_reports_no_problem(tmp_path: Path, keys: Keys,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a node (no ./bundles, no --catalogue) the catalogue is not checked, and doctor says so."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _doctor(tmp_path / "engines", keys)
+    assert code == 0, err
+    assert "PROBLEM" not in out.replace(f"trust       {keys.trust}: PROBLEM", "")
+    assert f"catalogue   not checked: no --catalogue, and no ./bundles in {tmp_path}" in out
+    code, out, _ = _doctor(tmp_path / "engines", keys, "--json")
+    data = json.loads(out)
+    assert data["catalogue_problems"] == [] and data["catalogue_dir"] == {"path": None, "from": "none"}
+
+
+def test_doctor_uses_the_default_catalogue_when_it_exists_and_says_so(tmp_path: Path, keys: Keys,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bundles").mkdir()
+    (tmp_path / "bundles" / "toy.toml").write_text(TOY_RECIPE)
+    code, out, err = _doctor(tmp_path / "engines", keys)
+    assert code == 0, err
+    assert f"catalogue   {tmp_path / 'bundles'} (the default, ./bundles)" in out
+    assert "catalogue   toyengine 1.0-cpu:" in out
+
+
+def test_doctor_reports_a_missing_catalogue_it_was_given(tmp_path: Path, keys: Keys) -> None:
+    code, out, err = _doctor(tmp_path / "engines", keys, "--catalogue", str(tmp_path / "absent"))
+    assert code == 0, err
+    assert f"catalogue   PROBLEM: no catalogue directory {tmp_path / 'absent'}" in out
+    assert f"catalogue   {tmp_path / 'absent'} (--catalogue)" in out

@@ -58,3 +58,23 @@ def test_examples_in_help_are_never_broken_across_lines() -> None:
     example = next(line for line in text.splitlines() if "Example:" in line)
     assert example.strip().endswith("--key second.key")
     assert "x86_64-manylinux_2_28.lbz --key" in example
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_quiet_leaves_stderr_empty_on_success_warnings_included(
+    where: str, env: object, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-q: only the result; the same run without it prints progress and an INSECURE warning on stderr."""
+    monkeypatch.setenv("LOCKBUILD_GITHUB_API", "http://github.invalid/api")  # plain http, not loopback: a warning
+    argv = ["lock", str(toy_recipe), "--out", str(tmp_path / "locks"), "--allow-insecure-http"]
+    loud = CliRunner().invoke(main, argv)
+    assert loud.exit_code == 0 and "warning: INSECURE: LOCKBUILD_GITHUB_API" in loud.stderr, loud.output
+    quiet = CliRunner().invoke(main, ["-q", *argv] if where == "first" else [*argv, "--quiet"])
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == ""
+    assert quiet.stdout.startswith("locked toyengine 1.0-cpu")
+
+
+def test_quiet_still_shows_errors(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["-q", "verify", str(tmp_path / "absent.lbz"), "--trust", str(tmp_path)])
+    assert r.exit_code != 0 and r.stderr.startswith("ERROR "), r.output

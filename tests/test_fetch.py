@@ -526,7 +526,7 @@ print(json.dumps({"before_kib": before, "after_kib": after, "path": str(path), "
 GROWTH_BOUND = 64 * MiB
 
 
-@pytest.mark.slow  # over 5 s (issue 28)
+@pytest.mark.slow  # over 5 s
 def test_two_gigabyte_file_keeps_memory_flat(srv: FakeServer, cache: Cache) -> None:
     """A 2 GiB body generated on the fly: the fetching process's peak RSS grows by less than 64 MiB."""
     block = blob(MiB, "block")
@@ -627,7 +627,7 @@ def test_fetch_command_writes_the_build_and_reuses_the_cache(env: FakeServer, to
     for pkg in first["packages"]:
         assert sha((build / "wheels" / pkg["file"]).read_bytes()) == pkg["sha256"]
     assert sha(tool.read_bytes()) == first["extras"][0]["sha256"]
-    # issue 18.3: the uv wheel is recorded in the lock directory with its sha256 and address, in a file uv
+    # the uv wheel is recorded in the lock directory with its sha256 and address, in a file uv
     # never installs from (lock/requirements.txt would put uv into the engine's environment)
     record = f"tool tools/{tool.name} {first['extras'][0]['sha256']} {first['extras'][0]['url']}"
     assert record in (build / "extras.txt").read_text().splitlines()

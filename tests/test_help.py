@@ -1,4 +1,4 @@
-"""Issue 28: ``lockbuild --help`` lists every command under its role, and every command's help carries an
+"""``lockbuild --help`` lists every command under its role, and every command's help carries an
 example that parses as written (its arguments and options, with click's own parser, nothing resilient)."""
 
 from __future__ import annotations
@@ -127,3 +127,77 @@ def test_every_command_says_what_it_does() -> None:
 
     empty = [name for name, cmd in walk(main) if not (cmd.help or "").strip()]
     assert empty == []
+
+
+def test_each_summary_is_a_whole_sentence_that_fits_the_line() -> None:
+    """``lockbuild --help`` at 80 columns: every command's line is its own short sentence, never a
+    docstring cut with "..."; and so is each group's subcommand list."""
+    for path, command in [((), main), *[(p, c) for p, c in ALL if isinstance(c, click.Group)]]:
+        text = CliRunner().invoke(main, [*path, "--help"], terminal_width=80).stdout
+        assert isinstance(command, click.Group)
+        for name, sub in command.commands.items():
+            line = next(x for x in text.splitlines() if x.split()[:1] == [name])
+            summary = line.split(None, 1)[1]
+            assert sub.short_help == summary, (path, name, line)
+            assert summary.endswith(".") and not summary.endswith("...") and summary[0].isupper(), line
+            assert len(line) <= 80, line
+
+
+@pytest.mark.parametrize("width", [50, 60, 80, 100])
+@pytest.mark.parametrize(("path", "command"), ALL, ids=[" ".join(p) for p, _ in ALL])
+def test_usage_lines_never_cut_a_word(path: tuple[str, ...], command: click.Command, width: int) -> None:
+    """The usage lines hold the same words as the command's usage pieces, each whole (click's wrapping
+    cut ENGINE/VERSION-VARIANT at the hyphen and inside the word)."""
+    text = CliRunner().invoke(main, [*path, "--help"], terminal_width=width, prog_name="lockbuild").stdout
+    usage = text.split("\n\n", 1)[0].removeprefix("Usage: ").split()
+    ctx = click.Context(command, info_name=path[-1])
+    words = " ".join(command.collect_usage_pieces(ctx)).split()
+    assert usage == ["lockbuild", *path, *words], text
+
+
+def test_the_program_is_lockbuild_from_python_m_and_the_console_script() -> None:
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "lockbuild"
+    for argv in ([sys.executable, "-I", "-m", "lockbuild"], [str(script)]):
+        usage = subprocess.run([*argv, "list", "--help"], capture_output=True, text=True, check=False)
+        assert usage.returncode == 0 and usage.stdout.startswith("Usage: lockbuild list [OPTIONS]"), usage
+        for shell, marker in (("bash", "_lockbuild_completion"), ("zsh", "#compdef lockbuild"),
+                              ("fish", "complete --no-files --command lockbuild")):
+            got = subprocess.run(argv, capture_output=True, text=True, check=False,
+                                 env={"PATH": "/usr/bin:/bin", "_LOCKBUILD_COMPLETE": f"{shell}_source"})
+            assert got.returncode == 0 and marker in got.stdout, (argv, shell, got.stdout[:200], got.stderr)
+        words = subprocess.run(argv, capture_output=True, text=True, check=False,
+                               env={"PATH": "/usr/bin:/bin", "_LOCKBUILD_COMPLETE": "bash_complete",
+                                    "COMP_WORDS": "lockbuild ins", "COMP_CWORD": "1"})
+        assert sorted(words.stdout.split()) == ["plain,inspect", "plain,install"], words
+
+
+def test_dash_capital_v_prints_what_version_prints() -> None:
+    long = CliRunner().invoke(main, ["--version"])
+    short = CliRunner().invoke(main, ["-V"])
+    assert short.exit_code == long.exit_code == 0 and short.stdout == long.stdout and "lockbuild" in long.stdout
+
+
+def test_json_before_the_command_prints_what_json_after_it_prints(tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    root.mkdir()
+    missing = tmp_path / "absent.lbz"
+    for tail in (["list", "--root", str(root)], ["verify", str(missing), "--trust", str(tmp_path)]):
+        first = CliRunner().invoke(main, ["--json", *tail])
+        last = CliRunner().invoke(main, [*tail, "--json"])
+        assert (first.exit_code, first.stdout) == (last.exit_code, last.stdout), (first.output, last.output)
+        assert first.stdout.lstrip().startswith("{"), first.output
+        assert "ok" in __import__("json").loads(first.stdout)
+
+
+def test_verbose_and_quiet_before_or_after_the_command(tmp_path: Path) -> None:
+    for argv in (["-v", "verify", "x.lbz"], ["verify", "x.lbz", "-v"]):
+        r = CliRunner().invoke(main, [*argv, "--trust", str(tmp_path)])
+        assert "Traceback" in r.stderr or r.exit_code != 0, r.output
+    for argv in (["-q", "list"], ["list", "-q"]):
+        root = tmp_path / "engines"
+        root.mkdir(exist_ok=True)
+        r = CliRunner().invoke(main, [*argv, "--root", str(root)])
+        assert r.exit_code == 0 and r.stderr == "", r.output

@@ -1,4 +1,4 @@
-"""lockbuild image (issue 27): an engine as one reproducible squashfs image, mounted read-only."""
+"""lockbuild image: an engine as one reproducible squashfs image, mounted read-only."""
 
 from __future__ import annotations
 
@@ -413,3 +413,13 @@ def test_the_bundles_interpreter_goes_inside_the_image(py_bundle: Path, keys: Ke
     assert lines[0] == "toyengine 1.0" and lines[1] == interpreter.removesuffix("/bin/python" + PY_X_Y)
     stdlib = [line for line in lines if line.startswith("# code object from")]
     assert stdlib and all(line.endswith(".pyc'") for line in stdlib), stdlib  # the stdlib's bytecode, in the image
+
+
+def test_the_sign_hint_names_the_image_as_the_user_gave_it(bundles: dict[str, Path], keys: Keys, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--out images/toy.sqfs`` from where the user stands: the hint is a command that works from there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "images").mkdir()
+    code, stdout, stderr = image(bundles["toy"], Path("images/toy.sqfs"), keys)
+    assert code == 0, stderr
+    assert stdout.rstrip().endswith("not signed: lockbuild sign images/toy.sqfs --key KEY"), stdout

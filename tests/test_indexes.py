@@ -1,4 +1,4 @@
-"""Several extra indexes (issue 15): ``indexes = [{ name, url, packages }]`` next to ``index``.
+"""Several extra indexes: ``indexes = [{ name, url, packages }]`` next to ``index``.
 
 Each extra index serves exactly the packages it names, pinned with ==, and nothing else; a package named
 on two indexes is refused when the recipe is read; the lock records which index served each file and
@@ -341,7 +341,7 @@ def test_an_extra_index_with_upload_times_is_held_by_the_cut_off(
     assert got["ixa"] == ("alpha", "exemption")
 
 
-# --- torchtriton, transitively (issue 23) -----------------------------------------------------------------
+# --- torchtriton, transitively -----------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

@@ -344,7 +344,7 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
     assert not (root / "toyengine").exists() or listing(root) == []
 
 
-# --- the node acts on the signed manifest only (issue 12) -----------------------------------------
+# --- the node acts on the signed manifest only -----------------------------------------
 
 
 def repack(bundle: Path, out_dir: Path, keys: Keys, change: Callable[[Manifest, dict[str, bytes]], Manifest]) -> Path:
@@ -470,7 +470,7 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
     assert not (tmp_path / "engines" / "toyengine" / "1.0-cu130").exists()
 
 
-# --- the root, the engine directory and the target (issue 11 item 2) ------------------------------
+# --- the root, the engine directory and the target ------------------------------
 
 
 def test_a_root_that_is_a_symlink_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
@@ -593,7 +593,7 @@ def test_a_waiter_relocks_when_the_holder_removes_the_lock_file(tmp_path: Path) 
     assert list(engine_dir.iterdir()) == []
 
 
-# --- files placed in the environment (issue 11 item 3) ---------------------------------------------
+# --- files placed in the environment ---------------------------------------------
 
 
 def test_an_asset_named_like_a_file_of_the_environment_is_refused(
@@ -640,7 +640,7 @@ def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builde
         install_table(plan, [base, wheel, asset])  # type: ignore[arg-type]
 
 
-# --- the engine's code runs in a minimal environment (issue 11) -------------------------------------
+# --- the engine's code runs in a minimal environment -------------------------------------
 
 
 def test_the_installers_secrets_do_not_reach_the_verify_command(
@@ -660,7 +660,7 @@ def test_the_installers_secrets_do_not_reach_the_verify_command(
     assert code == 0, stderr
 
 
-# --- a bundle without wheels (issue 17) -------------------------------------------------------------
+# --- a bundle without wheels -------------------------------------------------------------
 
 
 def test_uv_is_pointed_only_at_the_folders_the_bundle_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -736,7 +736,7 @@ SDIST_RECIPE = build_on_node_recipe("lksdist")
 
 
 def test_a_bundle_with_only_an_sdist_installs(env: FakeServer, keys: Keys, tmp_path: Path) -> None:
-    """issue 17: an engine whose only file is an sdist (built on the node by its in-tree backend, offline)."""
+    """An engine whose only file is an sdist (built on the node by its in-tree backend, offline)."""
     from servers import make_tar_gz
 
     if not env.projects.get(("primary", "lksdist")):

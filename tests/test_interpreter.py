@@ -1,4 +1,4 @@
-"""A bundle that carries its own Python (issue 14): fetched only with the digest its release publishes,
+"""A bundle that carries its own Python: fetched only with the digest its release publishes,
 checked to be the build's X.Y, and on the node shared under <root>/.python/<sha256>/ by every engine
 whose bundle carries the same file."""
 
@@ -259,3 +259,112 @@ def test_an_environment_is_known_to_use_its_interpreter_through_a_linked_root(tm
     assert shared_python(linked, env_dir) == sha
     (env_dir / "pyvenv.cfg").write_text(f"home = {linked}/.python/{sha}/python/bin\n")
     assert shared_python(real, env_dir) == sha
+
+
+# --- which interpreter an install picks, and who can run it ------------------------------------------------
+@pytest.fixture
+def open_root() -> Iterator[Path]:
+    """A --root that every user can reach (/tmp/…, 0755 all the way up), unlike pytest's 0700 tmp_path."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="lockbuild-open-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        yield base / "engines"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def private_python(tmp_path: Path) -> Path:
+    """A working python<X.Y> under a directory only its owner may enter (a pyenv build under /root)."""
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    home.chmod(0o700)
+    exe = home / "bin" / f"python{PY}"
+    exe.symlink_to(sys.executable)
+    return exe
+
+
+def test_an_interpreter_others_cannot_reach_is_refused_for_an_environment_they_can(
+    py_bundles: dict[str, Path], keys: Keys, tmp_path: Path, open_root: Path
+) -> None:
+    exe = private_python(tmp_path)
+    code, _, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(open_root), "--trust",
+                          str(keys.trust), "--python", str(exe))
+    assert code == 1, stderr
+    assert f"the interpreter {exe} (from --python) is not usable by everyone who can use" in stderr
+    assert f"other users cannot enter {tmp_path / 'home'} (mode 0700)" in stderr
+    assert f"TIP Pass --python /usr/bin/python{PY}" in stderr and "carries its own interpreter" in stderr
+    assert not (open_root / "toyengine" / "1.0-cpu").exists()
+
+
+def test_a_private_interpreter_is_fine_for_an_environment_only_its_owner_can_reach(
+    py_bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    root = tmp_path / "engines"  # under pytest's 0700 directories: nobody else can use it either
+    code, stdout, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(root), "--trust",
+                               str(keys.trust), "--python", str(private_python(tmp_path)), "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["python"]["from"] == "--python"
+
+
+@pytest.mark.skipif(not Path(f"/usr/bin/python{PY}").is_file(), reason=f"no /usr/bin/python{PY} here")
+def test_the_result_names_the_interpreter_and_where_it_came_from(
+    py_bundles: dict[str, Path], keys: Keys, open_root: Path
+) -> None:
+    system = f"/usr/bin/python{PY}"
+    code, stdout, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(open_root), "--trust",
+                               str(keys.trust), "--python", system)
+    assert code == 0, stderr
+    assert f"\n  python: {system} (from --python)" in stdout
+    code, stdout, stderr = cli("install", str(py_bundles["toytwin"]), "--root", str(open_root), "--trust",
+                               str(keys.trust), "--json")
+    assert code == 0, stderr
+    got = json.loads(stdout)["python"]
+    assert got["from"] == "bundle" and got["path"].startswith(str(open_root / ".python"))
+    assert Path(got["path"]).is_file()
+
+
+def test_a_system_interpreter_is_preferred_to_one_elsewhere_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lockbuild.install import tools
+
+    elsewhere = private_python(tmp_path)
+    system = tmp_path / "usr-bin"
+    system.mkdir()
+    (system / f"python{PY}").symlink_to(sys.executable)
+    monkeypatch.setattr(tools, "SYSTEM_DIRS", (tmp_path / "absent", system))
+    found = tools.locate_python(PY, None, path=str(elsewhere.parent))
+    assert (found.path, found.origin, found.warning) == (system / f"python{PY}", "system", None)
+    monkeypatch.setattr(tools, "SYSTEM_DIRS", (tmp_path / "absent",))
+    found = tools.locate_python(PY, None, path=str(elsewhere.parent))
+    assert found.path == elsewhere and found.origin == "PATH"
+    assert found.warning is not None and "not in /usr/bin or /usr/local/bin" in found.warning
+    assert f"--python {elsewhere}" in found.warning
+
+
+def test_an_interpreter_found_elsewhere_on_path_is_warned_about(
+    py_bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lockbuild.install import installer, tools
+
+    def from_path(want: str, _explicit: object) -> tools.FoundPython:
+        return tools.FoundPython(Path(sys.executable), "PATH", "using it: it was found on PATH")
+
+    monkeypatch.setattr(installer, "locate_python", from_path)
+    code, stdout, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(tmp_path / "engines"),
+                               "--trust", str(keys.trust), "--python", sys.executable)
+    assert code == 0, stderr
+    assert "warning: using it: it was found on PATH" in stderr and f"python: {sys.executable} (from PATH)" in stdout
+
+
+def test_an_image_refuses_an_interpreter_outside_it_that_others_cannot_run(
+    py_bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    exe = private_python(tmp_path)
+    code, _, stderr = cli("image", str(py_bundles["toyengine"]), "--prefix", "/opt/engines/toy", "--trust",
+                          str(keys.trust), "--python", str(exe), "--out", str(tmp_path / "toy.sqfs"))
+    assert code == 1, stderr
+    assert f"the interpreter {exe} (from --python) is not usable by everyone who can use the image" in stderr
+    assert not (tmp_path / "toy.sqfs").exists()

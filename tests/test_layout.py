@@ -91,7 +91,7 @@ def test_the_cli_loads_the_self_tests_machinery_only_for_lockbuild_test() -> Non
     assert out.strip() == "['lockbuild.selftest', 'lockbuild.selftest.cli', 'lockbuild.selftest.defaults']"
 
 
-# --- one module for the file primitives (issue 22) ---------------------------------------------------
+# --- one module for the file primitives ---------------------------------------------------
 
 # Library modules that may still call os.open themselves, each with its reason. Everything else opens,
 # lists and deletes through lockbuild/fsio.py; a new direct call fails this test.

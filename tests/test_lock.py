@@ -241,7 +241,7 @@ def client() -> Iterator[httpx.Client]:
 
 
 def test_publication_is_the_first_file_upload(clock: FakeServer, client: httpx.Client) -> None:
-    """Issue 11.1: a file added to an old release later never moves its publication time."""
+    """A file added to an old release later never moves its publication time."""
     index = Index(clock.index_url(), client)
     assert index.publication("TwoFiles", "1.0.0").first == day(5) + dt.timedelta(microseconds=250_000)
 
@@ -631,7 +631,7 @@ def test_a_package_with_only_an_sdist_is_refused_by_name(env: FakeServer, tmp_pa
     assert not (tmp_path / "out" / "1.0-cpu").exists()
 
 
-# ================================================================ issues 11 and 18: the index is untrusted
+# ================================================================ the index is untrusted
 # ------------------------------------------------------------------- 11.1: a late file moves nothing
 def lock_packages(recipe: Path, out: Path) -> tuple[str, dict[str, dict[str, object]], list[str]]:
     code, stdout, stderr = run_lock(recipe, out)
@@ -872,7 +872,7 @@ def test_a_pylock_digest_with_a_trailing_newline_is_refused() -> None:
         parse_pylock(text, X86_311)
 
 
-# ------------------------------------------------------------------ issue 17: recipe keys the lock honours
+# ------------------------------------------------------------------ recipe keys the lock honours
 def test_exclude_newer_package_moves_one_packages_cut_off(env: FakeServer, published: FakeServer, tmp_path: Path) -> None:
     """uv's per-package exemption: lkdep may be as new as 2025-02-15 (3.0, day 30), everything else keeps
     the release's cut-off; the lock's JSON records the exemption."""

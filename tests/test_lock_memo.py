@@ -512,7 +512,7 @@ def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
     assert memo.get(got.key) is None and not any((tmp_path / "resolutions").glob("*"))
 
 
-# --------------------------------------------------------------------------- a memory is only a hint (issue 23)
+# --------------------------------------------------------------------------- a memory is only a hint
 def test_a_package_added_to_the_memory_never_reaches_the_lock(env: FakeServer, tmp_path: Path) -> None:
     """A rewritten CACHE/resolutions entry that pins one more package, a real file on the index with its
     real digest (so every per-pin check passes), is not the closure of the requirements: uv runs afresh."""

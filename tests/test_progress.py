@@ -111,7 +111,7 @@ def test_heartbeat_stops_quietly_when_its_stream_is_closed() -> None:
     assert not thread.is_alive()
 
 
-# --------------------------------------------------------------------------- off a terminal (issue 28)
+# --------------------------------------------------------------------------- off a terminal
 class _Clock:
     def __init__(self) -> None:
         self.now = 0.0

@@ -1,4 +1,4 @@
-"""PEP 740 provenance (issue 28): the publisher each locked file's index states, recorded in the lock, the
+"""PEP 740 provenance: the publisher each locked file's index states, recorded in the lock, the
 manifest and the SBOM; a changed or vanished publisher is reported by the next lock (never a gate); an
 index without provenance still locks; a hostile answer is bounded and refused; inspect shows it offline."""
 

@@ -1,4 +1,4 @@
-"""Issue 23 and 24, the recipe side: no credential in a recipe URL, no control character in a recipe's
+"""The recipe side of the sandbox and the self-test: no credential in a recipe URL, no control character in a recipe's
 commands, and ``[engine.env]`` by an allow-list that the recipe and the node's manifest parser share."""
 
 from __future__ import annotations

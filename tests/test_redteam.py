@@ -1,4 +1,4 @@
-"""Red-team findings on the landed trust path, node and builder (issues 11, 12, 18): one test per hole,
+"""Red-team findings on the landed trust path, node and builder (12, 18): one test per hole,
 each failing when its defence is removed. docs/threat-model.md, section "Second review", names them."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_the_manifest_digest_is_of_the_carried_bytes_not_a_reserialisation(
     ],
 )
 def test_a_manifest_origin_with_credentials_or_controls_is_refused(origin: str) -> None:
-    """Defence in depth for issue 11 item 4: the builder strips userinfo before it records a URL; a
+    """Defence in depth: the builder strips userinfo before it records a URL; a
     manifest whose origin still carries one (or a control character, or is no http(s) URL) was not made
     by this lockbuild and is refused by the parser, so `inspect` never shows it and pack never writes it."""
     from dataclasses import replace
@@ -90,7 +90,7 @@ def test_a_manifest_origin_with_credentials_or_controls_is_refused(origin: str) 
     assert parse_manifest(manifest(members).to_toml()).members[-1].origin.endswith("a%40b.whl")
 
 
-# --- issue 17: exclude-newer-package recorded in the manifest and the lock, shown by inspect -------
+# --- exclude-newer-package recorded in the manifest and the lock, shown by inspect -------
 
 
 def test_exclude_newer_package_is_in_the_manifest_the_lock_and_inspect(

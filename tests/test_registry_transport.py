@@ -1,4 +1,4 @@
-"""The registry transport against hostile registries (issue 22): small scripted servers on 127.0.0.1 for
+"""The registry transport against hostile registries: small scripted servers on 127.0.0.1 for
 what a real registry never does (drip, flood, nest, send credentials elsewhere, break), and the real
 one (Debian's docker-registry) for resuming a pull whose last blob was complete.
 

@@ -1,4 +1,4 @@
-"""The one sandbox for other people's code (issue 23): what the code inside can and cannot reach.
+"""The one sandbox for other people's code: what the code inside can and cannot reach.
 
 Each test runs a real bubblewrap; each fails if the flag or restriction it names is removed from
 ``lockbuild/sandbox.py``.

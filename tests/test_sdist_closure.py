@@ -1,4 +1,4 @@
-"""sdists with a hashed build closure (issue 14): an sdist's build requirements are read from it (never
+"""sdists with a hashed build closure: an sdist's build requirements are read from it (never
 run), locked at the build's cut-off with hashes and bundled; the node builds it offline from exactly
 those files, in a throw-away build environment, and refuses any other."""
 
@@ -236,7 +236,7 @@ def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
         assert z.read("lknet/net.txt") == b"unreachable"
 
 
-# issue 23: a hostile build backend on the builder ----------------------------------------------------
+# a hostile build backend on the builder ----------------------------------------------------
 HOSTILE = """
 import json as _json, os as _os, socket as _socket, time as _time
 
@@ -323,7 +323,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 
 def test_a_hostile_build_backend_meets_the_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The backend of an sdist built on the builder tries, one by one, what issue 23 found it could do:
+    """The backend of an sdist built on the builder tries, one by one, what a review found it could do:
     plant getpass.py beside lockbuild and a .pth in its venv, plant a uv-managed Python, leave a daemon
     behind, reach a server on this machine's loopback and a Unix socket of the host, and read the
     environment of lockbuild's processes. Each fails: the files are absent, the servers saw nothing, no

@@ -1,4 +1,4 @@
-"""lockbuild's own bundle (issue 26): built reproducibly from the running lockbuild's own files, checked
+"""lockbuild's own bundle: built reproducibly from the running lockbuild's own files, checked
 on the node with stock minisign, extracted with zstd and tar, and installed by its signed bootstrap.sh
 with no network and no python on PATH, using the interpreter it carries; then it updates itself like any
 engine."""
@@ -383,3 +383,234 @@ def test_the_bootstrap_refuses_a_directory_another_user_could_write(bundles: lis
     run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
     assert run.returncode == 1 and expected in run.stderr, run.stderr
     assert list(parent.iterdir()) == []
+
+
+# --- the self wheel and the bootstrap are the commit's blobs, whatever git would apply on the way out -----
+
+_GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+
+
+def _committed(root: Path, name: str) -> bytes:
+    return subprocess.run(["git", "--no-replace-objects", "-C", str(root), "cat-file", "blob", f"HEAD:{name}"], capture_output=True,
+                          check=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_self_wheel_holds_the_committed_blobs_whatever_the_checkouts_attributes_and_config_say(
+    tmp_path: Path,
+) -> None:
+    """``git archive`` applies the checkout's own ``.git/info/attributes``: a ``filter.*.smudge`` from
+    ``.git/config`` and ``export-subst`` rewrote modules of the signed wheel while HEAD and ``git status``
+    stayed clean. So does a replace ref. The wheel holds the committed blobs, byte for byte."""
+    import datetime as dt
+    import io
+    import zipfile
+
+    from lockbuild.builder.selfwheel import from_checkout, make_self_wheel
+
+    root = _repo(tmp_path)
+    (root / "lockbuild" / "stamp.py").write_text('COMMIT = "$Format:%H$"\n')
+    (root / "lockbuild" / "replaced.py").write_text('WHO = "committed"\n')
+    git = ["git", "-C", str(root), *_GIT_ID]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "more"], check=True)
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "attributes").write_text("*.py filter=x\nlockbuild/stamp.py export-subst\n")
+    subprocess.run([*git, "config", "filter.x.smudge", "sed s/committed/rewritten/"], check=True)
+    subprocess.run([*git, "config", "filter.x.clean", "cat"], check=True)
+    evil = subprocess.run([*git, "hash-object", "-w", "--stdin"], input=b'WHO = "replaced"\n', capture_output=True,
+                          check=True).stdout.decode().strip()
+    blob = subprocess.run([*git, "rev-parse", "HEAD:lockbuild/replaced.py"], capture_output=True, check=True,
+                          text=True).stdout.strip()
+    subprocess.run([*git, "replace", blob, evil], check=True)
+    status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, check=True).stdout
+    assert status == ""  # the checkout looks clean
+    archived = subprocess.run([*git, "archive", "--format=tar", "HEAD", "--", "lockbuild"], capture_output=True,
+                              check=True).stdout
+    assert b"rewritten" in archived and b"$Format:%H$" not in archived  # what the old way shipped
+
+    wheel = make_self_wheel(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), from_checkout(root))
+    with zipfile.ZipFile(io.BytesIO(wheel.data)) as zf:
+        for name in ("lockbuild/__init__.py", "lockbuild/stamp.py", "lockbuild/replaced.py"):
+            assert zf.read(name) == _committed(root, name), name
+        assert zf.read("lockbuild/stamp.py") == b'COMMIT = "$Format:%H$"\n'
+        assert zf.read("lockbuild/replaced.py") == b'WHO = "committed"\n'
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_bundles_bootstrap_is_the_commits_not_an_uncommitted_edit(
+    index: tuple[FakeServer, str], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bootstrap came from the running lockbuild's package data (the work tree): an uncommitted edit of
+    bootstrap.sh was signed and ran as root on the node. It comes out of the self wheel, the commit's."""
+    from importlib.resources import files
+
+    from lockbuild.builder import selfwheel
+
+    root = _repo(tmp_path)
+    real = Path(selfwheel.__file__).resolve().parents[2]
+    (root / "pyproject.toml").write_text((real / "pyproject.toml").read_text())
+    script = root / "lockbuild" / "bundle" / "bootstrap.sh"
+    script.parent.mkdir()
+    template = files("lockbuild.bundle").joinpath("bootstrap.sh").read_text()
+    script.write_text(template + "# the committed bootstrap\n")
+    git = ["git", "-C", str(root), *_GIT_ID]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "bootstrap"], check=True)
+    script.write_text(template + "# an uncommitted edit\n")
+    monkeypatch.setattr(selfwheel, "own_contents", lambda: selfwheel.from_checkout(root))
+
+    code, stdout, stderr = build(index, tmp_path, keys, recipe_text(None), "edited")
+    assert code == 0, stderr
+    unpacked = extract(Path(json.loads(stdout)["bundles"][0]["bundle"]), tmp_path / "x")
+    shipped = (unpacked / "bootstrap.sh").read_text()
+    assert shipped.endswith("# the committed bootstrap\n") and "uncommitted" not in shipped
+    assert "@VERSION@" not in shipped and f"LOCKBUILD_VERSION='{__version__}'" in shipped
+
+
+# --- the bootstrap reads nothing of DIR after it checked it --------------------------------------------------
+
+
+def test_the_bootstrap_refuses_an_extraction_under_a_directory_another_user_can_write(
+    bundles: list[Path], tmp_path: Path
+) -> None:
+    """DIR's own files may be safe, but a directory above it that another user can write (and that is not
+    sticky) lets them rename DIR away and put their own extraction in its place after the checks: their uv
+    would run as root. Refused, as --root is, before anything is made."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    extracted = extract(bundles[0], shared / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1, run.stderr
+    assert f"the extraction {extracted} sits in {shared}, which another user can write" in run.stderr
+    assert list(parent.iterdir()) == []
+    shared.chmod(0o1777)  # sticky, like /tmp: no one may rename another's entry
+    run = bootstrap(extracted, parent / "lockbuild", tmp_path / "home")
+    assert "which another user can write" not in run.stderr
+
+
+def test_the_bootstrap_refuses_a_target_whose_parents_parent_another_user_can_write(
+    bundles: list[Path], tmp_path: Path
+) -> None:
+    extracted = extract(bundles[0], tmp_path / "x")
+    shared = tmp_path / "shared"
+    (shared / "opt").mkdir(parents=True)
+    shared.chmod(0o777)
+    run = bootstrap(extracted, shared / "opt" / "lockbuild", tmp_path / "home")
+    assert run.returncode == 1 and f"{shared} is writable by other users" in run.stderr, run.stderr
+    assert list((shared / "opt").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_bootstrap_installs_from_its_own_copy_not_from_dir_after_the_check(
+    bundles: list[Path], tmp_path: Path
+) -> None:
+    """The attacker's move, made at the worst moment: DIR's files are replaced right as the bootstrap checks
+    the members (a sha256sum that first rewrites DIR). The bootstrap checks and uses its own 0700 copy,
+    made before, so what it installs is the signed lockbuild; reading DIR by path after the check, it ran
+    (here: failed on) the attacker's files."""
+    extracted = extract(bundles[0], tmp_path / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    node = node_path(tmp_path)
+    spy = tmp_path / "spy-bin"
+    spy.mkdir()
+    real = os.path.realpath(shutil.which("sha256sum") or "sha256sum")
+    swap = " ".join(f"'{p}'" for p in sorted((extracted / "wheels").glob("*.whl")))
+    (spy / "sha256sum").write_text(
+        f"#!/bin/sh\nfor f in {swap}; do printf 'swapped\\n' > \"$f\"; done\nexec '{real}' \"$@\"\n")
+    (spy / "sha256sum").chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tmp").mkdir()
+    env = {"PATH": f"{spy}:{node}", "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
+    target = parent / "lockbuild"
+    run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(target)]), capture_output=True,
+                         text=True, env=env)
+    assert all(p.read_bytes() == b"swapped\n" for p in (extracted / "wheels").glob("*.whl"))  # the swap happened
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in parent.iterdir()) == ["lockbuild"] and not (target / ".bundle").exists()
+    version = subprocess.run([str(target / "bin" / "lockbuild"), "--version"], capture_output=True, text=True,
+                             env={"PATH": node, "LANG": "C.UTF-8"})
+    assert version.stdout.strip() == f"lockbuild, version {__version__}"
+
+
+def test_the_bootstrap_refuses_an_interpreter_another_user_could_swap(bundles: list[Path], tmp_path: Path) -> None:
+    """--python names a file that runs as the installing user (often root): in a directory another user can
+    write, they could swap it between the check and the run. Refused before it is run."""
+    extracted = extract(bundles[0], tmp_path / "x")
+    parent = tmp_path / "opt"
+    parent.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    fake = shared / f"python{PY}"
+    ran = tmp_path / "ran"
+    fake.write_text(f"#!/bin/sh\necho ran > '{ran}'\necho {PY}\n")
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tmp").mkdir()
+    env = {"PATH": node_path(tmp_path), "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
+    run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(parent / "lockbuild"), "--python",
+                                  str(fake)]), capture_output=True, text=True, env=env)
+    assert run.returncode == 1, run.stderr
+    assert f"the interpreter {fake} ({fake}) is in or under {shared}, which another user can write" in run.stderr
+    assert not ran.exists() and list(parent.iterdir()) == []
+
+
+def test_after_its_copy_the_bootstrap_names_dir_only_in_messages() -> None:
+    """The structural half of the copy: once the extraction is copied, every command of the script reads
+    the copy ($here, inside its own 0700 staging directory); DIR appears only in what it says."""
+    from importlib.resources import files
+
+    lines = files("lockbuild.bundle").joinpath("bootstrap.sh").read_text().splitlines()
+    copy = next(i for i, line in enumerate(lines) if 'tar -cf - .' in line)
+    assert lines[copy].startswith('(cd "$dir" && tar -cf - .)')
+    uses = [f"{i + 1}: {line}" for i, line in enumerate(lines[copy + 1:], copy + 1)
+            if "$dir" in line and not line.lstrip().startswith(("die ", "say ", "|| die ", "[ -z \"$odd\" ] || die ", "#"))]
+    assert uses == []
+    assert 'here=$stage/.bundle' in lines[:copy]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_blob_that_does_not_hash_to_its_id_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever git answers (a patched git, an object store edited in place), each blob is hashed again
+    against the id the commit names: other bytes are refused, never shipped."""
+    from lockbuild.builder.selfwheel import from_checkout
+    from lockbuild.errors import RecipeError
+
+    root = _repo(tmp_path)
+    real = shutil.which("git")
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" cat-file "*) \'{real}\' "$@" | sed s/committed/COMMITTED/ ;;\n'
+                    f'*) exec \'{real}\' "$@" ;; esac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    with pytest.raises(RecipeError, match=r"lockbuild/__init__\.py of commit .* does not hash to its blob id"):
+        from_checkout(root)
+
+
+def test_a_checkout_that_moves_during_the_build_stops_it(
+    index: tuple[FakeServer, str], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bootstrap is read out of the self wheel made again at packing time; when that is not the wheel
+    the lock pins (the checkout moved to another commit), the bootstrap of one commit would ship with the
+    wheel of another: the build stops instead."""
+    import dataclasses
+
+    from lockbuild.builder import selfwheel
+
+    first = selfwheel.own_contents()
+    moved = dataclasses.replace(first, files=tuple((n, d + b"# moved\n" if n == "lockbuild/__init__.py" else d)
+                                                   for n, d in first.files))
+    made = iter([first, moved])
+    monkeypatch.setattr(selfwheel, "own_contents", lambda: next(made))
+    code, _, stderr = build(index, tmp_path, keys, recipe_text(None), "moved")
+    assert code == 4, stderr
+    assert "The checkout changed while the bundle was built" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "dist-moved").exists() or not list((tmp_path / "dist-moved").iterdir())

@@ -1,4 +1,4 @@
-"""Issue 15: runtime settings ([engine.env]) every entry point sees, and the self-test (`lockbuild test`)."""
+"""Runtime settings ([engine.env]) every entry point sees, and the self-test (`lockbuild test`)."""
 
 from __future__ import annotations
 
@@ -224,7 +224,7 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
                             verify='["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && netengine --version"]'),
             "native": _build(tmp, keys, "native",
                              'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'),
-            # the dodges of issue 24, each one of them
+            # the dodges a hostile engine tries, each one of them
             "sendmsg": _build(tmp, keys, "sendmsg", verify='["netengine", "--sendmsg"]'),
             "sendmmsg": _build(tmp, keys, "sendmmsg", 'smoke = ["netengine", "--sendmmsg"]'),
             "devtcp": _build(tmp, keys, "devtcp", verify='["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.5/82) '
@@ -435,7 +435,7 @@ def test_without_a_tracer_the_verdict_is_not_checked_never_passed(
     assert code == 6 and data["self_test"][0]["verdict"] == "not checked"
 
 
-# --- the dodges of issue 24: each one fails the test, naming the address or family, the call and the frame ---
+# --- the dodges a hostile engine tries: each one fails the test, naming the address or family, the call and the frame ---
 
 
 @needs_netns
@@ -631,7 +631,7 @@ def test_strace_lines_are_read_by_rule() -> None:
         note = json.dumps({"event": event, "host": host, "port": port, "frames": ["f.py:3 in g"]})
         return MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")
 
-    dns = bytes(12) + b"\x03hub\x07example\x00\x00\x01\x00\x01"
+    dns = bytes(4) + b"\x00\x01" + bytes(6) + b"\x03hub\x07example\x00\x00\x01\x00\x01"
     text = "\n".join([
         f'7 removexattr("{_hex(marker("socket.connect", "10.255.255.1", 8080))}", "{_hex("user.lockbuild")}", NULL, 0)'
         " = -1 ENOENT",
@@ -659,12 +659,12 @@ def test_strace_lines_are_read_by_rule() -> None:
     assert got == [
         ("connect", "AF_INET", "10.255.255.1", 8080, 7, False, None, ("f.py:3 in g",)),
         ("connect", "AF_INET6", "2001:db8::1", 443, 8, False, None, ()),
-        ("connect", "AF_INET", "127.0.0.1", 53, 9, True, "hub.example", ()),  # named from the query sent later
+        ("sendto", "AF_INET", "127.0.0.1", 53, 10, True, "hub.example", ()),  # named by the query it sent
         ("socket", "AF_PACKET", "-", None, 11, False, None, ()),
         ("socket", "0x2c", "-", None, 11, False, None, ()),
         ("io_uring_setup", "io_uring", "-", None, 12, False, None, ()),
-        ("clone3", "CLONE_UNTRACED", "-", None, 12, False, None, ()),
         ("sendmmsg", "AF_INET", "10.255.255.4", 10, 13, False, None, ()),
+        ("clone3", "CLONE_UNTRACED", "-", None, 12, False, None, ()),  # never resumed: read at the log's end
     ]
     assert not log.canary and len(log.notes) == 1
 
@@ -676,8 +676,8 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
 
     note = json.dumps({"event": "socket.getaddrinfo", "host": "allowed.example", "port": 443, "frames": []})
     forged = MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")
-    query = (bytes(12) + b"\x04evil\x07example\x00\x00\x01\x00\x01").decode("latin-1")
-    other = (bytes(12) + b"\x05other\x07example\x00\x00\x01\x00\x01").decode("latin-1")
+    query = (bytes(4) + b"\x00\x01" + bytes(6) + b"\x04evil\x07example\x00\x00\x01\x00\x01").decode("latin-1")
+    other = (bytes(4) + b"\x00\x01" + bytes(6) + b"\x05other\x07example\x00\x00\x01\x00\x01").decode("latin-1")
     text = "\n".join([
         f'5 removexattr("{_hex(forged)}", "{_hex("user.lockbuild")}") = -1 ENOENT',
         f'5 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
@@ -688,8 +688,8 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
         "6 connect(7<TCP:[15]>, 0x7ffd0000, 16) = -1 EFAULT",  # an address strace could not read
     ])
     log = parse(text)
-    assert [(t.call, t.name, t.named_by_query) for t in log.attempts if t.lookup] == [
-        ("connect", "evil.example", True), ("sendto", "other.example", True)]
+    assert [(t.call, t.name, t.frames) for t in log.attempts if t.lookup] == [
+        ("sendto", "evil.example", ()), ("sendto", "other.example", ())]  # the forged note names nothing
     assert [(t.call, t.family, t.host) for t in log.attempts if not t.lookup] == [("connect", "AF_INET", "?")]
     assert not parse(text, limit=3).overflow and parse(text, limit=2).overflow
 
@@ -708,8 +708,9 @@ def test_more_attempts_than_the_report_keeps_is_not_checked(
 
 
 def test_verdicts_local_allowed_and_name_look_ups() -> None:
+    from lockbuild.selftest.line import Note
     from lockbuild.selftest.report import judge
-    from lockbuild.selftest.trace import Note, Traced
+    from lockbuild.selftest.trace import Traced
 
     notes = [Note("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),
              Note("socket.getaddrinfo", "10.0.0.9", 443, (), 1), Note("socket.connect", "127.0.0.1", 80, (), 1)]

@@ -673,7 +673,7 @@ def test_minisign_light_scrypt_key_interop(tmp_path: Path, data_file: Path, key_
     verify_signature(sig, key_a.public_key(), file_blake2b=DIGEST)
 
 
-@pytest.mark.slow  # over 5 s (issue 28)
+@pytest.mark.slow  # over 5 s
 @needs_minisign
 def test_minisign_generated_encrypted_key(
     tmp_path: Path, data_file: Path, minisign_encrypted: tuple[Path, Path, SecretKey]
@@ -744,7 +744,7 @@ def test_appended_signature_blocks_with_minisign(
     assert len(check_policy(sigs, trust, file_blake2b=DIGEST, threshold=2)) == 2
 
 
-# issue 23: the key only in a fresh signing process, after all other people's code has exited ---------
+# the key only in a fresh signing process, after all other people's code has exited ---------
 def _build(recipe: Path, key: Path, out: Path, *extra: str) -> tuple[int, str, str]:
     from click.testing import CliRunner
 
@@ -795,10 +795,10 @@ def test_the_self_test_runs_before_the_key_is_read(
     real = sign_mod.sign_in_fresh_process
     monkeypatch.setattr(selftest_run, "self_test", fake_self_test)
     monkeypatch.setattr(sign_mod, "sign_in_fresh_process",
-                        lambda *a, **k: (order.append("sign"), real(*a, **k))[1])
+                        lambda *a, **k: (order.append("sign" if a[1] else "check"), real(*a, **k))[1])
     code, _, err = _build(toy_recipe, keys.secret, tmp_path / "d", "--self-test")  # type: ignore[attr-defined]
     assert code == 3 and "stopped by the test" in err
-    assert order == ["self-test"]
+    assert order == ["check", "self-test"]  # the key's check (signs nothing) comes before any third-party code
     assert list(tmp_path.joinpath("d").iterdir()) == []  # nothing left behind: no bundle, no signature
 
 
@@ -806,7 +806,7 @@ def test_the_signing_process_loads_no_pth_and_no_planted_module(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The signing process runs ``python -I -S`` of an installation whose site-packages holds a planted
-    ``.pth`` and ``getpass.py`` (what a build backend wrote in issue 23): neither runs, the key signs."""
+    ``.pth`` and ``getpass.py`` (what a hostile build backend could write): neither runs, the key signs."""
     import sys
 
     from lockbuild.trust import sign as sign_mod

@@ -79,8 +79,8 @@ def test_import_refuses_a_damaged_bundle(tmp_path: Path, bundles: dict[str, Path
 @pytest.mark.parametrize(
     ("module", "cls", "method", "after"),
     [
-        ("lockbuild.site.store", "Store", "adopt", 0),  # before the first blob lands
-        ("lockbuild.site.store", "Store", "adopt", 2),  # half of the blobs in place
+        ("lockbuild.site.store", "Store", "adopt_at", 0),  # before the first blob lands
+        ("lockbuild.site.store", "Store", "adopt_at", 2),  # half of the blobs in place
         ("lockbuild.site.store", "Store", "put_build", 0),  # every blob in place, no build yet
         ("lockbuild.site.store", "Store", "_write_new", 1),  # the build's manifest staged, not its signatures
     ],
@@ -249,3 +249,121 @@ def test_junk_blocks_from_untrusted_keys_never_reach_the_store(tmp_path: Path, b
         assert len(parse_signatures(sigs.read_bytes())) == 1
     r = cli("verify", "toyengine/1.0-cpu", "--store", store, "--trust", signer.trust)
     assert r.exit_code == 0, r.output
+
+
+# --- a store's parents, and an import that works by descriptor --------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+def test_a_store_under_a_directory_others_can_write_is_refused(tmp_path: Path, bundles: dict[str, Path],
+                                                               signer: Keys, mode: int) -> None:
+    """--root is held to this rule; a store is too: another user who can write a directory above the store
+    (not sticky) could rename it away and put a tree of theirs in its place while an import writes into it
+    or a node installs from it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    store = shared / "deep" / "store"
+    r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
+    assert r.exit_code == 1, r.output
+    assert (f"refused the store {store}: the directory {shared} above it is writable by its group or by others and "
+            f"not sticky (mode {mode:04o})") in r.output
+    assert f"chmod +t {shared}" in r.output and "Traceback" not in r.output
+    assert list(shared.iterdir()) == []  # nothing made
+    # a store made while the directory was safe is refused once it is not, by every command
+    shared.chmod(0o755)
+    _import(bundles["1.0"], signer, store)
+    shared.chmod(mode)
+    for args in (["store", "list"], ["store", "verify"], ["store", "gc"]):
+        r = cli(*args, "--store", store)
+        assert r.exit_code == 1 and "above it is writable by its group or by others" in r.output, args
+    r = cli("install", "toyengine/1.0-cpu", "--store", store, "--root", tmp_path / "root", "--trust", signer.trust)
+    assert r.exit_code != 0 and "above it is writable by its group or by others" in r.output
+    shared.chmod(mode | 0o1000)  # sticky, like /tmp: no one may rename another's entry
+    assert [b["build"] for b in _list(store)] == ["toyengine/1.0-cpu"]
+
+
+def test_a_store_under_a_directory_of_another_user_is_refused(tmp_path: Path, bundles: dict[str, Path],
+                                                              signer: Keys) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", theirs / "store")
+    assert r.exit_code == 1 and f"the directory {theirs} above it is owned by uid 65534" in r.output, r.output
+    assert "chmod +t" not in r.output and list(theirs.iterdir()) == []
+
+
+def test_an_ordinary_user_is_held_to_the_same_rule(tmp_path: Path) -> None:
+    """As uid 65534: a store under a root-owned 0777 directory is refused, one under a sticky one is made."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run as uid 65534")
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        code = ("import sys; from pathlib import Path; from lockbuild.site.store import Store, StoreError\n"
+                "try:\n    Store(Path(sys.argv[1]), create=True).close(); print('made')\n"
+                "except StoreError as e:\n    print(e.message)\n")
+        for mode, expected in ((0o777, "above it is writable by its group or by others and not sticky"),
+                               (0o1777, "made")):
+            shared = base / f"shared-{mode:o}"
+            shared.mkdir()
+            shared.chmod(mode)
+            run = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable,
+                                  "-c", code, str(shared / "store")], capture_output=True, text=True,
+                                 env={"PATH": "/usr/bin:/bin", "HOME": str(base)})
+            if "No module named" in run.stderr or "Permission denied" in run.stderr:
+                pytest.skip(f"uid 65534 cannot run this venv: {run.stderr.strip()[-200:]}")
+            assert expected in run.stdout, (run.stdout, run.stderr)
+            assert (shared / "store").exists() == (expected == "made")
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_tmp_swapped_for_a_link_mid_import_redirects_nothing(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after the signatures are judged, tmp/ is renamed away and a link to a directory of the
+    attacker's is put in its place. The import reaches its work directory and every rename into blobs/
+    by descriptor: nothing is written through the link, and the blobs land in the store."""
+    from lockbuild.site import importer
+
+    store = tmp_path / "store"
+    with Store(store, create=True):
+        pass
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_open_source = importer.open_source
+
+    def swapping(*args: object, **kwargs: object) -> object:
+        trusted = real_open_source(*args, **kwargs)  # type: ignore[arg-type]
+        (store / "tmp").rename(store / "tmp-moved")
+        (store / "tmp").symlink_to(elsewhere)
+        return trusted
+
+    monkeypatch.setattr(importer, "open_source", swapping)
+    with Store(store) as s:
+        done = importer.import_bundle(s, bundles["1.0"], trust_dir=signer.trust)
+    assert done.added == 5
+    assert list(elsewhere.rglob("*")) == []  # nothing written through the link
+    assert len(list((store / "blobs" / "sha256").iterdir())) == 5
+    assert list((store / "tmp-moved").iterdir()) == []  # the work directory removed by descriptor
+
+
+def test_directories_made_for_a_new_store_are_held_to_the_rule_too(tmp_path: Path, bundles: dict[str, Path],
+                                                                  signer: Keys) -> None:
+    """With umask 002, `import --store NEW/deep/store` makes NEW/deep group-writable on the way: the check
+    made again once the directories exist refuses it (the one before could not see them)."""
+    old = os.umask(0o002)
+    try:
+        r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", tmp_path / "new" / "deep" / "store")
+    finally:
+        os.umask(old)
+    assert r.exit_code == 1 and f"the directory {tmp_path / 'new' / 'deep'} above it is writable by its group" in r.output, \
+        r.output

@@ -1,4 +1,4 @@
-"""Issue 29: `install ENGINE/VERSION-VARIANT --store DIR` hard-links the store's blobs into staging (same
+"""`install ENGINE/VERSION-VARIANT --store DIR` hard-links the store's blobs into staging (same
 file system, same owner) and checks each linked file's sha256 in the one extraction; elsewhere it copies.
 The store is the same after an install, a failed install and a refused one."""
 

@@ -424,7 +424,7 @@ def test_policy_dates_may_be_quoted(tmp_path: Path) -> None:
         parse_policy('not-before = "2025-01-01"\n')
 
 
-# --- issue 11/12/17: the trust path ---------------------------------------------------------------
+# --- the trust path ---------------------------------------------------------------
 
 MINISIGN = shutil.which("minisign")
 
@@ -493,7 +493,7 @@ def test_stock_minisign_cosignature_does_not_veto(tmp_path: Path, signers: dict[
 
 
 def test_a_truncated_bundle_is_reported_as_incomplete(tmp_path: Path, signers: dict[str, Signer]) -> None:
-    """issue 17: a short copy is an IntegrityError (exit 4) that says how much arrived, not 'tampering'."""
+    """A short copy is an IntegrityError (exit 4) that says how much arrived, not 'tampering'."""
     bundle, m = make_bundle(tmp_path / "dist", payload=os.urandom(300_000))
     sign(bundle, m, signers["alice"])
     size = bundle.stat().st_size
@@ -505,7 +505,7 @@ def test_a_truncated_bundle_is_reported_as_incomplete(tmp_path: Path, signers: d
 
 
 def test_the_same_key_twice_in_the_trust_dir_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
-    """issue 11 item 7: one raw key under two files, or under two key ids, would count twice."""
+    """One raw key under two files, or under two key ids, would count twice."""
     from lockbuild.minisign import PublicKey, read_public_key
 
     alice = read_public_key(signers["alice"].pub)
@@ -533,7 +533,7 @@ def test_revoking_a_key_by_its_public_key_covers_it_under_any_id(tmp_path: Path,
 
 @pytest.mark.parametrize("kind", ["dangling-symlink", "directory", "symlink", "fifo"])
 def test_a_policy_that_cannot_be_read_fails_closed(tmp_path: Path, signers: dict[str, Signer], kind: str) -> None:
-    """issue 11 item 5: only a truly absent policy.toml means the defaults."""
+    """Only a truly absent policy.toml means the defaults."""
     trust = trust_dir(tmp_path, signers["alice"])
     assert load_store(trust).policy == Policy()
     target = trust / POLICY_FILE
@@ -551,7 +551,7 @@ def test_a_policy_that_cannot_be_read_fails_closed(tmp_path: Path, signers: dict
 
 
 def test_policy_errors_show_what_was_written_not_python(tmp_path: Path) -> None:
-    """issue 17: no datetime.date(2025, 1, 1) in a message, and a TIP."""
+    """No datetime.date(2025, 1, 1) in a message, and a TIP."""
     with pytest.raises(SignatureError) as exc:
         parse_policy("not-before = 2025-01-01\n")
     assert "found a date without a time (2025-01-01)" in exc.value.message
@@ -560,7 +560,7 @@ def test_policy_errors_show_what_was_written_not_python(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink-to-device", "directory", "too-large"])
 def test_the_bundle_must_be_a_bounded_regular_file(tmp_path: Path, signers: dict[str, Signer], kind: str) -> None:
-    """issue 11 item 9: a FIFO or a device would hang verify and install; refused before any read."""
+    """A FIFO or a device would hang verify and install; refused before any read."""
     from lockbuild.limits import Limits
 
     bundle, m = make_bundle(tmp_path / "real")
@@ -615,7 +615,7 @@ def test_programming_mistakes_are_not_signature_errors(signers: dict[str, Signer
 
 
 def test_sign_checks_the_bundle_and_the_existing_signatures(tmp_path: Path, signers: dict[str, Signer]) -> None:
-    """issue 11 item 8: a co-signer's `sign` reads every member and checks what is already signed."""
+    """A co-signer's `sign` reads every member and checks what is already signed."""
     from lockbuild.trust import sign_bundle
 
     bundle, m = make_bundle(tmp_path / "dist", payload=os.urandom(50_000))

@@ -1,5 +1,5 @@
 """One trust port and one set of file primitives: the attacks on the site wing's copies, each met by
-the one place that now holds the check (issue 22). Each test fails when its check is removed."""
+the one place that now holds the check. Each test fails when its check is removed."""
 
 from __future__ import annotations
 

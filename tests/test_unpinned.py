@@ -1,4 +1,4 @@
-"""Checks a review found no test for: each test here fails when its check is removed (issue 22)."""
+"""Checks a review found no test for: each test here fails when its check is removed."""
 
 from __future__ import annotations
 

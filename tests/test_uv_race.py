@@ -1,4 +1,4 @@
-"""Issue 28: the uv binary is found once, before any thread starts.
+"""The uv binary is found once, before any thread starts.
 
 Finding uv reads ``sysconfig.get_config_vars()``, whose first initialisation is not thread-safe on Python
 3.11. A lock with an explicit ``as-of`` reaches uv on the main thread while the uv-wheel look-up runs on a

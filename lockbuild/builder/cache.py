@@ -1,6 +1,8 @@
 """A content-addressed file cache: entries named by sha256, written under a temporary name, renamed once verified.
 
-Layout: ROOT/sha256/AB/ABCD… (the entries), ROOT/tmp/*.part (transfers in progress, never read as
+Layout: ROOT/sha256/AB/ABCD… (the entries), ROOT/git-sha1/AB/ABCD… (files known only by their git
+blob id, such as a Hugging Face repo's small files: their key is ``git-sha1:`` and the id),
+ROOT/tmp/*.part (transfers in progress, never read as
 entries), ROOT/uv (uv's own cache), ROOT/resolutions (uv's answers by their inputs: ``memo.py``). Only
 ``commit`` puts a file under sha256/, after the fetcher has checked it, and ``lookup`` re-hashes an entry
 before handing it out.
@@ -22,9 +24,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild import fsio
-from lockbuild.digest import is_sha256
+from lockbuild.digest import Hasher, git_blob_hash, is_git_sha1, is_sha256
 from lockbuild.errors import FetchError, IntegrityError
 
+GIT_KEY = "git-sha1:"  # a key that names an entry by its git blob id instead of its sha256
 STALE_TEMP_SECONDS = 24 * 3600  # a .part file untouched this long belongs to a fetch that died
 
 
@@ -45,13 +48,27 @@ def _unsafe(path: Path, st: os.stat_result) -> str | None:
     return None
 
 
+def entry_hash(key: str, size: int) -> Hasher:
+    """The hash that names an entry of ``size`` bytes under ``key``: sha256, or the git blob sha1."""
+    return git_blob_hash(size) if key.startswith(GIT_KEY) else hashlib.sha256()
+
+
+def digest_of(key: str) -> str:
+    """The hex digest a key names (the key without its ``git-sha1:`` prefix)."""
+    return key.removeprefix(GIT_KEY)
+
+
 class Cache:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.files = root / "sha256"
+        self.git_files = root / "git-sha1"
         self.tmp = root / "tmp"
 
     def path(self, sha256: str) -> Path:
+        """The entry for a key: a sha256, or ``git-sha1:`` and a git blob id."""
+        if sha256.startswith(GIT_KEY) and is_git_sha1(blob := sha256[len(GIT_KEY) :]):
+            return self.git_files / blob[:2] / blob
         if not is_sha256(sha256):
             raise IntegrityError(f"expected a sha256 of 64 lowercase hex digits, found {sha256[:80]!r}.")
         return self.files / sha256[:2] / sha256
@@ -60,7 +77,7 @@ class Cache:
         """Create the cache (mode 0700) if missing; refuse one that another user could write to."""
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for d in (self.root, self.files, self.tmp, self.uv_cache(), self.resolutions()):
+            for d in (self.root, self.files, self.git_files, self.tmp, self.uv_cache(), self.resolutions()):
                 try:
                     st = d.lstat()
                 except FileNotFoundError:
@@ -108,10 +125,10 @@ class Cache:
                 return None
             if not hashed and size is not None:
                 return f
-            h = hashlib.sha256()
+            h = entry_hash(sha256, st.st_size)
             while chunk := f.read(_CHUNK):
                 h.update(chunk)
-            if h.hexdigest() != sha256:
+            if h.hexdigest() != digest_of(sha256):
                 f.close()
                 p.unlink(missing_ok=True)
                 return None
@@ -139,7 +156,7 @@ class Cache:
 
     def new_temp(self, sha256: str) -> Path:
         self.tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return self.tmp / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.part"
+        return self.tmp / f"{digest_of(sha256)}.{os.getpid()}.{secrets.token_hex(4)}.part"
 
     def put(self, data: bytes, filename: str) -> tuple[str, Path]:
         """Keep ``data`` (a file made here, such as lockbuild's own wheel) as the entry of its sha256, and

@@ -1,4 +1,4 @@
-"""Whether a set of pins is exactly what some requirements need on one target (issue 23).
+"""Whether a set of pins is exactly what some requirements need on one target.
 
 A remembered resolution (``memo.py``) is only a hint: its pins are used only if they answer the
 requirements and every pin is reached from them through the pinned wheels' ``Requires-Dist`` (with

@@ -12,7 +12,6 @@ downloads at once: 48 s -> 33 s for 4.4 GB, 31 s -> 17 s of system time, from co
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,9 +23,9 @@ from typing import BinaryIO
 import httpx
 
 from lockbuild import fsio
-from lockbuild.builder.cache import Cache
-from lockbuild.digest import CHUNK
-from lockbuild.errors import FetchError, IntegrityError
+from lockbuild.builder.cache import GIT_KEY, Cache, digest_of, entry_hash
+from lockbuild.digest import CHUNK, Hasher
+from lockbuild.errors import TLS_TIP, FetchError, IntegrityError, transport_tip
 from lockbuild.progress import Progress
 
 DEFAULT_JOBS = 8
@@ -48,7 +47,10 @@ _RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 @dataclass(frozen=True)
 class Wanted:
-    """A file to bring: where from, and the digest and size it must have."""
+    """A file to bring: where from, and the digest and size it must have.
+
+    ``sha256`` is also the file's key in the cache; a file known only by its git blob id (a Hugging Face
+    repo's small files) has the key ``git-sha1:`` and that id (``cache.GIT_KEY``), and a size."""
 
     url: str
     sha256: str
@@ -97,7 +99,7 @@ class _Sink:
         self.out = out
         self.limit = limit
         self.progress = progress
-        self.hash = hashlib.sha256()
+        self.hash = _new_hash(w)
         self.written = 0
         self.pending = bytearray()
 
@@ -106,7 +108,7 @@ class _Sink:
         self.pending.clear()
         self.out.seek(0)
         self.out.truncate()
-        self.hash = hashlib.sha256()
+        self.hash = _new_hash(self.w)
         self.written = 0
 
     def expect(self, announced: str | None) -> None:
@@ -129,6 +131,13 @@ class _Sink:
             self.hash.update(self.pending)
             self.progress.advance(len(self.pending))
             self.pending.clear()
+
+
+def _new_hash(w: Wanted) -> Hasher:
+    """The hash that names ``w``: sha256, or the git blob sha1 of its stated size (refused without one)."""
+    if w.sha256.startswith(GIT_KEY) and w.size is None:
+        raise IntegrityError(f"{w.label}: a file known by its git blob id needs a stated size; refused.")
+    return entry_hash(w.sha256, w.size or 0)
 
 
 def _too_big(w: Wanted, limit: int, what: str) -> IntegrityError:
@@ -248,6 +257,9 @@ class Fetcher:
             except (_Retry, _Restart, httpx.TransportError) as exc:
                 if isinstance(exc, httpx.UnsupportedProtocol):
                     raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc}") from None
+                if transport_tip(exc) == TLS_TIP:  # a certificate that does not verify will not on a retry
+                    raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc.__class__.__name__}: {exc}",
+                                     tip=TLS_TIP) from None
                 if isinstance(exc, _Restart):
                     sink.restart()
                 failures = 1 if sink.written - before >= PROGRESS_RESETS_RETRIES else failures + 1
@@ -283,7 +295,8 @@ class Fetcher:
                 raise FetchError(
                     f"{w.label}: {w.url} answered HTTP {status}; expected 200.",
                     tip="Check that the file still exists at that address"
-                    + (" and that GITHUB_TOKEN may read it." if status in (401, 403) else "."),
+                    + (" and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it." if status in (401, 403)
+                       else "."),
                 )
             sink.expect(resp.headers.get("content-length"))
             for chunk in resp.iter_raw():
@@ -375,10 +388,11 @@ def _check(w: Wanted, sink: _Sink) -> None:
             tip="The server sent a different file than the lock names; nothing was kept.",
         )
     got = sink.hash.hexdigest()
-    if got != w.sha256:
+    if got != digest_of(w.sha256):
+        kind = "git blob sha1" if w.sha256.startswith(GIT_KEY) else "sha256"
         raise IntegrityError(
-            f"{w.label}: sha256 mismatch for {w.url}: expected {w.sha256}, found {got}. The file was refused "
-            "and nothing was cached.",
+            f"{w.label}: {kind} mismatch for {w.url}: expected {digest_of(w.sha256)}, found {got}. The file was "
+            "refused and nothing was cached.",
             tip="The file changed since it was locked, or the transfer was tampered with; do not use it.",
         )
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 
 from lockbuild import __version__
-from lockbuild.errors import RemoteError, certificate_tip
+from lockbuild.errors import RemoteError, transport_tip
 from lockbuild.settings import Settings
 from lockbuild.urls import check_transport, public
 
@@ -72,7 +73,34 @@ def get_json(
 
     The body is read up to ``limit`` bytes: an endless or oversized answer is refused.
     """
+    page = get_json_page(client, url, what=what, headers=headers, not_found=not_found, limit=limit)
+    return page.data, page.url
+
+
+@dataclass(frozen=True)
+class JsonPage:
+    """A JSON answer, the URL that gave it, and the next page its ``Link: <…>; rel="next"`` names (as
+    sent, resolved against the URL; the caller decides whether to follow it)."""
+
+    data: Any
+    url: str
+    next_url: str | None
+
+
+def get_json_page(
+    client: httpx.Client,
+    url: str,
+    *,
+    what: str,
+    headers: dict[str, str] | None = None,
+    not_found: str | None = None,
+    limit: int = MAX_JSON_BYTES,
+    denied: str | None = None,
+) -> JsonPage:
+    """``get_json``, with the answer's next-page link (a paginated API: the Hugging Face Hub's tree);
+    ``denied``: what a 401 or 403 means to the user."""
     current = url
+    next_url: str | None = None
     retried = False
     for _ in range(MAX_REDIRECTS + 2):
         try:
@@ -89,27 +117,31 @@ def get_json(
                     continue
                 if resp.status_code == 404 and not_found is not None:
                     raise RemoteError(not_found)
+                if resp.status_code in (401, 403) and denied is not None:
+                    raise RemoteError(f"{what}: {current} answered HTTP {resp.status_code}. {denied}")
                 if resp.status_code != 200:
                     raise RemoteError(
                         f"{what}: {current} answered HTTP {resp.status_code}; expected 200.",
                         tip="Check the address, and that the server is reachable from this machine.",
                     )
                 body = _read_bounded(resp, limit, what=what, url=current)
+                link = resp.links.get("next", {}).get("url")
+                next_url = urljoin(current, link) if link else None
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
             if not retried:  # a GET is idempotent: a connection reset once (a kept-alive connection the server
                 retried = True  # closed as it was reused) is asked again, on a new connection
                 continue
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip="Check the network, the proxy settings and the address.",
+                tip=transport_tip(exc),
             ) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RemoteError(
                 f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip=certificate_tip(str(exc)) or "Check the network, the proxy settings and the address.",
+                tip=transport_tip(exc),
             ) from None
         try:
-            return json.loads(body), current
+            return JsonPage(json.loads(body), current, next_url)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RemoteError(f"{what}: {current} did not answer valid JSON ({exc}).") from None
         except RecursionError:  # every JSON answer (index pages, the release API): never a traceback

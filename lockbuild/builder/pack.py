@@ -17,6 +17,7 @@ import zstandard
 from lockbuild import __version__, fsio
 from lockbuild.builder.fetch import Fetcher, FetchReport
 from lockbuild.builder.plan import Plan
+from lockbuild.builder.selfwheel import make_self_wheel
 from lockbuild.bundle import bootstrap
 from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text
 from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
@@ -24,7 +25,7 @@ from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_orde
 from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
 from lockbuild.digest import HashingWriter
-from lockbuild.errors import LockbuildError, RecipeError, SignatureError
+from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, SignatureError
 from lockbuild.lock import LockedFile, bundle_pylock, bundle_requirements
 from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
@@ -113,7 +114,7 @@ def sbom(plan: Plan) -> bytes:
 
 
 def _provenance_properties(f: LockedFile) -> dict[str, object]:
-    """PEP 740 (issue 28): the publishers the index states for an attested file, as SBOM properties."""
+    """PEP 740: the publishers the index states for an attested file, as SBOM properties."""
     p = f.provenance
     if p is None or not p.publishers:
         return {}
@@ -130,12 +131,24 @@ def _bytes_member(path: str, data: bytes, kind: str) -> tuple[Member, bytes]:
 
 
 def _bootstrap_entries(plan: Plan, members: list[Member]) -> list[Entry]:
-    """``bootstrap.sh`` and ``SHA256SUMS`` (every other member but the manifest, by its sha256)."""
+    """``bootstrap.sh`` and ``SHA256SUMS`` (every other member but the manifest, by its sha256).
+
+    The script's template is read out of lockbuild's own wheel, made again here from the same files: it is
+    the wheel the lock pins (the same sha256), or the build stops. So the signed script comes from the
+    commit the wheel comes from, never from the work tree the running lockbuild was loaded from."""
     b = plan.build
     by_kind = {m.kind: m.path for m in members}
+    wheel = make_self_wheel(plan.as_of)
+    pinned = next((m.sha256 for m in members if m.path == f"wheels/{wheel.filename}"), None)
+    if pinned != wheel.sha256:
+        raise IntegrityError(
+            f"lockbuild's own wheel, made again from {wheel.made_from}, has sha256 {wheel.sha256}; the lock pins "
+            f"{pinned}. The checkout changed while the bundle was built (a commit, a checkout).",
+            tip="Build again once the checkout stays on one commit.",
+        )
     text = bootstrap.script(
-        version=b.version, python=b.python, interpreter=by_kind.get("interpreter"), uv_wheel=by_kind["tool"],
-        bundle=bundle_name(plan.recipe.engine.name, b.version, b.variant, b.platform),
+        wheel.read(bootstrap.TEMPLATE), version=b.version, python=b.python, interpreter=by_kind.get("interpreter"),
+        uv_wheel=by_kind["tool"], bundle=bundle_name(plan.recipe.engine.name, b.version, b.variant, b.platform),
     )
     run = Member(bootstrap.SCRIPT, len(text), hashlib.sha256(text).hexdigest(), bootstrap.KIND, "")
     listed = bootstrap.sums([(m.path, m.sha256) for m in (*members, run)])
@@ -225,7 +238,7 @@ def assemble_from(
         entries.append(Entry(member, source(f.sha256)))
     for e in plan.extras:
         entries.append(Entry(Member(e.path, size(e.sha256), e.sha256, e.kind, e.url), source(e.sha256)))
-    if isinstance(b.wheel, SelfWheel):  # lockbuild's own bundle: installable with stock tools (issue 26)
+    if isinstance(b.wheel, SelfWheel):  # lockbuild's own bundle: installable with stock tools
         entries += _bootstrap_entries(plan, [e.member for e in entries])
     entries.sort(key=lambda e: member_order(e.member.path))
     manifest = Manifest(
@@ -311,7 +324,7 @@ def write(
 
 
 def statement_for(written: Written, expires: dt.datetime | None) -> Statement:
-    """What a signature over a written bundle says: the signing process (issue 23) signs exactly this."""
+    """What a signature over a written bundle says: the signing process signs exactly this."""
     digests = written.digests
     return Statement.of(written.manifest, name=written.final.name, sha256=digests.sha256, size=digests.size,
                         expires=expires)

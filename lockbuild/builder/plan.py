@@ -67,7 +67,7 @@ class Plan:
     resolved_recipe: str
     uv_version: str
     warnings: tuple[str, ...] = ()  # shown by the CLI in text and in --json
-    build_deps: tuple[LockedFile, ...] = ()  # the hashed closure the lock's sdists are built from (issue 14)
+    build_deps: tuple[LockedFile, ...] = ()  # the hashed closure the lock's sdists are built from
     build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
     prebuilt: tuple[Prebuilt, ...] = ()  # wheels built here from sdists, bundled next to them
     resolution_reused: bool = False  # uv's resolution was remembered from an earlier run (memo.py), uv not run
@@ -228,7 +228,7 @@ class Planner:
                                         sdist_metadata=known),
             read_metadata,
         )
-        files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740 (issue 28)
+        files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(

@@ -1,4 +1,4 @@
-"""Building an sdist on the builder when the wheel can run on the node (issue 14), in the sandbox (issue 23).
+"""Building an sdist on the builder when the wheel can run on the node, in the sandbox.
 
 The build runs ``uv build --wheel`` offline, with no index, inside the one sandbox
 (:mod:`lockbuild.sandbox`: bubblewrap with new user, PID and network namespaces, no host files but the

@@ -1,4 +1,4 @@
-"""Checking a standalone interpreter archive on the builder: it is the build's Python (issue 14)."""
+"""Checking a standalone interpreter archive on the builder: it is the build's Python."""
 
 from __future__ import annotations
 

@@ -1,12 +1,17 @@
-"""lockbuild's own wheel, made by the running lockbuild from its own files (issue 26).
+"""lockbuild's own wheel, made by the running lockbuild from its own files.
 
 The self-bundle carries lockbuild like any engine carries its packages: a wheel pinned in the lock by
 its sha256. No build backend runs (lockbuild is pure Python), so nothing from outside runs on the
 builder, and the wheel is the same bytes for the same files and cut-off:
 
-- from a checkout, the files are those of the commit checked out (``git archive HEAD``), never the work
-  tree: an uncommitted edit or a stray file (an editor's backup, a ``.rej``) is not shipped, and the
-  bundle is rebuilt from the commit alone. The metadata is that commit's ``pyproject.toml``'s;
+- from a checkout, the files are the blobs of the commit checked out (``git ls-tree -r HEAD``, then
+  ``git cat-file --batch`` by blob id, each blob hashed again against its id), never the work tree nor
+  anything git would apply on the way out (``git archive`` runs the checkout's own attributes: a
+  ``filter.*.smudge`` command or ``export-subst`` from ``.git/info/attributes`` rewrote a module while
+  HEAD and ``git status`` stayed clean). An uncommitted edit or a stray file (an editor's backup, a
+  ``.rej``) is not shipped, and the bundle is rebuilt from the commit alone. The metadata is that
+  commit's ``pyproject.toml``'s. The bundle's ``bootstrap.sh`` is read out of this wheel
+  (:meth:`SelfWheel.read`), so it comes from the same commit too;
 - from an installed lockbuild (no checkout), the files its distribution's RECORD lists, and its metadata;
 - entries in sorted order, all dated at the cut-off, mode 0644 (0755 for a ``.sh``), stored without
   compression (the bundle is compressed as a whole; a zlib build would change deflated bytes).
@@ -21,7 +26,7 @@ import io
 import os
 import shutil
 import subprocess
-import tarfile
+import tempfile
 import tomllib
 import zipfile
 from collections.abc import Mapping
@@ -56,6 +61,17 @@ class SelfWheel:
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
+    def read(self, name: str) -> bytes:
+        """The bytes of the wheel's file ``name`` (``lockbuild/bundle/bootstrap.sh``): those of the commit
+        (or installed files) the wheel was made from."""
+        with zipfile.ZipFile(io.BytesIO(self.data)) as zf:
+            try:
+                return zf.read(name)
+            except KeyError:
+                raise RecipeError(f"lockbuild's own wheel, made from {self.made_from}, holds no {name}; expected "
+                                  "lockbuild's own files.", tip="Build the self-bundle from a lockbuild checkout "
+                                  "or installation that has it.") from None
+
 
 @dataclass(frozen=True)
 class Contents:
@@ -70,15 +86,28 @@ def _wanted(name: str) -> bool:
             and not name.endswith(_SKIP_SUFFIXES))
 
 
-def _git(root: Path, *args: str, limit: int) -> bytes:
+# git with no configuration but the repository's own, and none of it that changes what a blob reads as:
+# no system or global file, no HOME, no replace refs, literal pathspecs. Only plumbing runs (ls-tree,
+# cat-file of blob ids), which applies no attributes, filters, textconv or export-subst; each blob read is
+# hashed here again against its id, so what the wheel holds is exactly what the commit names.
+_GIT_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+_GIT_FLAGS = ("--no-replace-objects", "--literal-pathspecs", "-c", "core.attributesFile=/dev/null",
+              "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+_REGULAR = ("100644", "100755")  # git's modes for a file; a link (120000) or a submodule is no file
+_OBJECT_HASH = {40: "sha1", 64: "sha256"}  # a blob id's length names the repository's object format
+
+
+def _git(root: Path, *args: str, limit: int, stdin: bytes | None = None) -> bytes:
     git = shutil.which("git")
     if git is None:
         raise RecipeError(f"a self-bundle from the checkout {root} needs git, and none is on PATH.",
                           tip="Install git, or build the self-bundle with an installed lockbuild.")
-    env = {"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C", "HOME": os.devnull}
     try:
-        proc = subprocess.run([git, "-C", str(root), *args], capture_output=True, timeout=GIT_TIMEOUT, env=env,
-                              check=False)
+        with tempfile.TemporaryDirectory(prefix="lockbuild-git-home-") as home:
+            env = {**_GIT_ENV, "HOME": home, "XDG_CONFIG_HOME": home}
+            proc = subprocess.run([git, *_GIT_FLAGS, "-C", str(root), *args], input=stdin, capture_output=True,
+                                  timeout=GIT_TIMEOUT, env=env, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RecipeError(f"cannot run git in the checkout {root}: {exc}.",
                           tip="Install git, or build the self-bundle with an installed lockbuild.") from None
@@ -92,26 +121,78 @@ def _git(root: Path, *args: str, limit: int) -> bytes:
     return proc.stdout
 
 
+@dataclass(frozen=True)
+class _Blob:
+    name: str
+    oid: str
+    size: int
+
+
+def _tree(root: Path, commit: str) -> list[_Blob]:
+    """The regular files of ``commit`` under lockbuild/ and its pyproject.toml, with their blob ids and sizes."""
+    raw = _git(root, "ls-tree", "-r", "-z", "-l", "--full-tree", commit, "--", NAME, "pyproject.toml",
+               limit=MAX_FILES * 400)
+    blobs, total = [], 0
+    for entry in raw.split(b"\0"):
+        if not entry:
+            continue
+        head, _, path = entry.partition(b"\t")
+        fields = head.decode("ascii", errors="replace").split()
+        if len(fields) != 4 or fields[0] not in _REGULAR or fields[1] != "blob":
+            continue  # a symbolic link or a submodule: not a file of the wheel
+        name = path.decode("utf-8", errors="replace")
+        if name != "pyproject.toml" and not _wanted(name):
+            continue
+        size = int(fields[3]) if fields[3].isdigit() else MAX_FILE + 1
+        if size > MAX_FILE:
+            raise RecipeError(f"{name} at commit {commit[:12]} is {fields[3]} bytes; expected lockbuild's own files, "
+                              f"at most {MAX_FILE} bytes each.")
+        total += size
+        blobs.append(_Blob(name, fields[2], size))
+    if total > MAX_ARCHIVE or len(blobs) > MAX_FILES + 1:
+        raise RecipeError(f"commit {commit[:12]} of {root} holds {len(blobs)} files of {total} bytes under {NAME}/; "
+                          f"expected lockbuild's own files (at most {MAX_FILES}, {MAX_ARCHIVE} bytes).")
+    return blobs
+
+
+def _read_blobs(root: Path, commit: str, blobs: list[_Blob]) -> dict[str, bytes]:
+    """Each blob's bytes as the object store holds them (``cat-file --batch``: no filter runs), checked
+    against its id: a blob that does not hash to its name is refused."""
+    out = _git(root, "cat-file", "--batch", stdin=b"".join(f"{b.oid}\n".encode() for b in blobs),
+               limit=sum(b.size + 100 for b in blobs) + 100)
+    got: dict[str, bytes] = {}
+    at = 0
+    for b in blobs:
+        eol = out.find(b"\n", at)
+        header = out[at:eol].decode("ascii", errors="replace").split() if eol >= 0 else []
+        if header != [b.oid, "blob", str(b.size)]:
+            raise RecipeError(f"git cat-file in {root} answered {' '.join(header)[:120]!r} for {b.name} ({b.oid}) of "
+                              f"commit {commit[:12]}; expected a blob of {b.size} bytes.",
+                              tip="Check the checkout with git fsck.")
+        data = out[eol + 1:eol + 1 + b.size]
+        at = eol + 1 + b.size + 1
+        algorithm = _OBJECT_HASH.get(len(b.oid), "")
+        if not algorithm or hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest() != b.oid:
+            raise RecipeError(f"{b.name} of commit {commit[:12]} in {root} does not hash to its blob id {b.oid}; "
+                              "expected the committed bytes.", tip="Check the checkout with git fsck.")
+        got[b.name] = data
+    return got
+
+
 def from_checkout(root: Path) -> Contents:
-    """The package files and the metadata of the commit checked out at ``root``."""
+    """The package files and the metadata of the commit checked out at ``root``, each read as the blob the
+    commit names (never through the work tree, attributes, filters or git's configuration)."""
     commit = _git(root, "rev-parse", "--verify", "HEAD^{commit}", limit=100).decode().strip()
-    raw = _git(root, "archive", "--format=tar", commit, "--", NAME, "pyproject.toml", limit=MAX_ARCHIVE)
-    files: list[tuple[str, bytes]] = []
+    blobs = _tree(root, commit)
+    data = _read_blobs(root, commit, blobs)
+    files = [(b.name, data[b.name]) for b in blobs if b.name != "pyproject.toml"]
+    pyproject = data.get("pyproject.toml")
     project: Mapping[str, Any] = {}
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tf:
-        for info in tf:
-            if not info.isreg():
-                continue
-            f = tf.extractfile(info)
-            assert f is not None
-            if info.size > MAX_FILE:
-                raise RecipeError(f"{info.name} at commit {commit[:12]} is {info.size} bytes; expected lockbuild's "
-                                  f"own files, at most {MAX_FILE} bytes each.")
-            data = f.read()
-            if info.name == "pyproject.toml":
-                project = tomllib.loads(data.decode("utf-8")).get("project", {})
-            elif _wanted(info.name):
-                files.append((info.name, data))
+    if pyproject is not None:
+        try:
+            project = tomllib.loads(pyproject.decode("utf-8")).get("project", {})
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise RecipeError(f"pyproject.toml of commit {commit[:12]} in {root} cannot be read: {exc}.") from None
     if len(files) > MAX_FILES or not files:
         raise RecipeError(f"commit {commit[:12]} of {root} holds {len(files)} files under {NAME}/; expected "
                           f"lockbuild's own files (1 to {MAX_FILES}).")

@@ -1,5 +1,5 @@
-"""The members that let a node with no lockbuild install lockbuild's own bundle with stock tools
-(issue 26): ``bootstrap.sh``, a POSIX sh script, and ``SHA256SUMS``, the list it checks the extraction
+"""The members that let a node with no lockbuild install lockbuild's own bundle with stock tools:
+``bootstrap.sh``, a POSIX sh script, and ``SHA256SUMS``, the list it checks the extraction
 against with ``sha256sum -c``. Both are signed members, like every other; the node checks the whole file
 with ``minisign -V`` before it extracts anything."""
 
@@ -7,25 +7,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from importlib.resources import files
 
 from lockbuild.errors import RecipeError
 
 SCRIPT = "bootstrap.sh"
+TEMPLATE = f"lockbuild/bundle/{SCRIPT}"  # its path in lockbuild's own wheel, where the builder reads it
 SUMS = "SHA256SUMS"
 KIND = "bootstrap"
 _PLAIN = re.compile(r"[A-Za-z0-9._+/-]{1,255}")  # what may be put between the script's single quotes
 
 
-def _template() -> str:
-    return files("lockbuild.bundle").joinpath(SCRIPT).read_text(encoding="utf-8")
-
-
-def script(*, version: str, python: str, interpreter: str | None, uv_wheel: str, bundle: str) -> bytes:
-    """``bootstrap.sh`` for one bundle: the template with the bundle's own names filled in."""
+def script(template: bytes, *, version: str, python: str, interpreter: str | None, uv_wheel: str,
+           bundle: str) -> bytes:
+    """``bootstrap.sh`` for one bundle: ``template`` (the ``TEMPLATE`` file of the very wheel the bundle
+    carries, never the running lockbuild's package data, which may hold an uncommitted edit) with the
+    bundle's own names filled in."""
     values = {"VERSION": version, "PYTHON": python, "INTERPRETER": interpreter or "", "UV": uv_wheel,
               "BUNDLE": bundle}
-    text = _template()
+    try:
+        text = template.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecipeError(f"{TEMPLATE} in lockbuild's own wheel is not UTF-8 text.") from None
     for key, value in values.items():
         if value and not _PLAIN.fullmatch(value):
             raise RecipeError(f"internal: the bootstrap's {key} {value[:80]!r} is not a plain name.")

@@ -9,7 +9,11 @@
 #   sh DIR/bootstrap.sh /opt/lockbuild [--python /path/to/pythonX.Y]
 #
 # What it does, with no network and no Python beyond the bundle's (or the one given):
-#   1. checks every extracted member against SHA256SUMS, the signed list the builder wrote;
+#   0. refuses an extraction (or a --python) that another user could swap: any directory above it, up to
+#      /, must be owned by root or you and writable by no one else unless sticky (the rule lockbuild
+#      holds --root to); then copies the extraction into a 0700 staging directory it makes beside
+#      TARGET and reads nothing of DIR again: every check and every step below works on that copy;
+#   1. checks every copied member against SHA256SUMS, the signed list the builder wrote;
 #   2. unpacks the bundled interpreter (or takes --python) and the bundled uv, in a staging directory
 #      beside TARGET;
 #   3. installs the lock with uv --offline --no-index --require-hashes from the bundle's wheels only;
@@ -77,38 +81,73 @@ name=${target##*/}
   "Create it first (mkdir -p $parent)."
 [ -w "$parent" ] || die "cannot write to $parent; the staging directory is made beside TARGET." \
   "Run as a user who may write there (root for /opt)."
-uid=$(id -u)
-# Nobody else may write where TARGET appears, nor to the extraction this script reads after checking it.
-unsafe() { find "$1" -maxdepth "$2" \( ! -user 0 ! -user "$uid" \) -o -perm -0020 -o -perm -0002 \
-  -o ! \( -type f -o -type d \) 2>/dev/null | head -n 1; }
-odd=$(find "$parent" -maxdepth 0 \( ! -user 0 ! -user "$uid" \) -o \( \( -perm -0020 -o -perm -0002 \) ! -perm -1000 \) 2>/dev/null)
-[ -z "$odd" ] || die "$parent is writable by other users (or owned by one); expected a directory only root or you can write." \
-  "Install under a directory such as /opt, owned by root with mode 755."
-
-for tool in sha256sum tar gzip mktemp mv rm find id dd sed grep; do
+for tool in sha256sum tar gzip mktemp mv rm find id dd sed grep readlink dirname; do
   command -v "$tool" >/dev/null 2>&1 || die "this node has no '$tool' on PATH; the bootstrap needs it." \
     "Install coreutils, tar and gzip from the node's own media."
 done
 
-here=$(cd -P -- "$(dirname -- "$0")" && pwd)
-[ -f "$here/SHA256SUMS" ] || die "$here has no SHA256SUMS; expected an extraction of lockbuild's own bundle." \
+uid=$(id -u)
+# The rule lockbuild holds --root to (lockbuild/fsio.py::ancestor_problem): a directory is safe when root
+# or this user owns it and neither its group nor others may write it, unless it is sticky (like /tmp,
+# where no one may rename another's entry). shared D prints D when it is not safe (or cannot be examined).
+shared() {
+  found=$(find "$1" -maxdepth 0 \( ! -user 0 ! -user "$uid" \) -o \( \( -perm -0020 -o -perm -0002 \) ! -perm -1000 \) \
+    2>/dev/null) || found=$1
+  printf '%s' "$found"
+}
+# above D prints the first directory from D up to / that is not safe: another user could rename D (or a
+# directory above it) away and put their own in its place after anything here was checked.
+above() {
+  d=$1
+  while :; do
+    found=$(shared "$d")
+    if [ -n "$found" ]; then printf '%s' "$found"; return; fi
+    [ "$d" != / ] || return 0
+    d=${d%/*}
+    [ -n "$d" ] || d=/
+  done
+}
+# Nothing in a tree but plain files and directories of root's or ours that no one else may write.
+unsafe() { find "$1" -maxdepth 64 \( ! -user 0 ! -user "$uid" \) -o -perm -0020 -o -perm -0002 \
+  -o ! \( -type f -o -type d \) 2>/dev/null | head -n 1; }
+odd=$(above "$parent")
+[ -z "$odd" ] || die "$odd is writable by other users (or owned by one), so another user could replace TARGET in $parent; expected directories only root or you can write." \
+  "Install under a directory such as /opt, owned by root with mode 755."
+
+dir=$(cd -P -- "$(dirname -- "$0")" && pwd) || die "cannot enter the directory of $0."
+[ -f "$dir/SHA256SUMS" ] || die "$dir has no SHA256SUMS; expected an extraction of lockbuild's own bundle." \
   "Extract the whole .lbz: zstd -dc FILE.lbz | tar -x -C DIR"
+odd=$(above "$dir")
+[ -z "$odd" ] || die "the extraction $dir sits in $odd, which another user can write (or owns), so they could swap the extraction for their own while this script runs; expected directories only root or you can write, up to /." \
+  "Extract as the user who runs the bootstrap into a new directory under one only you (or root) can write, e.g. mkdir -m 700 /root/lb && zstd -dc FILE.lbz | tar -x -C /root/lb"
 
-odd=$(unsafe "$here" 64)
-[ -z "$odd" ] || die "the extraction in $here holds $odd, which another user could change (or which is not a plain file or directory); expected files only you or root can write." \
+odd=$(unsafe "$dir")
+[ -z "$odd" ] || die "the extraction in $dir holds $odd, which another user could change (or which is not a plain file or directory); expected files only you or root can write." \
   "Extract again as the user who runs the bootstrap, with umask 022, into a new directory: mkdir DIR && zstd -dc FILE.lbz | tar -x -C DIR"
-
-# 1. Every member as the builder listed it (the list itself is covered by the bundle's signature).
-say "checking the extracted members in $here against SHA256SUMS"
-if ! report=$(cd "$here" && sha256sum -c SHA256SUMS 2>&1); then
-  printf '%s\n' "$report" | grep -v ': OK$' | head -n 5 >&2
-  die "the extraction in $here does not match the bundle's signed list of members (a damaged or incomplete extraction); nothing was installed." \
-    "Verify the .lbz again with minisign -Vm, extract it into an empty directory, and run the bootstrap again."
-fi
 
 stage=$(mktemp -d "$parent/.$name.partial.XXXXXX") || die "cannot make a staging directory in $parent."
 trap 'rm -rf -- "$stage"' EXIT
 trap 'exit 130' INT TERM HUP
+chmod 700 "$stage"
+
+# 0. The copy, then nothing of $dir again: what is checked below is what is used.
+say "copying the extraction in $dir into $stage"
+mkdir "$stage/.bundle"
+here=$stage/.bundle
+(cd "$dir" && tar -cf - .) | tar -xf - -C "$here" --no-same-owner --no-same-permissions \
+  || die "cannot copy the extraction in $dir into $stage."
+odd=$(unsafe "$here")
+[ -z "$odd" ] || die "the copy of the extraction in $dir holds ${odd#"$here"/}, which is not a plain file or directory; expected the files of lockbuild's bundle only." \
+  "Extract the .lbz again into a new directory: mkdir DIR && zstd -dc FILE.lbz | tar -x -C DIR"
+
+# 1. Every member as the builder listed it (the list itself is covered by the bundle's signature).
+say "checking the extracted members from $dir against SHA256SUMS"
+if ! report=$(cd "$here" && sha256sum -c SHA256SUMS 2>&1); then
+  printf '%s\n' "$report" | grep -v ': OK$' | head -n 5 >&2
+  die "the extraction in $dir does not match the bundle's signed list of members (a damaged or incomplete extraction); nothing was installed." \
+    "Verify the .lbz again with minisign -Vm, extract it into an empty directory, and run the bootstrap again."
+fi
+
 export UV_NO_CONFIG=1 UV_OFFLINE=1 UV_PYTHON_DOWNLOADS=never UV_CACHE_DIR="$stage/.uv-cache" NO_COLOR=1
 export PIP_CONFIG_FILE=/dev/null NETRC=/dev/null
 mkdir "$stage/.tmp"
@@ -129,6 +168,17 @@ else
     "Pass --python /path/to/python$PYTHON_VERSION, or use the lockbuild bundle that carries its own Python."
 fi
 [ -x "$base" ] || die "the interpreter $base is not an executable file."
+case $base in
+  "$stage"/*) ;;
+  *)
+    real=$(readlink -f -- "$base") || die "cannot resolve the interpreter $base."
+    odd=$(shared "$real")
+    [ -n "$odd" ] || odd=$(above "${real%/*}")
+    [ -z "$odd" ] || die "the interpreter $base (${real}) is in or under $odd, which another user can write (or owns), so they could swap it for their own before it runs as you; expected an interpreter only root or you can change." \
+      "Pass --python with an interpreter under directories only root (or you) can write, such as /usr/bin/python$PYTHON_VERSION."
+    base=$real
+    ;;
+esac
 got=$("$base" -I -B -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || die "the interpreter $base does not run."
 [ "$got" = "$PYTHON_VERSION" ] || die "this bundle is built for Python $PYTHON_VERSION, but $base is Python $got." \
   "Pass --python with a Python $PYTHON_VERSION interpreter."
@@ -162,7 +212,7 @@ say "installing lockbuild $LOCKBUILD_VERSION offline with the bundled uv"
 "$uv" pip install --quiet --python "$py" $system --offline --no-index --require-hashes --no-build \
   --compile-bytecode --link-mode copy --find-links "$here/wheels" -r "$here/lock/requirements.txt" \
   || die "uv could not install the bundle's lock; nothing was installed."
-rm -rf -- "$stage/.uv-cache" "$stage/.tools" "$stage/.tmp"
+rm -rf -- "$stage/.uv-cache" "$stage/.tools" "$stage/.tmp" "$stage/.bundle"
 
 if [ -n "$system" ]; then
   # Console scripts in the interpreter's bin/ name it by the staging path: point them at TARGET.

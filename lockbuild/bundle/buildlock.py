@@ -1,4 +1,4 @@
-"""The build closure of a bundle's sdists (issue 14): where its wheels live and the hashed lock the node
+"""The build closure of a bundle's sdists: where its wheels live and the hashed lock the node
 builds with (``uv build --build-constraints lock/build-requirements.txt --require-hashes``)."""
 
 from __future__ import annotations

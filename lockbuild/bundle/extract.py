@@ -9,7 +9,7 @@ source: no adapter can relax a rule, because no adapter checks one. Members are 
 :func:`lockbuild.fsio.create_under` (``O_EXCL|O_NOFOLLOW``, directories walked by descriptor).
 
 A piece that is already a whole file on disk (a store's blob) may offer itself for a hard link
-(:class:`Linkable`, issue 29): the member is then linked into ``dest`` by :func:`lockbuild.fsio.link_under`
+(:class:`Linkable`): the member is then linked into ``dest`` by :func:`lockbuild.fsio.link_under`
 instead of copied, and the file as linked (the inode, through the name it will be used by) is hashed,
 on a pool of threads across the cores, and checked here like any other member before :func:`extract`
 returns. Where the link cannot be made (another file system, another owner), the member is copied and

@@ -35,7 +35,7 @@ def _bad(message: str) -> IntegrityError:
 class GpuNeeds:
     min_capability: tuple[int, int] | None = None
     min_driver: str | None = None
-    max_capability: tuple[int, int] | None = None  # from manifest format 3 (issue 25)
+    max_capability: tuple[int, int] | None = None  # from manifest format 3
 
     def variant_properties(self) -> tuple[str, ...]:
         """The same needs as wheel-variant properties (PEP 817/825, the NVIDIA provider's namespace),
@@ -69,11 +69,11 @@ class InstallTable:
     assets: tuple[AssetPlace, ...] = ()
     interpreter: str | None = None  # the member path of a standalone interpreter archive
     requirements: tuple[str, ...] = ()  # what the build asked for (recorded in the marker; not acted on)
-    env: tuple[tuple[str, str], ...] = ()  # [engine.env]: runtime settings every entry point sees (issue 15)
+    env: tuple[tuple[str, str], ...] = ()  # [engine.env]: runtime settings every entry point sees
     smoke: tuple[str, ...] = ()  # the self-test's smoke command
-    gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu; issue 24)
+    gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu)
     allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
-    serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits (issue 25)
+    serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits
 
     @property
     def needs_format(self) -> int:

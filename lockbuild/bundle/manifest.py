@@ -12,7 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lockbuild import __version__
-from lockbuild.bundle.instructions import InstallTable, check_text, parse_install
+from lockbuild.bundle.instructions import InstallTable, check_text
+from lockbuild.bundle.modelinfo import MODEL_FORMAT, MODEL_KIND, NO_LOCK, ModelTable, instructions
 from lockbuild.bundle.paths import check_member_path, collision_key
 
 __all__ = ["MANIFEST", "Manifest", "Member", "check_member_path", "collision_key", "parse_manifest"]
@@ -23,13 +24,13 @@ from lockbuild.provenance import Provenance, parse_recorded
 from lockbuild.times import iso, parse_time
 
 FORMAT = 2  # what a manifest says unless its [install] table needs more (InstallTable.needs_format)
-NEWEST = 3  # format 3 (issue 25): install.gpu.max-capability, variant-properties and install.serves
-READS = (2, 3)
+NEWEST = 3  # format 3: install.gpu.max-capability, variant-properties and install.serves
+READS = (2, 3, MODEL_FORMAT)  # format 4: a model bundle (bundle/modelinfo.py)
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
 MANIFEST = "bundle.toml"
 KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter", "build-dep",
-         "bootstrap")
+         "bootstrap", MODEL_KIND)
 _ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
           "source": 7, "assets": 8, "build-deps": 9}
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -65,12 +66,13 @@ class Manifest:
     zstd_version: str = ""  # libzstd that compressed it: a rebuild must use the same to match bit for bit
     # The recipe's per-package cut-offs (uv's --exclude-newer-package): (canonical name, UTC time or None = none)
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()
-    # PEP 740 (issue 28): a wheel's or sdist's provenance as its index stated it, unverified, by member path.
+    # PEP 740: a wheel's or sdist's provenance as its index stated it, unverified, by member path.
     # Optional: written in the member's [[files]] table, which readers before it pass over.
     provenance: tuple[tuple[str, Provenance], ...] = ()
     # PEP 700: a wheel's or sdist's upload time as its index gave it at lock time (UTC, to the second), by
     # member path. Optional, in the member's [[files]] table as upload-time, which readers before it pass over.
     upload_times: tuple[tuple[str, str], ...] = ()
+    model: ModelTable | None = None  # a model bundle's repo, commit and files (format 4; no [install] table)
 
     @property
     def bundle_name(self) -> str:
@@ -108,7 +110,7 @@ class Manifest:
             f"uv = {q(self.uv_version)}",
             *([f"zstd = {q(self.zstd_version)}"] if self.zstd_version else []),
             "",
-            *self.install.toml_lines(q),
+            *(self.install.toml_lines(q) if self.model is None else self.model.toml_lines(q)),
         ]
         attested, uploaded = dict(self.provenance), dict(self.upload_times)
         for m in self.members:
@@ -121,6 +123,7 @@ class Manifest:
                 f"origin = {q(m.origin)}",
                 *([f"provenance = {_provenance_toml(attested[m.path])}"] if m.path in attested else []),
                 *([f"upload-time = {q(uploaded[m.path])}"] if m.path in uploaded else []),
+                *(self.model.file_lines(m.path, q) if self.model is not None else []),
                 "",
             ]
         return "\n".join(lines).encode()
@@ -158,7 +161,7 @@ def member_order(path: str) -> tuple[int, str]:
 
 
 _TOP_KEYS = ("format", "engine", "version", "variant", "as-of", "serial", "recipe-sha256", "lock-format", "target",
-             "builder", "install", "files", "exclude-newer-package")
+             "builder", "install", "files", "exclude-newer-package", "model")
 _CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a PEP 503 normalised project name
 MAX_EXEMPT = 256
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
@@ -292,12 +295,12 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     if serial < 0 or not is_sha256(recipe_sha256):
         raise _bad("the manifest's serial is negative or its recipe-sha256 is malformed.")
     lock_format = _require(data, "lock-format", str, "")
-    if lock_format not in LOCK_FORMATS:
+    if lock_format not in (LOCK_FORMATS if fmt != MODEL_FORMAT else (NO_LOCK,)):
         raise _bad(f"the manifest's lock-format {lock_format[:40]!r} is not one of {', '.join(LOCK_FORMATS)}.")
     zstd = builder.get("zstd", "")
     if not isinstance(zstd, str) or (zstd and not _VERSION.fullmatch(zstd)):
         raise _bad("the manifest's builder.zstd is not a plain version string.")
-    install = parse_install(data.get("install"), {m.path: m.kind for m in members})
+    model, install = instructions(data, fmt, files, members)  # a model bundle's table, or the [install] table
     if install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
         raise _bad(f"the manifest is format {fmt}, but its [install] table "
                    f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "
@@ -322,6 +325,7 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         exclude_newer_package=exempt,
         provenance=provenance,
         upload_times=_upload_times(files, members),
+        model=model,
     )
 
 

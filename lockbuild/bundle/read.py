@@ -124,9 +124,11 @@ def read_bundle(
     on_manifest: Callable[[Manifest, bytes], None] | None = None,
     expect_sha256: str | None = None,
     want: Callable[[Member], bool] | None = None,
+    action: str | None = None,
 ) -> Manifest:
     """Check every member of the bundle against its manifest (:func:`lockbuild.bundle.extract.extract`);
-    with ``dest``, write them there.
+    with ``dest``, write them there. ``action`` names the step in the progress line (default "checking",
+    or "unpacking" with ``dest``).
 
     ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
     its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With it, what the
@@ -144,7 +146,7 @@ def read_bundle(
         manifest, manifest_bytes = _read_manifest(tar, limits)
         if on_manifest is not None:
             on_manifest(manifest, manifest_bytes)
-        progress.start("checking" if dest is None else "unpacking", total_bytes=manifest.unpacked_size,
+        progress.start(action or ("checking" if dest is None else "unpacking"), total_bytes=manifest.unpacked_size,
                        files=len(manifest.members))
         extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
         got = f.finish() if f is not None else None

@@ -23,6 +23,7 @@ from typing import BinaryIO
 import zstandard
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
+from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
 from lockbuild.channel import Channel, End, start
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
@@ -84,10 +85,68 @@ def compressor(threads: int | None = None) -> zstandard.ZstdCompressor:
     return zstandard.ZstdCompressor(compression_params=params)
 
 
-class _TarWriter:
-    """Writes tar blocks to a stream and keeps count, so the end can be padded to a record."""
+# A stored frame (model weights, which do not compress): a zstd frame of raw blocks, no checksum (the
+# member's sha256 covers its bytes), a 128 KiB window: magic, a frame header descriptor of 0, the window.
+STORED_BLOCK = 128 << 10
+STORED_HEADER = b"\x28\xb5\x2f\xfd\x00" + bytes([(17 - 10) << 3])
 
-    def __init__(self, out: zstandard.ZstdCompressionWriter, progress: Progress) -> None:
+
+def is_stored(m: Member) -> bool:
+    """Whether a member is written in a stored frame: a model's weights (docs/bundle-format.md)."""
+    return m.kind == "model-file" and m.path.lower().endswith(WEIGHT_SUFFIXES)
+
+
+class _Frames:
+    """The bundle's zstd frames, in order: compressed frames (each opened when something is written
+    after a stored frame, or at the start) and stored frames of raw blocks."""
+
+    def __init__(self, out: BinaryIO, threads: int | None) -> None:
+        self.out = out
+        self.threads = threads
+        self.z: zstandard.ZstdCompressionWriter | None = None
+        self.pending: bytearray | None = None  # a stored frame's bytes not yet in a block
+
+    def write(self, data: bytes | memoryview) -> None:
+        if self.pending is None:
+            if self.z is None:
+                self.z = compressor(self.threads).stream_writer(self.out, closefd=False, write_size=CHUNK)
+            self.z.write(data)
+            return
+        self.pending += data
+        done = 0
+        while len(self.pending) - done > STORED_BLOCK:  # the last block waits: it carries the frame's end
+            self._block(memoryview(self.pending)[done : done + STORED_BLOCK], last=False)
+            done += STORED_BLOCK
+        del self.pending[:done]
+
+    def _block(self, data: memoryview | bytearray, *, last: bool) -> None:
+        self.out.write(((len(data) << 3) | int(last)).to_bytes(3, "little"))  # block type 0: raw
+        self.out.write(data)
+
+    def begin_stored(self) -> None:
+        self._end_compressed()
+        self.out.write(STORED_HEADER)
+        self.pending = bytearray()
+
+    def end_stored(self) -> None:
+        if self.pending is not None:
+            self._block(self.pending, last=True)
+            self.pending = None
+
+    def _end_compressed(self) -> None:
+        if self.z is not None:
+            self.z.close()  # type: ignore[no-untyped-call]  # ends the frame (with its checksum); closefd=False
+            self.z = None
+
+    def close(self) -> None:
+        self.end_stored()
+        self._end_compressed()
+
+
+class _TarWriter:
+    """Writes tar blocks to the frames and keeps count, so the end can be padded to a record."""
+
+    def __init__(self, out: _Frames, progress: Progress) -> None:
         self.out = out
         self.offset = 0
         self.progress = progress
@@ -103,7 +162,11 @@ class _TarWriter:
 
     def add_file(self, m: Member, source: Channel[bytes | _Verified], mtime: int) -> None:
         """The member's bytes as the reader thread hands them on; they end with its word that the file was
-        read whole and has the member's sha256 (or the reader's error is raised here)."""
+        read whole and has the member's sha256 (or the reader's error is raised here). A model's weights
+        go in a stored frame of their own, header and padding with them."""
+        stored = is_stored(m)
+        if stored:
+            self.out.begin_stored()
         self._write(tar_header(m.path, m.size, mtime))
         while not isinstance(piece := source.get(), _Verified):
             if isinstance(piece, End):
@@ -111,6 +174,8 @@ class _TarWriter:
             self._write(piece)
             self.progress.advance(len(piece))
         self._pad(m.size)
+        if stored:
+            self.out.end_stored()
 
     def _pad(self, size: int) -> None:
         if size % BLOCK:
@@ -142,8 +207,8 @@ def write_bundle(
     sources: Channel[bytes | _Verified] = Channel(READ_AHEAD)
     reader = start("lockbuild-read", lambda out: _read_sources(entries, out), sources)
     try:
-        writer = compressor(threads).stream_writer(out, closefd=False, write_size=CHUNK)
-        tar = _TarWriter(writer, progress)
+        frames = _Frames(out, threads)
+        tar = _TarWriter(frames, progress)
         tar.add_bytes(MANIFEST, head, mtime)
         for e in entries:
             m = e.member
@@ -155,7 +220,7 @@ def write_bundle(
                 tar.add_file(m, sources, mtime)
             progress.file_done()
         tar.close()
-        writer.close()  # type: ignore[no-untyped-call]  # ends the one frame (with its checksum); closefd=False leaves ``out`` open
+        frames.close()  # ends the last frame; ``out`` stays open
     finally:
         sources.stop()  # after a failure, the reader ends at its next hand-off (it is not waited for)
     reader.join()

@@ -8,8 +8,10 @@ from __future__ import annotations
 import io
 import os
 import struct
-from collections.abc import Iterator
-from typing import IO, BinaryIO, cast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import BinaryIO
 
 import zstandard
 
@@ -25,9 +27,73 @@ def _bad(message: str) -> IntegrityError:
     return IntegrityError(message, tip=TIP)
 
 
+MAX_FRAMES = 2 * 100_000 + 2  # a compressed frame and a stored one per member, at most, and the ends
+STORED_BLOCK = 128 << 10  # the largest raw block a stored frame holds (its window: 2**17 bytes)
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    window: int
+    checksum: bool
+    length: int  # the header's length in bytes
+
+
+def parse_frame_header(take: Callable[[int, str], bytes], limits: Limits) -> FrameHeader:
+    """A zstd frame header, strictly: lockbuild's magic, no reserved bit, no dictionary, a bounded window."""
+    (magic,) = struct.unpack("<I", take(4, "frame header"))
+    if magic != _MAGIC:
+        raise _bad(f"the bundle is not a zstd frame: expected magic {_MAGIC:#x}, found {magic:#x}.")
+    fhd = take(1, "frame header")[0]
+    fcs_flag, single, reserved, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 3) & 1, (fhd >> 2) & 1, fhd & 3
+    if reserved:
+        raise _bad("the bundle's zstd frame header sets a reserved bit.")
+    length = 5
+    window = 0
+    if not single:
+        wd = take(1, "window descriptor")[0]
+        log = 10 + (wd >> 3)
+        window = (1 << log) + ((1 << log) >> 3) * (wd & 7)
+        length += 1
+    if dict_flag:
+        n = (0, 1, 2, 4)[dict_flag]
+        did = int.from_bytes(take(n, "dictionary id"), "little")
+        length += n
+        if did:
+            raise _bad("the bundle's zstd frame needs a dictionary; lockbuild bundles never use one.")
+    fcs_len = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if fcs_len:
+        fcs = int.from_bytes(take(fcs_len, "content size"), "little") + (256 if fcs_len == 2 else 0)
+        length += fcs_len
+        if fcs > limits.max_bundle:
+            raise _bad(f"the bundle's zstd header claims {fcs} bytes of content; expected at most {limits.max_bundle}.")
+        if single:
+            window = fcs
+    if window > limits.zstd_window:
+        raise _bad(f"the bundle's zstd window is {window} bytes; expected at most {limits.zstd_window}.")
+    return FrameHeader(window, bool(checksum), length)
+
+
+def block_header(raw: bytes, frame: FrameHeader) -> tuple[bool, int, int]:
+    """A block header: whether it is the frame's last, its type, and the bytes it takes in the file. A
+    frame without a checksum is a stored frame and may hold raw blocks only (its bytes are a member's,
+    which the manifest's sha256 covers)."""
+    header = int.from_bytes(raw, "little")
+    last, kind, size = bool(header & 1), (header >> 1) & 3, header >> 3
+    if kind == 3:
+        raise _bad("the bundle's zstd frame has a reserved block type.")
+    if not frame.checksum and kind != 0:
+        raise _bad("the bundle's zstd frame compresses but has no content checksum; lockbuild always writes one "
+                   "(only a stored frame, of raw blocks, goes without).")
+    if size > STORED_BLOCK:
+        raise _bad(f"the bundle's zstd block is {size} bytes; a block holds at most {STORED_BLOCK}.")
+    return last, kind, 1 if kind == 1 else size
+
+
 def check_zstd_frame(f: BinaryIO, limits: Limits = DEFAULT_LIMITS) -> None:
-    """Walk the zstd frame without decompressing: exactly one complete frame, a window within
-    ``limits.zstd_window``, a content checksum, and no bytes after it."""
+    """Walk the zstd frames without decompressing: one or more complete frames one after another, each
+    with a window within ``limits.zstd_window`` and either a content checksum (a compressed frame) or
+    only raw blocks (a stored frame, which model weights take: docs/bundle-format.md), no dictionary,
+    and no bytes after the last."""
     f.seek(0, os.SEEK_END)
     end = f.tell()
     f.seek(0)
@@ -38,47 +104,27 @@ def check_zstd_frame(f: BinaryIO, limits: Limits = DEFAULT_LIMITS) -> None:
             raise _bad(f"the bundle is truncated: it ends inside the zstd {what}.")
         return data
 
-    (magic,) = struct.unpack("<I", take(4, "frame header"))
-    if magic != _MAGIC:
-        raise _bad(f"the bundle is not a zstd frame: expected magic {_MAGIC:#x}, found {magic:#x}.")
-    fhd = take(1, "frame header")[0]
-    fcs_flag, single, reserved, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 3) & 1, (fhd >> 2) & 1, fhd & 3
-    if reserved:
-        raise _bad("the bundle's zstd frame header sets a reserved bit.")
-    window = 0
-    if not single:
-        wd = take(1, "window descriptor")[0]
-        log = 10 + (wd >> 3)
-        window = (1 << log) + ((1 << log) >> 3) * (wd & 7)
-    if dict_flag:
-        did = int.from_bytes(take((0, 1, 2, 4)[dict_flag], "dictionary id"), "little")
-        if did:
-            raise _bad("the bundle's zstd frame needs a dictionary; lockbuild bundles never use one.")
-    fcs_len = (1 if single else 0, 2, 4, 8)[fcs_flag]
-    if fcs_len:
-        fcs = int.from_bytes(take(fcs_len, "content size"), "little") + (256 if fcs_len == 2 else 0)
-        if fcs > limits.max_bundle:
-            raise _bad(f"the bundle's zstd header claims {fcs} bytes of content; expected at most {limits.max_bundle}.")
-        if single:
-            window = fcs
-    if window > limits.zstd_window:
-        raise _bad(f"the bundle's zstd window is {window} bytes; expected at most {limits.zstd_window}.")
-    if not checksum:
-        raise _bad("the bundle's zstd frame has no content checksum; lockbuild always writes one.")
+    frames = 0
     while True:
-        header = int.from_bytes(take(3, "block header"), "little")
-        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
-        if kind == 3:
-            raise _bad("the bundle's zstd frame has a reserved block type.")
-        skip = 1 if kind == 1 else size
-        if f.tell() + skip > end:
-            raise _bad("the bundle is truncated: it ends inside a zstd block.")
-        f.seek(skip, os.SEEK_CUR)
-        if last:
+        frames += 1
+        if frames > MAX_FRAMES:
+            raise _bad(f"the bundle has more than {MAX_FRAMES} zstd frames.")
+        frame = parse_frame_header(take, limits)
+        while True:
+            last, _, skip = block_header(take(3, "block header"), frame)
+            if f.tell() + skip > end:
+                raise _bad("the bundle is truncated: it ends inside a zstd block.")
+            f.seek(skip, os.SEEK_CUR)
+            if last:
+                break
+        if frame.checksum:
+            take(4, "checksum")
+        if f.tell() == end:
             break
-    take(4, "checksum")
-    if f.tell() != end:
-        raise _bad(f"the bundle has {end - f.tell()} bytes after its zstd frame; expected none.")
+        here = f.tell()
+        if end - here < 4 or struct.unpack("<I", f.read(4))[0] != _MAGIC:
+            raise _bad(f"the bundle has {end - here} bytes after its zstd frame; expected none (or another frame).")
+        f.seek(here)
     f.seek(0)
 
 
@@ -152,7 +198,77 @@ class Decompressed:
 
 
 def decompressed(f: BinaryIO | Hashing, limits: Limits) -> Decompressed:
-    """The decompressed stream of a checked frame (``max_window_size`` is in bytes)."""
+    """The decompressed stream of checked frames, read forwards once (``max_window_size`` is in bytes)."""
+    return Decompressed(_frames(f, limits), limits.max_bundle + (64 << 20))
+
+
+class _Raw:
+    """The raw bundle bytes read forwards in large pieces (the source may be hashing as it is read), and
+    handed out in the exact lengths the frame walk asks for."""
+
+    def __init__(self, f: BinaryIO | Hashing) -> None:
+        self.f = f
+        self.buf = b""
+        self.pos = 0
+
+    def at_end(self) -> bool:
+        if self.pos < len(self.buf):
+            return False
+        self.buf, self.pos = self.f.read(CHUNK), 0
+        return not self.buf
+
+    def take(self, n: int, what: str) -> bytes:
+        if self.pos + n <= len(self.buf):
+            self.pos += n
+            return self.buf[self.pos - n : self.pos]
+        parts = [self.buf[self.pos :]]
+        left = n - len(parts[0])
+        while left:
+            self.buf, self.pos = self.f.read(max(CHUNK, left)), 0
+            if not self.buf:
+                raise _bad(f"the bundle is truncated: it ends inside the zstd {what}.")
+            piece = self.buf[:left]
+            self.pos = len(piece)
+            parts.append(piece)
+            left -= len(piece)
+        return b"".join(parts)
+
+
+def _frames(f: BinaryIO | Hashing, limits: Limits) -> Iterator[bytes]:
+    """Every frame's content in order: a stored frame's raw blocks as they are, a compressed frame's
+    bytes through a fresh decompressor (which checks its content checksum), one block at a time: the
+    output of one call is at most one block's (128 KiB), whatever its input."""
     dctx = zstandard.ZstdDecompressor(max_window_size=limits.zstd_window)
-    chunks = dctx.read_to_iter(cast(IO[bytes], f), read_size=CHUNK, write_size=CHUNK)
-    return Decompressed(chunks, limits.max_bundle + (64 << 20))
+    raw = _Raw(f)
+    while not raw.at_end():
+        seen: list[bytes] = []
+        frame = parse_frame_header(partial(_kept, seen, raw), limits)
+        dobj = dctx.decompressobj(write_size=CHUNK) if frame.checksum else None
+        if dobj is not None:
+            _feed(dobj, b"".join(seen))
+        last = False
+        while not last:
+            head = raw.take(3, "block header")
+            last, _, size = block_header(head, frame)
+            body = raw.take(size, "block") if size else b""
+            if dobj is None:
+                if body:
+                    yield body
+            elif out := _feed(dobj, head + body + (raw.take(4, "checksum") if last else b"")):
+                yield out
+        if dobj is not None and not dobj.eof:
+            raise _bad("the bundle's zstd frame did not end where its last block said it would.")
+
+
+def _kept(seen: list[bytes], raw: _Raw, n: int, what: str) -> bytes:
+    """The frame header's bytes, kept to be fed to the decompressor after them."""
+    data = raw.take(n, what)
+    seen.append(data)
+    return data
+
+
+def _feed(dobj: zstandard.ZstdDecompressionObj, data: bytes) -> bytes:
+    try:
+        return dobj.decompress(data)
+    except zstandard.ZstdError as exc:
+        raise _bad(f"the bundle's zstd stream is corrupt: {exc}.") from None

@@ -26,6 +26,7 @@ from lockbuild.clikit import (
     jobs_option,
     json_option,
 )
+from lockbuild.errors import SignatureError
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary
 
@@ -71,7 +72,7 @@ def _lock_json(plan: Any) -> dict[str, Any]:
 
 
 def _with_provenance_report(plan: Any, out: Path) -> tuple[Any, str | None]:
-    """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT (issue 28),
+    """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT,
     and the note saying when there was none to compare with."""
     from lockbuild.builder.provenance import report
 
@@ -121,7 +122,7 @@ def lock(
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
-    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx)) as s:
@@ -173,7 +174,7 @@ def fetch(
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
-    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
     results = []
     with session(settings, progress=_progress(ctx), jobs=jobs) as s:
@@ -243,19 +244,32 @@ def build(
     step fails, OUT gets nothing. The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt.
     Other people's code (build backends, and with --self-test the engine and the recipe's commands) runs
     only in the sandbox and has exited before the key is read; the key is read, and the passphrase asked
-    for, only in a fresh signing process (python -I -S) that loads nothing once it holds the key.
+    for, only in a fresh signing process (python -I -S) that loads nothing once it holds the key. Before
+    anything is locked or downloaded, such a process opens and decrypts the key and exits (a typed
+    passphrase is asked for then, and again to sign), so a bad key stops the build at once.
     """
     _setup(ctx, as_json)
     from lockbuild.builder.pack import Written, fetch_and_write, place_signed, statement_for
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
-    from lockbuild.trust.sign import sign_in_fresh_process
+    from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
-    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11; issue 28)
+    from lockbuild.recipe.modelrecipe import is_model_recipe_file
+
+    if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
+        from lockbuild.builder.modelcli import build_model_cli
+
+        build_model_cli(ctx, recipe, key=key, out=out, expires=expires, threads=threads, jobs=jobs, settings=settings,
+                        self_test=self_test, build_spec=build_spec, allow_readable_key=allow_readable_key)
+        return
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)
+    # The key opened and decrypted now, before anything is locked or downloaded and before any other
+    # people's code starts, in a signing process that signs nothing and exits; it is read again to sign.
+    checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
+    uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     progress = _progress(ctx)
     results: list[dict[str, Any]] = []
     with session(settings, progress=progress, jobs=jobs) as s:
@@ -266,7 +280,9 @@ def build(
             plans.append(plan)
         written: list[Written] = []
         try:
-            for plan in plans:  # fetched and packed at once, members in manifest order as they arrive
+            for n, plan in enumerate(plans, 1):  # fetched and packed at once, members in manifest order
+                if len(plans) > 1:  # which of the builds the packing line below is about
+                    progress.note(f"build {n} of {len(plans)}: {plan.build.id} ({plan.build.platform})")
                 written.append(fetch_and_write(plan, s.fetcher, out, threads=threads)[0])
         except BaseException:
             for w in written:
@@ -280,6 +296,12 @@ def build(
         # The key is read only now, and only in a fresh process; this one never holds it.
         signer = sign_in_fresh_process(key, items, password=password, allow_readable_key=allow_readable_key)
         password = None
+        if signer.key_id != checked.key_id:
+            raise SignatureError(
+                f"the secret key {key} is key {signer.key_id_hex} now, but it was key {checked.key_id_hex} when "
+                "the build started; expected the same key throughout.",
+                tip="Someone replaced the key file during the build: find out who; nothing was signed.",
+            )
         signed = [(plan, place_signed(w, st, signer=signer.key_id, block=block))
                   for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)]
     finally:
@@ -317,7 +339,7 @@ def build(
         f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
         for x in results
     )
-    if reports is not None:  # issue 15: the report follows the build's own result
+    if reports is not None:  # the report follows the build's own result
         from lockbuild.selftest.cli import show_after_build
 
         if trust_dir is not None:

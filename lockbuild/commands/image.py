@@ -1,8 +1,9 @@
-"""The image command (issue 27): an installed engine as one reproducible squashfs file for HPC sites."""
+"""The image command: an installed engine as one reproducible squashfs file for HPC sites."""
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import click
@@ -52,9 +53,10 @@ def image(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Pa
                           gpu_check=gpu_check, environ=dict(os.environ))  # type: ignore[arg-type]
     with named_source(bundle, store=store_dir) as source:
         res = make_image(source, opts, prefix, out, progress=_progress(ctx))
-    _emit(ctx, res.to_json(), f"image: {res.engine} {res.version}-{res.variant} for {res.record.prefix} at "
-          f"{res.image} ({res.record.image_size:,} bytes, sha256 {res.record.image_sha256}); not signed: "
-          f"lockbuild sign {res.image.name} --key KEY")
+    sign = f"lockbuild sign {shlex.quote(str(out))} --key KEY"  # the path as the user gave it, from where they are
+    _emit(ctx, {**res.to_json(), "sign_command": sign},
+          f"image: {res.engine} {res.version}-{res.variant} for {res.record.prefix} at "
+          f"{res.image} ({res.record.image_size:,} bytes, sha256 {res.record.image_sha256}); not signed: {sign}")
 
 
 COMMANDS = (image,)

@@ -1,4 +1,4 @@
-"""Node commands: verify, inspect, install, list, remove, doctor (no network code below them)."""
+"""Node commands: verify, inspect, install, list, remove (no network code below them); doctor is beside."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from lockbuild.clikit import (
     _emit,
     _progress,
     _setup,
+    _warn,
     json_option,
     root_option,
     threshold_option,
     trust_option,
 )
-from lockbuild.errors import LockbuildError
 from lockbuild.times import iso
 
 Command = _Command
@@ -29,23 +29,33 @@ store_option = click.option("--store", "store_dir", type=click.Path(path_type=Pa
                             "delta.")
 
 
+models_option = click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
+                             help="A models folder: the Hugging Face cache model bundles are installed in.")
 @click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
-@click.argument("bundle", metavar="BUNDLE")
+@click.argument("bundle", metavar="BUNDLE", required=False)
 @store_option
 @trust_option
 @threshold_option
+@models_option
 @json_option
 @click.pass_context
-def verify(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
-           as_json: bool) -> None:
+def verify(ctx: click.Context, bundle: str | None, store_dir: Path | None, trust_dir: Path | None,
+           threshold: int | None, as_json: bool, models_dir: Path | None = None) -> None:
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
 
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR; or an image FILE.sqfs from `image`
-    (its .minisig and record FILE.sqfs.json beside it).
+    (its .minisig and record FILE.sqfs.json beside it). --models DIR [ORG/NAME]: the installed models.
     """
     _setup(ctx, as_json)
+    if models_dir is not None:
+        from lockbuild.modelcli import verify_models_cli
+
+        verify_models_cli(ctx, models_dir, bundle, trust_dir=trust_dir, threshold=threshold)
+        return
+    if bundle is None:
+        raise click.UsageError("expected BUNDLE (or --models DIR).")
     from lockbuild.image.record import is_image
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, verify_source
@@ -88,7 +98,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 
     with named_source(bundle, store=store_dir) as source:
         manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
-        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time (issue 28), unverified
+        attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time, unverified
         try:
             blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
@@ -106,7 +116,8 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         "exclude_newer_package": {name: when or False for name, when in manifest.exclude_newer_package},
         "signatures": sigs,
         "unpacked_size": manifest.unpacked_size,
-        "install": manifest.install.to_json(),
+        "install": manifest.install.to_json() if manifest.model is None else None,
+        **({"model": manifest.model.to_json()} if manifest.model is not None else {}),
         "files": [
             {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin,
              **({"provenance": attested[m.path].to_json()} if m.path in attested else {})}
@@ -122,7 +133,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             f"exclude-newer-package: {name} = {when or 'false (no cut-off)'}"
             for name, when in manifest.exclude_newer_package
         ),
-        *(f"install: {line}" for line in manifest.install.summary()),
+        *(f"install: {line}" for line in (manifest.model or manifest.install).summary()),
         *(
             f"interpreter: Python {manifest.python}, {m.path} (sha256 {m.sha256[:16]}…, from {m.origin})"
             for m in manifest.members
@@ -176,6 +187,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 @click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@models_option
 @json_option
 @click.pass_context
 def install(
@@ -192,6 +204,7 @@ def install(
     wait: float,
     as_json: bool,
     allow_cpu: bool = False,
+    models_dir: Path | None = None,
 ) -> None:
     """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
 
@@ -221,6 +234,7 @@ def install(
         threshold=threshold,
         wait=wait,
         environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
+        models=models_dir,
     )
     installer = Installer(opts, progress=_progress(ctx))
     from lockbuild.site.sources import named_source  # no network code either
@@ -229,10 +243,18 @@ def install(
     if request is not None:
         _install_chosen(ctx, installer, request, opts, allow_cpu)
         return
+    if models_dir is not None:  # a model bundle placed there, or an engine that reads its models there
+        from lockbuild.modelcli import install_model_cli
+
+        with named_source(bundle, store=store_dir) as source:
+            install_model_cli(ctx, source, models_dir, opts=opts, installer=installer)
+        return
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
-    _emit(ctx, result.to_json(), f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}")
+    _warn(ctx, result.warnings)
+    _emit(ctx, result.to_json(),
+          f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line())
 
 
 def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any, allow_cpu: bool) -> None:
@@ -261,11 +283,13 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
                 click.echo(for_terminal("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else "")), err=True)
                 ctx.exit(1)
             raise refusal(got)
-        if not ctx.obj.get("json"):  # the choice is said before the install runs (stdout keeps the result)
+        if not (ctx.obj.get("json") or ctx.obj.get("quiet")):  # the choice, said before the install runs
             click.echo(for_terminal("\n".join(got.lines())), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"
-    text = f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+    text = (f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+            + result.python_line())
+    _warn(ctx, result.warnings)
     _emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 
@@ -273,12 +297,19 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 @root_option
 @click.option("--images", "images_dir", type=click.Path(path_type=Path, file_okay=False),
               help="List the images (FILE.sqfs from `image`) in this folder instead, with what they hold.")
+@models_option
 @json_option
 @click.pass_context
-def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None) -> None:
+def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None,
+          models_dir: Path | None = None) -> None:
     """List installed engines with version, variant, installed time and bundle digest (or, with --images, the
-    images in a folder)."""
+    images in a folder; with --models, the models installed there)."""
     _setup(ctx, as_json)
+    if models_dir is not None:
+        from lockbuild.modelcli import list_models_cli
+
+        list_models_cli(ctx, models_dir)
+        return
     if images_dir is not None:
         _list_images(ctx, images_dir)
         return
@@ -333,69 +364,4 @@ def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: flo
     _emit(ctx, {"removed": str(path)}, f"removed {path}")
 
 
-@click.command(cls=Command, epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
-@root_option
-@click.option(
-    "--catalogue",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("bundles"),
-    show_default=True,
-    help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node.",
-)
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="A site store: for each engine and version in it, the build this node would take, or why none "
-              "fits.")
-@trust_option
-@json_option
-@click.pass_context
-def doctor(ctx: click.Context, root: Path, catalogue: Path, trust_dir: Path | None, as_json: bool,
-           store_dir: Path | None = None) -> None:
-    """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
-    engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
-    would take of each engine and version in the store."""
-    _setup(ctx, as_json)
-    from lockbuild.install.doctor import examine, render
-    from lockbuild.trust import trust_dir as resolve_trust_dir
-
-    candidates, problems = _catalogue(catalogue)
-    from lockbuild.install.node import detect
-
-    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))
-    _emit(ctx, report, render(report))
-
-
-def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
-    """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
-    from lockbuild.bundle.instructions import GpuNeeds
-    from lockbuild.bundle.read import read_head
-    from lockbuild.install.doctor import Candidate
-    from lockbuild.install.fit import Needs, space_needed
-    from lockbuild.recipe import load_recipe
-
-    if not directory.is_dir():
-        return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
-    out: list[Any] = []
-    problems: list[str] = []
-    for path in sorted(directory.glob("*.toml")):
-        try:
-            recipe = load_recipe(path)
-        except LockbuildError as exc:
-            problems.append(exc.message)
-            continue
-        for b in recipe.builds:
-            gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability) if b.gpu else None
-            needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
-            out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
-    for path in sorted(directory.glob("*.lbz")):
-        try:
-            manifest, _ = read_head(path)
-        except LockbuildError as exc:
-            problems.append(f"{path.name}: {exc.message}")
-            continue
-        out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
-    return out, problems
-
-
-
-COMMANDS = (verify, inspect, install, list_, remove, doctor)
+COMMANDS = (verify, inspect, install, list_, remove)

@@ -1,4 +1,4 @@
-"""HPC sites (issue 27): an installed engine as one reproducible squashfs image, mounted read-only.
+"""HPC sites: an installed engine as one reproducible squashfs image, mounted read-only.
 
 ``view`` (PREFIX shown over the staging directory in a mount namespace), ``build`` (the install, the
 deterministic bytecode, the pack, the atomic placement), ``record`` (``FILE.sqfs.json`` and listing),

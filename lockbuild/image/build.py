@@ -35,10 +35,10 @@ from lockbuild.image import bytecode, view
 from lockbuild.image.record import SUFFIX, TOOLS_TIP, Record, record_path
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.node import Node, detect
-from lockbuild.install.pythons import PYTHONS, _place
+from lockbuild.install.pythons import PYTHONS, _place, check_usable_by_others
 from lockbuild.install.stage import View
 from lockbuild.install.tools import find_python
-from lockbuild.progress import Progress
+from lockbuild.progress import Progress, written_of
 from lockbuild.trust import TrustedBundle, digest_bundle, load_store, open_source, trust_dir
 from lockbuild.trust.source import Source
 
@@ -91,6 +91,9 @@ def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path,
     m = trusted.manifest
     python = find_python(m.python, options.python) if options.python or not m.install.interpreter else None
     if python is not None:
+        # outside the image, every user of every node that mounts it runs it: it must be everyone's to run
+        check_usable_by_others(python, origin="--python" if options.python else "the node", want=m.python,
+                               used_by=f"the image (mounted at {prefix})")
         view.check_prefix(prefix, [python])
     with _work(out) as work:
         home, tmp = work / "home", work / "tmp"
@@ -113,7 +116,7 @@ def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path,
             bytecode.compile_tree(prefix, run, home)
             _settle_cache_info(staged, m.serial)
             _normalise(staged)
-            p.phase(f"packing {out.name} with mksquashfs")
+            p.phase(f"packing {out.name} with mksquashfs", detail=written_of(partial, _tree_bytes(staged)))
             _pack(tool, staged, partial, m.serial)
 
         def place(m: Manifest, unpacked: Path) -> contextlib.AbstractContextManager[Path]:
@@ -128,6 +131,16 @@ def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path,
             remove_tree(partial)
     p.finish()
     return ImageResult(out, record, m.engine, m.version, m.variant, time.monotonic() - started)
+
+
+def _tree_bytes(top: Path) -> int:
+    """The bytes of the regular files under ``top`` (links not followed): what mksquashfs compresses."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            st = (Path(dirpath) / name).lstat()
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 @contextlib.contextmanager

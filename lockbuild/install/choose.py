@@ -1,4 +1,4 @@
-"""The node chooses its build (issue 25): the I/O around the pure rule :func:`lockbuild.install.fit.choose`.
+"""The node chooses its build: the I/O around the pure rule :func:`lockbuild.install.fit.choose`.
 
 ``install ENGINE/VERSION --store DIR``, ``install ENGINE --store DIR`` and ``install DIR/`` name no
 single bundle: the candidates are the store's builds of ENGINE, or the signed bundles in a folder. Each

@@ -135,7 +135,7 @@ def writable_here(path: Path) -> bool:
 
 
 def self_install_report(path0: str | None = None) -> dict[str, Any]:
-    """Where lockbuild itself is installed, and which of those places the current user can write (issue 23):
+    """Where lockbuild itself is installed, and which of those places the current user can write:
     code written there (a ``.pth``, a ``getpass.py`` beside the package, a changed module) runs in the next
     lockbuild command, the one that asks for a passphrase included. ``sys.path[0]`` is the directory of the
     running script (a console script's ``bin/``), searched before everything else."""

@@ -116,7 +116,7 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
     return reasons
 
 
-# --- the choice (issue 25): which of several builds a node takes. Pure, beside the fit rule. ---------------
+# --- the choice: which of several builds a node takes. Pure, beside the fit rule. ---------------
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,14 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
+from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
-from lockbuild.install.pythons import PYTHONS, bundled_python, collect
+from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others
 from lockbuild.install.stage import Hook, Stage, View
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
-from lockbuild.install.tools import find_python
+from lockbuild.install.tools import locate_python
+from lockbuild.interpreter import executable
 from lockbuild.progress import Progress
 from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
 from lockbuild.trust.source import BundleFile, Source
@@ -51,6 +53,7 @@ class InstallOptions:
     wait: float = 0.0
     verify_timeout: float = VERIFY_TIMEOUT
     environ: Mapping[str, str] = field(default_factory=dict)  # the CLI's; uv and the engine get allow-lists of it
+    models: Path | None = None  # --models: HF_HUB_CACHE (and HF_HUB_OFFLINE=1) among the runtime settings
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,17 @@ class InstallResult:
     bundle_sha256: str
     signers: tuple[str, ...]
     seconds: float
+    python: str = ""  # the interpreter the environment is built with (empty: unchanged, none chosen)
+    python_origin: str = ""  # "bundle", "--python", "system" or "PATH"
+    warnings: tuple[str, ...] = ()
+
+    def python_line(self) -> str:
+        return f"\n  python: {self.python} (from {self.python_origin})" if self.python else ""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "python": {"path": self.python, "from": self.python_origin} if self.python else None,
+            "warnings": list(self.warnings),
             "status": self.status,
             "engine": self.engine,
             "version": self.version,
@@ -115,15 +126,29 @@ class Installer:
 
     def install_opened(self, opened: TrustedBundle, started: float, node: Node | None = None) -> InstallResult:
         m, p = opened.manifest, self.progress
+        if m.model is not None:
+            raise InstallError(f"{opened.path.name} is a model bundle ({m.model.repo} at {m.model.commit}); it has no "
+                               "environment to install under --root.", tip="Install it with --models DIR.")
         node = node or self.node or detect(environ=self.o.environ)
-        # --python wins; else the bundle's own interpreter (placed after the extraction); else PATH's
-        python = find_python(m.python, self.o.python) if self.o.python or not m.install.interpreter else None
+        # --python wins; else the bundle's own interpreter (placed after the extraction); else the system's
+        # (/usr/bin, /usr/local/bin); only then, with a warning, one found elsewhere on PATH
+        found = locate_python(m.python, self.o.python) if self.o.python or not m.install.interpreter else None
         engine_dir = prepare(self.o.root, m.engine)
         target = engine_dir / f"{m.version}-{m.variant}"
+        if found is not None and readable_by_others(engine_dir):  # who can use the environment can run its python
+            check_usable_by_others(found.path, origin=found.origin, want=m.python, used_by=str(target))
+        python = found.path if found is not None else None
+        if found is not None:
+            shown, origin = str(found.path), found.origin
+        else:
+            member = next(x for x in m.members if x.path == m.install.interpreter)
+            shown, origin = str(self.o.root / PYTHONS / member.sha256 / executable(m.python)), "bundle"
+        warnings = (found.warning,) if found is not None and found.warning else ()
 
         def result(status: Literal["installed", "unchanged"]) -> InstallResult:
             return InstallResult(status, m.engine, m.version, m.variant, target, opened.sha256, opened.signer_ids,
-                                 time.monotonic() - started)
+                                 time.monotonic() - started, *((shown, origin) if status == "installed" else ("", "")),
+                                 warnings=warnings if status == "installed" else ())
 
         with engine_lock(engine_dir, wait=self.o.wait):
             stale = clean_stale(engine_dir)
@@ -183,7 +208,8 @@ class Installer:
         command, the GPU probe and the records; then ``then()`` (install: the swap), with the bundle's
         interpreter still held. An image (lockbuild.image) passes its ``view`` (the prefix its nodes mount
         it at) and ``place_python`` (its interpreter goes inside the image)."""
-        stage = Stage(unpacked, staged, opened.manifest, self.progress, self.hook, self.o.environ, view)
+        manifest = with_models_env(opened.manifest, self.o.models)
+        stage = Stage(unpacked, staged, manifest, self.progress, self.hook, self.o.environ, view)
         cleaner: threading.Thread | None = None
         try:
             with contextlib.ExitStack() as held:

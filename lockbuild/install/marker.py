@@ -40,7 +40,7 @@ class Installed:
     lockbuild: str
     dev: int = 0  # the environment directory's st_dev and st_ino when the marker was written
     ino: int = 0
-    env: tuple[tuple[str, str], ...] = ()  # the engine's runtime settings ([engine.env], issue 15)
+    env: tuple[tuple[str, str], ...] = ()  # the engine's runtime settings ([engine.env])
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

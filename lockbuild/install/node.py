@@ -81,6 +81,8 @@ def _driver_from_proc(path: Path) -> str | None:
 class FactsError(LockbuildError):
     """The node's GPU facts are not stated plainly: by the LOCKBUILD_GPU_FACTS file, or by nvidia-smi."""
 
+    default_tip = "Fix the file LOCKBUILD_GPU_FACTS names (JSON: driver and gpus), or unset it to detect them."
+
 
 def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
     """The driver and GPUs an operator states in ``path`` (JSON; see the module's docstring), strictly."""

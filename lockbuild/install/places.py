@@ -67,18 +67,19 @@ def check_ancestors(root: Path) -> None:
     )
 
 
-def prepare(root: Path, engine: str) -> Path:
+def prepare(root: Path, engine: str, *, what: str = "--root") -> Path:
     """Make (if absent) and check --root and ROOT/ENGINE; the engine directory is made by descriptor, so
-    a link planted in its place is refused, never followed. Returns ROOT/ENGINE."""
+    a link planted in its place is refused, never followed. Returns ROOT/ENGINE. ``what``: how messages
+    name ``root`` (``--models`` for a models folder)."""
     check_ancestors(root)  # before anything is made there
     if not os.path.lexists(root):
         try:
             root.mkdir(parents=True, mode=0o755)
             root.chmod(0o755)
         except OSError as exc:
-            raise InstallError(f"cannot create --root {root}: {exc.strerror}.", tip=_TIP) from None
+            raise InstallError(f"cannot create {what} {root}: {exc.strerror}.", tip=_TIP) from None
     check_ancestors(root)
-    check_place(root, "--root")
+    check_place(root, what)
     fd = os.open(root, _DIR_FLAGS)
     try:
         with contextlib.suppress(FileExistsError):

@@ -159,3 +159,41 @@ def collect(root: Path, *, wait: float = 0.0) -> list[str]:
             finally:
                 os.close(fd)
     return removed
+
+
+def readable_by_others(directory: Path) -> bool:
+    """Whether users other than the owner can reach ``directory``: it and every directory above it let
+    others through (o+x). An environment there must then have an interpreter they can run too."""
+    here = Path(os.path.realpath(directory))
+    try:
+        return all(d.stat().st_mode & stat.S_IXOTH for d in (here, *here.parents))
+    except OSError:
+        return False
+
+
+def check_usable_by_others(exe: Path, *, origin: str, want: str, used_by: str) -> None:
+    """Refuse an interpreter that other users cannot run, for an environment they can use (``used_by``
+    says which): every directory above it, as named and as its links resolve, must let others through
+    (o+x), the executable must be theirs to run (o+x), and its standard library theirs to read. A
+    pyenv build under /root (0700) would otherwise leave them with ``bin/python: Permission denied``."""
+    named = exe.absolute()
+    real = Path(os.path.realpath(named))
+    lib = real.parent.parent / "lib" / f"python{want}"
+    checks: list[tuple[Path, int, str]] = [(d, stat.S_IXOTH, "enter") for d in named.parents]
+    checks += [(d, stat.S_IXOTH, "enter") for d in real.parents]
+    checks += [(real, stat.S_IXOTH, "run")]
+    if lib.is_dir():
+        checks.append((lib, stat.S_IROTH | stat.S_IXOTH, "read"))
+    for path, bits, verb in checks:
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise InstallError(f"cannot check the interpreter {exe}: {path}: {exc.strerror}.") from None
+        if mode & bits != bits:
+            raise InstallError(
+                f"the interpreter {exe} (from {origin}) is not usable by everyone who can use {used_by}: other "
+                f"users cannot {verb} {path} (mode {stat.S_IMODE(mode):04o}), so bin/python would fail for them "
+                "with 'Permission denied'.",
+                tip=f"Pass --python /usr/bin/python{want} (an interpreter everyone can run), or install a bundle "
+                "that carries its own interpreter.",
+            )

@@ -1,4 +1,4 @@
-"""Building a bundle's sdists on the node from their hashed build closure only (issue 14).
+"""Building a bundle's sdists on the node from their hashed build closure only.
 
 Each sdist is built by ``uv build --wheel`` in its own isolated build environment, offline, with no
 index: its build dependencies can come only from the bundle's ``build-deps/``, and uv takes one only

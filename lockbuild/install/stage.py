@@ -91,7 +91,7 @@ class Stage:
         self.staged.chmod(0o755)
         self.hook("install")
         lock, kinds = self.unpacked / "lock" / "requirements.txt", {"wheel", "sdist"}
-        if has_build_closure(m):  # issue 14: sdists built from the bundle's hashed build dependencies only
+        if has_build_closure(m):  # sdists built from the bundle's hashed build dependencies only
             built, lock = build_sdists(uv, python, self.unpacked, m, env, p, self.run)
             self.run([str(uv), "pip", "install", "--python", str(self.at / "bin" / "python"), "--offline",
                       "--no-index", "--no-deps", *map(str, built)],

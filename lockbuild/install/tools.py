@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from lockbuild.errors import InstallError
@@ -29,25 +31,52 @@ def python_version(exe: Path) -> str:
     return proc.stdout.strip()
 
 
-def find_python(want: str, explicit: Path | None) -> Path:
-    """``--python`` if given, else ``python<X.Y>`` on PATH; its version must be exactly ``want``."""
+# Where a node's own interpreter is looked for first: the system's, which every user can run.
+SYSTEM_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"))
+
+
+@dataclass(frozen=True)
+class FoundPython:
+    """The interpreter an environment is built with, and where it came from (said in the result)."""
+
+    path: Path
+    origin: str  # "--python", "system" (/usr/bin, /usr/local/bin) or "PATH" (anywhere else on PATH)
+    warning: str | None = None
+
+
+def locate_python(want: str, explicit: Path | None, *, path: str | None = None) -> FoundPython:
+    """``--python`` if given; else ``python<X.Y>`` in /usr/bin or /usr/local/bin; only then, with a
+    warning, one found elsewhere on PATH (a pyenv or conda build under a home directory is often one that
+    other users cannot run). Its version must be exactly ``want``."""
+    name = f"python{want}"
     if explicit is not None:
-        exe = explicit
+        found = FoundPython(explicit, "--python")
     else:
-        found = shutil.which(f"python{want}")
-        if found is None:
-            raise InstallError(
-                f"this bundle is built for Python {want}, and no python{want} is on PATH.",
-                tip=f"Install Python {want} on the node, or pass --python /path/to/python{want}.",
-            )
-        exe = Path(found)
-    got = python_version(exe)
+        system = next((d / name for d in SYSTEM_DIRS if (d / name).is_file() and os.access(d / name, os.X_OK)), None)
+        if system is not None:
+            found = FoundPython(system, "system")
+        else:
+            elsewhere = shutil.which(name, path=path)
+            if elsewhere is None:
+                raise InstallError(
+                    f"this bundle is built for Python {want}, and no {name} is in /usr/bin, /usr/local/bin or on PATH.",
+                    tip=f"Install Python {want} on the node, or pass --python /path/to/{name}.",
+                )
+            found = FoundPython(Path(elsewhere), "PATH", (
+                f"using {elsewhere} for Python {want}: it was found on PATH, not in /usr/bin or /usr/local/bin; "
+                f"pass --python {elsewhere} to choose it on purpose, or install {name} system-wide."))
+    got = python_version(found.path)
     if got != want:
         raise InstallError(
-            f"this bundle is built for Python {want}, but {exe} is Python {got}.",
+            f"this bundle is built for Python {want}, but {found.path} is Python {got}.",
             tip=f"Pass --python pointing at a Python {want} interpreter, or use the bundle built for {got}.",
         )
-    return exe
+    return found
+
+
+def find_python(want: str, explicit: Path | None) -> Path:
+    """The interpreter :func:`locate_python` chooses."""
+    return locate_python(want, explicit).path
 
 
 def extract_uv(wheel: Path, dest_dir: Path) -> Path:

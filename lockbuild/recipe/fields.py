@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from lockbuild.errors import RecipeError
+from lockbuild.text import closest
 
 MAX_STRING = 4096
 MAX_LIST = 1000
 SHOWN = 80
-USAGE_EXIT = 2  # the CLI's exit status for a recipe with problems in its keys (as for a usage error)
 
 T = TypeVar("T")
 
@@ -30,13 +29,11 @@ class Problems:
         if self.items:
             n = len(self.items)
             shown = listing(self.items)
-            err = RecipeError(
+            raise RecipeError(
                 f"{self.path}: {n} problem{'s' if n > 1 else ''} in the recipe:\n{shown}",
                 problems=tuple(self.items),
                 tip="Fix each key listed; docs/release-engineers.md describes every recipe key.",
             )
-            err.exit_code = USAGE_EXIT  # a key given wrongly is a usage error, like a wrong option
-            raise err
 
 
 def listing(items: list[str], most: int = 50) -> str:
@@ -68,13 +65,14 @@ class Table:
         self.data = data
         self.where = where
         self.p = problems
+        self.meant: set[str] = set()  # keys a misspelling stands for: one problem each, not a second "missing"
         for key in data:
             if key not in known:
-                close = difflib.get_close_matches(key.lower(), known, n=1) or [
-                    k for k in known if sorted(k) == sorted(key.lower())
-                ]
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+                close = closest(key, known)
+                hint = f"; did you mean {close!r}?" if close else f"; known keys: {', '.join(known)}"
                 self.p.add(self.key(key), f"unknown key{hint}")
+                if close is not None:
+                    self.meant.add(close)
 
     def key(self, name: str) -> str:
         shown = name if len(name) <= SHOWN else name[: SHOWN - 3] + "..."
@@ -82,7 +80,7 @@ class Table:
 
     def get(self, name: str, kind: type[T], expected: str, *, required: bool = True) -> T | None:
         if name not in self.data:
-            if required:
+            if required and name not in self.meant:
                 self.p.add(self.key(name), f"missing; expected {expected}")
             return None
         value = self.data[name]

@@ -21,14 +21,14 @@ class Engine:
     env: tuple[tuple[str, str], ...] = ()  # [engine.env]: runtime settings, sorted by name
     smoke: tuple[str, ...] = ()  # the self-test's smoke command (lockbuild test)
     allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
-    gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu; issue 24)
+    gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu)
 
 
 @dataclass(frozen=True)
 class GpuRequirement:
     min_capability: tuple[int, int] | None
     min_driver: str | None
-    max_capability: tuple[int, int] | None = None  # the highest capability it has kernels for (issue 25)
+    max_capability: tuple[int, int] | None = None  # the highest capability it has kernels for
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class UrlWheel:
 class SelfWheel:
     """``wheel = { self = true }``: lockbuild's own wheel, made by the running lockbuild from its own files
     (byte for byte the same for the same files and cut-off) and pinned in the lock by its sha256. Only a
-    build of the engine ``lockbuild`` at the running lockbuild's version may take it (issue 26). With
+    build of the engine ``lockbuild`` at the running lockbuild's version may take it. With
     ``sha256``, the wheel made must be exactly that file (the resolved recipe in a bundle records it)."""
 
     sha256: str | None = None
@@ -113,9 +113,9 @@ class Build:
     exclude_newer_package: tuple[tuple[str, str | None], ...] = ()  # (name, RFC 3339 time or None = no cut-off)
     build_on_node: tuple[str, ...] = ()  # canonical names that may come as sdists (built on the node)
     interpreter: Interpreter | None = None  # a standalone interpreter carried in the bundle
-    indexes: tuple[SecondIndex, ...] = ()  # the list form, indexes = [{ name, url, packages }] (issue 15)
+    indexes: tuple[SecondIndex, ...] = ()  # the list form, indexes = [{ name, url, packages }]
     primary_packages: tuple[str, ...] = ()  # canonical names an extra index serves too, taken from the primary
-    serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits (issue 25)
+    serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits
 
     @property
     def extra_indexes(self) -> tuple[SecondIndex, ...]:

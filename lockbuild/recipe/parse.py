@@ -96,7 +96,7 @@ def _command(t: Table, key: str, expected: str, *, required: bool) -> tuple[str,
 def _runtime(
     t: Table, p: Problems
 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
-    """``[engine.env]``, ``smoke`` and ``allow-network`` (issue 15), checked by the rules the node applies."""
+    """``[engine.env]``, ``smoke`` and ``allow-network``, checked by the rules the node applies."""
     smoke = _command(t, "smoke", 'a command as a list of strings, e.g. ["engine", "--selftest"]', required=False) or ()
     hosts = t.strings("allow-network", 'a list of host names, e.g. ["huggingface.co"]', required=False) or ()
     for h in hosts:
@@ -177,7 +177,7 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
 
 def _serves(t: Table, where: str, p: Problems, version: str | None) -> tuple[str, ...]:
     """``serves = ["0.11.0"]``: newer versions whose nodes this build serves when none of their own builds
-    fits (issue 25); each a version above the build's own."""
+    fits; each a version above the build's own."""
     from packaging.version import InvalidVersion, Version
 
     serves = t.strings("serves", 'a list of newer versions, e.g. ["0.11.0"]', required=False) or ()
@@ -195,7 +195,7 @@ def _serves(t: Table, where: str, p: Problems, version: str | None) -> tuple[str
 def _primary_packages(t: Table, where: str, p: Problems, extra: tuple[SecondIndex, ...]) -> tuple[str, ...]:
     """``primary-packages = ["numpy", ...]``: names an extra index serves too, which the lock takes from the
     primary index anyway: the recipe's explicit choice, where the lock would otherwise refuse such a name
-    (issue 23, torchtriton). A name may not be both here and on an extra index."""
+    (torchtriton). A name may not be both here and on an extra index."""
     names = t.strings("primary-packages", "a list of package names", required=False) or ()
     bad = [n for n in names if not project_name(n)]
     if bad:

@@ -1,4 +1,4 @@
-"""The self-test (issue 15): a signed bundle installed and run with the network removed, every attempt reported.
+"""The self-test: a signed bundle installed and run with the network removed, every attempt reported.
 
 The names below load on first use, so that ``lockbuild.cli`` (which registers ``lockbuild test``) does not
 import the self-test's machinery for every other command.

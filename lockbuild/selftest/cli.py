@@ -96,10 +96,13 @@ def show_after_build(ctx: click.Context, reports: list[Report], built: dict[str,
               help="Seconds the verify command and the smoke command may each take.")
 @click.option("--no-strace", is_flag=True, help="Do not trace: the verdict is then \"not checked\" (exit 6).")
 @click.option("--gpu", is_flag=True, help="Also run the GPU probe and the recipe's gpu-smoke command (where a GPU is).")
+@click.option("--model", "model", metavar="MODEL.lbz",
+              help="A model bundle, checked and placed read-only in the sandbox's HF_HUB_CACHE for the smoke command.")
 @json_option
 @click.pass_context
 def test(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
-         python: Path | None, timeout: float, no_strace: bool, gpu: bool, as_json: bool) -> None:
+         python: Path | None, timeout: float, no_strace: bool, gpu: bool, as_json: bool,
+         model: str | None = None) -> None:
     """Prove a bundle runs offline: install it into a temporary root in a bubblewrap sandbox with no network,
     run its verify command and smoke command (with --gpu, the GPU probe and gpu-smoke command too), and
     report every network attempt a tracer outside the sandbox saw (host or family, system call, the Python
@@ -113,7 +116,7 @@ def test(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Pat
     from lockbuild.selftest.run import SelfTestOptions, self_test
 
     opts = SelfTestOptions(trust_dir=trust_dir, threshold=threshold, python=python, timeout=timeout,
-                           tracer=not no_strace, gpu=gpu, environ=dict(os.environ))
+                           tracer=not no_strace, gpu=gpu, environ=dict(os.environ), model=model)
     _show(ctx, [self_test(bundle, opts, _progress(ctx), store=store_dir)])
 
 

@@ -113,7 +113,8 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
     python = Path(cfg["python"]) if cfg["python"] else None
     opts = InstallOptions(root=root, trust_dir=Path(cfg["trust"]), python=python,
                           gpu_check="skip" if gpu else "require", threshold=cfg["threshold"],
-                          verify_timeout=cfg["timeout"], environ=environ)
+                          verify_timeout=cfg["timeout"], environ=environ,
+                          models=Path(cfg["models"]) if cfg.get("models") else None)
     try:
         store = Path(cfg["store"]) if cfg.get("store") else None
         with named_source(cfg["bundle"], store=store) as source:  # as every command names a bundle

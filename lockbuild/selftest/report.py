@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lockbuild.selftest.trace import INET_FAMILIES, Note, Traced
+from lockbuild.selftest.line import INET_FAMILIES, Note
+from lockbuild.selftest.trace import LOOKUP_EVENTS, Traced, is_local
 
 Status = Literal["passed", "failed", "skipped", "not run"]
 Verdict = Literal["refused", "allowed", "local"]
-LOOKUP_EVENTS = ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo")
+UNREADABLE = "an unreadable name"  # a look-up whose bytes the tracer could not read as one question
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,6 @@ class Attempt:
         return f"{self.verdict:<7} {what} ({self.event}, {self.family or '-'}, {self.source}, pid {self.pid}){where}"
 
 
-def is_local(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def _is_address(host: str) -> bool:
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
@@ -80,7 +72,8 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
 
     By rule: a socket of a family other than AF_UNIX, AF_NETLINK, AF_INET and AF_INET6, and io_uring, are
     refused whatever they did; an Internet address is judged by its host; a name look-up (anything sent to
-    port 53, even on loopback) is judged by the name it asked for, and refused when no name is known. A
+    port 53, even on loopback) is judged by the name its bytes asked for, and by where it went: allowed only
+    when both the name and the address (unless loopback) are allowed; "an unreadable name" is refused. A
     look-up the audit hook noted (a name, not an address) is an attempt too, unless the tracer saw it."""
     allowed = {h.lower() for h in allow}
     attempts: list[Attempt] = []
@@ -89,8 +82,9 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
         if t.family == "io_uring" or t.family not in INET_FAMILIES:
             attempts.append(Attempt("strace", t.call, t.family, None, t.frames, t.pid, "refused", t.family))
         elif t.lookup:
-            name = t.name or "an unknown name"
-            v = "allowed" if t.name and (t.name.lower().rstrip(".") in allowed or is_local(t.name)) else "refused"
+            name = t.name or UNREADABLE
+            named = t.name is not None and (t.name.lower().rstrip(".") in allowed or is_local(t.name))
+            v = "allowed" if named and (is_local(t.host) or t.host.lower() in allowed) else "refused"
             attempts.append(Attempt("strace", t.call, name, None, t.frames, t.pid, v, t.family, True,
                                     f"{t.host}:{t.port}"))
         else:

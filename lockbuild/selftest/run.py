@@ -39,13 +39,14 @@ import lockbuild
 from lockbuild import fsio
 from lockbuild.errors import InstallError, LockbuildError, PlatformError
 from lockbuild.install.fit import Facts, Needs, unmet
+from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import detect
 from lockbuild.install.runenv import GPU_PASSED, PASSED
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress
 from lockbuild.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
 from lockbuild.sandbox import run as sandboxed
-from lockbuild.selftest import inner, sandbox, trace
+from lockbuild.selftest import inner, sandbox, seccomp, trace
 from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.site.sources import DeltaFile, PartsFile, named_source
@@ -57,6 +58,7 @@ BOX = Path("/selftest")  # where the sandbox sees the test's files
 CODE = Path("/opt/lockbuild-selftest")  # lockbuild's own package, read-only, for the inner run
 GPU_BIN = Path("/opt/lockbuild-gpu/bin")  # nvidia-smi, under --gpu
 MAX_OUTPUT = 1 << 20  # bytes of the inner run's output kept for a message
+SECCOMP_PROBLEM = "the engine installed a seccomp filter: this self-test cannot vouch for it"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class SelfTestOptions:
     gpu: bool = False  # also the GPU probe and the gpu-smoke command, where a GPU is present
     environ: Mapping[str, str] = field(default_factory=dict)  # the CLI's; the test run gets an allow-list of it
     base: Path | None = None  # where lockbuild-selftest-<uid> lives (default: the temp directory)
+    model: str | None = None  # --model MODEL.lbz: placed (trusted) in the sandbox's HF_HUB_CACHE, read-only
 
 
 def platform_problems(manifest: Any, python: Path | None) -> tuple[str, ...]:
@@ -186,6 +189,17 @@ def self_test(bundle: Path | str, options: SelfTestOptions, progress: Progress |
         return _self_test(source, options, progress or Progress.quiet(), store)
 
 
+def _place_model(options: SelfTestOptions, models: Path) -> Path:
+    """``--model``: the model bundle through the one trust decision, placed as ``install --models`` places
+    it (by lockbuild's own code, outside the sandbox); the engine sees it read-only."""
+    from lockbuild.install.models import place_model
+
+    with named_source(str(options.model)) as source:
+        place_model(open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold),
+                    models)
+    return models
+
+
 def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, str | None]:
     """What the sandbox needs of the source, and how the run inside names it: (binds, argument, store)."""
     if isinstance(source, BundleFile | PartsFile):
@@ -245,6 +259,10 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         binds += [Bind(box / "root", BOX / "root", writable=True), Bind(box / "trust", BOX / "trust"),
                   *source_binds]
         binds += gpu_binds
+        models = _place_model(options, box / "models") if options.model is not None else None
+        if models is not None:
+            binds.append(Bind(models, BOX / "models"))  # read-only: what the engine finds offline
+            t = with_models_env(m, BOX / "models").install
         home, tmp = "/home/sandbox", "/tmp"  # noqa: S108 - the sandbox's own tmpfs
         environ = {k: options.environ[k] for k in PASSED + GPU_PASSED if k in options.environ}
         environ.update(HOME=home, TMPDIR=tmp)
@@ -255,6 +273,7 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
             "root": str(BOX / "root"), "timeout": options.timeout, "environ": environ, "gpu": gpu_reason,
             "smoke": list(t.smoke), "gpu_smoke": list(t.gpu_smoke), "verify": list(t.verify),
             "gpu_probe": t.gpu_probe, "env": [list(x) for x in t.env],
+            "models": str(BOX / "models") if models is not None else None,
         }
         path = "/usr/bin:/bin" + (f":{GPU_BIN}" if gpu_binds else "")
         spec = Spec(binds=tuple(binds), cwd=BOX, env={**environ, "PATH": path, "PYTHONPATH": ":".join(pythonpath),
@@ -266,7 +285,8 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         prefix = _dies_with_us(trace.command(reader.tracer, reader.fifo)) if reader else []
         try:
             proc = sandboxed(spec, [sys.executable, "-P", "-m", "lockbuild.selftest.inner"],
-                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(), prefix=prefix)
+                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(), prefix=prefix,
+                             seccomp=seccomp.program())
         except SandboxTimeout:
             raise LockbuildError(f"the self-test of {m.bundle_name} did not finish in time; it was stopped.") from None
         finally:
@@ -289,6 +309,9 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         problems.append(f"the run inside the sandbox failed: {result['error']}")
     elif result.get("dumpable"):
         problems.append("the run inside the sandbox could not protect itself from the engine (PR_SET_DUMPABLE)")
+    if log is not None and log.seccomp:  # it could have hidden any call from the tracer: never a pass
+        call, pid = log.seccomp[0]
+        problems.append(f"{SECCOMP_PROBLEM} ({call} in pid {pid}; a filter can keep system calls from the tracer)")
     steps = tuple(Step(str(s["name"]), s["status"], str(s["detail"])) for s in result["steps"])
     env_dir = f"{BOX / 'root' / m.engine / build}/"  # gone after the test: frames name files as <env>/...
     attempts = []

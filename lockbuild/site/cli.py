@@ -7,6 +7,7 @@ imported inside push and pull only.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import click
 
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.errors import IntegrityError
+from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
     from lockbuild.site.oci import Credentials
@@ -180,9 +182,10 @@ def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str,
             "files": len(done.dists), "linked": done.linked, "signer": done.signer,
             "without_upload_time": list(missing)}
     if missing and not as_json:
-        click.echo(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as PyTorch's does); "
-                   f"uv's --exclude-newer cannot place them: {', '.join(missing[:10])}"
-                   f"{' …' if len(missing) > 10 else ''}", err=True)
+        names = one_line(", ".join(missing[:10]))
+        click.echo(for_terminal(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
+                                f"PyTorch's does); uv's --exclude-newer cannot place them: {names}"
+                                f"{' …' if len(missing) > 10 else ''}"), err=True)
     signed = f"; SHA256SUMS signed by {done.signer}" if done.signer else ""
     _emit(ctx, data, f"OK indexed {len(done.dists)} file(s) of {len(done.builds)} build(s) at {out} "
                      f"({done.linked} hard-linked from the store){signed}")
@@ -324,14 +327,34 @@ def pull_(
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
-    with Store(store_dir, create=True) as store, \
-            Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                     auth_realms=auth_realms) as reg:
-        done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
+    made = next((d for d in reversed([store_dir, *store_dir.absolute().parents]) if not os.path.lexists(d)), None)
+    try:
+        with Store(store_dir, create=True) as store, \
+                Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
+                         auth_realms=auth_realms) as reg:
+            done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
+                        jobs=jobs)
+    except BaseException:
+        _forget_new_store(made, store_dir)
+        raise
     data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
             "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
                      f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
+
+
+def _forget_new_store(made: Path | None, store_dir: Path) -> None:
+    """A failed pull leaves no trace of a store it created and put nothing in (an unknown tag, an untrusted
+    signature, no registry): ``made``, the topmost directory this run made (None: the store was there
+    before), is deleted by descriptor. A store that holds a blob, a partial download or a build is kept:
+    the next pull resumes from what this one fetched."""
+    from lockbuild.fsio import remove_tree
+
+    def empty(d: Path) -> bool:
+        return not d.is_dir() or not any(d.iterdir())
+
+    if made is not None and all(empty(store_dir / d) for d in ("builds", "blobs/sha256", "tmp")):
+        remove_tree(made.absolute())
 
 
 @click.command("delta", cls=_Command,

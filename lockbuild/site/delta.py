@@ -128,7 +128,7 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | No
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".delta-", dir=out_dir))  # this run's own (0700, an unguessable name)
     try:
-        manifest = read_bundle(new, dest=work / "members", limits=limits, progress=progress)
+        manifest = read_bundle(new, dest=work / "members", limits=limits, progress=progress, action="checking")
         head_bytes = manifest.to_toml()
         keep = [m for m in manifest.members if m.sha256 not in have]
         name = manifest.bundle_name.removesuffix(".lbz") + SUFFIX

@@ -4,8 +4,9 @@ The source (a ``.lbz``, the part list of its media parts, a delta completed by t
 the one way every command names it (``site.sources.named_source``), judged by the one trust decision
 (``trust.open_source``: the signature policy before anything is decompressed) and read by the one
 extraction (every member against the signed manifest while streaming) into a staging directory under
-the store's tmp/. Each member the extraction wrote is fsynced and renamed into blobs/ under its sha256,
-replacing a damaged copy if one was there; the build's manifest and the signature blocks that counted
+the store's tmp/, made, opened and written through descriptors. Each member the extraction wrote is
+fsynced and renamed from its directory's descriptor into blobs/ under its sha256, replacing a damaged copy
+if one was there; the build's manifest and the signature blocks that counted
 are recorded last. The whole import holds the store's lock, so a gc cannot remove a blob the import is
 about to reference.
 """
@@ -17,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockbuild.bundle.manifest import Member
-from lockbuild.fsio import remove_tree
+from lockbuild.fsio import fd_path, open_dir, remove_at
 from lockbuild.progress import Progress
 from lockbuild.site.sources import DeltaFile, named_source
 from lockbuild.site.store import Store
 from lockbuild.trust import load_store, open_source
 from lockbuild.trust import trust_dir as default_trust_dir
+
+MEMBERS = "members"  # the extraction's directory under the import's own work directory in tmp/
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,16 @@ def import_bundle(
 ) -> Imported:
     with store.lock(exclusive=True, wait=wait):
         store.clear_tmp()
-        work = store.root / "tmp" / f"import-{os.getpid()}"
-        work.mkdir(mode=0o700)
+        name = f"import-{os.getpid()}"
+        os.mkdir(name, 0o700, dir_fd=store.tmp)
+        wfd = open_dir(name, dir_fd=store.tmp)
         try:
+            # Everything of the import is reached from descriptors: the work directory by the one just
+            # opened (a path through /proc/self/fd), each member's rename from its directory's descriptor
+            # to blobs/'. A tmp/ renamed away, or a link planted in its place, redirects nothing.
+            work = fd_path(wfd)
             with named_source(bundle, store=store.root, work=work) as source:
                 trusted = open_source(source, load_store(default_trust_dir(trust_dir)), threshold=threshold)
-                staging = work / "members"
                 seen: set[str] = set()
 
                 def want(m: Member) -> bool:
@@ -61,16 +68,18 @@ def import_bundle(
                     seen.add(m.sha256)
                     return True
 
-                done = trusted.extract(staging, progress=progress, want=want)
+                done = trusted.extract(work / MEMBERS, progress=progress, want=want, action="importing")
             added = added_bytes = 0
+            shown = store.root / "tmp" / name / MEMBERS
             for m in done.written:
                 fresh = store.blob_size(m.sha256) is None
-                store.adopt(staging / m.path, m.sha256)
+                store.adopt_at(wfd, f"{MEMBERS}/{m.path}", m.sha256, str(shown / m.path))
                 if fresh:
                     added += 1
                     added_bytes += m.size
             store.sync()
             store.put_build(trusted.manifest, trusted.manifest_bytes, trusted.counted_signatures())
         finally:
-            remove_tree(work)
+            os.close(wfd)
+            remove_at(store.tmp, name)  # by tmp/'s descriptor
     return Imported(trusted.ref, len(trusted.manifest.members), added, added_bytes, trusted.signer_ids)

@@ -73,6 +73,8 @@ TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpco
 class RegistryError(LockbuildError):
     """The registry refused a request, answered something unusable, or could not be reached."""
 
+    default_tip = "Check the registry's address, that it is reachable from here, and its credentials."
+
 
 @dataclass(frozen=True)
 class Transport:

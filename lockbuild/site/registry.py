@@ -181,8 +181,8 @@ def push(trusted: TrustedBundle, registry: Registry, *, progress: Progress | Non
                 return True
             return False
 
-        done = trusted.extract(staging, progress=progress, want=want)
-        progress.start("pushing", total_bytes=sum(x.size for x in done.written), files=len(done.written))
+        done = trusted.extract(staging, progress=progress, want=want, action="checking")
+        progress.start("uploading", total_bytes=sum(x.size for x in done.written), files=len(done.written))
         for x in done.written:
             f, _ = open_regular(staging / x.path, what="staged member", max_size=x.size, error=IntegrityError)
             with f:

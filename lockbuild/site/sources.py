@@ -243,7 +243,7 @@ def named_source(arg: str | Path, *, store: Path | None = None, work: Path | Non
 
 @dataclass(frozen=True)
 class Choosing:
-    """An argument that names candidates rather than one bundle (issue 25): ``ENGINE/VERSION`` or
+    """An argument that names candidates rather than one bundle: ``ENGINE/VERSION`` or
     ``ENGINE`` with ``--store``, or a folder of bundles (``DIR/``). ``lockbuild.install.choose`` opens
     each through the trust decision and chooses."""
 

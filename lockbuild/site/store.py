@@ -14,7 +14,9 @@ build's directory appears last, after all its blobs. A killed import therefore l
 whole (or nothing) and no build naming missing blobs; the next import completes it.
 
 Every path is walked from the store's root one component at a time with O_NOFOLLOW: a symbolic link
-anywhere inside the store (a directory, a blob, a manifest) is refused, never followed.
+anywhere inside the store (a directory, a blob, a manifest) is refused, never followed. The store, and the
+directories above it, follow --root's rules (``storecare.check_owner``, ``storecare.check_ancestors``);
+files move only between directories the store holds open (``os.rename`` by ``src_dir_fd``/``dst_dir_fd``).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from lockbuild.fsio import (
     open_dir,
     open_lockfile,
     open_regular,
+    open_under,
     open_writable,
-    owner_problem,
     read_regular,
 )
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -72,11 +74,13 @@ class Store:
         self.root = root
         self.limits = limits
         self._fds: list[int] = []
+        storecare.check_ancestors(root)  # before anything is made there
         if create:
             try:
                 root.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot make the store {root}: {exc.strerror or exc}.") from None
+            storecare.check_ancestors(root)  # the directories just made too
         try:
             self.fd = self._keep(open_dir(root, follow=True))
         except OSError as exc:
@@ -85,7 +89,7 @@ class Store:
                 tip="Give --store the directory `lockbuild import` or `pull` made.",
             ) from None
         try:
-            self._check_owner(self.fd, str(root))
+            storecare.check_owner(root, os.fstat(self.fd), str(root))
             self._mark(create)
             self.blobs = self._dir(self._dir(self.fd, "blobs", create), "sha256", create)
             self.builds = self._dir(self.fd, "builds", create)
@@ -95,15 +99,6 @@ class Store:
             raise
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _check_owner(self, fd: int, where: str) -> None:
-        """The rule --root has: a store (and each directory in it) is owned by this user or root and
-        writable by no one else, or another user could plant, swap or delete what nodes install."""
-        problem = owner_problem(os.fstat(fd))
-        if problem:
-            raise StoreError(f"refused the store {self.root}: {where} {problem}, so another user could change "
-                             "what it holds.", tip=f"Make {where} owned by the user running lockbuild (or root) and "
-                             "writable by no one else (chown, chmod go-w).")
-
     def _keep(self, fd: int) -> int:
         self._fds.append(fd)
         return fd
@@ -141,7 +136,7 @@ class Store:
                 ) from None
             raise StoreError(f"cannot open {name!r} in the store {self.root}: {exc.strerror or exc}.") from None
         try:
-            self._check_owner(fd, f"its directory {name}/")
+            storecare.check_owner(self.root, os.fstat(fd), f"its directory {name}/")
         except BaseException:
             os.close(fd)
             raise
@@ -244,16 +239,35 @@ class Store:
         return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
     def adopt(self, path: Path, sha256: str) -> None:
-        """Move a checked file (under tmp/) into blobs/ under its sha256: fsync, rename, fsync the dir."""
-        check_hex(sha256)
+        """:meth:`adopt_at` for a file under tmp/ named by its path (a pull's partial blob)."""
         try:
-            f, _ = open_regular(path, what="checked member", max_size=self.limits.max_member, error=StoreError)
-        except FileNotFoundError:
-            raise StoreError(f"internal: the checked member {path} is gone.") from None
-        with f:
-            os.fchmod(f.fileno(), 0o444)  # content-addressed: never edited in place
-            os.fsync(f.fileno())
-        os.rename(path, sha256, dst_dir_fd=self.blobs)  # replaces a damaged copy, if one was there
+            rel = path.relative_to(self.root / "tmp").as_posix()
+        except ValueError:
+            raise StoreError(f"internal: {path} is not under the store's tmp/.") from None
+        self.adopt_at(self.tmp, rel, sha256, str(path))
+
+    def adopt_at(self, dir_fd: int, rel: str, sha256: str, shown: str) -> None:
+        """Move the checked file ``rel`` under the opened ``dir_fd`` into blobs/ as its sha256 (replacing a
+        damaged copy): walked by descriptor (a link on the way is refused), fsynced, renamed between the two
+        directories' descriptors, never through a path."""
+        check_hex(sha256)
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = open_under(dir_fd, parent)
+        except OSError as exc:
+            raise StoreError(f"internal: cannot reach the checked member {shown}: {exc.strerror or exc}.") from None
+        try:
+            try:
+                f, _ = open_regular(name, what="checked member", max_size=self.limits.max_member, error=StoreError,
+                                    dir_fd=fd, shown=shown)
+            except FileNotFoundError:
+                raise StoreError(f"internal: the checked member {shown} is gone.") from None
+            with f:
+                os.fchmod(f.fileno(), 0o444)  # content-addressed: never edited in place
+                os.fsync(f.fileno())
+            os.rename(name, sha256, src_dir_fd=fd, dst_dir_fd=self.blobs)
+        finally:
+            os.close(fd)
 
     def sync(self) -> None:
         fsync_dir(self.blobs)

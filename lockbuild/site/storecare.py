@@ -1,16 +1,47 @@
-"""Looking after a site store: re-hash and check it (verify), drop what nothing references (gc), and
-clear what killed imports left behind. The caller holds the store's lock."""
+"""Looking after a site store: who may own it and the directories above it, re-hash and check it
+(verify), drop what nothing references (gc), and clear what killed imports left behind. The caller holds
+the store's lock for the last three."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockbuild.errors import LockbuildError
-from lockbuild.fsio import fsync_dir, list_dir, lstat_at, remove_at
-from lockbuild.site.storemodel import _HEX, Damage
+from lockbuild.fsio import ancestor_problem, fsync_dir, list_dir, lstat_at, owner_problem, remove_at
+from lockbuild.site.storemodel import _HEX, Damage, StoreError
 
 if TYPE_CHECKING:
     from lockbuild.site.store import Store
+
+
+def check_owner(root: Path, st: os.stat_result, where: str) -> None:
+    """The rule --root has: a store (and each directory in it) is owned by this user or root and
+    writable by no one else, or another user could plant, swap or delete what nodes install."""
+    problem = owner_problem(st)
+    if problem:
+        raise StoreError(f"refused the store {root}: {where} {problem}, so another user could change what it "
+                         "holds.", tip=f"Make {where} owned by the user running lockbuild (or root) and writable by "
+                         "no one else (chown, chmod go-w).")
+
+
+def check_ancestors(root: Path) -> None:
+    """The rule --root has for the directories above it (``fsio.ancestor_problem``): owned by root or
+    this user, writable by no one else unless sticky. Otherwise another user could rename the store
+    away and put a tree of theirs in its place while lockbuild imports into it or installs from it."""
+    try:
+        found = ancestor_problem(root)
+    except OSError as exc:
+        raise StoreError(f"cannot examine {exc.filename}, above the store {root}: {exc.strerror or exc}.") from None
+    if found is None:
+        return
+    fix = ("Put the store under directories owned by root or by the user running lockbuild" if found.owner else
+           "Put the store under directories only root (or the user running lockbuild) can write, or make the "
+           f"shared one sticky (chmod +t {found.directory})")
+    raise StoreError(f"refused the store {root}: the directory {found.directory} above it {found.problem}, so "
+                     "another user could swap the store for a tree of theirs while lockbuild works in it.",
+                     tip=f"{fix}; see docs/site-administrators.md.")
 
 
 def clear_tmp(store: Store) -> None:

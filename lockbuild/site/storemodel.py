@@ -21,6 +21,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 class StoreError(LockbuildError):
     """The store directory is not usable as a store (not one, or holds a link or a stray file)."""
 
+    default_tip = "Check the --store directory: lockbuild store verify --store DIR says what is wrong in it."
+
 
 def check_name(value: str, what: str) -> str:
     """Engine, version and variant name directories: plain words, no '/', never '.' or '..'."""

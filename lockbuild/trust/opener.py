@@ -41,7 +41,7 @@ from lockbuild.trust.policy import (
 from lockbuild.trust.source import BundleFile, Source
 from lockbuild.trust.source import signature_path as signature_path
 from lockbuild.trust.statement import Statement
-from lockbuild.trust.store import POLICY_FILE, REVOKED_FILE, TrustStore, build_store
+from lockbuild.trust.store import POLICY_FILE, REVOKED_FILE, TrustStore, build_store, is_secret_key, secret_key_error
 
 DEFAULT_TRUST_DIR = Path("/etc/lockbuild/keys")
 
@@ -103,12 +103,15 @@ def load_store(directory: Path) -> TrustStore:
             raise SignatureError(f"cannot list trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
         keys: list[tuple[str, PublicKey]] = []
         for name in names:
+            text: str | None = None
             try:
                 text = _read_in(dfd, directory, name, "public key", MAX_KEY_FILE_BYTES)
                 if text is None:  # listed, then gone
                     raise SignatureError(f"public key {directory / name} vanished while it was read")
                 keys.append((name, parse_public_key(text, source=str(directory / name))))
             except SignatureError as exc:
+                if text is not None and is_secret_key(text):  # a secret key dropped in as .pub
+                    raise secret_key_error(str(directory / name)) from None
                 raise SignatureError(f"malformed public key in trust directory: {exc.message}", tip=tip) from None
         revoked = _read_in(dfd, directory, REVOKED_FILE, "revocation list", MAX_KEY_FILE_BYTES)
         policy = _read_in(dfd, directory, POLICY_FILE, "policy", MAX_KEY_FILE_BYTES)
@@ -214,9 +217,11 @@ class TrustedBundle:
         progress: Progress | None = None,
         want: Callable[[Member], bool] | None = None,
         allow_absent: bool = False,
+        action: str | None = None,
     ) -> Extracted:
         """Check every member against the signed manifest (and with ``dest``, write those ``want``
-        accepts there): the one extraction, :func:`lockbuild.bundle.extract.extract`.
+        accepts there): the one extraction, :func:`lockbuild.bundle.extract.extract`. ``action`` names
+        the step in the progress line (default "checking", or "unpacking" with ``dest``).
 
         A source that carries the manifest again (a file read a second time) must carry the same bytes,
         so a file swapped after its signatures were checked is refused as soon as anything it carries
@@ -229,7 +234,8 @@ class TrustedBundle:
                 raise IntegrityError(f"the bundle's manifest has sha256 {hashlib.sha256(again).hexdigest()}; the "
                                      f"signatures sign {self.statement.manifest_sha256} ({self.source.label} changed"
                                      " while it was read).", tip=_TIP_AGAIN)
-            progress.start("checking" if dest is None else "unpacking", total_bytes=self.manifest.unpacked_size,
+            progress.start(action or ("checking" if dest is None else "unpacking"),
+                           total_bytes=self.manifest.unpacked_size,
                            files=len(self.manifest.members))
             done = extract(self.manifest, stream.pieces, dest=dest, want=want, progress=progress,
                            allow_absent=allow_absent, absent_tip=getattr(self.source, "absent_tip", _TIP_AGAIN),

@@ -56,6 +56,7 @@ class Verdict:
     reason: str = ""
     signer: PublicKey | None = None
     statement: Statement | None = None
+    kind: str = ""  # why it does not count, as a word: the key of REFUSAL_TIPS
 
     @property
     def label(self) -> str:
@@ -92,13 +93,10 @@ class Evaluation:
         found = f"{n} signature(s) present" if n else "no signatures present"
         reasons = [f"{v.label} {v.reason}" for v in self.verdicts if not v.counts]
         detail = "; ".join(reasons) if reasons else "every signature present counted; more distinct signers are needed"
-        first = next((v for v in self.verdicts if not v.counts and "expired" in v.reason), None)
         raise SignatureError(
             f"signature policy not met: needed {self.threshold} valid signature(s) from distinct trusted,"
             f" non-revoked keys in {self.source}, found {len(self.counted)} ({found}). {detail}",
-            tip="Ask the publisher for a freshly signed bundle (lockbuild sign --expires ...)." if first else
-            "Get the bundle signed by enough distinct trusted keys, or add the publisher's .pub file to the trust"
-            " directory if you do trust it.",
+            tip=refusal_tip(self.verdicts, self.threshold),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -114,17 +112,49 @@ def file_mismatch(st: Statement, file: FileDigests) -> str | None:
     return None
 
 
-def statement_problem(st: Statement, *, name: str | None, now: dt.datetime) -> str | None:
-    """Why a cryptographically good statement does not hold at this time, or for a file of this name
-    (None: it holds). ``name=None``: no file name to compare (a signature block checked on its own)."""
+def statement_problem(st: Statement, *, name: str | None, now: dt.datetime) -> tuple[str, str] | None:
+    """(kind, why) a cryptographically good statement does not hold at this time, or for a file of this
+    name (None: it holds). ``name=None``: no file name to compare (a signature block checked on its own)."""
     if name is not None and st.file != name:
-        return f"is for {st.file!r}, but the bundle file is named {name!r} (a renamed or swapped bundle)"
+        return "renamed", f"is for {st.file!r}, but the bundle file is named {name!r} (a renamed or swapped bundle)"
     if st.expires is not None and now >= st.expires:
-        return f"expired at {iso(st.expires)} (now {iso(now)})"
+        return "expired", f"expired at {iso(st.expires)} (now {iso(now)})"
     if now + CLOCK_SKEW < st.as_of:
-        return (f"is from {iso(st.as_of)}, after this machine's clock ({iso(now)}): set the node's clock correctly,"
-                " expiry checks depend on it")
+        return "future", (f"is from {iso(st.as_of)}, after this machine's clock ({iso(now)}): set the node's clock"
+                          " correctly, expiry checks depend on it")
     return None
+
+
+# What to do about a signature that does not count, by why (Verdict.kind); the first kind found in this
+# order decides the tip of a policy that is not met.
+REFUSAL_TIPS: dict[str, str] = {
+    "renamed": "Use the bundle under the name it was signed as, {file} (rename it and its .minisig back): "
+               "a bundle's name is part of what is signed.",
+    "expired": "Ask the publisher for a freshly signed bundle (lockbuild sign --expires ...).",
+    "future": "Set this machine's clock correctly (timedatectl, chrony); the signature is newer than its clock.",
+    "revoked": "The key was revoked at this site: ask the publisher for the bundle signed by a key that is not.",
+    "untrusted": "Add the publisher's .pub file to the trust directory if you do trust it, or get the bundle "
+                 "signed by a key it already holds.",
+    "legacy": "Sign the bundle again with lockbuild sign (or minisign -S, prehashed): legacy 'Ed' signatures "
+              "are refused.",
+    "foreign": "The signature is not lockbuild's: sign the bundle with lockbuild build or lockbuild sign.",
+    "disagrees": "Signers disagree about this bundle: compare their statements (lockbuild inspect) before "
+                 "trusting any.",
+    "repeated": "Get the bundle signed by {threshold} distinct trusted keys (lockbuild sign --key ...): a key "
+                "counts once.",
+}
+THRESHOLD_TIP = "Get the bundle signed by {threshold} distinct trusted keys (lockbuild sign --key ...)."
+
+
+def refusal_tip(verdicts: Sequence[Verdict], threshold: int) -> str:
+    """The tip for a policy that is not met: what fits the first refusal kind present (a renamed bundle
+    is told its signed name, not to gather signatures); more signers when every signature counted."""
+    kinds = {v.kind: v for v in verdicts if not v.counts}
+    for kind, tip in REFUSAL_TIPS.items():
+        if kind in kinds:
+            st = kinds[kind].statement
+            return tip.format(file=st.file if st is not None else "the original name", threshold=threshold)
+    return THRESHOLD_TIP.format(threshold=threshold)
 
 
 def _judge(
@@ -133,11 +163,12 @@ def _judge(
     kid = sig.key_id_hex
     key = store.find(sig.key_id)
     if key is None:
-        return Verdict(index, kid, False, f"is from key id {kid}, which is not in the trust store")
+        return Verdict(index, kid, False, f"is from key id {kid}, which is not in the trust store", kind="untrusted")
     if store.is_revoked(key):
-        return Verdict(index, kid, False, "is from a revoked key", key)
+        return Verdict(index, kid, False, "is from a revoked key", key, kind="revoked")
     if sig.algorithm != SIG_ALG_HASHED:
-        return Verdict(index, kid, False, "uses the legacy non-prehashed 'Ed' algorithm, which is not accepted", key)
+        return Verdict(index, kid, False, "uses the legacy non-prehashed 'Ed' algorithm, which is not accepted", key,
+                       kind="legacy")
 
     def altered(why: str) -> SignatureError:
         return SignatureError(f"signature {index} (key {kid}) names trusted key {key.key_id_hex} from {store.source}"
@@ -153,7 +184,7 @@ def _judge(
     try:  # meaning: a statement that is not lockbuild's, or not about this file, does not count
         st = Statement.from_comment(sig.trusted_comment)
     except SignatureError as exc:
-        return Verdict(index, kid, False, f"carries no lockbuild statement ({exc.message})", key)
+        return Verdict(index, kid, False, f"carries no lockbuild statement ({exc.message})", key, kind="foreign")
     # The statement binds the file by its sha256 and size, under the global signature: for a statement
     # about a file of this name, another digest is the same failure as a bad file signature.
     mismatch = None if file is None or (name is not None and st.file != name) else file_mismatch(st, file)
@@ -161,7 +192,7 @@ def _judge(
         raise altered(f"{mismatch} (the file was altered, or the signature was made for another file)")
     problem = statement_problem(st, name=name, now=now)
     if problem is not None:
-        return Verdict(index, kid, False, problem, key, st)
+        return Verdict(index, kid, False, problem[1], key, st, kind=problem[0])
     return Verdict(index, kid, True, "", key, st)
 
 
@@ -187,7 +218,7 @@ def evaluate(
         if v.counts and v.signer is not None:
             if v.signer.raw in seen:
                 again = "repeats a key already counted; the same key counts once"
-                verdicts[i] = Verdict(v.index, v.key_id, False, again, v.signer, v.statement)
+                verdicts[i] = Verdict(v.index, v.key_id, False, again, v.signer, v.statement, kind="repeated")
             seen.add(v.signer.raw)
     # The counted signatures must assert the same facts; the largest agreeing group is the statement.
     groups: dict[tuple[object, ...], list[int]] = {}
@@ -209,7 +240,7 @@ def evaluate(
             for i in group:
                 v = verdicts[i]
                 verdicts[i] = Verdict(v.index, v.key_id, False, "signs other facts than the counted signatures",
-                                      v.signer, v.statement)
+                                      v.signer, v.statement, kind="disagrees")
     return Evaluation(tuple(verdicts), needed, store.source, chosen)
 
 

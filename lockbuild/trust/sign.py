@@ -165,6 +165,14 @@ def _import_dirs() -> list[str]:
     return dirs
 
 
+def check_key(key: Path, *, password: str | None, allow_readable_key: bool = False) -> SignedBlocks:
+    """Open and decrypt the secret key at ``key`` and sign nothing: ``build``'s check before it locks or
+    downloads anything, so that a missing file, bad permissions, a wrong passphrase or no terminal stop it
+    before its first request. The key is read in a fresh signing process that exits at once (this process
+    never holds it), before any third-party code has started; the signing process reads it again later."""
+    return sign_in_fresh_process(key, [], password=password, allow_readable_key=allow_readable_key)
+
+
 def sign_in_fresh_process(
     key: Path, items: Sequence[tuple[bytes, str]], *, password: str | None, allow_readable_key: bool = False
 ) -> SignedBlocks:

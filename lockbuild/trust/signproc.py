@@ -1,4 +1,4 @@
-"""The signing process (issue 23): the only process that reads a secret key or asks for its passphrase.
+"""The signing process: the only process that reads a secret key or asks for its passphrase.
 
 ``lockbuild build`` runs everything else first (lock, fetch, prebuild and self-test, the other people's
 code among it sandboxed and exited), then starts this module in a fresh interpreter,
@@ -29,15 +29,17 @@ from lockbuild.minisign.keyfiles import read_secret_key
 from lockbuild.minisign.sigfile import sign_prehashed
 
 MAX_REQUEST = 16 << 20
+PROMPT = "Passphrase for the secret key: "
+CHECK_PROMPT = "Passphrase for the secret key (checked before the build; asked again to sign): "
 
 
-def _typed_passphrase() -> str:
+def _typed_passphrase(prompt: str = PROMPT) -> str:
     """The passphrase typed at this process's controlling terminal (``/dev/tty``); with none, an error
     (getpass would otherwise fall back to reading stdin, the request pipe, with echo)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", getpass.GetPassWarning)
-            return getpass.getpass("Passphrase for the secret key: ")
+            return getpass.getpass(prompt)
     except (getpass.GetPassWarning, EOFError):
         raise SignatureError(
             "the secret key is encrypted and there is no terminal to ask for its passphrase.",
@@ -48,10 +50,11 @@ def _typed_passphrase() -> str:
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     """Read the key, sign every item; the answer, with the modules imported after the key was read."""
     given = request.get("password")
+    prompt = PROMPT if request["items"] else CHECK_PROMPT  # build's check before its first download
     before = set(sys.modules)
     key = read_secret_key(
         Path(request["key"]),
-        (lambda: str(given)) if given is not None else _typed_passphrase,
+        (lambda: str(given)) if given is not None else (lambda: _typed_passphrase(prompt)),
         allow_readable=bool(request.get("allow_readable_key")),
     )
     untrusted = f"lockbuild signature {key.key_id_hex}"

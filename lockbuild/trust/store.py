@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockbuild.errors import SignatureError
+from lockbuild.errors import PolicyError, SignatureError
 from lockbuild.minisign import PublicKey, parse_key_id, parse_public_key
+from lockbuild.text import closest
 from lockbuild.times import iso, parse_time
 
 POLICY_FILE = "policy.toml"
@@ -85,7 +86,7 @@ def _time(value: object, key: str, source: str) -> dt.datetime:
         value = parsed if parsed is not None else value
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC)
-    raise SignatureError(
+    raise PolicyError(
         f"{source}: {key} must be a time with a zone (e.g. 2026-01-01T00:00:00Z), found {describe(value)}.",
         tip=_POLICY_TIP,
     )
@@ -96,19 +97,21 @@ def parse_policy(text: str, *, source: str = POLICY_FILE) -> Policy:
     try:
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SignatureError(
+        raise PolicyError(
             f"{source} is not valid TOML ({exc}); the trust store fails closed.", tip=_POLICY_TIP
         ) from None
     except RecursionError:
-        raise SignatureError(f"{source} is nested too deeply; the trust store fails closed.", tip=_POLICY_TIP) from None
+        raise PolicyError(f"{source} is nested too deeply; the trust store fails closed.", tip=_POLICY_TIP) from None
     unknown = sorted(set(data) - set(POLICY_KEYS))
     if unknown:
-        raise SignatureError(
-            f"{source}: unknown keys {unknown}; expected only {', '.join(POLICY_KEYS)}.", tip=_POLICY_TIP
+        meant = [(k, closest(k, POLICY_KEYS)) for k in unknown]
+        hints = "".join(f" {k!r}: did you mean {m!r}?" for k, m in meant if m is not None)
+        raise PolicyError(
+            f"{source}: unknown keys {unknown}; expected only {', '.join(POLICY_KEYS)}.{hints}", tip=_POLICY_TIP
         )
     threshold = data.get("threshold", 1)
     if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1:
-        raise SignatureError(
+        raise PolicyError(
             f"{source}: threshold must be a whole number of at least 1, found {describe(threshold)}.", tip=_POLICY_TIP
         )
     nb = _time(data["not-before"], "not-before", source) if "not-before" in data else None
@@ -131,6 +134,30 @@ def parse_revocations(text: str, *, source: str = REVOKED_FILE) -> tuple[frozens
         else:
             ids.add(parse_key_id(line, source=where))
     return frozenset(ids), frozenset(raws)
+
+
+def is_secret_key(text: str) -> bool:
+    """Whether a file put in a trust directory as a ``.pub`` is a minisign secret key (its key line decodes
+    to the 158-byte secret key structure): the error must say to remove it, not that its length is wrong."""
+    import base64
+    import binascii
+
+    from lockbuild.minisign.encoding import SECRET_KEY_STRUCT_LEN
+
+    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("untrusted comment:")]
+    try:
+        data = base64.b64decode(lines[0], validate=True) if len(lines) == 1 else b""
+    except (binascii.Error, ValueError):
+        return False
+    return len(data) == SECRET_KEY_STRUCT_LEN and data[:2] == b"Ed"
+
+
+def secret_key_error(path: str) -> SignatureError:
+    return SignatureError(
+        f"{path}: this is a secret key, not a public key: remove it from the trust directory.",
+        tip=f"Remove {path} now (and treat the key as exposed to whoever can read the directory); put the "
+        "matching public key (the .pub that keygen wrote beside it) there instead.",
+    )
 
 
 def build_store(

@@ -1,0 +1,71 @@
+"""Which files of a Hub revision a model bundle takes: pure rules over repo paths.
+
+Patterns match the whole repo path as huggingface_hub's ``allow_patterns`` and ``ignore_patterns`` do
+(``fnmatch``: ``*`` crosses ``/``, and a pattern ending in ``/`` means everything under it). ``exclude``
+is applied after ``include`` and wins. Pickles (``*.bin``, ``*.pt``, ``*.pth``, ``*.pkl``: unpickling runs
+code) are never taken unless a pattern names them explicitly: a pattern equal to the path, or one
+ending in a pickle suffix (``pytorch_model.bin``, ``*.bin``); ``*`` alone never brings one in.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+DEFAULT_INCLUDE = ("*.safetensors", "*.json", "tokenizer*", "*.txt", "*.model", "*.tiktoken")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+MAX_PATTERNS = 256
+MAX_PATTERN = 512
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is not a usable file pattern (None when it is)."""
+    if not pattern or len(pattern) > MAX_PATTERN:
+        return f"expected a pattern of 1 to {MAX_PATTERN} characters"
+    if pattern.startswith("/") or "\\" in pattern:
+        return "expected a pattern relative to the repository, with '/' between folders"
+    if any(unicodedata.category(c).startswith("C") for c in pattern):
+        return "expected plain text (no control character)"
+    return None
+
+
+def is_pickle(path: str) -> bool:
+    return path.lower().endswith(PICKLE_SUFFIXES)
+
+
+def _matches(path: str, pattern: str) -> bool:
+    if pattern.endswith("/"):
+        pattern += "*"  # as huggingface_hub: a folder means everything under it
+    return fnmatch.fnmatchcase(path, pattern)
+
+
+def _names_pickle(path: str, pattern: str) -> bool:
+    """A pattern that names a pickle explicitly: the path itself, or a pattern ending in a pickle suffix."""
+    return pattern == path or pattern.lower().endswith(PICKLE_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class Selection:
+    taken: tuple[str, ...]  # the repo paths taken, in the order given
+    pickles: tuple[str, ...]  # those of them that are pickles (named explicitly)
+    left_out_pickles: tuple[str, ...]  # pickles an include pattern matched but did not name
+
+
+def select(paths: Iterable[str], include: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
+    """The paths a model bundle takes, by the rules above."""
+    taken: list[str] = []
+    pickles: list[str] = []
+    left_out: list[str] = []
+    for path in paths:
+        hits = [p for p in include if _matches(path, p)]
+        if not hits or any(_matches(path, p) for p in exclude):
+            continue
+        if is_pickle(path):
+            if not any(_names_pickle(path, p) for p in hits):
+                left_out.append(path)
+                continue
+            pickles.append(path)
+        taken.append(path)
+    return Selection(tuple(taken), tuple(pickles), tuple(left_out))

@@ -115,6 +115,9 @@ ENTRIES: list[Mutation] = [
     Mutation("the signature file is read bounded", "lockbuild/trust/opener.py",
              'what="signature file", max_size=limits.max_signature_file,', 'what="signature file", max_size=1 << 40,',
              "tests/test_trust_reads.py"),
+    Mutation("a bundle's .minisig is read bounded (BundleFile)", "lockbuild/trust/source.py",
+             'what="signature file", max_size=limits.max_signature_file,', 'what="signature file", max_size=1 << 40,',
+             "tests/test_trust_reads.py"),
     # --- bundle/extract.py --------------------------------------------------------------------------
     off("a member of another name than listed next is refused", "lockbuild/bundle/extract.py",
         "piece.name != member.path", BUNDLE),

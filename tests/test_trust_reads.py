@@ -14,18 +14,25 @@ from test_trust import signers as signers  # the fixture: alice, bob and mallory
 
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import Limits
-from lockbuild.trust import Statement, check_manifest, load_store, open_bundle, signature_path
+from lockbuild.trust import Statement, check_manifest, load_store, open_bundle, read_signatures, signature_path
 from lockbuild.trust.statement import manifest_sha256
 
 
 def test_a_bundle_over_max_bundle_is_refused_by_its_size_before_it_is_read(tmp_path: Path,
                                                                            signers: dict[str, Signer]) -> None:
+    """Before a byte is hashed: a signed bundle over the bound, altered since it was signed, is refused by
+    its size, not hashed and then refused as altered."""
     bundle, m = make_bundle(tmp_path / "dist")
     sign(bundle, m, signers["alice"])
     trust = load_store(trust_dir(tmp_path, signers["alice"]))
     size = bundle.stat().st_size
     assert size < m.unpacked_size  # so the limit below is the file's own bound, not the unpacked size's
     assert open_bundle(bundle, trust, now=NOW, limits=Limits(max_bundle=m.unpacked_size)).manifest == m
+    data = bytearray(bundle.read_bytes())
+    data[-1] ^= 1
+    bundle.write_bytes(bytes(data))
+    with pytest.raises(SignatureError, match="does not verify"):
+        open_bundle(bundle, trust, now=NOW)
     with pytest.raises(IntegrityError, match=rf"the bundle {bundle} is {size} bytes: expected at most {size - 1}\."):
         open_bundle(bundle, trust, now=NOW, limits=Limits(max_bundle=size - 1))
 
@@ -38,7 +45,10 @@ def test_a_signature_file_over_its_bound_is_refused_by_its_size_naming_it(tmp_pa
     sig = signature_path(bundle)
     size = sig.stat().st_size
     with pytest.raises(SignatureError, match=rf"the signature file {sig} is {size} bytes: expected at most 100\."):
-        open_bundle(bundle, trust, now=NOW, limits=Limits(max_signature_file=100))
+        open_bundle(bundle, trust, now=NOW, limits=Limits(max_signature_file=100))  # the bundle's own reader
+    assert len(read_signatures(sig, Limits(max_signature_file=size))) == 1
+    with pytest.raises(SignatureError, match=rf"the signature file {sig} is {size} bytes: expected at most 100\."):
+        read_signatures(sig, Limits(max_signature_file=100))  # what delta and sign read .minisig files with
 
 
 def test_check_manifest_refuses_bytes_the_statement_does_not_sign(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ SIGNING = ("tests/test_signing.py -k 'not minisign_ and not process and not self
 STORE = "tests/test_site_store.py tests/test_trust_port.py"
 INSTALL_ROOT = "tests/test_install.py -k 'root or symlink or lock_file or staging or copied'"
 PARTS = "tests/test_site_parts.py tests/test_trust_port.py -k 'part or parts'"
+PART_LIST = "tests/test_part_list_rules.py"
 OCI = "tests/test_site_oci.py tests/test_registry_transport.py"
 FETCH = "tests/test_fetch.py -k 'not two_gigabyte and not progress and not command'"
 SELFTEST_PURE = "tests/test_selftest.py -k 'strace_lines or query_names or verdicts_local or bad_env or env_round'"
@@ -289,13 +290,13 @@ ENTRIES: list[Mutation] = [
         "tests/test_install.py -k lock_file"),
     # --- site/parts.py ------------------------------------------------------------------------------
     off("a part list naming more than MAX_PARTS parts is refused", "lockbuild/site/parts.py",
-        "not 0 < len(parts) <= MAX_PARTS", PARTS),
+        "not 0 < len(parts) <= MAX_PARTS", PART_LIST),
     off("a part's name is a plain name", "lockbuild/site/parts.py",
         'not isinstance(name, str) or not _PART_NAME.fullmatch(name) or ".." in name', PARTS),
     off("a part's size is a non-negative int", "lockbuild/site/parts.py",
-        "not isinstance(psize, int) or isinstance(psize, bool) or psize < 0", PARTS),
+        "not isinstance(psize, int) or isinstance(psize, bool) or psize < 0", PART_LIST),
     off("the parts add up to the listed size", "lockbuild/site/parts.py", "sum(p.size for p in out) != size",
-        PARTS),
+        PART_LIST),
     off("a short part is refused naming it", "lockbuild/site/parts.py", "n != p.size", PARTS),
     off("a part's sha256 is checked", "lockbuild/site/parts.py", "digest != p.sha256", PARTS),
     off("the joined parts have the listed sha256", "lockbuild/site/parts.py",

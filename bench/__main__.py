@@ -61,6 +61,11 @@ def log(text: str) -> None:
 
 
 def base_python() -> str:
+    """The interpreter the installs use: the system's of this version where there is one (the installer
+    refuses one that other users cannot reach, such as a pyenv build under /root), else this one's base."""
+    system = Path(f"/usr/bin/python{PY}")
+    if system.is_file():
+        return str(system)
     return str(Path(getattr(sys, "_base_executable", sys.executable)).resolve())
 
 

@@ -31,8 +31,9 @@ class _Server(ThreadingHTTPServer):
 
 
 class StaticIndex:
-    def __init__(self, files_dir: Path, files: Sequence[WheelFile]) -> None:
+    def __init__(self, files_dir: Path, files: Sequence[WheelFile], *, pep658: bool = True) -> None:
         self.files_dir = files_dir
+        self.pep658 = pep658  # False: pages list no METADATA files (as some mirrors and private indexes)
         self.by_project: dict[str, list[WheelFile]] = {}
         for f in files:
             self.by_project.setdefault(f.project, []).append(f)
@@ -78,8 +79,8 @@ class StaticIndex:
                 "hashes": {"sha256": f.sha256},
                 "size": f.size,
                 "upload-time": UPLOAD_TIME,
-                "core-metadata": {"sha256": f.metadata_sha256},
-                "data-dist-info-metadata": {"sha256": f.metadata_sha256},
+                **({"core-metadata": {"sha256": f.metadata_sha256},
+                    "data-dist-info-metadata": {"sha256": f.metadata_sha256}} if self.pep658 else {}),
             }
             for f in self.by_project[project]
         ]
@@ -89,9 +90,10 @@ class StaticIndex:
 
     def page_html(self, project: str) -> bytes:
         links = "".join(
-            f'<a href="/files/{html.escape(f.filename)}#sha256={f.sha256}" '
-            f'data-core-metadata="sha256={f.metadata_sha256}" data-dist-info-metadata="sha256={f.metadata_sha256}">'
-            f"{html.escape(f.filename)}</a><br>\n"
+            f'<a href="/files/{html.escape(f.filename)}#sha256={f.sha256}"'
+            + (f' data-core-metadata="sha256={f.metadata_sha256}" data-dist-info-metadata="sha256={f.metadata_sha256}"'
+               if self.pep658 else "")
+            + f">{html.escape(f.filename)}</a><br>\n"
             for f in self.by_project[project]
         )
         return f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode()

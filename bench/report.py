@@ -10,7 +10,7 @@ from typing import Any
 from bench.suite import Results
 
 PHASES = ("lock", "fetch", "build", "pack", "verify", "install", "install-store", "import", "push-pull", "classic",
-          "pipeline")
+          "pipeline", "floor", "verify-pass")
 
 
 def _mb(n: float) -> str:

@@ -92,7 +92,7 @@ def main() -> None:
             for kind in ("patch", "minor"):
                 lb("push", b[kind], ref("engines/vllm", kind), "--trust", trust)
                 full = b[kind].stat().st_size
-                d = lb("delta", b[kind], "--base", b["base"], "--out", work / f"delta-{kind}")
+                d = lb("delta", b[kind], "--base", b["base"], "--out", work / f"delta-{kind}", "--trust", trust)
                 store = work / f"store-{kind}"
                 lb("import", b["base"], "--trust", trust, "--store", store)
                 t_full, _ = timed(lambda k=kind: lb("import", b[k], "--trust", trust, "--store", work / f"s-{k}"))

@@ -5,6 +5,7 @@ on the step itself (after interpreter start and imports).
     raw    FILES.json OUT JOBS        a floor: parallel GETs with httpx, bytes to disk, no hashing
     fetch  WANTED.json CACHE JOBS     lockbuild's Fetcher (streaming sha256 + size, content cache)
     pack   RECIPE CACHE KEY OUT       lockbuild's plan, cache check, then pack + sign, timed apart
+    digest BUNDLE                     the node's signature pass: digest_bundle's sha256 (no prehash)
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, 
     }
 
 
+def digest(bundle: Path) -> dict[str, object]:
+    from lockbuild.trust import digest_bundle
+
+    t0 = time.perf_counter()
+    d = digest_bundle(bundle, prehash=False)
+    return {"seconds": time.perf_counter() - t0, "size": d.size, "sha256": d.sha256}
+
+
 def main(argv: list[str]) -> None:
     from bench.lbrun import report_self_rss
 
@@ -97,8 +106,10 @@ def main(argv: list[str]) -> None:
         result = fetch(Path(args[0]), Path(args[1]), int(args[2]))
     elif step == "pack":
         result = pack(Path(args[0]), Path(args[1]), Path(args[2]), Path(args[3]))
+    elif step == "digest":
+        result = digest(Path(args[0]))
     else:
-        raise SystemExit(f"unknown step {step!r}; expected raw, fetch or pack")
+        raise SystemExit(f"unknown step {step!r}; expected raw, fetch, pack or digest")
     sys.stdout.write(json.dumps(result) + "\n")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import floor as stock_floor
 from bench.index import StaticIndex
 from bench.measure import Figure, Ratio, Run, StepFailed, pairwise, run, wait_quiet
 from lockbuild.uvtool import uv_binary
@@ -168,10 +169,11 @@ class Suite:
     def run_all(self) -> Results:
         for name, phase in (("lock", self.phase_lock), ("fetch", self.phase_fetch), ("pack", self.phase_pack),
                             ("verify", self.phase_verify), ("install", self.phase_install),
-                            ("pipeline", self.phase_pipeline)):
+                            ("pipeline", self.phase_pipeline), ("floor", lambda: stock_floor.phase_floor(self)),
+                            ("verify-pass", lambda: stock_floor.phase_sha_pass(self))):
             self.log(f"[{self.s.label}] {name}")
             phase()
-        self.r.ratios = ratios(self.r)
+        self.r.ratios = ratios(self.r) + stock_floor.ratios(self.r.figures)
         return self.r
 
     def phase_lock(self) -> None:

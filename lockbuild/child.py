@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-CHUNK = 64 << 10
+PIPE_READ = 64 << 10  # one read of a child's pipe (os.read returns what is there, up to this)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def run_bounded(argv: Sequence[str], *, limit: int, timeout: float,
                 if left <= 0 or not sel.select(left):
                     timed_out = True
                     break
-                data = os.read(out.fileno(), CHUNK)
+                data = os.read(out.fileno(), PIPE_READ)
                 if not data:
                     break
                 size += len(data)

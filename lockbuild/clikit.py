@@ -12,14 +12,19 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lockbuild.errors import LockbuildError, SignatureError
+from lockbuild.jsonio import JSON
 from lockbuild.times import parse_time
+
+if TYPE_CHECKING:  # imported when a command runs, not when the CLI starts
+    from lockbuild.progress import Progress
+    from lockbuild.settings import Settings
 
 EPILOG_EXIT = (
     "Exit codes: 0 ok, 1 failure, 2 usage, 3 signature, 4 integrity, 5 busy, 6 cannot run the bundle here (test)."
@@ -95,7 +100,7 @@ class _Command(click.Command):
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         write_usage(formatter, ctx.command_path, self.collect_usage_pieces(ctx))
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # click.Command's own (untyped) arguments, passed on
         super().__init__(*args, **kwargs)
         self.params.extend(anywhere_options(with_json=False))
 
@@ -114,7 +119,7 @@ class _Group(click.Group):
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
-        **extra: Any,
+        **extra: Any,  # click's signature for main (extra arguments to make_context; the command's result)
     ) -> Any:
         """click's main, but a usage error under --json is a JSON object like every other error."""
         argv = list(sys.argv[1:] if args is None else args)
@@ -138,7 +143,7 @@ class _Group(click.Group):
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:  # whatever the command returns, as click.Group.invoke
         try:
             return super().invoke(ctx)
         except LockbuildError as exc:
@@ -181,7 +186,7 @@ def _internal(ctx: click.Context, exc: Exception) -> None:
     ctx.exit(1)
 
 
-def _usage_error(exc: click.ClickException) -> dict[str, Any]:
+def _usage_error(exc: click.ClickException) -> dict[str, JSON]:
     """The JSON error object for a usage error: the same fields as lockbuild's own errors."""
     tip = None
     if isinstance(exc, click.UsageError) and exc.ctx is not None:
@@ -189,7 +194,7 @@ def _usage_error(exc: click.ClickException) -> dict[str, Any]:
     return {"type": "UsageError", "message": exc.format_message(), "tip": tip, "exit_code": exc.exit_code}
 
 
-def _progress(ctx: click.Context) -> Any:
+def _progress(ctx: click.Context) -> Progress:
     from lockbuild.progress import Progress
 
     progress = Progress(enabled=not (ctx.obj.get("json") or ctx.obj.get("quiet")))
@@ -197,7 +202,7 @@ def _progress(ctx: click.Context) -> Any:
     return progress
 
 
-def _emit(ctx: click.Context, data: dict[str, Any], text: str) -> None:
+def _emit(ctx: click.Context, data: Mapping[str, JSON], text: str) -> None:
     """The result: JSON on stdout under --json, else ``text``; either way with credentials in URLs masked
     and (in text) every non-printable character escaped, whatever the text came from."""
     from lockbuild.text import for_terminal, mask_data
@@ -208,7 +213,7 @@ def _emit(ctx: click.Context, data: dict[str, Any], text: str) -> None:
         click.echo(for_terminal(text))
 
 
-def _warn(ctx: click.Context, warnings: Any) -> None:
+def _warn(ctx: click.Context, warnings: Iterable[str]) -> None:
     """Warnings (data on settings, plans and results) as lines on stderr; --json shows them in its object."""
     from lockbuild.text import for_terminal
 
@@ -217,7 +222,7 @@ def _warn(ctx: click.Context, warnings: Any) -> None:
             click.echo(f"warning: {for_terminal(w)}", err=True)
 
 
-def _settings(ctx: click.Context, allow_insecure_http: bool) -> Any:
+def _settings(ctx: click.Context, allow_insecure_http: bool) -> Settings:
     """The builder's settings, read once from the flags and the environment (nothing below reads it)."""
     from lockbuild.settings import load
 

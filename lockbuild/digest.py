@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from lockbuild.channel import Cancelled, Channel, End
+from lockbuild.errors import IntegrityError
+from lockbuild.limits import MiB
 
-CHUNK = 1 << 20
+CHUNK = MiB  # the read size of every copy and hash loop (a file, a member, a blob, a download): one place
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as lockbuild writes it: 64 lowercase hex digits (fullmatch)
 GIT_SHA1_HEX = re.compile(r"[0-9a-f]{40}")  # a git object id (a blob's sha1), 40 lowercase hex digits (fullmatch)
 
@@ -26,6 +31,40 @@ def record_line(name: str, data: bytes) -> str:
 
 def is_sha256(text: str) -> bool:
     return SHA256_HEX.fullmatch(text) is not None
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What ``fstat`` says of a file that could show it changed: which inode, its size, and its
+    modification and status-change times (any write or truncation moves both; the status-change time
+    cannot be set back by an unprivileged process)."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @staticmethod
+    def of(st: os.stat_result) -> FileIdentity:
+        return FileIdentity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class HashedFile:
+    """A file whose ``sha256`` was taken of the very bytes written to it (a download, as it arrived), and
+    its ``identity`` right after it was put in place. A reader whose open descriptor shows that same
+    identity before and after reading it reads the bytes that were hashed, and need not hash them again
+    (``same_file``); any other file is hashed as it is read."""
+
+    path: Path
+    sha256: str
+    identity: FileIdentity
+
+
+def same_file(fd: int, identity: FileIdentity) -> bool:
+    """Whether the open ``fd`` is still the file ``identity`` describes, unchanged."""
+    return FileIdentity.of(os.fstat(fd)) == identity
 
 
 def is_git_sha1(text: str) -> bool:
@@ -69,6 +108,47 @@ def hash_stream(src: BinaryIO, *hashes: _Hash, dst: BinaryIO | None = None, limi
             dst.write(chunk)
         total += n
     return total
+
+
+READ_PIECE = 4 << 20  # digest_exactly's reads: large enough that each hash update releases the GIL for long
+READ_RING = 4  # pieces in flight: one being read while the others are hashed
+
+
+def digest_exactly(f: BinaryIO, size: int, *, what: str, blake2b: bool = False) -> tuple[str, bytes | None]:
+    """The sha256 (hex) of exactly ``size`` bytes of ``f`` (and, with ``blake2b``, their BLAKE2b-512), in
+    one read: the caller's thread reads into a ring of reused buffers while each digest runs on a thread of
+    its own (hashlib releases the GIL for large updates), so the digests cost about the slowest of them and
+    the reads overlap them. A file that ends before ``size`` or goes on after it is an ``IntegrityError``
+    naming ``what``."""
+    sha = hashlib.sha256()
+    b2 = hashlib.blake2b(digest_size=64) if blake2b else None
+    hashes: list[_Hash] = [sha] if b2 is None else [sha, b2]
+    names = ("sha256", "blake2b")
+    pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lockbuild-{n}") for n in names[: len(hashes)]]
+    ring = [bytearray(READ_PIECE) for _ in range(min(READ_RING, size // READ_PIECE + 1))]
+    busy: list[list[Future[None]]] = [[] for _ in ring]
+    left, at = size, 0
+    try:
+        while left:
+            for fut in busy[at]:
+                fut.result()  # that buffer's bytes are hashed: it may be filled again
+            view = memoryview(ring[at])[: min(READ_PIECE, left)]
+            n = f.readinto(view)  # type: ignore[attr-defined]
+            if not n:
+                raise IntegrityError(f"{what} shrank while it was read: expected {size} bytes.")
+            piece = view[:n]
+            busy[at] = [pool.submit(h.update, piece) for pool, h in zip(pools, hashes, strict=True)]
+            left -= n
+            at = (at + 1) % len(ring)
+        for futs in busy:
+            for fut in futs:
+                fut.result()
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if f.read(1):
+        raise IntegrityError(f"{what} grew while it was read: expected {size} bytes.")
+    return sha.hexdigest(), (b2.digest() if b2 is not None else None)
 
 
 class BackgroundHash:
@@ -174,7 +254,8 @@ class HashingWriter:
             for ch in self._channels:
                 ch.put(chunk)
         except Cancelled:
-            assert self._error is not None  # only a failing consumer stops the channels before finish/abort
+            if self._error is None:  # only a failing consumer stops the channels before finish/abort
+                raise
             raise self._error from None
         self.size += len(chunk)
         return len(chunk)

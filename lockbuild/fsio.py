@@ -10,7 +10,8 @@ once:
 - a directory is opened without following a link, and what is inside it is opened, listed and
   deleted *relative to that descriptor* (``openat``/``unlinkat``), never through a path built after a
   check (a directory another user can write could be swapped for a link between the two);
-- reads are bounded, JSON is parsed with a size and a nesting bound, copies hash what they copy;
+- reads are bounded, copies hash what they copy (JSON, parsed with a size and a nesting bound, is
+  ``lockbuild.jsonio``);
 - a lock waits up to a deadline and then fails; a directory is fsynced after a rename into it.
 - a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
   root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule).
@@ -25,7 +26,6 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -34,15 +34,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
+from lockbuild.digest import CHUNK
 from lockbuild.errors import BusyError, LockbuildError
 
-CHUNK = 1 << 20
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-MAX_JSON_DEPTH = 64
 
 
 def kind_of(mode: int) -> str:
@@ -474,45 +473,6 @@ def copy_with_hash(
         if advance is not None:
             advance(len(chunk))
     return n, h.hexdigest()
-
-
-def json_depth_ok(raw: bytes, max_depth: int) -> bool:
-    """Whether the JSON text ``raw`` nests arrays and objects at most ``max_depth`` deep (brackets
-    inside strings do not count): checked before parsing, so a deep answer is never recursed into."""
-    depth = 0
-    in_string = escaped = False
-    for b in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif b == 0x5C:  # backslash
-                escaped = True
-            elif b == 0x22:
-                in_string = False
-        elif b == 0x22:
-            in_string = True
-        elif b in (0x5B, 0x7B):
-            depth += 1
-            if depth > max_depth:
-                return False
-        elif b in (0x5D, 0x7D):
-            depth -= 1
-    return True
-
-
-def loads_json(
-    raw: bytes, *, what: str, max_bytes: int, max_depth: int = MAX_JSON_DEPTH, error: type[LockbuildError]
-) -> Any:
-    """``raw`` parsed as JSON, refused (``error``) when over ``max_bytes``, nested deeper than
-    ``max_depth``, not UTF-8 or not JSON."""
-    if len(raw) > max_bytes:
-        raise error(f"{what} is {len(raw)} bytes: expected at most {max_bytes}.")
-    if not json_depth_ok(raw, max_depth):
-        raise error(f"{what} nests deeper than {max_depth} levels: expected a plain JSON document.")
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise error(f"{what} is not valid JSON.") from None
 
 
 # --- ownership ---------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MiB = 1 << 20  # sizes and bounds are written in MiB; the read size of copy and hash loops is digest.CHUNK
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -16,7 +18,7 @@ class Limits:
     max_signature_file: int = 64 << 10  # a .minisig file's largest size
     max_index_files: int = 200_000  # the most files one index project page may list
     max_index_files_total: int = 1_000_000  # the most files all index pages of one plan may list together
-    max_image_marker: int = 1 << 20  # an image's marker (lockbuild.json), as `unsquashfs -cat` prints it
+    max_image_marker: int = MiB  # an image's marker (lockbuild.json), as `unsquashfs -cat` prints it
     max_gpu_query: int = 64 << 10  # what `nvidia-smi --query-gpu` may print (64 GPUs are a few KiB)
 
 

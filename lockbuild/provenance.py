@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lockbuild.errors import LockbuildError
+from lockbuild.limits import MiB
 
 MAX_PUBLISHERS = 8  # attestation bundles (one publisher each) recorded for one file
 MAX_ATTESTATIONS = 64  # attestations one provenance answer may carry in all
 MAX_TEXT = 256  # each publisher field, in characters
-MAX_ANSWER_BYTES = 1 << 20  # one provenance answer (numpy's is about 10 kB)
+MAX_ANSWER_BYTES = MiB  # one provenance answer (numpy's is about 10 kB)
 MAX_RECORD_BYTES = 16 << 20  # a lock directory's provenance.json
 RECORD = "provenance.json"
 RECORD_FORMAT = 1

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import netrc
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from lockbuild.errors import LockbuildError
 from lockbuild.urls import INSECURE_ENV, check_transport, is_loopback, is_secure, origin, public, split_credentials
@@ -27,6 +29,9 @@ DEFAULT_GITHUB_API = "https://api.github.com"
 DEFAULT_GITHUB_DOWNLOAD = "https://github.com"
 TOKEN_USER = "__token__"  # noqa: S105 - the user name sent with LOCKBUILD_INDEX_TOKEN when the URL names none
 
+
+
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"  # HF_ENDPOINT unset
 
 @dataclass(frozen=True)
 class Credentials:
@@ -152,7 +157,6 @@ def load(
                 f"INSECURE: {name} is plain http to {host} ({url}); anyone on the network path can change "
                 "what is locked and fetched. No credentials are sent to it."
             )
-    from lockbuild.builder.hub import hub_endpoint  # here: the hub's client imports the HTTP layer, which imports this
 
     if cache_dir is None:
         explicit = environ.get("LOCKBUILD_CACHE_DIR")
@@ -171,3 +175,30 @@ def load(
         warnings=tuple(warnings),
         child_environ=tuple(sorted(child_environ(environ).items())),
     )
+
+
+def _has_control_character(text: str) -> bool:
+    return not (text.isascii() and text.isprintable()) and any(unicodedata.category(c).startswith("C") for c in text)
+
+
+def hub_endpoint(environ: Mapping[str, str]) -> str:
+    """``HF_ENDPOINT`` (default ``https://huggingface.co``), without a trailing slash: https, or plain
+    http to this machine only (a test's fake Hub); no credentials, query or fragment in it."""
+    value = environ.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT
+    parts = urlsplit(value)
+    if (
+        _has_control_character(value)
+        or " " in value
+        or not parts.hostname
+        or "@" in parts.netloc
+        or parts.query
+        or parts.fragment
+        or value.endswith("?")
+    ):
+        raise SettingsError(
+            f"HF_ENDPOINT: expected an http(s) URL of a Hugging Face Hub such as {DEFAULT_HUB_ENDPOINT}, without "
+            f"credentials, query or spaces; found {public(value)[:200]!r}.",
+            tip="Unset HF_ENDPOINT to use the Hub, or set it to your mirror's base URL (give HF_TOKEN for a token).",
+        )
+    check_transport(value, what="HF_ENDPOINT", allow_insecure=False)  # also refuses a scheme but http(s)
+    return value.rstrip("/")

@@ -2,7 +2,8 @@
 
 ``RealRegistry`` writes a config.yml (random free port, filesystem storage in a temporary directory,
 access log on), starts the binary, waits until ``/v2/`` answers, and reads its access log so a test
-can prove which requests were (and were not) made.
+can prove which requests were (and were not) made. ``upstream=URL`` makes it a pull-through mirror of
+another registry (``proxy: remoteurl:``, distribution's pull-through cache).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ storage:
       enabled: false
 http:
   addr: 127.0.0.1:{port}
-{tls}{auth}"""
+{tls}{auth}{proxy}"""
 TLS = """\
   tls:
     certificate: {cert}
@@ -50,6 +51,11 @@ auth:
 """
 # alice / s3cret-pw (bcrypt, cost 4): for the credential tests
 HTPASSWD = "alice:$2a$04$fHxvhFjJRP6gFcT/kcq4WO.PIrFe30orvM7yiR140HOTJ9eYHteJC\n"
+# A pull-through cache (distribution's proxy mode): every pull is served from the upstream and kept.
+PROXY = """\
+proxy:
+  remoteurl: {upstream}
+"""
 _ACCESS = re.compile(r'"(GET|HEAD|PUT|POST|PATCH|DELETE) (\S+) HTTP/[\d.]+" (\d{3})')
 
 
@@ -71,7 +77,8 @@ class Request:
 
 
 class RealRegistry:
-    def __init__(self, base: Path, *, htpasswd: bool = False, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, base: Path, *, htpasswd: bool = False, tls: tuple[Path, Path] | None = None,
+                 upstream: str | None = None) -> None:
         exe = binary()
         assert exe is not None
         self.storage = base / "data"
@@ -83,7 +90,8 @@ class RealRegistry:
             (base / "htpasswd").write_text(HTPASSWD)
             auth = AUTH.format(path=base / "htpasswd")
         tls_text = TLS.format(cert=tls[0], key=tls[1]) if tls else ""
-        config.write_text(CONFIG.format(root=self.storage, port=self.port, auth=auth, tls=tls_text))
+        proxy = PROXY.format(upstream=upstream) if upstream else ""
+        config.write_text(CONFIG.format(root=self.storage, port=self.port, auth=auth, tls=tls_text, proxy=proxy))
         scheme = "https" if tls else "http"
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(tls[0])) if tls else True
         self.log_path = base / "registry.log"

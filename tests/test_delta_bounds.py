@@ -30,8 +30,8 @@ def bundles(tmp_path_factory: pytest.TempPathFactory, signer: Keys) -> dict[str,
     return {v: make_bundle(out, [signer.secret], version=v) for v in ("1.0", "1.1")}
 
 
-def _delta(bundles: dict[str, Path], out: Path) -> Path:
-    r = cli("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", out)
+def _delta(bundles: dict[str, Path], out: Path, trust: Path) -> Path:
+    r = cli("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", out, "--trust", trust)
     assert r.exit_code == 0, r.output
     return out / (bundles["1.1"].name.removesuffix(".lbz") + ".delta.lbz")
 
@@ -54,7 +54,7 @@ def _rewrite(delta: Path, members: list[tuple[str, bytes]]) -> None:
 
 def test_a_delta_head_over_its_bound_is_refused_before_it_is_read(tmp_path: Path, bundles: dict[str, Path],
                                                                   signer: Keys) -> None:
-    delta = _delta(bundles, tmp_path / "deltas")
+    delta = _delta(bundles, tmp_path / "deltas", signer.trust)
     members = _members(delta)
     assert members[0][0] == "delta.toml"
     padded = members[0][1] + b"# " + b"x" * MAX_HEAD + b"\n"  # still valid TOML, only too large
@@ -67,9 +67,9 @@ def test_a_delta_head_over_its_bound_is_refused_before_it_is_read(tmp_path: Path
     assert [p.name for p in (store / "builds" / "toyengine").iterdir()] == ["1.0-cpu"]
 
 
-def test_a_delta_manifest_over_its_bound_is_refused_before_it_is_read(tmp_path: Path,
-                                                                      bundles: dict[str, Path]) -> None:
-    delta = _delta(bundles, tmp_path / "deltas")
+def test_a_delta_manifest_over_its_bound_is_refused_before_it_is_read(tmp_path: Path, bundles: dict[str, Path],
+                                                                      signer: Keys) -> None:
+    delta = _delta(bundles, tmp_path / "deltas", signer.trust)
     manifest = dict(_members(delta))["bundle.toml"]
     bound = Limits(max_manifest=len(manifest) - 1)
     with pytest.raises(IntegrityError, match=rf"bundle\.toml is {len(manifest)} bytes; expected at most "

@@ -1,4 +1,4 @@
-"""fsio's bounded readers: ``bounded_read`` refuses a file that holds more than its limit (saying
+"""The bounded readers: ``bounded_read`` refuses a file that holds more than its limit (saying
 whether it grew while read), and ``json_depth_ok`` refuses JSON nested deeper than its limit before a
 parser recurses into it (brackets inside strings do not count)."""
 
@@ -9,7 +9,8 @@ import io
 import pytest
 
 from lockbuild.errors import IntegrityError
-from lockbuild.fsio import bounded_read, json_depth_ok
+from lockbuild.fsio import bounded_read
+from lockbuild.jsonio import json_depth_ok
 
 
 def test_bounded_read_returns_up_to_its_limit_and_refuses_more() -> None:

@@ -38,11 +38,12 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from lockbuild.bundle.manifest import MANIFEST
-from lockbuild.bundle.read import read_bundle, read_head
+from lockbuild.bundle.read import read_head
 from lockbuild.errors import LockbuildError, RecipeError, SignatureError
 from lockbuild.limits import Limits
 from lockbuild.minisign import generate_secret_key, parse_public_key, parse_signatures, sign_prehashed
 from lockbuild.recipe import parse_recipe
+from lockbuild.trust.sign import read_unverified
 from lockbuild.trust.statement import format_trusted_comment, parse_trusted_comment
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
@@ -157,7 +158,7 @@ def read_anything(data: bytes) -> None:
         dest = work / "dest"
         dest.mkdir(parents=True)
         with contextlib.suppress(LockbuildError):
-            read_bundle(bundle, dest=dest, limits=LIMITS)
+            read_unverified(bundle, dest=dest, limits=LIMITS)
         with contextlib.suppress(LockbuildError):
             read_head(bundle, limits=LIMITS)
         assert sorted(os.listdir(root)) == ["work", "x.lbz"]

@@ -48,12 +48,13 @@ from hostile import (
 )
 
 from lockbuild.bundle.manifest import MANIFEST, parse_manifest
-from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_bundle, read_head, read_head_raw
+from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_head, read_head_raw
 from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.install import archives
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import read_secret_key, write_keypair
 from lockbuild.trust import Statement, digest_bundle, load_store, open_bundle, sign_statement, signature_path
+from lockbuild.trust.sign import read_unverified
 
 NAME = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
 GOOD_PATHS = {p for p, _, _ in GOOD_FILES}
@@ -67,7 +68,7 @@ def refused(tmp_path: Path, data: bytes, match: str, *, limits: Limits = DEFAULT
     dest = work / "dest"
     dest.mkdir(parents=True)
     with pytest.raises(IntegrityError, match=match) as info:
-        read_bundle(bundle, dest=dest, limits=limits)
+        read_unverified(bundle, dest=dest, limits=limits)
     assert info.value.tip, "a refusal says what to do"
     assert [p.name for p in work.iterdir()] == ["dest"], "nothing beside the destination"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([NAME, "work"])
@@ -89,7 +90,7 @@ def with_entry(index: int, entry: TarEntry) -> list[TarEntry]:
 
 def test_baseline_is_accepted(tmp_path: Path) -> None:
     bundle = write(tmp_path / NAME, good_bundle())
-    got = read_bundle(bundle, dest=tmp_path / "dest")
+    got = read_unverified(bundle, dest=tmp_path / "dest")
     assert [m.path for m in got.members] == [p for p, _, _ in GOOD_FILES]
     assert sorted(p for p in tree(tmp_path / "dest") if (tmp_path / "dest" / p).is_file()) == sorted(GOOD_PATHS)
     assert (tmp_path / "dest" / "recipe.toml").read_bytes() == RECIPE
@@ -283,7 +284,7 @@ def test_wrong_digest_of_a_large_member(tmp_path: Path, at: int) -> None:
     members[-1] = member(path, data)
     tar = bundle_tar(with_entry(-1, TarEntry(path, bytes(changed))), listed=manifest(members))
     refused(tmp_path, compress(tar), f"'{path}' has sha256 {sha(bytes(changed))}; the manifest says {sha(data)}")
-    assert read_bundle(write(tmp_path / "good.lbz", compress(bundle_tar(with_entry(-1, TarEntry(path, data)),
+    assert read_unverified(write(tmp_path / "good.lbz", compress(bundle_tar(with_entry(-1, TarEntry(path, data)),
                                                                         listed=manifest(members))))).members
 
 
@@ -608,11 +609,11 @@ def test_zstd_bomb_single_segment_claim_fails_fast_without_allocating(tmp_path: 
 import resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 from pathlib import Path
-from lockbuild.bundle.read import read_bundle
+from lockbuild.trust.sign import read_unverified
 from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 t = time.monotonic()
 try:
-    read_bundle(Path({str(bundle)!r}), dest=Path({str(tmp_path / "dest")!r}))
+    read_unverified(Path({str(bundle)!r}), dest=Path({str(tmp_path / "dest")!r}))
 except IntegrityError as exc:
     print("refused", exc)
 print("seconds", time.monotonic() - t)
@@ -717,8 +718,8 @@ def test_sign_reads_the_file_it_hashed(tmp_path: Path) -> None:
     other = sha(b"the bytes hashed before")
     (tmp_path / "dest").mkdir()
     with pytest.raises(IntegrityError, match=f"the bundle changed while it was read: sha256 .*, expected {other}"):
-        read_bundle(bundle, dest=tmp_path / "dest", expect_sha256=other)
-    assert read_bundle(bundle, expect_sha256=sha(bundle.read_bytes())).members
+        read_unverified(bundle, dest=tmp_path / "dest", expect_sha256=other)
+    assert read_unverified(bundle, expect_sha256=sha(bundle.read_bytes())).members
 
 
 def test_on_manifest_runs_before_any_member_is_written(tmp_path: Path) -> None:
@@ -731,7 +732,7 @@ def test_on_manifest_runs_before_any_member_is_written(tmp_path: Path) -> None:
         raise IntegrityError("refused by the caller")
 
     with pytest.raises(IntegrityError, match="refused by the caller"):
-        read_bundle(bundle, dest=dest, on_manifest=refuse)
+        read_unverified(bundle, dest=dest, on_manifest=refuse)
     assert tree(dest) == []
 
 
@@ -748,7 +749,7 @@ def test_planted_symlink_directory_in_the_destination(tmp_path: Path) -> None:
     dest.mkdir(parents=True)
     (dest / "wheels").symlink_to(outside, target_is_directory=True)
     with pytest.raises(IntegrityError, match="wheels is not a plain directory"):
-        read_bundle(bundle, dest=dest)
+        read_unverified(bundle, dest=dest)
     assert tree(outside) == []
 
 
@@ -759,7 +760,7 @@ def test_planted_symlink_file_in_the_destination(tmp_path: Path) -> None:
     dest.mkdir(parents=True)
     (dest / "recipe.toml").symlink_to(victim)
     with pytest.raises(IntegrityError, match=r"recipe\.toml already exists"):
-        read_bundle(bundle, dest=dest)
+        read_unverified(bundle, dest=dest)
     assert victim.read_bytes() == b"precious"
 
 
@@ -769,7 +770,7 @@ def test_planted_file_in_the_destination_is_not_overwritten(tmp_path: Path) -> N
     (dest / "lock").mkdir(parents=True)
     write(dest / "lock" / "requirements.txt", b"evil==1.0\n")
     with pytest.raises(IntegrityError, match=r"requirements\.txt already exists"):
-        read_bundle(bundle, dest=dest)
+        read_unverified(bundle, dest=dest)
     assert (dest / "lock" / "requirements.txt").read_bytes() == b"evil==1.0\n"
 
 
@@ -777,13 +778,13 @@ def test_destination_that_cannot_be_made(tmp_path: Path) -> None:
     bundle = write(tmp_path / NAME, good_bundle())
     write(tmp_path / "file", b"")
     with pytest.raises(LockbuildError, match="cannot make the destination") as info:
-        read_bundle(bundle, dest=tmp_path / "file" / "dest")
+        read_unverified(bundle, dest=tmp_path / "file" / "dest")
     assert not isinstance(info.value, InstallError), "the reader raises format errors and I/O errors, never InstallError"
 
 
 def test_missing_bundle(tmp_path: Path) -> None:
     with pytest.raises(LockbuildError, match=r"cannot read the bundle .*: No such file"):
-        read_bundle(tmp_path / NAME)
+        read_unverified(tmp_path / NAME)
 
 
 # --- read_head ------------------------------------------------------------------------------------

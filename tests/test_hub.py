@@ -373,7 +373,7 @@ def test_a_tree_page_is_read_bounded(hub: FakeHub, kit: Kit, monkeypatch: pytest
 
 def test_only_the_hub_client_speaks_the_hubs_api_and_only_the_settings_read_its_token() -> None:
     """One place asks the Hub (``builder/hub.py``: its checks apply to every answer) and one place reads
-    ``HF_TOKEN`` and ``HF_ENDPOINT`` (the settings, through ``hub.hub_endpoint``)."""
+    ``HF_TOKEN`` and ``HF_ENDPOINT`` (both in the settings: ``settings.hub_endpoint``)."""
     import ast
 
     import lockbuild
@@ -395,7 +395,7 @@ def test_only_the_hub_client_speaks_the_hubs_api_and_only_the_settings_read_its_
     assert set(speaks.get("/api/models/", [])) == {"builder/hub.py"}
     assert set(speaks.get("/resolve/", [])) == {"builder/hub.py"}
     assert set(speaks.get("HF_TOKEN", [])) == {"settings.py"}
-    assert set(speaks.get("HF_ENDPOINT", [])) == {"builder/hub.py"}
+    assert set(speaks.get("HF_ENDPOINT", [])) == {"settings.py"}
 
 
 def test_a_repo_the_hub_will_not_show_says_what_to_do(hub: FakeHub, kit: Kit) -> None:

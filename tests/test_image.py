@@ -187,7 +187,86 @@ def test_an_edited_record_fails_verify(signed: Path, keys: Keys, tmp_path: Path)
     rec = copy.parent / (copy.name + ".json")
     rec.write_text(rec.read_text().replace(PREFIX, "/opt/elsewhere"))
     code, _, stderr = cli("verify", copy, "--trust", keys.trust)
-    assert code == 4 and "the signatures sign" in stderr, stderr
+    assert code == 4 and f"the record {copy.name}.json has sha256" in stderr and "the signatures sign" in stderr, stderr
+
+
+def _resign(copy: Path, keys: Keys, record: dict[str, object] | None = None, **signed: object) -> None:
+    """Write ``record`` (default: as it stands) beside ``copy`` and sign, with ``keys``, a statement over the
+    image and that record as `sign` would, with the fields in ``signed`` changed: a signed image whose one
+    disagreement is the one a check must catch."""
+    import dataclasses
+
+    from lockbuild.image.record import image_marker
+    from lockbuild.image.verify import statement_of
+    from lockbuild.minisign import read_secret_key
+    from lockbuild.trust import digest_bundle, sign_statement
+
+    rec = copy.parent / (copy.name + ".json")
+    data = record if record is not None else json.loads(rec.read_text())
+    raw = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    rec.write_bytes(raw)
+    digests = digest_bundle(copy)
+    statement = dataclasses.replace(statement_of(copy, digests, raw, image_marker(copy), None), **signed)
+    block = sign_statement(read_secret_key(keys.secret, lambda: ""), statement, digests.blake2b)
+    (copy.parent / (copy.name + ".minisig")).write_text(block)
+
+
+def test_a_resigned_image_verifies(signed: Path, keys: Keys, tmp_path: Path) -> None:
+    """The helper below signs as `sign` does: with nothing changed, the image verifies (so each refusal
+    after it is the one check's)."""
+    copy = _copy(signed, tmp_path / "c")
+    _resign(copy, keys)
+    code, _, stderr = cli("verify", copy, "--trust", keys.trust)
+    assert code == 0, stderr
+
+
+def test_an_untrusted_image_is_refused_before_a_byte_of_it_is_hashed(signed: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one decision's first step: no trusted statement names the image, so it is refused before it
+    is read (an image is gigabytes: hashing it whole for a stranger's signature is the attacker's price)."""
+    from lockbuild import digest
+
+    other = make_keys(tmp_path / "other", "other")
+    hashed: list[int] = []
+    for cls in (digest.BackgroundHash, digest.TwinHasher):
+        real = cls.update
+
+        def update(self: object, data: bytes, _real: object = real) -> None:
+            hashed.append(len(data))
+            _real(self, data)  # type: ignore[operator]
+
+        monkeypatch.setattr(cls, "update", update)
+    code, _, stderr = cli("verify", signed, "--trust", other.trust)
+    assert code == 3 and "not in the trust store" in stderr, stderr
+    assert hashed == [], f"{sum(hashed)} bytes of an untrusted image were hashed"
+
+
+def test_the_sites_dates_apply_to_an_image(signed: Path, keys: Keys, tmp_path: Path) -> None:
+    trust = tmp_path / "trust"
+    trust.mkdir()
+    (trust / keys.public.name).write_bytes(keys.public.read_bytes())
+    (trust / "policy.toml").write_text("not-after = 2025-01-01T00:00:00Z\n")
+    code, _, stderr = cli("verify", signed, "--trust", trust)
+    assert code == 3 and "is after the site's not-after 2025-01-01" in stderr, stderr
+
+
+def test_an_image_whose_marker_is_not_the_signed_build_fails_verify(signed: Path, keys: Keys, tmp_path: Path) -> None:
+    """Signed: this image, this record, but another version than the marker inside says."""
+    copy = _copy(signed, tmp_path / "c")
+    _resign(copy, keys, version="9.9")
+    code, _, stderr = cli("verify", copy, "--trust", keys.trust)
+    assert code == 4 and "the marker inside" in stderr and "toyengine 9.9-cpu" in stderr, stderr
+
+
+def test_a_record_that_describes_another_image_fails_verify_even_when_signed(signed: Path, keys: Keys,
+                                                                             tmp_path: Path) -> None:
+    """Signed: this image and a record whose image digest is another image's."""
+    copy = _copy(signed, tmp_path / "c")
+    record = json.loads((copy.parent / (copy.name + ".json")).read_text())
+    record["image_sha256"] = "1" * 64
+    _resign(copy, keys, record)
+    code, _, stderr = cli("verify", copy, "--trust", keys.trust)
+    assert code == 4 and "its record says" in stderr and "1" * 64 in stderr, stderr
 
 
 def test_an_image_signed_by_an_untrusted_key_fails_verify(signed: Path, tmp_path: Path) -> None:

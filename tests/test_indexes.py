@@ -22,9 +22,9 @@ from servers import FakeServer, make_wheel
 from lockbuild.builder.resolve import second_index_project
 from lockbuild.builder.session import session
 from lockbuild.builder.sources import read_source_requirements
+from lockbuild.bundle.lockfiles import bundle_pylock, bundle_requirements
 from lockbuild.cli import main
 from lockbuild.errors import RecipeError
-from lockbuild.lock import bundle_pylock, bundle_requirements
 from lockbuild.progress import Progress
 from lockbuild.recipe import SecondIndex, load_recipe, parse_recipe
 from lockbuild.settings import load

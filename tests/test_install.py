@@ -350,12 +350,12 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
 def repack(bundle: Path, out_dir: Path, keys: Keys, change: Callable[[Manifest, dict[str, bytes]], Manifest]) -> Path:
     """The bundle with ``change`` applied to its manifest and member bytes (sizes, digests and the recipe's
     digest recomputed), written and signed again with the test key: valid in every way a signature checks."""
-    from lockbuild.bundle.read import read_bundle
     from lockbuild.bundle.write import Entry, write_bundle
+    from lockbuild.trust.sign import read_unverified
 
     work = out_dir / "unpacked"
     work.mkdir(parents=True)
-    old = read_bundle(bundle, dest=work)
+    old = read_unverified(bundle, dest=work)
     files = {m.path: (work / m.path).read_bytes() for m in old.members}
     new = change(old, files)
     members = tuple(
@@ -442,7 +442,7 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
     import lockbuild.install.installer as installer
     from lockbuild.bundle.read import read_head
     from lockbuild.errors import InstallError
-    from lockbuild.install.doctor import Candidate
+    from lockbuild.install.doctor import CatalogueBuild
     from lockbuild.install.fit import Needs
     from lockbuild.install.node import Gpu, Node
 
@@ -453,7 +453,7 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
     manifest, _ = read_head(bundles["gpu"])
     report = doctor.examine(
         tmp_path / "engines",
-        candidates=[Candidate("b.lbz", manifest.engine, "1.0-cu130", Needs.of(manifest))],
+        candidates=[CatalogueBuild("b.lbz", manifest.engine, "1.0-cu130", Needs.of(manifest))],
         trust=keys.trust,
         node=node,
     )
@@ -617,7 +617,7 @@ def test_an_asset_named_like_a_file_of_the_environment_is_refused(
 def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builder() -> None:
     from types import SimpleNamespace
 
-    from lockbuild.builder.pack import install_table
+    from lockbuild.builder.installtable import install_table
     from lockbuild.bundle.manifest import parse_manifest
     from lockbuild.errors import IntegrityError, RecipeError
 

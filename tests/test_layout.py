@@ -221,3 +221,139 @@ def test_the_allow_lists_name_only_modules_that_exist_and_need_them() -> None:
         assert rel in libs, rel
     stale = [rel for rel in OS_OPEN_ALLOWED if rel != "fsio.py" and not _calls(libs[rel], {"os.open"})]
     assert stale == [], f"no longer needs its os.open allowance: {stale}"
+
+
+# --- the wings' layers: what the installer may import, no cycles, public names -----------------------
+
+NOT_FROM_INSTALL = ("lockbuild.site", "lockbuild.builder", "lockbuild.recipe")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _type_only(tree: ast.Module) -> set[int]:
+    """The ids of the import nodes under ``if TYPE_CHECKING:``: names for the type checker, never run."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            ids.update(id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return ids
+
+
+def _edges(path: Path, modules: dict[str, Path]) -> dict[str, int]:
+    """The lockbuild modules ``path`` imports when it runs, at any depth (an import inside a function counts:
+    it runs when the function does), each with the line of its first import; ``from PKG import NAME`` is
+    the submodule PKG.NAME where there is one, else PKG."""
+    tree = ast.parse(path.read_text())
+    skip = _type_only(tree)
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name in modules]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                     for a in node.names]
+            names = [n for n in names if n in modules]
+        else:
+            continue
+        for n in names:
+            found.setdefault(n, node.lineno)
+    found.pop(_module_name(path), None)
+    return found
+
+
+def test_the_installer_imports_nothing_of_the_site_the_builder_or_the_recipe() -> None:
+    """install/ runs on the node: a store's or a folder's candidates reach it through
+    ``install.choose.Place``, which the command layer feeds. No module of install/, nor anything it imports
+    (transitively, imports inside functions included), imports site/, builder/ or recipe/."""
+    modules = _modules()
+    start = sorted(m for m in modules if m.startswith("lockbuild.install."))
+    via: dict[str, str] = {m: m for m in start}
+    todo = list(start)
+    bad = []
+    while todo:
+        module = todo.pop()
+        for name, line in _edges(modules[module], modules).items():
+            if name.startswith(NOT_FROM_INSTALL):
+                bad.append(f"{module} (line {line}) imports {name}, reached from {via[module]}")
+            elif name not in via:
+                via[name] = via[module]
+                todo.append(name)
+    assert bad == []
+    assert "lockbuild.install.choose" in via and "lockbuild.trust.opener" in via
+
+
+def test_no_import_cycles_in_the_package() -> None:
+    """No module reaches itself through the modules it imports (imports inside functions included: a
+    deferred import is a cycle put off, not removed; ``if TYPE_CHECKING:`` names are not imports)."""
+    modules = _modules()
+    graph = {m: sorted(_edges(p, modules)) for m, p in modules.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def walk(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for n in graph[m]:
+            if state.get(n) == 1:
+                cycles.append([*path[path.index(n):], n])
+            elif n not in state:
+                walk(n)
+        path.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m)
+    assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
+
+
+# Private names still imported across modules: (importer, module, name). New code imports public names;
+# this list may only shrink (an entry that is no longer needed fails the test until it is removed).
+PRIVATE_IMPORTS_LEFT = {
+    *(("lockbuild.cli", "lockbuild.clikit", n) for n in ("_Group",)),
+    *(("lockbuild.selftest.cli", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_Group", "_progress",
+                                                                   "_setup")),
+    *(("lockbuild.site.cli", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_Group", "_progress", "_setup",
+                                                               "_take_password")),
+    *(("lockbuild.commands.image", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_setup")),
+    *(("lockbuild.commands.node", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_setup", "_warn")),
+    *(("lockbuild.commands.doctor", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_setup")),
+    *(("lockbuild.commands.keys", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_password", "_progress",
+                                                                    "_setup", "_take_password")),
+    *(("lockbuild.commands.builder", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_settings",
+                                                                       "_setup", "_take_password", "_warn")),
+    *(("lockbuild.recipe.parse", "lockbuild.recipe.tables", n) for n in ("_assets", "_index", "_indexes",
+                                                                          "_interpreter", "_source", "_wheel")),
+    *(("lockbuild.builder.modelcli", "lockbuild.clikit", n) for n in ("_emit", "_progress", "_take_password", "_warn")),
+    *(("lockbuild.modelcli", "lockbuild.clikit", n) for n in ("_emit", "_progress")),
+    ("lockbuild.image.build", "lockbuild.install.pythons", "_place"),
+    ("lockbuild.install.pythons", "lockbuild.install.swap", "_open_lock"),
+    ("lockbuild.site.storecare", "lockbuild.site.storemodel", "_HEX"),
+    ("lockbuild.site.store", "lockbuild.site.storemodel", "_names"),
+}
+
+
+def _private_imports() -> set[tuple[str, str, str]]:
+    found = set()
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lockbuild"):
+                found.update((module, node.module, a.name) for a in node.names
+                             if a.name.startswith("_") and not a.name.startswith("__"))
+    return found
+
+
+def test_what_a_module_needs_from_another_is_public() -> None:
+    found = _private_imports()
+    assert sorted(found - PRIVATE_IMPORTS_LEFT) == [], "import a public name (rename it where it is defined)"
+    assert sorted(PRIVATE_IMPORTS_LEFT - found) == [], "no longer imported: remove it from PRIVATE_IMPORTS_LEFT"

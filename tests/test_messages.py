@@ -68,6 +68,8 @@ FITS = {
     "SandboxTimeout": "bubblewrap",
     "StoreError": "store",
     "RegistryError": "registry",
+    "ExportError": "store index",
+    "TransferCut": "resumes",
 }
 
 
@@ -153,7 +155,8 @@ def test_import_and_delta_say_what_they_do_not_unpacking(tmp_path: Path) -> None
     assert r.exit_code == 0, r.output
     assert re.search(r"^lockbuild: importing: \d+ file\(s\)", r.stderr, re.M), r.stderr
     assert "unpacking" not in r.stderr
-    r = CliRunner().invoke(main, ["delta", str(new), "--base", str(old), "--out", str(tmp_path / "d")])
+    r = CliRunner().invoke(main, ["delta", str(new), "--base", str(old), "--out", str(tmp_path / "d"), "--trust",
+                                  str(signer.trust)])
     assert r.exit_code == 0, r.output
     assert re.search(r"^lockbuild: checking: \d+ file\(s\)", r.stderr, re.M), r.stderr
     assert "unpacking" not in r.stderr
@@ -184,7 +187,7 @@ def test_a_step_writing_one_file_shows_its_bytes_against_the_input(tmp_path: Pat
     p.phase("packing x.sqfs with mksquashfs", detail=written_of(image, 3_000_000))
     image.write_bytes(b"\0" * 1_500_000)
     deadline = time.monotonic() + 5
-    while "written" not in out.getvalue() and time.monotonic() < deadline:
+    while "1.5 MB written" not in out.getvalue() and time.monotonic() < deadline:
         time.sleep(0.02)
     p.finish()
     p.close()

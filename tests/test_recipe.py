@@ -21,7 +21,7 @@ from lockbuild.recipe import (
     GpuRequirement,
     ReleaseWheel,
     SecondIndex,
-    Source,
+    SourceArchive,
     UrlWheel,
     load_recipe,
     parse_recipe,
@@ -122,7 +122,7 @@ def test_a_full_recipe_parses_into_typed_records() -> None:
     assert b.free_gb == 30
     assert b.gpu == GpuRequirement((7, 5), "580")
     assert b.index == SecondIndex("https://download.example/whl/cu128", ("torch",))
-    assert b.source == Source("https://example.org/eng-1.0.tar.gz", SHA, "eng-1.0", "src", "requirements/cuda.txt")
+    assert b.source == SourceArchive("https://example.org/eng-1.0.tar.gz", SHA, "eng-1.0", "src", "requirements/cuda.txt")
     assert b.wheel == ReleaseWheel("owner/eng", "v1.0", "eng-", "-linux_aarch64.whl", "eng-wheel")
     assert b.assets == Assets("v1.0", "share/eng", ("eng-cuda-linux.tar.gz",))
     cpu = r.builds[1]

@@ -100,8 +100,8 @@ def test_exclude_newer_package_is_in_the_manifest_the_lock_and_inspect(
 
     from click.testing import CliRunner
 
-    from lockbuild.bundle.read import read_bundle
     from lockbuild.cli import main
+    from lockbuild.trust.sign import read_unverified
 
     toy_recipe.write_text(
         toy_recipe.read_text() + 'exclude-newer-package = { Wheel = "2024-06-01T00:00:00Z", toyengine = false }\n'
@@ -113,7 +113,7 @@ def test_exclude_newer_package_is_in_the_manifest_the_lock_and_inspect(
     bundle = Path(json.loads(r.stdout)["bundles"][0]["bundle"])
     want = (("toyengine", None), ("wheel", "2024-06-01T00:00:00Z"))
     out = tmp_path / "out"
-    assert read_bundle(bundle, dest=out).exclude_newer_package == want
+    assert read_unverified(bundle, dest=out).exclude_newer_package == want
     lock = (out / "lock" / "requirements.txt").read_text()
     assert "# exclude-newer-package: wheel = 2024-06-01T00:00:00Z" in lock
     assert "# exclude-newer-package: toyengine = false" in lock
@@ -404,8 +404,9 @@ def test_the_bundle_reader_opens_only_a_regular_bounded_file(tmp_path: Path, kin
     the install), whatever the member digests would later say."""
     from hostile import good_bundle
 
-    from lockbuild.bundle.read import read_bundle, read_head
+    from lockbuild.bundle.read import read_head
     from lockbuild.limits import Limits
+    from lockbuild.trust.sign import read_unverified
 
     real = tmp_path / "real.lbz"
     real.write_bytes(good_bundle())
@@ -416,7 +417,7 @@ def test_the_bundle_reader_opens_only_a_regular_bounded_file(tmp_path: Path, kin
         os.mkfifo(path)
     else:
         path, limits = real, Limits(max_bundle=100)
-    for read in (lambda: read_bundle(path, limits=limits), lambda: read_head(path, limits)):
+    for read in (lambda: read_unverified(path, limits=limits), lambda: read_head(path, limits)):
         with pytest.raises(IntegrityError, match=r"symbolic link|FIFO|expected at most 100"):
             read()
 

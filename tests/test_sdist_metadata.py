@@ -435,7 +435,7 @@ def test_the_resolution_is_repeated_until_each_sdist_was_resolved_with_its_own_m
 
 
 def test_only_the_compile_that_runs_no_backend_keeps_the_network_in_the_sandbox() -> None:
-    """Every sandbox.Spec in lockbuild is made without network, except the one of builder/resolve.py's
+    """Every sandbox.Spec in lockbuild is made without network, except the one of builder/uvsandbox.py's
     compile, which is given every sdist's metadata and runs no backend: a new networked sandbox (for a
     build backend, an engine, a recipe's command) fails here."""
     import ast
@@ -454,4 +454,4 @@ def test_only_the_compile_that_runs_no_backend_keeps_the_network_in_the_sandbox(
                     isinstance(kw.value, ast.Constant) and kw.value.value is False
                 ):
                     networked.append(str(path.relative_to(package)))
-    assert networked == ["builder/resolve.py"]
+    assert networked == ["builder/uvsandbox.py"]

@@ -562,6 +562,36 @@ def test_the_bootstrap_refuses_an_interpreter_another_user_could_swap(bundles: l
     assert not ran.exists() and list(parent.iterdir()) == []
 
 
+def test_the_bootstrap_refuses_an_interpreter_other_users_cannot_run_for_a_target_they_can_reach(
+    bundles: list[Path], tmp_path: Path
+) -> None:
+    """root's PATH often names a pyenv build in root's 0700 home: a lockbuild made with it at a TARGET every
+    user can reach would answer them "Permission denied". Refused, naming the fix, with nothing made."""
+    import tempfile
+
+    extracted = extract(bundles[0], tmp_path / "x")
+    private = tmp_path / "private"  # not writable by others (the swap check passes), not enterable either
+    private.mkdir(mode=0o700)
+    fake = private / f"python{PY}"
+    fake.write_text(f"#!/bin/sh\necho {PY}\n")
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tmp").mkdir()
+    env = {"PATH": node_path(tmp_path), "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
+    open_parent = Path(tempfile.mkdtemp(prefix="lb-open-", dir="/tmp"))  # /tmp/X, 0755: others may enter
+    try:
+        open_parent.chmod(0o755)
+        run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(open_parent / "lockbuild"),
+                                      "--python", str(fake)]), capture_output=True, text=True, env=env)
+        assert run.returncode == 1, run.stderr
+        assert f"the interpreter {fake} ({fake}) lies under a directory other users cannot enter" in run.stderr
+        assert f"--python /usr/bin/python{PY}" in run.stderr
+        assert list(open_parent.iterdir()) == []
+    finally:
+        shutil.rmtree(open_parent)
+
+
 def test_after_its_copy_the_bootstrap_names_dir_only_in_messages() -> None:
     """The structural half of the copy: once the extraction is copied, every command of the script reads
     the copy ($here, inside its own 0700 staging directory); DIR appears only in what it says."""

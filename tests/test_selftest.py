@@ -961,7 +961,8 @@ def test_the_self_test_takes_every_source(kind: str, bundles: dict[str, Path], k
             engine, _, build = name.partition("-")
             args = (f"{engine}/{build}", "--store", str(store))
         else:  # a delta of the same build against itself carries nothing: the store completes it
-            code, out, err = cli("delta", str(quiet), "--base", str(quiet), "--out", str(tmp_path / "d"), "--json")
+            code, out, err = cli("delta", str(quiet), "--base", str(quiet), "--out", str(tmp_path / "d"),
+                                 "--trust", str(keys.trust), "--json")
             assert code == 0, err
             args = (json.loads(out)["delta"], "--store", str(store))
     code, out, err = cli("test", *args, "--trust", str(keys.trust), "--json")

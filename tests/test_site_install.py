@@ -141,7 +141,8 @@ def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str,
                                                                 tmp_path: Path) -> None:
     """The issue's 'done when': import a full bundle, then a delta, and install both versions from the store
     with no network."""
-    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"), "--json")
+    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"),
+                         "--trust", str(keys.trust), "--json")
     assert code == 0, err
     delta = json.loads(out)
     assert delta["included"] < delta["members"]  # uv and toydep are not shipped again
@@ -164,7 +165,8 @@ def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str,
 def test_install_takes_a_delta_completed_by_the_store(built: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
     """`install NAME.delta.lbz --store DIR`: the delta's members and the store's, one trust decision, one
     check of every member; without the store the members it leaves out are named, and nothing is placed."""
-    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"), "--json")
+    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"),
+                         "--trust", str(keys.trust), "--json")
     assert code == 0, err
     delta = json.loads(out)["delta"]
     root = tmp_path / "engines"

@@ -307,7 +307,8 @@ def test_push_takes_every_source(kind: str, tmp_path: Path, reg: RealRegistry, b
     elif kind == "parts":
         source = (str(_ok("split", bundles["1.1"], "--size", "300", "--out", tmp_path / "p")["part_list"]),)
     elif kind == "delta":
-        delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "d")["delta"]
+        delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "d",
+                    "--trust", signer.trust)["delta"]
         source = (str(delta), "--store", store)
     else:
         _ok("import", bundles["1.1"], "--trust", signer.trust, "--store", store)

@@ -430,26 +430,27 @@ MINISIGN = shutil.which("minisign")
 
 
 def test_a_signature_block_alone_proves_the_manifest(tmp_path: Path, signers: dict[str, Signer]) -> None:
-    """No bundle file: the global signature covers the statement, so the blocks prove the manifest's digest."""
+    """No bundle file (a store, a delta, a registry): the global signature covers the statement, so the
+    blocks alone prove the manifest's digest; other bytes are refused, and an edited digest breaks the
+    global signature. The two steps ``open_source`` takes for such a source: evaluate, then signed_manifest."""
     from lockbuild.minisign import parse_signatures
-    from lockbuild.trust import prove_manifest
+    from lockbuild.trust.policy import evaluate, signed_manifest
 
     bundle, m = make_bundle(tmp_path / "dist")
     sign(bundle, m, signers["alice"])
     blocks = parse_signatures(signature_path(bundle).read_bytes())
     bundle.unlink()
     store = load_store(trust_dir(tmp_path, signers["alice"]))
-    manifest, evaluation = prove_manifest(blocks, store, m.to_toml(), now=NOW)
-    assert manifest == m and evaluation.statement is not None
-    assert evaluation.statement.manifest_sha256 == hashlib.sha256(m.to_toml()).hexdigest()
+    statement = evaluate(blocks, store, name=None, now=NOW).require()
+    assert signed_manifest(statement, m.to_toml()) == m
+    assert statement.manifest_sha256 == hashlib.sha256(m.to_toml()).hexdigest()
     tampered = m.to_toml().replace(b'variant = "cpu"', b'variant = "gpu"')
     with pytest.raises(IntegrityError, match=r"manifest has sha256 .* the signatures sign"):
-        prove_manifest(blocks, store, tampered, now=NOW)
-    # Editing the signed digest in the block itself breaks the global signature: a hard failure.
-    text = signature_path(bundle).read_text()
-    forged = text.replace(evaluation.statement.manifest_sha256, hashlib.sha256(tampered).hexdigest())
-    with pytest.raises(SignatureError, match="bad global signature"):
-        prove_manifest(parse_signatures(forged), store, tampered, now=NOW)
+        signed_manifest(statement, tampered)
+    # Editing the signed digest in the block itself breaks the global signature: no statement counts.
+    forged = signature_path(bundle).read_text().replace(statement.manifest_sha256, hashlib.sha256(tampered).hexdigest())
+    with pytest.raises(SignatureError, match="global signature"):
+        evaluate(parse_signatures(forged), store, name=None, now=NOW).require()
 
 
 def test_signed_metadata_must_match_the_manifest(tmp_path: Path, signers: dict[str, Signer]) -> None:

@@ -132,7 +132,8 @@ def test_a_fifo_where_a_file_from_outside_belongs_is_refused(where: str, tmp_pat
     parts = tmp_path / "parts"
     listing = Path(str(_ok("split", bundles["1.0"], "--size", "300", "--out", parts)["part_list"]))
     deltas = tmp_path / "deltas"
-    delta = Path(str(_ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", deltas)["delta"]))
+    delta = Path(str(_ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", deltas,
+                           "--trust", signer.trust)["delta"]))
     catalogue = tmp_path / "catalogue"
     catalogue.mkdir()
     if where == "part list":
@@ -239,11 +240,12 @@ def test_a_store_name_holding_another_signed_build_is_refused(tmp_path: Path, bu
 
 def _write_delta(path: Path, bundle: Path, order: list[int]) -> None:
     """A delta of ``bundle`` carrying its members ``order`` (indices into the manifest), as `delta` writes."""
-    from lockbuild.bundle.read import read_bundle, read_head_raw
+    from lockbuild.bundle.read import read_head_raw
+    from lockbuild.trust.sign import read_unverified
 
     head = read_head_raw(bundle)
     staging = path.parent / "members"
-    read_bundle(bundle, dest=staging)
+    read_unverified(bundle, dest=staging)
     m = head.manifest
     buf = io.BytesIO()
     z = compressor().stream_writer(buf, closefd=False)
@@ -316,7 +318,8 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(t
 def _sources(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> dict[str, tuple[str | Path, ...]]:
     parts = tmp_path / "parts"
     listing = _ok("split", bundles["1.1"], "--size", "300", "--out", parts)["part_list"]
-    delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "deltas")["delta"]
+    delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "deltas",
+                "--trust", signer.trust)["delta"]
     store = _store(tmp_path, bundles, signer, "1.0", "1.1")
     return {
         "lbz": (bundles["1.1"],),
@@ -370,3 +373,71 @@ def test_only_the_one_trust_decision_exists() -> None:
         for call in ("evaluate(", "check_complete(", "signed_manifest(", "check_manifest(", "check_dates(",
                      "prove_manifest(", "verify_trusted_comment("):
             assert call not in text, f"site/{p.name} makes a trust decision: {call}"
+
+
+# What makes the trust decision, and who may call it: the policy's judgements and the member loop are
+# called from trust/ only (image/, site/, install/ and the commands reach them through open_source, decide
+# and TrustedBundle.extract); the signer's unverified pass only from the signer.
+DECISION_CALLS = {"evaluate", "check_complete", "check_not_larger", "check_dates", "signed_manifest", "check_manifest",
+                  "prove_manifest", "signed_sizes", "verify_trusted_comment", "check_signed_metadata"}
+MEMBER_LOOP = {"extract": "lockbuild.bundle.extract"}
+ONLY_IN = {"read_unverified": "trust/sign.py"}
+
+
+def _calls_and_imports(path: Path) -> list[tuple[str, int]]:
+    """The names ``path`` calls (``f(…)``, or ``module.f(…)`` on a lockbuild module it imported) and the
+    names it imports from lockbuild modules, each with its line."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    modules = {a.asname or a.name.rsplit(".", 1)[-1] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+               and (n.module or "").startswith("lockbuild") for a in n.names}
+    modules |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                if a.name.startswith("lockbuild")}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name):
+                found.append((f.id, node.lineno))
+            elif isinstance(f, ast.Attribute) and ast.unparse(f.value).split(".")[0] in modules:
+                found.append((f.attr, node.lineno))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lockbuild"):
+            found.extend((a.name, node.lineno) for a in node.names)
+    return found
+
+
+def test_the_trust_decision_and_the_member_loop_are_called_from_trust_only() -> None:
+    root = Path(__file__).parent.parent / "lockbuild"
+    bad = []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).as_posix()
+        inside = rel.startswith(("trust/", "minisign/"))  # the policy itself, and the signature format's checks
+        for name, line in _calls_and_imports(p):
+            if name in DECISION_CALLS and not inside:
+                bad.append(f"{rel}:{line} {name}: a trust decision outside trust/ (call open_source or decide)")
+            elif name in MEMBER_LOOP and not rel.startswith("trust/") and rel != "bundle/extract.py" \
+                    and f"from {MEMBER_LOOP[name]} import" in p.read_text():
+                bad.append(f"{rel}:{line} {name}: the member loop outside trust/ (use TrustedBundle.extract)")
+            elif name in ONLY_IN and rel != ONLY_IN[name] and rel != "trust/__init__.py":
+                bad.append(f"{rel}:{line} {name}: the signer's unverified reader outside {ONLY_IN[name]}")
+    assert bad == []
+
+
+def test_the_port_declares_everything_the_opener_reads() -> None:
+    """The opener reads a source only through what ``Source``/``Signed`` declare (no ``getattr`` with a
+    default that a new adapter would silently fall back to)."""
+    root = Path(__file__).parent.parent / "lockbuild" / "trust"
+    for p in root.glob("*.py"):
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            assert "getattr(source" not in line and "getattr(self.source" not in line, f"trust/{p.name}:{n}"
+
+
+def test_the_scan_sees_a_decision_outside_trust(tmp_path: Path) -> None:
+    """The scan above is real: a module that evaluates signatures itself, or loops over members, is seen."""
+    planted = tmp_path / "verify.py"
+    planted.write_text("from lockbuild.trust.policy import evaluate\nfrom lockbuild.bundle.extract import extract\n"
+                       "import lockbuild.trust.policy as policy\n"
+                       "def f(b, s):\n    policy.check_dates(b, s)\n    return evaluate(b, s), extract(b, s)\n")
+    names = {n for n, _ in _calls_and_imports(planted)}
+    assert {"evaluate", "extract", "check_dates"} <= names

@@ -20,13 +20,14 @@ from typing import BinaryIO
 from packaging.requirements import InvalidRequirement, Requirement
 
 from lockbuild.errors import ResolveError
+from lockbuild.limits import MiB
 
 # pip's default for an sdist without build-system.requires (PEP 517's legacy path). setuptools' backend
 # also asks for `wheel` at build time (get_requires_for_build_wheel, setuptools < 70.1): known in
 # advance, so it is locked with the rest whenever the backend is setuptools.
 LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
 SETUPTOOLS_BACKENDS = (None, "setuptools.build_meta", "setuptools.build_meta:__legacy__")
-MAX_PYPROJECT = 1 << 20
+MAX_PYPROJECT = MiB
 MAX_REQUIRES = 100
 
 

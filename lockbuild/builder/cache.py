@@ -2,15 +2,23 @@
 
 Layout: ROOT/sha256/AB/ABCD… (the entries), ROOT/git-sha1/AB/ABCD… (files known only by their git
 blob id, such as a Hugging Face repo's small files: their key is ``git-sha1:`` and the id),
-ROOT/tmp/*.part (transfers in progress, never read as
+ROOT/metadata/AB/ABCD… (a wheel entry's METADATA, taken out once as the entry is committed:
+``keep_metadata``), ROOT/tmp/*.part (transfers in progress, never read as
 entries), ROOT/uv (uv's own cache), ROOT/resolutions (uv's answers by their inputs: ``memo.py``). Only
 ``commit`` puts a file under sha256/, after the fetcher has checked it, and ``lookup`` re-hashes an entry
 before handing it out.
 
 The cache is trusted only as far as its owner: ``check_owner`` refuses a root (or its sha256/, tmp/,
-uv/ and resolutions/ directories) that is a symlink, is owned by another user, or is writable by group
+metadata/, uv/ and resolutions/ directories) that is a symlink, is owned by another user, or is writable by group
 or others, since whoever can write there chooses what uv and the bundle read. Entries are opened without
 following symlinks, and a caller that reads an entry reads it from the descriptor that was hashed.
+
+A kept METADATA (``metadata``) is what ``closure.wheel_metadata`` gives for the entry's bytes, so a
+rebuild's lock (the remembered resolution's check) reads it instead of opening and hashing the wheel. It
+is trusted exactly as far as the cache is: a regular file (never a link) owned by this user and writable by
+no one else, in the private metadata/ directory, written only by ``keep_metadata``. Its first line names the
+wheel's sha256 (the key) and the METADATA's own sha256, so a damaged, truncated or misplaced file (one copied
+from another wheel's place) is a miss, removed, and the METADATA is read from the wheel again.
 """
 
 from __future__ import annotations
@@ -24,15 +32,17 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild import fsio
-from lockbuild.digest import Hasher, git_blob_hash, is_git_sha1, is_sha256
-from lockbuild.errors import FetchError, IntegrityError
+from lockbuild.builder.closure import MAX_METADATA_BYTES, wheel_metadata
+from lockbuild.digest import CHUNK, FileIdentity, HashedFile, Hasher, git_blob_hash, is_git_sha1, is_sha256
+from lockbuild.errors import FetchError, IntegrityError, LockbuildError
 
 GIT_KEY = "git-sha1:"  # a key that names an entry by its git blob id instead of its sha256
 STALE_TEMP_SECONDS = 24 * 3600  # a .part file untouched this long belongs to a fetch that died
 
 
-_CHUNK = 1 << 20
 MAX_MADE = 64 << 20  # a file the builder makes itself (lockbuild's own wheel is 0.3 MB)
+METADATA_MAGIC = b"lockbuild-wheel-metadata 1"  # the first line: MAGIC WHEEL-SHA256 METADATA-SHA256
+_METADATA_HEAD = len(METADATA_MAGIC) + 2 * 65 + 1
 
 
 def _unsafe(path: Path, st: os.stat_result) -> str | None:
@@ -64,6 +74,7 @@ class Cache:
         self.files = root / "sha256"
         self.git_files = root / "git-sha1"
         self.tmp = root / "tmp"
+        self.kept = root / "metadata"
 
     def path(self, sha256: str) -> Path:
         """The entry for a key: a sha256, or ``git-sha1:`` and a git blob id."""
@@ -77,7 +88,7 @@ class Cache:
         """Create the cache (mode 0700) if missing; refuse one that another user could write to."""
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for d in (self.root, self.files, self.git_files, self.tmp, self.uv_cache(), self.resolutions()):
+            for d in (self.root, self.files, self.git_files, self.kept, self.tmp, self.uv_cache(), self.resolutions()):
                 try:
                     st = d.lstat()
                 except FileNotFoundError:
@@ -126,7 +137,7 @@ class Cache:
             if not hashed and size is not None:
                 return f
             h = entry_hash(sha256, st.st_size)
-            while chunk := f.read(_CHUNK):
+            while chunk := f.read(CHUNK):
                 h.update(chunk)
             if h.hexdigest() != digest_of(sha256):
                 f.close()
@@ -164,7 +175,7 @@ class Cache:
         ``(sha256, the named copy)``."""
         sha256 = hashlib.sha256(data).hexdigest()
         if self.lookup(sha256, len(data)) is None:
-            self.commit(self._written(data, sha256), sha256)
+            self.commit(self._written(data, sha256), sha256, name=filename)
         named = self.root / "made" / sha256 / filename
         if self.open_named(named, sha256) is None:
             named.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -189,12 +200,94 @@ class Cache:
     def discard(self, sha256: str) -> None:
         """Remove an entry found damaged by a reader that hashed it (the next fetch downloads it again)."""
         self.path(sha256).unlink(missing_ok=True)
+        if is_sha256(sha256):
+            self._metadata_path(sha256).unlink(missing_ok=True)
 
-    def commit(self, temp: Path, sha256: str) -> Path:
+    def commit(self, temp: Path, sha256: str, *, name: str | None = None) -> Path:
+        """Rename the verified ``temp`` into the entry for ``sha256``. ``name``: the file's name; for a
+        wheel (``*.whl``) its METADATA is taken out of ``temp`` first and kept (``keep_metadata``), so that
+        no later lock opens the wheel to read it."""
+        if name is not None and name.endswith(".whl") and is_sha256(sha256):
+            self._keep_from(temp, sha256, name)
         dest = self.path(sha256)
         dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temp.replace(dest)
         return dest
+
+    def _keep_from(self, temp: Path, sha256: str, name: str) -> None:
+        """Keep the METADATA of the verified wheel at ``temp``; one that has none (or is no zip) keeps
+        nothing: whoever needs it reads the wheel and gets the wheel's own error."""
+        try:
+            f, _ = fsio.open_regular(temp, what="a downloaded wheel", max_size=1 << 62, error=FetchError)
+        except (OSError, FetchError):
+            return
+        with f:
+            try:
+                data = wheel_metadata(f, name)
+            except IntegrityError:
+                return
+        self.keep_metadata(sha256, data)
+
+    def _metadata_path(self, sha256: str) -> Path:
+        if not is_sha256(sha256):
+            raise IntegrityError(f"expected a sha256 of 64 lowercase hex digits, found {sha256[:80]!r}.")
+        return self.kept / sha256[:2] / sha256
+
+    def keep_metadata(self, sha256: str, data: bytes) -> bool:
+        """Keep ``data``, the METADATA of the wheel whose sha256 is ``sha256`` (written to a new temp file
+        and renamed: never through a link); False when it is not kept (too large, or the directory cannot
+        be written: keeping is an optimisation, never an error)."""
+        if len(data) > MAX_METADATA_BYTES:
+            return False
+        head = b" ".join((METADATA_MAGIC, sha256.encode(), hashlib.sha256(data).hexdigest().encode())) + b"\n"
+        dest = self._metadata_path(sha256)
+        temp = self.new_temp(sha256)
+        try:
+            with fsio.create_new(temp, mode=0o600) as f:
+                f.write(head + data)
+            dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            temp.replace(dest)
+        except OSError:
+            temp.unlink(missing_ok=True)
+            return False
+        return True
+
+    def metadata(self, sha256: str) -> bytes | None:
+        """The kept METADATA of the wheel entry ``sha256``, or None: absent, a link, not a regular file,
+        owned by another user or writable by others, too large, or not what ``keep_metadata`` wrote for
+        this wheel (then removed). Read without opening the wheel."""
+        p = self._metadata_path(sha256)
+        try:
+            f, size = fsio.open_regular(p, what="kept METADATA", max_size=_METADATA_HEAD + MAX_METADATA_BYTES)
+        except (OSError, LockbuildError):  # absent, a link, not a regular file, too large: a miss
+            return None
+        try:
+            with f:
+                if fsio.owner_problem(os.fstat(f.fileno()), allow_root=False) is not None:
+                    return None  # not written by us: not used, and left for its owner
+                raw = fsio.bounded_read(f, size, what="kept METADATA", grew=True)
+        except (OSError, LockbuildError):
+            return None
+        head, newline, data = raw.partition(b"\n")
+        want = b" ".join((METADATA_MAGIC, sha256.encode(), hashlib.sha256(data).hexdigest().encode()))
+        if not newline or head != want:
+            p.unlink(missing_ok=True)
+            return None
+        return data
+
+    def arrived(self, sha256: str, written: os.stat_result) -> HashedFile | None:
+        """The entry just committed for ``sha256``, as a ``HashedFile``, when it is the inode the fetcher
+        wrote and hashed (``written``: its ``fstat`` after the last byte) and unchanged since: the same
+        device, inode, size and modification time. Its status-change time is taken now (the rename moved
+        it), so a reader that finds the same identity on its descriptor reads exactly the bytes hashed."""
+        try:
+            st = self.path(sha256).lstat()
+        except OSError:
+            return None
+        same = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
+            written.st_dev, written.st_ino, written.st_size, written.st_mtime_ns
+        )
+        return HashedFile(self.path(sha256), sha256, FileIdentity.of(st)) if same and stat.S_ISREG(st.st_mode) else None
 
     def sweep(self, *, older_than: float = STALE_TEMP_SECONDS) -> int:
         """Remove temp files left by fetches that died (untouched for ``older_than`` seconds); returns how many."""

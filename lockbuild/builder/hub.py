@@ -10,7 +10,7 @@ not lowercase hex, a size that is not a count, or two answers that disagree are 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -20,14 +20,12 @@ import httpx
 from lockbuild.builder.cache import GIT_KEY
 from lockbuild.builder.fetch import Fetcher, Wanted
 from lockbuild.builder.http import get_json_page
-from lockbuild.builder.index import has_control_character
 from lockbuild.digest import is_git_sha1, is_sha256
 from lockbuild.errors import IntegrityError, RecipeError, RemoteError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.settings import SettingsError
-from lockbuild.urls import check_transport, origin, public, redacted
+from lockbuild.settings import hub_endpoint as hub_endpoint
+from lockbuild.urls import origin, redacted
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_PAGE_BYTES = 32 << 20  # one answer of the Hub's API (a tree page holds at most 1000 entries)
 MAX_TREE_PAGES = 1000  # pages of one revision's tree (the Hub sends 1000 entries a page)
 MAX_FILE = 1 << 40  # the largest file size believed (a 1 TiB file is no model's)
@@ -59,29 +57,6 @@ class HubRevision:
     repo: str  # "ORG/NAME"
     commit: str  # 40 hex, the revision's sha as the Hub states it (the one asked for)
     files: tuple[HubFile, ...]  # every file of the revision, sorted by path
-
-
-def hub_endpoint(environ: Mapping[str, str]) -> str:
-    """``HF_ENDPOINT`` (default ``https://huggingface.co``), without a trailing slash: https, or plain
-    http to this machine only (a test's fake Hub); no credentials, query or fragment in it."""
-    value = environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-    parts = urlsplit(value)
-    if (
-        has_control_character(value)
-        or " " in value
-        or not parts.hostname
-        or "@" in parts.netloc
-        or parts.query
-        or parts.fragment
-        or value.endswith("?")
-    ):
-        raise SettingsError(
-            f"HF_ENDPOINT: expected an http(s) URL of a Hugging Face Hub such as {DEFAULT_ENDPOINT}, without "
-            f"credentials, query or spaces; found {public(value)[:200]!r}.",
-            tip="Unset HF_ENDPOINT to use the Hub, or set it to your mirror's base URL (give HF_TOKEN for a token).",
-        )
-    check_transport(value, what="HF_ENDPOINT", allow_insecure=False)  # also refuses a scheme but http(s)
-    return value.rstrip("/")
 
 
 def check_repo(repo: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from lockbuild.clikit import _emit, _progress
+from lockbuild.jsonio import JSON
 
 
 def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, expires: Any, threads: int | None,
@@ -50,7 +51,8 @@ def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, e
         packed = place_signed(w, statement, signer=signer.key_id, block=signer.blocks[0])
     finally:
         w.discard()
-    result = {"bundle": str(packed.bundle), "signature": str(packed.signature), "sha256": packed.sha256,
+    result: dict[str, JSON] = {
+              "bundle": str(packed.bundle), "signature": str(packed.signature), "sha256": packed.sha256,
               "size": packed.size, "members": len(packed.manifest.members), "signer": signer.key_id_hex,
               "repo": r.repo, "commit": r.revision, "files": [f.path for f in done.choice.files],
               "pickles": list(done.choice.selection.pickles), "warnings": list(done.choice.warnings)}

@@ -1,4 +1,5 @@
-"""Writing a build's lock (and, for ``fetch``, its files) to OUT/VERSION-VARIANT, all or nothing."""
+"""Writing a build's lock (and, for ``fetch``, its files) to OUT/VERSION-VARIANT, all or nothing; and the
+lock as the commands show it (JSON, and its PEP 740 line)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lockbuild import fsio
 from lockbuild.builder.plan import Plan
 from lockbuild.builder.provenance import recorded
+from lockbuild.digest import CHUNK
+from lockbuild.jsonio import JSON
+from lockbuild.lock import LockedFile
 from lockbuild.provenance import RECORD, record_json
+from lockbuild.times import iso
 
 EXTRAS = "extras.txt"
 
@@ -42,7 +47,7 @@ def _place(src: Path, dest: Path) -> None:
         os.link(src, dest)
     except OSError:
         with src.open("rb") as f, fsio.create_new(dest) as out:
-            shutil.copyfileobj(f, out, fsio.CHUNK)
+            shutil.copyfileobj(f, out, CHUNK)
 
 
 def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = None) -> Path:
@@ -67,3 +72,47 @@ def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = N
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def lock_json(plan: Plan) -> dict[str, JSON]:
+    """A build's lock as ``lock`` and ``fetch`` show it under --json."""
+    return {
+        "engine": plan.recipe.engine.name,
+        "build": plan.build.id,
+        "as_of": iso(plan.as_of),
+        "python": plan.build.python,
+        "platform": plan.build.platform,
+        "lock_format": plan.lock.format,
+        "resolution_reused": plan.resolution_reused,
+        "packages": [
+            {
+                "name": f.name,
+                "version": f.version,
+                "file": f.filename,
+                "sha256": f.sha256,
+                "size": f.size,
+                "url": f.url,
+                "origin": f.origin,
+                "index": f.index,
+                "time_from": f.time_from,
+                "provenance": f.provenance.to_json() if f.provenance is not None else None,
+            }
+            for f in plan.lock.files
+        ],
+        "exclude_newer_package": {name: when or False for name, when in plan.build.exclude_newer_package},
+        "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
+        "warnings": list(plan.warnings),
+    }
+
+
+def provenance_summary(files: Sequence[LockedFile], shown: int = 8) -> str:
+    """The lock's PEP 740 line: the attested packages and their publishers as the index states them."""
+    offered = [(f, f.provenance) for f in files if f.provenance is not None]
+    if not offered:
+        return f"\n  provenance (PEP 740): the index offers none for these {len(files)} packages (nothing recorded)"
+    attested = sorted(((f, p) for f, p in offered if p.publishers), key=lambda fp: fp[0].name)
+    head = (f"\n  provenance (PEP 740, as the index states it, unverified): {len(attested)} of {len(files)} "
+            "packages attested")
+    listed = "".join(f"\n    {f.name} {f.version}: {p.describe()}" for f, p in attested[:shown])
+    more = f"\n    ... and {len(attested) - shown} more (--json lists each)" if len(attested) > shown else ""
+    return head + listed + more

@@ -4,28 +4,28 @@ from __future__ import annotations
 
 import datetime as dt
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import httpx
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
 
-from lockbuild import __version__, fsio
+from lockbuild import fsio
 from lockbuild.builder import github
 from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.closure import MAX_METADATA_BYTES, closure_problem, wheel_metadata
 from lockbuild.builder.cutoff import (
-    check_exact_pin,
     cut_off,
     index_candidates,
     late_files_warning,
     package_cut_off,
-    recipe_pin,
     release_cut_off,
 )
+from lockbuild.builder.direct import Reach, engine_wheel, interpreter, release_assets, source_archive
+from lockbuild.builder.extraindex import ExtraIndexes, check_names_on_one_index, extra_indexes, index_label
 from lockbuild.builder.extras import ExtraFile, choose_uv_wheel
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.index import Index, IndexFile
@@ -33,25 +33,19 @@ from lockbuild.builder.lookahead import Lookahead
 from lockbuild.builder.memo import ResolutionMemo
 from lockbuild.builder.prebuild import Prebuilt, prebuild
 from lockbuild.builder.provenance import with_provenance
-from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
 from lockbuild.builder.sdistmeta import SdistMetadata
 from lockbuild.builder.selfwheel import NAME as SELF_NAME
-from lockbuild.builder.selfwheel import make_self_wheel
-from lockbuild.builder.sources import read_source_requirements
 from lockbuild.bundle.buildlock import build_lock_text
 from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
-from lockbuild.recipe import Build, Recipe, SecondIndex, SelfWheel, UrlWheel
-from lockbuild.recipe.checks import wheel_filename
+from lockbuild.recipe import Build, Recipe, SelfWheel
 from lockbuild.settings import Settings
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
-
-MAX_REQUIREMENTS_FILE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -77,14 +71,6 @@ class Plan:
         out = [Wanted(f.url, f.sha256, f.size, f.filename) for f in (*self.lock.files, *self.build_deps)]
         out += [Wanted(e.url, e.sha256, e.size, e.path) for e in self.extras]
         return out
-
-
-@dataclass(frozen=True)
-class ExtraIndexes:
-    """The build's extra indexes as clients (by index name), and which of their packages the cut-off holds."""
-
-    clients: Mapping[str, Index]
-    timed: frozenset[str]  # packages whose pinned release has upload times on its index
 
 
 # Index pages fetched at once to choose each locked file (started as uv chooses each version, see
@@ -130,33 +116,9 @@ class Planner:
         uv = uv_version(uv_binary())
         return uv, choose_uv_wheel(self.primary, build.target, uv)
 
-    def _self_wheel(self, recipe: Recipe, build: Build, as_of: dt.datetime) -> tuple[str, str, Path, int]:
-        """lockbuild's own wheel (``wheel = { self = true }``), made now and kept in the cache by its
-        sha256, where the fetch finds it like any other file."""
-        if recipe.engine.name != SELF_NAME or build.version != __version__:
-            raise RecipeError(
-                f"{recipe.path}: {build.id} takes lockbuild's own wheel (wheel = {{ self = true }}), so it must be "
-                f"the engine {SELF_NAME!r} at the running lockbuild's version, {__version__}; found the engine "
-                f"{recipe.engine.name!r} at {build.version}.",
-                tip="Build a self-bundle with the lockbuild of that version (from its checkout), or set the "
-                "build's version to the running one.",
-            )
-        wheel = make_self_wheel(as_of)
-        pinned = build.wheel.sha256 if isinstance(build.wheel, SelfWheel) else None
-        if pinned is not None and wheel.sha256 != pinned:
-            raise IntegrityError(
-                f"{recipe.path}: {build.id} pins lockbuild's own wheel to sha256 {pinned}, but this lockbuild "
-                f"makes {wheel.sha256}; expected the same files as the bundle that recorded the pin.",
-                tip="Build from the checkout (the same commit) that made that bundle, or drop wheel.sha256.",
-            )
-        self.progress.phase(f"made lockbuild's own wheel {wheel.filename} from {wheel.made_from} "
-                            f"(sha256 {wheel.sha256[:16]}…)")
-        sha, named = self.cache.put(wheel.data, wheel.filename)
-        return wheel.filename, sha, named, len(wheel.data)
-
     def _plan(self, recipe: Recipe, build: Build, tool_lookup: Future[tuple[str, ExtraFile]], pool: Executor) -> Plan:
         for ix in build.extra_indexes:  # uv reaches them too, on its own: the transport rule is checked first
-            self.settings.check(ix.url, what=f"{build.id}: {_index_label(ix)}")
+            self.settings.check(ix.url, what=f"{build.id}: {index_label(ix)}")
         engine = recipe.engine
         warnings: list[str] = []
         if build.as_of is not None:
@@ -168,52 +130,20 @@ class Planner:
             if late is not None:
                 warnings.append(late)
         self.progress.phase(f"{engine.name} {build.id}: resolving as of {iso(as_of)}")
-        extra = self._extra_indexes(build)
-        requirements = list(build.requirements)
-        extras: list[ExtraFile] = []
+        extra = extra_indexes(self.client, build)
+        reach = Reach(self.fetcher, self.cache, self.progress, self._release_assets)
+        from_source, archive = source_archive(reach, recipe, build)
+        requirements = [*build.requirements, *from_source]
+        extras: list[ExtraFile] = [archive] if archive is not None else []
         direct: dict[str, Candidate] = {}
-        if build.source is not None:
-            src = build.source
-            w = Wanted(src.url, src.sha256, None, f"{engine.name} {build.version} source archive")
-            with open_verified(self.fetcher, w) as archive:  # read from the descriptor that was hashed
-                requirements += read_source_requirements(archive, build)
-            extras.append(ExtraFile(f"source/{PurePosixPath(src.url).name}", "source", src.url, src.sha256, None))
-        if isinstance(build.wheel, UrlWheel):
-            uw = build.wheel
-            filename = wheel_filename(uw.url)
-            assert filename is not None  # the recipe checked it
-            # Checked like a source archive: fetched now, and refused unless it has the recipe's sha256.
-            with open_verified(self.fetcher, Wanted(uw.url, uw.sha256, None, f"the wheel at {uw.url}")):
-                pass
-            project = canonicalize_name(parse_wheel_filename(filename)[0])
-            requirements.insert(0, f"{project} @ {uw.url}#sha256={uw.sha256}")
-            direct[project] = Candidate(filename, uw.url, uw.sha256, None)
-        elif isinstance(build.wheel, SelfWheel):
-            filename, sha, named, size = self._self_wheel(recipe, build, as_of)
-            requirements.insert(0, f"{SELF_NAME} @ {named.as_uri()}#sha256={sha}")
-            direct[SELF_NAME] = Candidate(filename, "", sha, size)  # made here: no origin to record
-        elif build.wheel is not None:
-            wh = build.wheel
-            assets = self._release_assets(wh.repo, wh.tag)
-            asset = github.pick_wheel(assets, wh.prefix, wh.suffix, repo=wh.repo, tag=wh.tag)
-            sha = asset.sha256()
-            requirements.insert(0, f"{wh.project} @ {asset.url}#sha256={sha}")
-            direct[wh.project] = Candidate(asset.name, asset.url, sha, asset.size)
-        if build.assets is not None:
-            a = build.assets
-            repo = engine.repo
-            if repo is None:
-                raise RecipeError(f"{recipe.path}: builds with assets need engine.repo (the GitHub repository).")
-            published = self._release_assets(repo, a.tag)
-            for name in a.files:
-                if name not in published:
-                    raise ResolveError(
-                        f"{repo} {a.tag} has no asset {name!r}; it has {', '.join(sorted(published)) or 'none'}."
-                    )
-                got = published[name]
-                extras.append(ExtraFile(f"assets/{name}", "asset", got.url, got.sha256(), got.size))
-        if build.interpreter is not None:
-            extras.append(self._interpreter(build))
+        wheel = engine_wheel(reach, recipe, build, as_of)
+        if wheel is not None:
+            requirements.insert(0, wheel.requirement)
+            direct[wheel.project] = wheel.candidate
+        extras += release_assets(reach, recipe, build)
+        if (python := interpreter(reach, build)) is not None:
+            extras.append(python)
+
         def read_metadata(f: LockedFile) -> SdistMetadata:
             self.progress.phase(f"{build.id}: reading the metadata of {f.filename} (its backend, if it must run, "
                                 "runs in the sandbox without network)")
@@ -296,8 +226,8 @@ class Planner:
                     why = self._not_the_closure(requirements, files, build, extra, pool) if resolution.reused else None
                     if why is None:
                         return resolution, files
-                    assert resolution.key is not None
-                    self.memo.discard(resolution.key)
+                    if resolution.key is not None:  # a reused resolution always has its key
+                        self.memo.discard(resolution.key)
                     self.progress.phase(
                         f"{build.id}: the remembered resolution is not what the requirements need ({why[:160]}); "
                         "resolving afresh"
@@ -353,8 +283,16 @@ class Planner:
             w = Wanted(entry.metadata_url, entry.metadata_sha256, None, f"the metadata of {f.filename}")
             with open_verified(self.fetcher, w) as fh:
                 return fsio.bounded_read(fh, MAX_METADATA_BYTES, what=w.label, error=IntegrityError)
-        with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:
-            return wheel_metadata(fh, f.filename)
+        kept = self.cache.metadata(f.sha256)  # taken out when the wheel entered the cache: the wheel unopened
+        if kept is None and self.cache.lookup(f.sha256, f.size, hashed=False) is None:
+            self.fetcher.download(Wanted(f.url, f.sha256, f.size, f.filename))  # hashed as it came; keeps it
+            kept = self.cache.metadata(f.sha256)
+        if kept is not None:
+            return kept
+        with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:  # cached before
+            data = wheel_metadata(fh, f.filename)
+        self.cache.keep_metadata(f.sha256, data)
+        return data
 
     def _build_closure(
         self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: ExtraIndexes, pool: Executor
@@ -411,38 +349,6 @@ class Planner:
                 out.append(got)
         return out
 
-    def _extra_indexes(self, build: Build) -> ExtraIndexes:
-        """A client for each extra index, each == pin checked to name exactly one release there (the rules of
-        an index without upload times), and the packages whose pinned release has upload times on its index:
-        for those the cut-off holds too, unless exclude-newer-package exempts them."""
-        clients = {ix.name: Index(ix.url, self.client, name=_index_label(ix)) for ix in build.extra_indexes}
-        timed: set[str] = set()
-        for ix in build.extra_indexes:
-            for name in ix.packages:
-                spec = recipe_pin(build, name)
-                matched = clients[ix.name].matching(name, spec) if spec is not None else ()
-                check_exact_pin(build, name, matched, clients[ix.name])
-                if matched and all(f.upload_time is not None for f in matched):
-                    timed.add(name)
-        return ExtraIndexes(clients, frozenset(timed))
-
-    def _interpreter(self, build: Build) -> ExtraFile:
-        """The standalone interpreter: a release asset taken only with its published digest, fetched
-        now and refused unless it is the build's Python X.Y."""
-        it = build.interpreter
-        assert it is not None
-        published = self._release_assets(it.repo, it.tag)
-        got = published.get(it.file)
-        if got is None:
-            raise ResolveError(
-                f"{it.repo} {it.tag} has no asset {it.file!r} (the build's interpreter); "
-                f"it has {len(published)} other(s).",
-                tip="Copy the exact file name from the release page (an install_only archive).",
-            )
-        with open_verified(self.fetcher, got.wanted()) as f:  # read from the descriptor that was hashed
-            check_interpreter_archive(f, it.file, build.python)
-        return ExtraFile(f"python/{it.file}", "interpreter", got.url, got.sha256(), got.size)
-
     def _files(
         self,
         pins: Sequence[Pin],
@@ -482,43 +388,9 @@ class Planner:
             return choose_file(pin, files, build.target, origin="primary", as_of=cut, pinned_sha256=pinned)
 
         locked = tuple(pool.map(one, pins))
-        self._check_names_on_one_index(locked, build, extra, pool)
+        check_names_on_one_index(locked, build, extra, pool, index_url=self.index_url)
         return locked
 
-    def _check_names_on_one_index(
-        self, locked: Sequence[LockedFile], build: Build, extra: ExtraIndexes, pool: Executor
-    ) -> None:
-        """Every package locked from the primary index, transitive ones too, is a name no extra index serves,
-        unless the recipe names it in primary-packages. Otherwise a dependency of an extra index's package
-        that the extra index also serves (torchtriton for PyTorch's nightlies, 2022) would be locked from
-        whoever claimed the name on the primary index; the recipe must say which index it belongs to."""
-        if not build.extra_indexes:
-            return
-        names = sorted({f.name for f in locked if f.origin == "primary" and f.name not in build.primary_packages})
-        asks = [(name, ix) for name in names for ix in build.extra_indexes]
-        served = pool.map(lambda a: extra.clients[a[1].name].serves(a[0]), asks)
-        both = [(name, ix) for (name, ix), yes in zip(asks, served, strict=True) if yes]
-        if not both:
-            return
-        shown = "; ".join(
-            f"{name} from the package index ({self.index_url}), and {_index_label(ix)} ({ix.url}) serves {name} too"
-            for name, ix in both[:20]
-        )
-        first, ix = both[0]
-        raise ResolveError(
-            f"{build.id}: {len(both)} package(s) of the lock are served by both the package index and an extra "
-            f"index: {shown}{' ...' if len(both) > 20 else ''}. Expected each locked name on one index only: a "
-            "dependency that an extra index serves would otherwise be taken from whoever holds its name on the "
-            "primary index (how torchtriton was taken in 2022).",
-            tip=f"Say in the recipe which index each belongs to: if {first} belongs with its index's packages, "
-            f"add it to {_index_label(ix)}'s packages and pin it with == in requirements; if it is the primary "
-            f'index\'s, name it in the build\'s primary-packages = ["{first}", ...].',
-        )
-
-
-def _index_label(index: SecondIndex) -> str:
-    """How messages name an extra index: "the second index" (``index``), "index NAME" (``indexes``)."""
-    return "the second index" if index.name == "second" else f"index {index.name!r}"
 
 
 def _wheel_version(filename: str) -> str:

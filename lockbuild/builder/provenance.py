@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from lockbuild import fsio
+from lockbuild import fsio, jsonio
 from lockbuild.builder.http import get_json
 from lockbuild.builder.index import IndexFile
 from lockbuild.errors import LockbuildError, RemoteError
@@ -120,7 +120,7 @@ def report(engine: str, build: str, previous_dir: Path, files: Sequence[LockedFi
                 NO_PREVIOUS)
     try:
         raw = fsio.read_regular(path, what="provenance record of the previous lock", max_size=MAX_RECORD_BYTES)
-        data = fsio.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)
+        data = jsonio.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)
         was_engine, was_build, before = parse_record(data, where, LockbuildError)
     except (OSError, LockbuildError) as exc:
         message = exc.message if isinstance(exc, LockbuildError) else str(exc)

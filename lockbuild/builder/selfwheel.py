@@ -11,7 +11,7 @@ builder, and the wheel is the same bytes for the same files and cut-off:
   HEAD and ``git status`` stayed clean). An uncommitted edit or a stray file (an editor's backup, a
   ``.rej``) is not shipped, and the bundle is rebuilt from the commit alone. The metadata is that
   commit's ``pyproject.toml``'s. The bundle's ``bootstrap.sh`` is read out of this wheel
-  (:meth:`SelfWheel.read`), so it comes from the same commit too;
+  (:meth:`MadeWheel.read`), so it comes from the same commit too;
 - from an installed lockbuild (no checkout), the files its distribution's RECORD lists, and its metadata;
 - entries in sorted order, all dated at the cut-off, mode 0644 (0755 for a ``.sh``), stored without
   compression (the bundle is compressed as a whole; a zlib build would change deflated bytes).
@@ -52,7 +52,7 @@ ZIP_EPOCH = dt.datetime(1980, 1, 1, tzinfo=dt.UTC)  # the oldest time a zip entr
 
 
 @dataclass(frozen=True)
-class SelfWheel:
+class MadeWheel:
     filename: str
     data: bytes
     made_from: str  # "commit <sha> of <checkout>" or "the installed distribution"
@@ -254,7 +254,7 @@ def own_contents() -> Contents:
     return from_installed()
 
 
-def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> SelfWheel:
+def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> MadeWheel:
     """The wheel of the running lockbuild (or of ``contents``), every entry dated ``when`` (the cut-off)."""
     got = contents if contents is not None else own_contents()
     stamp = max(when.astimezone(dt.UTC), ZIP_EPOCH)
@@ -277,4 +277,4 @@ def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> Self
             info.external_attr = (0o100755 if name.endswith(".sh") else 0o100644) << 16
             info.create_system = 3  # unix: the mode above is read
             zf.writestr(info, data)
-    return SelfWheel(f"{NAME}-{__version__}-{TAG}.whl", buf.getvalue(), got.made_from)
+    return MadeWheel(f"{NAME}-{__version__}-{TAG}.whl", buf.getvalue(), got.made_from)

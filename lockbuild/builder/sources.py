@@ -11,11 +11,12 @@ from typing import BinaryIO
 from packaging.utils import canonicalize_name
 
 from lockbuild.errors import RecipeError
+from lockbuild.limits import MiB
 from lockbuild.recipe import Build
 from lockbuild.recipe.checks import requirement
 from lockbuild.recipe.fields import SHOWN, listing
 
-MAX_REQUIREMENTS_FILE = 1 << 20
+MAX_REQUIREMENTS_FILE = MiB
 _COMMENT = re.compile(r"(^|\s)#.*$")
 
 
@@ -62,7 +63,8 @@ def read_source_requirements(archive: Path | BinaryIO, build: Build) -> tuple[st
 
     ``archive`` is best an open file, the one its digest was checked on (``fetch.open_verified``)."""
     src = build.source
-    assert src is not None
+    if src is None:
+        raise RecipeError(f"{build.id}: expected a [builds.source] table to read requirements from, found none")
     where = f"{src.url} ({build.id})"
     wanted = f"{src.top}/{src.requirements}" if src.requirements else None
     saw_top = False
@@ -78,7 +80,8 @@ def read_source_requirements(archive: Path | BinaryIO, build: Build) -> tuple[st
                     if not member.isfile() or member.size > MAX_REQUIREMENTS_FILE:
                         raise RecipeError(f"{where}: {wanted} is not a regular file of at most 1 MiB.")
                     f = tf.extractfile(member)
-                    assert f is not None
+                    if f is None:
+                        raise RecipeError(f"{where}: {wanted} cannot be read from the archive.")
                     text = f.read().decode("utf-8", errors="strict")
     except (tarfile.TarError, OSError, UnicodeDecodeError) as exc:
         raise RecipeError(f"{where}: cannot read the source archive as a tar: {exc}") from None

@@ -107,6 +107,16 @@ above() {
     [ -n "$d" ] || d=/
   done
 }
+# open_to_others P: every directory from P's up to / lets other users in (o+x), and so does P itself.
+open_to_others() {
+  d=$1
+  while :; do
+    [ -n "$(find "$d" -maxdepth 0 -perm -0001 2>/dev/null)" ] || return 1
+    [ "$d" != / ] || return 0
+    d=${d%/*}
+    [ -n "$d" ] || d=/
+  done
+}
 # Nothing in a tree but plain files and directories of root's or ours that no one else may write.
 unsafe() { find "$1" -maxdepth 64 \( ! -user 0 ! -user "$uid" \) -o -perm -0020 -o -perm -0002 \
   -o ! \( -type f -o -type d \) 2>/dev/null | head -n 1; }
@@ -162,10 +172,15 @@ elif [ -n "$INTERPRETER" ]; then
   [ -d "$stage/python" ] || die "$INTERPRETER holds no python/ directory; expected a python-build-standalone install_only archive."
   mv "$stage/python" "$stage/env"
   base=$stage/env/bin/python$PYTHON_VERSION
+elif [ -x "/usr/bin/python$PYTHON_VERSION" ]; then
+  base=/usr/bin/python$PYTHON_VERSION  # the system's before whatever PATH names (a home directory's pyenv)
+elif [ -x "/usr/local/bin/python$PYTHON_VERSION" ]; then
+  base=/usr/local/bin/python$PYTHON_VERSION
 else
   base=$(command -v "python$PYTHON_VERSION" 2>/dev/null) || die \
     "this bundle carries no interpreter, and no python$PYTHON_VERSION is on PATH." \
     "Pass --python /path/to/python$PYTHON_VERSION, or use the lockbuild bundle that carries its own Python."
+  say "warning: taking $base from PATH (no /usr/bin/python$PYTHON_VERSION); pass --python to choose"
 fi
 [ -x "$base" ] || die "the interpreter $base is not an executable file."
 case $base in
@@ -176,6 +191,12 @@ case $base in
     [ -n "$odd" ] || odd=$(above "${real%/*}")
     [ -z "$odd" ] || die "the interpreter $base (${real}) is in or under $odd, which another user can write (or owns), so they could swap it for their own before it runs as you; expected an interpreter only root or you can change." \
       "Pass --python with an interpreter under directories only root (or you) can write, such as /usr/bin/python$PYTHON_VERSION."
+    # Everyone who can reach TARGET must be able to run its interpreter: one under a directory they
+    # cannot enter (root's 0700 home, a pyenv there) would give them "Permission denied" at every run.
+    if open_to_others "$parent" && ! open_to_others "$real"; then
+      die "the interpreter $base ($real) lies under a directory other users cannot enter, but $parent is open to them: lockbuild installed there would not run for them; expected an interpreter every user can run." \
+        "Pass --python /usr/bin/python$PYTHON_VERSION (or another interpreter all users can run), or use the lockbuild bundle that carries its own Python."
+    fi
     base=$real
     ;;
 esac

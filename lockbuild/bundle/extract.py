@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from lockbuild.bundle.manifest import Manifest, Member
-from lockbuild.digest import BackgroundHash
+from lockbuild.digest import CHUNK, BackgroundHash
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.fsio import CHUNK, create_under, link_under
+from lockbuild.fsio import create_under, link_under
+from lockbuild.limits import MiB
 from lockbuild.progress import Progress
 
 TIP = "The bundle is damaged or was altered; do not install it. Fetch it again from its publisher."
-INLINE = 1 << 20  # a smaller member is hashed on the reader's thread; a larger one beside it
+INLINE = MiB  # a smaller member is hashed on the reader's thread; a larger one beside it
 DEPTH = 4  # 1 MiB pieces a background hash may lag behind the reader
 LINKED_AHEAD = 64  # linked members (each an open file) whose hash may still be running
 HASHERS = min(os.cpu_count() or 1, 16)  # threads hashing linked members (more outrun any disk)
@@ -305,7 +306,7 @@ class FilePiece:
         except LockbuildError as exc:  # named by the member it was to be
             raise type(exc)(f"{self.name}: {exc.message}", tip=exc.tip) from None
         with f:
-            while chunk := f.read(min(1 << 20, self.size + 1 - n)):
+            while chunk := f.read(min(CHUNK, self.size + 1 - n)):
                 n += len(chunk)
                 if n > self.size:
                     break

@@ -1,4 +1,8 @@
-"""The safe streaming bundle reader.
+"""The safe streaming bundle reader: the pieces every reader of a ``.lbz`` is made of.
+
+It judges no signature and has no member loop of its own: the trust path (``trust/source.py``'s
+``BundleFile``, judged by ``trust/opener.py``) hands its pieces to the one extraction, and the signer's
+own pass is ``trust/sign.py::read_unverified``.
 
 Before anything is decompressed, the zstd frame's structure is walked (bundle/zstdframe.py). Then the
 tar stream is read member by member by the strict reader (bundle/tar.py): each member must be a regular
@@ -16,8 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from lockbuild.bundle.extract import extract, make_dest
-from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST, Manifest, parse_manifest
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
 from lockbuild.errors import IntegrityError, LockbuildError
@@ -25,11 +28,8 @@ from lockbuild.fsio import open_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 
-# The strict reader's pieces, for the site wing's readers (a delta is read by the same rules).
-_check_header = check_header
-_copy = copy_member
-__all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "_check_header", "_copy", "_open_tar", "check_zstd_frame",
-           "read_bundle", "read_head", "read_head_raw", "tar_pieces"]
+__all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "check_zstd_frame", "open_file", "open_tar", "read_head",
+           "read_head_raw", "read_manifest", "tar_pieces"]
 
 
 class Head(NamedTuple):
@@ -45,12 +45,12 @@ def _bad(message: str) -> IntegrityError:
     return IntegrityError(message, tip=TIP)
 
 
-def _open_tar(f: BinaryIO | Hashing, limits: Limits) -> TarReader:
+def open_tar(f: BinaryIO | Hashing, limits: Limits) -> TarReader:
     """The decompressed tar stream, as a strict tar reader."""
     return TarReader(decompressed(f, limits))
 
 
-def _open(path: Path, limits: Limits) -> BinaryIO:
+def open_file(path: Path, limits: Limits) -> BinaryIO:
     """The bundle, as a regular file of bounded size: a FIFO, a device or a link (say, one swapped in
     after the signatures were checked) is refused, never read."""
     try:
@@ -60,7 +60,7 @@ def _open(path: Path, limits: Limits) -> BinaryIO:
     return f
 
 
-def _read_manifest(tar: TarReader, limits: Limits) -> tuple[Manifest, bytes]:
+def read_manifest(tar: TarReader, limits: Limits) -> tuple[Manifest, bytes]:
     first = tar.next()
     if first is None or first.name != MANIFEST:
         found = repr(first.name) if first else "missing"
@@ -115,47 +115,6 @@ def tar_pieces(tar: TarReader, limits: Limits) -> Iterator[TarPiece]:
         yield piece
 
 
-def read_bundle(
-    path: Path,
-    *,
-    dest: Path | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-    progress: Progress | None = None,
-    on_manifest: Callable[[Manifest, bytes], None] | None = None,
-    expect_sha256: str | None = None,
-    want: Callable[[Member], bool] | None = None,
-    action: str | None = None,
-) -> Manifest:
-    """Check every member of the bundle against its manifest (:func:`lockbuild.bundle.extract.extract`);
-    with ``dest``, write them there. ``action`` names the step in the progress line (default "checking",
-    or "unpacking" with ``dest``).
-
-    ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
-    its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With it, what the
-    caller uses (the manifest, the members) is checked against what it trusts, whatever file is read.
-    With ``expect_sha256``, the raw bytes read must also be that file, hashed again as they are read:
-    for ``lockbuild sign``, whose signature asserts a file digest it computed on an earlier pass.
-    The caller owns ``dest`` (an empty staging directory) and removes it if this raises.
-    """
-    progress = progress or Progress.quiet()
-    make_dest(dest)
-    with _open(path, limits) as raw_file:
-        check_zstd_frame(raw_file, limits)
-        f = Hashing(raw_file) if expect_sha256 is not None else None
-        tar = _open_tar(f or raw_file, limits)
-        manifest, manifest_bytes = _read_manifest(tar, limits)
-        if on_manifest is not None:
-            on_manifest(manifest, manifest_bytes)
-        progress.start(action or ("checking" if dest is None else "unpacking"), total_bytes=manifest.unpacked_size,
-                       files=len(manifest.members))
-        extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
-        got = f.finish() if f is not None else None
-    if expect_sha256 is not None and got != expect_sha256:
-        raise _bad(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.")
-    progress.finish()
-    return manifest
-
-
 def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, bytes]:
     """The manifest and the recipe (the first two members, the recipe checked against its digest);
     the rest of the bundle is not read."""
@@ -165,10 +124,10 @@ def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, by
 
 def read_head_raw(path: Path, limits: Limits = DEFAULT_LIMITS) -> Head:
     """As :func:`read_head`, with the manifest's exact bytes."""
-    with _open(path, limits) as f:
+    with open_file(path, limits) as f:
         check_zstd_frame(f, limits)
-        tar = _open_tar(f, limits)
-        manifest, manifest_bytes = _read_manifest(tar, limits)
+        tar = open_tar(f, limits)
+        manifest, manifest_bytes = read_manifest(tar, limits)
         if not manifest.members or manifest.members[0].path != "recipe.toml":
             raise _bad("the manifest does not list recipe.toml first.")
         want = manifest.members[0]

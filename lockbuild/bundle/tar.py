@@ -17,7 +17,7 @@ from lockbuild.bundle.paths import check_member_path
 from lockbuild.bundle.zstdframe import TIP, Decompressed
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError
-from lockbuild.limits import Limits
+from lockbuild.limits import Limits, MiB
 from lockbuild.progress import Progress
 
 
@@ -27,7 +27,7 @@ def _bad(message: str) -> IntegrityError:
 
 BLOCK = 512
 MAX_PAX = 64 << 10  # the largest pax extended header accepted
-MAX_TRAILER = 1 << 20  # the most zero bytes accepted after the end-of-archive marker
+MAX_TRAILER = MiB  # the most zero bytes accepted after the end-of-archive marker
 _ZERO = bytes(BLOCK)
 _MAGIC_USTAR = b"ustar\x0000"
 _REGULAR = (b"0", b"\0")

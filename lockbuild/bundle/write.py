@@ -6,7 +6,9 @@ archive ends with two zero blocks, padded to a whole 10240-byte record, as tarfi
 zstd runs in its multi-threaded mode with at least one worker, whose output does not depend on the
 worker count (threads=0, the single-threaded mode, gives different bytes), at a fixed level, with a
 content checksum and no content size. Sources are streamed in pieces, never held whole: a reader thread
-reads and hashes them a few pieces ahead of the compressor (bounded), in the manifest's order.
+reads and hashes them a few pieces ahead of the compressor (bounded), in the manifest's order. A source
+downloaded in this build (``digest.HashedFile``: hashed as it arrived) is not hashed again when its open
+descriptor shows it is the very file that was hashed, unchanged, before and after it is read.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import zstandard
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
 from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
 from lockbuild.channel import Channel, End, start
-from lockbuild.digest import CHUNK
+from lockbuild.digest import CHUNK, FileIdentity, HashedFile, same_file
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import open_regular
 from lockbuild.progress import Progress
@@ -58,7 +60,7 @@ class Entry:
     reaches it, in manifest order: a build packs while its downloads complete)."""
 
     member: Member
-    source: Path | bytes | Callable[[], Path]
+    source: Path | bytes | HashedFile | Callable[[], Path | HashedFile]
 
 
 BLOCK = 512
@@ -238,13 +240,21 @@ def _read_sources(entries: Sequence[Entry], out: Channel[bytes | _Verified]) -> 
     """On the reader thread: every file entry's bytes in order, each file followed by VERIFIED."""
     for e in entries:
         if not isinstance(e.source, bytes):
-            _read_file(e.member, e.source if isinstance(e.source, Path) else e.source(), out)
+            _read_file(e.member, e.source if isinstance(e.source, (Path, HashedFile)) else e.source(), out)
 
 
-def _read_file(m: Member, source: Path, out: Channel[bytes | _Verified]) -> None:
+def _read_file(m: Member, given: Path | HashedFile, out: Channel[bytes | _Verified]) -> None:
     """Hand ``source`` on in pieces and hash it: this digest is what proves the packed bytes are the ones
     the manifest names (the cache checks only sizes for a build), so a mismatch is refused. Each piece is
-    immutable ``bytes``: the compressor packs exactly the bytes that were hashed."""
+    immutable ``bytes``: the compressor packs exactly the bytes that were hashed.
+
+    A ``HashedFile`` of the member's sha256 (a download of this build, hashed as it arrived) is not hashed
+    again when the descriptor opened here is that file unchanged: the same device and inode (the file
+    the fetcher wrote and hashed, not one put in its place), the same size, modification and status-change
+    times, checked before the first byte is read and again after the last, so a write to it at any time
+    after the hash (which moves the status-change time, which no unprivileged process can set back) is
+    refused as a damaged source. Any other file, or one whose identity differs, is hashed as it is read."""
+    source = given.path if isinstance(given, HashedFile) else given
     try:
         f, _ = open_regular(source, what="file to pack", max_size=1 << 62)
     except (OSError, LockbuildError) as exc:
@@ -259,7 +269,10 @@ def _read_file(m: Member, source: Path, out: Channel[bytes | _Verified]) -> None
                 sha256=m.sha256,
                 tip="Something is writing to the cache; run the build again.",
             )
-        h = hashlib.sha256()
+        proven: FileIdentity | None = None
+        if isinstance(given, HashedFile) and given.sha256 == m.sha256 and same_file(fd, given.identity):
+            proven = given.identity
+        h = None if proven is not None else hashlib.sha256()
         left = m.size
         while left:
             try:
@@ -273,9 +286,16 @@ def _read_file(m: Member, source: Path, out: Channel[bytes | _Verified]) -> None
                     tip="Something is writing to the cache; run the build again.",
                 )
             out.put(piece)
-            h.update(piece)  # while the compressor takes the same piece on the main thread
+            if h is not None:
+                h.update(piece)  # while the compressor takes the same piece on the main thread
             left -= len(piece)
-    if h.hexdigest() != m.sha256:
+        if proven is not None and not same_file(fd, proven):
+            raise DamagedSource(
+                f"{source} changed while it was packed (its size or times moved since it was downloaded).",
+                sha256=m.sha256,
+                tip="Something is writing to the cache; run the build again.",
+            )
+    if h is not None and h.hexdigest() != m.sha256:
         raise DamagedSource(
             f"{source} changed since it was verified: its sha256 is not {m.sha256}.",
             sha256=m.sha256,

@@ -6,8 +6,9 @@ import dataclasses
 import datetime as dt
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,8 +28,14 @@ from lockbuild.clikit import (
     json_option,
 )
 from lockbuild.errors import SignatureError
+from lockbuild.jsonio import JSON
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary
+
+if TYPE_CHECKING:  # the commands import the builder only when they run
+    from lockbuild.builder.pack import Packed, Written
+    from lockbuild.builder.plan import Plan
+    from lockbuild.selftest.report import Report
 
 Command = _Command
 
@@ -41,56 +48,13 @@ fresh_lock_option = click.option(
 )
 
 
-def _lock_json(plan: Any) -> dict[str, Any]:
-    return {
-        "engine": plan.recipe.engine.name,
-        "build": plan.build.id,
-        "as_of": iso(plan.as_of),
-        "python": plan.build.python,
-        "platform": plan.build.platform,
-        "lock_format": plan.lock.format,
-        "resolution_reused": plan.resolution_reused,
-        "packages": [
-            {
-                "name": f.name,
-                "version": f.version,
-                "file": f.filename,
-                "sha256": f.sha256,
-                "size": f.size,
-                "url": f.url,
-                "origin": f.origin,
-                "index": f.index,
-                "time_from": f.time_from,
-                "provenance": f.provenance.to_json() if f.provenance is not None else None,
-            }
-            for f in plan.lock.files
-        ],
-        "exclude_newer_package": {name: when or False for name, when in plan.build.exclude_newer_package},
-        "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
-        "warnings": list(plan.warnings),
-    }
-
-
-def _with_provenance_report(plan: Any, out: Path) -> tuple[Any, str | None]:
+def _with_provenance_report(plan: Plan, out: Path) -> tuple[Plan, str | None]:
     """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT,
     and the note saying when there was none to compare with."""
     from lockbuild.builder.provenance import report
 
     got = report(plan.recipe.engine.name, plan.build.id, out / plan.build.id, plan.lock.files)
     return (dataclasses.replace(plan, warnings=(*plan.warnings, *got.warnings)) if got.warnings else plan), got.note
-
-
-def provenance_summary(files: Any, shown: int = 8) -> str:
-    """The lock's PEP 740 line: the attested packages and their publishers as the index states them."""
-    offered = [f for f in files if f.provenance is not None]
-    if not offered:
-        return f"\n  provenance (PEP 740): the index offers none for these {len(files)} packages (nothing recorded)"
-    attested = sorted((f for f in offered if f.provenance.publishers), key=lambda f: f.name)
-    head = (f"\n  provenance (PEP 740, as the index states it, unverified): {len(attested)} of {len(files)} "
-            "packages attested")
-    listed = "".join(f"\n    {f.name} {f.version}: {f.provenance.describe()}" for f in attested[:shown])
-    more = f"\n    ... and {len(attested) - shown} more (--json lists each)" if len(attested) > shown else ""
-    return head + listed + more
 
 
 @click.command(cls=Command, epilog="Example: lockbuild lock bundles/vllm.toml --build cu128 --out locks/")
@@ -117,29 +81,28 @@ def lock(
     filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.output import write_plan_dir
+    from lockbuild.builder.output import lock_json, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
-    results = []
+    results: list[dict[str, JSON]] = []
     with session(settings, progress=_progress(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
     compared = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
-    plans = [plan for plan, _ in compared]
     for plan, note in compared:
         write_plan_dir(plan, out)
         _warn(ctx, plan.warnings)
-        results.append({**_lock_json(plan), "provenance_note": note})
+        results.append({**lock_json(plan), "provenance_note": note})
     text = "\n".join(
-        f"locked {res['engine']} {res['build']}: {len(res['packages'])} packages as of {res['as_of']} "
-        f"-> {out / res['build'] / res['lock_format']}"
-        + (REUSED_NOTE if res["resolution_reused"] else "")
+        f"locked {plan.recipe.engine.name} {plan.build.id}: {len(plan.lock.files)} packages as of {iso(plan.as_of)} "
+        f"-> {out / plan.build.id / plan.lock.format}"
+        + (REUSED_NOTE if plan.resolution_reused else "")
         + provenance_summary(plan.lock.files)
-        + (f"\n  provenance: {res['provenance_note']}" if res["provenance_note"] else "")
-        for res, plan in zip(results, plans, strict=True)
+        + (f"\n  provenance: {note}" if note else "")
+        for plan, note in compared
     )
     _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
 
@@ -169,23 +132,28 @@ def fetch(
     sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.output import write_plan_dir
+    from lockbuild.builder.output import lock_json, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
-    results = []
+    results: list[dict[str, JSON]] = []
+    lines: list[str] = []
     with session(settings, progress=_progress(ctx), jobs=jobs) as s:
         for b in r.select(build_spec):
             plan, note = _with_provenance_report(s.planner.plan(r, b), out)
             _warn(ctx, plan.warnings)
             paths, report = s.fetch(plan)
             write_plan_dir(plan, out, paths)
+            lines.append(
+                f"fetched {plan.recipe.engine.name} {plan.build.id}: {len(report.files)} files "
+                f"({report.cached} cached) -> {out / plan.build.id}" + (f"\n  provenance: {note}" if note else "")
+            )
             results.append(
                 {
-                    **_lock_json(plan),
+                    **lock_json(plan),
                     "provenance_note": note,
                     "files": len(report.files),
                     "cached": report.cached,
@@ -193,11 +161,7 @@ def fetch(
                     "seconds": round(report.seconds, 3),
                 }
             )
-    text = "\n".join(
-        f"fetched {x['engine']} {x['build']}: {x['files']} files ({x['cached']} cached) -> {out / x['build']}"
-        + (f"\n  provenance: {x['provenance_note']}" if x["provenance_note"] else "")
-        for x in results
-    )
+    text = "\n".join(lines)
     _emit(ctx, {"fetches": results, "warnings": list(settings.warnings)}, text)
 
 
@@ -249,7 +213,7 @@ def build(
     passphrase is asked for then, and again to sign), so a bad key stops the build at once.
     """
     _setup(ctx, as_json)
-    from lockbuild.builder.pack import Written, fetch_and_write, place_signed, statement_for
+    from lockbuild.builder.pack import fetch_and_write, place_signed, statement_for
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
     from lockbuild.trust.sign import check_key, sign_in_fresh_process
@@ -271,7 +235,7 @@ def build(
     checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     progress = _progress(ctx)
-    results: list[dict[str, Any]] = []
+    results: list[dict[str, JSON]] = []
     with session(settings, progress=progress, jobs=jobs) as s:
         plans = []
         for b in builds:  # every lock first: uv and the index's answers are done with before any packing
@@ -324,20 +288,21 @@ def build(
             }
         )
 
-    def signatures_note(x: dict[str, Any]) -> str:
+    def signatures_note(packed: Packed) -> str:
         note = ""
-        if x["kept_signers"]:
-            note += f"\n  kept the signatures of {', '.join(x['kept_signers'])}: the bundle is byte-identical"
-        if x["dropped_signers"]:
-            note += (f"\n  dropped the old signatures of {', '.join(x['dropped_signers'])}: the bundle changed,"
+        if packed.kept_signers:
+            note += f"\n  kept the signatures of {', '.join(packed.kept_signers)}: the bundle is byte-identical"
+        if packed.dropped_signers:
+            note += (f"\n  dropped the old signatures of {', '.join(packed.dropped_signers)}: the bundle changed,"
                      " so they must sign it again (lockbuild sign)")
         return note
 
     text = "\n".join(
-        f"built {x['bundle']} ({x['size'] / 1e6:.1f} MB, {x['members'] + 1} files with the manifest)\n"
-        f"  sha256 {x['sha256']}\n"
-        f"  signed by {x['signer']} -> {x['signature']}" + signatures_note(x)
-        for x in results
+        f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(packed.manifest.members) + 1} files with the "
+        f"manifest)\n"
+        f"  sha256 {packed.sha256}\n"
+        f"  signed by {signer.key_id_hex} -> {packed.signature}" + signatures_note(packed)
+        for _, packed in signed
     )
     if reports is not None:  # the report follows the build's own result
         from lockbuild.selftest.cli import show_after_build
@@ -352,13 +317,13 @@ def build(
 
 
 
-def _prehash(w: Any) -> bytes:
+def _prehash(w: Written) -> bytes:
     if w.digests.blake2b is None:  # pragma: no cover - the writer always digests with prehash
         raise ValueError("a written bundle without its BLAKE2b-512 prehash cannot be signed")
     return bytes(w.digests.blake2b)
 
 
-def _self_test_before_signing(ctx: click.Context, written: list[Any]) -> list[Any]:
+def _self_test_before_signing(ctx: click.Context, written: list[Written]) -> list[Report]:
     """``build --self-test``: each unsigned bundle tested in the self-test's sandbox, before any key is read.
     The self-test checks signatures first, so each bundle gets one from a throw-away key made here and
     trusted only by this run (a private directory beside OUT, removed afterwards); the bundle file tested
@@ -384,7 +349,7 @@ def _self_test_before_signing(ctx: click.Context, written: list[Any]) -> list[An
     return reports
 
 
-def _check_trusted(signed: list[Any], trust_dir: Path) -> None:
+def _check_trusted(signed: Sequence[tuple[Plan, Packed]], trust_dir: Path) -> None:
     """``--trust`` with ``--self-test``: the new signatures must meet that trust directory's policy."""
     from lockbuild.trust.opener import load_store, open_bundle
 

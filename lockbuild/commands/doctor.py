@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from lockbuild.clikit import _Command, _emit, _setup, json_option, root_option, trust_option
 from lockbuild.errors import LockbuildError
+
+if TYPE_CHECKING:
+    from lockbuild.install.doctor import CatalogueBuild
 
 Command = _Command
 
@@ -44,9 +47,10 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Pa
         chosen, how = None, "none"
     candidates, problems = _catalogue(chosen) if chosen is not None else ([], [])
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import StoreOffers  # the store's builds, fed to the installer's choice
 
     report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=store_dir, node=detect(environ=os.environ))
+                     store=StoreOffers(store_dir) if store_dir is not None else None, node=detect(environ=os.environ))
     where = str(chosen.absolute()) if chosen is not None else None
     report["catalogue_dir"] = {"path": where, "from": how}
     said = {"--catalogue": f"{where} (--catalogue)", "default": f"{where} (the default, ./bundles)",
@@ -57,18 +61,18 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Pa
 DEFAULT_CATALOGUE = Path("bundles")  # relative to the current directory: a checkout's recipes
 
 
-def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
+def _catalogue(directory: Path) -> tuple[list[CatalogueBuild], list[str]]:
     """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
     from lockbuild.bundle.instructions import GpuNeeds
     from lockbuild.bundle.read import read_head
-    from lockbuild.install.doctor import Candidate
+    from lockbuild.install.doctor import CatalogueBuild
     from lockbuild.install.fit import Needs, space_needed
     from lockbuild.recipe import load_recipe
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if not directory.is_dir():
         return [], [f"no catalogue directory {directory.absolute()}; pass --catalogue DIR"]
-    out: list[Any] = []
+    out: list[CatalogueBuild] = []
     problems: list[str] = []
     for path in sorted(directory.glob("*.toml")):
         if is_model_recipe_file(path):  # a [model] recipe: nothing to fit
@@ -81,7 +85,7 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
         for b in recipe.builds:
             gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability) if b.gpu else None
             needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
-            out.append(Candidate(path.name, recipe.engine.name, b.id, needs))
+            out.append(CatalogueBuild(path.name, recipe.engine.name, b.id, needs))
     for path in sorted(directory.glob("*.lbz")):
         try:
             manifest, _ = read_head(path)
@@ -90,7 +94,8 @@ def _catalogue(directory: Path) -> tuple[list[Any], list[str]]:
             continue
         if manifest.model is not None:  # a model bundle: no environment to fit this node
             continue
-        out.append(Candidate(path.name, manifest.engine, f"{manifest.version}-{manifest.variant}", Needs.of(manifest)))
+        build = f"{manifest.version}-{manifest.variant}"
+        out.append(CatalogueBuild(path.name, manifest.engine, build, Needs.of(manifest)))
     return out, problems
 
 

@@ -46,11 +46,12 @@ def image(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Pa
     """
     _setup(ctx, as_json)
     from lockbuild.image.build import make_image
+    from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import InstallOptions
     from lockbuild.site.sources import named_source
 
     opts = InstallOptions(root=Path("/"), trust_dir=trust_dir, python=python, threshold=threshold,
-                          gpu_check=gpu_check, environ=dict(os.environ))  # type: ignore[arg-type]
+                          gpu_check=gpu_check_of(gpu_check), environ=dict(os.environ))
     with named_source(bundle, store=store_dir) as source:
         res = make_image(source, opts, prefix, out, progress=_progress(ctx))
     sign = f"lockbuild sign {shlex.quote(str(out))} --key KEY"  # the path as the user gave it, from where they are

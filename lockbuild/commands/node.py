@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,7 +19,12 @@ from lockbuild.clikit import (
     threshold_option,
     trust_option,
 )
+from lockbuild.jsonio import JSON
 from lockbuild.times import iso
+
+if TYPE_CHECKING:  # no network code below the node's commands: the installer is imported when they run
+    from lockbuild.install.installer import Installer, InstallOptions
+    from lockbuild.site.sources import Choosing
 
 Command = _Command
 
@@ -104,7 +109,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
         except SigErr:
             sigs = []
-    data = {
+    data: dict[str, JSON] = {
         "engine": manifest.engine,
         "version": manifest.version,
         "variant": manifest.variant,
@@ -221,6 +226,7 @@ def install(
     capability range) and says why each other one was passed over.
     """
     _setup(ctx, as_json)
+    from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import Installer, InstallOptions
     from lockbuild.site.sources import choosing_form
 
@@ -228,7 +234,7 @@ def install(
         root=root,
         trust_dir=trust_dir,
         python=python,
-        gpu_check=gpu_check,  # type: ignore[arg-type]
+        gpu_check=gpu_check_of(gpu_check),
         force=force,
         allow_downgrade=allow_downgrade,
         threshold=threshold,
@@ -257,7 +263,8 @@ def install(
           f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line())
 
 
-def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any, allow_cpu: bool) -> None:
+def _install_chosen(ctx: click.Context, installer: Installer, request: Choosing, opts: InstallOptions,
+                    allow_cpu: bool) -> None:
     """install ENGINE/VERSION, ENGINE (--store) or DIR/: choose among the signed candidates, then install
     the chosen one from its opening; nothing fits: exit 1, nothing placed, every candidate's reasons."""
     import json
@@ -265,6 +272,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
 
     from lockbuild.install.choose import chosen, refusal
     from lockbuild.install.node import detect
+    from lockbuild.site.sources import place_for
     from lockbuild.text import for_terminal, mask_data
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
@@ -272,7 +280,7 @@ def _install_chosen(ctx: click.Context, installer: Any, request: Any, opts: Any,
     started = time.monotonic()
     node = detect(environ=os.environ)
     trust = load_store(resolve_trust_dir(opts.trust_dir))
-    with chosen(request, trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
+    with chosen(place_for(request), trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
                 allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:
         if got.opened is None:
             if ctx.obj.get("json"):

@@ -16,15 +16,16 @@ from typing import Any
 from lockbuild.child import run_bounded
 from lockbuild.digest import is_sha256
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.fsio import loads_json, open_regular, read_regular
+from lockbuild.fsio import open_regular, read_regular
 from lockbuild.install.marker import MARKER, Installed
-from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.jsonio import loads_json
+from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 
 KEYS = ("image_sha256", "image_size", "bundle_sha256", "manifest_sha256", "signers", "prefix", "interpreter",
         "lockbuild")
 SUFFIX = ".sqfs"
 MAGIC = b"hsqs"  # a squashfs superblock, little-endian
-MAX_RECORD = 1 << 20
+MAX_RECORD = MiB
 UNSQUASHFS_TIMEOUT = 120
 TOOLS_TIP = ("Install squashfs-tools (Debian/Ubuntu: apt-get install squashfs-tools; Fedora: dnf install "
              "squashfs-tools).")

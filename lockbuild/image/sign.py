@@ -12,9 +12,9 @@ from typing import Any
 from lockbuild.errors import SignatureError
 from lockbuild.image.verify import checked_contents, statement_of
 from lockbuild.minisign import Signature
-from lockbuild.trust import digest_bundle, evaluate, read_signatures, signature_path
 from lockbuild.trust.policy import Evaluation
-from lockbuild.trust.sign import sign_in_fresh_process, write_with_block
+from lockbuild.trust.sign import judge_existing, sign_in_fresh_process, write_with_block
+from lockbuild.trust.source import digest_bundle, read_signatures, signature_path
 from lockbuild.trust.store import TrustStore
 
 
@@ -41,9 +41,7 @@ def sign_image(image: Path, key: Path, *, password: str | None, allow_readable_k
         existing = read_signatures(sig_path)
     digests = digest_bundle(image)  # with minisign's prehash: the ED block signs the image's bytes
     _, raw, marker = checked_contents(image, digests)
-    evaluation = None
-    if store is not None and existing:
-        evaluation = evaluate(existing, store, name=image.name, now=dt.datetime.now(dt.UTC), file=digests)
+    evaluation = judge_existing(existing, store, name=image.name, digests=digests)
     statement = statement_of(image, digests, raw, marker, expires)
     if digests.blake2b is None:
         raise SignatureError(f"internal: {image.name} was hashed without minisign's prehash.")

@@ -1,13 +1,15 @@
-"""Verifying an image: its signatures by the one policy evaluation (``lockbuild.trust.policy``), its
-digest, its record, and the marker inside it.
+"""Verifying an image: the one trust decision (``lockbuild.trust.opener.decide``, through the image's
+adapter ``lockbuild.image.source.ImageFile``), then what only an image has: its record and its marker.
 
 An image's signature is a lockbuild statement like a bundle's (``lockbuild.trust.statement``): the
 file is ``FILE.sqfs``, its sha256 and size are the image's, ``manifest-sha256`` is the sha256 of the
 record ``FILE.sqfs.json`` (the image's manifest), and engine, version, variant and serial are those of
 the marker at the image's root. So one signature covers the image and its record, and stock
-``minisign -Vm FILE.sqfs`` checks the image's bytes. Order: the signature blocks are parsed, the size
-is checked against the signed sizes before a byte is hashed, the image is hashed once, the policy is
-evaluated, then the record and, only once the image is the signed one, its marker (unsquashfs).
+``minisign -Vm FILE.sqfs`` checks the image's bytes. Order (the decision's): the signature blocks are
+parsed, an image no trusted statement names is refused before a byte of it is read, its size is checked
+against the signed sizes before it is hashed, it is hashed once, the policy is evaluated, the site's dates
+applied, and the record must have the signed sha256; then here, the record must describe this image and,
+only once the image is the signed one, its marker (unsquashfs) must name the signed build.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.errors import IntegrityError
-from lockbuild.image.record import Record, image_marker, read_record
+from lockbuild.image.record import Record, image_marker, parse_record, read_record, record_path
+from lockbuild.image.source import ImageFile
 from lockbuild.install.marker import Installed
-from lockbuild.trust import check_complete, check_dates, digest_bundle, evaluate, read_signatures, signature_path
+from lockbuild.trust.opener import decide
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
@@ -69,22 +72,16 @@ def statement_of(image: Path, digests: FileDigests, raw_record: bytes, marker: I
 
 def verify_image(image: Path, store: TrustStore, *, threshold: int | None = None,
                  now: dt.datetime | None = None) -> ImageVerified:
-    blocks = read_signatures(signature_path(image))
-    digests = digest_bundle(image, check=lambda size: check_complete(blocks, store, name=image.name, size=size),
-                            prehash=False)
-    evaluation = evaluate(blocks, store, name=image.name, now=now or dt.datetime.now(dt.UTC), file=digests,
-                          threshold=threshold)
-    statement = evaluation.require()
-    check_dates(statement, store.policy)
-    record, raw = read_record(image)
-    if hashlib.sha256(raw).hexdigest() != statement.manifest_sha256:
-        raise IntegrityError(
-            f"the record {image.name}.json has sha256 {hashlib.sha256(raw).hexdigest()}; the signatures sign "
-            f"{statement.manifest_sha256}.", tip="The record is not the signed one: copy it again with the image.")
-    record, raw, marker = checked_contents(image, digests, (record, raw))
+    decided = decide(ImageFile(image), store, threshold=threshold, now=now)
+    statement, digests = decided.statement, decided.digests
+    if digests is None:
+        raise IntegrityError(f"internal: {image.name} was judged without its digests.")
+    raw = decided.subject_bytes  # the record, exactly the bytes the counted signatures sign
+    record, raw, marker = checked_contents(image, digests, (parse_record(raw, record_path(image)), raw))
     if statement_of(image, digests, raw, marker, statement.expires).subject != statement.subject:
         raise IntegrityError(
             f"the marker inside {image.name} is {marker.engine} {marker.version}-{marker.variant} (serial "
             f"{marker.serial}); the signatures sign {statement.engine} {statement.version}-{statement.variant} "
             f"(serial {statement.serial}).", tip=_REBUILD)
-    return ImageVerified(image, record, marker, tuple(v.signer.key_id_hex for v in evaluation.counted if v.signer))
+    signers = tuple(v.signer.key_id_hex for v in decided.evaluation.counted if v.signer)
+    return ImageVerified(image, record, marker, signers)

@@ -158,7 +158,8 @@ def _extract(archive: Path, base: tuple[Path, str], strip: str | None, limits: L
         count += 1
         if size > limits.max_member or total > limits.max_bundle or count > limits.max_members:
             raise _refuse(archive, name, "the archive is larger than the limits allow")
-        assert stream is not None
+        if stream is None:
+            raise _refuse(archive, name, "its contents cannot be read")
         place(stream, base[0], where, size=size, mode=mode, what=f"{archive.name}: refused entry {name[:120]!r}")
     for name, target in links or ():
         count += 1

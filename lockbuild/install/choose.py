@@ -11,7 +11,10 @@ bundle once (the price of judging only what is signed); the chosen one is instal
 Among builds that fit equally, the newest signed one wins (the signed serial, then the signed build
 time), so an older signed bundle planted beside a newer one is passed over, whatever its file name.
 
-Which form an argument is: :func:`lockbuild.site.sources.choosing_form`, beside ``named_source``.
+The installer knows no store and no folder layout: the candidates come through a :class:`Place` (the
+command layer feeds one: ``lockbuild.site.sources.place_for`` gives a store's builds of an engine, or a
+folder's bundles), each an :class:`Offered` source with the name its place gives it. Which form an
+argument is: :func:`lockbuild.site.sources.choosing_form`, beside ``named_source``.
 """
 
 from __future__ import annotations
@@ -20,17 +23,59 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lockbuild.errors import InstallError, LockbuildError
-from lockbuild.install.fit import Choice, Facts, GpuCheck, Needs, Option, choose
+from lockbuild.install.fit import Choice, Facts, GpuCheck, Needs, Option, choose, newest_first
 from lockbuild.install.node import Node, free_bytes
-from lockbuild.site.sources import Choosing, StoreBuild
-from lockbuild.site.store import Store
-from lockbuild.site.storemodel import parse_ref
 from lockbuild.text import one_line
 from lockbuild.trust import TrustedBundle, TrustStore, open_source
-from lockbuild.trust.source import BundleFile, Source
+from lockbuild.trust.source import Source
+
+
+@dataclass(frozen=True)
+class Offered:
+    """A candidate as its place offers it, before the trust decision: the source, and either the build
+    its place names it (``name``: a store's ENGINE, VERSION, VARIANT, listed under that name if refused)
+    or the file it is (``file``: a folder's bundle, which claims nothing until its signatures are met)."""
+
+    source: Source
+    name: tuple[str, str, str] | None = None
+    file: str = ""
+
+
+class Place(Protocol):
+    """Where a choice's candidates come from: a store's builds, a folder's bundles. Entered (a ``with``)
+    around the whole choice, so the chosen build's source stays readable until it is installed."""
+
+    @property
+    def path(self) -> Path:
+        """The store or the folder, as the user named it."""
+        ...
+
+    @property
+    def engine(self) -> str | None:
+        """The engine asked for (``ENGINE[/VERSION] --store``); None: the one engine the place's signed
+        candidates are builds of (a folder)."""
+        ...
+
+    @property
+    def version(self) -> str | None:
+        """The version asked for; None: the newest that has a fitting build."""
+        ...
+
+    def __enter__(self) -> Place: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def engines(self) -> list[str]:
+        """The engines the place names builds of (by name only: each build is judged when offered)."""
+        ...
+
+    def offers(self, engine: str | None) -> tuple[list[Offered], list[str]]:
+        """The candidates (of ``engine``, where the place names builds) and, for the rest of what it
+        holds, why each is no candidate (a delta in a folder)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -78,33 +123,27 @@ def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple
     return Candidate(_option(opened), opened)
 
 
-def store_candidates(store: Store, engine: str, trust: TrustStore, threshold: int | None) -> list[Candidate]:
-    out = []
-    for ref in sorted(store.refs()):
-        e, version, variant = parse_ref(ref)
-        if e != engine:
-            continue
-        out.append(_judge(StoreBuild(store, ref), trust, threshold, (e, version, variant)))
-    return out
-
-
-def folder_candidates(folder: Path, trust: TrustStore, threshold: int | None) -> tuple[list[Candidate], list[str]]:
-    """Every ``*.lbz`` in ``folder``, each opened through the one trust decision before anything of it is
-    read; the candidates are those it opened (in the order of their signed file names), the rest are
-    listed by file name with the reason, and nothing else."""
-    out, skipped = [], []
-    for path in sorted(folder.glob("*.lbz")):
-        if path.name.endswith(".delta.lbz"):
-            skipped.append(f"{path.name}: a delta, not a whole bundle")
+def candidates(place: Place, engine: str | None, trust: TrustStore,
+               threshold: int | None) -> tuple[list[Candidate], list[str]]:
+    """Every candidate ``place`` offers, each opened through the one trust decision before anything of it
+    is judged. A build the place names is listed under that name when refused; a file that fails the
+    decision is listed by its file name with the reason, and counts for nothing (files are ordered by their
+    signed file names)."""
+    offered, skipped = place.offers(engine)
+    out: list[Candidate] = []
+    files: list[Candidate] = []
+    for o in offered:
+        if o.name is not None:
+            out.append(_judge(o.source, trust, threshold, o.name))
             continue
         try:
-            opened = open_source(BundleFile(path), trust, threshold=threshold)
+            opened = open_source(o.source, trust, threshold=threshold)
         except LockbuildError as exc:
-            skipped.append(f"{path.name}: not judged: its signatures are refused ({exc.message})")
+            skipped.append(f"{o.file}: not judged: its signatures are refused ({exc.message})")
             continue
-        out.append(Candidate(_option(opened, path.name), opened))
-    out.sort(key=lambda c: c.opened.statement.file if c.opened else "")
-    return out, skipped
+        files.append(Candidate(_option(opened, o.file), opened))
+    files.sort(key=lambda c: c.opened.statement.file if c.opened else "")
+    return out + files, skipped
 
 
 def _one_engine(cands: Sequence[Candidate], where: str, skipped: Sequence[str] = ()) -> str:
@@ -140,22 +179,15 @@ class Chosen:
 
 
 @contextlib.contextmanager
-def chosen(request: Choosing, *, trust: TrustStore, threshold: int | None, node: Node, root: Path,
+def chosen(place: Place, *, trust: TrustStore, threshold: int | None, node: Node, root: Path,
            allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Iterator[Chosen]:
-    """Gather the candidates ``request`` names, open each through the trust decision, and choose. The
-    chosen build's opening stays usable (its store open) inside the ``with``."""
-    with contextlib.ExitStack() as stack:
-        skipped: list[str] = []
-        if request.folder is not None:
-            cands, skipped = folder_candidates(request.folder, trust, threshold)
-            engine = _one_engine(cands, f"the folder {request.folder}", skipped)
-        else:
-            assert request.store is not None and request.engine is not None
-            store = stack.enter_context(Store(request.store))
-            cands = store_candidates(store, request.engine, trust, threshold)
-            engine = request.engine
+    """Gather the candidates ``place`` offers, open each through the trust decision, and choose. The
+    chosen build's opening stays usable (its place open) inside the ``with``."""
+    with place:
+        cands, skipped = candidates(place, place.engine, trust, threshold)
+        engine = place.engine or _one_engine(cands, f"the folder {place.path}", skipped)
         options = [c.option for c in cands]
-        choice = choose(engine, request.version, options, facts_for(node, options, root), allow_cpu=allow_cpu,
+        choice = choose(engine, place.version, options, facts_for(node, options, root), allow_cpu=allow_cpu,
                         gpu_check=gpu_check)
         opened = next((c.opened for c in cands if c.option is choice.chosen), None)
         yield Chosen(choice, opened, node, tuple(skipped))
@@ -168,19 +200,17 @@ def refusal(result: Chosen) -> InstallError:
     return InstallError("\n".join(lines), tip=c.fix[:1].upper() + c.fix[1:] + "." if c.fix else None)
 
 
-def store_choices(store_dir: Path, *, trust: TrustStore, node: Node, root: Path,
+def store_choices(place: Place, *, trust: TrustStore, node: Node, root: Path,
                   threshold: int | None = None) -> list[dict[str, Any]]:
     """doctor --store: for each engine and version in the store, the build this node would take (or why
     none fits), from the same candidates and rule as ``install ENGINE/VERSION --store``."""
-    from lockbuild.install.fit import _newest_first
-
     out: list[dict[str, Any]] = []
-    with Store(store_dir) as store:
-        for engine in sorted({parse_ref(r)[0] for r in store.refs()}):
-            cands = store_candidates(store, engine, trust, threshold)
+    with place:
+        for engine in place.engines():
+            cands, _ = candidates(place, engine, trust, threshold)
             options = [c.option for c in cands]
             facts = facts_for(node, options, root)
-            for version in _newest_first({o.version for o in options if o.problem is None}):
+            for version in newest_first({o.version for o in options if o.problem is None}):
                 choice = choose(engine, version, options, facts)
                 out.append({"engine": engine, "version": version, **choice.to_json()})
     return out

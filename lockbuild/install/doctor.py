@@ -2,7 +2,7 @@
 
 Fit is decided by :func:`lockbuild.install.fit.unmet`, the rule ``install`` refuses by, on the same
 facts. Candidates come from the caller: the CLI turns catalogue recipes (and bundles' signed manifests)
-into :class:`Candidate` needs, so nothing here parses a recipe.
+into :class:`CatalogueBuild` needs, so nothing here parses a recipe.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.errors import LockbuildError
+from lockbuild.install.choose import Place, store_choices
 from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.marker import list_installed
 from lockbuild.install.node import Node, detect, free_bytes
@@ -28,7 +29,9 @@ from lockbuild.trust import TrustStore, load_store
 
 
 @dataclass(frozen=True)
-class Candidate:
+class CatalogueBuild:
+    """One build of the catalogue doctor judges: a recipe's build or a bundle's signed needs (read, not verified)."""
+
     source: str  # the recipe or bundle file it came from
     engine: str
     build: str
@@ -81,11 +84,11 @@ def _trust_report(directory: Path) -> dict[str, Any]:
 def examine(
     root: Path,
     *,
-    candidates: Sequence[Candidate] = (),
+    candidates: Sequence[CatalogueBuild] = (),
     problems: Sequence[str] = (),
     trust: Path,
     node: Node | None = None,
-    store: Path | None = None,
+    store: Place | None = None,
 ) -> dict[str, Any]:
     node = node or detect()
     pythons = find_pythons()
@@ -156,15 +159,13 @@ def self_install_report(path0: str | None = None) -> dict[str, Any]:
     return {"package": str(package), "sys_path0": first, "writable": writable, "warnings": warnings}
 
 
-def _store_report(store: Path, trust: Path, node: Node, root: Path) -> dict[str, Any]:
+def _store_report(store: Place, trust: Path, node: Node, root: Path) -> dict[str, Any]:
     """doctor --store: each engine and version in the store, and the build this node would take."""
-    from lockbuild.install.choose import store_choices
-
     try:
         entries = store_choices(store, trust=load_store(trust), node=node, root=root)
     except LockbuildError as exc:
-        return {"path": str(store), "ok": False, "error": exc.message, "entries": []}
-    return {"path": str(store), "ok": True, "entries": entries}
+        return {"path": str(store.path), "ok": False, "error": exc.message, "entries": []}
+    return {"path": str(store.path), "ok": True, "entries": entries}
 
 
 def render(report: dict[str, Any]) -> str:

@@ -17,12 +17,14 @@ from typing import Any, Literal
 
 from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.errors import InstallError
 from lockbuild.install.node import Node
 from lockbuild.target import parse_platform
 from lockbuild.text import one_line
 from lockbuild.times import iso
 
 GpuCheck = Literal["auto", "require", "skip"]
+GPU_CHECKS: tuple[GpuCheck, ...] = ("auto", "require", "skip")
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 HEADROOM = 256 << 20  # beyond three times the unpacked size (the unpacked bundle, the environment, slack)
 
@@ -59,6 +61,15 @@ def _version(text: str) -> tuple[int, ...]:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+def gpu_check_of(text: str) -> GpuCheck:
+    """``--gpu-check``'s value as one of :data:`GPU_CHECKS`; anything else is refused."""
+    for check in GPU_CHECKS:
+        if text == check:
+            return check
+    raise InstallError(f"--gpu-check: expected one of {', '.join(GPU_CHECKS)}, found {text!r}",
+                       tip="Pass --gpu-check auto, require or skip.")
 
 
 def unmet(needs: Needs, facts: Facts, gpu_check: GpuCheck = "auto") -> tuple[str, ...]:
@@ -193,9 +204,10 @@ def _cap_value(cap: tuple[int, int] | None, default: int) -> int:
     return default if cap is None else cap[0] * 10 + cap[1]
 
 
-def _width(o: Option) -> int:
-    gpu = o.needs.gpu
-    assert gpu is not None
+def _width(gpu: GpuNeeds | None) -> int:
+    """How wide a GPU build's capability range is (narrower ranks first); a CPU build has none (0)."""
+    if gpu is None:
+        return 0
     return _cap_value(gpu.max_capability, 999) - _cap_value(gpu.min_capability, 0)
 
 
@@ -209,7 +221,7 @@ def _older(o: Option) -> tuple[int, int]:
     return (-o.newness[0], -o.newness[1])
 
 
-def _newest_first(versions: set[str]) -> list[str]:
+def newest_first(versions: set[str]) -> list[str]:
     from packaging.version import InvalidVersion, Version
 
     def key(v: str) -> tuple[int, Any]:
@@ -230,25 +242,25 @@ def choose(engine: str, version: str | None, options: Sequence[Option], facts: F
     if version is not None:
         return _choose_version(engine, version, mine, facts, allow_cpu, gpu_check)
     results = [_choose_version(engine, v, [o for o in mine if o.version == v], facts, allow_cpu, gpu_check)
-               for v in _newest_first({o.version for o in mine})]
+               for v in newest_first({o.version for o in mine})]
     if not results:
         return Choice(engine, None, f"the candidates hold no build of {engine}", (),
                       f"import a build of {engine} into the store or folder")
     won = next((r for r in results if r.chosen is not None), None)
-    if won is None:
+    winner = won.chosen if won is not None else None
+    if won is None or winner is None:
         every = tuple(c for r in results for c in r.candidates)
         _, fix = _nothing_fits([c.option for c in every], {id(c.option): c.reasons for c in every}, facts,
                                any("--allow-cpu" in r.fix for r in results))
         return Choice(engine, None, "no version has a build that fits this node", every, fix)
-    assert won.chosen is not None
     judged: list[Judged] = []
     for r in results:
         for c in r.candidates:
             if r is not won and c.fits:  # an older version (the newer ones have no fitting build)
-                c = Judged(c.option, True, None, (f"an older version; {won.chosen.build} is of the newest version "
+                c = Judged(c.option, True, None, (f"an older version; {winner.build} is of the newest version "
                                                   "with a fitting build",))
             judged.append(c)
-    return Choice(engine, won.chosen, f"the newest version with a fitting build; {won.why}", tuple(judged))
+    return Choice(engine, winner, f"the newest version with a fitting build; {won.why}", tuple(judged))
 
 
 def _choose_version(engine: str, version: str, options: Sequence[Option], facts: Facts, allow_cpu: bool,
@@ -264,7 +276,7 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
     def rank(o: Option) -> tuple[int, tuple[int, ...], int, tuple[int, int], int]:
         # 1. the asked version itself; 2. the highest min-driver (the newest CUDA); 3. the narrowest range;
         # 4. the newest signed build (serial, then build time); 5. order
-        return (0 if o.version == version else 1, tuple(-x for x in _driver_of(o)), _width(o), _older(o),
+        return (0 if o.version == version else 1, tuple(-x for x in _driver_of(o)), _width(o.needs.gpu), _older(o),
                 relevant.index(o))
 
     # A CPU build on a GPU node: only for a CPU-only engine, or with --allow-cpu (and then after any GPU build)
@@ -281,10 +293,9 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
         elif not o.is_gpu and not cpu_allowed:
             judged.append(Judged(o, False, serves, ("a CPU build, and this node has an NVIDIA GPU: taken only with "
                                                     "--allow-cpu or when named explicitly",)))
-        elif o is chosen:
+        elif chosen is None or o is chosen:  # chosen is None only when nothing fits, so never here
             judged.append(Judged(o, True, serves, ()))
         else:
-            assert chosen is not None
             judged.append(Judged(o, True, serves, (_passed_over(o, chosen, version),)))
     if chosen is None:
         why, fix = _nothing_fits(relevant, unmet_of, facts, gpu_node and any_gpu_build and bool(cpu_ok))
@@ -320,16 +331,15 @@ def _passed_over(o: Option, chosen: Option, version: str) -> str:
         return f"a CPU build; {chosen.build} fits" if not o.is_gpu else f"{chosen.build} is preferred"
     if (o.version == version) != (chosen.version == version):
         return f"only serves {version}; {chosen.build} is a build of {version} that fits"
-    if not o.is_gpu:
+    mine, theirs = o.needs.gpu, chosen.needs.gpu
+    if mine is None or theirs is None:  # both CPU builds (is_gpu is the same for both here)
         return _older_or_after(o, chosen)
     if _driver_of(o) != _driver_of(chosen):
-        assert o.needs.gpu is not None and chosen.needs.gpu is not None
-        return (f"needs driver {o.needs.gpu.min_driver or 'any'}+; {chosen.build} needs "
-                f"{chosen.needs.gpu.min_driver}+, which this node meets (a newer CUDA)")
-    if _width(o) != _width(chosen):
-        assert o.needs.gpu is not None and chosen.needs.gpu is not None
-        return (f"its capability range {_range(o.needs.gpu)} is wider than {chosen.build}'s "
-                f"({_range(chosen.needs.gpu)})")
+        return (f"needs driver {mine.min_driver or 'any'}+; {chosen.build} needs "
+                f"{theirs.min_driver}+, which this node meets (a newer CUDA)")
+    if _width(mine) != _width(theirs):
+        return (f"its capability range {_range(mine)} is wider than {chosen.build}'s "
+                f"({_range(theirs)})")
     return _older_or_after(o, chosen)
 
 
@@ -353,12 +363,11 @@ def _nothing_fits(relevant: Sequence[Option], unmet_of: dict[int, tuple[str, ...
     node = facts.node
     unmet_of = {k: tuple(r for r in v if not r.startswith("a CPU build")) for k, v in unmet_of.items()}
     fixes: list[str] = []
-    drivers = [o for o in relevant if o.is_gpu and o.problem is None and unmet_of[id(o)]
-               and all(r.startswith("needs driver") for r in unmet_of[id(o)])]
+    drivers = [(o, o.needs.gpu) for o in relevant if o.needs.gpu is not None and o.problem is None
+               and unmet_of[id(o)] and all(r.startswith("needs driver") for r in unmet_of[id(o)])]
     if drivers:
-        best = min(drivers, key=lambda o: _driver_of(o))
-        assert best.needs.gpu is not None
-        fixes.append(f"install NVIDIA driver {best.needs.gpu.min_driver} or newer (for {best.build})")
+        best, gpu = min(drivers, key=lambda d: _driver_of(d[0]))
+        fixes.append(f"install NVIDIA driver {gpu.min_driver} or newer (for {best.build})")
     if node.has_nvidia and node.gpus:
         caps = sorted({"{}.{}".format(*g.capability) for g in node.gpus})
         fixes.append(f"or build a variant whose gpu table covers compute capability {' and '.join(caps)} and "

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.errors import LockbuildError
-from lockbuild.fsio import loads_json, read_regular
+from lockbuild.fsio import read_regular
+from lockbuild.jsonio import loads_json
+from lockbuild.limits import MiB
 
 MARKER = "lockbuild.json"
 RECORD_DIR = "lockbuild"
@@ -56,8 +58,8 @@ def read_marker(env_dir: Path) -> Installed | None:
     try:
         st = os.lstat(env_dir)
         # a FIFO, link or device planted as the marker must not hang or mislead `list` or `doctor`
-        raw = read_regular(env_dir / MARKER, what="marker", max_size=1 << 20)
-        data = loads_json(raw, what=f"the marker {env_dir / MARKER}", max_bytes=1 << 20, error=LockbuildError)
+        raw = read_regular(env_dir / MARKER, what="marker", max_size=MiB)
+        data = loads_json(raw, what=f"the marker {env_dir / MARKER}", max_bytes=MiB, error=LockbuildError)
         data["requirements"] = tuple(data["requirements"])
         data["signers"] = tuple(data["signers"])
         data["env"] = tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items()))

@@ -20,13 +20,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lockbuild.bundle.extract import AbsentPiece, FilePiece, Piece, extract
+from lockbuild.bundle.extract import AbsentPiece, FilePiece, Piece
 from lockbuild.bundle.manifest import Manifest, parse_manifest
 from lockbuild.bundle.modelinfo import MODEL_VARIANT, ModelTable
 from lockbuild.errors import InstallError, IntegrityError, SignatureError
 from lockbuild.fsio import open_regular, read_regular
 from lockbuild.install.models import RECORDS, snapshot_link
 from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.trust.opener import open_source, recheck_kept
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import SizeCheck, Stream
 from lockbuild.trust.store import TrustStore
@@ -45,6 +46,10 @@ class KeptRecord:
         self.where = f"the installed model {repo_dir.name} at {commit}"
         self.file_name: str | None = None
         self.expect_ref: str | None = None
+        self.subject = f"the kept manifest {self.record.name}"
+        self.absent_tip = _TIP
+        self.damage_tip = _TIP
+        self.partial = False
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         return read_regular(self.repo_dir / RECORDS / f"{self.commit}.minisig", what="kept signature record",
@@ -148,8 +153,6 @@ def verify_model(rec: KeptRecord, store: TrustStore | None, *, threshold: int | 
     """Every installed file of ``rec`` against its record: the snapshot's links, then each blob's size and
     sha256 through the one extraction (with ``store``: after the record passed the one trust decision)."""
     if store is not None:
-        from lockbuild.trust.opener import open_source
-
         trusted = open_source(rec, store, threshold=threshold)
         manifest, signers = trusted.manifest, trusted.signer_ids
     else:
@@ -168,5 +171,5 @@ def verify_model(rec: KeptRecord, store: TrustStore | None, *, threshold: int | 
         if got != want:
             raise IntegrityError(f"{link} is {'not a link' if got is None else 'a link to ' + repr(got)}; its "
                                  f"record says a link to {want!r}.", tip=_TIP)
-    extract(manifest, rec.pieces(manifest), dest=None, allow_absent=True, where=rec.where, damage_tip=_TIP)
+    recheck_kept(rec, manifest)
     return describe(rec, signers)

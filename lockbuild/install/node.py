@@ -20,8 +20,9 @@ from pathlib import Path
 
 from lockbuild.child import run_bounded
 from lockbuild.errors import LockbuildError
-from lockbuild.fsio import bounded_read, loads_json, open_regular, read_regular
-from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.fsio import bounded_read, open_regular, read_regular
+from lockbuild.jsonio import loads_json
+from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 
 PROC_DRIVER = Path("/proc/driver/nvidia/version")
 SYS_DRIVER = Path("/sys/module/nvidia/version")
@@ -55,7 +56,7 @@ class Node:
 def _small_text(path: Path) -> str | None:
     """A /proc or /sys file (their sizes read as 0 or 4096): at most 4 KiB, or None when unreadable."""
     try:
-        f, _ = open_regular(path, what="driver version file", max_size=1 << 20)
+        f, _ = open_regular(path, what="driver version file", max_size=MiB)
         with f:
             return bounded_read(f, 4096, what=str(path)).decode("utf-8", "replace")
     except (OSError, LockbuildError):

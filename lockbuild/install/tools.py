@@ -9,6 +9,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockbuild.digest import CHUNK
 from lockbuild.errors import InstallError
 from lockbuild.fsio import create_under
 
@@ -92,7 +93,7 @@ def extract_uv(wheel: Path, dest_dir: Path) -> Path:
             dest_dir.mkdir(mode=0o700)
             out = dest_dir / "uv"
             with zf.open(info) as src, create_under(dest_dir, "uv", 0o755) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+                shutil.copyfileobj(src, dst, CHUNK)
     except zipfile.BadZipFile as exc:
         raise InstallError(f"{wheel.name} is not a valid wheel: {exc}.") from None
     return out

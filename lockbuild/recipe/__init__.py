@@ -20,7 +20,7 @@ from lockbuild.recipe.model import (
     ReleaseWheel,
     SecondIndex,
     SelfWheel,
-    Source,
+    SourceArchive,
     UrlWheel,
 )
 from lockbuild.recipe.parse import MAX_RECIPE_BYTES, load_recipe, parse_recipe
@@ -38,7 +38,7 @@ __all__ = [
     "ReleaseWheel",
     "SecondIndex",
     "SelfWheel",
-    "Source",
+    "SourceArchive",
     "UrlWheel",
     "load_recipe",
     "parse_recipe",

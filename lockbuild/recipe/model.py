@@ -44,7 +44,7 @@ class SecondIndex:
 
 
 @dataclass(frozen=True)
-class Source:
+class SourceArchive:
     url: str
     sha256: str
     top: str
@@ -105,7 +105,7 @@ class Build:
     free_gb: int | None
     gpu: GpuRequirement | None
     index: SecondIndex | None
-    source: Source | None
+    source: SourceArchive | None
     wheel: ReleaseWheel | UrlWheel | SelfWheel | None
     assets: Assets | None
     position: int

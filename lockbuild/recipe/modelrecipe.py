@@ -18,6 +18,7 @@ from typing import Any
 from lockbuild.bundle.modelinfo import COMMIT, repo_id
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
+from lockbuild.limits import MiB
 from lockbuild.recipe.checks import plain_name
 from lockbuild.recipe.fields import SHOWN, Problems, Table
 from lockbuild.recipe.selection import DEFAULT_INCLUDE, MAX_PATTERNS, pattern_problem
@@ -56,7 +57,7 @@ def is_model_recipe_file(path: Path) -> bool:
     """Whether the recipe at ``path`` is a model recipe (False when it cannot be read: the engine recipe's
     reader then says why)."""
     try:
-        raw = read_regular(path, what="recipe", max_size=1 << 20, error=RecipeError)
+        raw = read_regular(path, what="recipe", max_size=MiB, error=RecipeError)
     except (OSError, RecipeError):
         return False
     try:

@@ -13,6 +13,7 @@ from packaging.utils import canonicalize_name
 from lockbuild import envtable
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
+from lockbuild.limits import MiB
 from lockbuild.recipe.checks import (
     CAPABILITY,
     DRIVER,
@@ -40,7 +41,7 @@ from lockbuild.recipe.tables import _assets, _index, _indexes, _interpreter, _so
 from lockbuild.target import Target, parse_platform
 from lockbuild.times import iso
 
-MAX_RECIPE_BYTES = 1 << 20
+MAX_RECIPE_BYTES = MiB
 
 
 _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", "smoke", "gpu-smoke", "allow-network")
@@ -67,9 +68,8 @@ def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
     env, smoke, allow = _runtime(t, p)
     gpu_smoke = _command(t, "gpu-smoke", 'a command as a list of strings, e.g. ["engine", "--gpu-selftest"]',
                          required=False) or ()
-    if None in (name, pypi, binary, verify):
+    if name is None or pypi is None or binary is None or verify is None:
         return None
-    assert name is not None and pypi is not None and binary is not None and verify is not None
     return Engine(name, pypi, repo, binary, verify, probe or "none", env, smoke, allow, gpu_smoke)
 
 
@@ -166,9 +166,8 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     python_exe = _interpreter(t.table("interpreter"), f"{where}.interpreter", p, python)
     on_primary = _primary_packages(t, where, p, ((index,) if index is not None else ()) + indexes)
     serves = _serves(t, where, p, version)
-    if None in (version, variant, target, reqs):
+    if version is None or variant is None or target is None or reqs is None:
         return None
-    assert version is not None and variant is not None and target is not None and reqs is not None
     return Build(
         version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
         tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes, on_primary, serves,
@@ -323,7 +322,8 @@ def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:
             if b.assets is not None:
                 p.add(f"builds[{b.position}].assets", "release assets need engine.repo (the GitHub OWNER/NAME)")
     p.raise_if_any()
-    assert engine is not None
+    if engine is None:  # each way to no engine records a problem above; refused here all the same
+        raise RecipeError(f"{path}: expected an [engine] table with name, pypi, binary and verify, found none usable")
     return Recipe(path, engine, tuple(builds), text)
 
 

@@ -32,7 +32,7 @@ from lockbuild.recipe.model import (
     ReleaseWheel,
     SecondIndex,
     SelfWheel,
-    Source,
+    SourceArchive,
     UrlWheel,
 )
 
@@ -147,7 +147,7 @@ def _indexes(
     return tuple(out)
 
 
-def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> Source | None:
+def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> SourceArchive | None:
     if data is None:
         return None
     t = Table(data, where, p, ("url", "sha256", "top", "dir", "requirements"))
@@ -156,10 +156,9 @@ def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> Source |
     top = t.string("top", "the archive's top directory (a relative path)", check=relative_path)
     dest = t.string("dir", "a relative path inside the environment", check=relative_path)
     reqs = t.string("requirements", "a relative path inside the archive", required=False, check=relative_path)
-    if None in (url, sha, top, dest):
+    if url is None or sha is None or top is None or dest is None:
         return None
-    assert url is not None and sha is not None and top is not None and dest is not None
-    return Source(url, sha, top, dest, reqs)
+    return SourceArchive(url, sha, top, dest, reqs)
 
 
 def _url_wheel(data: Mapping[str, Any], where: str, p: Problems) -> UrlWheel | None:
@@ -206,9 +205,8 @@ def _wheel(
         check=lambda v: file_part(v) and v.endswith(".whl"),
     )
     project = t.string("project", "the wheel's project name", check=project_name)
-    if None in (repo, tag, prefix, suffix, project):
+    if repo is None or tag is None or prefix is None or suffix is None or project is None:
         return None
-    assert repo is not None and tag is not None and prefix is not None and suffix is not None and project is not None
     return ReleaseWheel(repo, tag, prefix, suffix, canonicalize_name(project))
 
 
@@ -247,7 +245,6 @@ def _assets(data: Mapping[str, Any] | None, where: str, p: Problems) -> Assets |
                 p.add(f"{where}.files", f"expected plain file names, found {f[:SHOWN]!r}")
                 files = None
                 break
-    if None in (tag, dest, files):
+    if tag is None or dest is None or files is None:
         return None
-    assert tag is not None and dest is not None and files is not None
     return Assets(tag, dest, files)

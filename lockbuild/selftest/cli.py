@@ -8,14 +8,14 @@ Registered on the main group by ``register`` (called at the end of ``lockbuild.c
 from __future__ import annotations
 
 import os
-import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild import fsio
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
+from lockbuild.jsonio import JSON
 from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.text import for_terminal
 
@@ -27,9 +27,9 @@ EXIT_FAILED = 1
 EXIT_NOT_CHECKED = 6  # like a machine that cannot run the bundle: the self-test proves nothing here
 
 
-def _show(ctx: click.Context, reports: list[Report], extra: dict[str, Any] | None = None) -> None:
+def _show(ctx: click.Context, reports: list[Report], extra: Mapping[str, JSON] | None = None) -> None:
     """Every report; exits 1 when any failed, else 6 when any was not checked (after showing them all)."""
-    data: dict[str, Any] = {**(extra or {}), "self_test": [r.to_json() for r in reports]}
+    data: dict[str, JSON] = {**(extra or {}), "self_test": [r.to_json() for r in reports]}
     failed = [r for r in reports if r.verdict == "failed"]
     unchecked = [r for r in reports if r.verdict == "not checked"]
     if failed:
@@ -63,20 +63,7 @@ def summary(r: Report) -> str:
     return f"the self-test of {r.bundle} failed: " + "; ".join(parts or ["no install step passed"])
 
 
-def run_after_build(ctx: click.Context, bundles: list[Path], trust: Path | None, public_key_text: str, *,
-                    built: dict[str, Any]) -> None:
-    """``build --self-test``: each new bundle, trusted through ``--trust`` or else the key that just signed it."""
-    with tempfile.TemporaryDirectory(prefix="lockbuild-selftest-trust-") as tmp:
-        if trust is None:
-            trust = Path(tmp)
-            fsio.write_new(trust / "signer.pub", public_key_text.encode("utf-8"))
-        from lockbuild.selftest.run import SelfTestOptions, self_test
-
-        opts = SelfTestOptions(trust_dir=trust, environ=dict(os.environ))
-        _show(ctx, [self_test(b, opts, _progress(ctx)) for b in bundles], built)
-
-
-def show_after_build(ctx: click.Context, reports: list[Report], built: dict[str, Any]) -> None:
+def show_after_build(ctx: click.Context, reports: list[Report], built: Mapping[str, JSON]) -> None:
     """``build --self-test``: the build's result and each report (the tests ran before the key was read)."""
     _show(ctx, reports, built)
 

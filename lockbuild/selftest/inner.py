@@ -31,6 +31,7 @@ from lockbuild.errors import LockbuildError
 from lockbuild.fsio import create_under
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.runenv import engine_env, tail
+from lockbuild.limits import MiB
 from lockbuild.selftest import audit, trace
 from lockbuild.site.sources import named_source
 
@@ -94,7 +95,7 @@ def _command(result: dict[str, Any], name: str, command: list[str], env_dir: Pat
             _step(result, name, "failed", f"did not finish within {timeout:.0f} s")
             return
         captured.seek(0)
-        out = tail(captured.read(1 << 20).decode("utf-8", "replace"), 6)
+        out = tail(captured.read(MiB).decode("utf-8", "replace"), 6)
     if code != 0:
         _step(result, name, "failed", f"exit {code}:\n{out}")
     else:
@@ -151,7 +152,7 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    cfg = json.loads(sys.stdin.buffer.read(1 << 20))
+    cfg = json.loads(sys.stdin.buffer.read(MiB))
     nonce = str(cfg["nonce"])
     result: dict[str, Any] = {"steps": [], "dumpable": not not_dumpable()}
     canary()

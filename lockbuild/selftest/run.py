@@ -43,6 +43,7 @@ from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import detect
 from lockbuild.install.runenv import GPU_PASSED, PASSED
 from lockbuild.install.tools import find_python
+from lockbuild.limits import MiB
 from lockbuild.progress import Progress
 from lockbuild.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
 from lockbuild.sandbox import run as sandboxed
@@ -57,7 +58,7 @@ NO_TRACER = "strace is not installed"
 BOX = Path("/selftest")  # where the sandbox sees the test's files
 CODE = Path("/opt/lockbuild-selftest")  # lockbuild's own package, read-only, for the inner run
 GPU_BIN = Path("/opt/lockbuild-gpu/bin")  # nvidia-smi, under --gpu
-MAX_OUTPUT = 1 << 20  # bytes of the inner run's output kept for a message
+MAX_OUTPUT = MiB  # bytes of the inner run's output kept for a message
 SECCOMP_PROBLEM = "the engine installed a seccomp filter: this self-test cannot vouch for it"
 
 
@@ -88,7 +89,7 @@ def platform_problems(manifest: Any, python: Path | None) -> tuple[str, ...]:
     return unmet(Needs(manifest.python, manifest.platform, None, 0), facts, "skip")
 
 
-def copy_trust(src: Path, dest: Path, most: int = 1 << 20) -> None:
+def copy_trust(src: Path, dest: Path, most: int = MiB) -> None:
     """The trust directory's regular files into ``dest`` (0700, this user's), bound read-only into the
     sandbox, where a root-owned /etc/lockbuild/keys would show as owned by nobody. The outer run has already
     checked the signatures against ``src`` itself."""
@@ -209,7 +210,9 @@ def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, 
         if sig.exists():
             binds.append(Bind(sig.absolute(), BOX / "bundle" / (path.name + ".minisig")))
         return binds, str(BOX / "bundle" / path.name), None
-    assert store is not None or isinstance(source, DeltaFile)
+    if store is None and not isinstance(source, DeltaFile):
+        raise InstallError(f"{source.label}: expected a store (--store DIR) to test a build it holds, found none",
+                           tip="Name the store with --store DIR.")
     binds = [Bind(store.absolute(), BOX / "store")] if store is not None else []
     inner_store = str(BOX / "store") if store is not None else None
     if isinstance(source, DeltaFile):

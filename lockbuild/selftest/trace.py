@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lockbuild.limits import MiB
 from lockbuild.selftest.dns import Stream, question
 from lockbuild.selftest.line import (
     DATAGRAM_KINDS,
@@ -368,7 +369,7 @@ class Reader:
                     *lines, pending = (pending + chunk).split(b"\n")
                     for raw in lines:
                         self.parser.line(raw.decode("utf-8", "replace"))
-                    if len(pending) > 1 << 20:  # no strace line is this long (-s bounds every string)
+                    if len(pending) > MiB:  # no strace line is this long (-s bounds every string)
                         self.parser.line(pending.decode("utf-8", "replace"))
                         pending = b""
                 if pending:

@@ -17,6 +17,7 @@ import click
 
 from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
 from lockbuild.errors import IntegrityError
+from lockbuild.jsonio import JSON
 from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
@@ -59,8 +60,8 @@ def import_(
     with Store(store_dir, create=True) as store:
         done = import_bundle(store, bundle, trust_dir=trust_dir, threshold=threshold, progress=_progress(ctx),
                              wait=wait)
-    data = {"build": done.ref, "members": done.members, "added_blobs": done.added, "added_bytes": done.added_bytes,
-            "signers": list(done.signers), "store": str(store_dir)}
+    data: dict[str, JSON] = {"build": done.ref, "members": done.members, "added_blobs": done.added,
+                             "added_bytes": done.added_bytes, "signers": list(done.signers), "store": str(store_dir)}
     _emit(
         ctx,
         data,
@@ -84,7 +85,7 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     _setup(ctx, as_json)
     from lockbuild.site.store import Store
 
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, JSON]] = []
     lines: list[str] = []
     with Store(store_dir) as store:
         for b in store.builds_all():
@@ -178,9 +179,9 @@ def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str,
     with Store(store_dir) as store:
         done = export_index(store, out, refs=refs, signing=signing, wait=wait)
     missing = done.without_upload_time
-    data = {"out": str(out), "builds": list(done.builds), "projects": len({d.project for d in done.dists}),
-            "files": len(done.dists), "linked": done.linked, "signer": done.signer,
-            "without_upload_time": list(missing)}
+    data: dict[str, JSON] = {"out": str(out), "builds": list(done.builds),
+                             "projects": len({d.project for d in done.dists}), "files": len(done.dists),
+                             "linked": done.linked, "signer": done.signer, "without_upload_time": list(missing)}
     if missing and not as_json:
         names = one_line(", ".join(missing[:10]))
         click.echo(for_terminal(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
@@ -206,7 +207,7 @@ def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json:
 
     listing_path = split(bundle, parse_size(size_text), out)
     listing = read_part_list(listing_path)
-    data = {"part_list": str(listing_path), "sha256": listing.sha256, "size": listing.size,
+    data: dict[str, JSON] = {"part_list": str(listing_path), "sha256": listing.sha256, "size": listing.size,
             "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts]}
     _emit(
         ctx,
@@ -272,7 +273,7 @@ def push_(
     member against the signed manifest before it is uploaded; each member is one blob, by its sha256,
     uploaded once."""
     _setup(ctx, as_json)
-    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import push
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, open_source
@@ -283,10 +284,11 @@ def push_(
     with named_source(source, store=store_dir) as src:
         # the same trust decision as install: nothing unchecked is uploaded
         trusted = open_source(src, load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms) as reg:
+        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms,
+                      transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
             done = push(trusted, reg, progress=_progress(ctx))
-    data = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
-            "uploaded_bytes": done.moved_bytes}
+    data: dict[str, JSON] = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
+            "uploaded_bytes": done.moved_bytes, "retries": reg.retries}
     _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
                      f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")
 
@@ -321,24 +323,27 @@ def pull_(
     """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
     any blob is requested; then only the blobs the store lacks are fetched, each checked as it streams."""
     _setup(ctx, as_json)
-    from lockbuild.site.oci import Registry, parse_ref
+    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import pull
     from lockbuild.site.store import Store
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
     made = next((d for d in reversed([store_dir, *store_dir.absolute().parents]) if not os.path.lexists(d)), None)
+    store: Store | None = None
     try:
         with Store(store_dir, create=True) as store, \
                 Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                         auth_realms=auth_realms) as reg:
+                         auth_realms=auth_realms, transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
             done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
                         jobs=jobs)
     except BaseException:
-        _forget_new_store(made, store_dir)
+        # a store another node created meanwhile (nodes sharing one) is not this pull's to forget
+        _forget_new_store(made if store is None or store.created else None, store_dir)
         raise
-    data = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
-            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir)}
+    data: dict[str, JSON] = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
+            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir),
+            "retries": reg.retries}
     _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
                      f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
 
@@ -359,22 +364,29 @@ def _forget_new_store(made: Path | None, store_dir: Path) -> None:
 
 @click.command("delta", cls=_Command,
                epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
-               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/")
+               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/ --trust /etc/lockbuild/keys")
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--base", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
               help="The older bundle the site already has.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the delta.")
+@trust_option
+@threshold_option
 @json_option
 @click.pass_context
-def delta_(ctx: click.Context, new: Path, base: Path, out: Path, as_json: bool) -> None:
+def delta_(ctx: click.Context, new: Path, base: Path, out: Path, trust_dir: Path | None, threshold: int | None,
+           as_json: bool) -> None:
     """Write NAME.delta.lbz: NEW's signed manifest and only the members BASE lacks, with NEW's signatures
-    (no key needed). `lockbuild import` completes it in a store that holds BASE's members."""
+    (no key needed). NEW and BASE must meet --trust's policy first. `lockbuild import` completes the
+    delta in a store that holds BASE's members."""
     _setup(ctx, as_json)
     from lockbuild.site.delta import write_delta
+    from lockbuild.trust import load_store
+    from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    done = write_delta(new, base, out, progress=_progress(ctx))
+    done = write_delta(new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold,
+                       progress=_progress(ctx))
     size = done.path.stat().st_size
-    data = {"delta": str(done.path), "members": done.members, "included": done.included,
+    data: dict[str, JSON] = {"delta": str(done.path), "members": done.members, "included": done.included,
             "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}
     _emit(ctx, data, f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "
                      f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)")

@@ -15,6 +15,12 @@ a node trusts a delta exactly as far as the signatures prove its manifest. Impor
 the signature blocks against the trust directory before decompressing anything, the manifest against
 them, each member against the manifest while streaming; every member the delta leaves out must
 already be in the store, or the import fails naming them.
+
+Cutting a delta reads nothing unsigned either. ``delta`` runs wherever the published bundles are (a
+site's import host as much as the builder), on files that came from outside like any other, so NEW
+and BASE go through the one trust decision (``lockbuild.trust.open_source``, ``--trust``) before a byte
+of them is decompressed, and NEW's members reach the delta only through ``TrustedBundle.extract``.
+A delta cut from a bundle whose signatures do not meet the policy is refused, not written.
 """
 
 from __future__ import annotations
@@ -30,13 +36,13 @@ from typing import BinaryIO
 
 from lockbuild import fsio
 from lockbuild.bundle.manifest import MANIFEST, toml_string
-from lockbuild.bundle.read import read_bundle, read_head
 from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
-from lockbuild.trust import read_signatures, signature_path
+from lockbuild.trust import TrustStore, open_source
+from lockbuild.trust.source import BundleFile
 
 SUFFIX = ".delta.lbz"
 HEAD = "delta.toml"
@@ -117,19 +123,20 @@ def _add(out: _Counting, path: str, size: int, src: BinaryIO, mtime: int) -> Non
     out.write(bytes(-size % BLOCK))
 
 
-def write_delta(new: Path, base: Path, out_dir: Path, *, progress: Progress | None = None,
-                limits: Limits = DEFAULT_LIMITS) -> Written:
-    """Cut NEW against BASE into OUT/NAME.delta.lbz (+ .minisig). NEW is read in full (every member
-    against its manifest); BASE only for its manifest. No key is needed."""
-    base_manifest, _ = read_head(base, limits)
+def write_delta(new: Path, base: Path, out_dir: Path, *, trust: TrustStore, threshold: int | None = None,
+                progress: Progress | None = None, limits: Limits = DEFAULT_LIMITS) -> Written:
+    """Cut NEW against BASE into OUT/NAME.delta.lbz (+ .minisig). Both are opened through the one trust
+    decision first; NEW is then extracted in full (every member against its signed manifest), BASE is
+    used only for its signed manifest. No key is needed: the delta carries NEW's signature blocks."""
+    base_manifest = open_source(BundleFile(base), trust, threshold=threshold, limits=limits).manifest
     have = {m.sha256 for m in base_manifest.members}
-    sig = signature_path(new)
-    blocks = "".join(s.to_text() for s in read_signatures(sig, limits)).encode()  # present, bounded, well-formed
+    trusted = open_source(BundleFile(new), trust, threshold=threshold, limits=limits)
+    blocks = "".join(s.to_text() for s in trusted.blocks).encode()  # every block NEW carries, as judged
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".delta-", dir=out_dir))  # this run's own (0700, an unguessable name)
     try:
-        manifest = read_bundle(new, dest=work / "members", limits=limits, progress=progress, action="checking")
-        head_bytes = manifest.to_toml()
+        manifest = trusted.extract(work / "members", progress=progress, action="checking").manifest
+        head_bytes = trusted.manifest_bytes  # exactly the bytes the signatures sign
         keep = [m for m in manifest.members if m.sha256 not in have]
         name = manifest.bundle_name.removesuffix(".lbz") + SUFFIX
         head = DeltaHead(manifest.bundle_name, f"{base_manifest.engine}/{base_manifest.version}-"

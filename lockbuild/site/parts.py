@@ -33,11 +33,11 @@ from lockbuild.bundle.manifest import toml_string
 from lockbuild.digest import CHUNK
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import copy_with_hash, open_regular, read_regular
-from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 from lockbuild.trust import signature_path
 
 PARTS_SUFFIX = ".parts.toml"
-_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 1 << 10, "MI": 1 << 20, "GI": 1 << 30,
+_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 1 << 10, "MI": MiB, "GI": 1 << 30,
           "TI": 1 << 40}
 _SIZE = re.compile(r"(\d+)\s*([KMGT]I?)?B?", re.IGNORECASE)
 _PART_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,250}")
@@ -76,10 +76,6 @@ class PartList:
             lines += ["[[parts]]", f"name = {toml_string(p.name)}", f"size = {p.size}",
                       f"sha256 = {toml_string(p.sha256)}", ""]
         return "\n".join(lines).encode()
-
-
-def is_part_list(path: Path) -> bool:
-    return path.name.endswith(PARTS_SUFFIX)
 
 
 def split(bundle: Path, size: int, out: Path) -> Path:

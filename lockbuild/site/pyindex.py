@@ -41,6 +41,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 class ExportError(LockbuildError):
     """The package index cannot be written (a file another build names differently, a place others can write)."""
 
+    default_tip = ("Fix what the message names and run `lockbuild store index` again: the old index stays as it was "
+                   "until a new one is whole.")
+
 
 def normalize(name: str) -> str:
     """A project name as PEP 503 normalises it (runs of -, _ and . become one -, lower case)."""

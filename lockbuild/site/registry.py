@@ -24,23 +24,26 @@ import io
 import json
 import os
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockbuild.bundle.extract import TIP
 from lockbuild.bundle.manifest import Member
-from lockbuild.digest import CHUNK
+from lockbuild.digest import CHUNK, Hasher
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
-from lockbuild.fsio import loads_json, open_regular, remove_at
+from lockbuild.fsio import open_regular, remove_at
+from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
-from lockbuild.site.oci import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, RegistryError
+from lockbuild.site.oci import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, RegistryError, TransferCut
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import StoreError
 from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
-from lockbuild.trust.source import SizeCheck, Stream
+from lockbuild.trust.source import TIP_AGAIN, SizeCheck, Stream
 
 ARTIFACT_TYPE = "application/vnd.lockbuild.bundle.v1"
 CONFIG_TYPE = "application/vnd.lockbuild.manifest.v1+toml"
@@ -135,6 +138,8 @@ class RegistryArtifact:
         self.label = str(registry.ref)
         self.file_name: str | None = artifact.bundle_name
         self.expect_ref: str | None = None
+        self.where, self.subject = self.label, "the bundle's manifest"
+        self.absent_tip, self.damage_tip, self.partial = TIP_AGAIN, TIP, False
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         if len(self.artifact.signatures) > limits.max_signature_file:
@@ -264,8 +269,7 @@ def _write_error(store: Store, m: Member, exc: OSError) -> StoreError:
 
 
 def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress) -> None:
-    digest = f"sha256:{m.sha256}"
-    h = hashlib.sha256()
+    h: Hasher = hashlib.sha256()
     have = _hash_partial(store, m, h)
     if have == m.size:
         if h.hexdigest() == m.sha256:  # complete and right: adopted, nothing is requested
@@ -274,23 +278,42 @@ def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress)
             return
         remove_at(store.tmp, f"{m.sha256}.partial")  # complete but wrong: fetched again from the start
         have, h = 0, hashlib.sha256()
-    with registry.get_blob(digest, size=m.size, offset=have) as (chunks, start):
-        if start != have:
-            have, h = 0, hashlib.sha256()
-        with store.open_partial(m.sha256, append=bool(have)) as out:
-            for chunk in chunks:
-                have += len(chunk)
-                if have > m.size:
-                    break
-                h.update(chunk)
-                out.write(chunk)
-                progress.advance(len(chunk))
-            out.flush()
-            os.fsync(out.fileno())
+    first, cuts = time.monotonic(), 0
+    while True:
+        try:
+            have, h = _stream_blob(registry, store, m, progress, have, h)
+            break
+        except TransferCut as exc:  # the bytes so far are kept and counted: ask for the rest (Range)
+            cuts += 1
+            if not registry.resume_after_cut(cuts, first):
+                raise exc.plain() from None
+            h = hashlib.sha256()
+            have = _hash_partial(store, m, h)
     _check_blob(store, m, have, h.hexdigest())
 
 
-def _hash_partial(store: Store, m: Member, h: hashlib._Hash) -> int:
+def _stream_blob(registry: Registry, store: Store, m: Member, progress: Progress, have: int,
+                 h: Hasher) -> tuple[int, Hasher]:
+    """The blob's bytes from ``have`` appended to its partial (from 0 if the registry ignored Range)."""
+    with registry.get_blob(f"sha256:{m.sha256}", size=m.size, offset=have) as (chunks, start):
+        if start != have:
+            have, h = 0, hashlib.sha256()
+        with store.open_partial(m.sha256, append=bool(have)) as out:
+            try:
+                for chunk in chunks:
+                    have += len(chunk)
+                    if have > m.size:
+                        break
+                    h.update(chunk)
+                    out.write(chunk)
+                    progress.advance(len(chunk))
+            finally:
+                out.flush()
+                os.fsync(out.fileno())
+    return have, h
+
+
+def _hash_partial(store: Store, m: Member, h: Hasher) -> int:
     """How many bytes of tmp/<sha256>.partial count (0: none, or more than the blob), hashed into ``h``."""
     have = store.partial_size(m.sha256)
     if not 0 < have <= m.size:

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from lockbuild.bundle.extract import AbsentPiece, FilePiece, Piece
+from lockbuild.bundle.extract import TIP, AbsentPiece, FilePiece, Piece
 from lockbuild.bundle.manifest import MANIFEST, Member, parse_manifest
-from lockbuild.bundle.read import TarPiece, _open_tar, check_zstd_frame
+from lockbuild.bundle.read import TarPiece, check_zstd_frame, open_tar
 from lockbuild.bundle.tar import TarReader, check_header, copy_member
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import create_new, open_regular, read_regular
+from lockbuild.install.choose import Offered
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 from lockbuild.site.delta import HEAD, MAX_HEAD, full_name, is_delta, parse_head
@@ -38,7 +39,7 @@ from lockbuild.site.parts import PARTS_SUFFIX, join, read_part_list
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import check_name, parse_ref
 from lockbuild.trust.policy import FileDigests
-from lockbuild.trust.source import BundleFile, SizeCheck, Source, Stream, signature_path
+from lockbuild.trust.source import TIP_AGAIN, BundleFile, SizeCheck, Source, Stream, signature_path
 
 
 def _blocks(path: Path, limits: Limits) -> bytes:
@@ -61,6 +62,8 @@ class PartsFile:
         self.label = str(part_list)
         self.file_name: str | None = self.listing.file
         self.expect_ref: str | None = None
+        self.where, self.subject = self.label, "the bundle's manifest"
+        self.absent_tip, self.damage_tip, self.partial = TIP_AGAIN, TIP, False
         self.joined = work / self.listing.file
         self.signature_file = part_list.parent / (self.listing.file + ".minisig")
         self._bundle = BundleFile(self.joined, signatures=self.signature_file)
@@ -102,6 +105,7 @@ class DeltaFile:
         self.label = str(delta)
         self.file_name: str | None = full_name(delta)
         self.expect_ref: str | None = None
+        self.where, self.subject, self.damage_tip = self.label, "the bundle's manifest", TIP
         self.partial = store is None  # verified alone, it may leave members to a store
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
@@ -122,7 +126,7 @@ class DeltaFile:
             raise IntegrityError(f"the delta {self.delta} does not exist.", tip="Check the path.") from None
         with f:
             check_zstd_frame(f, limits)
-            tar = _open_tar(f, limits)
+            tar = open_tar(f, limits)
             head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))  # a hint for messages, not trusted
             self.absent_tip = (f"Import the base it was cut against ({head.base}) or the full bundle first, "
                                "then this delta.")
@@ -188,6 +192,8 @@ class StoreBuild:
         self.label = f"{ref} in the store {store.root}"
         self.file_name: str | None = None
         self.expect_ref: str | None = ref
+        self.where, self.subject = self.label, "the bundle's manifest"
+        self.absent_tip, self.partial = TIP_AGAIN, False
         self._files: tuple[bytes, bytes] | None = None
 
     def _build(self) -> tuple[bytes, bytes]:
@@ -278,6 +284,75 @@ def choosing_form(arg: str | Path, *, store: Path | None = None) -> Choosing | N
         if text in refs or not any(r.startswith(f"{text}-") for r in refs):
             return None  # an explicit build (exactly that one), or one the store lacks: named_source says so
     return Choosing(engine, version or None, store=store)
+
+
+class StoreOffers:
+    """A store's builds as a :class:`lockbuild.install.choose.Place`: each ``ENGINE/VERSION-VARIANT`` it
+    names, as a :class:`StoreBuild` (judged by the installer's trust decision, never here)."""
+
+    def __init__(self, root: Path, engine: str | None = None, version: str | None = None) -> None:
+        self.path, self.engine, self.version = root, engine, version
+        self._stack = contextlib.ExitStack()
+        self._store: Store | None = None
+
+    def __enter__(self) -> StoreOffers:
+        self._store = self._stack.enter_context(Store(self.path))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._store = None
+        self._stack.close()
+
+    def _open(self) -> Store:
+        if self._store is None:
+            raise LockbuildError(f"internal: the store {self.path} was asked for builds before it was opened.")
+        return self._store
+
+    def engines(self) -> list[str]:
+        return sorted({parse_ref(r)[0] for r in self._open().refs()})
+
+    def offers(self, engine: str | None) -> tuple[list[Offered], list[str]]:
+        store = self._open()
+        named = [(ref, parse_ref(ref)) for ref in sorted(store.refs())]
+        return [Offered(StoreBuild(store, ref), name) for ref, name in named if name[0] == engine], []
+
+
+class FolderOffers:
+    """A folder's ``*.lbz`` files as a :class:`lockbuild.install.choose.Place`: each a :class:`BundleFile`
+    named by its file name only (what it claims counts once its signatures are met); a delta is no
+    candidate."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder
+        self.engine: str | None = None
+        self.version: str | None = None
+
+    def __enter__(self) -> FolderOffers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def engines(self) -> list[str]:
+        return []  # a folder names no builds: only its signed bundles say which engine they are
+
+    def offers(self, engine: str | None) -> tuple[list[Offered], list[str]]:
+        out, skipped = [], []
+        for path in sorted(self.path.glob("*.lbz")):
+            if is_delta(path):
+                skipped.append(f"{path.name}: a delta, not a whole bundle")
+                continue
+            out.append(Offered(BundleFile(path), file=path.name))
+        return out, skipped
+
+
+def place_for(request: Choosing) -> StoreOffers | FolderOffers:
+    """The place a choosing form names, for :func:`lockbuild.install.choose.chosen`."""
+    if request.folder is not None:
+        return FolderOffers(request.folder)
+    if request.store is None or request.engine is None:
+        raise LockbuildError("internal: a choosing form names neither a folder nor a store's engine.")
+    return StoreOffers(request.store, request.engine, request.version)
 
 
 def _is_ref(text: str) -> bool:

@@ -59,8 +59,7 @@ from lockbuild.site.storemodel import (
     parse_ref,
 )
 
-MARK = "lockbuild-store"
-MARK_TEXT = b"lockbuild store 1\n"
+MARK, MARK_TEXT = storecare.MARK, storecare.MARK_TEXT
 MANIFEST_FILE = "bundle.toml"
 SIGNATURE_FILE = "bundle.toml.minisig"
 _TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
@@ -143,21 +142,7 @@ class Store:
         return self._keep(fd) if keep else fd
 
     def _mark(self, create: bool) -> None:
-        try:
-            text = read_regular(MARK, what="store mark", max_size=64, error=StoreError, dir_fd=self.fd,
-                                shown=self._where(MARK))
-        except FileNotFoundError:
-            if not create or _names(self.fd):
-                raise StoreError(
-                    f"{self.root} is not a lockbuild store (no {MARK} file).",
-                    tip="Give --store an empty directory (import makes the store) or one lockbuild made.",
-                ) from None
-            with create_new(MARK, dir_fd=self.fd) as f:
-                f.write(MARK_TEXT)
-                os.fsync(f.fileno())
-            return
-        if text != MARK_TEXT:
-            raise StoreError(f"{self._where(MARK)} is not a format-1 lockbuild store mark.")
+        self.created = storecare.check_mark(self.fd, self.root, create=create)  # True: this process made it
 
     def _write_new(self, dir_fd: int, name: str, data: bytes) -> None:
         """Write ``data`` to tmp/, fsync, and rename it to ``name`` in ``dir_fd``."""

@@ -4,16 +4,57 @@ the store's lock for the last three."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockbuild.errors import LockbuildError
-from lockbuild.fsio import ancestor_problem, fsync_dir, list_dir, lstat_at, owner_problem, remove_at
+from lockbuild.fsio import (
+    ancestor_problem,
+    create_new,
+    fsync_dir,
+    list_dir,
+    lstat_at,
+    owner_problem,
+    read_regular,
+    remove_at,
+)
 from lockbuild.site.storemodel import _HEX, Damage, StoreError
 
 if TYPE_CHECKING:
     from lockbuild.site.store import Store
+
+MARK = "lockbuild-store"
+MARK_TEXT = b"lockbuild store 1\n"
+
+
+def check_mark(fd: int, root: Path, *, create: bool) -> bool:
+    """Check the store's mark, or write it in an empty directory (True: this call wrote it). Nodes that
+    share one store may all create it at once: a mark another process is writing (a prefix of the text)
+    is read again, for up to 2 s, until it is whole."""
+    for _ in range(100):
+        try:
+            text = read_regular(MARK, what="store mark", max_size=64, error=StoreError, dir_fd=fd,
+                                shown=str(root / MARK))
+        except FileNotFoundError:
+            if not create or [n for n in list_dir(fd) if n != MARK]:
+                raise StoreError(
+                    f"{root} is not a lockbuild store (no {MARK} file).",
+                    tip="Give --store an empty directory (import makes the store) or one lockbuild made.",
+                ) from None
+            with contextlib.suppress(FileExistsError), create_new(MARK, dir_fd=fd) as f:
+                f.write(MARK_TEXT)
+                os.fsync(f.fileno())
+                return True
+            continue  # another process made it first: read what it wrote
+        if text == MARK_TEXT:
+            return False
+        if not (create and MARK_TEXT.startswith(text)):
+            break
+        time.sleep(0.02)
+    raise StoreError(f"{root / MARK} is not a format-1 lockbuild store mark.")
 
 
 def check_owner(root: Path, st: os.stat_result, where: str) -> None:

@@ -1,22 +1,26 @@
 """The trust path: one signed statement per signature, a trust store, a pure policy, one opener.
 
 ``statement`` (the signed fields), ``store`` (keys, revocations, policy; identity by raw key),
-``policy`` (pure: who counts and why), ``source`` (the one port every source implements), ``opener``
-(the one trust decision: ``open_source`` returns a :class:`TrustedBundle`), ``sign`` (adding a checked co-signature).
+``policy`` (pure: who counts and why), ``source`` (the one port: ``Signed``, what the decision reads,
+and ``Source``, a bundle's source with its members), ``opener`` (the one trust decision: ``decide`` for
+every signed thing; ``open_source`` returns a :class:`TrustedBundle`), ``sign`` (adding a checked
+co-signature; ``read_unverified``, the signer's own pass).
 """
 
 from lockbuild.trust.opener import (
     DEFAULT_TRUST_DIR,
+    Decision,
     TrustedBundle,
     VerifyResult,
+    decide,
     digest_bundle,
     load_store,
     open_bundle,
     open_source,
     read_signatures,
+    recheck_kept,
     signature_path,
     trust_dir,
-    verify_bundle,
     verify_source,
 )
 from lockbuild.trust.policy import (
@@ -25,10 +29,8 @@ from lockbuild.trust.policy import (
     Verdict,
     check_complete,
     check_dates,
-    check_manifest,
     check_signed_metadata,
     evaluate,
-    prove_manifest,
     signed_manifest,
 )
 from lockbuild.trust.sign import SignResult, carry_over, sign_bundle, sign_statement
@@ -38,6 +40,7 @@ from lockbuild.trust.store import POLICY_FILE, Policy, TrustStore, build_store, 
 __all__ = [
     "DEFAULT_TRUST_DIR",
     "POLICY_FILE",
+    "Decision",
     "Evaluation",
     "FileDigests",
     "Policy",
@@ -51,8 +54,8 @@ __all__ = [
     "carry_over",
     "check_complete",
     "check_dates",
-    "check_manifest",
     "check_signed_metadata",
+    "decide",
     "digest_bundle",
     "evaluate",
     "format_trusted_comment",
@@ -62,13 +65,12 @@ __all__ = [
     "open_source",
     "parse_policy",
     "parse_trusted_comment",
-    "prove_manifest",
     "read_signatures",
+    "recheck_kept",
     "sign_bundle",
     "sign_statement",
     "signature_path",
     "signed_manifest",
     "trust_dir",
-    "verify_bundle",
     "verify_source",
 ]

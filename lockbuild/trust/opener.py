@@ -1,11 +1,14 @@
-"""The one opener: the only place the trust path touches the file system.
+"""The one opener: the trust directory read by descriptor, and the one trust decision.
 
-``open_bundle`` reads the trust directory and the ``.minisig``, opens the bundle as a regular file of
-bounded size, refuses an incomplete copy by its signed size before hashing, hashes it once (sha256: what
-the signed statements bind), lets the pure policy decide, and only then reads the manifest, which must
-be the signed one. What it returns, a :class:`TrustedBundle`, is the only way to the members: its
-``extract`` checks every member against the signed manifest. ``lockbuild verify`` and
-``Installer.install`` both start here.
+:func:`load_store` reads the trust directory (owned by this user or root, writable by no one else).
+:func:`open_source` makes the one decision for every source behind the port (``trust/source.py``: the
+adapters do the source's I/O, this module asks for it in order): the signature blocks, the signed file's
+size checked before a byte of it is hashed, its digests, the pure policy (``trust/policy.py``), the
+site's dates, and only then the manifest bytes, which must be the signed ones. What it returns, a
+:class:`TrustedBundle`, is the only way to the members a user trusts: its ``extract`` checks every member
+against the signed manifest (the signer's own reader, ``bundle.read.read_unverified``, judges no
+signature and serves only ``trust/sign.py``). ``verify``, ``install``, ``import``, ``push``, ``pull``,
+``delta``, ``image`` and an image's ``verify`` all start here.
 """
 
 from __future__ import annotations
@@ -17,13 +20,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from lockbuild.bundle.extract import TIP, Extracted, extract, make_dest
+from lockbuild.bundle.extract import Extracted, extract, make_dest
 from lockbuild.bundle.manifest import Manifest, Member
-from lockbuild.digest import CHUNK, BackgroundHash, TwinHasher
 from lockbuild.errors import IntegrityError, SignatureError
-from lockbuild.fsio import bounded_read, list_dir, open_dir, open_regular, owner_problem, read_regular
+from lockbuild.fsio import bounded_read, list_dir, open_dir, open_regular, owner_problem
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
 from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
@@ -38,14 +40,14 @@ from lockbuild.trust.policy import (
     signed_manifest,
     signed_sizes,
 )
-from lockbuild.trust.source import BundleFile, Source
+from lockbuild.trust.source import TIP_AGAIN, BundleFile, Signed, Source
+from lockbuild.trust.source import digest_bundle as digest_bundle
+from lockbuild.trust.source import read_signatures as read_signatures
 from lockbuild.trust.source import signature_path as signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import POLICY_FILE, REVOKED_FILE, TrustStore, build_store, is_secret_key, secret_key_error
 
 DEFAULT_TRUST_DIR = Path("/etc/lockbuild/keys")
-
-
 
 
 def _check_owner(st: os.stat_result, path: Path, what: str) -> None:
@@ -120,51 +122,16 @@ def load_store(directory: Path) -> TrustStore:
     return build_store(keys, source=str(directory), revoked=revoked or "", policy=policy)
 
 
-def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signature, ...]:
-    """The blocks of a ``.minisig`` (a regular file of at most ``limits.max_signature_file`` bytes)."""
-    try:
-        raw = read_regular(path, what="signature file", max_size=limits.max_signature_file, error=SignatureError)
-    except FileNotFoundError:
-        raise SignatureError(
-            f"no signature file {path}; expected the bundle's .minisig beside it.",
-            tip="Copy the .lbz.minisig that was published with the bundle next to it.",
-        ) from None
-    return parse_signatures(raw, source=str(path), max_bytes=limits.max_signature_file)
 
-
-def digest_bundle(
-    path: Path, limits: Limits = DEFAULT_LIMITS, check: Callable[[int], None] | None = None, *, prehash: bool = True
-) -> FileDigests:
-    """Open the bundle (a regular file, bounded), run ``check(size)`` before reading a byte, then hash it
-    in one pass: sha256, and with ``prehash`` BLAKE2b-512 beside it (minisign's prehash, needed to sign
-    the file; the node's check needs only the sha256 and size, see trust/policy.py)."""
-    try:
-        f, size = open_regular(path, what="bundle", max_size=limits.max_bundle, error=IntegrityError)
-    except FileNotFoundError:
-        raise IntegrityError(f"the bundle {path} does not exist.", tip="Check the path.") from None
-    with f:
-        if check is not None:
-            check(size)
-        if prehash:
-            twin = TwinHasher()
-            _read_all(f, path, size, twin.update)
-            return FileDigests(*twin.finish())
-        sha = BackgroundHash("sha256")  # beside the reads: the next chunk is read while this one is hashed
-        _read_all(f, path, size, sha.update)
-        return FileDigests(size, sha.hexdigest())
-
-
-def _read_all(f: BinaryIO, path: Path, size: int, update: Callable[[bytes], None]) -> None:
-    """Exactly ``size`` bytes of ``f``, in chunks, to ``update``: a file that shrinks or grows is refused."""
-    left = size
-    while left:
-        chunk = f.read(min(CHUNK, left))
-        if not chunk:
-            raise IntegrityError(f"the bundle {path} shrank while it was read: expected {size} bytes.")
-        update(chunk)
-        left -= len(chunk)
-    if f.read(1):
-        raise IntegrityError(f"the bundle {path} grew while it was read: expected {size} bytes.")
+def recheck_kept(source: Source, manifest: Manifest, limits: Limits = DEFAULT_LIMITS) -> Extracted:
+    """Check ``source``'s members against ``manifest``, a manifest the one trust decision already accepted
+    and that this user's own install kept beside what it installed (``verify --models`` without
+    ``--trust``: the kept record was judged when it was installed, under the same ownership rule as the
+    install itself). The signatures are not judged again here; with ``--trust`` the caller opens the kept
+    record with :func:`open_source` instead. The member loop is the one extraction."""
+    with source.members(limits) as stream:
+        return extract(manifest, stream.pieces, dest=None, allow_absent=True, absent_tip=source.absent_tip,
+                       damage_tip=source.damage_tip, where=source.where)
 
 
 @dataclass(frozen=True)
@@ -233,19 +200,15 @@ class TrustedBundle:
             if again is not None and again != self.manifest_bytes:
                 raise IntegrityError(f"the bundle's manifest has sha256 {hashlib.sha256(again).hexdigest()}; the "
                                      f"signatures sign {self.statement.manifest_sha256} ({self.source.label} changed"
-                                     " while it was read).", tip=_TIP_AGAIN)
+                                     " while it was read).", tip=TIP_AGAIN)
             progress.start(action or ("checking" if dest is None else "unpacking"),
                            total_bytes=self.manifest.unpacked_size,
                            files=len(self.manifest.members))
             done = extract(self.manifest, stream.pieces, dest=dest, want=want, progress=progress,
-                           allow_absent=allow_absent, absent_tip=getattr(self.source, "absent_tip", _TIP_AGAIN),
-                           damage_tip=getattr(self.source, "damage_tip", TIP),
-                           where=getattr(self.source, "where", self.source.label))
+                           allow_absent=allow_absent, absent_tip=self.source.absent_tip,
+                           damage_tip=self.source.damage_tip, where=self.source.where)
         progress.finish()
         return done
-
-
-_TIP_AGAIN = "Fetch the bundle again from its publisher (or import or pull it again), then retry."
 
 
 def _names_in(blocks: tuple[Signature, ...]) -> list[str]:
@@ -258,19 +221,33 @@ def _names_in(blocks: tuple[Signature, ...]) -> list[str]:
     return sorted(names) or [""]
 
 
-def open_source(
-    source: Source,
+@dataclass(frozen=True)
+class Decision:
+    """What the one trust decision established about a :class:`~lockbuild.trust.source.Signed`: the
+    statement the counted signatures agree on, the signed file's digests (where the source is the file),
+    and the subject's exact bytes, whose sha256 is the signed one. Made by :func:`decide` alone."""
+
+    digests: FileDigests | None
+    evaluation: Evaluation
+    statement: Statement
+    subject_bytes: bytes
+    blocks: tuple[Signature, ...]
+
+
+def decide(
+    source: Signed,
     store: TrustStore,
     *,
     threshold: int | None = None,
     now: dt.datetime | None = None,
     limits: Limits = DEFAULT_LIMITS,
-) -> TrustedBundle:
-    """The one trust decision, for every source: the signature blocks are judged against ``store``
-    (with the file's digests where the source is the signed file, its size checked before a byte is
-    hashed); the signed dates are checked; then, only then, the manifest bytes are read and must be the
-    signed ones, say what the statement says, and be the build the user named. Raises SignatureError
-    or IntegrityError; returns the only object that reaches the members."""
+) -> Decision:
+    """The one trust decision, for every signed thing (a bundle from any source, an image): the signature
+    blocks are judged against ``store`` (where the source is the signed file, a file no trusted statement
+    names is refused before a byte of it is read, and its size is checked before it is hashed); the signed
+    dates are checked; then, only then, the subject's bytes are read and must have the signed sha256.
+    Raises SignatureError or IntegrityError. :func:`open_source` (bundles) and
+    ``lockbuild.image.verify.verify_image`` (images) are made of it."""
     current = now or dt.datetime.now(dt.UTC)
     raw = source.signature_blocks(limits)
     blocks = parse_signatures(raw, source=f"the signatures of {source.label}", max_bytes=limits.max_signature_file)
@@ -291,14 +268,34 @@ def open_source(
         evaluation = next((e for e in tried if e.met), tried[0])
     statement = evaluation.require()
     check_dates(statement, store.policy)
-    manifest_bytes = source.manifest_bytes(limits, statement.manifest_sha256)  # only now, after the policy is met
-    manifest = signed_manifest(statement, manifest_bytes, limits)
+    subject = source.manifest_bytes(limits, statement.manifest_sha256)  # only now, after the policy is met
+    digest = hashlib.sha256(subject).hexdigest()
+    if digest != statement.manifest_sha256:
+        raise IntegrityError(f"{source.subject} has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
+                             tip=f"{source.subject[:1].upper()}{source.subject[1:]} is not the signed one: do not "
+                             "use it; fetch it again from its publisher.")
+    return Decision(digests, evaluation, statement, subject, blocks)
+
+
+def open_source(
+    source: Source,
+    store: TrustStore,
+    *,
+    threshold: int | None = None,
+    now: dt.datetime | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> TrustedBundle:
+    """The one trust decision (:func:`decide`) for a bundle, from any source: then the manifest, whose
+    bytes are the signed ones, must say what the statement says and be the build the user named. Raises
+    SignatureError or IntegrityError; returns the only object that reaches the members."""
+    d = decide(source, store, threshold=threshold, now=now, limits=limits)
+    manifest = signed_manifest(d.statement, d.subject_bytes, limits)
     asked = source.expect_ref
     got = f"{manifest.engine}/{manifest.version}-{manifest.variant}"
     if asked is not None and got != asked:
         raise IntegrityError(f"{source.label} holds the signed manifest of another build ({got}); refused.",
                              tip="Import or pull the build again: the store's entry was altered.")
-    return TrustedBundle(source, digests, evaluation, statement, manifest, manifest_bytes, blocks, limits)
+    return TrustedBundle(source, d.digests, d.evaluation, d.statement, manifest, d.subject_bytes, d.blocks, limits)
 
 
 def open_bundle(
@@ -341,22 +338,10 @@ def verify_source(
     """``lockbuild verify``: the signatures, then every member against the signed manifest, whatever the
     source. Only a delta verified without its store may lack members; they are reported, not hidden."""
     trusted = open_source(source, store, threshold=threshold, now=now)
-    done = trusted.extract(progress=progress, allow_absent=getattr(source, "partial", False))
+    done = trusted.extract(progress=progress, allow_absent=source.partial)
     return VerifyResult(Path(source.label), trusted.sha256, trusted.statement.size, trusted.signer_ids,
                         len(done.manifest.members), trusted.evaluation, tuple(m.path for m in done.absent),
                         trusted.ref)
-
-
-def verify_bundle(
-    bundle: Path,
-    store: TrustStore,
-    *,
-    threshold: int | None = None,
-    now: dt.datetime | None = None,
-    progress: Progress | None = None,
-) -> VerifyResult:
-    """``verify_source`` of a ``.lbz``."""
-    return verify_source(BundleFile(bundle), store, threshold=threshold, now=now, progress=progress)
 
 
 def trust_dir(explicit: Path | None) -> Path:

@@ -311,18 +311,6 @@ def check_dates(statement: Statement, policy: Policy) -> None:
                              f"{iso(policy.not_after)}; refused.")
 
 
-def check_manifest(statement: Statement, manifest: Manifest, manifest_bytes: bytes) -> None:
-    """The manifest read from the bundle must be the one the statement signs (its exact bytes, as the
-    bundle carries them, not a re-serialisation), and say the same things."""
-    digest = hashlib.sha256(manifest_bytes).hexdigest()
-    if digest != statement.manifest_sha256:
-        raise IntegrityError(
-            f"the bundle's manifest has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
-            tip="The manifest is not the signed one: do not install this bundle; report it to the publisher.",
-        )
-    check_signed_metadata(statement, manifest)
-
-
 def check_signed_metadata(statement: Statement, manifest: Manifest) -> None:
     """The signed statement and the manifest inside must describe the same bundle (no mix-and-match)."""
     mine: dict[str, object] = {"engine": manifest.engine, "version": manifest.version, "variant": manifest.variant,
@@ -334,24 +322,6 @@ def check_signed_metadata(statement: Statement, manifest: Manifest) -> None:
                 f"the signature says {key}={signed} but the bundle's manifest says {value}.",
                 tip="The signed metadata and the bundle disagree (mix-and-match); do not install it.",
             )
-
-
-def prove_manifest(
-    signatures: Sequence[Signature],
-    store: TrustStore,
-    manifest_bytes: bytes,
-    *,
-    now: dt.datetime,
-    threshold: int | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-) -> tuple[Manifest, Evaluation]:
-    """Signature blocks alone (no bundle file) prove ``manifest_bytes``: the policy is met by statements
-    whose global signatures verify, they sign these bytes' sha256, and the manifest says what they say.
-    How a store, a delta or a registry pull checks the manifest before using or requesting any member."""
-    evaluation = evaluate(signatures, store, name=None, now=now, threshold=threshold)
-    statement = evaluation.require()
-    check_dates(statement, store.policy)
-    return signed_manifest(statement, manifest_bytes, limits), evaluation
 
 
 def signed_manifest(statement: Statement, manifest_bytes: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:

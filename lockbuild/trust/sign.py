@@ -9,20 +9,23 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lockbuild import fsio
-from lockbuild.bundle.read import read_bundle
+from lockbuild.bundle.extract import extract, make_dest
+from lockbuild.bundle.manifest import Manifest, Member
+from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_manifest, tar_pieces
+from lockbuild.bundle.zstdframe import TIP, Hashing
 from lockbuild.errors import IntegrityError, SignatureError
-from lockbuild.limits import DEFAULT_LIMITS
+from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import SecretKey, Signature, sign_prehashed
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.progress import Progress
-from lockbuild.trust.opener import digest_bundle, read_signatures, signature_path
-from lockbuild.trust.policy import Evaluation, evaluate
+from lockbuild.trust.policy import Evaluation, FileDigests, evaluate
+from lockbuild.trust.source import digest_bundle, read_signatures, signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
 
@@ -107,6 +110,60 @@ def write_with_block(sig_path: Path, existing: Sequence[Signature], key_id: byte
     return replaced
 
 
+def read_unverified(
+    path: Path,
+    *,
+    dest: Path | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    progress: Progress | None = None,
+    on_manifest: Callable[[Manifest, bytes], None] | None = None,
+    expect_sha256: str | None = None,
+    want: Callable[[Member], bool] | None = None,
+    action: str | None = None,
+) -> Manifest:
+    """The signer's own reader: every member of the bundle checked against the manifest *the bundle itself
+    carries* (the one member loop, :func:`lockbuild.bundle.extract.extract`, by the strict reader's rules);
+    with ``dest``, written there. No signature is judged: this serves :func:`sign_bundle` (a bundle about
+    to be signed, or co-signed) and nothing a user trusts. Every other way to members is the one trust
+    decision (``open_source``, ``TrustedBundle.extract``); ``tests/test_trust_port.py`` fails when the
+    package calls this anywhere but here.
+
+    ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and
+    its exact bytes (what a signed manifest-sha256 covers): a place to refuse early. With
+    ``expect_sha256``, the raw bytes read must also be that file, hashed again as they are read: the
+    signature asserts a file digest computed on an earlier pass. The caller owns ``dest`` (an empty
+    staging directory) and removes it if this raises.
+    """
+    progress = progress or Progress.quiet()
+    make_dest(dest)
+    with open_file(path, limits) as raw_file:
+        check_zstd_frame(raw_file, limits)
+        f = Hashing(raw_file) if expect_sha256 is not None else None
+        tar = open_tar(f or raw_file, limits)
+        manifest, manifest_bytes = read_manifest(tar, limits)
+        if on_manifest is not None:
+            on_manifest(manifest, manifest_bytes)
+        progress.start(action or ("checking" if dest is None else "unpacking"), total_bytes=manifest.unpacked_size,
+                       files=len(manifest.members))
+        extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
+        got = f.finish() if f is not None else None
+    if expect_sha256 is not None and got != expect_sha256:
+        raise IntegrityError(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.",
+                             tip=TIP)
+    progress.finish()
+    return manifest
+
+
+def judge_existing(existing: Sequence[Signature], store: TrustStore | None, *, name: str, digests: FileDigests,
+                   now: dt.datetime | None = None) -> Evaluation | None:
+    """What the signatures already beside a file (a bundle, an image) amount to under ``store``, reported
+    by ``sign`` (None without a store or blocks). A trusted key's signature that does not verify raises
+    here: the file or its .minisig was altered."""
+    if store is None or not existing:
+        return None
+    return evaluate(existing, store, name=name, now=now or dt.datetime.now(dt.UTC), file=digests)
+
+
 def sign_bundle(
     bundle: Path,
     key: SecretKey,
@@ -123,17 +180,14 @@ def sign_bundle(
         existing = read_signatures(sig_path)
     digests = digest_bundle(bundle)
     carried: list[bytes] = []  # the manifest's bytes as the bundle carries them: what the statement signs
-    manifest = read_bundle(bundle, progress=progress, expect_sha256=digests.sha256,  # every member, or refused
-                           on_manifest=lambda _m, raw: carried.append(raw))
+    manifest = read_unverified(bundle, progress=progress, expect_sha256=digests.sha256,  # every member, or refused
+                               on_manifest=lambda _m, raw: carried.append(raw))
     if bundle.name != manifest.bundle_name:
         raise IntegrityError(
             f"the bundle file is named {bundle.name}, but its manifest names {manifest.bundle_name}.",
             tip="Sign the bundle under the name it was built as; a renamed bundle is refused on every node.",
         )
-    evaluation = None
-    if store is not None and existing:
-        # A trusted key's signature that does not verify raises here: the bundle or its .minisig was altered.
-        evaluation = evaluate(existing, store, name=bundle.name, now=now or dt.datetime.now(dt.UTC), file=digests)
+    evaluation = judge_existing(existing, store, name=bundle.name, digests=digests, now=now)
     statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires,
                              manifest_bytes=carried[0])
     block = sign_statement(key, statement, digests.blake2b)

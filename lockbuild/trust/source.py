@@ -7,23 +7,31 @@ manifest's exact bytes, and its members as pieces in the order it holds them. It
 
 - :class:`BundleFile` here (a ``.lbz`` and its ``.minisig``);
 - ``lockbuild.site.sources``: a part list, a delta (with the store it completes), a store's build;
-- ``lockbuild.site.registry``: a registry artifact (the site wing's network side).
+- ``lockbuild.site.registry``: a registry artifact (the site wing's network side);
+- ``lockbuild.image.source``: an image ``FILE.sqfs``, whose record ``FILE.sqfs.json`` is its manifest.
+
+The plain reads the trust path needs are here too (:func:`read_signatures`, :func:`digest_bundle`), so
+the opener imports this module and this module imports nothing of the opener.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
-from lockbuild.bundle.extract import Piece
-from lockbuild.bundle.read import _open, _open_tar, _read_manifest, check_zstd_frame, read_head_raw, tar_pieces
-from lockbuild.errors import SignatureError
-from lockbuild.fsio import read_regular
+from lockbuild.bundle.extract import TIP, Piece
+from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_head_raw, read_manifest, tar_pieces
+from lockbuild.digest import CHUNK, digest_exactly
+from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.fsio import open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.minisign import Signature, parse_signatures
 from lockbuild.trust.policy import FileDigests
+
+TIP_AGAIN = "Fetch the bundle again from its publisher (or import or pull it again), then retry."
 
 
 def signature_path(bundle: Path) -> Path:
@@ -34,8 +42,9 @@ class SizeCheck(Protocol):
     def __call__(self, size: int, *, assembles: bool = False) -> None: ...
 
 
-class Source(Protocol):
-    """Where a signed bundle comes from."""
+class Signed(Protocol):
+    """What the one trust decision reads of a signed thing: its blocks, the signed file's digests where it
+    is one, and the exact bytes of the statement's subject (a bundle's manifest, an image's record)."""
 
     @property
     def label(self) -> str:
@@ -44,13 +53,14 @@ class Source(Protocol):
 
     @property
     def file_name(self) -> str | None:
-        """The bundle file name the signed statements must name; None: the name they give, which must
-        then be the manifest's own (a store names builds, not files)."""
+        """The file name the signed statements must name; None: the name they give, which must then be
+        the manifest's own (a store names builds, not files)."""
         ...
 
     @property
-    def expect_ref(self) -> str | None:
-        """ENGINE/VERSION-VARIANT the user asked for, when the source is named that way."""
+    def subject(self) -> str:
+        """How messages name the bytes ``manifest_bytes`` returns ("the bundle's manifest", "the record
+        FILE.sqfs.json")."""
         ...
 
     def signature_blocks(self, limits: Limits) -> bytes:
@@ -64,9 +74,40 @@ class Source(Protocol):
         ...
 
     def manifest_bytes(self, limits: Limits, signed_sha256: str | None = None) -> bytes:
-        """The manifest's exact bytes (read only after the signature blocks met the policy). With
+        """The subject's exact bytes (read only after the signature blocks met the policy). With
         ``signed_sha256``, the digest the counted signatures sign: a source that would have to request
         the manifest by another digest refuses before it requests anything."""
+        ...
+
+
+class Source(Signed, Protocol):
+    """Where a signed bundle comes from: a :class:`Signed` whose subject is a bundle manifest, and whose
+    members it hands over."""
+
+    @property
+    def expect_ref(self) -> str | None:
+        """ENGINE/VERSION-VARIANT the user asked for, when the source is named that way."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """How a refused member's message names what held it ("the bundle", "the delta", a store build)."""
+        ...
+
+    @property
+    def absent_tip(self) -> str:
+        """What to do when members the signed manifest lists are missing from this source."""
+        ...
+
+    @property
+    def damage_tip(self) -> str:
+        """What to do when a member is not the one the signed manifest lists."""
+        ...
+
+    @property
+    def partial(self) -> bool:
+        """True for a source that may lack members by design (a delta verified without its store):
+        ``verify`` then reports them; every other use still requires them all."""
         ...
 
     def members(self, limits: Limits) -> AbstractContextManager[Stream]:
@@ -93,6 +134,10 @@ class BundleFile:
         self.where = "the bundle"
         self.file_name: str | None = path.name
         self.expect_ref: str | None = None
+        self.subject = "the bundle's manifest"
+        self.absent_tip = TIP_AGAIN
+        self.damage_tip = TIP
+        self.partial = False
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         try:
@@ -105,8 +150,6 @@ class BundleFile:
             ) from None
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
-        from lockbuild.trust.opener import digest_bundle
-
         return digest_bundle(self.path, limits, check, prehash=False)
 
     def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
@@ -124,11 +167,11 @@ class _TarMembers:
         self.path, self.limits = path, limits
 
     def __enter__(self) -> Stream:
-        self.f = _open(self.path, self.limits)
+        self.f = open_file(self.path, self.limits)
         try:
             check_zstd_frame(self.f, self.limits)
-            tar = _open_tar(self.f, self.limits)
-            _, again = _read_manifest(tar, self.limits)
+            tar = open_tar(self.f, self.limits)
+            _, again = read_manifest(tar, self.limits)
         except BaseException:
             self.f.close()
             raise
@@ -136,3 +179,45 @@ class _TarMembers:
 
     def __exit__(self, *exc: object) -> None:
         self.f.close()
+
+
+def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signature, ...]:
+    """The blocks of a ``.minisig`` (a regular file of at most ``limits.max_signature_file`` bytes)."""
+    try:
+        raw = read_regular(path, what="signature file", max_size=limits.max_signature_file, error=SignatureError)
+    except FileNotFoundError:
+        raise SignatureError(
+            f"no signature file {path}; expected the bundle's .minisig beside it.",
+            tip="Copy the .lbz.minisig that was published with the bundle next to it.",
+        ) from None
+    return parse_signatures(raw, source=str(path), max_bytes=limits.max_signature_file)
+
+
+def digest_bundle(
+    path: Path, limits: Limits = DEFAULT_LIMITS, check: Callable[[int], None] | None = None, *, prehash: bool = True,
+    what: str = "bundle",
+) -> FileDigests:
+    """Open the signed file (a regular file, bounded), run ``check(size)`` before reading a byte, then hash
+    it in one pass: sha256, and with ``prehash`` BLAKE2b-512 beside it (minisign's prehash, needed to sign
+    the file; the node's check needs only the sha256 and size, see trust/policy.py)."""
+    try:
+        f, size = open_regular(path, what=what, max_size=limits.max_bundle, error=IntegrityError)
+    except FileNotFoundError:
+        raise IntegrityError(f"the {what} {path} does not exist.", tip="Check the path.") from None
+    with f:
+        if check is not None:
+            check(size)
+        return FileDigests(size, *digest_exactly(f, size, what=f"the {what} {path}", blake2b=prehash))
+
+
+def _read_all(f: BinaryIO, path: Path, size: int, update: Callable[[bytes], None], what: str) -> None:
+    """Exactly ``size`` bytes of ``f``, in chunks, to ``update``: a file that shrinks or grows is refused."""
+    left = size
+    while left:
+        chunk = f.read(min(CHUNK, left))
+        if not chunk:
+            raise IntegrityError(f"the {what} {path} shrank while it was read: expected {size} bytes.")
+        update(chunk)
+        left -= len(chunk)
+    if f.read(1):
+        raise IntegrityError(f"the {what} {path} grew while it was read: expected {size} bytes.")

@@ -1,0 +1,391 @@
+"""The connection under ``site/oci.py``'s Registry: requests with deadlines, bounded answers, where
+credentials go, and asking a busy registry again.
+
+``Connection`` sends every request (``_send``: credentials to the registry's own origin only, redirects
+without them), each attempt within its deadline (``ocisocket.Clock``), answers read with a cap
+(``_read``); a 429 / 502 / 503 / 504 is asked again as the pure policy ``site/retry.py`` decides
+(``_attempts``), the wait cut short when another transfer of the command fails (``stop``). A body that
+breaks off is a ``TransferCut``, so a blob can be asked for the rest (``resume_after_cut``). No
+third-party exception leaves it: transport failures become ``RegistryError`` with the registry, the
+request and what to do.
+"""
+
+from __future__ import annotations
+
+import http
+import random
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urljoin, urlsplit
+
+import httpcore
+import httpx
+
+from lockbuild.errors import LockbuildError
+from lockbuild.jsonio import loads_json
+from lockbuild.limits import MiB
+from lockbuild.site.ociref import (
+    Credentials,
+    OciRef,
+    RegistryError,
+    is_loopback,
+    parse_auth_realm,
+    parse_challenge,
+    realm_refusal,
+    realm_tip,
+)
+from lockbuild.site.ocisocket import Clock, ClockedTransport
+from lockbuild.site.retry import DEFAULT_RETRY, RETRY_ENV, RETRYABLE, Answer, Moment, RetryPolicy, decide, resume
+
+MAX_OCI_MANIFEST = 64 << 20
+_TOKEN = re.compile(r"[\x21-\x7e]+")  # a token goes into a header: printable ASCII, no spaces
+# What the transport may raise (httpx wraps socket and ssl errors; the rest is belt and braces).
+TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpcore.TimeoutException,
+                    httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError, ValueError)
+
+
+class TransferCut(RegistryError):
+    """An answer's body broke off (the connection closed or failed mid-body), not on a deadline or a stop:
+    a blob can be asked for again from the byte received. Given up, it is shown as the RegistryError it is."""
+
+    default_tip = "Run the same command again: a pull resumes a cut blob at the byte received."
+
+    def plain(self) -> RegistryError:
+        return RegistryError(self.message, tip="Run the same command again: a pull resumes where this one stopped.")
+
+
+@dataclass(frozen=True)
+class Transport:
+    """The time and size bounds of every exchange with a registry (see ``site/oci.py``'s docstring)."""
+
+    request_seconds: float = 60.0  # a small request, whole: connect, send, headers and body
+    blob_seconds: float = 60.0  # a blob's fixed allowance ...
+    min_rate: float = 1_000_000.0  # ... plus its size at this many bytes per second
+    io_seconds: float = 30.0  # the longest any one read, write or connect may wait
+    max_manifest: int = MAX_OCI_MANIFEST
+    max_token: int = MiB
+    max_error: int = 16 << 10
+    max_depth: int = 32  # JSON nesting (an OCI manifest nests 3 deep)
+    retry: RetryPolicy = field(default=DEFAULT_RETRY)  # 429 / 502 / 503 / 504: when to ask again (site/retry.py)
+
+    def blob_deadline(self, size: int) -> float:
+        return self.blob_seconds + max(0, size) / self.min_rate
+
+
+DEFAULT_TRANSPORT = Transport()
+
+
+
+# -- the client -------------------------------------------------------------------------------------
+
+
+class Connection:
+    """One repository on one registry, over one HTTP connection pool: the requests, not what they ask."""
+
+    def __init__(
+        self,
+        ref: OciRef,
+        *,
+        plain_http: bool = False,
+        ca_file: Path | None = None,
+        credentials: Credentials | None = None,
+        auth_realms: Sequence[str] = (),
+        transport: Transport,
+    ) -> None:
+        self.ref = ref
+        self.plain_http = plain_http
+        self.limits = transport
+        self.scheme = "http" if (plain_http or (ref.loopback and ca_file is None)) else "https"
+        self.auth_realms = tuple(parse_auth_realm(a) for a in auth_realms)
+        verify: ssl.SSLContext | bool = True
+        if ca_file is not None:
+            try:
+                verify = ssl.create_default_context(cafile=str(ca_file))
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                tip = "Give --ca-file the PEM certificate(s) of the registry's CA."
+                raise RegistryError(f"cannot use the CA file {ca_file}: {exc}.", tip=tip) from None
+        self.base = f"{self.scheme}://{ref.host}/v2/{ref.repo}"
+        self._credentials = credentials
+        self._auth: str | None = None  # the Authorization header value once the registry asked for one
+        self._clock = Clock()
+        self._stop_lock = threading.Lock()
+        self._stopped_by: LockbuildError | None = None
+        self._jitter = random.Random()  # noqa: S311 - spreads retries in time; nothing secret
+        self.retries = 0  # requests asked again after a 429 / 502 / 503 / 504 (all threads)
+        t = self.limits
+        self.client = httpx.Client(
+            transport=ClockedTransport(verify, self._clock),
+            timeout=httpx.Timeout(t.io_seconds),
+            follow_redirects=False,
+            headers={"User-Agent": "lockbuild", "Accept-Encoding": "identity"},
+        )
+
+    def close(self) -> None:
+        with suppress(*TRANSPORT_ERRORS):
+            self.client.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stop(self, cause: LockbuildError) -> LockbuildError:
+        """Make every transfer still running (in any thread) fail at its next read or write, and every
+        later one at once: the first failure of a pull ends the pull promptly. The first cause stays,
+        and is returned, so that whichever transfer the caller looks at first reports it."""
+        with self._stop_lock:
+            if self._stopped_by is None:
+                self._stopped_by = cause
+                self._clock.stop(cause.message.rstrip("."))
+            return self._stopped_by
+
+    # -- errors -------------------------------------------------------------------------------
+    def _fail(self, what: str, detail: str, tip: str | None = None) -> RegistryError:
+        tip = tip or "Check the registry address, that it is up, and your access to the repository."
+        return RegistryError(f"{what} at {self.ref.host}: {detail}", tip=tip)
+
+    def _transport_error(self, what: str, exc: BaseException) -> RegistryError:
+        """A transport failure as the user reads it: a stop, a missed deadline, or what broke."""
+        if self._clock.stopped is not None:
+            return self._fail(what, f"stopped, because {self._clock.stopped}",
+                              tip="Fix what the first error says, then run the same command again.")
+        seconds = self._clock.expired()
+        if seconds is not None and isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
+            t = self.limits
+            return self._fail(
+                what,
+                f"it did not finish within its {seconds:.0f} s deadline (the registry sent too slowly or stalled); "
+                "given up.",
+                tip=f"Check the registry and the network to it (a request must finish within {t.request_seconds:g} s, "
+                f"a blob within {t.blob_seconds:g} s plus its size at {t.min_rate / 1e6:g} MB/s); then run the same "
+                "command again (a pull resumes what it already has).",
+            )
+        detail = (str(exc) or "no detail")[:300].rstrip(".")
+        return self._fail(what, f"{type(exc).__name__}: {detail}.")
+
+    def _check_scheme(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme == "https":
+            return
+        if parts.scheme != "http" or not (self.plain_http or is_loopback(parts.hostname or "")):
+            shown = f"{parts.scheme}://{parts.hostname or ''}"
+            raise self._fail("refused", f"the registry sent us to {shown[:200]}, which is not https.",
+                             tip="Use --plain-http only for a registry you reach over a trusted network.")
+
+    def _own_origin(self, url: str) -> bool:
+        parts = urlsplit(url)
+        return parts.scheme == self.scheme and parts.netloc == self.ref.host
+
+    # -- transport ----------------------------------------------------------------------------
+    def _raw(self, method: str, url: str, *, what: str, headers: dict[str, str],
+             content: bytes | Iterable[bytes] | None) -> httpx.Response:
+        """One request, streamed; every transport failure a RegistryError."""
+        if self._clock.stopped is not None:
+            raise self._transport_error(what, RuntimeError("stopped"))
+        try:
+            request = self.client.build_request(method, url, headers=headers, content=content)
+            return self.client.send(request, stream=True)
+        except TRANSPORT_ERRORS as exc:
+            raise self._transport_error(what, exc) from None
+
+    def _send(self, method: str, url: str, *, what: str, headers: dict[str, str] | None = None,
+              content: bytes | Iterable[bytes] | None = None, retry_auth: bool = True,
+              redirects: int = 5) -> httpx.Response:
+        self._check_scheme(url)
+        h = dict(headers or {})
+        own = self._own_origin(url)
+        if self._auth is not None and own:
+            h["Authorization"] = self._auth
+        response = self._raw(method, url, what=what, headers=h, content=content)
+        if response.status_code == 401 and retry_auth and own:
+            challenge = response.headers.get("WWW-Authenticate", "")
+            _close(response)
+            self._authenticate(challenge, what)
+            if isinstance(content, Iterator):
+                raise self._fail(what, "the registry asked for credentials in the middle of an upload; retry.")
+            return self._send(method, url, what=what, headers=headers, content=content, retry_auth=False,
+                              redirects=redirects)
+        if response.status_code in (301, 302, 303, 307, 308) and redirects:
+            target = self._join(url, response.headers.get("Location", ""), what)
+            _close(response)
+            # A redirect (to blob storage) gets no credentials: they go to the registry's own origin only.
+            return self._send(method if response.status_code != 303 else "GET", target, what=what,
+                              headers=headers, content=content, retry_auth=False,
+                              redirects=redirects - 1)
+        return response
+
+    def _join(self, base: str, location: str, what: str) -> str:
+        try:
+            return urljoin(base, location)
+        except ValueError:
+            raise self._fail(what, f"the registry sent us to {location[:200]!r}, which is not a URL.") from None
+
+    @contextmanager
+    def _exchange(self, method: str, url: str, *, what: str, seconds: float, headers: dict[str, str] | None = None,
+                  content: bytes | Iterable[bytes] | None = None) -> Iterator[httpx.Response]:
+        """A request and its answer, each attempt within ``seconds``; a busy answer (429, 502, 503, 504)
+        asked again as ``site/retry.py`` decides. The answer is closed after."""
+        with self._attempts(what, seconds, lambda: self._send(method, url, what=what, headers=headers,
+                                                               content=content)) as r:
+            yield r
+
+    @contextmanager
+    def _attempts(self, what: str, seconds: float, send: Callable[[], httpx.Response]) -> Iterator[httpx.Response]:
+        first = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            with self._clock.within(seconds):
+                r = send()
+                try:
+                    if r.status_code not in RETRYABLE:
+                        yield r
+                        return
+                    wait = self._busy(r, attempt, first, what)
+                finally:
+                    _close(r)
+            if not self._clock.pause(wait):
+                raise self._transport_error(what, RuntimeError("stopped"))
+
+    def _busy(self, r: httpx.Response, attempt: int, first: float, what: str) -> float:
+        """The seconds to wait before asking again after a busy answer, or the error that ends the request."""
+        decision = decide(Answer(r.status_code, r.headers.get("Retry-After")),
+                          attempt, Moment(time.monotonic() - first, time.time()), self.limits.retry,
+                          self._jitter.random())
+        if decision.wait is not None:
+            with self._stop_lock:
+                self.retries += 1
+            return decision.wait
+        body = _error_text(self._read(r, self.limits.max_error, what, truncate=True))
+        said = f"{r.status_code} {_phrase(r.status_code)}" + (f" ({body})" if body else "")
+        raise self._fail(
+            what, f"the registry answered {said}, and {decision.why}; given up.",
+            tip="The registry (or a mirror or proxy in front of it) is overloaded or limits requests: run the same "
+            "command again later (a pull resumes what it already has), pull from a mirror nearer the node, or give "
+            f"it longer with {RETRY_ENV}=SECONDS.",
+        )
+
+    def _read(self, r: httpx.Response, limit: int, what: str, *, truncate: bool = False) -> bytes:
+        """The answer's body, at most ``limit`` bytes (``truncate``: cut there, else refuse more)."""
+        length = r.headers.get("Content-Length", "")
+        if not truncate and length.isdigit() and int(length) > limit:
+            raise self._fail(what, f"the answer is {length} bytes, over the {limit} allowed; refused unread.",
+                             tip="Check that the address is an OCI registry you trust.")
+        out = bytearray()
+        for chunk in self._chunks(r, what):
+            out += chunk
+            if len(out) > limit:
+                if truncate:
+                    return bytes(out[:limit])
+                raise self._fail(what, f"the answer is over {limit} bytes; refused.",
+                                 tip="Check that the address is an OCI registry you trust.")
+        return bytes(out)
+
+    def _chunks(self, r: httpx.Response, what: str) -> Iterator[bytes]:
+        try:
+            yield from r.iter_raw()  # as received (a chunk size would hold back what came before a break)
+        except TRANSPORT_ERRORS as exc:
+            error = self._transport_error(what, exc)
+            cut = self._clock.stopped is None and self._clock.expired() is None and not isinstance(
+                exc, httpx.TimeoutException | httpcore.TimeoutException)
+            raise (TransferCut(error.message, tip=error.tip) if cut else error) from None
+
+    def resume_after_cut(self, attempt: int, first: float) -> bool:
+        """After a blob's answer broke off for the ``attempt``-th time (``first``: when it was first asked
+        for, monotonic): wait as ``site/retry.py::resume`` decides and say True, or False to give up."""
+        decision = resume(attempt, Moment(time.monotonic() - first, time.time()), self.limits.retry,
+                          self._jitter.random())
+        if decision.wait is None or not self._clock.pause(decision.wait):
+            return False
+        with self._stop_lock:
+            self.retries += 1
+        return True
+
+    def _json(self, raw: bytes, what: str, answer: str, limit: int) -> Any:
+        try:
+            return loads_json(raw, what=answer, max_bytes=limit, max_depth=self.limits.max_depth, error=RegistryError)
+        except RegistryError as exc:
+            raise self._fail(what, exc.message, tip="Check that the address is an OCI registry you trust.") from None
+
+    def _expect(self, r: httpx.Response, ok: tuple[int, ...], what: str) -> None:
+        if r.status_code in ok:
+            return
+        body = self._read(r, self.limits.max_error, what, truncate=True)
+        raise self._fail(what, f"HTTP {r.status_code} {_error_text(body)}".strip())
+
+    # -- auth ---------------------------------------------------------------------------------
+    def _authenticate(self, challenge: str, what: str) -> None:
+        scheme, params = parse_challenge(challenge)
+        creds = self._credentials
+        if scheme == "basic":
+            if creds is None:
+                tip = "Pass --username NAME and the password on stdin with --password-stdin."
+                raise self._fail(what, "the registry needs credentials.", tip=tip)
+            self._auth = creds.basic()  # sent to the registry's own origin only (_send)
+            return
+        if scheme != "bearer" or "realm" not in params:
+            raise self._fail(what, "the registry refused the request (401) without a usable challenge.")
+        realm = params["realm"]
+        why = realm_refusal(self.scheme, self.ref.host, realm, self.auth_realms)
+        if why is not None:
+            raise self._fail(what, f"its token realm {realm[:200]!r} {why}; nothing was sent to it.",
+                             tip=realm_tip(realm, self.scheme))
+        self._check_scheme(realm)
+        query = {k: v for k, v in params.items() if k in ("service", "scope")}
+        query.setdefault("scope", f"repository:{self.ref.repo}:pull,push")
+        url = f"{realm}{'&' if '?' in realm else '?'}{urlencode(query)}"
+        self._auth = f"Bearer {self._token(url, what)}"
+
+    def _token(self, url: str, what: str) -> str:
+        headers = {"Authorization": self._credentials.basic()} if self._credentials is not None else {}
+        t = self.limits
+        with self._attempts(what, t.request_seconds,
+                            lambda: self._raw("GET", url, what=what, headers=headers, content=None)) as r:
+            if r.status_code != 200:
+                tip = "Check --username and the password given on stdin, and your access to the repository."
+                body = _error_text(self._read(r, t.max_error, what, truncate=True))
+                raise self._fail(what, f"the token service refused (HTTP {r.status_code} {body}).", tip=tip)
+            raw = self._read(r, t.max_token, what)
+        data = self._json(raw, what, "the token service's answer", t.max_token)
+        token = (data.get("token") or data.get("access_token")) if isinstance(data, dict) else None
+        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+            raise self._fail(what, "the token service answered without a usable token.")
+        return token
+
+
+def _close(r: httpx.Response) -> None:
+    with suppress(*TRANSPORT_ERRORS):
+        r.close()
+
+
+def _phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (never the registry's own words)."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _error_text(body: bytes) -> str:
+    """An error answer as one short line: the OCI ``errors`` messages when it has them, else its text."""
+    try:
+        doc = loads_json(body, what="the error", max_bytes=len(body), max_depth=8, error=LockbuildError)
+        errors = doc.get("errors") if isinstance(doc, dict) else None
+        if isinstance(errors, list) and errors:
+            text = "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:5]
+                             if isinstance(e, dict))
+            if text:
+                return text[:300]
+    except LockbuildError:
+        pass
+    return " ".join(body[:300].decode("utf-8", "replace").split())
+
+

@@ -365,8 +365,8 @@ def test_the_source_archive_read_is_the_one_hashed(
     assert r.exit_code == 0, r.stderr  # the archive is now in the cache
     original = Cache.open_entry
 
-    def swap_after_hashing(self: Cache, sha256: str, size: int | None):  # type: ignore[no-untyped-def]
-        f = original(self, sha256, size)
+    def swap_after_hashing(self: Cache, sha256: str, size: int | None, **kw):  # type: ignore[no-untyped-def]
+        f = original(self, sha256, size, **kw)
         if f is not None and sha256 == digest:  # another process replaces the entry right after the check
             planted = tmp_path / "planted"
             planted.write_bytes(swapped)

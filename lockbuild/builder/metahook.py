@@ -16,7 +16,6 @@ naming the package.
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +24,15 @@ from typing import BinaryIO
 from lockbuild import sandbox
 from lockbuild.builder.buildreqs import BuildSystem
 from lockbuild.builder.closure import MAX_METADATA_BYTES
-from lockbuild.builder.prebuild import SANDBOX_IN, SANDBOX_OUT, SANDBOX_UV, build_env, find_python, plain_name, uv_bind
+from lockbuild.builder.prebuild import (
+    SANDBOX_IN,
+    SANDBOX_OUT,
+    SANDBOX_UV,
+    build_env,
+    find_python,
+    stage_inputs,
+    uv_bind,
+)
 from lockbuild.builder.sdistmeta import SdistMetadata, parse_metadata, refusal
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import create_new, opened_dir, read_regular
@@ -109,15 +116,7 @@ def produce_metadata(
         raise refusal(project, version, f"this builder has no Python {target.python} outside a virtual environment")
     with tempfile.TemporaryDirectory(prefix="lockbuild-metadata-") as tmp:
         t = Path(tmp)
-        (t / "in" / "deps").mkdir(parents=True)
-        (t / "out").mkdir()
-        for filename, f in deps:
-            with create_new(t / "in" / "deps" / plain_name(filename)) as out:
-                shutil.copyfileobj(f, out)
-        with create_new(t / "in" / plain_name(sdist_name)) as out:
-            shutil.copyfileobj(sdist, out)
-        with create_new(t / "in" / "build-requirements.txt") as out:
-            out.write(lock_text.encode("utf-8") if deps else b"")
+        stage_inputs(t, sdist_name, sdist, deps, lock_text if deps else "")
         with create_new(t / "in" / "hooks.py") as out:
             out.write(HOOKS.encode("utf-8"))
         env = build_env(offline=True)

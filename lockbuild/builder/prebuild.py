@@ -123,15 +123,7 @@ def prebuild(
         return None, f"this builder has no Python {target.python} (outside any virtual environment)"
     with tempfile.TemporaryDirectory(prefix="lockbuild-prebuild-") as tmp:
         t = Path(tmp)
-        (t / "in" / "deps").mkdir(parents=True)
-        (t / "out").mkdir()
-        for filename, f in deps:
-            with create_new(t / "in" / "deps" / plain_name(filename)) as out:
-                shutil.copyfileobj(f, out)
-        with create_new(t / "in" / plain_name(sdist_name)) as out:
-            shutil.copyfileobj(sdist, out)
-        with create_new(t / "in" / "build-requirements.txt") as out:
-            out.write(lock_text.encode("utf-8"))
+        stage_inputs(t, sdist_name, sdist, deps, lock_text)
         env = build_env(offline=True)
         env["SOURCE_DATE_EPOCH"] = str(int(as_of.timestamp()))
         spec = sandbox.Spec(
@@ -152,6 +144,22 @@ def prebuild(
             last = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "no output")
             return None, f"it does not build here ({last.strip()[:200]})"
         return _keep(t / "out", project, version, sdist_name, target, cache)
+
+
+def stage_inputs(
+    work: Path, sdist_name: str, sdist: BinaryIO, deps: Sequence[tuple[str, BinaryIO]], lock_text: str
+) -> None:
+    """What a sandboxed build of an sdist reads, laid out in ``work``: ``in/`` (the checked sdist, its
+    build dependencies in ``in/deps/``, their hashed lock) and an empty ``out/``, every file made new."""
+    (work / "in" / "deps").mkdir(parents=True)
+    (work / "out").mkdir()
+    for filename, f in deps:
+        with create_new(work / "in" / "deps" / plain_name(filename)) as out:
+            shutil.copyfileobj(f, out)
+    with create_new(work / "in" / plain_name(sdist_name)) as out:
+        shutil.copyfileobj(sdist, out)
+    with create_new(work / "in" / "build-requirements.txt") as out:
+        out.write(lock_text.encode("utf-8"))
 
 
 def plain_name(filename: str) -> str:

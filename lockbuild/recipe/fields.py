@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from lockbuild.errors import RecipeError
+from lockbuild.fsio import read_regular
 from lockbuild.text import closest
 
 MAX_STRING = 4096
@@ -121,3 +123,16 @@ class Table:
 
     def table(self, name: str) -> Mapping[str, Any] | None:
         return self.get(name, dict, "a table", required=False)
+
+
+def read_recipe_text(path: Path, max_size: int) -> str:
+    """A recipe file's text: a regular file read by descriptor and bounded (a FIFO or a device is refused,
+    never waited on), decoded as UTF-8; each failure a RecipeError."""
+    try:
+        raw = read_regular(path, what="recipe", max_size=max_size, error=RecipeError)
+    except FileNotFoundError:
+        raise RecipeError(f"cannot read recipe {path}: No such file or directory", tip="Check the path.") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecipeError(f"{path}: expected UTF-8 text, found undecodable bytes") from None

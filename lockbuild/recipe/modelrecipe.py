@@ -20,7 +20,7 @@ from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import plain_name
-from lockbuild.recipe.fields import SHOWN, Problems, Table
+from lockbuild.recipe.fields import SHOWN, Problems, Table, read_recipe_text
 from lockbuild.recipe.selection import DEFAULT_INCLUDE, MAX_PATTERNS, pattern_problem
 
 MAX_MODEL_RECIPE_BYTES = 64 << 10
@@ -124,12 +124,5 @@ def parse_model_recipe(text: str, path: str = "<recipe>") -> ModelRecipe:
 
 
 def load_model_recipe(path: Path) -> ModelRecipe:
-    try:
-        raw = read_regular(path, what="recipe", max_size=MAX_MODEL_RECIPE_BYTES, error=RecipeError)
-    except FileNotFoundError:
-        raise RecipeError(f"cannot read recipe {path}: No such file or directory", tip="Check the path.") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise RecipeError(f"{path}: expected UTF-8 text, found undecodable bytes") from None
+    text = read_recipe_text(path, MAX_MODEL_RECIPE_BYTES)
     return parse_model_recipe(text, str(path))

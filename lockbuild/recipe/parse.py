@@ -12,7 +12,6 @@ from packaging.utils import canonicalize_name
 
 from lockbuild import envtable
 from lockbuild.errors import RecipeError
-from lockbuild.fsio import read_regular
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import (
     CAPABILITY,
@@ -29,7 +28,7 @@ from lockbuild.recipe.checks import (
     requirement,
     shown_requirement,
 )
-from lockbuild.recipe.fields import MAX_LIST, SHOWN, Problems, Table, describe
+from lockbuild.recipe.fields import MAX_LIST, SHOWN, Problems, Table, describe, read_recipe_text
 from lockbuild.recipe.model import (
     Build,
     Engine,
@@ -328,12 +327,5 @@ def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:
 
 
 def load_recipe(path: Path) -> Recipe:
-    try:  # a regular file by descriptor, bounded: a FIFO or a device is refused, never waited on
-        raw = read_regular(path, what="recipe", max_size=MAX_RECIPE_BYTES, error=RecipeError)
-    except FileNotFoundError:
-        raise RecipeError(f"cannot read recipe {path}: No such file or directory", tip="Check the path.") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise RecipeError(f"{path}: expected UTF-8 text, found undecodable bytes") from None
+    text = read_recipe_text(path, MAX_RECIPE_BYTES)
     return parse_recipe(text, str(path))

@@ -69,7 +69,8 @@ def one_size(size_mb: int, repeat: int, jobs: int, work: Path) -> dict[str, obje
         recipe.write_text(f'[model]\nname = "bench-model"\nrepo = "{REPO}"\nrevision = "{commit}"\n'
                           'exclude = ["original/*"]\n')
         urls = {p: f"{hub.endpoint}/{REPO}/resolve/{commit}/{p}" for p in taken}
-        rows: dict[str, list[Run]] = {"build": [], "curl+sha256sum": [], "install": [], "tar -x+sha256sum": []}
+        rows: dict[str, list[Run]] = {"build": [], "curl+sha256sum": [], "install": [], "tar -x+sha256sum": [],
+                                      "install --store": []}
         bundle: Path | None = None
         for i in range(repeat):
             r = work / f"run{i}"
@@ -85,6 +86,11 @@ def one_size(size_mb: int, repeat: int, jobs: int, work: Path) -> dict[str, obje
                 env=env))
             rows["install"].append(run(_lockbuild("install", bundle, "--models", r / "models", "--trust", trust),
                                        env=env))
+            store = r / "store"  # beside --models, on the same file system: the blobs are hard-linked
+            run(_lockbuild("import", bundle, "--trust", trust, "--store", store), env=env)  # not timed
+            rows["install --store"].append(run(_lockbuild("install", f"bench-model/{commit}-hf", "--store", store,
+                                                          "--models", r / "models-from-store", "--trust", trust),
+                                               env=env))
             tar = r / "files.tar"
             shell(f"cd '{r / 'curl'}' && tar -cf '{tar}' *", env=env)
             (r / "untar").mkdir()
@@ -109,18 +115,21 @@ def _median(row: dict[str, object], name: str, key: str) -> float:
 
 def report(rows: list[dict[str, object]]) -> str:
     lines = ["| model | build s (CPU s) | curl+sha256sum s (CPU s) | ratio | install s (CPU s) | "
-             "tar -x+sha256sum s (CPU s) | ratio | build peak RSS | install peak RSS |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "tar -x+sha256sum s (CPU s) | ratio | install --store s | store / .lbz | build peak RSS | "
+             "install peak RSS |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         b, c = _median(row, "build", "seconds"), _median(row, "curl+sha256sum", "seconds")
         i, t = _median(row, "install", "seconds"), _median(row, "tar -x+sha256sum", "seconds")
         cpu = {name: _median(row, name, "cpu_s") for name in ("build", "curl+sha256sum", "install", "tar -x+sha256sum")}
         size = int(str(row["bytes"])) / MB
         rss_b, rss_i = _median(row, "build", "rss_mb"), _median(row, "install", "rss_mb")
+        st = _median(row, "install --store", "seconds")
         lines.append(
             f"| {size:.0f} MB, {row['files']} files | {b:.2f} ({cpu['build']:.1f}) | {c:.2f} "
             f"({cpu['curl+sha256sum']:.1f}) | {b / c:.2f}× | {i:.2f} ({cpu['install']:.1f}) | {t:.2f} "
-            f"({cpu['tar -x+sha256sum']:.1f}) | {i / t:.2f}× | {rss_b:.0f} MB | {rss_i:.0f} MB |"
+            f"({cpu['tar -x+sha256sum']:.1f}) | {i / t:.2f}× | {st:.2f} | {st / i:.2f}× | {rss_b:.0f} MB | "
+            f"{rss_i:.0f} MB |"
         )
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -136,3 +137,16 @@ def read_recipe_text(path: Path, max_size: int) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise RecipeError(f"{path}: expected UTF-8 text, found undecodable bytes") from None
+
+
+def load_toml(text: str, path: str, max_bytes: int, what: str = "a recipe") -> dict[str, Any]:
+    """``text`` as TOML, at most ``max_bytes`` long; each failure a RecipeError naming ``path``."""
+    size = len(text.encode())
+    if size > max_bytes:
+        raise RecipeError(f"{path}: expected {what} of at most {max_bytes} bytes, found {size}")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"{path}: not valid TOML: {exc}", tip="Check the line and column named.") from None
+    except RecursionError:
+        raise RecipeError(f"{path}: not valid TOML: nested too deeply") from None

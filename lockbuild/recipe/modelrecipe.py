@@ -20,7 +20,7 @@ from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import plain_name
-from lockbuild.recipe.fields import SHOWN, Problems, Table, read_recipe_text
+from lockbuild.recipe.fields import SHOWN, Problems, Table, load_toml, read_recipe_text
 from lockbuild.recipe.selection import DEFAULT_INCLUDE, MAX_PATTERNS, pattern_problem
 
 MAX_MODEL_RECIPE_BYTES = 64 << 10
@@ -103,15 +103,7 @@ def _model(data: Mapping[str, Any], p: Problems) -> tuple[str, str, str, tuple[s
 
 def parse_model_recipe(text: str, path: str = "<recipe>") -> ModelRecipe:
     """Parse and validate a model recipe; raise RecipeError (exit 2) listing every problem found."""
-    if len(text.encode()) > MAX_MODEL_RECIPE_BYTES:
-        raise RecipeError(f"{path}: expected a model recipe of at most {MAX_MODEL_RECIPE_BYTES} bytes, "
-                          f"found {len(text.encode())}")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{path}: not valid TOML: {exc}", tip="Check the line and column named.") from None
-    except RecursionError:
-        raise RecipeError(f"{path}: not valid TOML: nested too deeply") from None
+    data = load_toml(text, path, MAX_MODEL_RECIPE_BYTES, "a model recipe")
     p = Problems(path)
     top = Table(data, "", p, ("model",))
     table = top.get("model", dict, "a [model] table")

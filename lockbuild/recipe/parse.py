@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from lockbuild.recipe.checks import (
     requirement,
     shown_requirement,
 )
-from lockbuild.recipe.fields import MAX_LIST, SHOWN, Problems, Table, describe, read_recipe_text
+from lockbuild.recipe.fields import MAX_LIST, SHOWN, Problems, Table, describe, load_toml, read_recipe_text
 from lockbuild.recipe.model import (
     Build,
     Engine,
@@ -284,14 +283,7 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirem
 
 def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:
     """Parse and validate a recipe; raise RecipeError listing every problem found."""
-    if len(text.encode()) > MAX_RECIPE_BYTES:
-        raise RecipeError(f"{path}: expected a recipe of at most {MAX_RECIPE_BYTES} bytes, found {len(text.encode())}")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{path}: not valid TOML: {exc}", tip="Check the line and column named.") from None
-    except RecursionError:
-        raise RecipeError(f"{path}: not valid TOML: nested too deeply") from None
+    data = load_toml(text, path, MAX_RECIPE_BYTES, "a recipe")
     p = Problems(path)
     top = Table(data, "", p, ("engine", "builds"))
     engine_data = top.get("engine", dict, "an [engine] table")

@@ -49,8 +49,12 @@ requirements = ["{name}=={version}"]
 """
 
 # A real, small inference engine on the real PyPI (the repo's demo engine, bundles/onnxruntime.toml).
-LIVE = {"name": "onnxruntime", "version": "1.20.1", "binary": "onnxruntime_test",
-        "verify": '["python", "-c", "import onnxruntime"]'}
+LIVE = {
+    "name": "onnxruntime",
+    "version": "1.20.1",
+    "binary": "onnxruntime_test",
+    "verify": '["python", "-c", "import onnxruntime"]',
+}
 SYNTHETIC = {"name": ENGINE, "version": ENGINE_VERSION, "binary": ENGINE, "verify": f'["{ENGINE}", "--version"]'}
 CHECKS = {"live": ("bin/python", "-c", "import onnxruntime"), "synthetic": (f"bin/{ENGINE}", "--version")}
 
@@ -96,8 +100,22 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
     recipe.write_text(RECIPE.format(**spec, python=PY, platform=PLATFORM))
     secret, trust = keys(run_dir)
     check = CHECKS["live" if workload == "live" else "synthetic"]
-    setup = Setup(label, run_dir, index_url, server, recipe, f"{spec['name']}=={spec['version']}", check,
-                  base_python(), secret, trust, args.repeat, args.jobs, args.quick, args.quiet_wait)
+    setup = Setup(
+        label,
+        run_dir,
+        index_url,
+        server,
+        recipe,
+        f"{spec['name']}=={spec['version']}",
+        check,
+        base_python(),
+        secret,
+        trust,
+        args.repeat,
+        args.jobs,
+        args.quick,
+        args.quiet_wait,
+    )
     try:
         results = Suite(setup, log).run_all()
     finally:
@@ -115,10 +133,19 @@ def machine() -> dict[str, object]:
 
     cpu = ""
     with contextlib.suppress(OSError, StopIteration):
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "kernel": platform.release(),
-            "lockbuild": __version__, "uv": uv_version(uv_binary())}
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "lockbuild": __version__,
+        "uv": uv_version(uv_binary()),
+    }
 
 
 def summary(results: list[Results]) -> tuple[str, dict[str, dict[str, float]]]:
@@ -166,9 +193,10 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--repeat", type=int, default=None, help="runs of every variant (default 3; vllm-live 1)")
     ap.add_argument(
-        "--phases", default=None,
+        "--phases",
+        default=None,
         help="vllm-live only: some of lock,fetch,build-cold,build-warm,verify,install,import,push-pull,install-store,"
-        "classic"
+        "classic",
     )
     ap.add_argument(
         "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"
@@ -183,11 +211,15 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
     ap.add_argument("--keep", action="store_true", help="keep the work directories under bench/work/runs/")
-    ap.add_argument("--report", type=Path, nargs="+", metavar="RESULTS.json",
-                    help="print the tables of saved runs and exit")
-    ap.add_argument("--readme", action="store_true",
-                    help="with --report: the README's table of the cold build, the install and the site path "
-                         "(each step from the last of the runs that measured it)")
+    ap.add_argument(
+        "--report", type=Path, nargs="+", metavar="RESULTS.json", help="print the tables of saved runs and exit"
+    )
+    ap.add_argument(
+        "--readme",
+        action="store_true",
+        help="with --report: the README's table of the cold build, the install and the site path "
+        "(each step from the last of the runs that measured it)",
+    )
     args = ap.parse_args(argv)
     if args.report is not None:
         return show(args.report, plot=args.plot, readme=args.readme)
@@ -213,8 +245,11 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(report.table(r) + "\n\n")
         sys.stdout.flush()
     doc: dict[str, object] = {
-        "command": "bench/run " + " ".join(argv), "date": stamp, "machine": machine(),
-        "seconds": round(time.monotonic() - started, 1), "runs": [r.to_json() for r in all_results],
+        "command": "bench/run " + " ".join(argv),
+        "date": stamp,
+        "machine": machine(),
+        "seconds": round(time.monotonic() - started, 1),
+        "runs": [r.to_json() for r in all_results],
     }
     if len(all_results) > 1:
         text, doc["rss_growth_mb"] = summary(all_results)

@@ -72,15 +72,21 @@ def main(argv: list[str]) -> int:
     finally:
         server.close()
     sys.stdout.write(_table(w.name, trees, got, args.repeat))
-    (work / "ab.json").write_text(json.dumps(
-        {f"{k[0]}|{k[1]}": [[r.seconds, r.cpu_s] for r in v] for k, v in got.items()}, indent=1))
+    (work / "ab.json").write_text(
+        json.dumps({f"{k[0]}|{k[1]}": [[r.seconds, r.cpu_s] for r in v] for k, v in got.items()}, indent=1)
+    )
     return 0
 
 
 def _step(step: str, tree: Path, d: Path, recipe: Path, secret: Path, index_url: str) -> list[tuple[str, Run]]:
-    env = {**clean_env(), "PYTHONPATH": str(tree), "LOCKBUILD_INDEX_URL": index_url,
-           "LOCKBUILD_CACHE_DIR": str(d / "cache"), "LOCKBUILD_GITHUB_API": "http://127.0.0.1:9/api",
-           "LOCKBUILD_GITHUB_DOWNLOAD": "http://127.0.0.1:9/gh"}
+    env = {
+        **clean_env(),
+        "PYTHONPATH": str(tree),
+        "LOCKBUILD_INDEX_URL": index_url,
+        "LOCKBUILD_CACHE_DIR": str(d / "cache"),
+        "LOCKBUILD_GITHUB_API": "http://127.0.0.1:9/api",
+        "LOCKBUILD_GITHUB_DOWNLOAD": "http://127.0.0.1:9/gh",
+    }
     lb = [sys.executable, "-m", "lockbuild"]
     if step.startswith("lock"):
         out = d / f"lock-{step.split(', ')[1]}"
@@ -94,9 +100,11 @@ def _step(step: str, tree: Path, d: Path, recipe: Path, secret: Path, index_url:
             shutil.rmtree(out, ignore_errors=True)  # the cold one is kept for the sha256 pass
         return [(step, r)]
     bundle = next((d / "dist-cold").glob("*.lbz"))
-    code = ("import json, sys, time; from pathlib import Path; from lockbuild.trust import digest_bundle; "
-            "t = time.perf_counter(); digest_bundle(Path(sys.argv[1]), prehash=False); "
-            "print(json.dumps({'seconds': time.perf_counter() - t}))")
+    code = (
+        "import json, sys, time; from pathlib import Path; from lockbuild.trust import digest_bundle; "
+        "t = time.perf_counter(); digest_bundle(Path(sys.argv[1]), prehash=False); "
+        "print(json.dumps({'seconds': time.perf_counter() - t}))"
+    )
     r = run([sys.executable, "-c", code, str(bundle)], env=env, cwd=tree)
     inproc = Run(r.argv, json.loads(r.stdout)["seconds"], r.max_rss_kb, r.stdout, r.stderr, r.cpu_s)
     ossl = run(["openssl", "dgst", "-sha256", str(bundle)], env=env, cwd=tree)

@@ -85,8 +85,10 @@ def curl_cmd(host: str, digests: list[str], out: Path) -> list[str]:
     base = f"http://{host}/v2/{REPO}"
     args = [f"-H 'Accept: application/vnd.oci.image.manifest.v1+json' -o {out}/manifest {base}/manifests/{TAG}"]
     args += [f"-o {out}/{d.removeprefix('sha256:')} {base}/blobs/{d}" for d in digests]
-    script = (f"mkdir -p {out} && curl -sSf --parallel --parallel-max 4 {' '.join(args)} && "
-              f"sha256sum {out}/* > /dev/null && sync")
+    script = (
+        f"mkdir -p {out} && curl -sSf --parallel --parallel-max 4 {' '.join(args)} && "
+        f"sha256sum {out}/* > /dev/null && sync"
+    )
     return ["sh", "-c", script]
 
 
@@ -98,21 +100,36 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lockbuild-bench-fanout-"))
-    out: dict[str, object] = {"nodes": a.nodes, "scale": a.scale, "repeat": a.repeat,
-                              "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    out: dict[str, object] = {
+        "nodes": a.nodes,
+        "scale": a.scale,
+        "repeat": a.repeat,
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
     try:
         secret, public = write_keypair(work / "k", password=None)
         trust = work / "trust"
         trust.mkdir()
         shutil.copy(public, trust)
-        bundle = make_bundle(work / "b", [secret], version="0.11.0", variant="cu128",
-                             files=files("0.11.0", "cu128", a.scale, set()))
+        bundle = make_bundle(
+            work / "b", [secret], version="0.11.0", variant="cu128", files=files("0.11.0", "cu128", a.scale, set())
+        )
         reg = RealRegistry(work / "registry")
         try:
             lb("push", bundle, reg.ref(REPO, TAG), "--trust", trust)
-            manifest = json.loads(subprocess.run(
-                ["curl", "-sSf", "-H", "Accept: application/vnd.oci.image.manifest.v1+json",
-                 f"http://{reg.host}/v2/{REPO}/manifests/{TAG}"], capture_output=True, check=True).stdout)
+            manifest = json.loads(
+                subprocess.run(
+                    [
+                        "curl",
+                        "-sSf",
+                        "-H",
+                        "Accept: application/vnd.oci.image.manifest.v1+json",
+                        f"http://{reg.host}/v2/{REPO}/manifests/{TAG}",
+                    ],
+                    capture_output=True,
+                    check=True,
+                ).stdout
+            )
             digests = [manifest["config"]["digest"], *(x["digest"] for x in manifest["layers"])]
             out["blobs"] = len(digests)
             out["bytes"] = manifest["config"]["size"] + sum(x["size"] for x in manifest["layers"])
@@ -130,8 +147,9 @@ def main() -> None:
                 clean()
                 rounds["curl_1"].append(at_once([curl_cmd(reg.host, digests, fresh())])[0])
                 clean()
-                rounds["pull_n"].append(at_once([pull_cmd(reg.ref(REPO, TAG), fresh(), trust)
-                                                 for _ in range(a.nodes)])[0])
+                rounds["pull_n"].append(
+                    at_once([pull_cmd(reg.ref(REPO, TAG), fresh(), trust) for _ in range(a.nodes)])[0]
+                )
                 clean()
                 rounds["curl_n"].append(at_once([curl_cmd(reg.host, digests, fresh()) for _ in range(a.nodes)])[0])
                 clean()
@@ -154,8 +172,9 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def throttled(reg: RealRegistry, trust: Path, a: argparse.Namespace, fresh: Callable[[], Path],
-              clean: Callable[[], None]) -> dict[str, object]:
+def throttled(
+    reg: RealRegistry, trust: Path, a: argparse.Namespace, fresh: Callable[[], Path], clean: Callable[[], None]
+) -> dict[str, object]:
     """N nodes at once through the proxy: forwarding everything, then refusing 40 % of blob GETs."""
     out: dict[str, object] = {}
     for name, rule in (("clean", None), ("busy", busy_rule(a.seed))):
@@ -164,9 +183,13 @@ def throttled(reg: RealRegistry, trust: Path, a: argparse.Namespace, fresh: Call
             took, outs = at_once([pull_cmd(proxy.ref(REPO, TAG), fresh(), trust) for _ in range(a.nodes)])
             retries = sum(int(json.loads(o)["retries"]) for o in outs)
             statuses = [s for _, _, s in proxy.refused]
-            out[name] = {"seconds": round(took, 2), "retries": retries, "refused_429": statuses.count(429),
-                         "refused_503": statuses.count(503),
-                         "blob_gets": sum(1 for m, p, _ in proxy.forwarded if m == "GET" and "/blobs/" in p)}
+            out[name] = {
+                "seconds": round(took, 2),
+                "retries": retries,
+                "refused_429": statuses.count(429),
+                "refused_503": statuses.count(503),
+                "blob_gets": sum(1 for m, p, _ in proxy.forwarded if m == "GET" and "/blobs/" in p),
+            }
         finally:
             proxy.close()
             clean()

@@ -35,8 +35,13 @@ CURL = "floor: curl --parallel of every file"
 PASS = "verify-pass"
 LB_PASS = "lockbuild sha256 pass (digest_bundle, in-process)"
 OPENSSL = "openssl dgst -sha256"
-STEPS = ("floor: uv pip compile", CURL, "floor: sha256sum -c of each", "floor: tar cf - | zstd -T0 -3",
-         "floor: minisign -S")
+STEPS = (
+    "floor: uv pip compile",
+    CURL,
+    "floor: sha256sum -c of each",
+    "floor: tar cf - | zstd -T0 -3",
+    "floor: minisign -S",
+)
 
 
 def minisign_key(work: Path) -> Path:
@@ -54,25 +59,49 @@ def phase_floor(s: Suite) -> None:
     _, files_json, _, _, total = s._inputs()
     files = json.loads(files_json.read_text())
     sums = "".join(f"{p['sha256']}  {p['file']}\n" for p in s.lock_doc["packages"])
-    sums += "".join(f"{e['sha256']}  {e['path'].rsplit('/', 1)[-1]}\n" for e in s.lock_doc["extras"]
-                    if any(f["name"] == e["path"].rsplit("/", 1)[-1] for f in files))
+    sums += "".join(
+        f"{e['sha256']}  {e['path'].rsplit('/', 1)[-1]}\n"
+        for e in s.lock_doc["extras"]
+        if any(f["name"] == e["path"].rsplit("/", 1)[-1] for f in files)
+    )
     key = minisign_key(s.s.work)
     doc = s.lock_doc
     for i in range(s.s.repeat):
         cache, out = s.rep_dir(i, "cache"), s.rep_dir(i, "dist")
-        build = s.timed(PHASE, BUILD, s.run(
-            [*LOCKBUILD, "build", str(s.s.recipe), "--key", str(s.s.secret), "--out", str(out), "--json"],
-            env=s.lb_env(cache)), size=total)
+        build = s.timed(
+            PHASE,
+            BUILD,
+            s.run(
+                [*LOCKBUILD, "build", str(s.s.recipe), "--key", str(s.s.secret), "--out", str(out), "--json"],
+                env=s.lb_env(cache),
+            ),
+            size=total,
+        )
         dl, tar = s.rep_dir(i, "floor-files"), s.rep_dir(i, "floor-tar")
         dl.mkdir()
         tar.mkdir()
         cfg = dl.parent / "floor-curl.cfg"
         cfg.write_text("".join(f'url = "{f["url"]}"\noutput = "{dl / f["name"]}"\n' for f in files))
         (dl.parent / "floor-SHA256SUMS").write_text(sums)
-        compile_argv = [uv_binary(), "pip", "compile", "-", "--python-version", doc["python"],
-                        "--python-platform", doc["platform"], "--exclude-newer", doc["as_of"],
-                        "--index-url", s.s.index_url, "--generate-hashes", "--no-header", "--quiet",
-                        "--output-file", str(dl.parent / "floor-requirements.txt")]
+        compile_argv = [
+            uv_binary(),
+            "pip",
+            "compile",
+            "-",
+            "--python-version",
+            doc["python"],
+            "--python-platform",
+            doc["platform"],
+            "--exclude-newer",
+            doc["as_of"],
+            "--index-url",
+            s.s.index_url,
+            "--generate-hashes",
+            "--no-header",
+            "--quiet",
+            "--output-file",
+            str(dl.parent / "floor-requirements.txt"),
+        ]
         steps = [
             s.run(compile_argv, env=s.uv_env(s.rep_dir(i, "floor-uv-cache")), stdin=s.s.requirement + "\n"),
             s.run(["curl", "--parallel", "--parallel-max", str(s.s.jobs), "--fail", "-sS", "-K", str(cfg)]),
@@ -85,12 +114,18 @@ def phase_floor(s: Suite) -> None:
         for name, r in zip(STEPS, steps, strict=True):
             s.timed(PHASE, name, r, size=total)
         wall = sum(r.seconds for r in steps)
-        s.r.fig(PHASE, STOCK).add(wall, max(r.max_rss_kb for r in steps), sum(r.cpu_s for r in steps),
-                                  sum(r.others_cpu_s for r in steps) / max(wall, 1e-9))
+        s.r.fig(PHASE, STOCK).add(
+            wall,
+            max(r.max_rss_kb for r in steps),
+            sum(r.cpu_s for r in steps),
+            sum(r.others_cpu_s for r in steps) / max(wall, 1e-9),
+        )
         s.r.fig(PHASE, STOCK).bytes = total
-        s.log(f"  floor run {i}: build {build.seconds:.2f} s ({build.cpu_s:.2f} CPU-s), stock pipeline "
-              f"{wall:.2f} s ({sum(r.cpu_s for r in steps):.2f} CPU-s), curl alone {steps[1].seconds:.2f} s "
-              f"({steps[1].cpu_s:.2f} CPU-s)")
+        s.log(
+            f"  floor run {i}: build {build.seconds:.2f} s ({build.cpu_s:.2f} CPU-s), stock pipeline "
+            f"{wall:.2f} s ({sum(r.cpu_s for r in steps):.2f} CPU-s), curl alone {steps[1].seconds:.2f} s "
+            f"({steps[1].cpu_s:.2f} CPU-s)"
+        )
         s.clean_rep(i)
 
 
@@ -121,7 +156,8 @@ def ratios(figures: dict[tuple[str, str], Figure]) -> list[Ratio]:
     lb, ossl = figures.get((PASS, LB_PASS)), figures.get((PASS, OPENSSL))
     if lb is not None and ossl is not None and lb.seconds:
         vals = pairwise(lb, ossl)
-        out.append(Ratio("sha256 pass / openssl dgst -sha256, wall", vals, "<= 1.15",
-                         sorted(vals)[len(vals) // 2] <= 1.15))
+        out.append(
+            Ratio("sha256 pass / openssl dgst -sha256, wall", vals, "<= 1.15", sorted(vals)[len(vals) // 2] <= 1.15)
+        )
         out.append(Ratio("sha256 pass / openssl dgst -sha256, CPU-s", _cpu_ratio(lb, ossl), "(none)", None))
     return out

@@ -56,11 +56,24 @@ def in_mount(image: Path, command: str) -> list[str]:
 
     empty = Path(os.environ.get("TMPDIR", "/tmp")) / "lockbuild-bench-mountpoint"
     empty.mkdir(exist_ok=True)
-    script = (f"squashfuse -f {image} {PREFIX} & pid=$!\n"
-              f"for i in $(seq 200); do [ -e {PREFIX}/bin ] && break; sleep 0.05; done\n"
-              f"{command}\nrc=$?; kill $pid; exit $rc\n")
-    return ["bwrap", "--unshare-user", "--unshare-pid", "--die-with-parent", "--cap-add", "ALL",
-            *view.mounts(empty, PREFIX), "--", "sh", "-c", script]
+    script = (
+        f"squashfuse -f {image} {PREFIX} & pid=$!\n"
+        f"for i in $(seq 200); do [ -e {PREFIX}/bin ] && break; sleep 0.05; done\n"
+        f"{command}\nrc=$?; kill $pid; exit $rc\n"
+    )
+    return [
+        "bwrap",
+        "--unshare-user",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--cap-add",
+        "ALL",
+        *view.mounts(empty, PREFIX),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]
 
 
 def import_figures(python: str, module: str, wrap: object, work: Path) -> dict[str, float | int]:
@@ -75,8 +88,11 @@ def import_figures(python: str, module: str, wrap: object, work: Path) -> dict[s
     out = subprocess.run(cmd(f"{python} -c '{code}'"), check=True, capture_output=True, text=True).stdout
     seconds = float(out.strip().splitlines()[-1])
     drop_caches()
-    subprocess.run(cmd(f"strace -f -qq -e trace=open,openat -o {log} {python} -c 'import {module}'"), check=True,
-                   capture_output=True)
+    subprocess.run(
+        cmd(f"strace -f -qq -e trace=open,openat -o {log} {python} -c 'import {module}'"),
+        check=True,
+        capture_output=True,
+    )
     lines = log.read_text().splitlines()
     opened = sum(1 for line in lines if "open" in line and "= -1" not in line)
     return {"import_seconds": round(seconds, 3), "files_opened": opened}
@@ -99,25 +115,74 @@ def main() -> int:
     for i in range(a.repeat):
         root, out = work / f"root{i}", work / f"img{i}" / "engine.sqfs"
         out.parent.mkdir()
-        runs["install"].append(timed([*LOCKBUILD, "install", str(a.bundle), "--root", str(root), "--trust",
-                                      str(a.trust), "--gpu-check", "skip"]))
+        runs["install"].append(
+            timed(
+                [
+                    *LOCKBUILD,
+                    "install",
+                    str(a.bundle),
+                    "--root",
+                    str(root),
+                    "--trust",
+                    str(a.trust),
+                    "--gpu-check",
+                    "skip",
+                ]
+            )
+        )
         (env,) = [p for p in root.glob("*/*") if p.is_dir() and not p.name.startswith(".")]
-        runs["bare_mksquashfs"].append(timed(["mksquashfs", str(env), str(work / f"bare{i}.sqfs"), "-noappend",
-                                              "-no-progress", "-quiet", "-comp", "zstd", "-b", "1M"]))
-        runs["image"].append(timed([*LOCKBUILD, "image", str(a.bundle), "--trust", str(a.trust), "--prefix",
-                                    str(PREFIX), "--out", str(out), "--gpu-check", "skip"]))
+        runs["bare_mksquashfs"].append(
+            timed(
+                [
+                    "mksquashfs",
+                    str(env),
+                    str(work / f"bare{i}.sqfs"),
+                    "-noappend",
+                    "-no-progress",
+                    "-quiet",
+                    "-comp",
+                    "zstd",
+                    "-b",
+                    "1M",
+                ]
+            )
+        )
+        runs["image"].append(
+            timed(
+                [
+                    *LOCKBUILD,
+                    "image",
+                    str(a.bundle),
+                    "--trust",
+                    str(a.trust),
+                    "--prefix",
+                    str(PREFIX),
+                    "--out",
+                    str(out),
+                    "--gpu-check",
+                    "skip",
+                ]
+            )
+        )
     env_python = str(env / "bin" / "python")
     image = work / "img0" / "engine.sqfs"
     report = {
-        "bundle": str(a.bundle), "module": a.module, "cold": cold,
-        "seconds": {k: {"median": round(statistics.median(v), 2), "runs": [round(x, 2) for x in v]}
-                    for k, v in runs.items()},
-        "bytes": {"bundle": a.bundle.stat().st_size, "image": image.stat().st_size,
-                  "bare_mksquashfs": (work / "bare0.sqfs").stat().st_size},
+        "bundle": str(a.bundle),
+        "module": a.module,
+        "cold": cold,
+        "seconds": {
+            k: {"median": round(statistics.median(v), 2), "runs": [round(x, 2) for x in v]} for k, v in runs.items()
+        },
+        "bytes": {
+            "bundle": a.bundle.stat().st_size,
+            "image": image.stat().st_size,
+            "bare_mksquashfs": (work / "bare0.sqfs").stat().st_size,
+        },
         "same_bytes_every_run": len({sha256(work / f"img{i}" / "engine.sqfs") for i in range(a.repeat)}) == 1,
         "import_on_disk": import_figures(env_python, a.module, None, work),
-        "import_from_squashfuse": import_figures(str(PREFIX / "bin" / "python"), a.module,
-                                                 lambda inner: in_mount(image, inner), work),
+        "import_from_squashfuse": import_figures(
+            str(PREFIX / "bin" / "python"), a.module, lambda inner: in_mount(image, inner), work
+        ),
     }
     text = json.dumps(report, indent=2)
     print(text)

@@ -79,8 +79,14 @@ class StaticIndex:
                 "hashes": {"sha256": f.sha256},
                 "size": f.size,
                 "upload-time": UPLOAD_TIME,
-                **({"core-metadata": {"sha256": f.metadata_sha256},
-                    "data-dist-info-metadata": {"sha256": f.metadata_sha256}} if self.pep658 else {}),
+                **(
+                    {
+                        "core-metadata": {"sha256": f.metadata_sha256},
+                        "data-dist-info-metadata": {"sha256": f.metadata_sha256},
+                    }
+                    if self.pep658
+                    else {}
+                ),
             }
             for f in self.by_project[project]
         ]
@@ -91,8 +97,11 @@ class StaticIndex:
     def page_html(self, project: str) -> bytes:
         links = "".join(
             f'<a href="/files/{html.escape(f.filename)}#sha256={f.sha256}"'
-            + (f' data-core-metadata="sha256={f.metadata_sha256}" data-dist-info-metadata="sha256={f.metadata_sha256}"'
-               if self.pep658 else "")
+            + (
+                f' data-core-metadata="sha256={f.metadata_sha256}" data-dist-info-metadata="sha256={f.metadata_sha256}"'
+                if self.pep658
+                else ""
+            )
             + f">{html.escape(f.filename)}</a><br>\n"
             for f in self.by_project[project]
         )

@@ -157,12 +157,17 @@ class Figure:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "phase": self.phase, "variant": self.variant, "seconds": [round(s, 4) for s in self.seconds],
+            "phase": self.phase,
+            "variant": self.variant,
+            "seconds": [round(s, 4) for s in self.seconds],
             "median_s": round(self.median, 4),
-            "min_s": round(min(self.seconds), 4), "max_s": round(max(self.seconds), 4),
-            "peak_rss_mb": round(self.peak_rss_mb, 1), "rss_mb": [round(k / 1024, 1) for k in self.rss_kb],
+            "min_s": round(min(self.seconds), 4),
+            "max_s": round(max(self.seconds), 4),
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "rss_mb": [round(k / 1024, 1) for k in self.rss_kb],
             "self_rss_mb": [round(k / 1024, 1) for k in self.self_rss_kb],
-            "cpu_s": [round(c, 3) for c in self.cpu_s], "others_busy_cpus": [round(c, 2) for c in self.contention],
+            "cpu_s": [round(c, 3) for c in self.cpu_s],
+            "others_busy_cpus": [round(c, 2) for c in self.contention],
             "bytes": self.bytes,
         }
 
@@ -181,9 +186,15 @@ class Ratio:
         return statistics.median(self.values)
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "values": [round(v, 3) for v in self.values], "median": round(self.median, 3),
-                "min": round(min(self.values), 3), "max": round(max(self.values), 3),
-                "target": self.target, "met": self.met}
+        return {
+            "name": self.name,
+            "values": [round(v, 3) for v in self.values],
+            "median": round(self.median, 3),
+            "min": round(min(self.values), 3),
+            "max": round(max(self.values), 3),
+            "target": self.target,
+            "met": self.met,
+        }
 
 
 def pairwise(a: Figure, b: Figure | Sequence[Figure]) -> tuple[float, ...]:

@@ -43,8 +43,13 @@ MB = 1 << 20
 def _env(work: Path, hub: FakeHub, cache: Path) -> dict[str, str]:
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
     env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(HF_ENDPOINT=hub.endpoint, LOCKBUILD_CACHE_DIR=str(cache), NO_PROXY="*", no_proxy="*",
-               PYTHONPATH=os.environ.get("PYTHONPATH", str(ROOT)))
+    env.update(
+        HF_ENDPOINT=hub.endpoint,
+        LOCKBUILD_CACHE_DIR=str(cache),
+        NO_PROXY="*",
+        no_proxy="*",
+        PYTHONPATH=os.environ.get("PYTHONPATH", str(ROOT)),
+    )
     return env
 
 
@@ -58,19 +63,28 @@ def one_size(size_mb: int, repeat: int, jobs: int, work: Path) -> dict[str, obje
     try:
         files = tiny_model(extra_bytes=size_mb * MB // 2)  # two shards of half the size each, plus small files
         commit = hub.add_repo(REPO, files)
-        taken = {p: d for p, d in files.items() if not p.startswith("original/") and not p.endswith(".bin")
-                 and p not in (".gitattributes", "README.md")}
+        taken = {
+            p: d
+            for p, d in files.items()
+            if not p.startswith("original/") and not p.endswith(".bin") and p not in (".gitattributes", "README.md")
+        }
         total = sum(len(d) for d in taken.values())
         secret, public = write_keypair(work / "release", password=None)
         trust = work / "trust"
         trust.mkdir()
         (trust / public.name).write_bytes(public.read_bytes())
         recipe = work / "model.toml"
-        recipe.write_text(f'[model]\nname = "bench-model"\nrepo = "{REPO}"\nrevision = "{commit}"\n'
-                          'exclude = ["original/*"]\n')
+        recipe.write_text(
+            f'[model]\nname = "bench-model"\nrepo = "{REPO}"\nrevision = "{commit}"\nexclude = ["original/*"]\n'
+        )
         urls = {p: f"{hub.endpoint}/{REPO}/resolve/{commit}/{p}" for p in taken}
-        rows: dict[str, list[Run]] = {"build": [], "curl+sha256sum": [], "install": [], "tar -x+sha256sum": [],
-                                      "install --store": []}
+        rows: dict[str, list[Run]] = {
+            "build": [],
+            "curl+sha256sum": [],
+            "install": [],
+            "tar -x+sha256sum": [],
+            "install --store": [],
+        }
         bundle: Path | None = None
         for i in range(repeat):
             r = work / f"run{i}"
@@ -81,27 +95,47 @@ def one_size(size_mb: int, repeat: int, jobs: int, work: Path) -> dict[str, obje
             bundle = Path(json.loads(got.stdout)["bundles"][0]["bundle"])
             (r / "curl").mkdir()
             args = " ".join(f"-o '{r / 'curl' / p.replace('/', '_')}' '{u}'" for p, u in urls.items())
-            rows["curl+sha256sum"].append(shell(
-                f"curl -sSfL --parallel --parallel-max {jobs} {args} && cd '{r / 'curl'}' && sha256sum * > /dev/null",
-                env=env))
-            rows["install"].append(run(_lockbuild("install", bundle, "--models", r / "models", "--trust", trust),
-                                       env=env))
+            rows["curl+sha256sum"].append(
+                shell(
+                    f"curl -sSfL --parallel --parallel-max {jobs} {args}"
+                    f" && cd '{r / 'curl'}' && sha256sum * > /dev/null",
+                    env=env,
+                )
+            )
+            rows["install"].append(
+                run(_lockbuild("install", bundle, "--models", r / "models", "--trust", trust), env=env)
+            )
             store = r / "store"  # beside --models, on the same file system: the blobs are hard-linked
             run(_lockbuild("import", bundle, "--trust", trust, "--store", store), env=env)  # not timed
-            rows["install --store"].append(run(_lockbuild("install", f"bench-model/{commit}-hf", "--store", store,
-                                                          "--models", r / "models-from-store", "--trust", trust),
-                                               env=env))
+            rows["install --store"].append(
+                run(
+                    _lockbuild(
+                        "install",
+                        f"bench-model/{commit}-hf",
+                        "--store",
+                        store,
+                        "--models",
+                        r / "models-from-store",
+                        "--trust",
+                        trust,
+                    ),
+                    env=env,
+                )
+            )
             tar = r / "files.tar"
             shell(f"cd '{r / 'curl'}' && tar -cf '{tar}' *", env=env)
             (r / "untar").mkdir()
-            rows["tar -x+sha256sum"].append(shell(
-                f"tar -xf '{tar}' -C '{r / 'untar'}' && cd '{r / 'untar'}' && sha256sum * > /dev/null", env=env))
+            rows["tar -x+sha256sum"].append(
+                shell(f"tar -xf '{tar}' -C '{r / 'untar'}' && cd '{r / 'untar'}' && sha256sum * > /dev/null", env=env)
+            )
             shutil.rmtree(r)
         out: dict[str, object] = {"size_mb": size_mb, "bytes": total, "files": len(taken)}
         for name, runs in rows.items():
-            out[name] = {"seconds": [round(x.seconds, 2) for x in runs],
-                         "rss_mb": [round(x.max_rss_kb / 1024) for x in runs],
-                         "cpu_s": [round(x.cpu_s, 2) for x in runs]}
+            out[name] = {
+                "seconds": [round(x.seconds, 2) for x in runs],
+                "rss_mb": [round(x.max_rss_kb / 1024) for x in runs],
+                "cpu_s": [round(x.cpu_s, 2) for x in runs],
+            }
         return out
     finally:
         hub.close()
@@ -114,10 +148,12 @@ def _median(row: dict[str, object], name: str, key: str) -> float:
 
 
 def report(rows: list[dict[str, object]]) -> str:
-    lines = ["| model | build s (CPU s) | curl+sha256sum s (CPU s) | ratio | install s (CPU s) | "
-             "tar -x+sha256sum s (CPU s) | ratio | install --store s | store / .lbz | build peak RSS | "
-             "install peak RSS |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | build s (CPU s) | curl+sha256sum s (CPU s) | ratio | install s (CPU s) | "
+        "tar -x+sha256sum s (CPU s) | ratio | install --store s | store / .lbz | build peak RSS | "
+        "install peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         b, c = _median(row, "build", "seconds"), _median(row, "curl+sha256sum", "seconds")
         i, t = _median(row, "install", "seconds"), _median(row, "tar -x+sha256sum", "seconds")

@@ -77,8 +77,7 @@ def run_one(m: Mutation, timeout: float) -> Outcome:
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *shlex.split(m.tests)]
         try:
-            done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-                                  check=False)
+            done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return Outcome(m, line, "timeout", f"no result in {timeout:.0f} s", time.monotonic() - started)
     finally:
@@ -110,8 +109,10 @@ def table(outcomes: list[Outcome], numbers: list[int]) -> str:
     caught = sum(o.result == "caught" for o in outcomes)
     equivalent = sum(o.result == "equivalent" for o in outcomes)
     rows.append("")
-    rows.append(f"{caught} of {len(outcomes)} caught, {equivalent} equivalent, "
-                f"{len(outcomes) - caught - equivalent} not caught.")
+    rows.append(
+        f"{caught} of {len(outcomes)} caught, {equivalent} equivalent, "
+        f"{len(outcomes) - caught - equivalent} not caught."
+    )
     return "\n".join(rows)
 
 
@@ -133,13 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     for n, m in chosen:
         if args.check:
             count, line = locate((ROOT / m.file).read_text(encoding="utf-8"), m.find)
-            outcomes.append(Outcome(m, line, "caught" if count == 1 else "NOT FOUND" if count == 0 else "AMBIGUOUS",
-                                  f"snippet occurs {count} times", 0.0))
+            outcomes.append(
+                Outcome(
+                    m,
+                    line,
+                    "caught" if count == 1 else "NOT FOUND" if count == 0 else "AMBIGUOUS",
+                    f"snippet occurs {count} times",
+                    0.0,
+                )
+            )
         else:
             outcomes.append(run_one(m, args.timeout))
         o = outcomes[-1]
-        print(f"[{n}/{len(ENTRIES)}] {o.result:9} {o.seconds:6.1f}s {m.file}:{o.line} {o.by}", file=sys.stderr,
-              flush=True)
+        print(
+            f"[{n}/{len(ENTRIES)}] {o.result:9} {o.seconds:6.1f}s {m.file}:{o.line} {o.by}", file=sys.stderr, flush=True
+        )
     print(table(outcomes, [n for n, _ in chosen]))
     return 0 if all(o.result in ("caught", "equivalent") for o in outcomes) else 1
 

@@ -9,8 +9,21 @@ from typing import Any
 
 from bench.suite import Results
 
-PHASES = ("lock", "fetch", "build", "pack", "verify", "install", "install-store", "import", "push-pull", "classic",
-          "pipeline", "floor", "verify-pass")
+PHASES = (
+    "lock",
+    "fetch",
+    "build",
+    "pack",
+    "verify",
+    "install",
+    "install-store",
+    "import",
+    "push-pull",
+    "classic",
+    "pipeline",
+    "floor",
+    "verify-pass",
+)
 
 
 def _mb(n: float) -> str:
@@ -54,8 +67,11 @@ def table(r: Results) -> str:
             if warm["server_file_gets"] is None
             else f", {warm['server_file_gets']} file GETs ({warm['server_bytes']} bytes) seen by the index"
         )
-        lines += ["", f"warm-cache rebuild: {warm['cached']}/{warm['files']} files from the cache, "
-                      f"{warm['downloaded_bytes']} bytes downloaded{seen}"]
+        lines += [
+            "",
+            f"warm-cache rebuild: {warm['cached']}/{warm['files']} files from the cache, "
+            f"{warm['downloaded_bytes']} bytes downloaded{seen}",
+        ]
     return "\n".join(lines)
 
 
@@ -91,25 +107,40 @@ def rss_growth(results: Sequence[Results]) -> dict[str, dict[str, float]]:
     for phase, variant in LB_STEPS:
         a, b = results[0].get(phase, variant), results[-1].get(phase, variant)
         if a is not None and b is not None:
-            out[variant] = {"process": round(b.self_rss_mb - a.self_rss_mb, 1),
-                            "tree": round(b.peak_rss_mb - a.peak_rss_mb, 1)}
+            out[variant] = {
+                "process": round(b.self_rss_mb - a.self_rss_mb, 1),
+                "tree": round(b.peak_rss_mb - a.peak_rss_mb, 1),
+            }
     return out
 
 
 BARS = (
-    ("fetch", "lockbuild fetch (whole process)", "pip download --no-deps --require-hashes",
-     "raw parallel GET (curl --parallel)"),
+    (
+        "fetch",
+        "lockbuild fetch (whole process)",
+        "pip download --no-deps --require-hashes",
+        "raw parallel GET (curl --parallel)",
+    ),
     ("pack", "lockbuild pack + sign", "tar czf", "tar cf - | zstd -T0 -3"),
-    ("install", "lockbuild install (verify + unpack + uv + checks)", "venv + pip install --no-index --find-links",
-     "uv venv + uv pip install --offline (floor)"),
+    (
+        "install",
+        "lockbuild install (verify + unpack + uv + checks)",
+        "venv + pip install --no-index --find-links",
+        "uv venv + uv pip install --offline (floor)",
+    ),
     ("pipeline", "lockbuild: recipe -> installed", "classic: requirement -> installed", None),
 )
 
 
 def _bars(ax: Any, r: Results) -> None:
     width = 0.27
-    for k, (label, color) in enumerate((("lockbuild", "#1f77b4"), ("classic (pip, tar czf)", "#d62728"),
-                                        ("floor (curl, tar|zstd, bare uv)", "#7f7f7f"))):
+    for k, (label, color) in enumerate(
+        (
+            ("lockbuild", "#1f77b4"),
+            ("classic (pip, tar czf)", "#d62728"),
+            ("floor (curl, tar|zstd, bare uv)", "#7f7f7f"),
+        )
+    ):
         vals = []
         for b in BARS:
             variant = b[1 + k]
@@ -147,8 +178,13 @@ def live_groups(r: Results) -> list[tuple[str, float, float | None, float | None
         ("import", [("import", v.IMPORT)], [("import", v.IMPORT_FLOOR)], None, None),
         ("push", [("push-pull", v.PUSH)], [("push-pull", v.RAW_PULL)], None, None),
         ("pull", [("push-pull", v.PULL)], [("push-pull", v.RAW_PULL)], None, None),
-        ("index to installed", [("build", v.COLD), ("install", v.INSTALL)], [],
-         [("classic", v.CL_DL), ("classic", v.CL_TGZ), ("classic", v.CL_INST)], None),
+        (
+            "index to installed",
+            [("build", v.COLD), ("install", v.INSTALL)],
+            [],
+            [("classic", v.CL_DL), ("classic", v.CL_TGZ), ("classic", v.CL_INST)],
+            None,
+        ),
     )
     out = []
     for name, lb, floor, classic, target in steps:
@@ -177,8 +213,9 @@ def _live_bars(ax: Any, r: Results) -> None:
         bar(i, floor, "#7f7f7f", "floor (uv compile, curl, tar|zstd, openssl, bare uv)")
         bar(i + width, classic, "#d62728", "classic path (pip download + tar czf + pip install)")
         if target is not None:
-            ax.hlines(target, i - 1.5 * width, i + 1.5 * width, colors="#2ca02c",
-                      label=None if "target" in seen else "target")
+            ax.hlines(
+                target, i - 1.5 * width, i + 1.5 * width, colors="#2ca02c", label=None if "target" in seen else "target"
+            )
             seen.add("target")
     ax.set_xticks(range(len(groups)), [g[0] for g in groups])
     ax.set_ylabel("seconds (median)")
@@ -206,8 +243,12 @@ def plot(results: Sequence[Results], path: Path) -> bool:
             ax_t.plot(sizes, [f.median if f else 0.0 for f in figs], marker="o", label=label)
             ax_m.plot(sizes, [f.self_rss_mb if f else 0.0 for f in figs], marker="o", label=label)
         ax_t.set(xlabel="bundle size, GB", ylabel="seconds (median)", title="time against bundle size")
-        ax_m.set(xlabel="bundle size, GB", ylabel="peak RSS of the lockbuild process, MB",
-                 title="peak memory against bundle size", ylim=(0, None))
+        ax_m.set(
+            xlabel="bundle size, GB",
+            ylabel="peak RSS of the lockbuild process, MB",
+            title="peak memory against bundle size",
+            ylim=(0, None),
+        )
         ax_t.legend(fontsize=8)
         ax_m.legend(fontsize=8)
     elif results[-1].label.startswith("vllm-live"):
@@ -231,24 +272,33 @@ def site_readme_table(runs: Sequence[Results]) -> str:
     from bench import vllm_live as v
 
     uv, raw = "bare `uv venv` + `uv pip install --offline` + the verify command", "`curl --parallel` + `openssl sha256`"
-    lines = ["| step | lockbuild, s | floor, same run | ratio, pair by pair | peak RSS MB (own) | target |",
-             "|---|---:|---|---:|---:|---|"]
+    lines = [
+        "| step | lockbuild, s | floor, same run | ratio, pair by pair | peak RSS MB (own) | target |",
+        "|---|---:|---|---:|---:|---|",
+    ]
     for r in reversed(runs):  # the cold build's floor is the sum of two figures of the same run, pair by pair
         cold, lock, fetch = r.get("build", v.COLD), r.get("lock", v.UV_LOCK), r.get("fetch", v.RAW)
         if cold is not None and lock is not None and fetch is not None:
             floors = [x + y for x, y in zip(lock.seconds, fetch.seconds, strict=False)]
             pairs = [x / y for x, y in zip(cold.seconds, floors, strict=False)]
             met = "met" if statistics.median(pairs) <= 1.25 else "**missed**"
-            lines.append(f"| build, cold cache | {_span(cold.seconds, '{:.1f}')} | `uv pip compile` + "
-                         f"`curl --parallel` (8): {_span(floors, '{:.1f}')} s | {_span(pairs, '{:.2f}')}× "
-                         f"| {cold.peak_rss_mb:.0f} ({cold.self_rss_mb:.0f}) | ≤ 1.25 {met} |")
+            lines.append(
+                f"| build, cold cache | {_span(cold.seconds, '{:.1f}')} | `uv pip compile` + "
+                f"`curl --parallel` (8): {_span(floors, '{:.1f}')} s | {_span(pairs, '{:.2f}')}× "
+                f"| {cold.peak_rss_mb:.0f} ({cold.self_rss_mb:.0f}) | ≤ 1.25 {met} |"
+            )
             break
     rows = (
         ("install from the `.lbz`", ("install", v.INSTALL), ("install", v.UV_INSTALL), uv, "<= 1.4", 1.4),
-        ("install `--store` (blobs linked)", ("install-store", v.INSTALL_STORE), ("install-store", v.UV_INSTALL),
-         uv, "<= 1.2", 1.2),
-        ("import (a new store)", ("import", v.IMPORT), ("import", v.IMPORT_FLOOR), "one sha256 pass + `cp`", "",
-         None),
+        (
+            "install `--store` (blobs linked)",
+            ("install-store", v.INSTALL_STORE),
+            ("install-store", v.UV_INSTALL),
+            uv,
+            "<= 1.2",
+            1.2,
+        ),
+        ("import (a new store)", ("import", v.IMPORT), ("import", v.IMPORT_FLOOR), "one sha256 pass + `cp`", "", None),
         ("push (local registry)", ("push-pull", v.PUSH), ("push-pull", v.RAW_PULL), raw, "", None),
         ("pull (a new store)", ("push-pull", v.PULL), ("push-pull", v.RAW_PULL), raw, "", None),
     )
@@ -266,6 +316,8 @@ def site_readme_table(runs: Sequence[Results]) -> str:
             if limit is not None:
                 met = "met" if statistics.median(pairs) <= limit else "**missed**"
         own = f" ({a.self_rss_mb:.0f})" if a.self_rss_mb else ""
-        lines.append(f"| {name} | {_span(a.seconds, '{:.1f}')} | {floor} | {ratio} | {a.peak_rss_mb:.0f}{own} "
-                     f"| {target.replace('<=', '≤')}{' ' + met if met else ''} |")
+        lines.append(
+            f"| {name} | {_span(a.seconds, '{:.1f}')} | {floor} | {ratio} | {a.peak_rss_mb:.0f}{own} "
+            f"| {target.replace('<=', '≤')}{' ' + met if met else ''} |"
+        )
     return "\n".join(lines)

@@ -39,9 +39,11 @@ MINOR = {"vllm", "torch", "triton", "xformers"}
 def files(version: str, variant: str, scale: float, changed: set[str]) -> list[tuple[str, bytes, str]]:
     """A build's members; the CUDA wheels differ per variant, the ``changed`` projects (and for a minor
     release, 20 small wheels) per version."""
-    out = [("recipe.toml", f'[engine]\nname = "toyengine"\n# {version} {variant}\n'.encode(), "recipe"),
-           ("lock/requirements.txt", f"vllm=={version}\n".encode(), "lock"),
-           ("tools/uv-0.9.0-py3-none-any.whl", random.Random("uv").randbytes(4096), "tool")]
+    out = [
+        ("recipe.toml", f'[engine]\nname = "toyengine"\n# {version} {variant}\n'.encode(), "recipe"),
+        ("lock/requirements.txt", f"vllm=={version}\n".encode(), "lock"),
+        ("tools/uv-0.9.0-py3-none-any.whl", random.Random("uv").randbytes(4096), "tool"),
+    ]
     small = sorted(p for p, _, s in VLLM_0_11_0 if s < 1_000_000)[:20]
     for project, ver, size in VLLM_0_11_0:
         cuda = project.startswith(("nvidia-", "torch", "triton", "xformers", "cupy"))
@@ -83,8 +85,9 @@ def main() -> None:
         out: dict[str, object] = {"scale": a.scale}
         b = {}
         for name, version, changed in (("base", "1.0", set()), ("patch", "1.0.1", {"vllm"}), ("minor", "1.1", MINOR)):
-            b[name] = make_bundle(work / name, [secret], version=version, variant="cu128",
-                                  files=files(version, "cu128", a.scale, changed))
+            b[name] = make_bundle(
+                work / name, [secret], version=version, variant="cu128", files=files(version, "cu128", a.scale, changed)
+            )
         reg = RealRegistry(work / "registry")
         try:
             ref = reg.ref
@@ -96,20 +99,28 @@ def main() -> None:
                 store = work / f"store-{kind}"
                 lb("import", b["base"], "--trust", trust, "--store", store)
                 t_full, _ = timed(lambda k=kind: lb("import", b[k], "--trust", trust, "--store", work / f"s-{k}"))
-                t_delta, _ = timed(lambda k=kind, dd=d: lb("import", dd["delta"], "--trust", trust, "--store",
-                                                          work / f"store-{k}"))
+                t_delta, _ = timed(
+                    lambda k=kind, dd=d: lb("import", dd["delta"], "--trust", trust, "--store", work / f"store-{k}")
+                )
                 pstore = work / f"pull-{kind}"
                 lb("pull", ref("engines/vllm", "base"), "--store", pstore, "--trust", trust)
-                t_pull, pulled = timed(lambda k=kind, ps=pstore: lb("pull", ref("engines/vllm", k), "--store", ps,
-                                                                   "--trust", trust))
+                t_pull, pulled = timed(
+                    lambda k=kind, ps=pstore: lb("pull", ref("engines/vllm", k), "--store", ps, "--trust", trust)
+                )
                 moved = int(pulled["fetched_bytes"])  # type: ignore[index]
                 out[f"update_{kind}"] = {
-                    "full_bytes": full, "delta_bytes": int(d["size"]), "pull_bytes": moved,
-                    "delta_ratio": round(int(d["size"]) / full, 4), "pull_ratio": round(moved / full, 4),
-                    "full_import_s": round(t_full, 2), "delta_import_s": round(t_delta, 2), "pull_s": round(t_pull, 2),
+                    "full_bytes": full,
+                    "delta_bytes": int(d["size"]),
+                    "pull_bytes": moved,
+                    "delta_ratio": round(int(d["size"]) / full, 4),
+                    "pull_ratio": round(moved / full, 4),
+                    "full_import_s": round(t_full, 2),
+                    "delta_import_s": round(t_delta, 2),
+                    "pull_s": round(t_pull, 2),
                 }
             fan: dict[str, object] = {}
             for k in map(int, a.fanout.split(",")):
+
                 def pull_one(i: int, k: int = k) -> None:
                     lb("pull", ref("engines/vllm", "base"), "--store", work / f"fan{k}-{i}", "--trust", trust)
 
@@ -120,8 +131,11 @@ def main() -> None:
                     t_pull, _ = timed(lambda p=pool, k=k: list(p.map(pull_one, range(k))))
                 with ThreadPoolExecutor(k) as pool:
                     t_copy, _ = timed(lambda p=pool, k=k: list(p.map(copy_one, range(k))))
-                fan[str(k)] = {"pull_s": round(t_pull, 2), "copy_s": round(t_copy, 2),
-                               "ratio": round(t_pull / max(t_copy, 1e-6), 2)}
+                fan[str(k)] = {
+                    "pull_s": round(t_pull, 2),
+                    "copy_s": round(t_copy, 2),
+                    "ratio": round(t_pull / max(t_copy, 1e-6), 2),
+                }
                 for i in range(k):
                     shutil.rmtree(work / f"fan{k}-{i}", ignore_errors=True)
                     (work / f"copy{k}-{i}.lbz").unlink(missing_ok=True)
@@ -132,8 +146,13 @@ def main() -> None:
         total = 0
         for version, changed in (("2.0", set()), ("2.0.1", {"vllm"}), ("2.1", MINOR)):
             for variant in ("cu128", "cu129"):
-                p = make_bundle(work / f"d-{version}-{variant}", [secret], version=version, variant=variant,
-                                files=files(version, variant, a.scale, changed))
+                p = make_bundle(
+                    work / f"d-{version}-{variant}",
+                    [secret],
+                    version=version,
+                    variant=variant,
+                    files=files(version, variant, a.scale, changed),
+                )
                 total += p.stat().st_size
                 lb("import", p, "--trust", trust, "--store", store)
         used = du(store / "blobs")

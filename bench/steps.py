@@ -82,8 +82,13 @@ def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, 
     packed = sign(write(manifest, entries, out), key=secret)
     t3 = time.perf_counter()
     return {
-        "plan_s": t1 - t0, "check_s": t2 - t1, "pack_s": t3 - t2, "downloaded_bytes": report.downloaded_bytes,
-        "bundle": str(packed.bundle), "size": packed.size, "unpacked": packed.manifest.unpacked_size,
+        "plan_s": t1 - t0,
+        "check_s": t2 - t1,
+        "pack_s": t3 - t2,
+        "downloaded_bytes": report.downloaded_bytes,
+        "bundle": str(packed.bundle),
+        "size": packed.size,
+        "unpacked": packed.manifest.unpacked_size,
     }
 
 

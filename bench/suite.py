@@ -29,8 +29,15 @@ _DROP = ("PIP_", "UV_", "VIRTUAL_ENV", "CONDA_", "PYTHONPATH", "PYTHONHOME", "PY
 
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP)}
-    env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1",
-                "UV_PYTHON_DOWNLOADS": "never", "NO_COLOR": "1"})
+    env.update(
+        {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "UV_NO_CONFIG": "1",
+            "UV_PYTHON_DOWNLOADS": "never",
+            "NO_COLOR": "1",
+        }
+    )
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)  # so `python -m bench.steps` works anywhere
     return env
 
@@ -68,8 +75,12 @@ class Results:
         return f if f is not None and f.seconds else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload": self.label, "facts": self.facts, "figures": [f.to_json() for f in self.figures.values()],
-                "ratios": [r.to_json() for r in self.ratios]}
+        return {
+            "workload": self.label,
+            "facts": self.facts,
+            "figures": [f.to_json() for f in self.figures.values()],
+            "ratios": [r.to_json() for r in self.ratios],
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Results:
@@ -112,8 +123,14 @@ class Suite:
     # helpers -----------------------------------------------------------------------------------
     def lb_env(self, cache: Path) -> dict[str, str]:
         env = dict(self.env)
-        env.update({"LOCKBUILD_INDEX_URL": self.s.index_url, "LOCKBUILD_CACHE_DIR": str(cache),
-                    "LOCKBUILD_GITHUB_API": f"{DEAD}/api", "LOCKBUILD_GITHUB_DOWNLOAD": f"{DEAD}/gh"})
+        env.update(
+            {
+                "LOCKBUILD_INDEX_URL": self.s.index_url,
+                "LOCKBUILD_CACHE_DIR": str(cache),
+                "LOCKBUILD_GITHUB_API": f"{DEAD}/api",
+                "LOCKBUILD_GITHUB_DOWNLOAD": f"{DEAD}/gh",
+            }
+        )
         return env
 
     def uv_env(self, cache: Path) -> dict[str, str]:
@@ -167,10 +184,16 @@ class Suite:
 
     # the phases --------------------------------------------------------------------------------
     def run_all(self) -> Results:
-        for name, phase in (("lock", self.phase_lock), ("fetch", self.phase_fetch), ("pack", self.phase_pack),
-                            ("verify", self.phase_verify), ("install", self.phase_install),
-                            ("pipeline", self.phase_pipeline), ("floor", lambda: stock_floor.phase_floor(self)),
-                            ("verify-pass", lambda: stock_floor.phase_sha_pass(self))):
+        for name, phase in (
+            ("lock", self.phase_lock),
+            ("fetch", self.phase_fetch),
+            ("pack", self.phase_pack),
+            ("verify", self.phase_verify),
+            ("install", self.phase_install),
+            ("pipeline", self.phase_pipeline),
+            ("floor", lambda: stock_floor.phase_floor(self)),
+            ("verify-pass", lambda: stock_floor.phase_sha_pass(self)),
+        ):
             self.log(f"[{self.s.label}] {name}")
             phase()
         self.r.ratios = ratios(self.r) + stock_floor.ratios(self.r.figures)
@@ -179,16 +202,36 @@ class Suite:
     def phase_lock(self) -> None:
         for i in range(self.s.repeat):
             out = self.rep_dir(i, "lock")
-            r = self.run([*LOCKBUILD, "lock", str(self.s.recipe), "--out", str(out), "--json"],
-                    env=self.lb_env(self.rep_dir(i, "lock-cache")))
+            r = self.run(
+                [*LOCKBUILD, "lock", str(self.s.recipe), "--out", str(out), "--json"],
+                env=self.lb_env(self.rep_dir(i, "lock-cache")),
+            )
             self.timed("lock", "lockbuild lock", r)
             doc = json.loads(r.stdout)["locks"][0]
-            argv = [uv_binary(), "pip", "compile", "-", "--python-version", doc["python"],
-                    "--python-platform", doc["platform"], "--exclude-newer", doc["as_of"],
-                    "--index-url", self.s.index_url, "--generate-hashes", "--no-header", "--quiet",
-                    "--output-file", str(out / "uv-requirements.txt")]
-            self.timed("lock", "uv pip compile --generate-hashes", self.run(
-                argv, env=self.uv_env(self.rep_dir(i, "uv-cache")), stdin=self.s.requirement + "\n"))
+            argv = [
+                uv_binary(),
+                "pip",
+                "compile",
+                "-",
+                "--python-version",
+                doc["python"],
+                "--python-platform",
+                doc["platform"],
+                "--exclude-newer",
+                doc["as_of"],
+                "--index-url",
+                self.s.index_url,
+                "--generate-hashes",
+                "--no-header",
+                "--quiet",
+                "--output-file",
+                str(out / "uv-requirements.txt"),
+            ]
+            self.timed(
+                "lock",
+                "uv pip compile --generate-hashes",
+                self.run(argv, env=self.uv_env(self.rep_dir(i, "uv-cache")), stdin=self.s.requirement + "\n"),
+            )
             if i == self.s.repeat - 1:
                 self.lock_doc = doc
                 _fresh(self.lock_dir)
@@ -231,9 +274,14 @@ class Suite:
             out.mkdir()
             cfg = "".join(f'url = "{f["url"]}"\noutput = "{out / f["name"]}"\n' for f in json.loads(files.read_text()))
             curl_cfg.write_text(cfg)
-            self.timed("fetch", "raw parallel GET (curl --parallel)", self.run(
-                ["curl", "--parallel", "--parallel-max", jobs, "--fail", "-sS", "-K", str(curl_cfg)], env=self.env),
-                size=total)
+            self.timed(
+                "fetch",
+                "raw parallel GET (curl --parallel)",
+                self.run(
+                    ["curl", "--parallel", "--parallel-max", jobs, "--fail", "-sS", "-K", str(curl_cfg)], env=self.env
+                ),
+                size=total,
+            )
             self.check_count(out, count, "curl")
             cache = self.rep_dir(i, "cache")
             r = self.run(self.step("fetch", wanted, cache, jobs), env=self.lb_env(cache))
@@ -246,10 +294,30 @@ class Suite:
             self.timed("fetch", "lockbuild fetch (whole process)", r, size=total)
             if not self.s.quick:
                 out = self.rep_dir(i, "pip")
-                self.timed("fetch", "pip download --no-deps --require-hashes", self.run(
-                    [*PIP, "download", "--no-deps", "--require-hashes", "-r", str(pip_req), "-d", str(out),
-                     "--index-url", self.s.index_url, "--no-cache-dir", "-q", "--progress-bar", "off"], env=self.env),
-                    size=total)
+                self.timed(
+                    "fetch",
+                    "pip download --no-deps --require-hashes",
+                    self.run(
+                        [
+                            *PIP,
+                            "download",
+                            "--no-deps",
+                            "--require-hashes",
+                            "-r",
+                            str(pip_req),
+                            "-d",
+                            str(out),
+                            "--index-url",
+                            self.s.index_url,
+                            "--no-cache-dir",
+                            "-q",
+                            "--progress-bar",
+                            "off",
+                        ],
+                        env=self.env,
+                    ),
+                    size=total,
+                )
                 self.check_count(out, count, "pip download")
             if i == self.s.repeat - 1:
                 _fresh(self.cache)
@@ -265,12 +333,16 @@ class Suite:
             self.timed("fetch", "lockbuild fetch, warm cache (re-hash only)", r, seconds=got["seconds"], size=total)
             seen = self.s.server is not None  # the live index's traffic is not ours to count
             self.r.facts["warm_rebuild"] = {
-                "downloaded_bytes": got["downloaded_bytes"], "cached": got["cached"], "files": got["files"],
+                "downloaded_bytes": got["downloaded_bytes"],
+                "cached": got["cached"],
+                "files": got["files"],
                 "server_file_gets": after[0] - before[0] if seen else None,
                 "server_bytes": after[1] - before[1] if seen else None,
             }
-        r = self.run([*LOCKBUILD, "fetch", str(self.s.recipe), "--out", str(_fresh(self.fetched)), "--json"],
-                env=self.lb_env(self.cache))
+        r = self.run(
+            [*LOCKBUILD, "fetch", str(self.s.recipe), "--out", str(_fresh(self.fetched)), "--json"],
+            env=self.lb_env(self.cache),
+        )
         build = json.loads(r.stdout)["fetches"][0]["build"]
         self.unpacked = self.fetched / build
 
@@ -292,8 +364,12 @@ class Suite:
                 size=got["unpacked"],
             )
             if not self.s.quick:
-                self.timed("pack", "tar czf", self.shell(f"tar czf {tar / 'b.tgz'} -C {src} .", env=self.env),
-                           size=got["unpacked"])
+                self.timed(
+                    "pack",
+                    "tar czf",
+                    self.shell(f"tar czf {tar / 'b.tgz'} -C {src} .", env=self.env),
+                    size=got["unpacked"],
+                )
             if i == self.s.repeat - 1:
                 final = self.s.work / "bundle"
                 _fresh(final)
@@ -305,15 +381,39 @@ class Suite:
         assert self.bundle is not None
         size = self.bundle.stat().st_size
         for _ in range(self.s.repeat):
-            self.timed("verify", "lockbuild verify (signature + every digest)", self.run(
-                [*LOCKBUILD, "verify", str(self.bundle), "--trust", str(self.s.trust), "--json"], env=self.env),
-                size=size)
-            self.timed("verify", "zstd -t (decompress + checksum only)", self.run(
-                ["zstd", "-t", "-q", str(self.bundle)], env=self.env), size=size)
+            self.timed(
+                "verify",
+                "lockbuild verify (signature + every digest)",
+                self.run(
+                    [*LOCKBUILD, "verify", str(self.bundle), "--trust", str(self.s.trust), "--json"], env=self.env
+                ),
+                size=size,
+            )
+            self.timed(
+                "verify",
+                "zstd -t (decompress + checksum only)",
+                self.run(["zstd", "-t", "-q", str(self.bundle)], env=self.env),
+                size=size,
+            )
 
     def _install_lb(self, bundle: Path, root: Path, *, check: bool = False) -> Run:
-        r = self.run([*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.s.trust),
-                      "--python", self.s.python, "--gpu-check", "skip", "--json"], env=self.env)
+        r = self.run(
+            [
+                *LOCKBUILD,
+                "install",
+                str(bundle),
+                "--root",
+                str(root),
+                "--trust",
+                str(self.s.trust),
+                "--python",
+                self.s.python,
+                "--gpu-check",
+                "skip",
+                "--json",
+            ],
+            env=self.env,
+        )
         if check:
             self.check_env(Path(json.loads(r.stdout)["path"]), "lockbuild install")
         return r
@@ -324,21 +424,37 @@ class Suite:
         size = self.r.facts["unpacked_bytes"]
         uv = uv_binary()
         for i in range(self.s.repeat):
-            self.timed("install", "lockbuild install (verify + unpack + uv + checks)",
-                       self._install_lb(self.bundle, self.rep_dir(i, "root"), check=i == 0), size=size)
+            self.timed(
+                "install",
+                "lockbuild install (verify + unpack + uv + checks)",
+                self._install_lb(self.bundle, self.rep_dir(i, "root"), check=i == 0),
+                size=size,
+            )
             venv, cache = self.rep_dir(i, "uv-venv"), self.rep_dir(i, "uv-cache")
-            self.timed("install", "uv venv + uv pip install --offline (floor)", self.shell(
-                f"{uv} venv {venv} --python {self.s.python} -q && {uv} pip install --python {venv}/bin/python "
-                f"--offline --no-index --find-links {wheels} -r {lock} -q", env=self.uv_env(cache)),
-                size=size)
+            self.timed(
+                "install",
+                "uv venv + uv pip install --offline (floor)",
+                self.shell(
+                    f"{uv} venv {venv} --python {self.s.python} -q && {uv} pip install --python {venv}/bin/python "
+                    f"--offline --no-index --find-links {wheels} -r {lock} -q",
+                    env=self.uv_env(cache),
+                ),
+                size=size,
+            )
             if i == 0:
                 self.check_env(venv, "uv pip install")
             if not self.s.quick:
                 venv = self.rep_dir(i, "pip-venv")
-                self.timed("install", "venv + pip install --no-index --find-links", self.shell(
-                    f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
-                    f"install --no-index --find-links {wheels} -r {lock} --no-cache-dir -q", env=self.env),
-                    size=size)
+                self.timed(
+                    "install",
+                    "venv + pip install --no-index --find-links",
+                    self.shell(
+                        f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
+                        f"install --no-index --find-links {wheels} -r {lock} --no-cache-dir -q",
+                        env=self.env,
+                    ),
+                    size=size,
+                )
                 if i == 0:
                     self.check_env(venv, "pip install")
             self.clean_rep(i)
@@ -347,8 +463,10 @@ class Suite:
         req = self.s.requirement
         for i in range(self.s.repeat):
             cache, out = self.rep_dir(i, "cache"), self.rep_dir(i, "dist")
-            build = self.run([*LOCKBUILD, "build", str(self.s.recipe), "--key", str(self.s.secret), "--out", str(out),
-                         "--json"], env=self.lb_env(cache))
+            build = self.run(
+                [*LOCKBUILD, "build", str(self.s.recipe), "--key", str(self.s.secret), "--out", str(out), "--json"],
+                env=self.lb_env(cache),
+            )
             bundle = Path(json.loads(build.stdout)["bundles"][0]["bundle"])
             inst = self._install_lb(bundle, self.rep_dir(i, "root"), check=i == 0)
             self.timed("pipeline", "lockbuild build (cold cache)", build)
@@ -365,13 +483,33 @@ class Suite:
                 continue
             dl, tgz, node, venv = (self.rep_dir(i, n) for n in ("dl", "tgz", "node", "venv"))
             parts = [
-                ("classic: pip download", [*PIP, "download", req, "-d", str(dl), "--index-url", self.s.index_url,
-                                           "--no-cache-dir", "-q", "--progress-bar", "off"]),
+                (
+                    "classic: pip download",
+                    [
+                        *PIP,
+                        "download",
+                        req,
+                        "-d",
+                        str(dl),
+                        "--index-url",
+                        self.s.index_url,
+                        "--no-cache-dir",
+                        "-q",
+                        "--progress-bar",
+                        "off",
+                    ],
+                ),
                 ("classic: tar czf", ["bash", "-ec", f"mkdir -p {tgz} && tar czf {tgz}/w.tgz -C {dl} ."]),
                 ("classic: tar xzf", ["bash", "-ec", f"mkdir -p {node} && tar xzf {tgz}/w.tgz -C {node}"]),
-                ("classic: venv + pip install --no-index", ["bash", "-ec",
-                    f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
-                    f"install --no-index --find-links {node} '{req}' --no-cache-dir -q"]),
+                (
+                    "classic: venv + pip install --no-index",
+                    [
+                        "bash",
+                        "-ec",
+                        f"{self.s.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
+                        f"install --no-index --find-links {node} '{req}' --no-cache-dir -q",
+                    ],
+                ),
             ]
             total = cpu = others = 0.0
             rss = 0
@@ -390,8 +528,14 @@ class Suite:
 def ratios(r: Results) -> list[Ratio]:
     out: list[Ratio] = []
 
-    def add(name: str, a: tuple[str, str], b: Sequence[tuple[str, str]], target: str, ok: Callable[[float], bool],
-            invert: bool = False) -> None:
+    def add(
+        name: str,
+        a: tuple[str, str],
+        b: Sequence[tuple[str, str]],
+        target: str,
+        ok: Callable[[float], bool],
+        invert: bool = False,
+    ) -> None:
         fa = r.get(*a)
         fb = [f for f in (r.get(*x) for x in b) if f is not None]
         if fa is None or not fb:
@@ -401,22 +545,59 @@ def ratios(r: Results) -> list[Ratio]:
 
     f = "fetch"
     for floor in ("raw parallel GET (httpx, in-process)", "raw parallel GET (curl --parallel)"):
-        add(f"fetch / {floor.split(' (')[1].split(',')[0].rstrip(')')} raw transfer",
-            (f, "lockbuild fetch (transfer, in-process)"), [(f, floor)], "<= 1.3", lambda v: v <= 1.3)
-    add("pip download / lockbuild fetch", (f, "lockbuild fetch (whole process)"),
-        [(f, "pip download --no-deps --require-hashes")], ">= 5", lambda v: v >= 5, invert=True)
-    add("lock / uv pip compile", ("lock", "lockbuild lock"), [("lock", "uv pip compile --generate-hashes")],
-        "(none)", lambda v: True)
-    add("pack+sign / tar|zstd -T0 -3", ("pack", "lockbuild pack + sign"), [("pack", "tar cf - | zstd -T0 -3")],
-        "<= 1.5", lambda v: v <= 1.5)
+        add(
+            f"fetch / {floor.split(' (')[1].split(',')[0].rstrip(')')} raw transfer",
+            (f, "lockbuild fetch (transfer, in-process)"),
+            [(f, floor)],
+            "<= 1.3",
+            lambda v: v <= 1.3,
+        )
+    add(
+        "pip download / lockbuild fetch",
+        (f, "lockbuild fetch (whole process)"),
+        [(f, "pip download --no-deps --require-hashes")],
+        ">= 5",
+        lambda v: v >= 5,
+        invert=True,
+    )
+    add(
+        "lock / uv pip compile",
+        ("lock", "lockbuild lock"),
+        [("lock", "uv pip compile --generate-hashes")],
+        "(none)",
+        lambda v: True,
+    )
+    add(
+        "pack+sign / tar|zstd -T0 -3",
+        ("pack", "lockbuild pack + sign"),
+        [("pack", "tar cf - | zstd -T0 -3")],
+        "<= 1.5",
+        lambda v: v <= 1.5,
+    )
     add("pack+sign / tar czf", ("pack", "lockbuild pack + sign"), [("pack", "tar czf")], "(none)", lambda v: True)
-    add("install / bare uv", ("install", "lockbuild install (verify + unpack + uv + checks)"),
-        [("install", "uv venv + uv pip install --offline (floor)")], "<= 1.5", lambda v: v <= 1.5)
-    add("pip install / lockbuild install", ("install", "lockbuild install (verify + unpack + uv + checks)"),
-        [("install", "venv + pip install --no-index --find-links")], ">= 10", lambda v: v >= 10,
-        invert=True)
-    add("classic / lockbuild, recipe -> installed", ("pipeline", "lockbuild: recipe -> installed"),
-        [("pipeline", "classic: requirement -> installed")], ">= 5", lambda v: v >= 5, invert=True)
+    add(
+        "install / bare uv",
+        ("install", "lockbuild install (verify + unpack + uv + checks)"),
+        [("install", "uv venv + uv pip install --offline (floor)")],
+        "<= 1.5",
+        lambda v: v <= 1.5,
+    )
+    add(
+        "pip install / lockbuild install",
+        ("install", "lockbuild install (verify + unpack + uv + checks)"),
+        [("install", "venv + pip install --no-index --find-links")],
+        ">= 10",
+        lambda v: v >= 10,
+        invert=True,
+    )
+    add(
+        "classic / lockbuild, recipe -> installed",
+        ("pipeline", "lockbuild: recipe -> installed"),
+        [("pipeline", "classic: requirement -> installed")],
+        ">= 5",
+        lambda v: v >= 5,
+        invert=True,
+    )
     v = r.get("verify", "lockbuild verify (signature + every digest)")
     if v is not None:
         mbs = tuple(v.bytes / s / 1e6 for s in v.seconds)

@@ -50,8 +50,18 @@ ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE
 REQUIREMENT = "vllm==0.11.0"
 INDEX = "https://pypi.org/simple"
 NEEDS_GB = 25
-PHASES = ("lock", "fetch", "build-cold", "build-warm", "verify", "install", "import", "push-pull", "install-store",
-          "classic")
+PHASES = (
+    "lock",
+    "fetch",
+    "build-cold",
+    "build-warm",
+    "verify",
+    "install",
+    "import",
+    "push-pull",
+    "install-store",
+    "classic",
+)
 
 # the variants, named once (the ratios and the README refer to them)
 LB_LOCK, UV_LOCK = "lockbuild lock", "uv pip compile (same flags)"
@@ -89,8 +99,17 @@ def python312() -> str:
 
 
 class LiveSuite:
-    def __init__(self, work: Path, keys: tuple[Path, Path], *, repeat: int, quick: bool, phases: tuple[str, ...],
-                 quiet_wait: float, log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        work: Path,
+        keys: tuple[Path, Path],
+        *,
+        repeat: int,
+        quick: bool,
+        phases: tuple[str, ...],
+        quiet_wait: float,
+        log: Callable[[str], None],
+    ) -> None:
         self.work = work  # scratch of this run (removed at the end)
         self.keep = HERE / "work" / "vllm-live"  # the warm cache, kept between runs
         self.cache = self.keep / "cache"
@@ -158,20 +177,53 @@ class LiveSuite:
         self.log("[vllm-live] lock")
         for _ in range(self.repeat):
             out = self.fresh("lock")
-            r = self.timed("lock", LB_LOCK, self.run(
-                [*LOCKBUILD, "lock", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
-                env=self.lb_env(self.fresh("lock-cache"))))
+            r = self.timed(
+                "lock",
+                LB_LOCK,
+                self.run(
+                    [*LOCKBUILD, "lock", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
+                    env=self.lb_env(self.fresh("lock-cache")),
+                ),
+            )
             doc = json.loads(r.stdout)["locks"][0]
-            argv = [uv_binary(), "pip", "compile", "-", "--python-version", doc["python"],
-                    "--python-platform", doc["platform"], "--exclude-newer", doc["as_of"], "--index-url", INDEX,
-                    "--generate-hashes", "--no-header", "--quiet", "--only-binary", ":all:",
-                    "--output-file", str(out / "uv.txt")]
-            self.timed("lock", UV_LOCK, self.run(argv, env={**self.env, "UV_CACHE_DIR": str(self.fresh("uv-cache"))},
-                                                 stdin=REQUIREMENT + "\n"))
+            argv = [
+                uv_binary(),
+                "pip",
+                "compile",
+                "-",
+                "--python-version",
+                doc["python"],
+                "--python-platform",
+                doc["platform"],
+                "--exclude-newer",
+                doc["as_of"],
+                "--index-url",
+                INDEX,
+                "--generate-hashes",
+                "--no-header",
+                "--quiet",
+                "--only-binary",
+                ":all:",
+                "--output-file",
+                str(out / "uv.txt"),
+            ]
+            self.timed(
+                "lock",
+                UV_LOCK,
+                self.run(argv, env={**self.env, "UV_CACHE_DIR": str(self.fresh("uv-cache"))}, stdin=REQUIREMENT + "\n"),
+            )
             self.lock_doc = doc
             # A rebuild's lock: the kept cache remembers uv's resolution (an untimed call fills it if needed).
-            relock = [*LOCKBUILD, "lock", str(self.recipe), "--build", BUILD, "--out", str(self.work / "relock"),
-                      "--json"]
+            relock = [
+                *LOCKBUILD,
+                "lock",
+                str(self.recipe),
+                "--build",
+                BUILD,
+                "--out",
+                str(self.work / "relock"),
+                "--json",
+            ]
             self.fresh("relock")
             self.run(relock, env=self.lb_env(self.cache))
             self.fresh("relock")
@@ -181,9 +233,14 @@ class LiveSuite:
         shutil.rmtree(self.work / "relock", ignore_errors=True)
         shutil.rmtree(self.work / "lock-cache", ignore_errors=True)
         shutil.rmtree(self.work / "uv-cache", ignore_errors=True)
-        self.r.facts.update({"packages": len(self.lock_doc["packages"]), "as_of": self.lock_doc["as_of"],
-                             "fetch_files": len(self.lock_doc["packages"]) + len(self.lock_doc.get("extras", [])),
-                             "fetch_bytes": self.wanted_bytes()})
+        self.r.facts.update(
+            {
+                "packages": len(self.lock_doc["packages"]),
+                "as_of": self.lock_doc["as_of"],
+                "fetch_files": len(self.lock_doc["packages"]) + len(self.lock_doc.get("extras", [])),
+                "fetch_bytes": self.wanted_bytes(),
+            }
+        )
 
     def phase_fetch(self) -> None:
         urls = [(p["url"], p["file"]) for p in self.lock_doc["packages"]]
@@ -193,8 +250,11 @@ class LiveSuite:
             out.mkdir()
             cfg = self.work / "curl.cfg"
             cfg.write_text("".join(f'url = "{u}"\noutput = "{out / n}"\n' for u, n in urls))
-            r = self.timed("fetch", RAW, self.run(["curl", "--parallel", "--parallel-max", "8", "--fail", "-sS",
-                                                   "-L", "-K", str(cfg)]))
+            r = self.timed(
+                "fetch",
+                RAW,
+                self.run(["curl", "--parallel", "--parallel-max", "8", "--fail", "-sS", "-L", "-K", str(cfg)]),
+            )
             got = sum(p.stat().st_size for p in out.iterdir())
             self.r.fig("fetch", RAW).bytes = got
             del r
@@ -202,8 +262,21 @@ class LiveSuite:
 
     def _build(self, cache: Path, variant: str) -> dict[str, Any]:
         out = self.fresh("dist-" + ("cold" if "cold" in variant else "warm"))
-        r = self.run([*LOCKBUILD, "build", str(self.recipe), "--build", BUILD, "--key", str(self.secret), "--out",
-                      str(out), "--json"], env=self.lb_env(cache))
+        r = self.run(
+            [
+                *LOCKBUILD,
+                "build",
+                str(self.recipe),
+                "--build",
+                BUILD,
+                "--key",
+                str(self.secret),
+                "--out",
+                str(out),
+                "--json",
+            ],
+            env=self.lb_env(cache),
+        )
         doc: dict[str, Any] = json.loads(r.stdout)["bundles"][0]
         self.timed("build", variant, r, size=int(doc.get("size") or 0))
         self.r.facts["bundle_bytes"] = int(doc.get("size") or 0)
@@ -226,8 +299,10 @@ class LiveSuite:
         """The lock's files laid out by `lockbuild fetch --out` from the warm cache (not timed)."""
         if self.files is None:
             out = self.fresh("fetched")
-            r = run([*LOCKBUILD, "fetch", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
-                    env=self.lb_env(self.cache))
+            r = run(
+                [*LOCKBUILD, "fetch", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
+                env=self.lb_env(self.cache),
+            )
             self.files = out / json.loads(r.stdout)["fetches"][0]["build"]
         return self.files
 
@@ -242,8 +317,9 @@ class LiveSuite:
             self.bundle = Path(doc["bundle"])
             tar = self.fresh("tar")
             tar.mkdir()
-            self.timed("build", ZSTD, self.shell(f"tar cf - -C {files} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}"),
-                       size=size)
+            self.timed(
+                "build", ZSTD, self.shell(f"tar cf - -C {files} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}"), size=size
+            )
             shutil.rmtree(tar, ignore_errors=True)
         shas = {s for v in self.r.facts["bundle_sha256"].values() for s in v}
         self.r.facts["same_bytes_cold_warm"] = len(shas) == 1
@@ -262,8 +338,12 @@ class LiveSuite:
         size = bundle.stat().st_size
         self.r.facts["bundle_bytes"] = size
         for _ in range(self.repeat):
-            self.timed("verify", VERIFY, self.run([*LOCKBUILD, "verify", str(bundle), "--trust", str(self.trust),
-                                                   "--json"]), size=size)
+            self.timed(
+                "verify",
+                VERIFY,
+                self.run([*LOCKBUILD, "verify", str(bundle), "--trust", str(self.trust), "--json"]),
+                size=size,
+            )
             self.timed("verify", B2SUM, self.run(["b2sum", str(bundle)]), size=size)
             self.timed("verify", SHA256SUM, self.run(["sha256sum", str(bundle)]), size=size)
             self.timed("verify", OPENSSL, self.run(["openssl", "dgst", "-sha256", str(bundle)]), size=size)
@@ -274,9 +354,27 @@ class LiveSuite:
         size = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
         for _ in range(self.repeat):
             root = self.fresh("root")
-            self.timed("install", INSTALL, self.run(
-                [*LOCKBUILD, "install", str(bundle), "--root", str(root), "--trust", str(self.trust),
-                 "--python", self.python, "--gpu-check", "skip", "--json"]), size=size)
+            self.timed(
+                "install",
+                INSTALL,
+                self.run(
+                    [
+                        *LOCKBUILD,
+                        "install",
+                        str(bundle),
+                        "--root",
+                        str(root),
+                        "--trust",
+                        str(self.trust),
+                        "--python",
+                        self.python,
+                        "--gpu-check",
+                        "skip",
+                        "--json",
+                    ]
+                ),
+                size=size,
+            )
             shutil.rmtree(root, ignore_errors=True)
             self._uv_floor("install", files, size)
 
@@ -285,11 +383,17 @@ class LiveSuite:
         uv = uv_binary()
         venv, cache = self.fresh("uv-venv"), self.fresh("uv-install-cache")
         verify = f"{venv}/bin/python -c {shlex.quote(VERIFY_CODE)} >/dev/null"
-        self.timed(phase, UV_INSTALL, self.shell(
-            f"{uv} venv {venv} --python {self.python} -q && {uv} pip install --python {venv}/bin/python "
-            f"--offline --no-index --find-links {files}/wheels "
-            f"-r {files}/requirements.txt -q && {verify}",
-            env={**self.env, "UV_CACHE_DIR": str(cache), **ENGINE_ENV}), size=size)
+        self.timed(
+            phase,
+            UV_INSTALL,
+            self.shell(
+                f"{uv} venv {venv} --python {self.python} -q && {uv} pip install --python {venv}/bin/python "
+                f"--offline --no-index --find-links {files}/wheels "
+                f"-r {files}/requirements.txt -q && {verify}",
+                env={**self.env, "UV_CACHE_DIR": str(cache), **ENGINE_ENV},
+            ),
+            size=size,
+        )
         shutil.rmtree(venv, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
 
@@ -299,8 +403,19 @@ class LiveSuite:
         store = self.work / "store"
         if not (store / "builds").is_dir():
             shutil.rmtree(store, ignore_errors=True)
-            run([*LOCKBUILD, "import", str(self._need_bundle()), "--trust", str(self.trust), "--store", str(store),
-                 "--json"], env=self.env)
+            run(
+                [
+                    *LOCKBUILD,
+                    "import",
+                    str(self._need_bundle()),
+                    "--trust",
+                    str(self.trust),
+                    "--store",
+                    str(store),
+                    "--json",
+                ],
+                env=self.env,
+            )
         return store
 
     def phase_import(self) -> None:
@@ -308,13 +423,23 @@ class LiveSuite:
         size = bundle.stat().st_size
         for i in range(self.repeat):
             store = self.fresh("store" if i == self.repeat - 1 else "store-import")
-            self.timed("import", IMPORT, self.run([*LOCKBUILD, "import", str(bundle), "--trust", str(self.trust),
-                                                   "--store", str(store), "--json"]), size=size)
+            self.timed(
+                "import",
+                IMPORT,
+                self.run(
+                    [*LOCKBUILD, "import", str(bundle), "--trust", str(self.trust), "--store", str(store), "--json"]
+                ),
+                size=size,
+            )
             if i < self.repeat - 1:
                 shutil.rmtree(store, ignore_errors=True)
             copy = self.fresh("import-copy")
-            self.timed("import", IMPORT_FLOOR, self.shell(
-                f"openssl dgst -sha256 {bundle} >/dev/null && cp {bundle} {copy}"), size=size)
+            self.timed(
+                "import",
+                IMPORT_FLOOR,
+                self.shell(f"openssl dgst -sha256 {bundle} >/dev/null && cp {bundle} {copy}"),
+                size=size,
+            )
             copy.unlink(missing_ok=True)
 
     def phase_push_pull(self) -> None:
@@ -329,21 +454,39 @@ class LiveSuite:
             reg = RealRegistry(self.fresh("registry"))
             try:
                 ref = reg.ref("engines/vllm", "0.11.0-cu128")
-                self.timed("push-pull", PUSH, self.run([*LOCKBUILD, "push", str(bundle), ref, "--trust",
-                                                        str(self.trust), "--json"]), size=size)
+                self.timed(
+                    "push-pull",
+                    PUSH,
+                    self.run([*LOCKBUILD, "push", str(bundle), ref, "--trust", str(self.trust), "--json"]),
+                    size=size,
+                )
                 pulled = self.fresh("store-pulled")
-                self.timed("push-pull", PULL, self.run([*LOCKBUILD, "pull", ref, "--store", str(pulled), "--trust",
-                                                        str(self.trust), "--json"]), size=size)
+                self.timed(
+                    "push-pull",
+                    PULL,
+                    self.run([*LOCKBUILD, "pull", ref, "--store", str(pulled), "--trust", str(self.trust), "--json"]),
+                    size=size,
+                )
                 shutil.rmtree(pulled, ignore_errors=True)
                 raw = self.fresh("raw-pull")
                 raw.mkdir()
                 cfg = self.work / "curl-pull.cfg"
                 digests = _layer_digests(reg.host, "engines/vllm", "0.11.0-cu128")
-                cfg.write_text("".join(f'url = "http://{reg.host}/v2/engines/vllm/blobs/{d}"\n'
-                                       f'output = "{raw / d.split(":", 1)[1]}"\n' for d in digests))
-                self.timed("push-pull", RAW_PULL, self.shell(
-                    f"curl --parallel --parallel-max 8 --fail -sS -K {cfg} && cd {raw} && "
-                    "find . -type f -print0 | xargs -0 openssl dgst -sha256 >/dev/null"), size=size)
+                cfg.write_text(
+                    "".join(
+                        f'url = "http://{reg.host}/v2/engines/vllm/blobs/{d}"\noutput = "{raw / d.split(":", 1)[1]}"\n'
+                        for d in digests
+                    )
+                )
+                self.timed(
+                    "push-pull",
+                    RAW_PULL,
+                    self.shell(
+                        f"curl --parallel --parallel-max 8 --fail -sS -K {cfg} && cd {raw} && "
+                        "find . -type f -print0 | xargs -0 openssl dgst -sha256 >/dev/null"
+                    ),
+                    size=size,
+                )
                 shutil.rmtree(raw, ignore_errors=True)
             finally:
                 reg.close()
@@ -356,9 +499,29 @@ class LiveSuite:
         ref = "vllm/0.11.0-" + BUILD
         for _ in range(self.repeat):
             root = self.fresh("root-store")
-            self.timed("install-store", INSTALL_STORE, self.run(
-                [*LOCKBUILD, "install", ref, "--store", str(store), "--root", str(root), "--trust", str(self.trust),
-                 "--python", self.python, "--gpu-check", "skip", "--json"]), size=size)
+            self.timed(
+                "install-store",
+                INSTALL_STORE,
+                self.run(
+                    [
+                        *LOCKBUILD,
+                        "install",
+                        ref,
+                        "--store",
+                        str(store),
+                        "--root",
+                        str(root),
+                        "--trust",
+                        str(self.trust),
+                        "--python",
+                        self.python,
+                        "--gpu-check",
+                        "skip",
+                        "--json",
+                    ]
+                ),
+                size=size,
+            )
             shutil.rmtree(root, ignore_errors=True)
             self._uv_floor("install-store", files, size)
 
@@ -371,14 +534,42 @@ class LiveSuite:
         # pip takes a wheel only for a platform named exactly: every manylinux tag glibc 2.28 runs
         platforms = [f"manylinux_2_{i}_x86_64" for i in range(28, 4, -1)]
         platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
-        self.timed("classic", CL_DL, self.run(
-            [*PIP, "download", "--no-deps", "--require-hashes", "-r", str(reqs), "-d", str(dl), "--index-url", INDEX,
-             "--no-cache-dir", "-q", "--progress-bar", "off", "--only-binary", ":all:", "--python-version", "3.12",
-             *(x for p in platforms for x in ("--platform", p))]))
+        self.timed(
+            "classic",
+            CL_DL,
+            self.run(
+                [
+                    *PIP,
+                    "download",
+                    "--no-deps",
+                    "--require-hashes",
+                    "-r",
+                    str(reqs),
+                    "-d",
+                    str(dl),
+                    "--index-url",
+                    INDEX,
+                    "--no-cache-dir",
+                    "-q",
+                    "--progress-bar",
+                    "off",
+                    "--only-binary",
+                    ":all:",
+                    "--python-version",
+                    "3.12",
+                    *(x for p in platforms for x in ("--platform", p)),
+                ]
+            ),
+        )
         self.timed("classic", CL_TGZ, self.shell(f"tar czf {tgz}/w.tgz -C {dl} ."))
-        self.timed("classic", CL_INST, self.shell(
-            f"{self.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
-            f"install --no-index --find-links {dl} -r {reqs} --no-cache-dir -q"))
+        self.timed(
+            "classic",
+            CL_INST,
+            self.shell(
+                f"{self.python} -m venv --without-pip {venv} && {' '.join(PIP)} --python {venv}/bin/python "
+                f"install --no-index --find-links {dl} -r {reqs} --no-cache-dir -q"
+            ),
+        )
         for d in (dl, tgz, venv):
             shutil.rmtree(d, ignore_errors=True)
 
@@ -405,24 +596,40 @@ def ratios(r: Results) -> list[Ratio]:
 
     lb, uv = med("lock", LB_LOCK), med("lock", UV_LOCK)
     if lb and uv:
-        add("lock / uv pip compile", tuple(a / b for a, b in zip(lb.seconds, uv.seconds, strict=False)), "<= 1.3",
-            lambda v: v <= 1.3)
+        add(
+            "lock / uv pip compile",
+            tuple(a / b for a, b in zip(lb.seconds, uv.seconds, strict=False)),
+            "<= 1.3",
+            lambda v: v <= 1.3,
+        )
     relock = med("lock", LB_RELOCK)
     if relock and uv:
-        add("lock, warm cache / uv pip compile (cold)",
-            tuple(a / b for a, b in zip(relock.seconds, uv.seconds, strict=False)), "(none)", lambda v: True)
+        add(
+            "lock, warm cache / uv pip compile (cold)",
+            tuple(a / b for a, b in zip(relock.seconds, uv.seconds, strict=False)),
+            "(none)",
+            lambda v: True,
+        )
     cold, raw, zstd, warm = med("build", COLD), med("fetch", RAW), med("build", ZSTD), med("build", WARM)
     if cold:
         add("build, cold cache: seconds", tuple(cold.seconds), "<= 75", lambda v: v <= 75)
         if raw and zstd:
             floor = max(raw.median, zstd.median)
-            add("build cold / max(raw download, tar|zstd)", tuple(s / floor for s in cold.seconds), "(none)",
-                lambda v: True)
+            add(
+                "build cold / max(raw download, tar|zstd)",
+                tuple(s / floor for s in cold.seconds),
+                "(none)",
+                lambda v: True,
+            )
     if warm:
         add("build, warm cache: seconds", tuple(warm.seconds), "<= 20", lambda v: v <= 20)
         if zstd:
-            add("build warm / tar|zstd", tuple(a / b for a, b in zip(warm.seconds, zstd.seconds, strict=False)),
-                "(none)", lambda v: True)
+            add(
+                "build warm / tar|zstd",
+                tuple(a / b for a, b in zip(warm.seconds, zstd.seconds, strict=False)),
+                "(none)",
+                lambda v: True,
+            )
     v = med("verify", VERIFY)
     if v:
         add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), ">= 450", lambda x: x >= 450)
@@ -434,15 +641,25 @@ def ratios(r: Results) -> list[Ratio]:
     if inst:
         add("install (offline): seconds", tuple(inst.seconds), "<= 55", lambda x: x <= 55)
         if floor_i:
-            add("install / (bare uv + the verify command)",
-                tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)), "<= 1.4", lambda x: x <= 1.4)
+            add(
+                "install / (bare uv + the verify command)",
+                tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)),
+                "<= 1.4",
+                lambda x: x <= 1.4,
+            )
     st, floor_s = med("install-store", INSTALL_STORE), med("install-store", UV_INSTALL)
     if st and floor_s:
-        add("install --store / (bare uv + the verify command)",
-            tuple(a / b for a, b in zip(st.seconds, floor_s.seconds, strict=False)), "<= 1.2", lambda x: x <= 1.2)
-    for phase, mine, base, name in (("import", IMPORT, IMPORT_FLOOR, "import / (one sha256 pass + a copy)"),
-                                     ("push-pull", PUSH, RAW_PULL, "push / raw parallel fetch + sha256"),
-                                     ("push-pull", PULL, RAW_PULL, "pull / raw parallel fetch + sha256")):
+        add(
+            "install --store / (bare uv + the verify command)",
+            tuple(a / b for a, b in zip(st.seconds, floor_s.seconds, strict=False)),
+            "<= 1.2",
+            lambda x: x <= 1.2,
+        )
+    for phase, mine, base, name in (
+        ("import", IMPORT, IMPORT_FLOOR, "import / (one sha256 pass + a copy)"),
+        ("push-pull", PUSH, RAW_PULL, "push / raw parallel fetch + sha256"),
+        ("push-pull", PULL, RAW_PULL, "pull / raw parallel fetch + sha256"),
+    ):
         a, b = med(phase, mine), med(phase, base)
         if a and b:
             add(name, tuple(x / y for x, y in zip(a.seconds, b.seconds, strict=False)), "(none)", lambda x: True)
@@ -450,8 +667,12 @@ def ratios(r: Results) -> list[Ratio]:
     if cold and inst and all(classic):
         ours = cold.median + inst.median
         theirs = sum(f.median for f in classic if f is not None)
-        add("classic / lockbuild, index -> installed (pip download + tar czf + pip install vs build + install)",
-            (theirs / ours,), "(none)", lambda x: True)
+        add(
+            "classic / lockbuild, index -> installed (pip download + tar czf + pip install vs build + install)",
+            (theirs / ours,),
+            "(none)",
+            lambda x: True,
+        )
     own = [f.self_rss_mb for f in r.figures.values() if f.self_rss_kb and f.variant.startswith("lockbuild")]
     if own:
         add("lockbuild's own peak RSS, MB (largest step)", (max(own),), "<= 150", lambda x: x <= 150)
@@ -469,8 +690,9 @@ def main(args: Any, work: Path, keys: tuple[Path, Path], log: Callable[[str], No
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         raise SystemExit(f"unknown phase(s) {unknown}; expected some of {', '.join(PHASES)}.")
-    suite = LiveSuite(work, keys, repeat=args.repeat, quick=args.quick, phases=phases, quiet_wait=args.quiet_wait,
-                      log=log)
+    suite = LiveSuite(
+        work, keys, repeat=args.repeat, quick=args.quick, phases=phases, quiet_wait=args.quiet_wait, log=log
+    )
     try:
         return suite.run_all()
     finally:

@@ -144,8 +144,12 @@ def write_uv_wheel(dest: Path) -> tuple[Path, bytes]:
     version = uv_version(uv_binary())
     binary = Path(uv_binary()).read_bytes()
     return write_wheel(
-        dest, "uv", version, tag="py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64",
-        modules={"uv/__init__.py": ""}, raw={f"uv-{version}.data/scripts/uv": (binary, 0o755)},
+        dest,
+        "uv",
+        version,
+        tag="py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64",
+        modules={"uv/__init__.py": ""},
+        raw={f"uv-{version}.data/scripts/uv": (binary, 0o755)},
     )
 
 
@@ -171,8 +175,14 @@ def _sha256(path: Path) -> str:
 def _entry(path: Path, metadata: bytes, project: str, version: str) -> WheelFile:
     """The index entry of a generated wheel; its METADATA is also served beside it (PEP 658)."""
     path.with_name(path.name + ".metadata").write_bytes(metadata)
-    return WheelFile(path.name, canonicalize_name(project), version, _sha256(path), path.stat().st_size,
-                     hashlib.sha256(metadata).hexdigest())
+    return WheelFile(
+        path.name,
+        canonicalize_name(project),
+        version,
+        _sha256(path),
+        path.stat().st_size,
+        hashlib.sha256(metadata).hexdigest(),
+    )
 
 
 def generate(name: str, scale_gb: float, work: Path) -> Workload:
@@ -200,7 +210,11 @@ def generate(name: str, scale_gb: float, work: Path) -> Workload:
         out.append(_entry(path, metadata, d.name, d.version))
         deps.append(f"{d.name}=={d.version}")
     path, metadata = write_wheel(
-        files_dir, ENGINE, ENGINE_VERSION, size=engine_size, deps=deps,
+        files_dir,
+        ENGINE,
+        ENGINE_VERSION,
+        size=engine_size,
+        deps=deps,
         modules={f"{ENGINE}/__init__.py": ENGINE_MODULE.format(version=ENGINE_VERSION)},
         scripts={ENGINE: f"{ENGINE}:main"},
     )

@@ -33,14 +33,18 @@ class Captured:
         return self.returncode == 0 and not self.over and not self.timed_out
 
 
-def run_bounded(argv: Sequence[str], *, limit: int, timeout: float,
-                env: Mapping[str, str] | None = None) -> Captured:
+def run_bounded(argv: Sequence[str], *, limit: int, timeout: float, env: Mapping[str, str] | None = None) -> Captured:
     """Run ``argv`` (stdin and stderr closed to it), keeping at most ``limit`` bytes of its stdout.
 
     Raises OSError when it cannot start (FileNotFoundError: no such program)."""
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=None if env is None else dict(env),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=None if env is None else dict(env),
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout
     kept: list[bytes] = []
     size, over, timed_out = 0, False, False

@@ -79,8 +79,12 @@ def _summarise(group: click.Group, path: str = "") -> None:
             _summarise(command, f"{here} ")
 
 
-@click.group(cls=_Root, epilog=EPILOG_EXIT, context_settings={"help_option_names": ["-h", "--help"]},
-             params=anywhere_options(with_json=True))
+@click.group(
+    cls=_Root,
+    epilog=EPILOG_EXIT,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    params=anywhere_options(with_json=True),
+)
 @click.version_option(__version__, "-V", "--version", prog_name=PROG_NAME)
 @click.pass_context
 def main(ctx: click.Context) -> None:

@@ -56,14 +56,24 @@ JSON_HELP = "Print a machine-readable JSON result on stdout."
 def anywhere_options(*, with_json: bool) -> list[click.Option]:
     """-v/--verbose and -q/--quiet (and at the top, --json): each sets the run's flag wherever it is given."""
     options = [
-        click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, callback=_verbose, is_eager=True,
-                     help=VERBOSE_HELP),
-        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_root_flag("quiet"),
-                     is_eager=True, help=QUIET_HELP),
+        click.Option(
+            ["-v", "--verbose"], is_flag=True, expose_value=False, callback=_verbose, is_eager=True, help=VERBOSE_HELP
+        ),
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            expose_value=False,
+            callback=_root_flag("quiet"),
+            is_eager=True,
+            help=QUIET_HELP,
+        ),
     ]
     if with_json:
-        options.append(click.Option(["--json"], is_flag=True, expose_value=False, callback=_root_flag("json"),
-                                    is_eager=True, help=JSON_HELP))
+        options.append(
+            click.Option(
+                ["--json"], is_flag=True, expose_value=False, callback=_root_flag("json"), is_eager=True, help=JSON_HELP
+            )
+        )
     return options
 
 
@@ -82,8 +92,9 @@ def write_usage(formatter: click.HelpFormatter, prog: str, pieces: list[str]) ->
         return
     first = prefix
     rest = " " * (len(prefix) if len(prefix) + longest <= width else formatter.current_indent + 4)
-    wrapper = textwrap.TextWrapper(width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
-                                   break_on_hyphens=False)
+    wrapper = textwrap.TextWrapper(
+        width, initial_indent=first, subsequent_indent=rest, break_long_words=False, break_on_hyphens=False
+    )
     formatter.write(wrapper.fill(args) + "\n")
 
 
@@ -281,7 +292,9 @@ build_option = click.option(
     "--build", "build_spec", metavar="VARIANT|VERSION-VARIANT", help="Only this build of the recipe (default: all)."
 )
 jobs_option = click.option(
-    "--jobs", default=8, show_default=True,
+    "--jobs",
+    default=8,
+    show_default=True,
     help="Files downloaded at once. A build packs files as they arrive, in order, and keeps at most JOBS x 128 "
     "MiB of files in flight (at least two): raise it where each connection gets little of the bandwidth.",
 )
@@ -316,5 +329,3 @@ trust_option = click.option(
     help="Directory of trusted .pub keys (default: LOCKBUILD_TRUST_DIR, then /etc/lockbuild/keys).",
 )
 threshold_option = click.option("--threshold", type=click.IntRange(min=1), help="Distinct trusted signatures required.")
-
-

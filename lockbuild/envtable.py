@@ -78,7 +78,7 @@ def problem(name: object, value: object, *, allow_network: Sequence[str]) -> str
     if not isinstance(name, str) or not NAME.fullmatch(name):
         return f"expected a name like HF_HUB_OFFLINE (A-Z, 0-9, _; not starting with a digit), found {str(name)[:60]!r}"
     if not isinstance(value, str):
-        return f"expected a string value (quote numbers: {name} = \"1\"), found {type(value).__name__}"
+        return f'expected a string value (quote numbers: {name} = "1"), found {type(value).__name__}'
     if len(value) > MAX_VALUE:
         return f"expected a value of at most {MAX_VALUE} characters, found {len(value)}"
     if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") for c in value):

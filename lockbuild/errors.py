@@ -77,15 +77,18 @@ class RemoteError(LockbuildError):
 class ResolveError(LockbuildError):
     """uv could not resolve the requirements, or its lock broke a rule."""
 
-    default_tip = ("Check the requirements the message names: they must resolve on the index as it stood at "
-                   "the build's cut-off (as-of).")
+    default_tip = (
+        "Check the requirements the message names: they must resolve on the index as it stood at "
+        "the build's cut-off (as-of)."
+    )
 
 
 class FetchError(LockbuildError):
     """A download failed after its retries."""
 
-    default_tip = ("Run the command again (finished files come from the cache); " + NETWORK_TIP[0].lower()
-                   + NETWORK_TIP[1:])
+    default_tip = (
+        "Run the command again (finished files come from the cache); " + NETWORK_TIP[0].lower() + NETWORK_TIP[1:]
+    )
 
 
 class IntegrityError(LockbuildError):
@@ -107,8 +110,10 @@ class PolicyError(SignatureError):
     recipe with problems; still a signature error, so every trust decision fails closed on it)."""
 
     exit_code = 2
-    default_tip = ("policy.toml takes: threshold = 2 (a whole number, at least 1), not-before = "
-                   "2026-01-01T00:00:00Z and not-after = ... (times with a zone). Fix the file.")
+    default_tip = (
+        "policy.toml takes: threshold = 2 (a whole number, at least 1), not-before = "
+        "2026-01-01T00:00:00Z and not-after = ... (times with a zone). Fix the file."
+    )
 
 
 class InstallError(LockbuildError):

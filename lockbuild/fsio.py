@@ -83,16 +83,20 @@ def open_regular(
         raise
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise error(f"the {what} {where} is a symbolic link: expected a regular file.",
-                        tip=f"Copy the {what} into place instead of linking it.") from None
+            raise error(
+                f"the {what} {where} is a symbolic link: expected a regular file.",
+                tip=f"Copy the {what} into place instead of linking it.",
+            ) from None
         raise error(f"cannot open the {what} {where}: {exc.strerror or exc}.", tip=tip) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(f"the {what} {where} is {kind_of(st.st_mode)}: expected a regular file.", tip=tip)
         if st.st_size > max_size:
-            raise error(f"the {what} {where} is {st.st_size} bytes: expected at most {max_size}.",
-                        tip=f"Check that {where} is the {what} you meant.")
+            raise error(
+                f"the {what} {where} is {st.st_size} bytes: expected at most {max_size}.",
+                tip=f"Check that {where} is the {what} you meant.",
+            )
         return os.fdopen(fd, "rb"), st.st_size
     except BaseException:
         os.close(fd)
@@ -230,7 +234,7 @@ def sweep_beside(final: Path, *, older_than: float = STALE_BESIDE_SECONDS, what:
     prefix, suffix = f".{final.name}.", f".{what}"
 
     def mine(name: str) -> bool:
-        token = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
+        token = name[len(prefix) : -len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
         return len(token) == 16 and not token.strip("0123456789abcdef")
 
     return sweep_stale(final.parent, mine, older_than=older_than)
@@ -517,11 +521,15 @@ def ancestor_problem(path: Path) -> Unsafe | None:
             if stat.S_ISLNK(st.st_mode):
                 st = d.stat()  # the link itself sits in a checked directory; judge what it points to too
             if st.st_uid not in (0, os.geteuid()):
-                return Unsafe(d, f"is owned by uid {st.st_uid}, neither root nor this user (uid {os.geteuid()})",
-                              owner=True)
+                return Unsafe(
+                    d, f"is owned by uid {st.st_uid}, neither root nor this user (uid {os.geteuid()})", owner=True
+                )
             if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-                return Unsafe(d, "is writable by its group or by others and not sticky "
-                                 f"(mode {stat.S_IMODE(st.st_mode):04o})", owner=False)
+                return Unsafe(
+                    d,
+                    f"is writable by its group or by others and not sticky (mode {stat.S_IMODE(st.st_mode):04o})",
+                    owner=False,
+                )
     return None
 
 

@@ -25,17 +25,24 @@ def install_model_cli(ctx: click.Context, source: Any, models_dir: Path, *, opts
     if trusted.manifest.model is None:
         result = installer.install_opened(trusted, started)
         verb = "installed" if result.status == "installed" else "already installed"
-        _emit(ctx, {**result.to_json(), "models": str(models_dir.absolute())},
-              f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} "
-              f"(models from {models_dir.absolute()})")
+        _emit(
+            ctx,
+            {**result.to_json(), "models": str(models_dir.absolute())},
+            f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} "
+            f"(models from {models_dir.absolute()})",
+        )
         return
     done = place_model(trusted, models_dir, wait=opts.wait, progress=_progress(ctx))
-    _emit(ctx, {"status": "installed", **done.to_json()},
-          f"installed: {done.repo} at {done.commit} ({done.files} files, {done.size / 1e6:,.1f} MB) in {done.snapshot}")
+    _emit(
+        ctx,
+        {"status": "installed", **done.to_json()},
+        f"installed: {done.repo} at {done.commit} ({done.files} files, {done.size / 1e6:,.1f} MB) in {done.snapshot}",
+    )
 
 
-def verify_models_cli(ctx: click.Context, models_dir: Path, repo: str | None, *, trust_dir: Path | None,
-                      threshold: int | None) -> None:
+def verify_models_cli(
+    ctx: click.Context, models_dir: Path, repo: str | None, *, trust_dir: Path | None, threshold: int | None
+) -> None:
     """``verify --models DIR [ORG/NAME]``: exit 0 when every installed file matches its record, 4 naming
     the first that does not."""
     from lockbuild.install.modelcheck import installed, verify_model
@@ -44,10 +51,16 @@ def verify_models_cli(ctx: click.Context, models_dir: Path, repo: str | None, *,
 
     store = load_store(resolve_trust_dir(trust_dir)) if trust_dir is not None else None
     checked = [verify_model(rec, store, threshold=threshold) for rec in installed(models_dir.absolute(), repo)]
-    text = "\n".join(f"OK {c.repo} at {c.commit}: {c.files} files match the signed record"
-                     + (f"; signed by {', '.join(c.signers)}" if c.signers else "") for c in checked)
-    _emit(ctx, {"models": str(models_dir.absolute()), "verified": [c.to_json() for c in checked]},
-          text or f"no models under {models_dir}")
+    text = "\n".join(
+        f"OK {c.repo} at {c.commit}: {c.files} files match the signed record"
+        + (f"; signed by {', '.join(c.signers)}" if c.signers else "")
+        for c in checked
+    )
+    _emit(
+        ctx,
+        {"models": str(models_dir.absolute()), "verified": [c.to_json() for c in checked]},
+        text or f"no models under {models_dir}",
+    )
 
 
 def list_models_cli(ctx: click.Context, models_dir: Path) -> None:
@@ -55,7 +68,12 @@ def list_models_cli(ctx: click.Context, models_dir: Path) -> None:
     from lockbuild.install.modelcheck import describe, installed
 
     rows = [describe(rec) for rec in installed(models_dir.absolute())]
-    text = "\n".join(f"{c.repo:<40} {c.commit}  {c.files} files {c.size / 1e6:,.1f} MB"
-                     + ("  (refs/main)" if c.current else "") for c in rows)
-    _emit(ctx, {"models": str(models_dir.absolute()), "installed": [c.to_json() for c in rows]},
-          text or f"no models under {models_dir}")
+    text = "\n".join(
+        f"{c.repo:<40} {c.commit}  {c.files} files {c.size / 1e6:,.1f} MB" + ("  (refs/main)" if c.current else "")
+        for c in rows
+    )
+    _emit(
+        ctx,
+        {"models": str(models_dir.absolute()), "installed": [c.to_json() for c in rows]},
+        text or f"no models under {models_dir}",
+    )

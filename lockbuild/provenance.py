@@ -62,8 +62,12 @@ class Publisher:
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, str]:
-        return {"kind": self.kind, "repository": self.repository, "workflow": self.workflow,
-                "environment": self.environment}
+        return {
+            "kind": self.kind,
+            "repository": self.repository,
+            "workflow": self.workflow,
+            "environment": self.environment,
+        }
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,11 @@ class Provenance:
         return "; ".join(p.describe() for p in self.publishers)
 
     def to_json(self) -> dict[str, Any]:
-        return {"attestations": self.attestations, "publishers": [p.to_json() for p in self.publishers],
-                "verified": self.verified}
+        return {
+            "attestations": self.attestations,
+            "publishers": [p.to_json() for p in self.publishers],
+            "verified": self.verified,
+        }
 
 
 def status_of(p: Provenance | None) -> Status:
@@ -150,8 +157,10 @@ def _subjects(attestation: Mapping[str, Any], where: str, error: type[LockbuildE
     statement = envelope.get("statement") if isinstance(envelope, dict) else None
     if statement is None or statement == "":
         return None
-    unreadable = f"{where}.envelope.statement is not base64 of an in-toto statement of at most " \
-                 f"{MAX_STATEMENT_BYTES} bytes with a subject list; refused."
+    unreadable = (
+        f"{where}.envelope.statement is not base64 of an in-toto statement of at most "
+        f"{MAX_STATEMENT_BYTES} bytes with a subject list; refused."
+    )
     if not isinstance(statement, str) or len(statement) > MAX_STATEMENT_BYTES * 4 // 3 + 4:
         raise error(unreadable)
     try:
@@ -188,8 +197,10 @@ def parse_answer(data: Any, *, what: str, error: type[LockbuildError], sha256: s
     count = 0
     for i, b in enumerate(bundles):
         where = f"{what}: attestation_bundles[{i}]"
-        if not isinstance(b, dict) or not isinstance(b.get("publisher"), dict) or not isinstance(
-            b.get("attestations"), list
+        if (
+            not isinstance(b, dict)
+            or not isinstance(b.get("publisher"), dict)
+            or not isinstance(b.get("attestations"), list)
         ):
             raise error(f"{where} is not an object with a publisher object and an attestations list; refused.")
         if not all(isinstance(a, dict) for a in b["attestations"]):
@@ -242,8 +253,12 @@ def record_json(engine: str, build: str, packages: Sequence[Recorded]) -> dict[s
         "build": build,
         "verified": False,
         "packages": {
-            r.name: {"version": r.version, "file": r.filename, "status": status_of(r.provenance),
-                     **(r.provenance.to_json() if r.provenance is not None else {})}
+            r.name: {
+                "version": r.version,
+                "file": r.filename,
+                "status": status_of(r.provenance),
+                **(r.provenance.to_json() if r.provenance is not None else {}),
+            }
             for r in sorted(packages, key=lambda r: r.name)
         },
     }
@@ -261,8 +276,10 @@ def parse_record(data: Any, where: str, error: type[LockbuildError]) -> tuple[st
         at = f"{where}: packages.{name[:60]}"
         if not isinstance(entry, dict):
             raise error(f"{at} is not a table.")
-        version, filename = _text(entry.get("version"), f"{at}.version", error), _text(
-            entry.get("file"), f"{at}.file", error)
+        version, filename = (
+            _text(entry.get("version"), f"{at}.version", error),
+            _text(entry.get("file"), f"{at}.file", error),
+        )
         status = entry.get("status")
         rest = {k: v for k, v in entry.items() if k not in ("version", "file", "status")}
         if status == "not-offered" and not rest:
@@ -288,8 +305,11 @@ def changes(previous: Sequence[Recorded], current: Sequence[Recorded]) -> list[s
             continue
         was = f"{old.version} was published by {old.provenance.describe()}"
         if now.provenance is None or not now.provenance.publishers:
-            why = ("its index offers no PEP 740 provenance" if now.provenance is None
-                   else "its index says it has no attestations")
+            why = (
+                "its index offers no PEP 740 provenance"
+                if now.provenance is None
+                else "its index says it has no attestations"
+            )
             out.append(
                 f"provenance: {now.name} had attestations in the previous lock and has none now ({was}; "
                 f"{now.version} ({now.filename}): {why}). Check that its maintainers stopped attesting on "

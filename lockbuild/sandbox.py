@@ -208,8 +208,9 @@ def _program_fd(program: bytes | None) -> int | None:
     if program is None:
         return None
     if not program or len(program) % 8 or len(program) > 4096 * 8:
-        raise SandboxError(f"expected a seccomp program of 1 to 4096 instructions (8 bytes each); found "
-                           f"{len(program)} bytes.")
+        raise SandboxError(
+            f"expected a seccomp program of 1 to 4096 instructions (8 bytes each); found {len(program)} bytes."
+        )
     r, w = os.pipe()
     try:
         view = memoryview(program)

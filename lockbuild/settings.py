@@ -30,8 +30,8 @@ DEFAULT_GITHUB_DOWNLOAD = "https://github.com"
 TOKEN_USER = "__token__"  # noqa: S105 - the user name sent with LOCKBUILD_INDEX_TOKEN when the URL names none
 
 
-
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"  # HF_ENDPOINT unset
+
 
 @dataclass(frozen=True)
 class Credentials:

@@ -68,11 +68,37 @@ def public(url: str) -> str:
 # Query or fragment parameters that carry a credential in a presigned or token URL. Matched on the
 # lower-cased name: exact names, prefixes (AWS SigV4 ``X-Amz-*``, Google's ``X-Goog-*``) and parts of a
 # name (``hf_token``, ``client_secret``, ``X-Goog-Signature``).
-_SECRET_NAMES = frozenset({
-    "sig", "signature", "token", "key", "access_token", "id_token", "refresh_token", "auth", "authorization",
-    "api_key", "apikey", "api-key", "secret", "password", "passwd", "pwd", "awsaccesskeyid", "key-pair-id",
-    "policy", "credential", "credentials", "jwt", "session", "sessionid", "sid", "code", "ticket",
-})
+_SECRET_NAMES = frozenset(
+    {
+        "sig",
+        "signature",
+        "token",
+        "key",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "auth",
+        "authorization",
+        "api_key",
+        "apikey",
+        "api-key",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "awsaccesskeyid",
+        "key-pair-id",
+        "policy",
+        "credential",
+        "credentials",
+        "jwt",
+        "session",
+        "sessionid",
+        "sid",
+        "code",
+        "ticket",
+    }
+)
 _SECRET_PREFIXES = ("x-amz-", "x-goog-", "x-oss-", "x-ms-", "x-cos-")
 _SECRET_PARTS = re.compile(r"token|secret|signature|passw|apikey|api_key|api-key|credential|private|sas")
 _AZURE_SAS = frozenset({"sv", "se", "sp", "sr", "st", "spr", "skoid", "sktid", "ske", "sks"})

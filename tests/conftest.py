@@ -44,6 +44,8 @@ platform = "{PLATFORM}"
 requirements = ["{name}==1.0"]
 build-on-node = ["{name}"]
 """
+
+
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
@@ -64,7 +66,7 @@ def uv_wheel() -> tuple[str, bytes]:
     return filename, buf.getvalue()
 
 
-ENGINE_MODULE = '''\
+ENGINE_MODULE = """\
 import sys
 
 __version__ = "{version}"
@@ -77,7 +79,7 @@ def main() -> None:
     if sys.argv[1:] == ["--fail"]:
         raise SystemExit(3)
     print("toyengine serving")
-'''
+"""
 
 
 def publish_toy(server: FakeServer) -> None:
@@ -219,8 +221,9 @@ def toy_recipe(tmp_path: Path) -> Path:
     return p
 
 
-def install_in_sandbox(bundle: Path, root: Path, trust: Path, *, writable: Path,
-                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def install_in_sandbox(
+    bundle: Path, root: Path, trust: Path, *, writable: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``lockbuild install`` with no network, root or not: in lockbuild's sandbox, seeing only this Python,
     lockbuild, the bundle, the trust directory and ``writable`` (which holds ``root``). A user namespace
     made by ``unshare -rn`` would show root's directories above --root as uid 65534, which the installer
@@ -234,7 +237,17 @@ def install_in_sandbox(bundle: Path, root: Path, trust: Path, *, writable: Path,
     if not bundle.is_relative_to(writable):
         binds.append(sandbox.Bind(bundle.parent, bundle.parent))
     environ = {"PATH": "/usr/local/bin:/usr/bin:/bin", **(env or {}), "TMPDIR": "/tmp"}
-    argv = [sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root), "--trust", str(trust),
-            "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "lockbuild",
+        "install",
+        str(bundle),
+        "--root",
+        str(root),
+        "--trust",
+        str(trust),
+        "--json",
+    ]
     ran = sandbox.run(sandbox.Spec(binds=tuple(binds), env=environ), argv, timeout=300)
     return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())

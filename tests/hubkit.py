@@ -52,8 +52,15 @@ def tokenizer_json() -> bytes:
         "truncation": None,
         "padding": None,
         "added_tokens": [
-            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-             "special": True}
+            {
+                "id": i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
             for i, t in enumerate(VOCAB[:3])
         ],
         "normalizer": None,
@@ -91,10 +98,15 @@ def tiny_model(*, extra_bytes: int = 0) -> dict[str, bytes]:
         "config.json": _json(config),
         "generation_config.json": _json({"bos_token_id": 1, "eos_token_id": 2}),
         "tokenizer.json": tokenizer_json(),
-        "tokenizer_config.json": _json({
-            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-            "unk_token": "<unk>", "model_max_length": 64,
-        }),
+        "tokenizer_config.json": _json(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": 64,
+            }
+        ),
         "special_tokens_map.json": _json({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}),
         "vocab.txt": "".join(f"{t}\n" for t in VOCAB).encode(),
         "model.safetensors.index.json": _json(index),

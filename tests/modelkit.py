@@ -33,8 +33,14 @@ def hub_files(files: dict[str, bytes]) -> list[HubFile]:
     return out
 
 
-def model_bundle(tmp: Path, secret: Path, *, recipe: ModelRecipe | None = None,
-                 files: dict[str, bytes] | None = None, out: Path | None = None) -> Packed:
+def model_bundle(
+    tmp: Path,
+    secret: Path,
+    *,
+    recipe: ModelRecipe | None = None,
+    files: dict[str, bytes] | None = None,
+    out: Path | None = None,
+) -> Packed:
     """A signed bundle of the tiny model (the default selection: no pickle, original/ included)."""
     files = files if files is not None else tiny_model()
     recipe = recipe or parse_model_recipe(recipe_text(extra='exclude = ["original/*"]\n'), "tiny.toml")

@@ -77,8 +77,9 @@ class Request:
 
 
 class RealRegistry:
-    def __init__(self, base: Path, *, htpasswd: bool = False, tls: tuple[Path, Path] | None = None,
-                 upstream: str | None = None) -> None:
+    def __init__(
+        self, base: Path, *, htpasswd: bool = False, tls: tuple[Path, Path] | None = None, upstream: str | None = None
+    ) -> None:
         exe = binary()
         assert exe is not None
         self.storage = base / "data"
@@ -167,8 +168,12 @@ def self_signed(base: Path) -> tuple[Path, Path]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lockbuild test registry")])
     now = dt.datetime.now(dt.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
         .not_valid_after(now + dt.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
@@ -177,6 +182,7 @@ def self_signed(base: Path) -> tuple[Path, Path]:
     base.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = base / "cert.pem", base / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path

@@ -68,10 +68,12 @@ def sdist_needing_backend(
     dist = name.replace("-", "_")
     pyproject = f'[build-system]\nrequires = {requires}\nbuild-backend = "toybackend"\n'.encode()
     module = f"def main():\n    print('{name} {version}')\n".encode()
-    return f"{dist}-{version}.tar.gz", make_tar_gz({
-        f"{dist}-{version}/PKG-INFO": f"Metadata-Version: 2.2\nName: {name}\nVersion: {version}\n".encode(),
-        f"{dist}-{version}/pyproject.toml": pyproject,
-        f"{dist}-{version}/{dist}/__init__.py": module,
-        **({f"{dist}-{version}/WHEEL_TAG": tag.encode()} if tag else {}),
-        **({f"{dist}-{version}/NET_PROBE": net_probe.encode()} if net_probe else {}),
-    })
+    return f"{dist}-{version}.tar.gz", make_tar_gz(
+        {
+            f"{dist}-{version}/PKG-INFO": f"Metadata-Version: 2.2\nName: {name}\nVersion: {version}\n".encode(),
+            f"{dist}-{version}/pyproject.toml": pyproject,
+            f"{dist}-{version}/{dist}/__init__.py": module,
+            **({f"{dist}-{version}/WHEEL_TAG": tag.encode()} if tag else {}),
+            **({f"{dist}-{version}/NET_PROBE": net_probe.encode()} if net_probe else {}),
+        }
+    )

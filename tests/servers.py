@@ -90,8 +90,15 @@ class FakeServer:
 
     def reset(self) -> None:
         """Forget every registered file, page, release and request (for a server shared by a module)."""
-        for registry in (self.files, self.projects, self.releases, self.json_api, self.redirects, self.raw_pages,
-                         self.provenance):
+        for registry in (
+            self.files,
+            self.projects,
+            self.releases,
+            self.json_api,
+            self.redirects,
+            self.raw_pages,
+            self.provenance,
+        ):
             registry.clear()
         self.pep740.clear()
         self.requests.clear()
@@ -131,7 +138,9 @@ class FakeServer:
     def index_url(self, index: str = "primary") -> str:
         return f"{self.url}/{index}/simple"
 
-    def add_release(self, repo: str, tag: str, assets: dict[str, bytes], *, digests: dict[str, str | None] | None = None) -> None:
+    def add_release(
+        self, repo: str, tag: str, assets: dict[str, bytes], *, digests: dict[str, str | None] | None = None
+    ) -> None:
         """A GitHub release; each asset's digest is its sha256 unless ``digests`` says otherwise."""
         listing: list[dict[str, object]] = []
         for name, data in assets.items():
@@ -173,7 +182,9 @@ class FakeServer:
             if index in self.pep740:
                 version = e.filename.split("-")[1]
                 known = (index, e.filename) in self.provenance
-                f["provenance"] = f"/{index}/integrity/{canonicalize_name(name)}/{version}/{e.filename}/provenance" if known else None
+                f["provenance"] = (
+                    f"/{index}/integrity/{canonicalize_name(name)}/{version}/{e.filename}/provenance" if known else None
+                )
             files.append(f)
         doc = {"meta": {"api-version": "1.1"}, "name": canonicalize_name(name), "files": files}
         return json.dumps(doc).encode()
@@ -324,8 +335,12 @@ class FakeServer:
 
 def in_toto_statement(filename: str, sha256: str) -> str:
     """An attestation's envelope.statement as PEP 740 has it: base64 of an in-toto Statement naming the file."""
-    doc = {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": filename, "digest": {"sha256": sha256}}],
-           "predicateType": "https://docs.pypi.org/attestations/publish/v1", "predicate": None}
+    doc = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": filename, "digest": {"sha256": sha256}}],
+        "predicateType": "https://docs.pypi.org/attestations/publish/v1",
+        "predicate": None,
+    }
     return base64.b64encode(json.dumps(doc).encode()).decode()
 
 
@@ -333,15 +348,25 @@ def provenance_doc(*publishers: dict[str, object], attestations: int = 1, statem
     """A PEP 740 provenance object as PyPI's integrity API answers it: one attestation bundle per publisher
     (the attestations are stand-ins: lockbuild counts them and reads the subject of their ``statement``,
     when one is given, without verifying them)."""
-    stand_in = {"version": 1, "verification_material": {"certificate": "", "transparency_entries": [{}]},
-                "envelope": {"statement": statement, "signature": ""}}
+    stand_in = {
+        "version": 1,
+        "verification_material": {"certificate": "", "transparency_entries": [{}]},
+        "envelope": {"statement": statement, "signature": ""},
+    }
     bundles = [{"publisher": p, "attestations": [stand_in] * attestations} for p in publishers]
     return json.dumps({"version": 1, "attestation_bundles": bundles}).encode()
 
 
-def github_publisher(repository: str, workflow: str = "release.yml", environment: str | None = "pypi") -> dict[str, object]:
-    return {"kind": "GitHub", "repository": repository, "workflow": workflow, "environment": environment,
-            "claims": {"sha": "0" * 40, "ref": "refs/tags/v1"}}
+def github_publisher(
+    repository: str, workflow: str = "release.yml", environment: str | None = "pypi"
+) -> dict[str, object]:
+    return {
+        "kind": "GitHub",
+        "repository": repository,
+        "workflow": workflow,
+        "environment": environment,
+        "claims": {"sha": "0" * 40, "ref": "refs/tags/v1"},
+    }
 
 
 def _chunks(data: bytes | Callable[[], Iterator[bytes]]) -> Iterator[bytes]:
@@ -528,10 +553,19 @@ class FakeHub(FakeServer):
                     if parts[4] == "revision":
                         blobs = query.get("blobs", "").lower() == "true"
                         doc: dict[str, object] = {
-                            "_id": hashlib.sha1(repo.encode()).hexdigest()[:24], "id": repo, "modelId": repo,
-                            "author": parts[2], "sha": commit, "lastModified": "2025-01-01T00:00:00.000Z",
-                            "private": False, "disabled": False, "gated": False, "tags": [], "downloads": 0,
-                            "likes": 0, "library_name": "transformers",
+                            "_id": hashlib.sha1(repo.encode()).hexdigest()[:24],
+                            "id": repo,
+                            "modelId": repo,
+                            "author": parts[2],
+                            "sha": commit,
+                            "lastModified": "2025-01-01T00:00:00.000Z",
+                            "private": False,
+                            "disabled": False,
+                            "gated": False,
+                            "tags": [],
+                            "downloads": 0,
+                            "likes": 0,
+                            "library_name": "transformers",
                             "siblings": [e.sibling(blobs) for e in hub.repos[repo][commit]],
                         }
                         self._json(200, hub.tamper_revision(doc) if hub.tamper_revision else doc)
@@ -552,7 +586,9 @@ class FakeHub(FakeServer):
                     repo = f"{parts[0]}/{parts[1]}"
                     commit = hub.commit_of(repo, parts[3])
                     file_path = "/".join(parts[4:])
-                    entry = next((e for e in hub.repos.get(repo, {}).get(commit or "", []) if e.path == file_path), None)
+                    entry = next(
+                        (e for e in hub.repos.get(repo, {}).get(commit or "", []) if e.path == file_path), None
+                    )
                     if commit is None or entry is None:
                         hub.requests.append(path)
                         hub.request_headers.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
@@ -642,7 +678,9 @@ def make_wheel(
 def make_sdist(name: str, version: str) -> tuple[str, bytes]:
     dist = name.replace("-", "_")
     filename = f"{dist}-{version}.tar.gz"
-    return filename, make_tar_gz({f"{dist}-{version}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()})
+    return filename, make_tar_gz(
+        {f"{dist}-{version}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()}
+    )
 
 
 def make_tar_gz(members: dict[str, bytes]) -> bytes:

@@ -55,8 +55,14 @@ def make_bundle(
     files = list(files if files is not None else files_for(version))
     as_of = AS_OF + dt.timedelta(days=serial_days)
     members = tuple(Member(p, len(d), sha(d), k, f"https://example.invalid/{p}") for p, d, k in files)
-    manifest = hostile_manifest(members, version=version, variant=variant, as_of=as_of, serial=int(as_of.timestamp()),
-                                recipe_sha256=sha(files[0][1]))
+    manifest = hostile_manifest(
+        members,
+        version=version,
+        variant=variant,
+        as_of=as_of,
+        serial=int(as_of.timestamp()),
+        recipe_sha256=sha(files[0][1]),
+    )
     out.mkdir(parents=True, exist_ok=True)
     path = out / manifest.bundle_name
     with path.open("wb") as f:
@@ -77,7 +83,7 @@ def cli_json(*args: str | Path) -> dict[str, object]:
     return dict(json.loads(r.stdout.strip().splitlines()[-1] if r.exit_code else r.stdout))
 
 
-KILL_AT = '''
+KILL_AT = """
 import os, signal, sys
 import {module} as target
 orig = target.{cls}.{method}
@@ -90,12 +96,13 @@ def patched(*a, **k):
 setattr(target.{cls}, "{method}", patched)
 from lockbuild.cli import main
 main(sys.argv[1:])
-'''
+"""
 
 
 def run_killed(args: Sequence[str | Path], *, module: str, cls: str, method: str, after: int) -> int:
     """Run `lockbuild ARGS` in a child that SIGKILLs itself on call number ``after + 1`` of cls.method."""
     code = KILL_AT.format(module=module, cls=cls, method=method, after=after)
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env={**os.environ}, timeout=120
+    )
     return proc.returncode  # -9: killed as planned

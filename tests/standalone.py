@@ -13,8 +13,23 @@ from pathlib import Path
 
 X_Y = f"{sys.version_info[0]}.{sys.version_info[1]}"
 # What an interpreter needs to start, make a venv and run an engine; the rest is left out for speed.
-_LEFT_OUT = ("test", "site-packages", "__pycache__", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
-             "pydoc_data", "config-*", "*.pyc", "_test*", "_ctypes_test*", "_xxtest*", "xxlimited*")
+_LEFT_OUT = (
+    "test",
+    "site-packages",
+    "__pycache__",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc_data",
+    "config-*",
+    "*.pyc",
+    "_test*",
+    "_ctypes_test*",
+    "_xxtest*",
+    "xxlimited*",
+)
 
 
 def make_tree(dest: Path) -> Path:
@@ -24,8 +39,9 @@ def make_tree(dest: Path) -> Path:
     (top / "bin").mkdir(parents=True)
     shutil.copy2(base / "bin" / f"python{X_Y}", top / "bin" / f"python{X_Y}")
     (top / "bin" / "python3").symlink_to(f"python{X_Y}")
-    shutil.copytree(base / "lib" / f"python{X_Y}", top / "lib" / f"python{X_Y}",
-                    ignore=shutil.ignore_patterns(*_LEFT_OUT))
+    shutil.copytree(
+        base / "lib" / f"python{X_Y}", top / "lib" / f"python{X_Y}", ignore=shutil.ignore_patterns(*_LEFT_OUT)
+    )
     return top
 
 
@@ -33,7 +49,10 @@ def runs_from(top: Path) -> str:
     """sys.prefix as the copied interpreter sees it (it must be the copy, not this machine's Python)."""
     out = subprocess.run(
         [str(top / "bin" / f"python{X_Y}"), "-I", "-c", "import sys, json; print(sys.prefix)"],
-        capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
     )
     return out.stdout.strip()
 

@@ -43,15 +43,24 @@ def _rewrite(extracted: Path, path: str, data: bytes) -> None:
     (extracted / path).write_bytes(data)
     digest = hashlib.sha256(data).hexdigest()
     sums = extracted / SUMS
-    sums.write_text("".join((f"{digest}  {path}" if line.endswith(f"  {path}") else line) + "\n"
-                            for line in sums.read_text().splitlines()))
+    sums.write_text(
+        "".join(
+            (f"{digest}  {path}" if line.endswith(f"  {path}") else line) + "\n"
+            for line in sums.read_text().splitlines()
+        )
+    )
 
 
 def _this_trees_bootstrap(extracted: Path) -> None:
     shipped = (extracted / SCRIPT).read_text()
-    ours = script(TEMPLATE.read_bytes(), version=_value(shipped, "LOCKBUILD_VERSION"),
-                  python=_value(shipped, "PYTHON_VERSION"), interpreter=_value(shipped, "INTERPRETER") or None,
-                  uv_wheel=_value(shipped, "UV_WHEEL"), bundle=_value(shipped, "BUNDLE"))
+    ours = script(
+        TEMPLATE.read_bytes(),
+        version=_value(shipped, "LOCKBUILD_VERSION"),
+        python=_value(shipped, "PYTHON_VERSION"),
+        interpreter=_value(shipped, "INTERPRETER") or None,
+        uv_wheel=_value(shipped, "UV_WHEEL"),
+        bundle=_value(shipped, "BUNDLE"),
+    )
     _rewrite(extracted, SCRIPT, ours)
 
 
@@ -60,8 +69,9 @@ def _unhash(extracted: Path, only: str | None) -> None:
     lock = extracted / "lock" / "requirements.txt"
     text = lock.read_text()
     name = re.escape(only) if only is not None else r"[A-Za-z0-9_.-]+"
-    unhashed, n = re.subn(rf"(^{name}==\S+)((?:\s*\\\n)?\s*--hash=sha256:[0-9a-f]{{64}})+", r"\1", text,
-                          flags=re.MULTILINE)
+    unhashed, n = re.subn(
+        rf"(^{name}==\S+)((?:\s*\\\n)?\s*--hash=sha256:[0-9a-f]{{64}})+", r"\1", text, flags=re.MULTILINE
+    )
     assert (n == 1) if only else (n > 1 and "--hash=" not in unhashed), text
     _rewrite(extracted, "lock/requirements.txt", unhashed.encode())
 

@@ -263,7 +263,9 @@ def test_verify_json_says_who_counted(env, keys: Keys, toy_recipe: Path, tmp_pat
     ]
 
 
-def test_keygen_prompt_names_the_key_and_says_why_it_asks_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keygen_prompt_names_the_key_and_says_why_it_asks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The prompt names the key file; an empty passphrase is refused with a reason, then asked again."""
     import sys
     import types
@@ -280,7 +282,9 @@ def test_keygen_prompt_names_the_key_and_says_why_it_asks_again(tmp_path: Path, 
     assert "encrypted" in (tmp_path / "k.key").read_text().splitlines()[0]
 
 
-def test_the_trust_dir_comes_from_the_environment_through_the_cli(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+def test_the_trust_dir_comes_from_the_environment_through_the_cli(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
     """LOCKBUILD_TRUST_DIR is read by the CLI (the library reads no environment); --trust wins over it."""
     bundle = build(toy_recipe, keys.secret, tmp_path / "d")
     assert cli("verify", str(bundle), env={"LOCKBUILD_TRUST_DIR": str(keys.trust)})[0] == 0
@@ -358,8 +362,16 @@ def test_warm_build_hashes_in_the_pack_and_refetches_a_damaged_entry(
     data[len(data) // 2] ^= 0xFF  # same size: only a digest finds it
     wheel.chmod(0o600)
     wheel.write_bytes(bytes(data))
-    code, stdout, stderr = cli("build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "b"),
-                               "--json", env={"LOCKBUILD_CACHE_DIR": str(cache)})
+    code, stdout, stderr = cli(
+        "build",
+        str(toy_recipe),
+        "--key",
+        str(keys.secret),
+        "--out",
+        str(tmp_path / "b"),
+        "--json",
+        env={"LOCKBUILD_CACHE_DIR": str(cache)},
+    )
     assert code == 0, stderr
     again = Path(json.loads(stdout)["bundles"][0]["bundle"])
     assert again.read_bytes() == clean.read_bytes()
@@ -371,21 +383,31 @@ def test_cold_build_bytes_do_not_depend_on_arrival_order(env, keys: Keys, toy_re
     """A cold build packs members in manifest order while the downloads complete: a file that arrives
     last (its server answers 500 twice first) changes nothing in the bundle, at any thread count."""
     hits = {p: f.hits for p, f in env.files.items()}
-    first = build(toy_recipe, keys.secret, tmp_path / "a", "--threads", "1",
-                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c1")})
+    first = build(
+        toy_recipe, keys.secret, tmp_path / "a", "--threads", "1", env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c1")}
+    )
     # A wheel this build fetches (the session's server also holds other tests' wheels).
     wheels = sorted(p for p in env.files if p.endswith(".whl") and env.files[p].hits > hits.get(p, 0))
     late = wheels[0]
     before = env.files[late].hits
     env.files[late].fail_first = 2
-    again = build(toy_recipe, keys.secret, tmp_path / "b", "--threads", "4", "--jobs", "4",
-                  env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c2")})
+    again = build(
+        toy_recipe,
+        keys.secret,
+        tmp_path / "b",
+        "--threads",
+        "4",
+        "--jobs",
+        "4",
+        env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "c2")},
+    )
     assert env.files[late].hits - before >= 3  # two refusals, then the file
     assert again.read_bytes() == first.read_bytes()
 
 
-def test_build_never_writes_through_a_link_planted_in_its_output_directory(env, keys: Keys, toy_recipe: Path,
-                                                                           tmp_path: Path) -> None:
+def test_build_never_writes_through_a_link_planted_in_its_output_directory(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
     """Another user who can write --out (a shared dist directory) plants links at the names a build once
     wrote its temporary bundle and signature to (fixed: a dot, the name, the process id). The bundle and its
     .minisig are made as new files under unguessable names and renamed into place; the links' targets
@@ -407,8 +429,9 @@ def test_build_never_writes_through_a_link_planted_in_its_output_directory(env, 
     assert code == 0, stderr
 
 
-def test_a_build_removes_what_a_killed_build_of_the_same_bundle_left(env, keys: Keys, toy_recipe: Path,
-                                                                      tmp_path: Path) -> None:
+def test_a_build_removes_what_a_killed_build_of_the_same_bundle_left(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
     """A build killed while writing leaves its hidden temporary bundle in --out (gigabytes for a real
     engine). The next build of that bundle removes such files once they are an hour old (a build still
     writing touches its own every MiB), and nothing else: not a fresh one, not a directory, not another
@@ -421,9 +444,13 @@ def test_a_build_removes_what_a_killed_build_of_the_same_bundle_left(env, keys: 
     name = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
-    old, fresh, link, folder, other = (out / f".{name}.{'a' * 16}.partial", out / f".{name}.{'b' * 16}.partial",
-                                       out / f".{name}.{'c' * 16}.partial", out / f".{name}.{'d' * 16}.partial",
-                                       out / f".other.lbz.{'e' * 16}.partial")
+    old, fresh, link, folder, other = (
+        out / f".{name}.{'a' * 16}.partial",
+        out / f".{name}.{'b' * 16}.partial",
+        out / f".{name}.{'c' * 16}.partial",
+        out / f".{name}.{'d' * 16}.partial",
+        out / f".other.lbz.{'e' * 16}.partial",
+    )
     for f in (old, fresh, other):
         f.write_bytes(b"half a bundle")
     link.symlink_to(victim)
@@ -434,7 +461,13 @@ def test_a_build_removes_what_a_killed_build_of_the_same_bundle_left(env, keys: 
     os.utime(link, (hours_ago, hours_ago), follow_symlinks=False)
     build(toy_recipe, keys.secret, out)
     assert not old.exists()
-    assert fresh.exists() and link.is_symlink() and folder.is_dir() and other.exists() and victim.read_text() == "precious\n"
+    assert (
+        fresh.exists()
+        and link.is_symlink()
+        and folder.is_dir()
+        and other.exists()
+        and victim.read_text() == "precious\n"
+    )
 
 
 def test_a_command_leaves_no_progress_thread_behind(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "aws-SECRET-7x6w",
 }
 
-BACKEND = '''
+BACKEND = """
 import json, os
 def _dump():
     data = json.dumps(dict(os.environ))
@@ -63,7 +63,7 @@ def prepare_metadata_for_build_wheel(d, config_settings=None):
 def build_wheel(d, config_settings=None, metadata_directory=None):
     _dump()
     raise RuntimeError("not built here")
-'''
+"""
 
 
 def hostile_sdist(name: str, out: Path, port: int = 0) -> bytes:
@@ -172,7 +172,9 @@ def test_index_credentials_reach_only_the_index_and_no_record(
     recipe = recipe_with(tmp_path)
     basic = "Basic " + base64.b64encode(f"lbuser:{secret}".encode()).decode()
     monkeypatch.setattr(env, "require_auth", basic)  # the index answers 401 without them (uv included)
-    r = CliRunner().invoke(main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d"), "--json"])
+    r = CliRunner().invoke(
+        main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d"), "--json"]
+    )
     assert r.exit_code == 0, r.stderr
     bundle = Path(json.loads(r.stdout)["bundles"][0]["bundle"])
     r2 = CliRunner().invoke(main, ["fetch", str(recipe), "--out", str(tmp_path / "f"), "--json"])
@@ -187,7 +189,10 @@ def test_index_credentials_reach_only_the_index_and_no_record(
     assert b"sbom.cdx.json" in unpacked and f"{env.url}/files/primary/".encode() in unpacked  # origins, clean
     sent = env.request_headers[before:]
     ours = [(p, h) for p, h in sent if h.get("user-agent", "").startswith("lockbuild/")]
-    assert ours and [p for p, h in ours if h.get("authorization") != basic and p.startswith(("/primary/", "/files/"))] == []
+    assert (
+        ours
+        and [p for p, h in ours if h.get("authorization") != basic and p.startswith(("/primary/", "/files/"))] == []
+    )
     assert not any(h.get("authorization") == basic for p, h in ours if p.startswith(("/api/", "/gh/")))
     uv = [h for p, h in sent if h.get("user-agent", "").startswith("uv/")]
     assert any(h.get("authorization") == basic for h in uv)  # uv had them too (a netrc, not its argv)
@@ -229,9 +234,13 @@ def test_the_insecure_opt_in_warns_and_sends_no_credentials(tmp_path: Path, monk
     assert "warning: INSECURE: LOCKBUILD_INDEX_URL is plain http to mirror.example.org" in r.stderr
     assert "pw" not in r.stderr.replace("plain http", "")
     s = load(
-        {"LOCKBUILD_INDEX_URL": "http://u:pw@mirror.example.org/simple", "GITHUB_TOKEN": "ghp_x",
-         "LOCKBUILD_GITHUB_API": "http://api.example.org"},
-        home=tmp_path, allow_insecure_http=True,
+        {
+            "LOCKBUILD_INDEX_URL": "http://u:pw@mirror.example.org/simple",
+            "GITHUB_TOKEN": "ghp_x",
+            "LOCKBUILD_GITHUB_API": "http://api.example.org",
+        },
+        home=tmp_path,
+        allow_insecure_http=True,
     )
     assert s.auth_for("http://mirror.example.org/simple/x/") is None
     assert s.auth_for("http://api.example.org/repos/o/r/releases/tags/v1") is None
@@ -245,8 +254,12 @@ def _mock_client(settings: Settings, seen: list[httpx.Request]) -> httpx.Client:
 
 def test_the_token_is_never_sent_over_plain_http(tmp_path: Path) -> None:
     s = Settings(
-        "https://pypi.example.org/simple", "http://api.example.org", "https://downloads.example.org", tmp_path,
-        github_token="ghp_x", allow_insecure_http=True,
+        "https://pypi.example.org/simple",
+        "http://api.example.org",
+        "https://downloads.example.org",
+        tmp_path,
+        github_token="ghp_x",
+        allow_insecure_http=True,
     )
     seen: list[httpx.Request] = []
     with _mock_client(s, seen) as c:
@@ -357,8 +370,7 @@ def test_the_source_archive_read_is_the_one_hashed(
     url = env.add_file("/src/lksrc-1.0.tar.gz", good)
     recipe = recipe_with(tmp_path)
     recipe.write_text(
-        recipe.read_text()
-        + f'source = {{ url = "{url}", sha256 = "{digest}", top = "lksrc-1.0", dir = "src", '
+        recipe.read_text() + f'source = {{ url = "{url}", sha256 = "{digest}", top = "lksrc-1.0", dir = "src", '
         'requirements = "requirements.txt" }\n'
     )
     r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o")])
@@ -384,8 +396,10 @@ def test_the_source_archive_read_is_the_one_hashed(
 def test_a_recipe_url_with_credentials_is_refused_without_showing_them(tmp_path: Path) -> None:
     recipe = recipe_with(tmp_path)
     recipe.write_text(
-        recipe.read_text() + 'source = { url = "https://me:tok-SECRET-55@src.example/e.tar.gz", sha256 = "'
-        + "0" * 64 + '", top = "e", dir = "src" }\n'
+        recipe.read_text()
+        + 'source = { url = "https://me:tok-SECRET-55@src.example/e.tar.gz", sha256 = "'
+        + "0" * 64
+        + '", top = "e", dir = "src" }\n'
     )
     for extra in ([], ["--json"]):
         r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o"), *extra])
@@ -396,7 +410,9 @@ def test_a_recipe_url_with_credentials_is_refused_without_showing_them(tmp_path:
 
 def test_a_second_index_over_plain_http_is_refused_before_uv_runs(env: FakeServer, tmp_path: Path) -> None:
     recipe = recipe_with(tmp_path, "toydep==1.0")
-    recipe.write_text(recipe.read_text() + 'index = { url = "http://mirror.example.org/simple", packages = ["toydep"] }\n')
+    recipe.write_text(
+        recipe.read_text() + 'index = { url = "http://mirror.example.org/simple", packages = ["toydep"] }\n'
+    )
     r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "o")])
     assert r.exit_code == 1
     assert "ERROR 1.0-cpu: the second index: refusing plain http to mirror.example.org" in r.stderr
@@ -405,8 +421,15 @@ def test_a_second_index_over_plain_http_is_refused_before_uv_runs(env: FakeServe
 def test_an_index_file_url_with_credentials_is_recorded_without_them() -> None:
     from lockbuild.builder.index import parse_project_page
 
-    page = {"files": [{"filename": "lkx-1.0-py3-none-any.whl", "url": "https://u:p-SECRET@files.example/lkx.whl",
-                       "hashes": {"sha256": "0" * 64}}]}
+    page = {
+        "files": [
+            {
+                "filename": "lkx-1.0-py3-none-any.whl",
+                "url": "https://u:p-SECRET@files.example/lkx.whl",
+                "hashes": {"sha256": "0" * 64},
+            }
+        ]
+    }
     (f,) = parse_project_page(page, "https://idx.example/simple/lkx/", what="reading")
     assert f.url == "https://files.example/lkx.whl"
 
@@ -435,10 +458,12 @@ def test_no_library_module_reads_the_environment() -> None:
 
 
 def test_warnings_are_data_in_json_and_lines_in_text(env: FakeServer, tmp_path: Path) -> None:
-    sdist = make_tar_gz({
-        "lkstatic-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkstatic\nVersion: 1.0\n",
-        "lkstatic-1.0/pyproject.toml": b"[build-system]\nrequires = []\n",  # no build dependency to lock
-    })
+    sdist = make_tar_gz(
+        {
+            "lkstatic-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkstatic\nVersion: 1.0\n",
+            "lkstatic-1.0/pyproject.toml": b"[build-system]\nrequires = []\n",  # no build dependency to lock
+        }
+    )
     if not env.projects.get(("primary", "lkstatic")):
         env.publish("lkstatic-1.0.tar.gz", sdist, uploaded=day(1))
     recipe = recipe_with(tmp_path, "lkstatic==1.0")

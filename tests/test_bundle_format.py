@@ -77,7 +77,13 @@ def test_members_in_manifest_order_with_fixed_metadata(tmp_path: Path) -> None:
         assert [ti.name for ti in infos] == [MANIFEST, *(e.member.path for e in entries)]
         for ti in infos:
             assert (ti.type, ti.mode, ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname) == (
-                tarfile.REGTYPE, 0o644, SERIAL, 0, 0, "", "",
+                tarfile.REGTYPE,
+                0o644,
+                SERIAL,
+                0,
+                0,
+                "",
+                "",
             ), ti.name
             assert set(ti.pax_headers) <= {"path"}, "no atime, ctime, mtime or other volatile pax records"
             assert bool(ti.pax_headers) == (ti.name == LONG)
@@ -177,7 +183,7 @@ def test_manifest_text_escapes_what_it_carries(tmp_path: Path) -> None:
     """Quotes, backslashes, non-ASCII and characters beyond the BMP (which JSON-style escaping would write
     as surrogate pairs, invalid in TOML) all survive the manifest's text. Control characters (DEL, a tab,
     an escape sequence) are refused in every text field: they would reach an operator's terminal."""
-    odd = member("assets/quote\"s, spaces, ü and \U0001f600.bin", b"x")
+    odd = member('assets/quote"s, spaces, ü and \U0001f600.bin', b"x")
     odd = type(odd)(odd.path, odd.size, odd.sha256, "asset", 'https://h.invalid/a "b" \\c\u00e9\U0001f680')
     m = manifest([member("recipe.toml", RECIPE, "recipe"), odd, UV.member])
     assert parse_manifest(m.to_toml()) == m
@@ -192,11 +198,29 @@ def test_manifest_text_escapes_what_it_carries(tmp_path: Path) -> None:
 
 
 def test_member_order() -> None:
-    paths = ["assets/z", "source/s.tar.gz", "sdists/b.tar.gz", "wheels/a.whl", "python/cpython.tar.zst",
-             "tools/uv.whl", "sbom.cdx.json", "lock/requirements.txt", "lock/pylock.toml", "recipe.toml"]
+    paths = [
+        "assets/z",
+        "source/s.tar.gz",
+        "sdists/b.tar.gz",
+        "wheels/a.whl",
+        "python/cpython.tar.zst",
+        "tools/uv.whl",
+        "sbom.cdx.json",
+        "lock/requirements.txt",
+        "lock/pylock.toml",
+        "recipe.toml",
+    ]
     assert sorted(paths, key=member_order) == [
-        "recipe.toml", "lock/pylock.toml", "lock/requirements.txt", "sbom.cdx.json", "tools/uv.whl",
-        "python/cpython.tar.zst", "wheels/a.whl", "sdists/b.tar.gz", "source/s.tar.gz", "assets/z",
+        "recipe.toml",
+        "lock/pylock.toml",
+        "lock/requirements.txt",
+        "sbom.cdx.json",
+        "tools/uv.whl",
+        "python/cpython.tar.zst",
+        "wheels/a.whl",
+        "sdists/b.tar.gz",
+        "source/s.tar.gz",
+        "assets/z",
     ]
 
 
@@ -313,8 +337,13 @@ def test_writing_and_reading_stream_a_large_file(tmp_path: Path) -> None:
     for _ in range(size >> 20):
         h.update(zeros)
     del zeros
-    m = manifest([member("recipe.toml", RECIPE, "recipe"), type(member("a", b""))("assets/big.bin", size,
-                  h.hexdigest(), "asset"), UV.member])
+    m = manifest(
+        [
+            member("recipe.toml", RECIPE, "recipe"),
+            type(member("a", b""))("assets/big.bin", size, h.hexdigest(), "asset"),
+            UV.member,
+        ]
+    )
     bundle = tmp_path / "big.lbz"
     tracemalloc.start()
     try:

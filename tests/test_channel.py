@@ -97,8 +97,10 @@ def test_stop_wakes_a_blocked_producer_and_consumer() -> None:
         except Cancelled:
             outcomes.append("cancelled")
 
-    threads = [threading.Thread(target=wait_on, args=(lambda: full.put(1),)),
-               threading.Thread(target=wait_on, args=(empty.get,))]
+    threads = [
+        threading.Thread(target=wait_on, args=(lambda: full.put(1),)),
+        threading.Thread(target=wait_on, args=(empty.get,)),
+    ]
     for t in threads:
         t.start()
     time.sleep(0.1)

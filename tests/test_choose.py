@@ -66,8 +66,12 @@ def test_an_a100_with_driver_580_gets_cuda_13() -> None:
     assert got.chosen is not None and got.chosen.build == "vllm/0.11.0-cu130"
     other = by_build(got)["vllm/0.11.0-cu129"]
     assert other["fits"] is True and "a newer CUDA" in other["reasons"][0]  # type: ignore[index]
-    assert by_build(got)["vllm/0.11.0-cu130"] == {"build": "vllm/0.11.0-cu130", "fits": True, "serves": None,
-                                                  "reasons": []}
+    assert by_build(got)["vllm/0.11.0-cu130"] == {
+        "build": "vllm/0.11.0-cu130",
+        "fits": True,
+        "serves": None,
+        "reasons": [],
+    }
 
 
 def test_a_v100_gets_cuda_12_9() -> None:
@@ -126,8 +130,9 @@ def test_an_older_version_serves_a_node_no_build_of_the_asked_one_fits() -> None
     assert got.chosen is not None and got.chosen.build == "vllm/0.11.0-cu130"
     assert "only serves 0.11.0" in by_build(got)["vllm/0.10.2-cu130x"]["reasons"][0]  # type: ignore[index]
     # a build that serves nothing asked is no candidate
-    assert "vllm/0.10.2-cu126" not in by_build(choose("vllm", "0.11.0", [*VLLM, dataclasses.replace(old, serves=())],
-                                                      facts(node("570.86", P100))))
+    assert "vllm/0.10.2-cu126" not in by_build(
+        choose("vllm", "0.11.0", [*VLLM, dataclasses.replace(old, serves=())], facts(node("570.86", P100)))
+    )
 
 
 def test_without_a_version_the_newest_version_with_a_fitting_build() -> None:
@@ -194,8 +199,13 @@ def test_stated_facts_are_used_strictly_and_marked(tmp_path: Path, no_smi: None)
     f.write_text(json.dumps({"driver": "580.65.06", "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "capability": "8.0"}]}))
     n = detect(environ={"LOCKBUILD_GPU_FACTS": str(f)})
     assert n.driver == "580.65.06" and n.gpus == (A100,) and n.stated == str(f)
-    for bad in ({"driver": "580", "gpus": [{"name": "x", "capability": "eight"}]}, {"driver": 580},
-                {"gpus": [{"name": "x", "capability": "8.0"}]}, {"driver": "580", "extra": 1}, []):
+    for bad in (
+        {"driver": "580", "gpus": [{"name": "x", "capability": "eight"}]},
+        {"driver": 580},
+        {"gpus": [{"name": "x", "capability": "8.0"}]},
+        {"driver": "580", "extra": 1},
+        [],
+    ):
         f.write_text(json.dumps(bad))
         with pytest.raises(FactsError):
             detect(environ={"LOCKBUILD_GPU_FACTS": str(f)})
@@ -213,8 +223,9 @@ def smi_script(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> Non
     monkeypatch.delenv("LOCKBUILD_GPU_FACTS", raising=False)
 
 
-def test_a_gpu_name_that_is_not_utf_8_is_decoded_with_replacement(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_name_that_is_not_utf_8_is_decoded_with_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One byte that is not UTF-8 in a GPU name: the facts are read (with U+FFFD), never an internal error."""
     smi_script(tmp_path / "bin", monkeypatch, r"printf '580.65.06, 8.0, NVIDIA A100 \377\n'")
     n = detect()
@@ -223,15 +234,19 @@ def test_a_gpu_name_that_is_not_utf_8_is_decoded_with_replacement(tmp_path: Path
     assert code == 0 and data["node"]["gpus"] == [{"name": "NVIDIA A100 \ufffd", "capability": "8.0"}], err
 
 
-@pytest.mark.parametrize("line", [
-    r"580.65.06, 8.0, NVIDIA \033]0;owned\007A100",  # an escape sequence in the name
-    r"580.65.06, 8.0, NVIDIA \342\200\256A100",  # a bidirectional override
-    r"580.65.06; rm -rf, 8.0, NVIDIA A100",  # not a driver version
-    r"580.65.06, [N/A], NVIDIA A100",  # a GPU whose capability is unknown is never left out
-    r"580.65.06, 8.0, " + "A" * 129,
-])
-def test_nvidia_smi_output_is_held_to_the_rules_of_stated_facts(line: str, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "line",
+    [
+        r"580.65.06, 8.0, NVIDIA \033]0;owned\007A100",  # an escape sequence in the name
+        r"580.65.06, 8.0, NVIDIA \342\200\256A100",  # a bidirectional override
+        r"580.65.06; rm -rf, 8.0, NVIDIA A100",  # not a driver version
+        r"580.65.06, [N/A], NVIDIA A100",  # a GPU whose capability is unknown is never left out
+        r"580.65.06, 8.0, " + "A" * 129,
+    ],
+)
+def test_nvidia_smi_output_is_held_to_the_rules_of_stated_facts(
+    line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     smi_script(tmp_path / "bin", monkeypatch, f"printf '{line}\\n'")
     with pytest.raises(FactsError, match=r"for a GPU; expected DRIVER, X\.Y, NAME"):
         detect()
@@ -244,13 +259,14 @@ def test_two_drivers_or_too_many_gpus_are_refused(tmp_path: Path, monkeypatch: p
     smi_script(tmp_path / "bin", monkeypatch, "echo '580.65.06, 8.0, A'; echo '535.10, 8.0, B'")
     with pytest.raises(FactsError, match="one driver"):
         detect()
-    smi_script(tmp_path / "bin", monkeypatch, "for i in $(seq 65); do echo \"580.65.06, 8.0, GPU $i\"; done")
+    smi_script(tmp_path / "bin", monkeypatch, 'for i in $(seq 65); do echo "580.65.06, 8.0, GPU $i"; done')
     with pytest.raises(FactsError, match="lists 65 GPUs; expected at most 64"):
         detect()
 
 
 def test_nvidia_smi_output_is_read_bounded_and_the_tool_killed_past_the_bound(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An nvidia-smi that prints megabytes, then holds its output open: stopped at the bound, at once."""
     import time
 
@@ -296,14 +312,17 @@ def test_format_3_only_with_the_new_fields_and_read_strictly() -> None:
     assert b"sm_arch :: 90_real" not in raw and b"sm_arch :: 60_real" in raw
     back = parse_manifest(raw)
     assert back.install.gpu == CU129 and back.install.serves == ("0.11.0",) and back.to_toml() == raw
-    for bad in (raw.replace(b"format = 3", b"format = 2"), plain.to_toml().replace(b"format = 2", b"format = 3"),
-                raw.replace(b"89_real", b"90_real"), raw.replace(b'max-capability = "8.9"', b'max-capability = "5.0"')):
+    for bad in (
+        raw.replace(b"format = 3", b"format = 2"),
+        plain.to_toml().replace(b"format = 2", b"format = 3"),
+        raw.replace(b"89_real", b"90_real"),
+        raw.replace(b'max-capability = "8.9"', b'max-capability = "5.0"'),
+    ):
         with pytest.raises(IntegrityError):
             parse_manifest(bad)
 
 
-def test_an_older_lockbuild_refuses_format_3_naming_the_version_that_reads_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_older_lockbuild_refuses_format_3_naming_the_version_that_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
     new = dataclasses.replace(_manifest(dataclasses.replace(INSTALL, gpu=CU129)), lockbuild_version="0.2.0")
     raw = new.to_toml()
     monkeypatch.setattr(manifest_mod, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
@@ -324,9 +343,19 @@ def fake_gpu(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, *lines: str) -> Non
     monkeypatch.delenv("LOCKBUILD_GPU_FACTS", raising=False)
 
 
-def signed(out: Path, keys: Keys, variant: str, gpu: GpuNeeds | None, version: str = "1.0",
-           serves: tuple[str, ...] = (), *, platform: str = PLATFORM, serial_days: int = 0,
-           engine: str = "toyengine", sign: bool = True) -> Path:
+def signed(
+    out: Path,
+    keys: Keys,
+    variant: str,
+    gpu: GpuNeeds | None,
+    version: str = "1.0",
+    serves: tuple[str, ...] = (),
+    *,
+    platform: str = PLATFORM,
+    serial_days: int = 0,
+    engine: str = "toyengine",
+    sign: bool = True,
+) -> Path:
     """A signed in-memory bundle (no uv) whose signed manifest carries ``gpu`` and ``serves``."""
     import sitekit
 
@@ -334,13 +363,20 @@ def signed(out: Path, keys: Keys, variant: str, gpu: GpuNeeds | None, version: s
     real = sitekit.hostile_manifest
 
     def with_install(members: object, **changes: object) -> manifest_mod.Manifest:
-        return real(members, **changes, install=install, python=PY, platform=platform,  # type: ignore[arg-type]
-                    engine=engine)
+        return real(
+            members,
+            **changes,
+            install=install,
+            python=PY,
+            platform=platform,  # type: ignore[arg-type]
+            engine=engine,
+        )
 
     sitekit.hostile_manifest = with_install  # type: ignore[assignment]
     try:
-        return make_bundle(out, [keys.secret] if sign else [], version=version, variant=variant,
-                           serial_days=serial_days)
+        return make_bundle(
+            out, [keys.secret] if sign else [], version=version, variant=variant, serial_days=serial_days
+        )
     finally:
         sitekit.hostile_manifest = real
 
@@ -361,14 +397,21 @@ def store(tmp_path: Path, keys: Keys) -> Path:
     for variant, gpu in (("cu130", CU13), ("cu129", CU129)):
         code, _, err = run("import", signed(dist, keys, variant, gpu), "--trust", keys.trust, "--store", s)
         assert code == 0, err
-    code, _, err = run("import", signed(dist, keys, "cu126", GpuNeeds((6, 0), "560", (8, 9)), "0.9", ("1.0",)),
-                       "--trust", keys.trust, "--store", s)
+    code, _, err = run(
+        "import",
+        signed(dist, keys, "cu126", GpuNeeds((6, 0), "560", (8, 9)), "0.9", ("1.0",)),
+        "--trust",
+        keys.trust,
+        "--store",
+        s,
+    )
     assert code == 0, err
     return s
 
 
 def test_install_from_a_store_refuses_with_every_candidate_and_places_nothing(
-        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake_gpu(tmp_path / "bin", monkeypatch, "575.51.03, 9.0, NVIDIA H100 80GB HBM3")
     root = tmp_path / "engines"
     code, data, err = run("install", "toyengine/1.0", "--store", store, "--root", root, "--trust", keys.trust)
@@ -380,8 +423,9 @@ def test_install_from_a_store_refuses_with_every_candidate_and_places_nothing(
     assert "TIP Install NVIDIA driver 580 or newer" in err
     assert not (root / "toyengine").exists() or not any((root / "toyengine").glob("1.0-*"))
     # the plain text: every candidate with its reasons, and the fix
-    r = CliRunner().invoke(main, ["install", "toyengine", "--store", str(store), "--root", str(root), "--trust",
-                                  str(keys.trust)])
+    r = CliRunner().invoke(
+        main, ["install", "toyengine", "--store", str(store), "--root", str(root), "--trust", str(keys.trust)]
+    )
     assert r.exit_code == 1 and "toyengine/1.0-cu129: does not fit" in r.stderr and "TIP Install NVIDIA" in r.stderr
 
 
@@ -395,24 +439,42 @@ def test_an_untrusted_candidate_is_never_chosen(store: Path, tmp_path: Path, mon
     assert all("signatures are refused" in c["reasons"][0] for c in data["candidates"])  # type: ignore[attr-defined]
 
 
-def test_doctor_store_shows_the_build_each_version_would_take(store: Path, keys: Keys, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_store_shows_the_build_each_version_would_take(
+    store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
-    code, data, err = run("doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust,
-                          "--catalogue", tmp_path)
+    code, data, err = run(
+        "doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust, "--catalogue", tmp_path
+    )
     assert code == 0, err
     entries = {(e["engine"], e["version"]): e for e in data["store"]["entries"]}  # type: ignore[index]
     assert entries[("toyengine", "1.0")]["chosen"] == "toyengine/1.0-cu130"
     assert entries[("toyengine", "0.9")]["chosen"] == "toyengine/0.9-cu126"
     assert {c["build"] for c in entries[("toyengine", "1.0")]["candidates"]} == {
-        "toyengine/1.0-cu130", "toyengine/1.0-cu129", "toyengine/0.9-cu126"}
-    r = CliRunner().invoke(main, ["doctor", "--store", str(store), "--root", str(tmp_path / "e"), "--trust",
-                                  str(keys.trust), "--catalogue", str(tmp_path)])
+        "toyengine/1.0-cu130",
+        "toyengine/1.0-cu129",
+        "toyengine/0.9-cu126",
+    }
+    r = CliRunner().invoke(
+        main,
+        [
+            "doctor",
+            "--store",
+            str(store),
+            "--root",
+            str(tmp_path / "e"),
+            "--trust",
+            str(keys.trust),
+            "--catalogue",
+            str(tmp_path),
+        ],
+    )
     assert "store       toyengine 1.0: takes toyengine/1.0-cu130" in r.stdout
 
 
-def test_stated_facts_are_marked_in_the_output(store: Path, keys: Keys, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stated_facts_are_marked_in_the_output(
+    store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     f = tmp_path / "facts.json"
     f.write_text(json.dumps({"driver": "575.51.03", "gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}]}))
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")  # detected, but not used
@@ -421,8 +483,9 @@ def test_stated_facts_are_marked_in_the_output(store: Path, keys: Keys, tmp_path
     assert code == 1 and data["chosen"] is None and "(stated in" in err
     assert data["node"]["facts"] == "stated" and data["node"]["facts_file"] == str(f)  # type: ignore[index]
     f.write_text(json.dumps({"driver": "575.51.03", "gpus": [{"name": "Tesla V100-SXM2-32GB", "capability": "7.0"}]}))
-    code, data, _ = run("doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust,
-                        "--catalogue", tmp_path)
+    code, data, _ = run(
+        "doctor", "--store", store, "--root", tmp_path / "e", "--trust", keys.trust, "--catalogue", tmp_path
+    )
     assert data["node"]["facts"] == "stated"  # type: ignore[index]
     entry = next(e for e in data["store"]["entries"] if e["version"] == "1.0")  # type: ignore[index]
     assert entry["chosen"] == "toyengine/1.0-cu129"  # the stated V100, not the detected H100
@@ -435,7 +498,8 @@ AS_OF_SERIAL = int(AS_OF.timestamp())
 
 
 def test_an_older_signed_build_planted_under_a_name_that_sorts_first_is_passed_over(
-        keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same engine, version and variant, signed, for manylinux_2_17 (its name sorts before 2_28) and a
     year older: the newest signed build wins the tie, and the older one is named as passed over."""
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
@@ -446,9 +510,10 @@ def test_an_older_signed_build_planted_under_a_name_that_sorts_first_is_passed_o
     # the choice is said before the install runs (which then fails: these in-memory bundles hold no uv)
     r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust", str(keys.trust)])
     assert "\nchose toyengine/1.0-cu130: " in "\n" + r.stderr and f"(from {new.name})\n" in r.stderr, r.stderr
-    assert (f"  toyengine/1.0-cu130 ({old.name}): fits, passed over: an older signed build (serial "
-            f"{AS_OF_SERIAL}); toyengine/1.0-cu130 ({new.name}) is newer (serial {AS_OF_SERIAL + 365 * 86400})"
-            in r.stderr), r.stderr
+    assert (
+        f"  toyengine/1.0-cu130 ({old.name}): fits, passed over: an older signed build (serial "
+        f"{AS_OF_SERIAL}); toyengine/1.0-cu130 ({new.name}) is newer (serial {AS_OF_SERIAL + 365 * 86400})" in r.stderr
+    ), r.stderr
     # the same rule in the pure choice, with the older one first in the order
     a100 = facts(node("580.65.06", A100))
     older = dataclasses.replace(opt("cu130", CU13), newness=(100, 100), source="a.lbz")
@@ -463,7 +528,8 @@ def test_an_older_signed_build_planted_under_a_name_that_sorts_first_is_passed_o
 
 
 def test_an_unsigned_file_claiming_another_engine_counts_for_nothing(
-        keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An unsigned .lbz (a real bundle of another engine, no .minisig) and one with a garbage .minisig: the
     folder's choice is made from the signed bundles alone, and the planted files are named by file name."""
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
@@ -487,8 +553,10 @@ def test_an_unsigned_file_claiming_another_engine_counts_for_nothing(
     assert f"(from {good.name})" in r.stderr and "was read" not in r.stderr
     skipped = [line for line in r.stderr.splitlines() if line.startswith("  skipped ")]
     assert [line.split(":")[0] for line in skipped] == [
-        "  skipped garbage.lbz", "  skipped otherengine-9.9-evil-x86_64-manylinux_2_28.lbz",
-        "  skipped thirdengine-9.8-evil-x86_64-manylinux_2_28.lbz"], r.stderr
+        "  skipped garbage.lbz",
+        "  skipped otherengine-9.9-evil-x86_64-manylinux_2_28.lbz",
+        "  skipped thirdengine-9.8-evil-x86_64-manylinux_2_28.lbz",
+    ], r.stderr
     assert all(": not judged: its signatures are refused (" in line for line in skipped)
     assert not any(" 9.9" in line or "otherengine/" in line for line in r.stderr.splitlines()[:2])
     # nothing signed at all: refused, with every file and its reason
@@ -498,7 +566,8 @@ def test_an_unsigned_file_claiming_another_engine_counts_for_nothing(
 
 
 def test_planted_file_names_reach_the_terminal_escaped_on_every_path(
-        keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """File names with an escape sequence and with a line feed (faking a line of the choice): escaped in the
     choice said before an install, in the refusal, and on stderr under --json."""
     usb = tmp_path / "usb"
@@ -517,15 +586,17 @@ def test_planted_file_names_reach_the_terminal_escaped_on_every_path(
     clean(r.stderr)
     fake_gpu(tmp_path / "bin", monkeypatch, "535.10, 8.0, NVIDIA A100-SXM4-80GB")  # nothing fits: the refusal
     for extra in ([], ["--json"]):
-        r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust",
-                                      str(keys.trust), *extra])
+        r = CliRunner().invoke(
+            main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust", str(keys.trust), *extra]
+        )
         assert r.exit_code == 1 and "ERROR no build of toyengine fits" in r.stderr, r.stderr
         clean(r.stderr)
         clean(r.stdout)
     good.unlink()  # nothing signed: the refusal names every file, each on the ERROR line
     for extra in ([], ["--json"]):
-        r = CliRunner().invoke(main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust",
-                                      str(keys.trust), *extra])
+        r = CliRunner().invoke(
+            main, ["install", f"{usb}/", "--root", str(tmp_path / "e"), "--trust", str(keys.trust), *extra]
+        )
         assert r.exit_code == 1 and "holds no bundle to choose from" in r.stderr, r.stderr
         clean(r.stderr)
 
@@ -543,9 +614,10 @@ def test_doctor_shows_a_planted_catalogue_file_name_on_one_line(tmp_path: Path, 
 
 
 GPU_RECIPE = RECIPE.replace('variant = "cpu"', 'variant = "cu130"') + (
-    'gpu = { min-capability = "7.5", min-driver = "580" }\n\n[[builds]]\n' + RECIPE.split("[[builds]]\n", 1)[1]
-    .replace('variant = "cpu"', 'variant = "cu129"')
-    + 'gpu = { min-capability = "6.0", max-capability = "8.9", min-driver = "575" }\n')
+    'gpu = { min-capability = "7.5", min-driver = "580" }\n\n[[builds]]\n'
+    + RECIPE.split("[[builds]]\n", 1)[1].replace('variant = "cpu"', 'variant = "cu129"')
+    + 'gpu = { min-capability = "6.0", max-capability = "8.9", min-driver = "575" }\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -557,14 +629,16 @@ def real(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactor
         mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
         recipe = tmp / "toy.toml"
         recipe.write_text(GPU_RECIPE)
-        r = CliRunner().invoke(main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / "usb"),
-                                      "--json"])
+        r = CliRunner().invoke(
+            main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / "usb"), "--json"]
+        )
         assert r.exit_code == 0, r.stderr
     yield tmp / "usb"
 
 
-def test_a_folder_and_a_store_install_the_chosen_build(real: Path, keys: Keys, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_folder_and_a_store_install_the_chosen_build(
+    real: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert len(list(real.glob("*.lbz"))) == 2
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 7.0, Tesla V100-SXM2-32GB")
     root = tmp_path / "engines"
@@ -577,8 +651,9 @@ def test_a_folder_and_a_store_install_the_chosen_build(real: Path, keys: Keys, t
     for lbz in real.glob("*.lbz"):
         assert run("import", lbz, "--trust", keys.trust, "--store", store)[0] == 0
     fake_gpu(tmp_path / "bin", monkeypatch, "580.65.06, 8.0, NVIDIA A100-SXM4-80GB")
-    r = CliRunner().invoke(main, ["install", "toyengine/1.0", "--store", str(store), "--root", str(root), "--trust",
-                                  str(keys.trust)])
+    r = CliRunner().invoke(
+        main, ["install", "toyengine/1.0", "--store", str(store), "--root", str(root), "--trust", str(keys.trust)]
+    )
     assert r.exit_code == 0, r.stderr
     assert "\nchose toyengine/1.0-cu130: a build of 1.0" in "\n" + r.stderr
     assert "installed: toyengine 1.0-cu130" in r.stdout

@@ -141,8 +141,9 @@ def _doctor(root: Path, keys: Keys, *extra: str) -> tuple[int, str, str]:
     return r.exit_code, r.stdout, r.stderr
 
 
-def test_doctor_without_a_catalogue_reports_no_problem(tmp_path: Path, keys: Keys,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_without_a_catalogue_reports_no_problem(
+    tmp_path: Path, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a node (no ./bundles, no --catalogue) the catalogue is not checked, and doctor says so."""
     monkeypatch.chdir(tmp_path)
     code, out, err = _doctor(tmp_path / "engines", keys)
@@ -154,8 +155,9 @@ def test_doctor_without_a_catalogue_reports_no_problem(tmp_path: Path, keys: Key
     assert data["catalogue_problems"] == [] and data["catalogue_dir"] == {"path": None, "from": "none"}
 
 
-def test_doctor_uses_the_default_catalogue_when_it_exists_and_says_so(tmp_path: Path, keys: Keys,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_uses_the_default_catalogue_when_it_exists_and_says_so(
+    tmp_path: Path, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bundles").mkdir()
     (tmp_path / "bundles" / "toy.toml").write_text(TOY_RECIPE)

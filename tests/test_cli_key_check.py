@@ -44,7 +44,10 @@ def _no_terminal(tmp: Path, _mp: pytest.MonkeyPatch) -> tuple[Path, str]:
 @pytest.mark.parametrize("make", [_missing, _readable, _wrong_passphrase, _no_terminal])
 def test_a_bad_key_stops_build_before_its_first_request(
     make: Callable[[Path, pytest.MonkeyPatch], tuple[Path, str]],
-    env: object, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    env: object,
+    toy_recipe: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("LOCKBUILD_CACHE_DIR", str(tmp_path / "fresh-cache"))  # nothing cached: all would be asked
     env.requests.clear()  # type: ignore[attr-defined]

@@ -15,8 +15,7 @@ from sitekit import cli, make_bundle
 def test_a_pull_from_no_registry_leaves_no_new_store(tmp_path: Path) -> None:
     keys = make_keys(tmp_path / "keys")
     store = tmp_path / "new" / "store"
-    r = cli("pull", "oci://127.0.0.1:9/site/toyengine:1.0-cpu", "--plain-http", "--store", store,
-            "--trust", keys.trust)
+    r = cli("pull", "oci://127.0.0.1:9/site/toyengine:1.0-cpu", "--plain-http", "--store", store, "--trust", keys.trust)
     assert r.exit_code != 0 and r.stderr.startswith("ERROR "), r.output
     assert not (tmp_path / "new").exists()
 
@@ -30,8 +29,9 @@ def reg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRegistry]:
     r.close()
 
 
-def test_a_pull_of_an_unknown_tag_leaves_no_new_store_and_an_old_one_as_it_was(reg: RealRegistry,
-                                                                               tmp_path: Path) -> None:
+def test_a_pull_of_an_unknown_tag_leaves_no_new_store_and_an_old_one_as_it_was(
+    reg: RealRegistry, tmp_path: Path
+) -> None:
     keys = make_keys(tmp_path / "keys")
     bundle = make_bundle(tmp_path / "b", [keys.secret], version="1.0")
     target = reg.ref("site/toyengine", "1.0-cpu")

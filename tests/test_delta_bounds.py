@@ -52,8 +52,9 @@ def _rewrite(delta: Path, members: list[tuple[str, bytes]]) -> None:
     delta.write_bytes(compressor(1).compress(bytes(body)))
 
 
-def test_a_delta_head_over_its_bound_is_refused_before_it_is_read(tmp_path: Path, bundles: dict[str, Path],
-                                                                  signer: Keys) -> None:
+def test_a_delta_head_over_its_bound_is_refused_before_it_is_read(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     delta = _delta(bundles, tmp_path / "deltas", signer.trust)
     members = _members(delta)
     assert members[0][0] == "delta.toml"
@@ -67,12 +68,16 @@ def test_a_delta_head_over_its_bound_is_refused_before_it_is_read(tmp_path: Path
     assert [p.name for p in (store / "builds" / "toyengine").iterdir()] == ["1.0-cpu"]
 
 
-def test_a_delta_manifest_over_its_bound_is_refused_before_it_is_read(tmp_path: Path, bundles: dict[str, Path],
-                                                                      signer: Keys) -> None:
+def test_a_delta_manifest_over_its_bound_is_refused_before_it_is_read(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     delta = _delta(bundles, tmp_path / "deltas", signer.trust)
     manifest = dict(_members(delta))["bundle.toml"]
     bound = Limits(max_manifest=len(manifest) - 1)
-    with pytest.raises(IntegrityError, match=rf"bundle\.toml is {len(manifest)} bytes; expected at most "
-                                             rf"{len(manifest) - 1}"):
+    with pytest.raises(
+        IntegrityError,
+        match=rf"bundle\.toml is {len(manifest)} bytes; expected at most "
+        rf"{len(manifest) - 1}",
+    ):
         DeltaFile(delta, None).manifest_bytes(bound)
     assert DeltaFile(delta, None).manifest_bytes(Limits(max_manifest=len(manifest))) == manifest

@@ -40,6 +40,9 @@ def test_digest_bundle_hashes_the_file_once_for_both_digests(tmp_path: Path) -> 
     data = b"z" * (2 * READ_PIECE + 3)
     p.write_bytes(data)
     d = digest_bundle(p)
-    assert (d.size, d.sha256, d.blake2b) == (len(data), hashlib.sha256(data).hexdigest(),
-                                             hashlib.blake2b(data, digest_size=64).digest())
+    assert (d.size, d.sha256, d.blake2b) == (
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+        hashlib.blake2b(data, digest_size=64).digest(),
+    )
     assert digest_bundle(p, prehash=False).blake2b is None

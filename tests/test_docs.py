@@ -24,8 +24,12 @@ def test_threat_model_names_only_tests_that_exist() -> None:
 
 def test_readme_links_the_docs() -> None:
     readme = (ROOT / "README.md").read_text()
-    for page in ("docs/threat-model.md", "docs/bundle-format.md", "docs/release-engineers.md",
-                 "docs/site-administrators.md"):
+    for page in (
+        "docs/threat-model.md",
+        "docs/bundle-format.md",
+        "docs/release-engineers.md",
+        "docs/site-administrators.md",
+    ):
         assert page in readme
         assert (ROOT / page).exists(), page
 
@@ -108,22 +112,32 @@ def bundles_for_docs(env: object, keys: object, toy_recipe: Path, tmp_path: Path
     from lockbuild.cli import main
 
     toy_recipe.write_text(toy_recipe.read_text().replace('gpu-probe = "torch"', 'gpu-probe = "none"'))  # a CPU build
-    r = CliRunner().invoke(main, ["build", str(toy_recipe), "--key", str(keys.secret),  # type: ignore[attr-defined]
-                                  "--out", str(tmp_path / "dist"), "--json"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "build",
+            str(toy_recipe),
+            "--key",
+            str(keys.secret),  # type: ignore[attr-defined]
+            "--out",
+            str(tmp_path / "dist"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     return Path(json.loads(r.stdout)["bundles"][0]["bundle"])
 
 
-def test_the_install_example_is_what_an_install_prints(bundles_for_docs: Path, tmp_path: Path,
-                                                      keys: object) -> None:
+def test_the_install_example_is_what_an_install_prints(bundles_for_docs: Path, tmp_path: Path, keys: object) -> None:
     from click.testing import CliRunner
 
     from lockbuild.cli import main
 
     guide = (ROOT / "docs" / "site-administrators.md").read_text()
     block = _section(guide, "## Installing").split("```text\n", 1)[1].split("```", 1)[0]
-    r = CliRunner().invoke(main, ["install", str(bundles_for_docs), "--root", str(tmp_path / "engines"),
-                                  "--trust", str(keys.trust)])  # type: ignore[attr-defined]
+    r = CliRunner().invoke(
+        main, ["install", str(bundles_for_docs), "--root", str(tmp_path / "engines"), "--trust", str(keys.trust)]
+    )  # type: ignore[attr-defined]
     assert r.exit_code == 0, r.output
     real = [_shape(x) for x in (r.stderr + r.stdout).splitlines()]
     assert [_shape(x) for x in block.splitlines()] == real, (block, r.stderr + r.stdout)

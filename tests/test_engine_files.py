@@ -117,7 +117,9 @@ def test_source_archive_with_the_wrong_digest_is_refused(env, published, keys: K
 
 def test_asset_without_a_published_digest_is_refused(env, published, keys: Keys, tmp_path: Path) -> None:
     path = tmp_path / "relengine.toml"
-    path.write_text(recipe(published, assets_tag="nodigest").replace('"tools-linux.zip", "notes.txt"', '"tools-linux.zip"'))
+    path.write_text(
+        recipe(published, assets_tag="nodigest").replace('"tools-linux.zip", "notes.txt"', '"tools-linux.zip"')
+    )
     out = tmp_path / "d"
     code, _, stderr = cli("build", str(path), "--key", str(keys.secret), "--out", str(out))
     assert code == 4 and "publishes no digest" in stderr

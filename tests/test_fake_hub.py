@@ -28,8 +28,14 @@ print(json.dumps({"snapshot": snap, "config": one}))
 def _run_client(hub: FakeHub, tmp_path: Path, *args: str) -> dict[str, str]:
     import json
 
-    env = {"PATH": "/usr/bin:/bin", "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home"),
-           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1", "NO_PROXY": "*"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+        "NO_PROXY": "*",
+    }
     done = subprocess.run([sys.executable, "-c", _CLIENT, *args], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -48,8 +54,11 @@ def test_snapshot_download_and_hf_hub_download_read_the_fake_hub(hub: FakeHub, t
     for path, data in files.items():
         assert (snap / path).read_bytes() == data, path
     blobs = {p.name for p in (snap.parent.parent / "blobs").iterdir()}
-    expected = {hashlib.sha256(d).hexdigest() if hub_lfs else _oid(hub, commit, p)
-                for p, d in files.items() for hub_lfs in [_is_lfs(hub, commit, p)]}
+    expected = {
+        hashlib.sha256(d).hexdigest() if hub_lfs else _oid(hub, commit, p)
+        for p, d in files.items()
+        for hub_lfs in [_is_lfs(hub, commit, p)]
+    }
     assert blobs == expected
     assert Path(got["config"]).read_bytes() == files["config.json"]
     assert (snap.parent.parent / "refs" / "main").read_text() == commit

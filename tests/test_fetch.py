@@ -382,8 +382,10 @@ def test_a_batch_keeps_a_window_of_bytes_in_flight(srv: FakeServer, make_fetcher
     files = {"a": blob(3 * MiB, "a"), "b": blob(3 * MiB, "b"), "c": blob(1000, "c"), "d": blob(1000, "d")}
     started = {"a": threading.Event(), "b": threading.Event()}
     release = threading.Event()
-    want = [wanted(add_generated(srv, f"/{k}", gated(files[k], started[k], release), MiB * 3), files[k], k)
-            for k in ("a", "b")]
+    want = [
+        wanted(add_generated(srv, f"/{k}", gated(files[k], started[k], release), MiB * 3), files[k], k)
+        for k in ("a", "b")
+    ]
     want += [wanted(srv.add_file(f"/{k}", files[k]), files[k], k) for k in ("c", "d")]
     batch = Batch(make_fetcher(jobs=8), want, ahead=4 * MiB)
     try:
@@ -474,8 +476,9 @@ def test_redirect_to_another_host_drops_authorization(make_fetcher) -> None:
         storage.close()
 
 
-def test_small_network_reads_are_gathered_into_whole_mib_writes(srv: FakeServer, cache: Cache,
-                                                                 client: httpx.Client) -> None:
+def test_small_network_reads_are_gathered_into_whole_mib_writes(
+    srv: FakeServer, cache: Cache, client: httpx.Client
+) -> None:
     """A body that arrives in 16 KiB pieces (one TLS record each) is hashed and written a MiB at a time:
     each write and hash update costs a GIL hand-off, and eight downloads at once spent a third of their time
     switching threads when every record took two. The cut of a dropped transfer is still kept exactly."""
@@ -617,7 +620,14 @@ def test_fetch_command_writes_the_build_and_reuses_the_cache(env: FakeServer, to
     assert code == 0, stderr
     (first,) = json.loads(stdout)["fetches"]
     build = out / "1.0-cpu"
-    assert sorted(p.name for p in build.iterdir()) == ["extras.txt", "provenance.json", "recipe.toml", "requirements.txt", "tools", "wheels"]
+    assert sorted(p.name for p in build.iterdir()) == [
+        "extras.txt",
+        "provenance.json",
+        "recipe.toml",
+        "requirements.txt",
+        "tools",
+        "wheels",
+    ]
     assert sorted(p.name for p in (build / "wheels").iterdir()) == [
         "toydep-1.0-py3-none-any.whl",
         "toyengine-1.0-py3-none-any.whl",

@@ -60,13 +60,34 @@ LIMITS = Limits(max_member=1 << 20, max_bundle=8 << 20, max_members=64, max_mani
 
 # --- mutations --------------------------------------------------------------------------------------
 
+
 def mutations(size_hint: int) -> st.SearchStrategy[list[tuple[str, int, bytes]]]:
     op = st.sampled_from(["flip", "set", "insert", "delete", "truncate", "copy"])
     value = st.one_of(
         st.binary(min_size=1, max_size=16),
         st.text(min_size=1, max_size=16).map(str.encode),
-        st.sampled_from([b'"', b"=", b"\n", b"[[files]]\n", b"0", b"-1", b"true", b"'", b"[", b"]", b"{", b"}",
-                         b",", b"\\", b"\0", b"/", b"..", b"\xff"]),
+        st.sampled_from(
+            [
+                b'"',
+                b"=",
+                b"\n",
+                b"[[files]]\n",
+                b"0",
+                b"-1",
+                b"true",
+                b"'",
+                b"[",
+                b"]",
+                b"{",
+                b"}",
+                b",",
+                b"\\",
+                b"\0",
+                b"/",
+                b"..",
+                b"\xff",
+            ]
+        ),
     )
     one = st.tuples(op, st.integers(0, size_hint), value)
     return st.lists(one, min_size=1, max_size=6)
@@ -96,10 +117,30 @@ def mutate(data: bytes, ops: list[tuple[str, int, bytes]]) -> bytes:
 
 TOML_VALUES = st.recursive(
     st.one_of(
-        st.text(max_size=30), st.integers(), st.booleans(), st.floats(allow_nan=False),
-        st.datetimes(timezones=st.sampled_from([dt.UTC, None])), st.dates(),
-        st.sampled_from(["", "..", "/abs", "a/../b", "eng==1.0", "https://x.invalid/a.tar.gz", "3.12", "7.5",
-                         "x86_64-manylinux_2_28", "torch", "none", "-e .", "name @ https://x", "ab" * 32]),
+        st.text(max_size=30),
+        st.integers(),
+        st.booleans(),
+        st.floats(allow_nan=False),
+        st.datetimes(timezones=st.sampled_from([dt.UTC, None])),
+        st.dates(),
+        st.sampled_from(
+            [
+                "",
+                "..",
+                "/abs",
+                "a/../b",
+                "eng==1.0",
+                "https://x.invalid/a.tar.gz",
+                "3.12",
+                "7.5",
+                "x86_64-manylinux_2_28",
+                "torch",
+                "none",
+                "-e .",
+                "name @ https://x",
+                "ab" * 32,
+            ]
+        ),
     ),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
     max_leaves=12,
@@ -192,8 +233,15 @@ def test_reader_on_a_mutated_tar_stream(ops: list[tuple[str, int, bytes]]) -> No
     read_anything(compress(mutate(GOOD_TAR, ops)))
 
 
-FIELDS = {"name": (0, 100), "mode": (100, 8), "size": (124, 12), "type": (156, 1), "linkname": (157, 100),
-          "magic": (257, 8), "prefix": (345, 155)}
+FIELDS = {
+    "name": (0, 100),
+    "mode": (100, 8),
+    "size": (124, 12),
+    "type": (156, 1),
+    "linkname": (157, 100),
+    "magic": (257, 8),
+    "prefix": (345, 155),
+}
 
 
 def header_offsets(tar: bytes) -> list[int]:
@@ -208,8 +256,27 @@ def header_offsets(tar: bytes) -> list[int]:
 HEADERS = header_offsets(GOOD_TAR)
 FIELD_VALUES = st.one_of(
     st.binary(max_size=12),
-    st.sampled_from([b"../x", b"/etc/x", b"2", b"1", b"5", b"x", b"g", b"L", b"S", b"7777", b"4755",
-                     b"77777777777", b"ustar  \0", b"bundle.toml", b"recipe.toml", b"0", b"\0"]),
+    st.sampled_from(
+        [
+            b"../x",
+            b"/etc/x",
+            b"2",
+            b"1",
+            b"5",
+            b"x",
+            b"g",
+            b"L",
+            b"S",
+            b"7777",
+            b"4755",
+            b"77777777777",
+            b"ustar  \0",
+            b"bundle.toml",
+            b"recipe.toml",
+            b"0",
+            b"\0",
+        ]
+    ),
 )
 
 
@@ -239,8 +306,9 @@ KINDS = st.sampled_from([b"0", b"\0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", 
 
 @FUZZ
 @given(
-    st.lists(st.tuples(NAMES, st.binary(max_size=40), KINDS, st.sampled_from([0o644, 0o755, 0o4755, 0o1777])),
-             max_size=6),
+    st.lists(
+        st.tuples(NAMES, st.binary(max_size=40), KINDS, st.sampled_from([0o644, 0o755, 0o4755, 0o1777])), max_size=6
+    ),
     st.booleans(),
     st.booleans(),
 )
@@ -402,12 +470,24 @@ JSON = st.recursive(
     max_leaves=20,
 )
 NAMES = st.sampled_from(
-    ["pkg-1.0-py3-none-any.whl", "pkg-1.0.tar.gz", "pkg-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "pkg-2.0.zip",
-     "other-1.0-py3-none-any.whl", "pkg-1.0\x1b-py3-none-any.whl", "../pkg-1.0.tar.gz", "pkg", ""]
+    [
+        "pkg-1.0-py3-none-any.whl",
+        "pkg-1.0.tar.gz",
+        "pkg-1.0-cp312-cp312-manylinux_2_17_x86_64.whl",
+        "pkg-2.0.zip",
+        "other-1.0-py3-none-any.whl",
+        "pkg-1.0\x1b-py3-none-any.whl",
+        "../pkg-1.0.tar.gz",
+        "pkg",
+        "",
+    ]
 ) | st.text(max_size=40)
-TIMES = st.sampled_from(
-    ["2025-01-01T00:00:00Z", "0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59Z", "2025-01-01", "x", ""]
-) | JSON
+TIMES = (
+    st.sampled_from(
+        ["2025-01-01T00:00:00Z", "0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59Z", "2025-01-01", "x", ""]
+    )
+    | JSON
+)
 ENTRY = st.fixed_dictionaries(
     {"filename": NAMES, "url": st.sampled_from(["f", "https://x/f", "//h/f"]) | JSON},
     optional={
@@ -431,8 +511,13 @@ def test_index_page_and_file_picker_raise_only_lockbuild_errors(page: Any, versi
         files = parse_project_page(page, "https://i.example/simple/pkg/", what="fuzz")
         cands = [Candidate(f.filename, f.url, f.sha256, f.size, f.upload_time, f.yanked, f.yank_reason) for f in files]
         pin = Pin("pkg", version, frozenset(c.sha256 for c in cands if c.sha256))
-        choose_file(pin, cands, Target.of("3.12", "x86_64-manylinux_2_28"), origin="second",
-                    as_of=dt.datetime(2025, 6, 1, tzinfo=dt.UTC), one_file=one_file)
+        choose_file(
+            pin,
+            cands,
+            Target.of("3.12", "x86_64-manylinux_2_28"),
+            origin="second",
+            as_of=dt.datetime(2025, 6, 1, tzinfo=dt.UTC),
+            one_file=one_file,
+        )
     except LockbuildError:
         pass
-

@@ -232,9 +232,12 @@ def test_fetch_command_brings_release_assets(env: FakeServer, tmp_path: Path) ->
     assert code == 0, stderr
     assert (tmp_path / "out" / "1.0-cpu" / "assets" / "toyengine-linux.tar.gz").read_bytes() == DATA
     (fetched,) = json.loads(stdout)["fetches"]
-    assert {"path": "assets/toyengine-linux.tar.gz", "kind": "asset", "sha256": sha(DATA),
-            "url": f"{env.github_download}/lbtest/toyengine/releases/download/v1-good/toyengine-linux.tar.gz"
-            } in fetched["extras"]
+    assert {
+        "path": "assets/toyengine-linux.tar.gz",
+        "kind": "asset",
+        "sha256": sha(DATA),
+        "url": f"{env.github_download}/lbtest/toyengine/releases/download/v1-good/toyengine-linux.tar.gz",
+    } in fetched["extras"]
 
 
 @pytest.mark.parametrize("digest", [None, f"sha256:{sha(OTHER)}"], ids=["no-digest", "wrong-digest"])

@@ -163,14 +163,31 @@ def test_the_program_is_lockbuild_from_python_m_and_the_console_script() -> None
     for argv in ([sys.executable, "-I", "-m", "lockbuild"], [str(script)]):
         usage = subprocess.run([*argv, "list", "--help"], capture_output=True, text=True, check=False)
         assert usage.returncode == 0 and usage.stdout.startswith("Usage: lockbuild list [OPTIONS]"), usage
-        for shell, marker in (("bash", "_lockbuild_completion"), ("zsh", "#compdef lockbuild"),
-                              ("fish", "complete --no-files --command lockbuild")):
-            got = subprocess.run(argv, capture_output=True, text=True, check=False,
-                                 env={"PATH": "/usr/bin:/bin", "_LOCKBUILD_COMPLETE": f"{shell}_source"})
+        for shell, marker in (
+            ("bash", "_lockbuild_completion"),
+            ("zsh", "#compdef lockbuild"),
+            ("fish", "complete --no-files --command lockbuild"),
+        ):
+            got = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                check=False,
+                env={"PATH": "/usr/bin:/bin", "_LOCKBUILD_COMPLETE": f"{shell}_source"},
+            )
             assert got.returncode == 0 and marker in got.stdout, (argv, shell, got.stdout[:200], got.stderr)
-        words = subprocess.run(argv, capture_output=True, text=True, check=False,
-                               env={"PATH": "/usr/bin:/bin", "_LOCKBUILD_COMPLETE": "bash_complete",
-                                    "COMP_WORDS": "lockbuild ins", "COMP_CWORD": "1"})
+        words = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "_LOCKBUILD_COMPLETE": "bash_complete",
+                "COMP_WORDS": "lockbuild ins",
+                "COMP_CWORD": "1",
+            },
+        )
         assert sorted(words.stdout.split()) == ["plain,inspect", "plain,install"], words
 
 

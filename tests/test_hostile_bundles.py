@@ -284,8 +284,11 @@ def test_wrong_digest_of_a_large_member(tmp_path: Path, at: int) -> None:
     members[-1] = member(path, data)
     tar = bundle_tar(with_entry(-1, TarEntry(path, bytes(changed))), listed=manifest(members))
     refused(tmp_path, compress(tar), f"'{path}' has sha256 {sha(bytes(changed))}; the manifest says {sha(data)}")
-    assert read_unverified(write(tmp_path / "good.lbz", compress(bundle_tar(with_entry(-1, TarEntry(path, data)),
-                                                                        listed=manifest(members))))).members
+    assert read_unverified(
+        write(
+            tmp_path / "good.lbz", compress(bundle_tar(with_entry(-1, TarEntry(path, data)), listed=manifest(members)))
+        )
+    ).members
 
 
 def test_member_over_the_size_limit(tmp_path: Path) -> None:
@@ -332,7 +335,10 @@ def test_manifest_not_first(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fmt", "why"),
     [
-        (1, "format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3, 4 only, and lockbuild 0.1.x"),
+        (
+            1,
+            "format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3, 4 only, and lockbuild 0.1.x",
+        ),
         (5, "manifest is format 5 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3, 4"),
         (0, "manifest format is 0; no lockbuild writes that format"),
     ],
@@ -368,18 +374,33 @@ def test_malformed_manifest(tmp_path: Path, change, why: str) -> None:  # type: 
 @pytest.mark.parametrize(
     ("change", "why"),
     [
-        (lambda t: t.replace(b"[install]\n", b"[install]\nrun-as = \"root\"\n"), "install has the unknown key\\(s\\) run-as"),
+        (
+            lambda t: t.replace(b"[install]\n", b'[install]\nrun-as = "root"\n'),
+            "install has the unknown key\\(s\\) run-as",
+        ),
         (lambda t: t.replace(b"[install]", b"[installer]"), "unknown key\\(s\\) installer"),
         (lambda t: t.replace(b'uv = "tools/', b'uv = "wheels/'), "install.uv .* is not a member of kind tool"),
-        (lambda t: t.replace(b'binary = "toyengine"', b'binary = "../../bin/sh"'), "install.binary .* not a plain file"),
+        (
+            lambda t: t.replace(b'binary = "toyengine"', b'binary = "../../bin/sh"'),
+            "install.binary .* not a plain file",
+        ),
         (lambda t: t.replace(b'"--version"]', b'"\\u001b[2J"]'), "holds a control character"),
         (lambda t: t.replace(b'gpu-probe = "none"', b'gpu-probe = "/tmp/probe.py"'), "not a plain relative path"),
         (lambda t: t.replace(b"free-gb = 0", b"free-gb = -1"), "install.free-gb is -1"),
         (lambda t: t.replace(b'lock-format = "requirements.txt"', b'lock-format = "x"'), "lock-format 'x' is not"),
         (lambda t: t.replace(b'uv = "0.9.0"', b'uv = "0.9 beta"'), "builder.uv '0.9 beta' is not a plain version"),
     ],
-    ids=["unknown-key", "no-install-table", "uv-not-a-tool", "binary-path", "verify-escape", "probe-absolute",
-         "free-negative", "lock-format", "builder-version"],
+    ids=[
+        "unknown-key",
+        "no-install-table",
+        "uv-not-a-tool",
+        "binary-path",
+        "verify-escape",
+        "probe-absolute",
+        "free-negative",
+        "lock-format",
+        "builder-version",
+    ],
 )
 def test_malformed_install_table(tmp_path: Path, change, why: str) -> None:  # type: ignore[no-untyped-def]
     """The node's instructions are validated as strictly as the file table: nothing it would act on is
@@ -497,7 +518,7 @@ def test_two_pax_headers_in_a_row(tmp_path: Path) -> None:
     path, data, _ = GOOD_FILES[-1]
     long = "assets/" + "é" * 60  # forces a pax header of its own
     raw = bundle_tar(with_entry(-1, TarEntry(path, data)), end=False)
-    pax_only = header(TarEntry(long, b""))[: -BLOCK]  # the pax header and its records, without its member
+    pax_only = header(TarEntry(long, b""))[:-BLOCK]  # the pax header and its records, without its member
     tail = header(TarEntry(path, data)) + data + bytes(-len(data) % BLOCK)
     cut = raw.rindex(tail)
     tar = raw[:cut] + pax_only + pax_only + tail + bytes(2 * BLOCK)
@@ -632,8 +653,10 @@ def test_zstd_bomb_of_real_zeros_is_cut_short(tmp_path: Path) -> None:
     """A 512 KiB bundle that really decompresses to 16 GiB: a valid bundle, then 16 GiB of zeros
     (RLE blocks), under a header claiming 16 GiB. The reader stops after MAX_TRAILER bytes of them."""
     raw = bundle_tar()
-    data = frame([*raw_blocks(raw, last=False), *zero_run_blocks(BOMB - len(raw)), raw_blocks(b"", last=True)[0]],
-                 content_size=BOMB)
+    data = frame(
+        [*raw_blocks(raw, last=False), *zero_run_blocks(BOMB - len(raw)), raw_blocks(b"", last=True)[0]],
+        content_size=BOMB,
+    )
     assert len(data) < 1 << 20
     started = time.monotonic()
     refused(tmp_path, data, f"more than {MAX_TRAILER} bytes of padding")
@@ -658,8 +681,9 @@ def signed_bundle(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
     (tmp_path / "keys").mkdir()
     secret, public = write_keypair(tmp_path / "keys" / "k", password=None)
     d, head = digest_bundle(bundle), read_head_raw(bundle)
-    st = Statement.of(head.manifest, name=NAME, sha256=d.sha256, size=d.size, expires=None,
-                      manifest_bytes=head.manifest_bytes)
+    st = Statement.of(
+        head.manifest, name=NAME, sha256=d.sha256, size=d.size, expires=None, manifest_bytes=head.manifest_bytes
+    )
     signature_path(bundle).write_text(sign_statement(read_secret_key(secret, lambda: ""), st, d.blake2b))
     trust = tmp_path / "trust"
     trust.mkdir()
@@ -673,14 +697,24 @@ CHANGED = b"!" + (bytes(range(256)) * 9)[1:]  # assets/model.bin, one byte alter
 @pytest.mark.parametrize(
     ("swapped_in", "match"),
     [
-        (lambda: compress(bundle_tar(with_entry(4, TarEntry("assets/model.bin", CHANGED)),
-                                     listed=manifest([*good_members()[:4], member("assets/model.bin", CHANGED)]))),
-         r"the bundle's manifest has sha256 [0-9a-f]{64}; the signatures sign"),
-        (lambda: compress(bundle_tar(with_entry(4, TarEntry("assets/model.bin", CHANGED)))),
-         r"member 'assets/model.bin' has sha256 [0-9a-f]{64}; the manifest says"),
+        (
+            lambda: compress(
+                bundle_tar(
+                    with_entry(4, TarEntry("assets/model.bin", CHANGED)),
+                    listed=manifest([*good_members()[:4], member("assets/model.bin", CHANGED)]),
+                )
+            ),
+            r"the bundle's manifest has sha256 [0-9a-f]{64}; the signatures sign",
+        ),
+        (
+            lambda: compress(bundle_tar(with_entry(4, TarEntry("assets/model.bin", CHANGED)))),
+            r"member 'assets/model.bin' has sha256 [0-9a-f]{64}; the manifest says",
+        ),
         (lambda: compress(bundle_tar(good_entries()[:4])), r"the bundle ends before 1 listed member"),
-        (lambda: compress(bundle_tar([*good_entries(), TarEntry("assets/extra", b"x")])),
-         r"refused member 'assets/extra': it is not listed in the manifest"),
+        (
+            lambda: compress(bundle_tar([*good_entries(), TarEntry("assets/extra", b"x")])),
+            r"refused member 'assets/extra': it is not listed in the manifest",
+        ),
     ],
     ids=["other-manifest", "other-member", "member-missing", "member-added"],
 )
@@ -779,7 +813,9 @@ def test_destination_that_cannot_be_made(tmp_path: Path) -> None:
     write(tmp_path / "file", b"")
     with pytest.raises(LockbuildError, match="cannot make the destination") as info:
         read_unverified(bundle, dest=tmp_path / "file" / "dest")
-    assert not isinstance(info.value, InstallError), "the reader raises format errors and I/O errors, never InstallError"
+    assert not isinstance(info.value, InstallError), (
+        "the reader raises format errors and I/O errors, never InstallError"
+    )
 
 
 def test_missing_bundle(tmp_path: Path) -> None:
@@ -823,8 +859,11 @@ def unpack_refused(tmp_path: Path, name: str, data: bytes, match: str, *, strip:
 
 
 def test_archive_baseline_unpacks(tmp_path: Path) -> None:
-    entries = [TarEntry("engine-1.2", type=tarfile.DIRTYPE, mode=0o755), TarEntry("engine-1.2/setup.py", b"x"),
-               TarEntry("engine-1.2/bin/run", b"#!/bin/sh\n", mode=0o755)]
+    entries = [
+        TarEntry("engine-1.2", type=tarfile.DIRTYPE, mode=0o755),
+        TarEntry("engine-1.2/setup.py", b"x"),
+        TarEntry("engine-1.2/bin/run", b"#!/bin/sh\n", mode=0o755),
+    ]
     for compression in ("gz", "xz", "bz2"):
         dest = tmp_path / compression
         archive = write(tmp_path / f"engine.tar.{compression}", tar_archive(entries, compression))
@@ -841,8 +880,11 @@ ARCHIVE_ATTACKS = [
     ("deep-traversal", [TarEntry("top/../../evil", b"x")], "'..' path component"),
     ("absolute", [TarEntry("/tmp/evil", b"x")], "an absolute path"),
     ("symlink", [TarEntry("top/link", type=tarfile.SYMTYPE, linkname="/etc")], "it is a link"),
-    ("hardlink", [TarEntry("top/a", b"x"), TarEntry("top/b", type=tarfile.LNKTYPE, linkname="/etc/passwd")],
-     "it is a link"),
+    (
+        "hardlink",
+        [TarEntry("top/a", b"x"), TarEntry("top/b", type=tarfile.LNKTYPE, linkname="/etc/passwd")],
+        "it is a link",
+    ),
     ("chardev", [TarEntry("top/null", type=tarfile.CHRTYPE)], "a device or FIFO"),
     ("blockdev", [TarEntry("top/sda", type=tarfile.BLKTYPE)], "a device or FIFO"),
     ("fifo", [TarEntry("top/pipe", type=tarfile.FIFOTYPE)], "a device or FIFO"),

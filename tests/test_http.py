@@ -169,8 +169,12 @@ def test_a_connection_reset_once_is_asked_again_and_twice_is_an_error() -> None:
                     conn.close()  # RST
                     continue
                 body = b'{"ok": 1}'
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\nConnection: close\r\n\r\n"
+                    + body
+                )
                 conn.close()
                 break
             lsock.close()

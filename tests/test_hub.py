@@ -115,8 +115,21 @@ def _rename(old: str, new: str) -> tuple[object, object]:
     return revision, tree
 
 
-@pytest.mark.parametrize("bad", ["../../etc/passwd", "/etc/passwd", "a\\b.json", "conf\x1big.json", "a//b.json",
-                                 "./config.json", "original/..", "", "x" * 300, "line\u2028sep.json"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "a\\b.json",
+        "conf\x1big.json",
+        "a//b.json",
+        "./config.json",
+        "original/..",
+        "",
+        "x" * 300,
+        "line\u2028sep.json",
+    ],
+)
 def test_a_file_path_that_is_not_plain_is_refused(hub: FakeHub, kit: Kit, bad: str) -> None:
     _, commit = _published(hub)
     hub.tamper_revision, hub.tamper_tree = _rename("config.json", bad)  # type: ignore[assignment]
@@ -135,8 +148,10 @@ def test_a_stated_sha256_that_differs_from_the_tree_is_refused(hub: FakeHub, kit
     _, commit = _published(hub)
 
     def revision(doc: dict[str, object]) -> object:
-        sibs = [dict(s, lfs={**s["lfs"], "sha256": "0" * 64}) if s["rfilename"] == SHARD else s  # type: ignore[dict-item]
-                for s in doc["siblings"]]  # type: ignore[attr-defined]
+        sibs = [
+            dict(s, lfs={**s["lfs"], "sha256": "0" * 64}) if s["rfilename"] == SHARD else s  # type: ignore[dict-item]
+            for s in doc["siblings"]
+        ]  # type: ignore[attr-defined]
         return {**doc, "siblings": sibs}
 
     hub.tamper_revision = revision
@@ -298,8 +313,9 @@ def _retyped(path: str, **fields: object):  # type: ignore[no-untyped-def]
         ("config.json", {"type": "symlink"}, "neither a file nor a directory"),
     ],
 )
-def test_a_tree_entry_of_the_wrong_type_is_refused(hub: FakeHub, kit: Kit, path: str, fields: dict[str, object],
-                                                  message: str) -> None:
+def test_a_tree_entry_of_the_wrong_type_is_refused(
+    hub: FakeHub, kit: Kit, path: str, fields: dict[str, object], message: str
+) -> None:
     _, commit = _published(hub)
     hub.tamper_tree = _retyped(path, **fields)
     with pytest.raises(RemoteError, match=message):
@@ -348,8 +364,9 @@ def test_the_number_of_files_is_bounded(hub: FakeHub, kit: Kit) -> None:
 
 def test_an_lfs_sha256_that_is_not_lowercase_hex_is_refused(hub: FakeHub, kit: Kit) -> None:
     files, commit = _published(hub)
-    hub.tamper_tree = _retyped(SHARD, lfs={"oid": hashlib.sha256(files[SHARD]).hexdigest().upper(),
-                                           "size": len(files[SHARD])})
+    hub.tamper_tree = _retyped(
+        SHARD, lfs={"oid": hashlib.sha256(files[SHARD]).hexdigest().upper(), "size": len(files[SHARD])}
+    )
     with pytest.raises(RemoteError, match="in LFS without its sha256"):
         kit.list(commit)
 

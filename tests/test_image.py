@@ -60,8 +60,18 @@ def built(bundles: dict[str, Path], keys: Keys, tmp_path_factory: pytest.TempPat
 
 def test_an_image_and_its_record(built: Path, bundles: dict[str, Path]) -> None:
     record = json.loads((built.parent / (built.name + ".json")).read_text())
-    assert sorted(record) == sorted(["image_sha256", "image_size", "bundle_sha256", "manifest_sha256", "signers",
-                                     "prefix", "interpreter", "lockbuild"])
+    assert sorted(record) == sorted(
+        [
+            "image_sha256",
+            "image_size",
+            "bundle_sha256",
+            "manifest_sha256",
+            "signers",
+            "prefix",
+            "interpreter",
+            "lockbuild",
+        ]
+    )
     data = built.read_bytes()
     assert record["image_sha256"] == hashlib.sha256(data).hexdigest() and record["image_size"] == len(data)
     assert record["bundle_sha256"] == hashlib.sha256(bundles["toy"].read_bytes()).hexdigest()
@@ -69,8 +79,9 @@ def test_an_image_and_its_record(built: Path, bundles: dict[str, Path]) -> None:
     assert not (built.parent / (built.name + ".minisig")).exists()  # image signs nothing
 
 
-def test_the_same_bundle_gives_the_same_image(built: Path, bundles: dict[str, Path], keys: Keys,
-                                               tmp_path: Path) -> None:
+def test_the_same_bundle_gives_the_same_image(
+    built: Path, bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
     again = tmp_path / "again" / built.name
     again.parent.mkdir()
     code, _, stderr = image(bundles["toy"], again, keys)
@@ -85,8 +96,9 @@ def _listing(image_file: Path) -> str:
 
 
 def test_the_tree_is_built_for_the_prefix_with_normal_owners_modes_times_and_bytecode(built: Path) -> None:
-    cfg = subprocess.run(["unsquashfs", "-cat", str(built), "pyvenv.cfg"], capture_output=True, text=True,
-                         check=True).stdout
+    cfg = subprocess.run(
+        ["unsquashfs", "-cat", str(built), "pyvenv.cfg"], capture_output=True, text=True, check=True
+    ).stdout
     assert "relocatable = true" in cfg
     listing = _listing(built)
     lines = [line for line in listing.splitlines() if "squashfs-root" in line]
@@ -107,8 +119,10 @@ def _run_from_mount(image_file: Path, script: str, tmp: Path) -> subprocess.Comp
     fuse = os.access("/dev/fuse", os.R_OK | os.W_OK) and shutil.which("squashfuse") is not None
     if fuse:
         mounts = view.mounts(empty, Path(PREFIX))
-        head = (f"squashfuse -f {image_file} {PREFIX} & pid=$!\n"
-                f"for i in $(seq 100); do [ -e {PREFIX}/bin ] && break; sleep 0.05; done\n")
+        head = (
+            f"squashfuse -f {image_file} {PREFIX} & pid=$!\n"
+            f"for i in $(seq 100); do [ -e {PREFIX}/bin ] && break; sleep 0.05; done\n"
+        )
         tail = "\nrc=$?; kill $pid; exit $rc\n"
     else:
         print("no usable /dev/fuse here: the image is unpacked with unsquashfs and bound read-only instead")
@@ -116,22 +130,38 @@ def _run_from_mount(image_file: Path, script: str, tmp: Path) -> subprocess.Comp
         subprocess.run(["unsquashfs", "-q", "-d", str(unpacked), str(image_file)], check=True, capture_output=True)
         mounts = [*view.mounts(empty, Path(PREFIX))[:-3], "--ro-bind", str(unpacked), PREFIX]
         head, tail = "", ""
-    argv = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent", "--cap-add", "ALL",
-            *mounts, "--", "sh", "-c", head + "(\n" + script + "\n)" + tail]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp / "home")})
+    argv = [
+        "bwrap",
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--die-with-parent",
+        "--cap-add",
+        "ALL",
+        *mounts,
+        "--",
+        "sh",
+        "-c",
+        head + "(\n" + script + "\n)" + tail,
+    ]
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp / "home")}
+    )
 
 
-def test_the_engine_runs_from_the_read_only_mount_with_no_network_and_writes_nothing(built: Path,
-                                                                                    tmp_path: Path) -> None:
+def test_the_engine_runs_from_the_read_only_mount_with_no_network_and_writes_nothing(
+    built: Path, tmp_path: Path
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     before = hashlib.sha256(built.read_bytes()).hexdigest()
-    script = (f"{PREFIX}/bin/toyengine --version && {PREFIX}/bin/toyengine\n"
-              f"{PREFIX}/bin/python -v -c 'import toyengine, toydep' 2>&1 | grep 'code object from' | grep {PREFIX}\n"
-              f"python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=2)' 2>/dev/null"
-              f" && echo NETWORK || echo no-network\n"
-              f"touch {PREFIX}/new 2>/dev/null && echo WRITABLE || echo read-only")
+    script = (
+        f"{PREFIX}/bin/toyengine --version && {PREFIX}/bin/toyengine\n"
+        f"{PREFIX}/bin/python -v -c 'import toyengine, toydep' 2>&1 | grep 'code object from' | grep {PREFIX}\n"
+        f"python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=2)' 2>/dev/null"
+        f" && echo NETWORK || echo no-network\n"
+        f"touch {PREFIX}/new 2>/dev/null && echo WRITABLE || echo read-only"
+    )
     ran = _run_from_mount(built, script, tmp_path)
     assert ran.returncode == 0, ran.stderr
     out = ran.stdout.splitlines()
@@ -220,8 +250,9 @@ def test_a_resigned_image_verifies(signed: Path, keys: Keys, tmp_path: Path) -> 
     assert code == 0, stderr
 
 
-def test_an_untrusted_image_is_refused_before_a_byte_of_it_is_hashed(signed: Path, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_untrusted_image_is_refused_before_a_byte_of_it_is_hashed(
+    signed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The one decision's first step: no trusted statement names the image, so it is refused before it
     is read (an image is gigabytes: hashing it whole for a stranger's signature is the attacker's price)."""
     from lockbuild import digest
@@ -258,8 +289,9 @@ def test_an_image_whose_marker_is_not_the_signed_build_fails_verify(signed: Path
     assert code == 4 and "the marker inside" in stderr and "toyengine 9.9-cpu" in stderr, stderr
 
 
-def test_a_record_that_describes_another_image_fails_verify_even_when_signed(signed: Path, keys: Keys,
-                                                                             tmp_path: Path) -> None:
+def test_a_record_that_describes_another_image_fails_verify_even_when_signed(
+    signed: Path, keys: Keys, tmp_path: Path
+) -> None:
     """Signed: this image and a record whose image digest is another image's."""
     copy = _copy(signed, tmp_path / "c")
     record = json.loads((copy.parent / (copy.name + ".json")).read_text())
@@ -275,8 +307,9 @@ def test_an_image_signed_by_an_untrusted_key_fails_verify(signed: Path, tmp_path
     assert code == 3 and "not in the trust store" in stderr, stderr
 
 
-def test_a_marker_that_names_another_bundle_fails_verify_even_when_signed(signed: Path, keys: Keys,
-                                                                         tmp_path: Path) -> None:
+def test_a_marker_that_names_another_bundle_fails_verify_even_when_signed(
+    signed: Path, keys: Keys, tmp_path: Path
+) -> None:
     """The marker check is real: a record naming another bundle, signed as it stands, is refused."""
     from lockbuild.image.record import image_marker
     from lockbuild.image.verify import statement_of
@@ -322,18 +355,29 @@ def _planted_image(folder: Path, marker_size: int | None = None) -> Path:
         tree.mkdir()
         with (tree / "lockbuild.json").open("wb") as f:
             f.truncate(marker_size)
-        subprocess.run(["mksquashfs", str(tree), str(sqfs), "-quiet", "-noappend"], check=True,
-                       capture_output=True)
+        subprocess.run(["mksquashfs", str(tree), str(sqfs), "-quiet", "-noappend"], check=True, capture_output=True)
     digest = "0" * 64
-    (folder / "planted.sqfs.json").write_text(json.dumps({
-        "image_sha256": digest, "image_size": 4096, "bundle_sha256": digest, "manifest_sha256": digest,
-        "signers": [], "prefix": "/opt/x", "interpreter": "/usr/bin/python3", "lockbuild": "0"}))
+    (folder / "planted.sqfs.json").write_text(
+        json.dumps(
+            {
+                "image_sha256": digest,
+                "image_size": 4096,
+                "bundle_sha256": digest,
+                "manifest_sha256": digest,
+                "signers": [],
+                "prefix": "/opt/x",
+                "interpreter": "/usr/bin/python3",
+                "lockbuild": "0",
+            }
+        )
+    )
     (folder / "planted.sqfs.minisig").write_text("not a signature at all\n")
     return sqfs
 
 
 def test_list_images_reads_a_marker_bounded_and_kills_unsquashfs_past_the_bound(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An unverified image whose marker is endless: unsquashfs is stopped at the bound, at once, and the
     listing says so; a .minisig of garbage beside it is reported as a file present, never as signed."""
     import time
@@ -359,9 +403,23 @@ def test_list_images_escapes_what_an_image_and_its_name_say(tmp_path: Path, monk
     with them too: each listed row is one line, escaped."""
     fake = tmp_path / "bin"
     fake.mkdir()
-    marker = {"engine": "evil\x1b[2J\nchose x", "version": "1", "variant": "v", "binary": "b", "requirements": [],
-              "exclude_newer": "", "uv": "0", "installed": "", "bundle": "b.lbz", "bundle_sha256": "0" * 64,
-              "serial": 1, "signers": [], "python": "3.12", "platform": "p", "lockbuild": "0"}
+    marker = {
+        "engine": "evil\x1b[2J\nchose x",
+        "version": "1",
+        "variant": "v",
+        "binary": "b",
+        "requirements": [],
+        "exclude_newer": "",
+        "uv": "0",
+        "installed": "",
+        "bundle": "b.lbz",
+        "bundle_sha256": "0" * 64,
+        "serial": 1,
+        "signers": [],
+        "python": "3.12",
+        "platform": "p",
+        "lockbuild": "0",
+    }
     (fake / "unsquashfs").write_text(f"#!/bin/sh\nprintf '%s' '{json.dumps(marker)}'\n")
     (fake / "unsquashfs").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
@@ -387,7 +445,8 @@ def test_a_real_image_whose_marker_is_a_huge_sparse_file_is_listed_with_the_boun
 
 
 def test_mksquashfs_writes_only_into_a_directory_no_one_else_can_write(
-        bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """mksquashfs opens its output by path. That path is in this run's own 0700 work directory, so another
     user who can write --out's directory cannot swap it for a link between its creation and mksquashfs's
     open; the image is renamed into place afterwards. A link planted at the old fixed temporary name (a
@@ -415,8 +474,9 @@ def test_mksquashfs_writes_only_into_a_directory_no_one_else_can_write(
     assert (out_dir / "x.sqfs").is_file() and not (out_dir / "x.sqfs").is_symlink()
 
 
-def _nothing_left(bundle: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                  trust: Path | None = None) -> str:
+def _nothing_left(
+    bundle: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trust: Path | None = None
+) -> str:
     import tempfile
 
     out_dir, tmpdir = tmp_path / "out", tmp_path / "tmpdir"
@@ -424,38 +484,44 @@ def _nothing_left(bundle: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.
     tmpdir.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
-    code, _, stderr = cli("image", bundle, "--trust", trust or keys.trust, "--prefix", PREFIX, "--out",
-                          out_dir / "x.sqfs")
+    code, _, stderr = cli(
+        "image", bundle, "--trust", trust or keys.trust, "--prefix", PREFIX, "--out", out_dir / "x.sqfs"
+    )
     assert code != 0
     assert list(out_dir.iterdir()) == [] and list(tmpdir.iterdir()) == []
     return stderr
 
 
 def test_a_failing_verify_command_leaves_no_image_and_no_temporary_file(
-        bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stderr = _nothing_left(bundles["failing"], keys, tmp_path, monkeypatch)
     assert "the verify command (toyengine --fail) failed (exit 3)" in stderr
 
 
 def test_a_bad_signature_leaves_no_image_and_no_temporary_file(
-        bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     other = make_keys(tmp_path / "other", "other")
     stderr = _nothing_left(bundles["toy"], keys, tmp_path, monkeypatch, trust=other.trust)
     assert "signature policy not met" in stderr
 
 
 @pytest.mark.parametrize("prefix", ["relative/path", "/", "/usr", "/opt/a/../b"])
-def test_a_prefix_that_is_not_plain_or_covers_the_system_is_refused(prefix: str, bundles: dict[str, Path],
-                                                                   keys: Keys, tmp_path: Path) -> None:
-    code, _, stderr = cli("image", bundles["toy"], "--trust", keys.trust, "--prefix", prefix, "--out",
-                          tmp_path / "x.sqfs")
+def test_a_prefix_that_is_not_plain_or_covers_the_system_is_refused(
+    prefix: str, bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    code, _, stderr = cli(
+        "image", bundles["toy"], "--trust", keys.trust, "--prefix", prefix, "--out", tmp_path / "x.sqfs"
+    )
     assert code == 1 and "--prefix" in stderr, stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_an_out_that_is_not_a_sqfs_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
-    code, _, stderr = cli("image", bundles["toy"], "--trust", keys.trust, "--prefix", PREFIX, "--out",
-                          tmp_path / "x.img")
+    code, _, stderr = cli(
+        "image", bundles["toy"], "--trust", keys.trust, "--prefix", PREFIX, "--out", tmp_path / "x.img"
+    )
     assert code == 1 and "FILE.sqfs" in stderr, stderr
 
 
@@ -468,9 +534,12 @@ def py_bundle(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathF
     name = archive_name("20251014")
     server.add_release("astral-sh/python-build-standalone", "20251014", {name: pack(make_tree(tmp / "pbs"))})
     with pytest.MonkeyPatch.context() as mp:
-        for var, value in (("LOCKBUILD_INDEX_URL", server.index_url()), ("LOCKBUILD_GITHUB_API", server.github_api),
-                           ("LOCKBUILD_GITHUB_DOWNLOAD", server.github_download),
-                           ("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))):
+        for var, value in (
+            ("LOCKBUILD_INDEX_URL", server.index_url()),
+            ("LOCKBUILD_GITHUB_API", server.github_api),
+            ("LOCKBUILD_GITHUB_DOWNLOAD", server.github_download),
+            ("LOCKBUILD_CACHE_DIR", str(tmp / "cache")),
+        ):
             mp.setenv(var, value)
         return build(TOY_RECIPE + f'interpreter = {{ tag = "20251014", file = "{name}" }}\n', tmp, keys, "py")
 
@@ -483,9 +552,11 @@ def test_the_bundles_interpreter_goes_inside_the_image(py_bundle: Path, keys: Ke
     interpreter = json.loads(stdout)["interpreter"]
     assert interpreter.startswith(f"{PREFIX}/.python/") and interpreter.endswith("/bin/python" + PY_X_Y)
     (tmp_path / "home").mkdir()
-    script = (f"{PREFIX}/bin/toyengine --version\n"
-              f"{PREFIX}/bin/python -c 'import sys; print(sys.base_prefix)'\n"
-              f"{PREFIX}/bin/python -v -c 'import json' 2>&1 | grep 'code object from' | grep {PREFIX}/.python")
+    script = (
+        f"{PREFIX}/bin/toyengine --version\n"
+        f"{PREFIX}/bin/python -c 'import sys; print(sys.base_prefix)'\n"
+        f"{PREFIX}/bin/python -v -c 'import json' 2>&1 | grep 'code object from' | grep {PREFIX}/.python"
+    )
     ran = _run_from_mount(out, script, tmp_path)
     assert ran.returncode == 0, ran.stderr
     lines = ran.stdout.splitlines()
@@ -494,8 +565,9 @@ def test_the_bundles_interpreter_goes_inside_the_image(py_bundle: Path, keys: Ke
     assert stdlib and all(line.endswith(".pyc'") for line in stdlib), stdlib  # the stdlib's bytecode, in the image
 
 
-def test_the_sign_hint_names_the_image_as_the_user_gave_it(bundles: dict[str, Path], keys: Keys, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sign_hint_names_the_image_as_the_user_gave_it(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--out images/toy.sqfs`` from where the user stands: the hint is a command that works from there."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "images").mkdir()

@@ -88,7 +88,10 @@ def test_two_extra_indexes_each_serve_only_their_own_package(
     assert pkgs["ixb"]["sha256"] == sha(body("ixb", "beta"))
     assert pkgs["ixeng"]["url"].startswith(f"{indexes.url}/files/primary/")
     assert [(pkgs[n]["index"], pkgs[n]["time_from"]) for n in ("ixa", "ixb", "ixeng")] == [
-        ("alpha", "exemption"), ("beta", "exemption"), ("primary", "upload-time")]
+        ("alpha", "exemption"),
+        ("beta", "exemption"),
+        ("primary", "upload-time"),
+    ]
     pylock = (tmp_path / "out" / "1.0-two" / "pylock.toml").read_text()
     for name, other in (("ixa", "beta"), ("ixa", "primary"), ("ixb", "alpha"), ("ixb", "primary")):
         assert sha(body(name, other)) not in pylock, f"{name} from {other}"
@@ -154,9 +157,11 @@ def test_a_package_named_on_two_indexes_is_refused(extra: str, expected: str) ->
         extra += 'indexes = [{ name = "alpha", url = "https://alpha.example/s", packages = ["ixa"] }]\n'
     with pytest.raises(RecipeError) as err:
         parse_recipe(head + extra)
-    assert err.value.problems == (f"builds[0].indexes: {expected}; expected each package on one index only: a name on "
-                                  "two indexes would come from whichever offers the better version (how torchtriton "
-                                  "was taken in 2022)",)
+    assert err.value.problems == (
+        f"builds[0].indexes: {expected}; expected each package on one index only: a name on "
+        "two indexes would come from whichever offers the better version (how torchtriton "
+        "was taken in 2022)",
+    )
 
 
 def test_a_package_named_on_two_indexes_is_refused_before_anything_is_fetched(
@@ -355,8 +360,9 @@ def triton(server: FakeServer) -> FakeServer:
     return server
 
 
-def triton_recipe(server: FakeServer, *, reqs: str = '"tteng==1.0", "ttorch==1.0"', packages: str = '"ttorch"',
-                  extra: str = "") -> str:
+def triton_recipe(
+    server: FakeServer, *, reqs: str = '"tteng==1.0", "ttorch==1.0"', packages: str = '"ttorch"', extra: str = ""
+) -> str:
     return (
         '[engine]\nname = "tteng"\npypi = "tteng"\nbinary = "tteng"\nverify = ["tteng"]\n\n'
         f'[[builds]]\nversion = "1.0"\nvariant = "tt"\npython = "{PY}"\nplatform = "{PLATFORM}"\n'
@@ -387,8 +393,9 @@ def test_the_recipe_settles_a_name_on_two_indexes_by_naming_its_index(
 ) -> None:
     path = tmp_path / "tteng.toml"
     # on the extra index, with its package: the genuine ttriton
-    path.write_text(triton_recipe(triton, reqs='"tteng==1.0", "ttorch==1.0", "ttriton==1.0"',
-                                  packages='"ttorch", "ttriton"'))
+    path.write_text(
+        triton_recipe(triton, reqs='"tteng==1.0", "ttorch==1.0", "ttriton==1.0"', packages='"ttorch", "ttriton"')
+    )
     code, stdout, stderr = run_lock(path, tmp_path / "a")
     assert code == 0, stderr
     pkgs = {p["name"]: p for p in json.loads(stdout)["locks"][0]["packages"]}

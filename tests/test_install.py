@@ -179,8 +179,17 @@ def test_kill_in_each_phase_leaves_the_old_environment(
     killed = [sys.executable, "-c", KILL_AT, phase, str(bundles["v2"]), str(installed), str(keys.trust)]
     proc = subprocess.run(killed, capture_output=True, text=True)
     assert proc.returncode == -9, proc.stderr
-    argv = [sys.executable, "-m", "lockbuild", "install", str(bundles["v2"]), "--root", str(installed), "--trust",
-            str(keys.trust)]
+    argv = [
+        sys.executable,
+        "-m",
+        "lockbuild",
+        "install",
+        str(bundles["v2"]),
+        "--root",
+        str(installed),
+        "--trust",
+        str(keys.trust),
+    ]
     target = installed / "toyengine" / "1.0-cpu"
     # killed after the atomic exchange, the new environment is already complete and in place
     assert toy_version(target) == ("2.0" if phase == "swap" else "1.0")
@@ -543,8 +552,9 @@ def test_a_copied_environment_is_not_taken_for_an_installed_one(
         assert code == 1 and "refused the installed environment" in stderr and "owned by uid 65534" in stderr
 
 
-def test_the_stale_staging_sweep_never_follows_a_link(installed: Path, bundles: dict[str, Path], keys: Keys,
-                                                       tmp_path: Path) -> None:
+def test_the_stale_staging_sweep_never_follows_a_link(
+    installed: Path, bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "keep").write_text("precious\n")
@@ -623,14 +633,20 @@ def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builde
 
     base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")
     asset = Member("assets/python", 1, "0" * 64, "asset", "")
-    table = InstallTable("toyengine", ("toyengine", "--version"), "none", base.path,
-                         assets=(AssetPlace(asset.path, "bin"),))
+    table = InstallTable(
+        "toyengine", ("toyengine", "--version"), "none", base.path, assets=(AssetPlace(asset.path, "bin"),)
+    )
     from hostile import manifest as make_manifest
 
     with pytest.raises(IntegrityError, match="bin/python is the environment's interpreter"):
         parse_manifest(make_manifest([base, asset], install=table).to_toml())
     build = SimpleNamespace(
-        id="1.0-cpu", position=0, source=None, gpu=None, free_gb=None, requirements=(),
+        id="1.0-cpu",
+        position=0,
+        source=None,
+        gpu=None,
+        free_gb=None,
+        requirements=(),
         assets=SimpleNamespace(dir="bin", files=("python",)),
     )
     engine = SimpleNamespace(binary="toyengine", verify=("toyengine",), gpu_probe="none")
@@ -646,17 +662,26 @@ def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builde
 def test_the_installers_secrets_do_not_reach_the_verify_command(
     bundles: dict[str, Path], keys: Keys, tmp_path: Path
 ) -> None:
-    check = ("import os, sys; leaked = [k for k in os.environ if 'TOKEN' in k or 'PROXY' in k.upper() "
-             "or k in ('MY_SECRET', 'LD_PRELOAD', 'PYTHONPATH')]; print(leaked); sys.exit(7 if leaked else 0)")
+    check = (
+        "import os, sys; leaked = [k for k in os.environ if 'TOKEN' in k or 'PROXY' in k.upper() "
+        "or k in ('MY_SECRET', 'LD_PRELOAD', 'PYTHONPATH')]; print(leaked); sys.exit(7 if leaked else 0)"
+    )
 
     def edit(m: Manifest, files: dict[str, bytes]) -> Manifest:
         return dataclasses.replace(m, install=dataclasses.replace(m.install, verify=("python", "-c", check)))
 
     bundle = repack(bundles["v1"], tmp_path / "edited", keys, edit)
-    secrets = {"MY_SECRET": "s3cret", "GITHUB_TOKEN": "ghp_x", "LOCKBUILD_INDEX_TOKEN": "t", "HTTPS_PROXY": "http://p:1",
-               "https_proxy": "http://p:1", "PYTHONPATH": "/nowhere"}
-    code, _, stderr = cli("install", str(bundle), "--root", str(tmp_path / "engines"), "--trust", str(keys.trust),
-                          env=secrets)
+    secrets = {
+        "MY_SECRET": "s3cret",
+        "GITHUB_TOKEN": "ghp_x",
+        "LOCKBUILD_INDEX_TOKEN": "t",
+        "HTTPS_PROXY": "http://p:1",
+        "https_proxy": "http://p:1",
+        "PYTHONPATH": "/nowhere",
+    }
+    code, _, stderr = cli(
+        "install", str(bundle), "--root", str(tmp_path / "engines"), "--trust", str(keys.trust), env=secrets
+    )
     assert code == 0, stderr
 
 
@@ -703,7 +728,7 @@ def test_a_lock_file_with_another_name_is_refused(tmp_path: Path) -> None:
     assert other.read_text() == "keep\n"
 
 
-SDIST_BACKEND = '''\
+SDIST_BACKEND = """\
 import base64, hashlib, os, zipfile
 
 INFO = "lksdist-1.0.dist-info"
@@ -730,7 +755,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             z.writestr(path, data)
         z.writestr(INFO + "/RECORD", "".join(lines) + INFO + "/RECORD,,\\n")
     return name
-'''
+"""
 
 SDIST_RECIPE = build_on_node_recipe("lksdist")
 
@@ -741,11 +766,13 @@ def test_a_bundle_with_only_an_sdist_installs(env: FakeServer, keys: Keys, tmp_p
 
     if not env.projects.get(("primary", "lksdist")):
         pyproject = b'[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-        sdist = make_tar_gz({
-            "lksdist-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdist\nVersion: 1.0\n",
-            "lksdist-1.0/pyproject.toml": pyproject,
-            "lksdist-1.0/backend.py": SDIST_BACKEND.encode(),
-        })
+        sdist = make_tar_gz(
+            {
+                "lksdist-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdist\nVersion: 1.0\n",
+                "lksdist-1.0/pyproject.toml": pyproject,
+                "lksdist-1.0/backend.py": SDIST_BACKEND.encode(),
+            }
+        )
         env.publish("lksdist-1.0.tar.gz", sdist, uploaded=day(1))
     bundle = build(SDIST_RECIPE, tmp_path, keys, "sdist")
     code, stdout, _ = cli("inspect", str(bundle))
@@ -783,7 +810,8 @@ def test_an_asset_placed_in_the_environments_own_files_is_refused(place: str, na
 
     base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")
     asset = Member(f"assets/{name}", 1, "0" * 64, "asset", "")
-    table = InstallTable("toyengine", ("toyengine", "--version"), "none", base.path,
-                         assets=(AssetPlace(asset.path, place),))
+    table = InstallTable(
+        "toyengine", ("toyengine", "--version"), "none", base.path, assets=(AssetPlace(asset.path, place),)
+    )
     with pytest.raises(IntegrityError, match=re.escape(why)):
         parse_manifest(make_manifest([base, asset], install=table).to_toml())

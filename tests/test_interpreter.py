@@ -92,8 +92,18 @@ def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.Complete
     root, else in lockbuild's sandbox (a user namespace made by ``unshare -rn`` would show root's
     directories above --root as uid 65534, which the installer rightly refuses)."""
     env = {"PATH": no_python_path(), "HOME": str(root.parent), "LANG": "C.UTF-8"}
-    argv = [sys.executable, "-m", "lockbuild", "install", str(bundle), "--root", str(root),
-            "--trust", str(keys.trust), "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "lockbuild",
+        "install",
+        str(bundle),
+        "--root",
+        str(root),
+        "--trust",
+        str(keys.trust),
+        "--json",
+    ]
     unshare = shutil.which("unshare")
     if os.geteuid() == 0 and unshare is not None and subprocess.run([unshare, "-n", "true"]).returncode == 0:
         return subprocess.run([unshare, "-n", *argv], capture_output=True, text=True, env=env)
@@ -107,15 +117,20 @@ def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.Complete
 
 
 def engine_runs(env_dir: Path) -> str:
-    out = subprocess.run([str(env_dir / "bin" / "toyengine"), "--version"], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [str(env_dir / "bin" / "toyengine"), "--version"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
 def base_prefix(env_dir: Path) -> str:
-    return subprocess.run([str(env_dir / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 # --- the builder ---------------------------------------------------------------------------------------
@@ -202,8 +217,16 @@ def test_an_interpreter_shared_by_two_engines_survives_the_removal_of_one(
 
 def test_python_flag_wins_over_the_bundled_interpreter(py_bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
     root = tmp_path / "engines"
-    code, _, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(root), "--trust", str(keys.trust),
-                          "--python", sys.executable)
+    code, _, stderr = cli(
+        "install",
+        str(py_bundles["toyengine"]),
+        "--root",
+        str(root),
+        "--trust",
+        str(keys.trust),
+        "--python",
+        sys.executable,
+    )
     assert code == 0, stderr
     assert not (root / ".python").exists()
     assert base_prefix(root / "toyengine" / "1.0-cpu") == sys.base_prefix
@@ -289,8 +312,16 @@ def test_an_interpreter_others_cannot_reach_is_refused_for_an_environment_they_c
     py_bundles: dict[str, Path], keys: Keys, tmp_path: Path, open_root: Path
 ) -> None:
     exe = private_python(tmp_path)
-    code, _, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(open_root), "--trust",
-                          str(keys.trust), "--python", str(exe))
+    code, _, stderr = cli(
+        "install",
+        str(py_bundles["toyengine"]),
+        "--root",
+        str(open_root),
+        "--trust",
+        str(keys.trust),
+        "--python",
+        str(exe),
+    )
     assert code == 1, stderr
     assert f"the interpreter {exe} (from --python) is not usable by everyone who can use" in stderr
     assert f"other users cannot enter {tmp_path / 'home'} (mode 0700)" in stderr
@@ -302,8 +333,17 @@ def test_a_private_interpreter_is_fine_for_an_environment_only_its_owner_can_rea
     py_bundles: dict[str, Path], keys: Keys, tmp_path: Path
 ) -> None:
     root = tmp_path / "engines"  # under pytest's 0700 directories: nobody else can use it either
-    code, stdout, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(root), "--trust",
-                               str(keys.trust), "--python", str(private_python(tmp_path)), "--json")
+    code, stdout, stderr = cli(
+        "install",
+        str(py_bundles["toyengine"]),
+        "--root",
+        str(root),
+        "--trust",
+        str(keys.trust),
+        "--python",
+        str(private_python(tmp_path)),
+        "--json",
+    )
     assert code == 0, stderr
     assert json.loads(stdout)["python"]["from"] == "--python"
 
@@ -313,12 +353,21 @@ def test_the_result_names_the_interpreter_and_where_it_came_from(
     py_bundles: dict[str, Path], keys: Keys, open_root: Path
 ) -> None:
     system = f"/usr/bin/python{PY}"
-    code, stdout, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(open_root), "--trust",
-                               str(keys.trust), "--python", system)
+    code, stdout, stderr = cli(
+        "install",
+        str(py_bundles["toyengine"]),
+        "--root",
+        str(open_root),
+        "--trust",
+        str(keys.trust),
+        "--python",
+        system,
+    )
     assert code == 0, stderr
     assert f"\n  python: {system} (from --python)" in stdout
-    code, stdout, stderr = cli("install", str(py_bundles["toytwin"]), "--root", str(open_root), "--trust",
-                               str(keys.trust), "--json")
+    code, stdout, stderr = cli(
+        "install", str(py_bundles["toytwin"]), "--root", str(open_root), "--trust", str(keys.trust), "--json"
+    )
     assert code == 0, stderr
     got = json.loads(stdout)["python"]
     assert got["from"] == "bundle" and got["path"].startswith(str(open_root / ".python"))
@@ -353,8 +402,16 @@ def test_an_interpreter_found_elsewhere_on_path_is_warned_about(
         return tools.FoundPython(Path(sys.executable), "PATH", "using it: it was found on PATH")
 
     monkeypatch.setattr(installer, "locate_python", from_path)
-    code, stdout, stderr = cli("install", str(py_bundles["toyengine"]), "--root", str(tmp_path / "engines"),
-                               "--trust", str(keys.trust), "--python", sys.executable)
+    code, stdout, stderr = cli(
+        "install",
+        str(py_bundles["toyengine"]),
+        "--root",
+        str(tmp_path / "engines"),
+        "--trust",
+        str(keys.trust),
+        "--python",
+        sys.executable,
+    )
     assert code == 0, stderr
     assert "warning: using it: it was found on PATH" in stderr and f"python: {sys.executable} (from PATH)" in stdout
 
@@ -363,8 +420,18 @@ def test_an_image_refuses_an_interpreter_outside_it_that_others_cannot_run(
     py_bundles: dict[str, Path], keys: Keys, tmp_path: Path
 ) -> None:
     exe = private_python(tmp_path)
-    code, _, stderr = cli("image", str(py_bundles["toyengine"]), "--prefix", "/opt/engines/toy", "--trust",
-                          str(keys.trust), "--python", str(exe), "--out", str(tmp_path / "toy.sqfs"))
+    code, _, stderr = cli(
+        "image",
+        str(py_bundles["toyengine"]),
+        "--prefix",
+        "/opt/engines/toy",
+        "--trust",
+        str(keys.trust),
+        "--python",
+        str(exe),
+        "--out",
+        str(tmp_path / "toy.sqfs"),
+    )
     assert code == 1, stderr
     assert f"the interpreter {exe} (from --python) is not usable by everyone who can use the image" in stderr
     assert not (tmp_path / "toy.sqfs").exists()

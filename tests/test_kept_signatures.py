@@ -57,17 +57,20 @@ def test_merged_signatures_keep_at_most_the_readers_bytes(bundle: Path) -> None:
     merged = merge_signatures(_text([_as_key(block, 1), _as_key(block, 2)]), _text([_as_key(block, 3)]), limits)
     assert len(merged) <= limits.max_signature_file
     assert [b.key_id for b in parse_signatures(merged, max_bytes=limits.max_signature_file)] == [
-        (3).to_bytes(8, "little"), (1).to_bytes(8, "little")]
+        (3).to_bytes(8, "little"),
+        (1).to_bytes(8, "little"),
+    ]
 
 
-def test_a_kept_signature_file_over_its_bound_is_refused_on_read(tmp_path: Path, bundle: Path,
-                                                                 signer: Keys) -> None:
+def test_a_kept_signature_file_over_its_bound_is_refused_on_read(tmp_path: Path, bundle: Path, signer: Keys) -> None:
     store = tmp_path / "store"
     assert cli("import", bundle, "--trust", signer.trust, "--store", store).exit_code == 0
     kept = store / "builds" / "toyengine" / "1.0-cpu" / SIGNATURE_FILE
     size = kept.stat().st_size
     with Store(store, limits=Limits(max_signature_file=size)) as s:
         assert s.build_files("toyengine/1.0-cpu")[1] == kept.read_bytes()
-    with Store(store, limits=Limits(max_signature_file=size - 1)) as s, \
-            pytest.raises(IntegrityError, match=rf"refused: .*{SIGNATURE_FILE}.*{size - 1}"):
+    with (
+        Store(store, limits=Limits(max_signature_file=size - 1)) as s,
+        pytest.raises(IntegrityError, match=rf"refused: .*{SIGNATURE_FILE}.*{size - 1}"),
+    ):
         s.build_files("toyengine/1.0-cpu")

@@ -125,8 +125,11 @@ def _calls(path: Path, names: set[str]) -> list[str]:
         if isinstance(node, ast.Call):
             f = node.func
             dotted = ast.unparse(f)
-            if dotted in names or (isinstance(f, ast.Attribute) and f.attr in {n.split(".")[-1] for n in names}
-                                   and dotted.split(".")[0] in ("os", "shutil")):
+            if dotted in names or (
+                isinstance(f, ast.Attribute)
+                and f.attr in {n.split(".")[-1] for n in names}
+                and dotted.split(".")[0] in ("os", "shutil")
+            ):
                 found.append(f"{dotted} (line {node.lineno})")
     return found
 
@@ -146,8 +149,11 @@ def test_only_fsio_deletes_trees_and_files_by_path_outside_the_allow_list() -> N
     for rel, p in _library():
         if rel in DELETE_BY_PATH_ALLOWED:
             continue
-        hits = _calls(p, names) + [f".unlink (line {n})" for n, line in enumerate(p.read_text().splitlines(), 1)
-                                   if ".unlink(" in line and "os.unlink" not in line]
+        hits = _calls(p, names) + [
+            f".unlink (line {n})"
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if ".unlink(" in line and "os.unlink" not in line
+        ]
         if hits:
             offenders[rel] = hits
     assert offenders == {}, "delete through lockbuild.fsio.remove_at / remove_tree"
@@ -160,8 +166,20 @@ WRITE_BY_PATH_ALLOWED = {
 }
 
 
-PATH_FIRST_OPENERS = {"open", "io.open", "builtins.open", "codecs.open", "gzip.open", "bz2.open", "lzma.open",
-                      "zstandard.open", "tarfile.open", "zipfile.ZipFile", "ZipFile", "tarfile.TarFile"}
+PATH_FIRST_OPENERS = {
+    "open",
+    "io.open",
+    "builtins.open",
+    "codecs.open",
+    "gzip.open",
+    "bz2.open",
+    "lzma.open",
+    "zstandard.open",
+    "tarfile.open",
+    "zipfile.ZipFile",
+    "ZipFile",
+    "tarfile.TarFile",
+}
 WRITERS_BY_PATH = {"shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.move", "shutil.copytree", "os.truncate"}
 
 
@@ -188,7 +206,9 @@ def _writes_by_path(path: Path) -> list[str]:
             continue
         f, dotted = node.func, ast.unparse(node.func)
         mode: ast.expr | None = next((k.value for k in node.keywords if k.arg == "mode"), None)
-        if (isinstance(f, ast.Attribute) and f.attr in ("write_text", "write_bytes", "touch")) or dotted in WRITERS_BY_PATH:
+        if (
+            isinstance(f, ast.Attribute) and f.attr in ("write_text", "write_bytes", "touch")
+        ) or dotted in WRITERS_BY_PATH:
             found.append(f"{dotted} (line {node.lineno})")
         elif dotted in PATH_FIRST_OPENERS:  # open(PATH, MODE)
             if _writing(mode if mode is not None else (node.args[1] if len(node.args) > 1 else None)):
@@ -207,8 +227,9 @@ def test_every_file_lockbuild_creates_is_made_by_fsio() -> None:
     """One primitive creates files: ``fsio.create_new`` (O_EXCL|O_NOFOLLOW), with ``fsio.temp_beside`` naming
     the temporary file renamed over a result. A write by path follows a link planted in a directory another
     user can write (``--out``, a shared dist directory) and truncates whatever it points at."""
-    offenders = {rel: hits for rel, p in _library()
-                 if rel not in WRITE_BY_PATH_ALLOWED and (hits := _writes_by_path(p))}
+    offenders = {
+        rel: hits for rel, p in _library() if rel not in WRITE_BY_PATH_ALLOWED and (hits := _writes_by_path(p))
+    }
     assert offenders == {}, "create files through lockbuild.fsio.create_new / write_new"
     libs = dict(_library())
     stale = [rel for rel in WRITE_BY_PATH_ALLOWED if rel != "fsio.py" and not _writes_by_path(libs[rel])]
@@ -259,8 +280,9 @@ def _edges(path: Path, modules: dict[str, Path]) -> dict[str, int]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names if a.name in modules]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                     for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            ]
             names = [n for n in names if n in modules]
         else:
             continue
@@ -305,7 +327,7 @@ def test_no_import_cycles_in_the_package() -> None:
         path.append(m)
         for n in graph[m]:
             if state.get(n) == 1:
-                cycles.append([*path[path.index(n):], n])
+                cycles.append([*path[path.index(n) :], n])
             elif n not in state:
                 walk(n)
         path.pop()
@@ -321,19 +343,32 @@ def test_no_import_cycles_in_the_package() -> None:
 # this list may only shrink (an entry that is no longer needed fails the test until it is removed).
 PRIVATE_IMPORTS_LEFT = {
     *(("lockbuild.cli", "lockbuild.clikit", n) for n in ("_Group",)),
-    *(("lockbuild.selftest.cli", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_Group", "_progress",
-                                                                   "_setup")),
-    *(("lockbuild.site.cli", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_Group", "_progress", "_setup",
-                                                               "_take_password")),
+    *(
+        ("lockbuild.selftest.cli", "lockbuild.clikit", n)
+        for n in ("_Command", "_emit", "_Group", "_progress", "_setup")
+    ),
+    *(
+        ("lockbuild.site.cli", "lockbuild.clikit", n)
+        for n in ("_Command", "_emit", "_Group", "_progress", "_setup", "_take_password")
+    ),
     *(("lockbuild.commands.image", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_setup")),
-    *(("lockbuild.commands.node", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_setup", "_warn")),
+    *(
+        ("lockbuild.commands.node", "lockbuild.clikit", n)
+        for n in ("_Command", "_emit", "_progress", "_setup", "_warn")
+    ),
     *(("lockbuild.commands.doctor", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_setup")),
-    *(("lockbuild.commands.keys", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_password", "_progress",
-                                                                    "_setup", "_take_password")),
-    *(("lockbuild.commands.builder", "lockbuild.clikit", n) for n in ("_Command", "_emit", "_progress", "_settings",
-                                                                       "_setup", "_take_password", "_warn")),
-    *(("lockbuild.recipe.parse", "lockbuild.recipe.tables", n) for n in ("_assets", "_index", "_indexes",
-                                                                          "_interpreter", "_source", "_wheel")),
+    *(
+        ("lockbuild.commands.keys", "lockbuild.clikit", n)
+        for n in ("_Command", "_emit", "_password", "_progress", "_setup", "_take_password")
+    ),
+    *(
+        ("lockbuild.commands.builder", "lockbuild.clikit", n)
+        for n in ("_Command", "_emit", "_progress", "_settings", "_setup", "_take_password", "_warn")
+    ),
+    *(
+        ("lockbuild.recipe.parse", "lockbuild.recipe.tables", n)
+        for n in ("_assets", "_index", "_indexes", "_interpreter", "_source", "_wheel")
+    ),
     *(("lockbuild.builder.modelcli", "lockbuild.clikit", n) for n in ("_emit", "_progress", "_take_password", "_warn")),
     *(("lockbuild.modelcli", "lockbuild.clikit", n) for n in ("_emit", "_progress")),
     ("lockbuild.image.build", "lockbuild.install.pythons", "_place"),
@@ -348,8 +383,11 @@ def _private_imports() -> set[tuple[str, str, str]]:
     for module, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lockbuild"):
-                found.update((module, node.module, a.name) for a in node.names
-                             if a.name.startswith("_") and not a.name.startswith("__"))
+                found.update(
+                    (module, node.module, a.name)
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                )
     return found
 
 

@@ -126,10 +126,16 @@ def test_a_pylock_is_read_for_the_target() -> None:
         ("lock-version = ", "uw wrote"),
         ('lock-version = "1.0"\n', "has no [[packages]]"),
         ('[[packages]]\nname = "x"\nversion = "1"\n', "names no wheel, sdist or archive with a hash"),
-        ('[[packages]]\nname = "x"\nversion = "1"\nwheels = [{ url = "https://x.example/x-1-py3-none-any.whl" }]\n',
-         "the pylock entry for x==1 has no sha256"),
-        ('[[packages]]\nname = "x"\nversion = "1"\nwheels = [{ url = "https://x.example/", hashes = { sha256 = "'
-         + A + '" } }]\n', "expected a plain file name"),
+        (
+            '[[packages]]\nname = "x"\nversion = "1"\nwheels = [{ url = "https://x.example/x-1-py3-none-any.whl" }]\n',
+            "the pylock entry for x==1 has no sha256",
+        ),
+        (
+            '[[packages]]\nname = "x"\nversion = "1"\nwheels = [{ url = "https://x.example/", hashes = { sha256 = "'
+            + A
+            + '" } }]\n',
+            "expected a plain file name",
+        ),
         ('[[packages]]\nname = "x"\nversion = "1"\nmarker = "python_version >"\n', "has an invalid marker"),
     ],
 )
@@ -368,7 +374,12 @@ def test_lock_writes_the_lock_and_the_resolved_recipe(env: FakeServer, published
     code, stdout, stderr = run_lock(recipe, out)
     assert code == 0, stderr
     assert sorted(p.name for p in out.iterdir()) == ["1.0-cpu"]
-    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == ["extras.txt", "provenance.json", "recipe.toml", "requirements.txt"]
+    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == [
+        "extras.txt",
+        "provenance.json",
+        "recipe.toml",
+        "requirements.txt",
+    ]
     result = json.loads(stdout)
     assert result["ok"] is True
     lock = result["locks"][0]
@@ -457,7 +468,12 @@ def test_a_package_on_both_indexes_comes_from_the_second_only(
     assert pkgs["lkgpu"]["origin"] == "primary" and pkgs["lkdep"]["origin"] == "primary"
     assert pkgs["lkdep"]["version"] == "1.0"  # the cut-off still holds for the primary index
 
-    assert sorted(p.name for p in (tmp_path / "out" / "1.0-gpu").iterdir()) == ["extras.txt", "provenance.json", "pylock.toml", "recipe.toml"]
+    assert sorted(p.name for p in (tmp_path / "out" / "1.0-gpu").iterdir()) == [
+        "extras.txt",
+        "provenance.json",
+        "pylock.toml",
+        "recipe.toml",
+    ]
     pylock = (tmp_path / "out" / "1.0-gpu" / "pylock.toml").read_text()
     primary_torch = make_wheel("lktorch", "1.0", modules={"lktorch/__init__.py": "primary = True\n"})[1]
     assert sha(primary_torch) not in pylock
@@ -554,7 +570,12 @@ def test_locking_again_replaces_the_previous_lock(env: FakeServer, published: Fa
     (out / "1.0-cpu" / "stale.txt").write_text("old")
     code, _, stderr = run_lock(write(tmp_path, recipe_text(build_text())), out)
     assert code == 0, stderr
-    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == ["extras.txt", "provenance.json", "recipe.toml", "requirements.txt"]
+    assert sorted(p.name for p in (out / "1.0-cpu").iterdir()) == [
+        "extras.txt",
+        "provenance.json",
+        "recipe.toml",
+        "requirements.txt",
+    ]
     assert [p.name for p in out.iterdir()] == ["1.0-cpu"]
 
 
@@ -617,14 +638,18 @@ def test_a_source_archive_that_is_not_a_tar_is_refused(tmp_path: Path) -> None:
 def test_a_package_with_only_an_sdist_is_refused_by_name(env: FakeServer, tmp_path: Path) -> None:
     """An sdist-only dependency would make uv run its build backend (index code) on the builder: the lock
     refuses it by name (the build can allow named packages; see tests/test_builder_process.py)."""
-    sdist = make_tar_gz({
-        "lksdonly-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdonly\nVersion: 1.0\n",
-        "lksdonly-1.0/pyproject.toml": b'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n',
-    })
+    sdist = make_tar_gz(
+        {
+            "lksdonly-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lksdonly\nVersion: 1.0\n",
+            "lksdonly-1.0/pyproject.toml": b'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n',
+        }
+    )
     if not any(e.filename == "lksdonly-1.0.tar.gz" for e in env.projects.get(("primary", "lksdonly"), [])):
         env.publish("lksdonly-1.0.tar.gz", sdist, uploaded=day(1))
     recipe = tmp_path / "r.toml"
-    recipe.write_text(TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "lksdonly==1.0"]'))
+    recipe.write_text(
+        TOY_RECIPE.replace('requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.0", "lksdonly==1.0"]')
+    )
     r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out")])
     assert r.exit_code == 1
     assert "ERROR lksdonly has no wheel for Python" in r.stderr and "only a source distribution" in r.stderr
@@ -705,7 +730,9 @@ def test_a_yanked_file_is_refused_when_locking(env: FakeServer, published: FakeS
     digest = sha(make_wheel("lkyank", "1.0")[1])
     pinned = write(
         tmp_path,
-        recipe_text(build_text(requirements='["lkeng==1.0", "lkyank==1.0"]', extra=f'pin-sha256 = {{ lkyank = "{digest}" }}\n')),
+        recipe_text(
+            build_text(requirements='["lkeng==1.0", "lkyank==1.0"]', extra=f'pin-sha256 = {{ lkyank = "{digest}" }}\n')
+        ),
         "pinned.toml",
     )
     code, stdout, stderr = run_lock(pinned, tmp_path / "pinned")
@@ -764,8 +791,9 @@ def test_two_files_that_fit_from_an_index_without_times_are_ambiguous() -> None:
     pure, native = cand(PURE), cand(NATIVE)
     with pytest.raises(ResolveError, match=r"pkg==1.0 comes from an index without upload times, and 2 of its files"):
         choose_file(pin_for(pure, native), [pure, native], X86_311, origin="second", one_file=True)
-    got = choose_file(pin_for(pure, native), [pure, native], X86_311, origin="second", one_file=True,
-                      pinned_sha256=pure.sha256)
+    got = choose_file(
+        pin_for(pure, native), [pure, native], X86_311, origin="second", one_file=True, pinned_sha256=pure.sha256
+    )
     assert got.filename == PURE
     assert choose_file(pin_for(pure), [pure, native], X86_311, origin="second", one_file=True).filename == PURE
 
@@ -810,7 +838,9 @@ def raw_index(srv: FakeServer, project: str, body: bytes, client: httpx.Client) 
 
 
 @pytest.mark.parametrize("when", ["0001-01-01T00:00:00+00:01", "not a time", "2025-13-01T00:00:00Z"])
-def test_an_upload_time_that_cannot_be_read_is_lockbuilds_error(srv: FakeServer, client: httpx.Client, when: str) -> None:
+def test_an_upload_time_that_cannot_be_read_is_lockbuilds_error(
+    srv: FakeServer, client: httpx.Client, when: str
+) -> None:
     page = {"files": [{"filename": "odd-1.0.tar.gz", "url": "x", "hashes": {"sha256": A}, "upload-time": when}]}
     index = raw_index(srv, "odd", json.dumps(page).encode(), client)
     with pytest.raises(RemoteError) as info:
@@ -820,8 +850,11 @@ def test_an_upload_time_that_cannot_be_read_is_lockbuilds_error(srv: FakeServer,
 
 
 def test_a_release_time_near_year_9999_is_lockbuilds_error(srv: FakeServer, client: httpx.Client) -> None:
-    page = {"files": [{"filename": "late-1.0.tar.gz", "url": "x", "hashes": {"sha256": A},
-                       "upload-time": "9999-12-31T12:00:00Z"}]}
+    page = {
+        "files": [
+            {"filename": "late-1.0.tar.gz", "url": "x", "hashes": {"sha256": A}, "upload-time": "9999-12-31T12:00:00Z"}
+        ]
+    }
     index = raw_index(srv, "late", json.dumps(page).encode(), client)
     recipe = parse_recipe(
         '[engine]\nname = "t"\npypi = "late"\nbinary = "t"\nverify = ["t"]\n'
@@ -873,7 +906,9 @@ def test_a_pylock_digest_with_a_trailing_newline_is_refused() -> None:
 
 
 # ------------------------------------------------------------------ recipe keys the lock honours
-def test_exclude_newer_package_moves_one_packages_cut_off(env: FakeServer, published: FakeServer, tmp_path: Path) -> None:
+def test_exclude_newer_package_moves_one_packages_cut_off(
+    env: FakeServer, published: FakeServer, tmp_path: Path
+) -> None:
     """uv's per-package exemption: lkdep may be as new as 2025-02-15 (3.0, day 30), everything else keeps
     the release's cut-off; the lock's JSON records the exemption."""
     extra = 'exclude-newer-package = { lkdep = "2025-02-15T00:00:00Z" }\n'
@@ -914,18 +949,33 @@ def test_a_pin_sha256_for_a_package_the_lock_does_not_have_is_refused(
     assert "pin-sha256 names lkgone, which the lock does not contain" in json.loads(stdout)["error"]["message"]
 
 
-
 def test_reading_only_a_release_keeps_exactly_the_files_the_full_parse_would() -> None:
     """The index reads a file's version from its name's version field alone when asking for one release;
     that shortcut must keep the same files as parsing every name whole (wheels, sdists, and the rest)."""
     from lockbuild.builder.index import file_version
 
     names = [
-        "pkg-1.0-py3-none-any.whl", "pkg-1.0.0-py3-none-any.whl", "pkg-1-1-py3-none-any.whl", "pkg-1.0.tar.gz",
-        "pkg-1.0.0.zip", "pkg-1.0rc1.tar.gz", "pkg-1.0.post0.tar.gz", "pkg-1.0.tar.bz2", "pkg-1.0-py2.7.egg",
-        "pkg-1.0.win32.exe", "1.0.tar.gz", "-1.0.tar.gz", "pkg_extra-name-1.0.tar.gz", "pkg-1.0+local.tar.gz",
-        "pkg-01.00.zip", "pkg-1.0.TAR.GZ", "pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "pkg-x.y.tar.gz",
-        "pkg-1.0-bad.whl", "pkg-2.0.tar.gz", "pkg-v1.0.tar.gz",
+        "pkg-1.0-py3-none-any.whl",
+        "pkg-1.0.0-py3-none-any.whl",
+        "pkg-1-1-py3-none-any.whl",
+        "pkg-1.0.tar.gz",
+        "pkg-1.0.0.zip",
+        "pkg-1.0rc1.tar.gz",
+        "pkg-1.0.post0.tar.gz",
+        "pkg-1.0.tar.bz2",
+        "pkg-1.0-py2.7.egg",
+        "pkg-1.0.win32.exe",
+        "1.0.tar.gz",
+        "-1.0.tar.gz",
+        "pkg_extra-name-1.0.tar.gz",
+        "pkg-1.0+local.tar.gz",
+        "pkg-01.00.zip",
+        "pkg-1.0.TAR.GZ",
+        "pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "pkg-x.y.tar.gz",
+        "pkg-1.0-bad.whl",
+        "pkg-2.0.tar.gz",
+        "pkg-v1.0.tar.gz",
     ]
     page = {"files": [{"filename": n, "url": f"/f/{n}"} for n in names]}
     for want in ("1", "1rc1", "1.post0", "1+local", "2"):

@@ -251,8 +251,13 @@ def test_uv_s_log_names_each_version_it_chooses(env: FakeServer, tmp_path: Path)
 
     (tmp_path / "w").mkdir()
     got = compile_lock(
-        ["lmhint==1.0"], Target.of(PY, PLATFORM), day(6), index_url=env.index_url(),
-        workdir=tmp_path / "w", cache_dir=tmp_path / "uv-cache", on_select=hint,
+        ["lmhint==1.0"],
+        Target.of(PY, PLATFORM),
+        day(6),
+        index_url=env.index_url(),
+        workdir=tmp_path / "w",
+        cache_dir=tmp_path / "uv-cache",
+        on_select=hint,
         inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
     )
     assert "lmhint-dep==1.1" in got.text
@@ -385,8 +390,14 @@ def test_a_resolution_that_may_run_a_build_backend_is_never_remembered(env: Fake
         (tmp_path / attempt).mkdir()
         ran.unlink(missing_ok=True)
         got = compile_lock(
-            ["lmbackend==1.0"], Target.of(PY, PLATFORM), day(6), index_url=env.index_url(),
-            workdir=tmp_path / attempt, cache_dir=tmp_path / "uv-cache", sdists_allowed=("lmbackend",), memo=memo,
+            ["lmbackend==1.0"],
+            Target.of(PY, PLATFORM),
+            day(6),
+            index_url=env.index_url(),
+            workdir=tmp_path / attempt,
+            cache_dir=tmp_path / "uv-cache",
+            sdists_allowed=("lmbackend",),
+            memo=memo,
             inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
         )
         assert got.reused is False and got.key is None and "lmbackend==1.0" in got.text
@@ -450,11 +461,20 @@ def test_a_resolution_whose_cut_off_is_still_to_come_is_never_remembered(env: Fa
         for attempt in ("first", "second"):
             work = tmp_path / f"{now:%H%M}-{len(per_package)}-{attempt}"
             work.mkdir()
-            got.append(compile_lock(
-                ["lmsoon==1.0"], Target.of(PY, PLATFORM), cut, index_url=env.index_url(), workdir=work,
-                cache_dir=tmp_path / "uv-cache", memo=memo, exclude_newer_package=per_package, now=now,
-                inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-            ))
+            got.append(
+                compile_lock(
+                    ["lmsoon==1.0"],
+                    Target.of(PY, PLATFORM),
+                    cut,
+                    index_url=env.index_url(),
+                    workdir=work,
+                    cache_dir=tmp_path / "uv-cache",
+                    memo=memo,
+                    exclude_newer_package=per_package,
+                    now=now,
+                    inherit={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+                )
+            )
         assert got[1].reused is remembered, (now, per_package)
         assert got[0].text == got[1].text
 
@@ -472,8 +492,9 @@ def test_a_process_uv_leaves_holding_its_stderr_does_not_hang_the_lock(
 
     def run() -> None:
         try:
-            resolve_module._run_uv(["sh", "-c", "sleep 6 >&2 & exit 0"], None, {"PATH": os.environ["PATH"]},
-                                   tmp_path, None)
+            resolve_module._run_uv(
+                ["sh", "-c", "sleep 6 >&2 & exit 0"], None, {"PATH": os.environ["PATH"]}, tmp_path, None
+            )
             outcome.append(None)
         except BaseException as exc:
             outcome.append(exc)
@@ -504,8 +525,14 @@ def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
     memo = ResolutionMemo(tmp_path / "resolutions")
     (tmp_path / "w").mkdir()
     got = compile_lock(
-        ["x==1"], Target.of(PY, PLATFORM), day(6), index_url="https://index.example/simple", workdir=tmp_path / "w",
-        cache_dir=tmp_path / "uv-cache", memo=memo, credentials=Credentials("me@corp.example", "p@ss/w:rd"),
+        ["x==1"],
+        Target.of(PY, PLATFORM),
+        day(6),
+        index_url="https://index.example/simple",
+        workdir=tmp_path / "w",
+        cache_dir=tmp_path / "uv-cache",
+        memo=memo,
+        credentials=Credentials("me@corp.example", "p@ss/w:rd"),
         inherit={"PATH": os.environ["PATH"]},
     )
     assert "me%40corp.example:p%40ss%2Fw%3Ard@index.example" in got.text and got.key is not None

@@ -12,9 +12,13 @@ from conftest import Keys
 from lockbuild.cli import main
 
 
-def test_packing_and_built_lines_count_the_same_files(env: object, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+def test_packing_and_built_lines_count_the_same_files(
+    env: object, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
     r = CliRunner().invoke(
-        main, ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "dist")], catch_exceptions=False
+        main,
+        ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "dist")],
+        catch_exceptions=False,
     )
     assert r.exit_code == 0, r.stderr
     packing = re.search(r"lockbuild: (?:downloading and )?packing: (\d+) file\(s\)", r.stderr)
@@ -155,17 +159,19 @@ def test_import_and_delta_say_what_they_do_not_unpacking(tmp_path: Path) -> None
     assert r.exit_code == 0, r.output
     assert re.search(r"^lockbuild: importing: \d+ file\(s\)", r.stderr, re.M), r.stderr
     assert "unpacking" not in r.stderr
-    r = CliRunner().invoke(main, ["delta", str(new), "--base", str(old), "--out", str(tmp_path / "d"), "--trust",
-                                  str(signer.trust)])
+    r = CliRunner().invoke(
+        main, ["delta", str(new), "--base", str(old), "--out", str(tmp_path / "d"), "--trust", str(signer.trust)]
+    )
     assert r.exit_code == 0, r.output
     assert re.search(r"^lockbuild: checking: \d+ file\(s\)", r.stderr, re.M), r.stderr
     assert "unpacking" not in r.stderr
 
 
-def test_a_multi_build_build_says_which_build_it_packs(env: object, keys: Keys, toy_recipe: Path,
-                                                       tmp_path: Path) -> None:
+def test_a_multi_build_build_says_which_build_it_packs(
+    env: object, keys: Keys, toy_recipe: Path, tmp_path: Path
+) -> None:
     text = toy_recipe.read_text()
-    second = text[text.index("[[builds]]"):].replace('variant = "cpu"', 'variant = "cpu2"')
+    second = text[text.index("[[builds]]") :].replace('variant = "cpu"', 'variant = "cpu2"')
     toy_recipe.write_text(text + "\n" + second)
     r = CliRunner().invoke(main, ["build", str(toy_recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d")])
     assert r.exit_code == 0, r.stderr
@@ -191,6 +197,9 @@ def test_a_step_writing_one_file_shows_its_bytes_against_the_input(tmp_path: Pat
         time.sleep(0.02)
     p.finish()
     p.close()
-    assert re.search(r"^lockbuild: packing x\.sqfs with mksquashfs: \d+ s, 1\.5 MB written, from 3\.0 MB of files$",
-                     out.getvalue(), re.M), out.getvalue()
+    assert re.search(
+        r"^lockbuild: packing x\.sqfs with mksquashfs: \d+ s, 1\.5 MB written, from 3\.0 MB of files$",
+        out.getvalue(),
+        re.M,
+    ), out.getvalue()
     assert "still working" not in out.getvalue()

@@ -25,15 +25,18 @@ def cli(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str,
 
 def recipe(tmp: Path, commit: str, extra: str = "") -> Path:
     p = tmp / "tiny.toml"
-    p.write_text(f'[model]\nname = "tiny-llama"\nrepo = "{REPO}"\nrevision = "{commit}"\nexclude = ["original/*"]\n'
-                 + extra)
+    p.write_text(
+        f'[model]\nname = "tiny-llama"\nrepo = "{REPO}"\nrevision = "{commit}"\nexclude = ["original/*"]\n' + extra
+    )
     return p
 
 
-def build(tmp: Path, keys: Keys, commit: str, out: str = "out", extra: str = "",
-          env: dict[str, str] | None = None) -> dict[str, object]:
-    code, stdout, stderr = cli("build", recipe(tmp, commit, extra), "--key", keys.secret, "--out", tmp / out, "--json",
-                               env=env)
+def build(
+    tmp: Path, keys: Keys, commit: str, out: str = "out", extra: str = "", env: dict[str, str] | None = None
+) -> dict[str, object]:
+    code, stdout, stderr = cli(
+        "build", recipe(tmp, commit, extra), "--key", keys.secret, "--out", tmp / out, "--json", env=env
+    )
     assert code == 0, stderr
     got: dict[str, object] = json.loads(stdout)["bundles"][0]
     return got
@@ -58,14 +61,16 @@ def test_build_then_install_gives_what_huggingface_hub_finds_offline(hub: FakeHu
     models = tmp_path / "models"
     code, _, err = cli("install", bundle, "--models", models, "--trust", keys.trust)
     assert code == 0, err
-    out = hub_offline(models, f"from huggingface_hub import hf_hub_download\nprint(hf_hub_download({REPO!r}, "
-                      f"{SHARD!r}))")
+    out = hub_offline(
+        models, f"from huggingface_hub import hf_hub_download\nprint(hf_hub_download({REPO!r}, {SHARD!r}))"
+    )
     assert Path(out.strip()).read_bytes() == files[SHARD]
     assert (models / FOLDER / "refs/main").read_text() == commit
 
 
-def test_same_recipe_same_bytes_with_a_cold_cache_and_a_dropped_connection(hub: FakeHub, keys: Keys,
-                                                                          tmp_path: Path) -> None:
+def test_same_recipe_same_bytes_with_a_cold_cache_and_a_dropped_connection(
+    hub: FakeHub, keys: Keys, tmp_path: Path
+) -> None:
     files = tiny_model(extra_bytes=2 << 20)
     commit = hub.add_repo(REPO, files)
     first = build(tmp_path, keys, commit, "a")
@@ -84,8 +89,9 @@ def test_weights_are_stored_uncompressed(hub: FakeHub, keys: Keys, tmp_path: Pat
     assert int(str(got["size"])) > 4 << 20
 
 
-def test_a_file_that_does_not_match_its_sha256_is_refused_and_nothing_is_signed(hub: FakeHub, keys: Keys,
-                                                                               tmp_path: Path) -> None:
+def test_a_file_that_does_not_match_its_sha256_is_refused_and_nothing_is_signed(
+    hub: FakeHub, keys: Keys, tmp_path: Path
+) -> None:
     files = tiny_model()
     commit = hub.add_repo(REPO, files)
     hub.cdn.files[hub.cdn_path(hashlib.sha256(files[SHARD]).hexdigest())].corrupt_at = 10
@@ -109,15 +115,17 @@ def test_a_pickle_named_explicitly_is_taken_and_reported(hub: FakeHub, keys: Key
     assert any("pickle" in str(w) for w in got["warnings"])  # type: ignore[attr-defined]
 
 
-def test_the_token_is_written_nowhere(hub: FakeHub, keys: Keys, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_token_is_written_nowhere(
+    hub: FakeHub, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import subprocess
 
     token = "hf_secret_token_never_written_anywhere"
     monkeypatch.setenv("HF_TOKEN", token)
     commit = hub.add_repo(REPO, tiny_model())
-    code, stdout, stderr = cli("build", recipe(tmp_path, commit), "--key", keys.secret, "--out", tmp_path / "out",
-                               "--json")
+    code, stdout, stderr = cli(
+        "build", recipe(tmp_path, commit), "--key", keys.secret, "--out", tmp_path / "out", "--json"
+    )
     assert code == 0, stderr
     assert token not in stdout and token not in stderr
     bundle = Path(json.loads(stdout)["bundles"][0]["bundle"])

@@ -70,10 +70,25 @@ def _model_manifest(**changes: object) -> bytes:
 
     from lockbuild.bundle.modelinfo import MODEL_INSTALL
 
-    m = Manifest("tiny", COMMIT, "hf", "none", "any", dt.datetime(1970, 1, 1, tzinfo=dt.UTC), 0, "0" * 64, "0.2.0",
-                 "none", "none", (recipe, member), MODEL_INSTALL, format=MODEL_FORMAT,
-                 model=ModelTable("org/tiny", COMMIT, (ModelFile(member.path, "config.json", 2, member.sha256,
-                                                                 "a" * 40, False),)))
+    m = Manifest(
+        "tiny",
+        COMMIT,
+        "hf",
+        "none",
+        "any",
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+        0,
+        "0" * 64,
+        "0.2.0",
+        "none",
+        "none",
+        (recipe, member),
+        MODEL_INSTALL,
+        format=MODEL_FORMAT,
+        model=ModelTable(
+            "org/tiny", COMMIT, (ModelFile(member.path, "config.json", 2, member.sha256, "a" * 40, False),)
+        ),
+    )
     text = m.to_toml().decode()
     for old, new in changes.items():
         text = text.replace(old.replace("_", "-"), str(new)) if old != "raw" else str(new)
@@ -85,16 +100,19 @@ def test_a_model_manifest_round_trips() -> None:
     assert m.model is not None and m.model.file("config.json") is not None
 
 
-@pytest.mark.parametrize(("old", "new", "why"), [
-    ('repo-path = "config.json"', 'repo-path = "other.json"', "repo-path"),
-    ('blob-id = "' + "a" * 40, 'blob-id = "' + "A" * 40, "blob-id"),
-    ("lfs = false", 'lfs = "no"', "lfs"),
-    (f'commit = "{COMMIT}"', 'commit = "main"', "model.commit"),
-    ('repo = "org/tiny"', 'repo = "../tiny"', "model.repo"),
-    ('variant = "hf"', 'variant = "cpu"', "variant"),
-    ("[model]", "[install]\n[model]", "[install] table"),
-    ('kind = "model-file"', 'kind = "asset"', "model-file"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ('repo-path = "config.json"', 'repo-path = "other.json"', "repo-path"),
+        ('blob-id = "' + "a" * 40, 'blob-id = "' + "A" * 40, "blob-id"),
+        ("lfs = false", 'lfs = "no"', "lfs"),
+        (f'commit = "{COMMIT}"', 'commit = "main"', "model.commit"),
+        ('repo = "org/tiny"', 'repo = "../tiny"', "model.repo"),
+        ('variant = "hf"', 'variant = "cpu"', "variant"),
+        ("[model]", "[install]\n[model]", "[install] table"),
+        ('kind = "model-file"', 'kind = "asset"', "model-file"),
+    ],
+)
 def test_a_model_manifest_is_read_strictly(old: str, new: str, why: str) -> None:
     text = _model_manifest().decode()
     assert old in text
@@ -122,16 +140,33 @@ def test_a_sparse_file_over_8_gib_round_trips_through_a_stored_frame(tmp_path: P
             h.update(chunk)
     sha = h.hexdigest()
     recipe = b"[model]\n"
-    members = (Member("recipe.toml", len(recipe), hashlib.sha256(recipe).hexdigest(), "recipe"),
-               Member("model/big.safetensors", EIGHT_GIB, sha, "model-file"))
+    members = (
+        Member("recipe.toml", len(recipe), hashlib.sha256(recipe).hexdigest(), "recipe"),
+        Member("model/big.safetensors", EIGHT_GIB, sha, "model-file"),
+    )
     import datetime as dt
 
     from lockbuild.bundle.modelinfo import MODEL_INSTALL
 
-    manifest = Manifest("big", COMMIT, "hf", "none", "any", dt.datetime(1970, 1, 1, tzinfo=dt.UTC), 0, "0" * 64,
-                        "0.2.0", "none", "none", members, MODEL_INSTALL, format=MODEL_FORMAT,
-                        model=ModelTable("org/big", COMMIT, (ModelFile(members[1].path, "big.safetensors", EIGHT_GIB,
-                                                                       sha, "b" * 40, True),)))
+    manifest = Manifest(
+        "big",
+        COMMIT,
+        "hf",
+        "none",
+        "any",
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+        0,
+        "0" * 64,
+        "0.2.0",
+        "none",
+        "none",
+        members,
+        MODEL_INSTALL,
+        format=MODEL_FORMAT,
+        model=ModelTable(
+            "org/big", COMMIT, (ModelFile(members[1].path, "big.safetensors", EIGHT_GIB, sha, "b" * 40, True),)
+        ),
+    )
     r, w = os.pipe()
     errors: list[BaseException] = []
 
@@ -176,11 +211,26 @@ def test_an_engine_manifest_with_a_model_file_member_is_refused() -> None:
 
     data = b"{}"
     sha = hashlib.sha256(data).hexdigest()
-    members = (Member("recipe.toml", 2, sha, "recipe"), Member("tools/uv.whl", 2, sha, "tool"),
-               Member("model/config.json", 2, sha, "model-file"))
-    m = Manifest("toy", "1.0", "cpu", "3.12", "x86_64-manylinux_2_28", dt.datetime(2025, 1, 1, tzinfo=dt.UTC), 1,
-                 "0" * 64, "0.2.0", "0.9.0", "requirements.txt", members,
-                 InstallTable(binary="toy", verify=("toy",), gpu_probe="none", uv="tools/uv.whl"))
+    members = (
+        Member("recipe.toml", 2, sha, "recipe"),
+        Member("tools/uv.whl", 2, sha, "tool"),
+        Member("model/config.json", 2, sha, "model-file"),
+    )
+    m = Manifest(
+        "toy",
+        "1.0",
+        "cpu",
+        "3.12",
+        "x86_64-manylinux_2_28",
+        dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
+        1,
+        "0" * 64,
+        "0.2.0",
+        "0.9.0",
+        "requirements.txt",
+        members,
+        InstallTable(binary="toy", verify=("toy",), gpu_probe="none", uv="tools/uv.whl"),
+    )
     with pytest.raises(IntegrityError, match=r"model-file 'model/config\.json' but is not a model bundle"):
         parse_manifest(m.to_toml())
 

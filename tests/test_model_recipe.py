@@ -28,7 +28,12 @@ def _problems(text: str) -> str:
 
 def test_a_good_recipe_parses_with_the_default_selection() -> None:
     r = parse_model_recipe(GOOD, "m.toml")
-    assert (r.name, r.repo, r.revision, r.org) == ("qwen2.5-0.5b-instruct", "Qwen/Qwen2.5-0.5B-Instruct", COMMIT, "Qwen")
+    assert (r.name, r.repo, r.revision, r.org) == (
+        "qwen2.5-0.5b-instruct",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        COMMIT,
+        "Qwen",
+    )
     assert r.include == DEFAULT_INCLUDE and r.exclude == ()
     assert is_model_recipe(GOOD) and not is_model_recipe("[engine]\nname = 'x'\n")
 
@@ -49,8 +54,11 @@ def test_revision_is_required() -> None:
 
 
 def test_unknown_keys_get_did_you_mean_and_every_problem_is_listed() -> None:
-    msg = _problems(GOOD.replace("[model]", '[model]\nincludes = ["*.json"]\nrevison = "x"')
-                    .replace('"Qwen/Qwen2.5-0.5B-Instruct"', '"../etc"'))
+    msg = _problems(
+        GOOD.replace("[model]", '[model]\nincludes = ["*.json"]\nrevison = "x"').replace(
+            '"Qwen/Qwen2.5-0.5B-Instruct"', '"../etc"'
+        )
+    )
     assert "model.includes: unknown key; did you mean 'include'?" in msg
     assert "model.revison: unknown key; did you mean 'revision'?" in msg
     assert "model.repo" in msg and "3 problems" in msg
@@ -70,10 +78,22 @@ def test_bad_patterns_are_refused(pattern: str) -> None:
     assert "model.include" in _problems(GOOD + f'include = ["{pattern}"]\n')
 
 
-PATHS = ("config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-         "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-         "pytorch_model.bin", "training_args.pkl", "original/consolidated.pth", "original/params.json",
-         "sub/dir/extra.safetensors", "README.md", "tokenizer.pt")
+PATHS = (
+    "config.json",
+    "model-00001-of-00002.safetensors",
+    "model-00002-of-00002.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "pytorch_model.bin",
+    "training_args.pkl",
+    "original/consolidated.pth",
+    "original/params.json",
+    "sub/dir/extra.safetensors",
+    "README.md",
+    "tokenizer.pt",
+)
 
 
 def test_default_selection_takes_weights_config_tokenizer_and_no_pickle() -> None:

@@ -62,7 +62,8 @@ def _members(bundle: Path) -> dict[str, tuple[str, int]]:
 
 
 def test_two_revisions_keep_each_shared_file_once_and_list_one_row_per_commit(
-        tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     old, new = revisions
     store = tmp_path / "store"
     first = _ok("import", old, "--trust", keys.trust, "--store", store)
@@ -82,14 +83,25 @@ def test_two_revisions_keep_each_shared_file_once_and_list_one_row_per_commit(
         row = rows[f"tiny-llama/{commit}-hf"]
         assert row["commit"] == commit and row["repo"] == REPO and row["kind"] == "model" and row["complete"]
     engine_row = rows["toyengine/1.0-cpu"]  # an engine's row is as it was: no model fields
-    assert set(engine_row) == {"build", "engine", "version", "variant", "platform", "serial", "members",
-                               "present", "complete", "size"}
+    assert set(engine_row) == {
+        "build",
+        "engine",
+        "version",
+        "variant",
+        "platform",
+        "serial",
+        "members",
+        "present",
+        "complete",
+        "size",
+    }
     text = cli("store", "list", "--store", store)
     assert text.exit_code == 0 and f"tiny-llama/{NEW_COMMIT}-hf" in text.output and f"model {REPO}" in text.output
 
 
 def test_a_delta_carries_only_the_changed_file_and_completes_a_store_holding_old(
-        tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     old, new = revisions
     store = tmp_path / "store"
     _ok("import", old, "--trust", keys.trust, "--store", store)
@@ -108,7 +120,8 @@ def test_a_delta_carries_only_the_changed_file_and_completes_a_store_holding_old
 
 
 def test_a_delta_into_a_store_without_old_names_what_is_missing(
-        tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     old, new = revisions
     cut = _ok("delta", new, "--base", old, "--out", tmp_path / "deltas", "--trust", keys.trust)
     r = cli("import", str(cut["delta"]), "--trust", keys.trust, "--store", tmp_path / "empty")
@@ -117,7 +130,8 @@ def test_a_delta_into_a_store_without_old_names_what_is_missing(
 
 
 def test_install_from_the_store_hard_links_the_model_blobs(
-        tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     old, _ = revisions
     store = tmp_path / "store"
     _ok("import", old, "--trust", keys.trust, "--store", store)
@@ -179,8 +193,20 @@ def test_push_lays_a_model_out_as_modelpack(reg: RealRegistry, keys: Keys, revis
     model_config = httpx.get(f"http://{reg.host}/v2/models/tiny/blobs/{config['digest']}").json()
     assert model_config["descriptor"]["revision"] == COMMIT
     assert set(model_config) == {"descriptor", "config", "modelfs"}  # the schema's keys, none else
-    assert set(model_config["descriptor"]) <= {"createdAt", "authors", "family", "name", "docURL", "sourceURL",
-                                               "version", "revision", "vendor", "licenses", "title", "description"}
+    assert set(model_config["descriptor"]) <= {
+        "createdAt",
+        "authors",
+        "family",
+        "name",
+        "docURL",
+        "sourceURL",
+        "version",
+        "revision",
+        "vendor",
+        "licenses",
+        "title",
+        "description",
+    }
     assert model_config["config"] == {"format": "safetensors"}
     assert model_config["modelfs"] == {"type": "layers", "diff_ids": [x["digest"] for x in layers]}
     assert pushed["blobs"] == len(head.members)
@@ -188,7 +214,8 @@ def test_push_lays_a_model_out_as_modelpack(reg: RealRegistry, keys: Keys, revis
 
 @needs_registry
 def test_pull_a_model_into_a_fresh_store_and_install_it(
-        tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     old, new = revisions
     _ok("push", old, reg.ref("models/pull", "old"), "--trust", keys.trust)
     _ok("push", new, reg.ref("models/pull", "new"), "--trust", keys.trust)
@@ -225,7 +252,8 @@ def _manifest_bytes(bundle: Path) -> bytes:
 
 @needs_registry
 def test_an_untrusted_model_artifact_is_refused_before_any_blob_is_requested(
-        tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     old, _ = revisions
     target = reg.ref("models/untrusted", "v1")
     _ok("push", old, target, "--trust", keys.trust)
@@ -240,15 +268,15 @@ def test_an_untrusted_model_artifact_is_refused_before_any_blob_is_requested(
 
 @needs_registry
 def test_a_model_artifact_naming_another_manifest_or_two_is_refused_before_any_blob(
-        tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     old, new = revisions
     _ok("push", old, reg.ref("models/mixed", "old"), "--trust", keys.trust)
     _ok("push", new, reg.ref("models/mixed", "new"), "--trust", keys.trust)
     old_doc, new_doc = _oci(reg, "models/mixed", "old"), _oci(reg, "models/mixed", "new")
     kind = "application/vnd.lockbuild.manifest.v1+toml"
     new_signed = next(x for x in new_doc["layers"] if x["mediaType"] == kind)  # type: ignore[attr-defined]
-    swapped = {**old_doc, "layers": [new_signed if x["mediaType"] == kind else x
-                                     for x in old_doc["layers"]]}  # type: ignore[attr-defined]
+    swapped = {**old_doc, "layers": [new_signed if x["mediaType"] == kind else x for x in old_doc["layers"]]}  # type: ignore[attr-defined]
     doubled = {**old_doc, "layers": [*old_doc["layers"], new_signed]}  # type: ignore[list-item]
     for tag, doc, said in (("swapped", swapped, "its signatures sign"), ("doubled", doubled, "not a lockbuild")):
         url = f"http://{reg.host}/v2/models/mixed/manifests/{tag}"
@@ -261,7 +289,8 @@ def test_a_model_artifact_naming_another_manifest_or_two_is_refused_before_any_b
 
 @needs_registry
 def test_an_edited_modelpack_view_points_a_node_at_nothing_else(
-        tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]) -> None:
+    tmp_path: Path, reg: RealRegistry, keys: Keys, revisions: tuple[Path, Path]
+) -> None:
     """The layers' filepath annotations swapped between two files, and the model config replaced: pull
     fetches what the signed manifest lists, so the installed cache holds each file's signed bytes."""
     old, _ = revisions
@@ -274,11 +303,19 @@ def test_an_edited_modelpack_view_points_a_node_at_nothing_else(
     digest = "sha256:" + hashlib.sha256(blob).hexdigest()
     start = httpx.post(f"http://{reg.host}/v2/models/view/blobs/uploads/")
     where = httpx.URL(f"http://{reg.host}").join(start.headers["Location"])
-    up = httpx.put(where.copy_merge_params({"digest": digest}), content=blob,
-                   headers={"Content-Type": "application/octet-stream"})
+    up = httpx.put(
+        where.copy_merge_params({"digest": digest}), content=blob, headers={"Content-Type": "application/octet-stream"}
+    )
     assert up.status_code == 201
-    edited = {**doc, "layers": layers, "config": {**doc["config"], "digest": digest,  # type: ignore[dict-item]
-                                                  "size": len(blob)}}
+    edited = {
+        **doc,
+        "layers": layers,
+        "config": {
+            **doc["config"],
+            "digest": digest,  # type: ignore[dict-item]
+            "size": len(blob),
+        },
+    }
     url = f"http://{reg.host}/v2/models/view/manifests/edited"
     assert httpx.put(url, content=json.dumps(edited), headers={"Content-Type": OCI_MANIFEST}).status_code == 201
     store, models = tmp_path / "store", tmp_path / "models"
@@ -307,6 +344,9 @@ def test_only_the_modelpack_module_spells_the_modelpack_layout() -> None:
     """One place for the layout: the ModelPack media types and annotation keys appear in site/modelpack.py
     only (push and pull call it), so a second, drifting copy of the layout cannot appear."""
     package = Path(modelpack.__file__).parent.parent
-    spelled = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
-                     if "application/vnd.cncf.model" in p.read_text() or "org.cncf.model" in p.read_text())
+    spelled = sorted(
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if "application/vnd.cncf.model" in p.read_text() or "org.cncf.model" in p.read_text()
+    )
     assert spelled == ["site/modelpack.py"]

@@ -43,8 +43,13 @@ def test_install_writes_the_hub_cache_layout_that_huggingface_hub_finds_offline(
     assert got["repo"] == REPO and got["commit"] == COMMIT
     repo = models / FOLDER
     files = tiny_model()
-    taken = sorted(p for p in files if not p.endswith((".bin", ".pth")) and not p.startswith("original/")
-                   and p not in ("README.md", ".gitattributes"))
+    taken = sorted(
+        p
+        for p in files
+        if not p.endswith((".bin", ".pth"))
+        and not p.startswith("original/")
+        and p not in ("README.md", ".gitattributes")
+    )
     snap = repo / "snapshots" / COMMIT
     listed = sorted(str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_symlink())
     assert listed == taken
@@ -78,8 +83,10 @@ def test_blobs_and_snapshot_are_what_snapshot_download_writes(tmp_path: Path, ke
     ref = tmp_path / "ref"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env.update(HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(ref), HF_HUB_DISABLE_TELEMETRY="1")
-    code = (f"from huggingface_hub import snapshot_download\n"
-            f"snapshot_download({REPO!r}, revision={COMMIT!r}, allow_patterns={list(_taken(files))!r})\n")
+    code = (
+        f"from huggingface_hub import snapshot_download\n"
+        f"snapshot_download({REPO!r}, revision={COMMIT!r}, allow_patterns={list(_taken(files))!r})\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     packed = model_bundle(tmp_path, keys.secret)
@@ -98,8 +105,13 @@ def test_blobs_and_snapshot_are_what_snapshot_download_writes(tmp_path: Path, ke
 
 
 def _taken(files: dict[str, bytes]) -> list[str]:
-    return sorted(p for p in files if not p.endswith((".bin", ".pth")) and not p.startswith("original/")
-                  and p not in ("README.md", ".gitattributes"))
+    return sorted(
+        p
+        for p in files
+        if not p.endswith((".bin", ".pth"))
+        and not p.startswith("original/")
+        and p not in ("README.md", ".gitattributes")
+    )
 
 
 def _installed(tmp_path: Path, keys: Keys) -> Path:
@@ -199,8 +211,9 @@ def test_a_models_folder_others_can_write_is_refused(tmp_path: Path, keys: Keys)
     assert code == 1 and "symbolic link" in err
 
 
-def test_a_failed_reinstall_leaves_the_previous_snapshot_whole(tmp_path: Path, keys: Keys,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_reinstall_leaves_the_previous_snapshot_whole(
+    tmp_path: Path, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     models = _installed(tmp_path, keys)
     snap = models / FOLDER / "snapshots" / COMMIT
     before = {p.name: p.read_bytes() for p in snap.iterdir()}
@@ -240,8 +253,9 @@ def test_an_engine_installed_with_models_finds_them_offline(env: object, keys: K
     assert code == 0, err
     engine = Path(json.loads(out)["bundles"][0]["bundle"])
     root = tmp_path / "engines"
-    code, out, err = cli("install", engine, "--root", root, "--models", models, "--trust", keys.trust, "--gpu-check",
-                         "skip")
+    code, out, err = cli(
+        "install", engine, "--root", root, "--models", models, "--trust", keys.trust, "--gpu-check", "skip"
+    )
     assert code == 0, err
     python = root / "toyengine" / "1.0-cpu" / "bin" / "python"
     probe = "import os; print(os.environ['HF_HUB_CACHE'], os.environ['HF_HUB_OFFLINE'])"
@@ -255,7 +269,8 @@ def test_an_engine_installed_with_models_finds_them_offline(env: object, keys: K
 
 
 def test_the_self_test_runs_the_smoke_command_with_the_model_in_place_and_no_network(
-        blank_server: object, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blank_server: object, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """test ENGINE.lbz --model MODEL.lbz: the smoke command finds the model's snapshot through HF_HUB_CACHE,
     offline, inside the sandbox; without --model the same command fails."""
     import shutil
@@ -271,11 +286,20 @@ def test_the_self_test_runs_the_smoke_command_with_the_model_in_place_and_no_net
     s = blank_server
     s.reset()
     s.publish(*uv_wheel(), uploaded=day(1))
-    s.publish(*make_wheel("netengine", "1.0", modules={"netengine/__init__.py": ENGINE, "_a_preempt.pth": PREEMPT},
-                          scripts={"netengine": "netengine:main"}), uploaded=day(1))
+    s.publish(
+        *make_wheel(
+            "netengine",
+            "1.0",
+            modules={"netengine/__init__.py": ENGINE, "_a_preempt.pth": PREEMPT},
+            scripts={"netengine": "netengine:main"},
+        ),
+        uploaded=day(1),
+    )
     monkeypatch.setenv("LOCKBUILD_INDEX_URL", s.index_url())
-    smoke = ('smoke = ["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && cat '
-             f'\\"$HF_HUB_CACHE/{FOLDER}/snapshots/{COMMIT}/config.json\\""]')
+    smoke = (
+        'smoke = ["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && cat '
+        f'\\"$HF_HUB_CACHE/{FOLDER}/snapshots/{COMMIT}/config.json\\""]'
+    )
     recipe = tmp_path / "engine.toml"
     recipe.write_text(RECIPE.format(extra=smoke, variant="model"))
     code, out, err = cli("build", recipe, "--key", keys.secret, "--out", tmp_path / "dist", "--json")
@@ -316,8 +340,9 @@ def test_a_model_bundle_imports_into_a_store_and_installs_from_it(tmp_path: Path
     code, _, err = cli("import", packed.bundle, "--trust", keys.trust, "--store", store)
     assert code == 0, err
     models = tmp_path / "models"
-    code, _, err = cli("install", f"tiny-llama/{COMMIT}-hf", "--store", store, "--models", models,
-                       "--trust", keys.trust)
+    code, _, err = cli(
+        "install", f"tiny-llama/{COMMIT}-hf", "--store", store, "--models", models, "--trust", keys.trust
+    )
     assert code == 0, err
     assert cli("verify", "--models", models, "--trust", keys.trust)[0] == 0
 

@@ -17,8 +17,14 @@ import lockbuild
 
 PACKAGE = Path(lockbuild.__file__).parent
 FILTERS = {"for_terminal", "dumps"}  # the terminal filter; JSON (json.dumps escapes every control character)
-NODE_TOOL_READERS = ("install/node.py", "install/doctor.py", "install/choose.py", "install/fit.py",
-                     "image/record.py", "image/verify.py")
+NODE_TOOL_READERS = (
+    "install/node.py",
+    "install/doctor.py",
+    "install/choose.py",
+    "install/fit.py",
+    "image/record.py",
+    "image/verify.py",
+)
 
 
 def _name(f: ast.expr) -> str:
@@ -54,6 +60,7 @@ def test_every_line_the_cli_writes_passes_the_terminal_filter() -> None:
 
 def test_the_rule_sees_a_raw_echo() -> None:
     """The check itself: an echo of a raw string (or of a join of them) is caught, a filtered one is not."""
+
     def check(src: str) -> bool:
         call = ast.parse(src).body[0].value  # type: ignore[attr-defined]
         return _clean(call.args[0])
@@ -70,11 +77,18 @@ def test_node_tools_output_is_read_through_the_bounded_reader() -> None:
     the child killed past the bound), never by subprocess in these modules."""
     for rel in NODE_TOOL_READERS:
         tree = ast.parse((PACKAGE / rel).read_text())
-        uses = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                and n.value.id == "subprocess"]
-        imports = [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                   and "subprocess" in ((n.module or "") if isinstance(n, ast.ImportFrom) else "")
-                   + " ".join(a.name for a in n.names)]
+        uses = [
+            n.lineno
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "subprocess"
+        ]
+        imports = [
+            n.lineno
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            and "subprocess"
+            in ((n.module or "") if isinstance(n, ast.ImportFrom) else "") + " ".join(a.name for a in n.names)
+        ]
         assert not uses and not imports, f"{rel} runs a tool with subprocess (lines {uses + imports})"
 
 
@@ -85,5 +99,6 @@ def test_the_choice_reads_nothing_of_a_bundle_before_the_trust_decision() -> Non
     modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m.startswith("lockbuild.bundle")}, modules
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+    }
     assert not names & {"read_head", "parse_manifest", "manifest_bytes", "members"}, names

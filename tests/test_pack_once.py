@@ -96,7 +96,10 @@ def test_a_download_written_to_while_it_is_packed_is_refused(tmp_path: Path, mon
     data = bytes(range(256)) * (3 * write.READ_SIZE // 256)  # read in three pieces
     src = tmp_path / "big"
     src.write_bytes(data)
-    entries = [Entry(member("recipe.toml", RECIPE, "recipe"), RECIPE), Entry(member("wheels/big.whl", data, "wheel"), src)]
+    entries = [
+        Entry(member("recipe.toml", RECIPE, "recipe"), RECIPE),
+        Entry(member("wheels/big.whl", data, "wheel"), src),
+    ]
     entries.append(UV)
     m = manifest([e.member for e in entries])
     src = as_downloaded(entries, 1)

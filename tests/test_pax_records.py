@@ -22,18 +22,27 @@ def record(key: str, value: str) -> bytes:
 
 def test_well_formed_records_are_read_as_written() -> None:
     assert parse_pax(record("path", "assets/é.bin") + record("size", "12") + record("mtime", "1.5")) == {
-        "path": "assets/é.bin", "size": "12", "mtime": "1.5"}
+        "path": "assets/é.bin",
+        "size": "12",
+        "mtime": "1.5",
+    }
 
 
-@pytest.mark.parametrize("data", [b"x9 path=a\n", b" 9 path=a\n", b"011 path=ab\n", b"path=a\n"],
-                         ids=["letter", "space-first", "leading-zero", "no-length"])
+@pytest.mark.parametrize(
+    "data",
+    [b"x9 path=a\n", b" 9 path=a\n", b"011 path=ab\n", b"path=a\n"],
+    ids=["letter", "space-first", "leading-zero", "no-length"],
+)
 def test_a_record_length_that_is_not_plain_decimal_is_refused(data: bytes) -> None:
     with pytest.raises(IntegrityError, match="has a malformed record length"):
         parse_pax(data, 1024)
 
 
-@pytest.mark.parametrize("data", [b"30 path=a\n", b"10 path=ab", b"11 path=abX", b"2 \n"],
-                         ids=["past-the-end", "no-newline", "other-last-byte", "no-room-for-a-key"])
+@pytest.mark.parametrize(
+    "data",
+    [b"30 path=a\n", b"10 path=ab", b"11 path=abX", b"2 \n"],
+    ids=["past-the-end", "no-newline", "other-last-byte", "no-room-for-a-key"],
+)
 def test_a_record_that_overruns_the_header_is_refused(data: bytes) -> None:
     with pytest.raises(IntegrityError, match="at offset 1024 has a record that overruns it"):
         parse_pax(data, 1024)
@@ -65,6 +74,9 @@ def test_a_pax_header_over_its_bound_is_refused_before_it_is_read() -> None:
     header = TarReader(_pax_then_member(fits)).next()  # type: ignore[arg-type]
     assert header is not None and header.name == "assets/a"
     over = fits + record("uid", "0")  # one record more
-    with pytest.raises(IntegrityError, match=rf"the pax header at offset 0 is {len(over)} bytes; expected at most "
-                                             rf"{MAX_PAX}\."):
+    with pytest.raises(
+        IntegrityError,
+        match=rf"the pax header at offset 0 is {len(over)} bytes; expected at most "
+        rf"{MAX_PAX}\.",
+    ):
         TarReader(_pax_then_member(over)).next()  # type: ignore[arg-type]

@@ -43,7 +43,8 @@ def pv(srv: FakeServer, monkeypatch: pytest.MonkeyPatch) -> FakeServer:
     publish_toy(srv)
     srv.pep740.add("primary")
     srv.provenance[("primary", ENGINE_FILE)] = provenance_doc(
-        github_publisher("toy/toyengine"), attestations=2, statement=in_toto_statement(ENGINE_FILE, engine_sha(srv)))
+        github_publisher("toy/toyengine"), attestations=2, statement=in_toto_statement(ENGINE_FILE, engine_sha(srv))
+    )
     monkeypatch.setenv("LOCKBUILD_INDEX_URL", srv.index_url())
     monkeypatch.setenv("LOCKBUILD_GITHUB_API", srv.github_api)
     monkeypatch.setenv("LOCKBUILD_GITHUB_DOWNLOAD", srv.github_download)
@@ -74,7 +75,9 @@ def packages(doc: dict[str, object]) -> dict[str, dict[str, object]]:
     return {p["name"]: p for p in doc["locks"][0]["packages"]}  # type: ignore[index]
 
 
-def test_a_lock_records_the_publisher_in_json_text_and_the_lock_dir(pv: FakeServer, recipe: Path, tmp_path: Path) -> None:
+def test_a_lock_records_the_publisher_in_json_text_and_the_lock_dir(
+    pv: FakeServer, recipe: Path, tmp_path: Path
+) -> None:
     doc = lock_json(recipe, tmp_path / "out")
     pkgs = packages(doc)
     assert pkgs["toyengine"]["provenance"] == {"attestations": 2, "publishers": [PUBLISHER], "verified": False}
@@ -85,8 +88,13 @@ def test_a_lock_records_the_publisher_in_json_text_and_the_lock_dir(pv: FakeServ
     assert asked[0][1]["accept"] == "application/vnd.pypi.integrity.v1+json"
     record = json.loads((tmp_path / "out" / "1.0-cpu" / "provenance.json").read_text())
     assert record["packages"]["toyengine"] == {
-        "version": "1.0", "file": ENGINE_FILE, "status": "attested", "attestations": 2, "publishers": [PUBLISHER],
-        "verified": False}
+        "version": "1.0",
+        "file": ENGINE_FILE,
+        "status": "attested",
+        "attestations": 2,
+        "publishers": [PUBLISHER],
+        "verified": False,
+    }
     assert record["packages"]["toydep"]["status"] == "none" and record["verified"] is False
 
     code, stdout, stderr = cli("lock", str(recipe), "--out", str(tmp_path / "text"))
@@ -110,9 +118,11 @@ def test_a_changed_publisher_is_reported_in_text_and_json(pv: FakeServer, recipe
     lock_json(recipe, tmp_path / "out")
     pv.provenance[("primary", ENGINE_FILE)] = provenance_doc(github_publisher("someone-else/toyengine", "ci.yml"))
     warnings, stderr = _relock_both_ways(recipe, tmp_path / "out")
-    said = ("provenance: toyengine's publisher changed since the previous lock (1.0 was published by GitHub "
-            "toy/toyengine, workflow release.yml, environment pypi; 1.0 by GitHub someone-else/toyengine, "
-            "workflow ci.yml, environment pypi)")
+    said = (
+        "provenance: toyengine's publisher changed since the previous lock (1.0 was published by GitHub "
+        "toy/toyengine, workflow release.yml, environment pypi; 1.0 by GitHub someone-else/toyengine, "
+        "workflow ci.yml, environment pypi)"
+    )
     assert len(warnings) == 1 and warnings[0].startswith(said), warnings
     assert f"warning: {said}" in stderr
     record = json.loads((tmp_path / "out" / "1.0-cpu" / "provenance.json").read_text())
@@ -136,9 +146,7 @@ def test_vanished_attestations_are_reported_in_text_and_json(
     assert f"warning: {said}" in stderr
 
 
-def test_an_index_without_provenance_still_locks_with_nothing_recorded(
-    pv: FakeServer, tmp_path: Path
-) -> None:
+def test_an_index_without_provenance_still_locks_with_nothing_recorded(pv: FakeServer, tmp_path: Path) -> None:
     """The second index (no upload times, like PyTorch's) has no provenance key: nothing is asked there."""
     pv.publish(*make_wheel("pvgpu", "1.0", deps=("pvtorch",)), uploaded=day(2))
     pv.publish(*make_wheel("pvtorch", "1.0"), index="second")
@@ -158,8 +166,11 @@ def test_an_index_without_provenance_still_locks_with_nothing_recorded(
     assert code == 0, stderr
     assert "provenance (PEP 740): the index offers none for these 2 packages (nothing recorded)" in stdout
     record = json.loads((tmp_path / "out" / "1.0-gpu" / "provenance.json").read_text())
-    assert record["packages"]["pvtorch"] == {"version": "1.0", "file": "pvtorch-1.0-py3-none-any.whl",
-                                             "status": "not-offered"}
+    assert record["packages"]["pvtorch"] == {
+        "version": "1.0",
+        "file": "pvtorch-1.0-py3-none-any.whl",
+        "status": "not-offered",
+    }
 
 
 def _deep(n: int) -> bytes:
@@ -167,14 +178,18 @@ def _deep(n: int) -> bytes:
 
 
 HOSTILE = {
-    "huge": (b'{"version": 1, "attestation_bundles": [], "pad": "' + b"x" * MAX_ANSWER_BYTES + b'"}',
-             f"sent more than {MAX_ANSWER_BYTES} bytes"),
+    "huge": (
+        b'{"version": 1, "attestation_bundles": [], "pad": "' + b"x" * MAX_ANSWER_BYTES + b'"}',
+        f"sent more than {MAX_ANSWER_BYTES} bytes",
+    ),
     "deep": (_deep(200_000), "nested too deeply"),
     "not json": (b"<html>hello</html>", "did not answer valid JSON"),
     "no version": (b'{"attestation_bundles": []}', "is not a PEP 740 provenance object"),
     "bundles not a list": (b'{"version": 1, "attestation_bundles": "x"}', "has no attestation_bundles list"),
-    "repository a number": (provenance_doc({"kind": "GitHub", "repository": 5, "workflow": "r.yml"}),
-                            "publisher.repository is int; expected a string"),
+    "repository a number": (
+        provenance_doc({"kind": "GitHub", "repository": 5, "workflow": "r.yml"}),
+        "publisher.repository is int; expected a string",
+    ),
     "kind with a newline": (provenance_doc({"kind": "Git\nHub", "repository": "a/b"}), "is not a plain word"),
     "control in workflow": (provenance_doc(github_publisher("a/b", "r\x1b[2J.yml")), "is not plain text"),
     # U+2028 is no category C character, but str.splitlines (and so a reader of the lock's comments) breaks at it
@@ -182,21 +197,32 @@ HOSTILE = {
     "paragraph separator": (provenance_doc(github_publisher("a/b", environment="p\u2029q")), "is not plain text"),
     # shown to operators as who published the file: a Cyrillic "у" in numpy/numpу, or describe()'s own separator
     "homoglyph": (provenance_doc(github_publisher("numpy/nump\u0443")), "holds a character other than ASCII"),
-    "separator in repository": (provenance_doc(github_publisher("a/b, workflow release.yml")),
-                                "holds a character other than ASCII"),
-    "statement not base64": (provenance_doc(github_publisher("a/b"), statement="%%%"),
-                             "envelope.statement is not base64 of an in-toto statement"),
-    "statement without subject": (provenance_doc(github_publisher("a/b"), statement="e30="),  # {}
-                                  "envelope.statement is not base64 of an in-toto statement"),
-    "attestation of another file": (provenance_doc(github_publisher("a/b"),
-                                                   statement=in_toto_statement("numpy-2.0.whl", "0" * 64)),
-                                    "attestation_bundles[0].attestations[0] names another file (sha256 0000"),
+    "separator in repository": (
+        provenance_doc(github_publisher("a/b, workflow release.yml")),
+        "holds a character other than ASCII",
+    ),
+    "statement not base64": (
+        provenance_doc(github_publisher("a/b"), statement="%%%"),
+        "envelope.statement is not base64 of an in-toto statement",
+    ),
+    "statement without subject": (
+        provenance_doc(github_publisher("a/b"), statement="e30="),  # {}
+        "envelope.statement is not base64 of an in-toto statement",
+    ),
+    "attestation of another file": (
+        provenance_doc(github_publisher("a/b"), statement=in_toto_statement("numpy-2.0.whl", "0" * 64)),
+        "attestation_bundles[0].attestations[0] names another file (sha256 0000",
+    ),
     "long repository": (provenance_doc(github_publisher("a/" + "b" * 300)), "is not plain text of at most 256"),
-    "too many bundles": (provenance_doc(*[github_publisher(f"a/{i}") for i in range(9)]),
-                         "has 9 attestation bundles; expected at most 8"),
+    "too many bundles": (
+        provenance_doc(*[github_publisher(f"a/{i}") for i in range(9)]),
+        "has 9 attestation bundles; expected at most 8",
+    ),
     "too many attestations": (provenance_doc(github_publisher("a/b"), attestations=65), "more than 64 attestations"),
-    "attestation not an object": (b'{"version": 1, "attestation_bundles": [{"publisher": {"kind": "GitHub"}, '
-                                  b'"attestations": [1]}]}', "holds something other than objects"),
+    "attestation not an object": (
+        b'{"version": 1, "attestation_bundles": [{"publisher": {"kind": "GitHub"}, "attestations": [1]}]}',
+        "holds something other than objects",
+    ),
 }
 
 
@@ -219,8 +245,9 @@ def test_an_attestation_of_the_locked_file_is_recorded(srv: FakeServer) -> None:
     filename, data = make_wheel("pvok", "1.0")
     srv.publish(filename, data)
     sha = hashlib.sha256(data).hexdigest()
-    srv.provenance[("primary", filename)] = provenance_doc(github_publisher("a/b"),
-                                                           statement=in_toto_statement(filename, sha.upper()))
+    srv.provenance[("primary", filename)] = provenance_doc(
+        github_publisher("a/b"), statement=in_toto_statement(filename, sha.upper())
+    )
     with httpx.Client() as client:
         (listed,) = Index(srv.index_url(), client).release("pvok", "1.0")
         got = fetch_provenance(client, listed, project="pvok", sha256=sha)
@@ -231,7 +258,8 @@ def test_a_lock_whose_attestation_names_another_file_fails(pv: FakeServer, recip
     """A mirror serving a trojaned file cannot borrow the genuine file's provenance (its statement names the
     genuine file's digest): the lock is refused, naming the file."""
     pv.provenance[("primary", ENGINE_FILE)] = provenance_doc(
-        github_publisher("toy/toyengine"), statement=in_toto_statement(ENGINE_FILE, "ab" * 32))
+        github_publisher("toy/toyengine"), statement=in_toto_statement(ENGINE_FILE, "ab" * 32)
+    )
     code, stdout, _ = cli("lock", str(recipe), "--out", str(tmp_path / "out"), "--json")
     err = json.loads(stdout)["error"]
     assert code != 0 and err["type"] == "RemoteError", err
@@ -280,11 +308,13 @@ def test_the_bundle_carries_the_publisher_in_its_manifest_and_sbom_and_inspect_s
     engine = next(c for c in json.loads(doc)["components"] if c["name"] == "toyengine")
     props = {p["name"]: p["value"] for p in engine["properties"]}
     assert props == {
-        "lockbuild:provenance:attestations": "2", "lockbuild:provenance:verified": "false",
+        "lockbuild:provenance:attestations": "2",
+        "lockbuild:provenance:verified": "false",
         "lockbuild:provenance:publisher:kind": "GitHub",
         "lockbuild:provenance:publisher:repository": "toy/toyengine",
         "lockbuild:provenance:publisher:workflow": "release.yml",
-        "lockbuild:provenance:publisher:environment": "pypi"}
+        "lockbuild:provenance:publisher:environment": "pypi",
+    }
 
     code, stdout, stderr = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / "d"), "--json")
     assert code == 0, stderr
@@ -293,8 +323,11 @@ def test_the_bundle_carries_the_publisher_in_its_manifest_and_sbom_and_inspect_s
     code, stdout, _ = cli("inspect", bundle, "--json")
     assert code == 0
     files = {f["path"]: f for f in json.loads(stdout)["files"]}
-    assert files[f"wheels/{ENGINE_FILE}"]["provenance"] == {"attestations": 2, "publishers": [PUBLISHER],
-                                                            "verified": False}
+    assert files[f"wheels/{ENGINE_FILE}"]["provenance"] == {
+        "attestations": 2,
+        "publishers": [PUBLISHER],
+        "verified": False,
+    }
     assert "provenance" not in files["wheels/toydep-1.0-py3-none-any.whl"]
     code, stdout, _ = cli("inspect", bundle)
     assert "provenance (PEP 740, as the index stated it at lock time, unverified): 1 attested file(s)" in stdout
@@ -343,32 +376,31 @@ origin = "https://files.example/toy-1.0-py3-none-any.whl"
 def test_the_manifest_field_is_optional_round_trips_and_is_bounded() -> None:
     plain = parse_manifest(MANIFEST_HEAD)
     assert plain.provenance == () and b"provenance" not in plain.to_toml()  # old manifests read as before
-    line = (b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", repository = "toy/toy", '
-            b'workflow = "release.yml", environment = "" }], verified = false }\n')
+    line = (
+        b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", repository = "toy/toy", '
+        b'workflow = "release.yml", environment = "" }], verified = false }\n'
+    )
     attested = parse_manifest(MANIFEST_HEAD + line)
     assert attested.provenance == (
-        ("wheels/toy-1.0-py3-none-any.whl", Provenance((Publisher("GitHub", "toy/toy", "release.yml", ""),), 1)),)
+        ("wheels/toy-1.0-py3-none-any.whl", Provenance((Publisher("GitHub", "toy/toy", "release.yml", ""),), 1)),
+    )
     assert parse_manifest(attested.to_toml()) == attested  # what stage.py and delta.py rewrite stays the same
     assert attested.to_toml().count(b"provenance = ") == 1
 
     bad = {
-        b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", repository = 5 }], verified = false }':
-            "repository is int",
-        b'provenance = { attestations = 1, publishers = [], verified = true }': "verified is not false",
-        b'provenance = { attestations = -1, publishers = [], verified = false }': "is not a count of 0..64",
-        b'provenance = { attestations = 1, publishers = [%s], verified = false }' % b", ".join(
-            [b'{ kind = "GitHub" }'] * 9): "at most 8 tables",
+        b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", repository = 5 }], verified = false }': "repository is int",
+        b"provenance = { attestations = 1, publishers = [], verified = true }": "verified is not false",
+        b"provenance = { attestations = -1, publishers = [], verified = false }": "is not a count of 0..64",
+        b"provenance = { attestations = 1, publishers = [%s], verified = false }"
+        % b", ".join([b'{ kind = "GitHub" }'] * 9): "at most 8 tables",
         b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", repository = "a\\u001b[2J" }], '
-        b'verified = false }': "not plain text",
-        b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", extra = "x" }], verified = false }':
-            "unknown key(s) extra",
+        b"verified = false }": "not plain text",
+        b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", extra = "x" }], verified = false }': "unknown key(s) extra",
         b'provenance = "GitHub"': "is not a table of attestations, publishers and verified",
-        b'provenance = { attestations = 1, publishers = [{ kind = "Git Hub" }], verified = false }':
-            "is not a plain word",
+        b'provenance = { attestations = 1, publishers = [{ kind = "Git Hub" }], verified = false }': "is not a plain word",
         b'provenance = { attestations = 1, publishers = [{ kind = "GitHub", repository = "a/b\\u2028c" }], '
-        b'verified = false }': "not plain text",
-        b'provenance = { attestations = 1, publishers = [], verified = false, extra = 1 }':
-            "is not a table of attestations, publishers and verified",
+        b"verified = false }": "not plain text",
+        b"provenance = { attestations = 1, publishers = [], verified = false, extra = 1 }": "is not a table of attestations, publishers and verified",
     }
     for entry, expected in bad.items():
         with pytest.raises(IntegrityError) as err:
@@ -380,12 +412,17 @@ def test_the_manifest_field_is_optional_round_trips_and_is_bounded() -> None:
         parse_manifest(on_tool)
 
 
-def test_an_attested_bundle_is_bit_for_bit_reproducible(pv: FakeServer, recipe: Path, keys: Keys, tmp_path: Path) -> None:
+def test_an_attested_bundle_is_bit_for_bit_reproducible(
+    pv: FakeServer, recipe: Path, keys: Keys, tmp_path: Path
+) -> None:
     got = []
     for n in (1, 2):
-        r = CliRunner().invoke(main, ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / f"d{n}"),
-                                      "--json"], env={"LOCKBUILD_CACHE_DIR": str(tmp_path / f"cache{n}")},
-                               catch_exceptions=False)
+        r = CliRunner().invoke(
+            main,
+            ["build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / f"d{n}"), "--json"],
+            env={"LOCKBUILD_CACHE_DIR": str(tmp_path / f"cache{n}")},
+            catch_exceptions=False,
+        )
         assert r.exit_code == 0, r.stderr
         got.append(json.loads(r.stdout)["bundles"][0])
     assert got[0]["sha256"] == got[1]["sha256"]
@@ -410,8 +447,9 @@ def test_a_line_separator_in_a_lock_comment_is_no_pin() -> None:
         text = f"toy==1.0 \\\n    --hash=sha256:{'a' * 64}\n    # wheels/toy.whl (published by GitHub a/b{sep}{evil})\n"
         assert [p.name for p in parse_requirements_lock(text)] == ["toy"], repr(sep)
     hidden = Provenance((Publisher("GitHub", "a/b\u2028" + evil),), 1)  # as if a check above were gone
-    locked = LockedFile("toy", "1.0", "toy-1.0-py3-none-any.whl", "https://x/t.whl", "a" * 64, 1, "primary",
-                        provenance=hidden)
+    locked = LockedFile(
+        "toy", "1.0", "toy-1.0-py3-none-any.whl", "https://x/t.whl", "a" * 64, 1, "primary", provenance=hidden
+    )
     assert [p.name for p in parse_requirements_lock(bundle_requirements([locked]))] == ["toy"]
     assert [p.name for p in parse_requirements_lock(f"toy==1.0 --hash=sha256:{'a' * 64}\r\n")] == ["toy"]
     with pytest.raises(ResolveError, match="carriage return inside a line"):
@@ -426,8 +464,15 @@ def _page_with_provenance(srv: FakeServer, url: str) -> None:
     srv.raw_pages["/primary/simple/pvurl/"] = json.dumps(page).encode()
 
 
-@pytest.mark.parametrize("where", ["https://pypi.org/integrity/pvurl/1.0/x/provenance", "http://localhost:{port}/x",
-                                   "https://127.0.0.1:{port}/x", "http://127.0.0.1:1/x"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "https://pypi.org/integrity/pvurl/1.0/x/provenance",
+        "http://localhost:{port}/x",
+        "https://127.0.0.1:{port}/x",
+        "http://127.0.0.1:1/x",
+    ],
+)
 def test_a_provenance_url_of_another_origin_is_refused(srv: FakeServer, where: str) -> None:
     """A mirror serving a trojaned file cannot point its provenance at the genuine file's on PyPI."""
     _page_with_provenance(srv, where.format(port=srv.httpd.server_address[1]))
@@ -475,8 +520,11 @@ def test_a_previous_record_others_could_write_is_not_compared(
 ) -> None:
     """The store and trust rule (fsio.owner_problem): a record a group could rewrite could hide a change."""
     lock_json(recipe, tmp_path / "out")
-    target = {"build dir": tmp_path / "out" / "1.0-cpu", "out dir": tmp_path / "out",
-              "record": tmp_path / "out" / "1.0-cpu" / "provenance.json"}[which]
+    target = {
+        "build dir": tmp_path / "out" / "1.0-cpu",
+        "out dir": tmp_path / "out",
+        "record": tmp_path / "out" / "1.0-cpu" / "provenance.json",
+    }[which]
     target.chmod(target.stat().st_mode | 0o020)
     pv.provenance[("primary", ENGINE_FILE)] = provenance_doc(github_publisher("someone-else/toyengine"))
     doc = lock_json(recipe, tmp_path / "out")
@@ -487,8 +535,16 @@ def test_a_previous_record_others_could_write_is_not_compared(
 
 
 def _locked(repository: str) -> LockedFile:
-    return LockedFile("toy", "1.0", "toy-1.0-py3-none-any.whl", "https://x/t.whl", "a" * 64, 1, "primary",
-                      provenance=Provenance((Publisher("GitHub", repository, "r.yml"),), 1))
+    return LockedFile(
+        "toy",
+        "1.0",
+        "toy-1.0-py3-none-any.whl",
+        "https://x/t.whl",
+        "a" * 64,
+        1,
+        "primary",
+        provenance=Provenance((Publisher("GitHub", repository, "r.yml"),), 1),
+    )
 
 
 def _previous(tmp_path: Path, doc: object) -> Path:
@@ -499,29 +555,38 @@ def _previous(tmp_path: Path, doc: object) -> Path:
 
 
 def _record(**entry: object) -> dict[str, object]:
-    doc = record_json("toy", "1.0-cpu", [Recorded("toy", "1.0", "toy-1.0-py3-none-any.whl",
-                                                  Provenance((Publisher("GitHub", "toy/toy", "r.yml"),), 1))])
+    doc = record_json(
+        "toy",
+        "1.0-cpu",
+        [Recorded("toy", "1.0", "toy-1.0-py3-none-any.whl", Provenance((Publisher("GitHub", "toy/toy", "r.yml"),), 1))],
+    )
     doc["packages"]["toy"].update(entry)  # type: ignore[index]
     return doc
 
 
 def test_the_previous_record_is_compared_only_for_the_same_engine_and_build(tmp_path: Path) -> None:
     prev = _previous(tmp_path, _record())
-    assert report("toy", "1.0-cpu", prev, [_locked("someone-else/toy")]).warnings[0].startswith(
-        "provenance: toy's publisher changed")
+    assert (
+        report("toy", "1.0-cpu", prev, [_locked("someone-else/toy")])
+        .warnings[0]
+        .startswith("provenance: toy's publisher changed")
+    )
     for engine, build in (("other", "1.0-cpu"), ("toy", "2.0-cpu")):
         got = report(engine, build, prev, [_locked("someone-else/toy")])
         assert got.warnings == () and got.note is not None and got.note.startswith(NO_PREVIOUS), got
 
 
 BAD_RECORDS = {
-    "kind not a word": (_record(publishers=[{"kind": "Git Hub", "repository": "toy/toy", "workflow": "r.yml",
-                                             "environment": ""}]), "is not a plain word"),
+    "kind not a word": (
+        _record(publishers=[{"kind": "Git Hub", "repository": "toy/toy", "workflow": "r.yml", "environment": ""}]),
+        "is not a plain word",
+    ),
     "an extra key": (_record(signed=True), "is not a table of attestations, publishers and verified"),
     "status and publishers disagree": (_record(status="none"), "status says none, its publishers say attested"),
     "a package name with a control character": (
         {**_record(), "packages": {"toy\x1b[2J": _record()["packages"]["toy"]}},  # type: ignore[index]
-        "a package name 'toy\\x1b[2J' is not plain text"),
+        "a package name 'toy\\x1b[2J' is not plain text",
+    ),
     "a line separator in the version": (_record(version="1.0\u2028x"), "packages.toy.version"),
 }
 

@@ -42,8 +42,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, K
 
 
 @needs_registry
-def test_a_blob_served_longer_than_signed_is_cut_off_and_refused(tmp_path: Path, served: tuple[Served, Keys],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_blob_served_longer_than_signed_is_cut_off_and_refused(
+    tmp_path: Path, served: tuple[Served, Keys], monkeypatch: pytest.MonkeyPatch
+) -> None:
     art, signer = served
     layers = [x["digest"] for x in json.loads(art.manifest)["layers"]]
     longest = max(layers, key=lambda d: len(art.blobs[d]))

@@ -122,7 +122,9 @@ def test_a_full_recipe_parses_into_typed_records() -> None:
     assert b.free_gb == 30
     assert b.gpu == GpuRequirement((7, 5), "580")
     assert b.index == SecondIndex("https://download.example/whl/cu128", ("torch",))
-    assert b.source == SourceArchive("https://example.org/eng-1.0.tar.gz", SHA, "eng-1.0", "src", "requirements/cuda.txt")
+    assert b.source == SourceArchive(
+        "https://example.org/eng-1.0.tar.gz", SHA, "eng-1.0", "src", "requirements/cuda.txt"
+    )
     assert b.wheel == ReleaseWheel("owner/eng", "v1.0", "eng-", "-linux_aarch64.whl", "eng-wheel")
     assert b.assets == Assets("v1.0", "share/eng", ("eng-cuda-linux.tar.gz",))
     cpu = r.builds[1]
@@ -211,8 +213,14 @@ def test_an_unknown_key_like_nothing_lists_the_known_keys() -> None:
         ('gpu = "big"', "builds[0].gpu: expected a table, found a string ('big')"),
         ('gpu = { min-capability = "8" }', 'builds[0].gpu.min-capability: expected a compute capability such as "8.0"'),
         ('gpu = { min-driver = "latest" }', 'builds[0].gpu.min-driver: expected a driver version such as "580"'),
-        ("as-of = 2025-10-05", "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date"),
-        ('as-of = "2025-10-05"', "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date"),
+        (
+            "as-of = 2025-10-05",
+            "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date",
+        ),
+        (
+            'as-of = "2025-10-05"',
+            "builds[0].as-of: expected a date and a time with a zone such as 2025-10-05T01:40:00Z, found only a date",
+        ),
         ('as-of = "yesterday"', "builds[0].as-of: expected an RFC 3339 time such as 2025-10-05T01:40:00Z"),
         ("as-of = 2025-10-05T01:40:00", "builds[0].as-of: expected a time with a zone (add Z for UTC)"),
         ('as-of = "2025-10-05T01:40:00"', "builds[0].as-of: expected a time with a zone (add Z for UTC)"),
@@ -459,7 +467,9 @@ def test_a_release_tag_that_is_not_a_git_ref_name_is_refused(tag: str) -> None:
     ):
         text = build_with(f"{key} = {table}").replace('name = "eng"', 'name = "eng"\nrepo = "o/r"', 1)
         problems = problems_of(text)
-        assert any(p.startswith(f"builds[0].{key}.tag: expected a release tag that is a Git ref name") for p in problems)
+        assert any(
+            p.startswith(f"builds[0].{key}.tag: expected a release tag that is a Git ref name") for p in problems
+        )
 
 
 @pytest.mark.parametrize("tag", ["v0.11.0", "b6123", "20251014", "release/1.2", "v1.2.3-rc.1+build_7"])
@@ -708,9 +718,24 @@ def test_an_empty_source_requirements_file_gives_nothing() -> None:
 
 # ------------------------------------------------------------------------------------ fuzzing
 _TOML_PIECES = st.sampled_from(
-    [ENGINE, BUILD, "[[builds]]\n", "[engine]\n", 'version = "1.0"\n', "x = [[[1]]]\n", 'as-of = "2025-01-01"\n',
-     "python = 3.12\n", "requirements = [\"a @ https://x\"]\n", "gpu = {}\n", "index = { packages = [1] }\n",
-     'source = { dir = "../x" }\n', "builds = 1\n", "\n", "= oops\n", "free-gb = 1e400\n"]
+    [
+        ENGINE,
+        BUILD,
+        "[[builds]]\n",
+        "[engine]\n",
+        'version = "1.0"\n',
+        "x = [[[1]]]\n",
+        'as-of = "2025-01-01"\n',
+        "python = 3.12\n",
+        'requirements = ["a @ https://x"]\n',
+        "gpu = {}\n",
+        "index = { packages = [1] }\n",
+        'source = { dir = "../x" }\n',
+        "builds = 1\n",
+        "\n",
+        "= oops\n",
+        "free-gb = 1e400\n",
+    ]
 )
 
 
@@ -725,8 +750,23 @@ def test_any_text_is_a_recipe_or_a_recipe_error(pieces: list[str], noise: str) -
 
 
 _REQ_LINES = st.sampled_from(
-    ["numpy", "numpy>=1", "torch==2.8", "-r x.txt", "--index-url=https://x", "a @ https://x/a.whl", "./p", "# c",
-     "", "  ", "a.whl", "b[x]==1; python_version>'3'", "https://x/y.tar.gz", "c==1 # note", "bad line here"]
+    [
+        "numpy",
+        "numpy>=1",
+        "torch==2.8",
+        "-r x.txt",
+        "--index-url=https://x",
+        "a @ https://x/a.whl",
+        "./p",
+        "# c",
+        "",
+        "  ",
+        "a.whl",
+        "b[x]==1; python_version>'3'",
+        "https://x/y.tar.gz",
+        "c==1 # note",
+        "bad line here",
+    ]
 )
 
 
@@ -753,4 +793,3 @@ def test_build_on_node_names_packages() -> None:
 def test_a_url_with_an_invisible_or_control_character_is_refused(char: str) -> None:
     line = f'source = {{ url = "https://x.example/eng{char}.tar.gz", sha256 = "{"a" * 64}", top = "e", dir = "s" }}'
     assert one_problem(build_with(line)).startswith("builds[0].source.url: expected an http(s) URL")
-

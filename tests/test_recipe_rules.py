@@ -48,8 +48,10 @@ def refused(text: str) -> RecipeError:
 # --- secrets in URLs ----------------------------------------------------------------------------------
 
 SECRET_URLS = [
-    (f"https://bucket.s3.amazonaws.com/w/x.tar.gz?X-Amz-Credential=AK%2F{SECRET}&X-Amz-Signature={SECRET}",
-     "x-amz-credential"),
+    (
+        f"https://bucket.s3.amazonaws.com/w/x.tar.gz?X-Amz-Credential=AK%2F{SECRET}&X-Amz-Signature={SECRET}",
+        "x-amz-credential",
+    ),
     (f"https://acct.blob.core.windows.net/c/x.tar.gz?sv=2022-11-02&se=2026-01-01&sp=r&sig={SECRET}", "sig"),
     (f"https://acct.blob.core.windows.net/c/x.tar.gz?sv=2022-11-02&se=2026-01-01&sp=r&sr=b&{SECRET}", "se"),
     (f"https://cdn.example/x.tar.gz?Expires=1767225600&Signature={SECRET}&Key-Pair-Id=K1", "signature"),
@@ -132,24 +134,60 @@ def test_a_control_character_in_the_probe_path_or_binary_is_refused() -> None:
 
 
 def test_empty_commands_and_words_are_refused() -> None:
-    assert any(x.startswith("engine.verify:") for x in refused(ENGINE.replace('"eng", "--version"', "") + build()).problems)
+    assert any(
+        x.startswith("engine.verify:") for x in refused(ENGINE.replace('"eng", "--version"', "") + build()).problems
+    )
     assert any(x.startswith("engine.verify:") for x in refused(ENGINE.replace('"--version"', '""') + build()).problems)
 
 
 # --- [engine.env] by allow-list -------------------------------------------------------------------------
 
 REFUSED_NAMES = [
-    "PYTHONPATH", "PYTHONSTARTUP", "LD_PRELOAD", "LD_LIBRARY_PATH", "PROMPT_COMMAND", "GCONV_PATH", "PERL5OPT",
-    "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "GIT_SSH_COMMAND", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "HTTPS_PROXY",
-    "HTTP_PROXY", "ALL_PROXY", "PATH", "HOME", "BASH_ENV", "ENV", "IFS", "PS4", "LOCKBUILD_ROOT", "UV_INDEX_URL",
-    "PIP_INDEX_URL", "CURL_CA_BUNDLE", "SHELLOPTS", "NETENGINE_MODE", "MALLOC_CONF", "GLIBC_TUNABLES",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "PROMPT_COMMAND",
+    "GCONV_PATH",
+    "PERL5OPT",
+    "NODE_OPTIONS",
+    "JAVA_TOOL_OPTIONS",
+    "GIT_SSH_COMMAND",
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "ALL_PROXY",
+    "PATH",
+    "HOME",
+    "BASH_ENV",
+    "ENV",
+    "IFS",
+    "PS4",
+    "LOCKBUILD_ROOT",
+    "UV_INDEX_URL",
+    "PIP_INDEX_URL",
+    "CURL_CA_BUNDLE",
+    "SHELLOPTS",
+    "NETENGINE_MODE",
+    "MALLOC_CONF",
+    "GLIBC_TUNABLES",
 ]
 ACCEPTED = [
-    ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"),
-    ("SGLANG_ENABLE_TORCH_COMPILE", "0"), ("CUDA_MODULE_LOADING", "LAZY"), ("NCCL_P2P_DISABLE", "1"),
-    ("TORCH_HOME", "/var/cache/torch"), ("OMP_NUM_THREADS", "4"), ("TOKENIZERS_PARALLELISM", "false"),
-    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"), ("TRITON_CACHE_DIR", "/var/cache/triton"),
-    ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"), ("LLAMA_ARG_N_GPU_LAYERS", "99"),
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("VLLM_NO_USAGE_STATS", "1"),
+    ("DO_NOT_TRACK", "1"),
+    ("SGLANG_ENABLE_TORCH_COMPILE", "0"),
+    ("CUDA_MODULE_LOADING", "LAZY"),
+    ("NCCL_P2P_DISABLE", "1"),
+    ("TORCH_HOME", "/var/cache/torch"),
+    ("OMP_NUM_THREADS", "4"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+    ("TRITON_CACHE_DIR", "/var/cache/triton"),
+    ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"),
+    ("LLAMA_ARG_N_GPU_LAYERS", "99"),
 ]
 
 
@@ -159,8 +197,14 @@ def env_recipe(lines: str, allow: str = "") -> str:
 
 
 def manifest_verdict(env: dict[str, object], hosts: list[str]) -> str | None:
-    table = {"binary": "e", "verify": ["e"], "gpu-probe": "none", "uv": "tools/uv.whl", "env": env,
-             "allow-network": hosts}
+    table = {
+        "binary": "e",
+        "verify": ["e"],
+        "gpu-probe": "none",
+        "uv": "tools/uv.whl",
+        "env": env,
+        "allow-network": hosts,
+    }
     try:
         parse_install(table, {"tools/uv.whl": "tool"})
     except IntegrityError as exc:
@@ -216,8 +260,11 @@ def test_a_value_that_names_a_host_needs_allow_network(line: str, allow: str, ok
 def _calls_envtable_problem(path: Path) -> bool:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "problem"
-        and isinstance(n.func.value, ast.Name) and n.func.value.id == "envtable"
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "problem"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "envtable"
         for n in ast.walk(tree)
     )
 

@@ -183,8 +183,12 @@ def test_a_trust_directory_another_user_could_write_is_refused(
         pytest.skip("changing a file's owner needs root")
     trust = trust_dir(tmp_path, people["alice"], policy="threshold = 1\n", revoked="")
     assert load_store(trust).policy.threshold == 1
-    target = {"dir": trust, "pub": trust / people["alice"].pub.name, "policy": trust / "policy.toml",
-              "revoked": trust / "revoked.txt"}[which]
+    target = {
+        "dir": trust,
+        "pub": trust / people["alice"].pub.name,
+        "policy": trust / "policy.toml",
+        "revoked": trust / "revoked.txt",
+    }[which]
     named = trust
     if change == "owner":
         os.chown(target, OTHER_UID, OTHER_UID)
@@ -239,8 +243,17 @@ def test_plain_http_is_refused_to_every_look_alike_of_this_machine(url: str) -> 
         check_transport(url, what="LOCKBUILD_INDEX_URL", allow_insecure=False)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/simple", "http://127.5.6.7/x", "http://[::1]:9/x",
-                                 "http://localhost/x", "http://LOCALHOST:80/x", "https://evil.localhost/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/simple",
+        "http://127.5.6.7/x",
+        "http://[::1]:9/x",
+        "http://localhost/x",
+        "http://LOCALHOST:80/x",
+        "https://evil.localhost/x",
+    ],
+)
 def test_plain_http_to_this_machine_is_allowed(url: str) -> None:
     from lockbuild.urls import is_secure
 
@@ -267,8 +280,9 @@ def test_every_credential_in_a_printed_url_is_masked(text: str, secret: str) -> 
 # --- --root below a directory another user can write --------------------------------------------
 
 
-@pytest.mark.parametrize("attack", ["parent-world-writable", "grandparent-group-writable", "parent-foreign",
-                                    "link-into-world-writable"])
+@pytest.mark.parametrize(
+    "attack", ["parent-world-writable", "grandparent-group-writable", "parent-foreign", "link-into-world-writable"]
+)
 def test_a_root_below_a_directory_another_user_can_write_is_refused(tmp_path: Path, attack: str) -> None:
     """--root itself passed the ownership rule, but a directory above it that another user can write lets
     that user rename --root away and put their own tree (or a link) in its place between the installer's
@@ -354,9 +368,20 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
                 self.end_headers()
                 return
             if self.path.startswith("/simple/lkpkg"):
-                body = json.dumps({"meta": {"api-version": "1.0"}, "name": "lkpkg", "files": [
-                    {"filename": "lkpkg-1.0-py3-none-any.whl", "hashes": {"sha256": hashlib.sha256(wheel).hexdigest()}, "upload-time": "2024-01-01T00:00:00Z",
-                     "url": f"http://127.0.0.1:{other.server_address[1]}/f/lkpkg-1.0-py3-none-any.whl"}]}).encode()
+                body = json.dumps(
+                    {
+                        "meta": {"api-version": "1.0"},
+                        "name": "lkpkg",
+                        "files": [
+                            {
+                                "filename": "lkpkg-1.0-py3-none-any.whl",
+                                "hashes": {"sha256": hashlib.sha256(wheel).hexdigest()},
+                                "upload-time": "2024-01-01T00:00:00Z",
+                                "url": f"http://127.0.0.1:{other.server_address[1]}/f/lkpkg-1.0-py3-none-any.whl",
+                            }
+                        ],
+                    }
+                ).encode()
                 kind = "application/vnd.pypi.simple.v1+json"
             else:
                 body, kind = wheel, "application/octet-stream"
@@ -379,11 +404,16 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
     (tmp_path / "w").mkdir()
     try:
         with pytest.raises(ResolveError) as refused:  # the file host refuses without credentials: uv gives up
-            compile_lock(["lkpkg==1.0"], Target.of("3.11", "x86_64-manylinux_2_28"), AS_OF,
-                         index_url=f"http://127.0.0.1:{index.server_address[1]}/simple",
-                         workdir=tmp_path / "w", cache_dir=tmp_path / "uv-cache",
-                         inherit={"PATH": os.environ["PATH"], "HOME": str(home)},
-                         credentials=Credentials("lbuser", "IDX-PASSWORD"))
+            compile_lock(
+                ["lkpkg==1.0"],
+                Target.of("3.11", "x86_64-manylinux_2_28"),
+                AS_OF,
+                index_url=f"http://127.0.0.1:{index.server_address[1]}/simple",
+                workdir=tmp_path / "w",
+                cache_dir=tmp_path / "uv-cache",
+                inherit={"PATH": os.environ["PATH"], "HOME": str(home)},
+                credentials=Credentials("lbuser", "IDX-PASSWORD"),
+            )
     finally:
         for server in (index, other):
             server.shutdown()

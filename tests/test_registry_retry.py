@@ -80,8 +80,11 @@ def test_without_retry_after_the_wait_doubles_up_to_a_cap_with_jitter() -> None:
     waits = [backoff(n, POLICY, 0.0) for n in range(1, 8)]
     assert waits[:4] == [0.25, 0.5, 1.0, 2.0] and max(waits) == POLICY.max_backoff / 2
     assert backoff(3, POLICY, 0.0) < backoff(3, POLICY, 0.99) <= 2.0  # half of the wait is random
-    assert {round(decide(Answer(503), 3, Moment(0, 0), jitter=j).wait or 0, 3) for j in (0.1, 0.5, 0.9)} == \
-        {1.1, 1.5, 1.9}
+    assert {round(decide(Answer(503), 3, Moment(0, 0), jitter=j).wait or 0, 3) for j in (0.1, 0.5, 0.9)} == {
+        1.1,
+        1.5,
+        1.9,
+    }
 
 
 def test_a_request_gives_up_once_its_budget_is_spent() -> None:
@@ -158,9 +161,17 @@ def _blob_get(method: str, path: str) -> bool:
     return method == "GET" and "/blobs/sha256:" in path
 
 
-def _lockbuild(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lockbuild", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
+def _lockbuild(
+    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lockbuild", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @needs_registry
@@ -185,8 +196,9 @@ def test_429_with_retry_after_and_503_are_asked_again_and_the_pull_succeeds(
 
 
 @needs_registry
-def test_push_asks_a_busy_registry_again(tmp_path: Path, reg: RealRegistry, bundle: Path, signer: Keys,
-                                         throttle: list[Throttle]) -> None:
+def test_push_asks_a_busy_registry_again(
+    tmp_path: Path, reg: RealRegistry, bundle: Path, signer: Keys, throttle: list[Throttle]
+) -> None:
     def rule(method: str, path: str, n: int) -> Refusal | None:
         if n == 0 and (method in ("HEAD", "POST") or "/manifests/" in path or "/uploads/" in path):
             return (429, BUSY) if method == "POST" else (503, {})
@@ -265,12 +277,21 @@ def test_a_registry_that_throttles_forever_fails_the_pull_on_time_and_the_store_
 
 
 @needs_registry
-def test_a_retry_after_past_the_budget_is_not_waited_for(tmp_path: Path, reg: RealRegistry, pushed: str,
-                                                         signer: Keys, throttle: list[Throttle]) -> None:
+def test_a_retry_after_past_the_budget_is_not_waited_for(
+    tmp_path: Path, reg: RealRegistry, pushed: str, signer: Keys, throttle: list[Throttle]
+) -> None:
     t = _proxy(throttle, reg, lambda m, p, n: (429, {"Retry-After": "3600"}) if _blob_get(m, p) else None)
     t0 = time.monotonic()
-    p = _lockbuild("pull", t.ref(pushed, "1.0-cpu"), "--store", tmp_path / "s", "--trust", signer.trust, "--json",
-                   env={RETRY_ENV: "20"})
+    p = _lockbuild(
+        "pull",
+        t.ref(pushed, "1.0-cpu"),
+        "--store",
+        tmp_path / "s",
+        "--trust",
+        signer.trust,
+        "--json",
+        env={RETRY_ENV: "20"},
+    )
     assert p.returncode == 1 and time.monotonic() - t0 < 15
     assert "asked to wait 3600 s" in json.loads(p.stdout)["error"]["message"]
 
@@ -294,14 +315,17 @@ def test_a_pull_through_mirror_gives_the_same_build_and_the_same_trust_decision(
     direct = cli("pull", reg.ref(pushed, "1.0-cpu"), "--store", tmp_path / "direct", "--trust", signer.trust, "--json")
     assert direct.exit_code == 0, direct.output
     for sub in ("blobs/sha256", "builds/toyengine/1.0-cpu"):
-        assert {p.name: p.read_bytes() for p in (tmp_path / "via" / sub).iterdir()} == \
-            {p.name: p.read_bytes() for p in (tmp_path / "direct" / sub).iterdir()}
+        assert {p.name: p.read_bytes() for p in (tmp_path / "via" / sub).iterdir()} == {
+            p.name: p.read_bytes() for p in (tmp_path / "direct" / sub).iterdir()
+        }
     assert json.loads(via.stdout)["signers"] == json.loads(direct.stdout)["signers"]
     # an untrusted key is refused through the mirror exactly as from the origin, before any blob
     stranger = make_keys(tmp_path / "stranger")
     mirror.mark()
-    results = [cli("pull", where.ref(pushed, "1.0-cpu"), "--store", tmp_path / f"no-{i}", "--trust", stranger.trust,
-                   "--json") for i, where in enumerate((reg, mirror))]
+    results = [
+        cli("pull", where.ref(pushed, "1.0-cpu"), "--store", tmp_path / f"no-{i}", "--trust", stranger.trust, "--json")
+        for i, where in enumerate((reg, mirror))
+    ]
     assert [r.exit_code for r in results] == [3, 3]
     errors = [json.loads(r.stdout)["error"] for r in results]
     assert errors[0]["type"] == errors[1]["type"] and "signature policy not met" in errors[1]["message"]
@@ -317,9 +341,29 @@ def test_many_nodes_pull_at_once_into_their_own_stores_and_one_shared_store(
 ) -> None:
     target = reg.ref(pushed, "1.0-cpu")
     stores = [tmp_path / f"node-{i}" for i in range(6)] + [tmp_path / "shared"] * 4  # all created at once
-    procs = [subprocess.Popen([sys.executable, "-m", "lockbuild", "pull", target, "--store", str(s), "--trust",
-                               str(signer.trust), "--wait", "60", "--json"], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for s in stores]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lockbuild",
+                "pull",
+                target,
+                "--store",
+                str(s),
+                "--trust",
+                str(signer.trust),
+                "--wait",
+                "60",
+                "--json",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in stores
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * len(stores), outs
     fetched = [json.loads(o)["fetched"] for o, _ in outs]

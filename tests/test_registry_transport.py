@@ -168,8 +168,10 @@ def test_a_slow_blob_fails_on_time_and_a_fast_one_of_the_same_size_passes() -> N
         with reg.get_blob("sha256:fast", size=len(blob)) as (chunks, _):
             assert b"".join(chunks) == blob
         t0 = time.monotonic()
-        with pytest.raises(RegistryError, match="did not finish within its 1 s deadline"), \
-                reg.get_blob("sha256:slow", size=len(blob)) as (chunks, _):
+        with (
+            pytest.raises(RegistryError, match="did not finish within its 1 s deadline"),
+            reg.get_blob("sha256:slow", size=len(blob)) as (chunks, _),
+        ):
             b"".join(chunks)
         assert time.monotonic() - t0 < 2.5
 
@@ -223,8 +225,11 @@ def test_an_upload_whose_local_copy_ends_early_fails() -> None:
         else:
             h.answer(201)
 
-    with fake(script) as server, registry(server) as reg, \
-            pytest.raises(RegistryError, match="the local copy ended 7 bytes early"):
+    with (
+        fake(script) as server,
+        registry(server) as reg,
+        pytest.raises(RegistryError, match="the local copy ended 7 bytes early"),
+    ):
         reg.upload_blob("sha256:" + "0" * 64, io.BytesIO(b"abc"), 10)
 
 
@@ -232,8 +237,12 @@ def test_a_range_answer_that_starts_elsewhere_is_refused() -> None:
     def script(h: _Handler) -> None:
         h.answer(206, b"whole blob", {"Content-Range": "bytes 0-9/10"})
 
-    with fake(script) as server, registry(server) as reg, pytest.raises(RegistryError, match="asked for bytes 4-"), \
-            reg.get_blob("sha256:" + "0" * 64, size=10, offset=4):
+    with (
+        fake(script) as server,
+        registry(server) as reg,
+        pytest.raises(RegistryError, match="asked for bytes 4-"),
+        reg.get_blob("sha256:" + "0" * 64, size=10, offset=4),
+    ):
         pass
 
 
@@ -376,8 +385,10 @@ def test_a_768_mib_token_answer_is_not_read_whole(length: bool) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     with fake(_flood(holder, total, length=length)) as server, registry(server) as reg:
         holder.append(server)
-        with pytest.raises(RegistryError, match="over the 1048576 allowed; refused unread" if length else
-                           "the answer is over 1048576 bytes; refused") as exc:
+        with pytest.raises(
+            RegistryError,
+            match="over the 1048576 allowed; refused unread" if length else "the answer is over 1048576 bytes; refused",
+        ) as exc:
             reg.get_manifest("1")
         time.sleep(0.2)
         sent = server.sent
@@ -452,8 +463,10 @@ def _token_service(h: _Handler) -> None:
 
 def test_a_realm_on_another_port_gets_no_credentials_unless_named() -> None:
     with fake(_token_service) as thief, fake(_challenging(lambda: f"http://{thief.host}/token")) as server:
-        with registry(server, credentials=Credentials("alice", "s3cret-pw")) as reg, \
-                    pytest.raises(RegistryError) as exc:
+        with (
+            registry(server, credentials=Credentials("alice", "s3cret-pw")) as reg,
+            pytest.raises(RegistryError) as exc,
+        ):
             reg.get_manifest("1")
         assert thief.seen == []  # not a single request, so no Authorization header
         assert f"is on {thief.host}, not the registry's own {server.host}" in exc.value.message
@@ -473,8 +486,17 @@ def test_the_cli_refuses_a_foreign_realm_and_names_auth_realm(tmp_path: Path, si
     from lockbuild.cli import main
 
     with fake(_token_service) as thief, fake(_challenging(lambda: f"http://{thief.host}/token")) as server:
-        args = ["pull", server.ref(), "--store", str(tmp_path / "s"), "--trust", str(signer.trust),
-                "--username", "alice", "--password-stdin"]
+        args = [
+            "pull",
+            server.ref(),
+            "--store",
+            str(tmp_path / "s"),
+            "--trust",
+            str(signer.trust),
+            "--username",
+            "alice",
+            "--password-stdin",
+        ]
         r = CliRunner().invoke(main, args, input="s3cret-pw\n")
         assert r.exit_code == 1 and f"--auth-realm {thief.host}" in r.output and "s3cret-pw" not in r.output
         assert thief.seen == []
@@ -509,8 +531,9 @@ def test_a_realm_over_a_weaker_scheme_gets_nothing_even_when_named() -> None:
         ("https", "registry.site", "https://[::1/token", (), False),
     ],
 )
-def test_where_a_bearer_realm_may_receive_credentials(scheme: str, host: str, realm: str, named: tuple[str, ...],
-                                                      ok: bool) -> None:
+def test_where_a_bearer_realm_may_receive_credentials(
+    scheme: str, host: str, realm: str, named: tuple[str, ...], ok: bool
+) -> None:
     why = realm_refusal(scheme, host, realm, [parse_auth_realm(n) for n in named])
     assert (why is None) == ok, why
 

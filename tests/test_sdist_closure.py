@@ -119,9 +119,13 @@ def test_a_tampered_build_dependency_is_refused(tmp_path: Path) -> None:
     """build-deps/ holds another toybackend 1.0 than the signed build lock pins: the build stops before its
     code runs (without --require-hashes and the pinned digest, the planted backend would run)."""
     planted = tmp_path / "planted-ran"
-    evil = make_wheel("toybackend", "1.0", modules={
-        "toybackend/__init__.py": f"open({str(planted)!r}, 'w').close()\n" + "raise SystemExit('planted')\n",
-    })
+    evil = make_wheel(
+        "toybackend",
+        "1.0",
+        modules={
+            "toybackend/__init__.py": f"open({str(planted)!r}, 'w').close()\n" + "raise SystemExit('planted')\n",
+        },
+    )
     u, members = unpacked_bundle(tmp_path, evil, backend_wheel("1.0")[1])
     with pytest.raises(InstallError, match="Hash mismatch"):
         run_build(u, members, tmp_path)
@@ -169,8 +173,9 @@ def test_a_pure_python_sdist_is_built_on_the_builder_the_same_twice(
     results = []
     for n in (1, 2):
         monkeypatch.setenv("LOCKBUILD_CACHE_DIR", str(tmp_path / f"cache{n}"))
-        code, stdout, stderr = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / f"d{n}"),
-                                   "--json")
+        code, stdout, stderr = cli(
+            "build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / f"d{n}"), "--json"
+        )
         assert code == 0, stderr
         results.append(json.loads(stdout)["bundles"][0])
     bundle = Path(results[0]["bundle"])
@@ -202,9 +207,16 @@ def test_a_wheel_that_would_not_run_on_the_node_is_left_for_the_node_to_build(tm
     wheel = backend_wheel("1.0")
     lock = f"toybackend==1.0 --hash=sha256:{hashlib.sha256(wheel[1]).hexdigest()}\n"
     got, why = prebuild(
-        sdist=io.BytesIO(data), sdist_name=name, project="lkwin", version="1.0",
-        deps=[(wheel[0], io.BytesIO(wheel[1]))], lock_text=lock, target=Target.of(PY, TARGET_PLATFORM),
-        as_of=day(2), cache=Cache(tmp_path / "c"), inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        sdist=io.BytesIO(data),
+        sdist_name=name,
+        project="lkwin",
+        version="1.0",
+        deps=[(wheel[0], io.BytesIO(wheel[1]))],
+        lock_text=lock,
+        target=Target.of(PY, TARGET_PLATFORM),
+        as_of=day(2),
+        cache=Cache(tmp_path / "c"),
+        inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
     )
     assert got is None and "lkwin-1.0-cp311-cp311-win_amd64.whl, which does not run on" in why
 
@@ -227,9 +239,16 @@ def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
         lock = f"toybackend==1.0 --hash=sha256:{hashlib.sha256(wheel[1]).hexdigest()}\n"
         cache = Cache(tmp_path / "c")
         got, why = prebuild(
-            sdist=io.BytesIO(data), sdist_name=name, project="lknet", version="1.0",
-            deps=[(wheel[0], io.BytesIO(wheel[1]))], lock_text=lock, target=Target.of(PY, TARGET_PLATFORM),
-            as_of=day(2), cache=cache, inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+            sdist=io.BytesIO(data),
+            sdist_name=name,
+            project="lknet",
+            version="1.0",
+            deps=[(wheel[0], io.BytesIO(wheel[1]))],
+            lock_text=lock,
+            target=Target.of(PY, TARGET_PLATFORM),
+            as_of=day(2),
+            cache=cache,
+            inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
         )
     assert got is not None, why
     with zipfile.ZipFile(cache.path(got.sha256)) as z:
@@ -376,18 +395,27 @@ def test_a_hostile_build_backend_meets_the_sandbox(tmp_path: Path, monkeypatch: 
     attack |= {"marker": marker, "port": tcp.getsockname()[1], "unix": str(unix_path), "pid": os.getpid()}
     pyproject = b'[build-system]\nrequires = []\nbuild-backend = "evil"\nbackend-path = ["."]\n'
     name = "lkevil-1.0.tar.gz"
-    data = make_tar_gz({
-        "lkevil-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkevil\nVersion: 1.0\n",
-        "lkevil-1.0/pyproject.toml": pyproject,
-        "lkevil-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
-        "lkevil-1.0/ATTACK.json": json.dumps(attack).encode(),
-        "lkevil-1.0/lkevil/__init__.py": b"def main():\n    pass\n",
-    })
+    data = make_tar_gz(
+        {
+            "lkevil-1.0/PKG-INFO": b"Metadata-Version: 2.2\nName: lkevil\nVersion: 1.0\n",
+            "lkevil-1.0/pyproject.toml": pyproject,
+            "lkevil-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
+            "lkevil-1.0/ATTACK.json": json.dumps(attack).encode(),
+            "lkevil-1.0/lkevil/__init__.py": b"def main():\n    pass\n",
+        }
+    )
     cache = Cache(tmp_path / "c")
     try:
         got, why = prebuild(
-            sdist=io.BytesIO(data), sdist_name=name, project="lkevil", version="1.0", deps=[], lock_text="",
-            target=Target.of(PY, TARGET_PLATFORM), as_of=day(2), cache=cache,
+            sdist=io.BytesIO(data),
+            sdist_name=name,
+            project="lkevil",
+            version="1.0",
+            deps=[],
+            lock_text="",
+            target=Target.of(PY, TARGET_PLATFORM),
+            as_of=day(2),
+            cache=cache,
             inherit={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path / "home")},
         )
         time.sleep(0.5)
@@ -466,16 +494,23 @@ def test_a_build_backend_run_while_locking_meets_the_sandbox(
     unix.listen(1)
     unix.settimeout(0.2)
     attack = {k: str(v) for k, v in targets.items()}
-    attack |= {"marker": "8123.5", "port": report.getsockname()[1], "unix": str(unix_path), "pid": os.getpid(),
-               "report": report.getsockname()[1]}
+    attack |= {
+        "marker": "8123.5",
+        "port": report.getsockname()[1],
+        "unix": str(unix_path),
+        "pid": os.getpid(),
+        "report": report.getsockname()[1],
+    }
     pyproject = b'[build-system]\nrequires = []\nbuild-backend = "evil"\nbackend-path = ["."]\n'
-    data = make_tar_gz({
-        "lkdyn-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: lkdyn\nVersion: 1.0\n",
-        "lkdyn-1.0/pyproject.toml": pyproject,
-        "lkdyn-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
-        "lkdyn-1.0/ATTACK.json": json.dumps(attack).encode(),
-        "lkdyn-1.0/lkdyn/__init__.py": b"def main():\n    pass\n",
-    })
+    data = make_tar_gz(
+        {
+            "lkdyn-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: lkdyn\nVersion: 1.0\n",
+            "lkdyn-1.0/pyproject.toml": pyproject,
+            "lkdyn-1.0/evil.py": BACKEND.encode() + HOSTILE.encode(),
+            "lkdyn-1.0/ATTACK.json": json.dumps(attack).encode(),
+            "lkdyn-1.0/lkdyn/__init__.py": b"def main():\n    pass\n",
+        }
+    )
     if not env.projects.get(("primary", "lkdyn")):
         env.publish("lkdyn-1.0.tar.gz", data, uploaded=day(1))
     recipe = tmp_path / "lkdyn.toml"
@@ -512,8 +547,15 @@ def test_no_sandbox_means_no_build_here_not_a_build_without_one(
     name, data = sdist_needing_backend("lknobwrap", "1.0")
     with pytest.raises(sandbox.SandboxError) as exc:
         prebuild(
-            sdist=io.BytesIO(data), sdist_name=name, project="lknobwrap", version="1.0", deps=[], lock_text="",
-            target=Target.of(PY, TARGET_PLATFORM), as_of=day(2), cache=Cache(tmp_path / "c"),
+            sdist=io.BytesIO(data),
+            sdist_name=name,
+            project="lknobwrap",
+            version="1.0",
+            deps=[],
+            lock_text="",
+            target=Target.of(PY, TARGET_PLATFORM),
+            as_of=day(2),
+            cache=Cache(tmp_path / "c"),
             inherit={"PATH": "/usr/bin:/bin"},
         )
     assert exc.value.tip is not None and "apt-get install bubblewrap" in exc.value.tip

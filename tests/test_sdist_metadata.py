@@ -37,7 +37,7 @@ from lockbuild.target import Target
 # A backend whose hooks try to reach the network (each port given, on 127.0.0.1) and look for a secret
 # in every environment and every file they can read outside the system's; the metadata hook fails the
 # lock, saying what it reached, if anything was. Its METADATA names the dependencies in REQUIRES.
-PROBE = '''
+PROBE = """
 import json as _json, os as _os, socket as _socket
 
 
@@ -107,20 +107,24 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
         for r in requires:
             f.write("Requires-Dist: %s\\n" % r)
     return info
-'''
+"""
 
 
-def dynamic_sdist(name: str, probe: dict[str, object], requires: str = "toydep", backend: str = PROBE) -> tuple[str, bytes]:
+def dynamic_sdist(
+    name: str, probe: dict[str, object], requires: str = "toydep", backend: str = PROBE
+) -> tuple[str, bytes]:
     """``name`` 1.0 as an sdist with dynamic metadata (PKG-INFO 2.1) and its own backend (backend-path)."""
     pyproject = b'[build-system]\nrequires = []\nbuild-backend = "probe"\nbackend-path = ["."]\n'
-    return f"{name}-1.0.tar.gz", make_tar_gz({
-        f"{name}-1.0/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
-        f"{name}-1.0/pyproject.toml": pyproject,
-        f"{name}-1.0/probe.py": BACKEND.encode() + backend.encode(),
-        f"{name}-1.0/PROBE.json": json.dumps(probe).encode(),
-        f"{name}-1.0/REQUIRES": requires.encode(),
-        f"{name}-1.0/{name}/__init__.py": b"def main():\n    pass\n",
-    })
+    return f"{name}-1.0.tar.gz", make_tar_gz(
+        {
+            f"{name}-1.0/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+            f"{name}-1.0/pyproject.toml": pyproject,
+            f"{name}-1.0/probe.py": BACKEND.encode() + backend.encode(),
+            f"{name}-1.0/PROBE.json": json.dumps(probe).encode(),
+            f"{name}-1.0/REQUIRES": requires.encode(),
+            f"{name}-1.0/{name}/__init__.py": b"def main():\n    pass\n",
+        }
+    )
 
 
 class Listener:
@@ -193,7 +197,9 @@ def test_a_dynamic_sdist_locks_and_its_backend_reaches_no_network_and_no_credent
     monkeypatch.setenv("LOCKBUILD_INDEX_URL", f"http://lbuser:{secret}@{host}/primary/simple")
     monkeypatch.setattr(env, "require_auth", "Basic " + base64.b64encode(f"lbuser:{secret}".encode()).decode())
     if not env.projects.get(("primary", "lkprobe")):
-        env.publish(*dynamic_sdist("lkprobe", {"ports": [listener.port], "canary_hex": secret.encode().hex()}), uploaded=day(1))
+        env.publish(
+            *dynamic_sdist("lkprobe", {"ports": [listener.port], "canary_hex": secret.encode().hex()}), uploaded=day(1)
+        )
     code, _, stderr, out = lock(tmp_path, "lkprobe")
     assert code == 0, stderr
     assert listener.seen == []
@@ -202,9 +208,7 @@ def test_a_dynamic_sdist_locks_and_its_backend_reaches_no_network_and_no_credent
     assert secret not in text + stderr
 
 
-def test_a_dynamic_sdist_with_build_dependencies_from_the_index(
-    env: FakeServer, tmp_path: Path
-) -> None:
+def test_a_dynamic_sdist_with_build_dependencies_from_the_index(env: FakeServer, tmp_path: Path) -> None:
     """Its backend (toybackend, from the index, no metadata hook: PEP 517's build_wheel fallback) is locked at
     the cut-off and installed offline by hash into the sandbox's throw-away environment."""
     if not env.projects.get(("primary", "lkdynbe")):
@@ -235,9 +239,15 @@ def test_uv_is_given_the_metadata_and_runs_no_backend(env: FakeServer, listener:
         work = tmp_path / f"w{n}"
         work.mkdir()
         got = compile_lock(
-            ["lkuvmeta==1.0"], target, day(10), index_url=env.index_url(), workdir=work,
-            cache_dir=tmp_path / f"uv-cache{n}", inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
-            sdists_allowed=["lkuvmeta"], sdist_metadata=given,
+            ["lkuvmeta==1.0"],
+            target,
+            day(10),
+            index_url=env.index_url(),
+            workdir=work,
+            cache_dir=tmp_path / f"uv-cache{n}",
+            inherit={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+            sdists_allowed=["lkuvmeta"],
+            sdist_metadata=given,
         )
         texts.append(got.text)
     assert listener.seen == []
@@ -248,8 +258,10 @@ def test_uv_is_given_the_metadata_and_runs_no_backend(env: FakeServer, listener:
 def test_metadata_that_cannot_be_produced_refuses_the_lock_naming_the_package(
     env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = "\ndef prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):\n" \
-             "    raise SystemExit('this backend needs a compiler it cannot find')\n"
+    broken = (
+        "\ndef prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):\n"
+        "    raise SystemExit('this backend needs a compiler it cannot find')\n"
+    )
     if not env.projects.get(("primary", "lkbroken")):
         env.publish(*dynamic_sdist("lkbroken", {}, backend=broken), uploaded=day(1))
     code, _, stderr, out = lock(tmp_path, "lkbroken")
@@ -278,23 +290,41 @@ def make_ca_and_server_cert(base: Path) -> tuple[Path, Path, Path]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lockbuild test CA")])
     ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
         .not_valid_after(now + dt.timedelta(days=2))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
@@ -303,8 +333,9 @@ def make_ca_and_server_cert(base: Path) -> tuple[Path, Path, Path]:
     paths = base / "ca.pem", base / "cert.pem", base / "key.pem"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return paths
 
 
@@ -345,23 +376,37 @@ def test_a_dynamic_sdist_locks_against_an_https_index_with_a_private_ca(
     assert "lktls==1.0" in text and "toydep==1.0" in text
 
 
-def test_uv_in_the_sandbox_without_the_ca_says_certificate(
-    tls_index: tuple[FakeServer, Path], tmp_path: Path
-) -> None:
+def test_uv_in_the_sandbox_without_the_ca_says_certificate(tls_index: tuple[FakeServer, Path], tmp_path: Path) -> None:
     """The compile itself (uv in the sandbox): a TLS failure is named as such, with the SSL_CERT_FILE tip."""
     server, ca = tls_index
     url = server.index_url().replace("http://", "https://")
     meta = (SdistMetadata("lktls", "1.0", ("toydep",)),)
     with pytest.raises(ResolveError) as exc:
-        compile_lock(["lktls==1.0"], Target.of(PY, PLATFORM), day(10), index_url=url, workdir=tmp_path,
-                     cache_dir=tmp_path / "uv-cache", inherit={"PATH": "/usr/bin:/bin"}, sdists_allowed=["lktls"],
-                     sdist_metadata=meta)
+        compile_lock(
+            ["lktls==1.0"],
+            Target.of(PY, PLATFORM),
+            day(10),
+            index_url=url,
+            workdir=tmp_path,
+            cache_dir=tmp_path / "uv-cache",
+            inherit={"PATH": "/usr/bin:/bin"},
+            sdists_allowed=["lktls"],
+            sdist_metadata=meta,
+        )
     assert "certificate" in exc.value.message and exc.value.tip is not None and "SSL_CERT_FILE" in exc.value.tip
     work = tmp_path / "trusted"
     work.mkdir()
-    got = compile_lock(["lktls==1.0"], Target.of(PY, PLATFORM), day(10), index_url=url, workdir=work,
-                       cache_dir=tmp_path / "uv-cache2", inherit={"PATH": "/usr/bin:/bin", "SSL_CERT_FILE": str(ca)},
-                       sdists_allowed=["lktls"], sdist_metadata=meta)
+    got = compile_lock(
+        ["lktls==1.0"],
+        Target.of(PY, PLATFORM),
+        day(10),
+        index_url=url,
+        workdir=work,
+        cache_dir=tmp_path / "uv-cache2",
+        inherit={"PATH": "/usr/bin:/bin", "SSL_CERT_FILE": str(ca)},
+        sdists_allowed=["lktls"],
+        sdist_metadata=meta,
+    )
     assert "toydep==1.0" in got.text
 
 
@@ -375,13 +420,16 @@ def test_static_metadata_is_pkg_info_2_2_without_dynamic_dependency_fields() -> 
     assert static_metadata(b"Metadata-Version: 2.4\nDynamic: Summary\n" + base, "a", "1.0", "") is not None
 
 
-@pytest.mark.parametrize(("field", "why"), [
-    (b"Requires-Dist: evil @ https://example.com/evil.whl\n", "requires a URL"),
-    (b"Requires-Dist: not a requirement!!\n", "invalid Requires-Dist"),
-    (b"Requires-Dist: b; python_version > '\xc3\xa9'\n", "not short printable ASCII"),
-    (b"Requires-Python: >=3.9 or so\n", "invalid Requires-Python"),
-    (b"Provides-Extra: a]b\n", "invalid Provides-Extra"),
-])
+@pytest.mark.parametrize(
+    ("field", "why"),
+    [
+        (b"Requires-Dist: evil @ https://example.com/evil.whl\n", "requires a URL"),
+        (b"Requires-Dist: not a requirement!!\n", "invalid Requires-Dist"),
+        (b"Requires-Dist: b; python_version > '\xc3\xa9'\n", "not short printable ASCII"),
+        (b"Requires-Python: >=3.9 or so\n", "invalid Requires-Python"),
+        (b"Provides-Extra: a]b\n", "invalid Provides-Extra"),
+    ],
+)
 def test_metadata_uv_could_not_take_as_given_is_refused(field: bytes, why: str) -> None:
     raw = b"Metadata-Version: 2.1\nName: a\nVersion: 1.0\n" + field
     with pytest.raises(ResolveError, match=why):
@@ -401,8 +449,13 @@ def test_the_uv_config_states_every_version() -> None:
     text = uv_config([SdistMetadata("a", "1.0", ('b; extra == "x"',), ">=3.9", ("x",))], ["A", "c"])
     entries = tomllib.loads(text)["dependency-metadata"]
     assert entries == [
-        {"name": "a", "version": "1.0", "requires-dist": ['b; extra == "x"'], "requires-python": ">=3.9",
-         "provides-extras": ["x"]},
+        {
+            "name": "a",
+            "version": "1.0",
+            "requires-dist": ['b; extra == "x"'],
+            "requires-python": ">=3.9",
+            "provides-extras": ["x"],
+        },
         {"name": "a", "requires-dist": []},
         {"name": "c", "requires-dist": []},
     ]
@@ -450,8 +503,10 @@ def test_only_the_compile_that_runs_no_backend_keeps_the_network_in_the_sandbox(
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             for kw in node.keywords:
-                if name == "Spec" and kw.arg == "network" and not (
-                    isinstance(kw.value, ast.Constant) and kw.value.value is False
+                if (
+                    name == "Spec"
+                    and kw.arg == "network"
+                    and not (isinstance(kw.value, ast.Constant) and kw.value.value is False)
                 ):
                     networked.append(str(path.relative_to(package)))
     assert networked == ["builder/uvsandbox.py"]

@@ -32,8 +32,9 @@ pytestmark = pytest.mark.skipif(MINISIGN is None or ZSTD is None, reason="needs 
 UPLOADED = "2025-06-01T00:00:00Z"
 
 
-def recipe_text(interpreter: str | None, *, name: str = "lockbuild", version: str = __version__,
-                wheel: str = "{ self = true }") -> str:
+def recipe_text(
+    interpreter: str | None, *, name: str = "lockbuild", version: str = __version__, wheel: str = "{ self = true }"
+) -> str:
     text = f'''\
 [engine]
 name = "{name}"
@@ -120,8 +121,29 @@ def extract(bundle: Path, dest: Path) -> Path:
 
 
 # What a minimal node has: a shell, coreutils, tar, gzip, grep and sed; no python of any version.
-NODE_TOOLS = ("sh", "sha256sum", "tar", "gzip", "mktemp", "mv", "rm", "mkdir", "chmod", "cat", "head", "grep",
-              "sed", "dirname", "readlink", "realpath", "ls", "find", "id", "dd", "cut")
+NODE_TOOLS = (
+    "sh",
+    "sha256sum",
+    "tar",
+    "gzip",
+    "mktemp",
+    "mv",
+    "rm",
+    "mkdir",
+    "chmod",
+    "cat",
+    "head",
+    "grep",
+    "sed",
+    "dirname",
+    "readlink",
+    "realpath",
+    "ls",
+    "find",
+    "id",
+    "dd",
+    "cut",
+)
 
 
 def node_path(base: Path) -> str:
@@ -142,8 +164,9 @@ def bootstrap(extracted: Path, target: Path, home: Path) -> subprocess.Completed
     home.mkdir(exist_ok=True)
     (home / "tmp").mkdir(exist_ok=True)
     env = {"PATH": node_path(home.parent), "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
-    return subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(target)]), capture_output=True,
-                          text=True, env=env)
+    return subprocess.run(
+        offline(["sh", str(extracted / "bootstrap.sh"), str(target)]), capture_output=True, text=True, env=env
+    )
 
 
 def tree(path: Path) -> list[str]:
@@ -187,8 +210,9 @@ def test_the_recorded_recipe_pins_lockbuilds_own_wheel_by_its_sha256(bundles: li
 def test_a_pin_that_this_lockbuild_does_not_make_is_refused(
     index: tuple[FakeServer, str], keys: Keys, tmp_path: Path
 ) -> None:
-    code, _, stderr = build(index, tmp_path, keys, recipe_text(None, wheel=f'{{ self = true, sha256 = "{"0" * 64}" }}'),
-                            "pin")
+    code, _, stderr = build(
+        index, tmp_path, keys, recipe_text(None, wheel=f'{{ self = true, sha256 = "{"0" * 64}" }}'), "pin"
+    )
     assert code != 0
     assert f"pins lockbuild's own wheel to sha256 {'0' * 64}" in stderr and "Traceback" not in stderr
     assert not (tmp_path / "dist-pin").exists() or not list((tmp_path / "dist-pin").iterdir())
@@ -206,8 +230,9 @@ def test_only_lockbuild_at_the_running_version_takes_the_self_wheel(
 # --- the node, with stock tools only ---------------------------------------------------------------------
 
 
-def test_minisign_accepts_the_self_bundle_and_refuses_a_flipped_byte(bundles: list[Path], keys: Keys,
-                                                                      tmp_path: Path) -> None:
+def test_minisign_accepts_the_self_bundle_and_refuses_a_flipped_byte(
+    bundles: list[Path], keys: Keys, tmp_path: Path
+) -> None:
     ok = subprocess.run([MINISIGN, "-Vm", str(bundles[0]), "-p", str(keys.public)], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     bad = tmp_path / bundles[0].name
@@ -238,14 +263,30 @@ def test_the_bootstrap_installs_lockbuild_offline_with_no_python_on_path(
     env = {"PATH": node_path(tmp_path), "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8"}
     version = subprocess.run([str(target / "bin" / "lockbuild"), "--version"], capture_output=True, text=True, env=env)
     assert version.stdout.strip() == f"lockbuild, version {__version__}"
-    verify = subprocess.run([str(target / "bin" / "lockbuild"), "verify", str(bundles[1]), "--trust", str(keys.trust)],
-                            capture_output=True, text=True, env=env)
+    verify = subprocess.run(
+        [str(target / "bin" / "lockbuild"), "verify", str(bundles[1]), "--trust", str(keys.trust)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert verify.returncode == 0, verify.stderr
     engines = tmp_path / "engines"
     update = subprocess.run(
-        offline([str(target / "bin" / "lockbuild"), "install", str(bundles[1]), "--root", str(engines),
-                 "--trust", str(keys.trust), "--json"]),
-        capture_output=True, text=True, env=env,
+        offline(
+            [
+                str(target / "bin" / "lockbuild"),
+                "install",
+                str(bundles[1]),
+                "--root",
+                str(engines),
+                "--trust",
+                str(keys.trust),
+                "--json",
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert update.returncode == 0, update.stderr
     current = engines / "lockbuild" / f"{__version__}-py{PY.replace('.', '')}" / "bin" / "lockbuild"
@@ -274,8 +315,9 @@ def test_the_bootstrap_refuses_an_existing_target_and_a_relative_one(bundles: li
     (tmp_path / "opt" / "lockbuild").mkdir()
     run = bootstrap(extracted, tmp_path / "opt" / "lockbuild", tmp_path / "home")
     assert run.returncode == 1 and "exists already" in run.stderr and "lockbuild install" in run.stderr
-    run = subprocess.run(["sh", str(extracted / "bootstrap.sh"), "opt/lockbuild"], capture_output=True, text=True,
-                         cwd=tmp_path)
+    run = subprocess.run(
+        ["sh", str(extracted / "bootstrap.sh"), "opt/lockbuild"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert run.returncode == 1 and "expected TARGET as an absolute path" in run.stderr
     for odd in (f"{tmp_path}/opt/../opt/lb", f"{tmp_path}/opt/a b", f"{tmp_path}/opt/$(id)"):
         run = subprocess.run(["sh", str(extracted / "bootstrap.sh"), odd], capture_output=True, text=True)
@@ -367,8 +409,9 @@ def test_a_commit_of_another_version_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["extraction", "parent"])
-def test_the_bootstrap_refuses_a_directory_another_user_could_write(bundles: list[Path], tmp_path: Path,
-                                                                     where: str) -> None:
+def test_the_bootstrap_refuses_a_directory_another_user_could_write(
+    bundles: list[Path], tmp_path: Path, where: str
+) -> None:
     """A group- or world-writable extraction could be changed between the check and the use; a parent
     writable by others lets them replace TARGET. Both are refused before anything is made."""
     extracted = extract(bundles[0], tmp_path / "x")
@@ -391,8 +434,11 @@ _GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=fa
 
 
 def _committed(root: Path, name: str) -> bytes:
-    return subprocess.run(["git", "--no-replace-objects", "-C", str(root), "cat-file", "blob", f"HEAD:{name}"], capture_output=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", "--no-replace-objects", "-C", str(root), "cat-file", "blob", f"HEAD:{name}"],
+        capture_output=True,
+        check=True,
+    ).stdout
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -418,15 +464,22 @@ def test_the_self_wheel_holds_the_committed_blobs_whatever_the_checkouts_attribu
     (root / ".git" / "info" / "attributes").write_text("*.py filter=x\nlockbuild/stamp.py export-subst\n")
     subprocess.run([*git, "config", "filter.x.smudge", "sed s/committed/rewritten/"], check=True)
     subprocess.run([*git, "config", "filter.x.clean", "cat"], check=True)
-    evil = subprocess.run([*git, "hash-object", "-w", "--stdin"], input=b'WHO = "replaced"\n', capture_output=True,
-                          check=True).stdout.decode().strip()
-    blob = subprocess.run([*git, "rev-parse", "HEAD:lockbuild/replaced.py"], capture_output=True, check=True,
-                          text=True).stdout.strip()
+    evil = (
+        subprocess.run(
+            [*git, "hash-object", "-w", "--stdin"], input=b'WHO = "replaced"\n', capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+    blob = subprocess.run(
+        [*git, "rev-parse", "HEAD:lockbuild/replaced.py"], capture_output=True, check=True, text=True
+    ).stdout.strip()
     subprocess.run([*git, "replace", blob, evil], check=True)
     status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, check=True).stdout
     assert status == ""  # the checkout looks clean
-    archived = subprocess.run([*git, "archive", "--format=tar", "HEAD", "--", "lockbuild"], capture_output=True,
-                              check=True).stdout
+    archived = subprocess.run(
+        [*git, "archive", "--format=tar", "HEAD", "--", "lockbuild"], capture_output=True, check=True
+    ).stdout
     assert b"rewritten" in archived and b"$Format:%H$" not in archived  # what the old way shipped
 
     wheel = make_self_wheel(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), from_checkout(root))
@@ -521,20 +574,26 @@ def test_the_bootstrap_installs_from_its_own_copy_not_from_dir_after_the_check(
     real = os.path.realpath(shutil.which("sha256sum") or "sha256sum")
     swap = " ".join(f"'{p}'" for p in sorted((extracted / "wheels").glob("*.whl")))
     (spy / "sha256sum").write_text(
-        f"#!/bin/sh\nfor f in {swap}; do printf 'swapped\\n' > \"$f\"; done\nexec '{real}' \"$@\"\n")
+        f"#!/bin/sh\nfor f in {swap}; do printf 'swapped\\n' > \"$f\"; done\nexec '{real}' \"$@\"\n"
+    )
     (spy / "sha256sum").chmod(0o755)
     home = tmp_path / "home"
     home.mkdir()
     (home / "tmp").mkdir()
     env = {"PATH": f"{spy}:{node}", "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
     target = parent / "lockbuild"
-    run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(target)]), capture_output=True,
-                         text=True, env=env)
+    run = subprocess.run(
+        offline(["sh", str(extracted / "bootstrap.sh"), str(target)]), capture_output=True, text=True, env=env
+    )
     assert all(p.read_bytes() == b"swapped\n" for p in (extracted / "wheels").glob("*.whl"))  # the swap happened
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in parent.iterdir()) == ["lockbuild"] and not (target / ".bundle").exists()
-    version = subprocess.run([str(target / "bin" / "lockbuild"), "--version"], capture_output=True, text=True,
-                             env={"PATH": node, "LANG": "C.UTF-8"})
+    version = subprocess.run(
+        [str(target / "bin" / "lockbuild"), "--version"],
+        capture_output=True,
+        text=True,
+        env={"PATH": node, "LANG": "C.UTF-8"},
+    )
     assert version.stdout.strip() == f"lockbuild, version {__version__}"
 
 
@@ -555,8 +614,12 @@ def test_the_bootstrap_refuses_an_interpreter_another_user_could_swap(bundles: l
     home.mkdir()
     (home / "tmp").mkdir()
     env = {"PATH": node_path(tmp_path), "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
-    run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(parent / "lockbuild"), "--python",
-                                  str(fake)]), capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        offline(["sh", str(extracted / "bootstrap.sh"), str(parent / "lockbuild"), "--python", str(fake)]),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert run.returncode == 1, run.stderr
     assert f"the interpreter {fake} ({fake}) is in or under {shared}, which another user can write" in run.stderr
     assert not ran.exists() and list(parent.iterdir()) == []
@@ -582,8 +645,12 @@ def test_the_bootstrap_refuses_an_interpreter_other_users_cannot_run_for_a_targe
     open_parent = Path(tempfile.mkdtemp(prefix="lb-open-", dir="/tmp"))  # /tmp/X, 0755: others may enter
     try:
         open_parent.chmod(0o755)
-        run = subprocess.run(offline(["sh", str(extracted / "bootstrap.sh"), str(open_parent / "lockbuild"),
-                                      "--python", str(fake)]), capture_output=True, text=True, env=env)
+        run = subprocess.run(
+            offline(["sh", str(extracted / "bootstrap.sh"), str(open_parent / "lockbuild"), "--python", str(fake)]),
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert run.returncode == 1, run.stderr
         assert f"the interpreter {fake} ({fake}) lies under a directory other users cannot enter" in run.stderr
         assert f"--python /usr/bin/python{PY}" in run.stderr
@@ -598,12 +665,15 @@ def test_after_its_copy_the_bootstrap_names_dir_only_in_messages() -> None:
     from importlib.resources import files
 
     lines = files("lockbuild.bundle").joinpath("bootstrap.sh").read_text().splitlines()
-    copy = next(i for i, line in enumerate(lines) if 'tar -cf - .' in line)
+    copy = next(i for i, line in enumerate(lines) if "tar -cf - ." in line)
     assert lines[copy].startswith('(cd "$dir" && tar -cf - .)')
-    uses = [f"{i + 1}: {line}" for i, line in enumerate(lines[copy + 1:], copy + 1)
-            if "$dir" in line and not line.lstrip().startswith(("die ", "say ", "|| die ", "[ -z \"$odd\" ] || die ", "#"))]
+    uses = [
+        f"{i + 1}: {line}"
+        for i, line in enumerate(lines[copy + 1 :], copy + 1)
+        if "$dir" in line and not line.lstrip().startswith(("die ", "say ", "|| die ", '[ -z "$odd" ] || die ', "#"))
+    ]
     assert uses == []
-    assert 'here=$stage/.bundle' in lines[:copy]
+    assert "here=$stage/.bundle" in lines[:copy]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -617,8 +687,10 @@ def test_a_blob_that_does_not_hash_to_its_id_is_refused(tmp_path: Path, monkeypa
     real = shutil.which("git")
     fake = tmp_path / "bin" / "git"
     fake.parent.mkdir()
-    fake.write_text(f'#!/bin/sh\ncase " $* " in *" cat-file "*) \'{real}\' "$@" | sed s/committed/COMMITTED/ ;;\n'
-                    f'*) exec \'{real}\' "$@" ;; esac\n')
+    fake.write_text(
+        f'#!/bin/sh\ncase " $* " in *" cat-file "*) \'{real}\' "$@" | sed s/committed/COMMITTED/ ;;\n'
+        f"*) exec '{real}' \"$@\" ;; esac\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     with pytest.raises(RecipeError, match=r"lockbuild/__init__\.py of commit .* does not hash to its blob id"):
@@ -636,8 +708,9 @@ def test_a_checkout_that_moves_during_the_build_stops_it(
     from lockbuild.builder import selfwheel
 
     first = selfwheel.own_contents()
-    moved = dataclasses.replace(first, files=tuple((n, d + b"# moved\n" if n == "lockbuild/__init__.py" else d)
-                                                   for n, d in first.files))
+    moved = dataclasses.replace(
+        first, files=tuple((n, d + b"# moved\n" if n == "lockbuild/__init__.py" else d) for n, d in first.files)
+    )
     made = iter([first, moved])
     monkeypatch.setattr(selfwheel, "own_contents", lambda: next(made))
     code, _, stderr = build(index, tmp_path, keys, recipe_text(None), "moved")

@@ -22,7 +22,7 @@ from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
 from lockbuild.recipe import parse_recipe
 
-ENGINE = '''\
+ENGINE = """\
 import ctypes
 import os
 import socket
@@ -162,7 +162,7 @@ def main() -> None:
         print("looked up")
     else:
         print("netengine ok")
-'''
+"""
 
 PREEMPT = "import sys, types; sys.modules['_lockbuild_selftest'] = types.ModuleType('_lockbuild_selftest')\n"
 
@@ -203,12 +203,21 @@ def _build(tmp: Path, keys: Keys, variant: str, extra: str = "", verify: str | N
 
 
 @pytest.fixture(scope="module")
-def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def bundles(
+    blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Path]]:
     s = blank_server
     s.reset()
     s.publish(*uv_wheel(), uploaded=day(1))
-    s.publish(*make_wheel("netengine", "1.0", modules={"netengine/__init__.py": ENGINE, "_a_preempt.pth": PREEMPT},
-                          scripts={"netengine": "netengine:main"}), uploaded=day(1))
+    s.publish(
+        *make_wheel(
+            "netengine",
+            "1.0",
+            modules={"netengine/__init__.py": ENGINE, "_a_preempt.pth": PREEMPT},
+            scripts={"netengine": "netengine:main"},
+        ),
+        uploaded=day(1),
+    )
     tmp = tmp_path_factory.mktemp("netengine")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCKBUILD_INDEX_URL", s.index_url())
@@ -217,31 +226,54 @@ def bundles(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempP
             "plain": _build(tmp, keys, "plain"),
             "quiet": _build(tmp, keys, "quiet", 'smoke = ["netengine", "--quiet"]'),
             "net": _build(tmp, keys, "net", 'smoke = ["netengine", "--smoke"]'),
-            "allowed": _build(tmp, keys, "allowed", 'smoke = ["netengine", "--smoke"]\nallow-network = ["10.255.255.1"]'),
+            "allowed": _build(
+                tmp, keys, "allowed", 'smoke = ["netengine", "--smoke"]\nallow-network = ["10.255.255.1"]'
+            ),
             "serve": _build(tmp, keys, "serve", 'smoke = ["netengine", "--serve"]'),
             # verify and smoke commands that are not Python (no .pth runs): they see the settings all the same
-            "shell": _build(tmp, keys, "shell", 'smoke = ["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1"]',
-                            verify='["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && netengine --version"]'),
-            "native": _build(tmp, keys, "native",
-                             'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'),
+            "shell": _build(
+                tmp,
+                keys,
+                "shell",
+                'smoke = ["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1"]',
+                verify='["sh", "-c", "test \\"$HF_HUB_OFFLINE\\" = 1 && netengine --version"]',
+            ),
+            "native": _build(
+                tmp, keys, "native", 'smoke = ["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.2/81) 2>/dev/null; true"]'
+            ),
             # the dodges a hostile engine tries, each one of them
             "sendmsg": _build(tmp, keys, "sendmsg", verify='["netengine", "--sendmsg"]'),
             "sendmmsg": _build(tmp, keys, "sendmmsg", 'smoke = ["netengine", "--sendmmsg"]'),
-            "devtcp": _build(tmp, keys, "devtcp", verify='["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.5/82) '
-                             '2>/dev/null; netengine --version"]'),
+            "devtcp": _build(
+                tmp,
+                keys,
+                "devtcp",
+                verify='["bash", "-c", "(exec 3<>/dev/tcp/10.255.255.5/82) 2>/dev/null; netengine --version"]',
+            ),
             "nosite": _build(tmp, keys, "nosite", 'smoke = ["netengine", "--nosite"]'),
             "erase": _build(tmp, keys, "erase", 'smoke = ["netengine", "--erase"]'),
             "daemon": _build(tmp, keys, "daemon", 'smoke = ["netengine", "--daemon"]'),
             "uring": _build(tmp, keys, "uring", 'smoke = ["netengine", "--uring"]'),
             "untraced": _build(tmp, keys, "untraced", 'smoke = ["netengine", "--untraced"]'),
             "family": _build(tmp, keys, "family", 'smoke = ["netengine", "--family"]'),
-            "lookup": _build(tmp, keys, "lookup", 'smoke = ["netengine", "--lookup"]',
-                             verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
+            "lookup": _build(
+                tmp,
+                keys,
+                "lookup",
+                'smoke = ["netengine", "--lookup"]',
+                verify='["sh", "-c", "getent hosts native.example; netengine --version"]',
+            ),
             "fill": _build(tmp, keys, "fill", 'smoke = ["netengine", "--fill"]'),
-            "gpu": _build(tmp, keys, "gpu", 'smoke = ["netengine", "--quiet"]\ngpu-smoke = ["netengine", "--gpu-smoke"]'),
-            "lookup-allowed": _build(tmp, keys, "lookup-allowed",
-                                     'smoke = ["netengine", "--lookup"]\nallow-network = ["hub.example", "native.example"]',
-                                     verify='["sh", "-c", "getent hosts native.example; netengine --version"]'),
+            "gpu": _build(
+                tmp, keys, "gpu", 'smoke = ["netengine", "--quiet"]\ngpu-smoke = ["netengine", "--gpu-smoke"]'
+            ),
+            "lookup-allowed": _build(
+                tmp,
+                keys,
+                "lookup-allowed",
+                'smoke = ["netengine", "--lookup"]\nallow-network = ["hub.example", "native.example"]',
+                verify='["sh", "-c", "getent hosts native.example; netengine --version"]',
+            ),
         }
 
 
@@ -258,8 +290,9 @@ def test_env_values_reach_the_binary_started_directly(bundles: dict[str, Path], 
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "offline it's $HOME `x` 1"
     # an operator's own value wins for one run
-    out = subprocess.run([str(env_dir / "bin" / "netengine"), "--env"], env={"HF_HUB_OFFLINE": "0"},
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [str(env_dir / "bin" / "netengine"), "--env"], env={"HF_HUB_OFFLINE": "0"}, capture_output=True, text=True
+    )
     assert out.stdout.strip().endswith(" 0")
     # and an activated shell exports them to any program
     sh = f'. "{env_dir}/bin/activate" && printf "%s|%s" "$HF_NETENGINE_MODE" "$HF_HUB_OFFLINE"'
@@ -273,7 +306,10 @@ def test_env_values_reach_the_binary_started_directly(bundles: dict[str, Path], 
     code, out_text, _ = cli("inspect", str(bundles["plain"]))
     assert "install: env: HF_HUB_OFFLINE=1 HF_NETENGINE_MODE=" in out_text
     code, out_json, _ = cli("inspect", str(bundles["plain"]), "--json")
-    assert json.loads(out_json)["install"]["env"] == {"HF_HUB_OFFLINE": "1", "HF_NETENGINE_MODE": "offline it's $HOME `x`"}
+    assert json.loads(out_json)["install"]["env"] == {
+        "HF_HUB_OFFLINE": "1",
+        "HF_NETENGINE_MODE": "offline it's $HOME `x`",
+    }
 
 
 def test_the_verify_command_runs_with_the_env(bundles: dict[str, Path]) -> None:
@@ -310,19 +346,34 @@ def _table(**extra: object) -> dict[str, object]:
 
 
 def test_the_manifest_env_round_trips_and_is_parsed_strictly() -> None:
-    t = InstallTable("e", ("e",), "none", "tools/uv.whl", env=(("HF_A", "x y'\"$"), ("HF_HUB_OFFLINE", "1")),
-                     smoke=("e", "--smoke"), allow_network=("example.org",))
+    t = InstallTable(
+        "e",
+        ("e",),
+        "none",
+        "tools/uv.whl",
+        env=(("HF_A", "x y'\"$"), ("HF_HUB_OFFLINE", "1")),
+        smoke=("e", "--smoke"),
+        allow_network=("example.org",),
+    )
     import tomllib
 
     data = tomllib.loads("\n".join(t.toml_lines(toml_string)))
     assert parse_install(data["install"], {"tools/uv.whl": "tool"}) == t
-    for bad in ({"env": {"LD_PRELOAD": "x"}}, {"env": {"HF_A": "x\ny"}}, {"env": {"a": "1"}}, {"env": ["HF_A=1"]},
-                {"smoke": ["e", "\x1b[2J"]}, {"allow-network": ["http://x/"]}, {"allow-network": [1]}):
+    for bad in (
+        {"env": {"LD_PRELOAD": "x"}},
+        {"env": {"HF_A": "x\ny"}},
+        {"env": {"a": "1"}},
+        {"env": ["HF_A=1"]},
+        {"smoke": ["e", "\x1b[2J"]},
+        {"allow-network": ["http://x/"]},
+        {"allow-network": [1]},
+    ):
         with pytest.raises(IntegrityError):
             parse_install(_table(**bad), {"tools/uv.whl": "tool"})
 
 
 # --- lockbuild test -----------------------------------------------------------------------------------
+
 
 def _can_sandbox() -> bool:
     try:
@@ -366,11 +417,20 @@ def test_a_quiet_connection_attempt_fails_the_test_with_host_port_and_frame(
     report = data["self_test"][0]
     assert report["passed"] is False and report["verdict"] == "failed"
     assert {s["name"]: s["status"] for s in report["steps"]} == {
-        "install": "passed", "verify": "passed", "gpu-probe": "skipped", "smoke": "passed"}
+        "install": "passed",
+        "verify": "passed",
+        "gpu-probe": "skipped",
+        "smoke": "passed",
+    }
     assert "offline: falling back" in report["steps"][-1]["detail"]  # the engine hid its failure; the test did not
     [hit] = refused(data)
     assert (hit["source"], hit["event"], hit["family"], hit["host"], hit["port"]) == (
-        "strace", "connect", "AF_INET", "10.255.255.1", 8080)
+        "strace",
+        "connect",
+        "AF_INET",
+        "10.255.255.1",
+        8080,
+    )
     # the frame, although the wheel's _a_preempt.pth put a dummy _lockbuild_selftest in sys.modules first
     assert hit["frame"].startswith("<env>/lib/") and "netengine/__init__.py" in hit["frame"]
     assert hit["frame"].endswith("in main")
@@ -416,7 +476,8 @@ def test_a_native_attempt_is_caught_by_strace(bundles: dict[str, Path], keys: Ke
     code, data, _ = selftest(bundles["native"], keys)
     assert code == 1
     assert [(a["source"], a["event"], a["host"], a["port"]) for a in refused(data)] == [
-        ("strace", "connect", "10.255.255.2", 81)]
+        ("strace", "connect", "10.255.255.2", 81)
+    ]
 
 
 @needs_netns
@@ -440,7 +501,9 @@ def test_without_a_tracer_the_verdict_is_not_checked_never_passed(
 
 @needs_netns
 @needs_strace
-def test_socket_sendmsg_in_the_verify_command_is_caught(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+def test_socket_sendmsg_in_the_verify_command_is_caught(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
     code, data, _ = selftest(bundles["sendmsg"], keys)
     assert code == 1
     [hit] = refused(data)
@@ -459,11 +522,14 @@ def test_sendmmsg_through_ctypes_is_caught(bundles: dict[str, Path], keys: Keys,
 
 @needs_netns
 @needs_strace
-def test_a_native_attempt_in_the_verify_command_is_caught(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+def test_a_native_attempt_in_the_verify_command_is_caught(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
     code, data, _ = selftest(bundles["devtcp"], keys)
     assert code == 1
     assert [(a["event"], a["host"], a["port"], a["frame"]) for a in refused(data)] == [
-        ("connect", "10.255.255.5", 82, None)]
+        ("connect", "10.255.255.5", 82, None)
+    ]
 
 
 @needs_netns
@@ -632,28 +698,31 @@ def test_strace_lines_are_read_by_rule() -> None:
         return MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")
 
     dns = bytes(4) + b"\x00\x01" + bytes(6) + b"\x03hub\x07example\x00\x00\x01\x00\x01"
-    text = "\n".join([
-        f'7 removexattr("{_hex(marker("socket.connect", "10.255.255.1", 8080))}", "{_hex("user.lockbuild")}", NULL, 0)'
-        " = -1 ENOENT",
-        f'7 connect(3<TCP:[11]>, {{sa_family=AF_INET, sin_port=htons(8080), sin_addr=inet_addr("{_hex("10.255.255.1")}")'
-        "}, 16) = -1 ENETUNREACH",
-        f'7 connect(4<UNIX-STREAM:[12]>, {{sa_family=AF_UNIX, sun_path="{_hex("/run/x")}"}}, 110) = -1 ENOENT',
-        f'8 connect(5<TCPv6:[13]>, {{sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), '
-        f'inet_pton(AF_INET6, "{_hex("2001:db8::1")}", &sin6_addr), sin6_scope_id=0}}, 28 <unfinished ...>',
-        "8 <... connect resumed>) = -1 ENETUNREACH",
-        f'9 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
-        "}, 16) = 0",
-        f'10 sendto(6<UDP:[14]>, "{_hex(dns.decode("latin-1"))}", 29, MSG_NOSIGNAL, NULL, 0) = 29',
-        "11 socket(AF_PACKET, SOCK_RAW, 768) = -1 EPERM",
-        "11 socket(0x2c /* AF_??? */, SOCK_STREAM, 0) = -1 EAFNOSUPPORT",
-        "11 socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) = 3<NETLINK:[15]>",
-        "12 io_uring_setup(4, 0x7ffd) = 3",
-        "12 clone(child_stack=NULL, flags=CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f) = 99",
-        "12 clone3({flags=CLONE_VM|CLONE_UNTRACED, exit_signal=SIGCHLD, stack=NULL, stack_size=0}, 88 <unfinished ...>",
-        '13 sendmmsg(7<UDP:[16]>, [{msg_hdr={msg_name={sa_family=AF_INET, sin_port=htons(10), sin_addr=inet_addr("'
-        + _hex("10.255.255.4") + '")}, msg_namelen=16}}], 1, 0) = 1',
-        f'14 bind(8<TCP:[17]>, {{sa_family=AF_INET, sin_port=htons(0), sin_addr=inet_addr("{_hex("0.0.0.0")}")}}, 16) = 0',
-    ])
+    text = "\n".join(
+        [
+            f'7 removexattr("{_hex(marker("socket.connect", "10.255.255.1", 8080))}", "{_hex("user.lockbuild")}", NULL, 0)'
+            " = -1 ENOENT",
+            f'7 connect(3<TCP:[11]>, {{sa_family=AF_INET, sin_port=htons(8080), sin_addr=inet_addr("{_hex("10.255.255.1")}")'
+            "}, 16) = -1 ENETUNREACH",
+            f'7 connect(4<UNIX-STREAM:[12]>, {{sa_family=AF_UNIX, sun_path="{_hex("/run/x")}"}}, 110) = -1 ENOENT',
+            f"8 connect(5<TCPv6:[13]>, {{sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), "
+            f'inet_pton(AF_INET6, "{_hex("2001:db8::1")}", &sin6_addr), sin6_scope_id=0}}, 28 <unfinished ...>',
+            "8 <... connect resumed>) = -1 ENETUNREACH",
+            f'9 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
+            "}, 16) = 0",
+            f'10 sendto(6<UDP:[14]>, "{_hex(dns.decode("latin-1"))}", 29, MSG_NOSIGNAL, NULL, 0) = 29',
+            "11 socket(AF_PACKET, SOCK_RAW, 768) = -1 EPERM",
+            "11 socket(0x2c /* AF_??? */, SOCK_STREAM, 0) = -1 EAFNOSUPPORT",
+            "11 socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) = 3<NETLINK:[15]>",
+            "12 io_uring_setup(4, 0x7ffd) = 3",
+            "12 clone(child_stack=NULL, flags=CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f) = 99",
+            "12 clone3({flags=CLONE_VM|CLONE_UNTRACED, exit_signal=SIGCHLD, stack=NULL, stack_size=0}, 88 <unfinished ...>",
+            '13 sendmmsg(7<UDP:[16]>, [{msg_hdr={msg_name={sa_family=AF_INET, sin_port=htons(10), sin_addr=inet_addr("'
+            + _hex("10.255.255.4")
+            + '")}, msg_namelen=16}}], 1, 0) = 1',
+            f'14 bind(8<TCP:[17]>, {{sa_family=AF_INET, sin_port=htons(0), sin_addr=inet_addr("{_hex("0.0.0.0")}")}}, 16) = 0',
+        ]
+    )
     log = parse(text)
     got = [(t.call, t.family, t.host, t.port, t.pid, t.lookup, t.name, t.frames) for t in log.attempts]
     assert got == [
@@ -678,18 +747,22 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
     forged = MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")
     query = (bytes(4) + b"\x00\x01" + bytes(6) + b"\x04evil\x07example\x00\x00\x01\x00\x01").decode("latin-1")
     other = (bytes(4) + b"\x00\x01" + bytes(6) + b"\x05other\x07example\x00\x00\x01\x00\x01").decode("latin-1")
-    text = "\n".join([
-        f'5 removexattr("{_hex(forged)}", "{_hex("user.lockbuild")}") = -1 ENOENT',
-        f'5 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
-        "}, 16) = 0",
-        f'5 sendto(6<UDP:[14]>, "{_hex(query)}", 30, MSG_NOSIGNAL, NULL, 0) = 30',
-        f'5 sendto(6<UDP:[14]>, "{_hex(query)}", 30, MSG_NOSIGNAL, NULL, 0) = 30',
-        f'5 sendto(6<UDP:[14]>, "{_hex(other)}", 31, MSG_NOSIGNAL, NULL, 0) = 31',
-        "6 connect(7<TCP:[15]>, 0x7ffd0000, 16) = -1 EFAULT",  # an address strace could not read
-    ])
+    text = "\n".join(
+        [
+            f'5 removexattr("{_hex(forged)}", "{_hex("user.lockbuild")}") = -1 ENOENT',
+            f'5 connect(6<UDP:[14]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{_hex("127.0.0.1")}")'
+            "}, 16) = 0",
+            f'5 sendto(6<UDP:[14]>, "{_hex(query)}", 30, MSG_NOSIGNAL, NULL, 0) = 30',
+            f'5 sendto(6<UDP:[14]>, "{_hex(query)}", 30, MSG_NOSIGNAL, NULL, 0) = 30',
+            f'5 sendto(6<UDP:[14]>, "{_hex(other)}", 31, MSG_NOSIGNAL, NULL, 0) = 31',
+            "6 connect(7<TCP:[15]>, 0x7ffd0000, 16) = -1 EFAULT",  # an address strace could not read
+        ]
+    )
     log = parse(text)
     assert [(t.call, t.name, t.frames) for t in log.attempts if t.lookup] == [
-        ("sendto", "evil.example", ()), ("sendto", "other.example", ())]  # the forged note names nothing
+        ("sendto", "evil.example", ()),
+        ("sendto", "other.example", ()),
+    ]  # the forged note names nothing
     assert [(t.call, t.family, t.host) for t in log.attempts if not t.lookup] == [("connect", "AF_INET", "?")]
     assert not parse(text, limit=3).overflow and parse(text, limit=2).overflow
 
@@ -712,16 +785,35 @@ def test_verdicts_local_allowed_and_name_look_ups() -> None:
     from lockbuild.selftest.report import judge
     from lockbuild.selftest.trace import Traced
 
-    notes = [Note("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),
-             Note("socket.getaddrinfo", "10.0.0.9", 443, (), 1), Note("socket.connect", "127.0.0.1", 80, (), 1)]
-    traced = [Traced("connect", "AF_INET", "127.0.0.1", 53, 1, name="hub.example", lookup=True),
-              Traced("connect", "AF_INET", "127.0.0.1", 53, 1, lookup=True),
-              Traced("connect", "AF_INET", "127.0.0.1", 80, 1), Traced("connect", "AF_INET6", "::1", 80, 1),
-              Traced("sendto", "AF_INET", "10.0.0.9", 443, 1), Traced("socket", "AF_PACKET", "-", None, 1)]
+    notes = [
+        Note("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),
+        Note("socket.getaddrinfo", "10.0.0.9", 443, (), 1),
+        Note("socket.connect", "127.0.0.1", 80, (), 1),
+    ]
+    traced = [
+        Traced("connect", "AF_INET", "127.0.0.1", 53, 1, name="hub.example", lookup=True),
+        Traced("connect", "AF_INET", "127.0.0.1", 53, 1, lookup=True),
+        Traced("connect", "AF_INET", "127.0.0.1", 80, 1),
+        Traced("connect", "AF_INET6", "::1", 80, 1),
+        Traced("sendto", "AF_INET", "10.0.0.9", 443, 1),
+        Traced("socket", "AF_PACKET", "-", None, 1),
+    ]
     assert [a.verdict for a in judge(notes, traced, ["hub.example", "10.0.0.9"])] == [
-        "allowed", "refused", "local", "local", "allowed", "refused"]  # an unnamed look-up is never allowed
+        "allowed",
+        "refused",
+        "local",
+        "local",
+        "allowed",
+        "refused",
+    ]  # an unnamed look-up is never allowed
     assert [a.verdict for a in judge(notes, traced, [])] == [
-        "refused", "refused", "local", "local", "refused", "refused"]
+        "refused",
+        "refused",
+        "local",
+        "local",
+        "refused",
+        "refused",
+    ]
     # a look-up only Python noted (no query reached the tracer) is an attempt too; an address is no look-up
     only = judge(notes, [], [])
     assert [(a.source, a.host, a.verdict) for a in only] == [("audit-hook", "hub.example", "refused")]
@@ -730,16 +822,23 @@ def test_verdicts_local_allowed_and_name_look_ups() -> None:
 @needs_netns
 @needs_strace
 def test_build_self_test_runs_the_test_after_the_build(
-    blank_server: FakeServer, bundles: dict[str, Path], keys: Keys, tmp_path: Path, private_tmp: Path,
+    blank_server: FakeServer,
+    bundles: dict[str, Path],
+    keys: Keys,
+    tmp_path: Path,
+    private_tmp: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("LOCKBUILD_INDEX_URL", blank_server.index_url())
-    for variant, extra, expected in (("quiet", 'smoke = ["netengine", "--quiet"]', 0),
-                                     ("net", 'smoke = ["netengine", "--smoke"]', 1)):
+    for variant, extra, expected in (
+        ("quiet", 'smoke = ["netengine", "--quiet"]', 0),
+        ("net", 'smoke = ["netengine", "--smoke"]', 1),
+    ):
         recipe = tmp_path / f"{variant}.toml"
         recipe.write_text(RECIPE.format(extra=extra, variant=variant))
-        code, out, err = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / variant),
-                             "--self-test", "--json")
+        code, out, err = cli(
+            "build", str(recipe), "--key", str(keys.secret), "--out", str(tmp_path / variant), "--self-test", "--json"
+        )
         data = json.loads(out)
         assert code == expected, err
         assert Path(data["bundles"][0]["bundle"]).exists()  # the bundle is built either way; the report says why
@@ -758,8 +857,12 @@ def test_a_killed_test_leaves_nothing_after_the_next_run(
     from lockbuild.selftest import sandbox
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "lockbuild", "test", str(bundles["daemon"]), "--trust",
-                             str(keys.trust)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockbuild", "test", str(bundles["daemon"]), "--trust", str(keys.trust)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(private_tmp.glob("run-*/box/root/netengine")):
         time.sleep(0.05)
@@ -768,7 +871,9 @@ def test_a_killed_test_leaves_nothing_after_the_next_run(
     killed = list(private_tmp.glob("run-*"))
     assert killed, "the run was killed before it made its work directory"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (_processes_with(str(killed[0])) or _processes_with("lockbuild.selftest.inner")):
+    while time.monotonic() < deadline and (
+        _processes_with(str(killed[0])) or _processes_with("lockbuild.selftest.inner")
+    ):
         time.sleep(0.1)  # the tracer and the sandbox die with the run (PR_SET_PDEATHSIG)
     assert _processes_with(str(killed[0])) == [] and _processes_with("299.25") == []
     with sandbox.workdir(tmp_path) as work:
@@ -790,7 +895,9 @@ def test_a_server_on_the_namespaces_loopback_is_local_not_a_failure(
 
 @needs_netns
 @needs_strace
-def test_the_verify_and_smoke_commands_run_with_the_env(bundles: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+def test_the_verify_and_smoke_commands_run_with_the_env(
+    bundles: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
     """Shell commands (no Python start-up file runs): install's verify fails, and the smoke fails, without it."""
     code, data, err = selftest(bundles["shell"], keys)
     assert code == 0, (data, err)
@@ -866,9 +973,24 @@ def _nobody_python() -> str | None:
     exe = shutil.which(f"python{PY}", path="/usr/local/bin:/usr/bin:/bin")
     if os.geteuid() != 0 or shutil.which("setpriv") is None or exe is None:
         return None
-    probe = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env", "-i",
-                            f"PYTHONPATH={_nobody_path()}", exe, "-c", "import lockbuild.selftest.run, zstandard"],
-                           capture_output=True, cwd="/")
+    probe = subprocess.run(
+        [
+            "setpriv",
+            "--reuid",
+            str(NOBODY),
+            "--regid",
+            str(NOBODY),
+            "--clear-groups",
+            "env",
+            "-i",
+            f"PYTHONPATH={_nobody_path()}",
+            exe,
+            "-c",
+            "import lockbuild.selftest.run, zstandard",
+        ],
+        capture_output=True,
+        cwd="/",
+    )
     return exe if probe.returncode == 0 else None
 
 
@@ -881,7 +1003,9 @@ def _nobody_path() -> str:
 
 @needs_netns
 @needs_strace
-@pytest.mark.skipif(_nobody_python() is None, reason="needs root (to become uid 65534 with setpriv) and a shared Python")
+@pytest.mark.skipif(
+    _nobody_python() is None, reason="needs root (to become uid 65534 with setpriv) and a shared Python"
+)
 def test_a_clean_bundle_passes_for_an_ordinary_user_and_a_dirty_one_fails(bundles: dict[str, Path], keys: Keys) -> None:
     """`lockbuild test` as uid 65534 with a scratch HOME and TMPDIR: inside the sandbox's user namespace root's
     directories show as the overflow uid, and the test root still lies under directories the sandbox made."""
@@ -899,10 +1023,28 @@ def test_a_clean_bundle_passes_for_an_ordinary_user_and_a_dirty_one_fails(bundle
             p.chmod(0o755 if p.is_dir() else 0o644)
 
         def as_nobody(name: str) -> tuple[int, dict[str, Any]]:
-            argv = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env", "-i",
-                    "PATH=/usr/bin:/bin", f"HOME={scratch / 'home'}", f"TMPDIR={scratch / 'tmp'}",
-                    f"PYTHONPATH={_nobody_path()}", str(_nobody_python()), "-m", "lockbuild", "test",
-                    str(scratch / bundles[name].name), "--trust", str(scratch / "trust"), "--json"]
+            argv = [
+                "setpriv",
+                "--reuid",
+                str(NOBODY),
+                "--regid",
+                str(NOBODY),
+                "--clear-groups",
+                "env",
+                "-i",
+                "PATH=/usr/bin:/bin",
+                f"HOME={scratch / 'home'}",
+                f"TMPDIR={scratch / 'tmp'}",
+                f"PYTHONPATH={_nobody_path()}",
+                str(_nobody_python()),
+                "-m",
+                "lockbuild",
+                "test",
+                str(scratch / bundles[name].name),
+                "--trust",
+                str(scratch / "trust"),
+                "--json",
+            ]
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=scratch, timeout=600)
             return proc.returncode, json.loads(proc.stdout or "{}") | {"stderr": proc.stderr}
 
@@ -932,7 +1074,9 @@ def test_an_ancestor_of_root_owned_by_another_user_gets_no_chmod_tip(tmp_path: P
     with pytest.raises(InstallError) as exc:
         check_ancestors(shared / "root")
     assert f"owned by uid {NOBODY}" in exc.value.message
-    assert "chmod +t" not in (exc.value.tip or "") and "owned by root or by the installing user" in (exc.value.tip or "")
+    assert "chmod +t" not in (exc.value.tip or "") and "owned by root or by the installing user" in (
+        exc.value.tip or ""
+    )
     shared.chmod(0o777)
     os.chown(shared, 0, 0)
     with pytest.raises(InstallError) as exc:
@@ -943,8 +1087,9 @@ def test_an_ancestor_of_root_owned_by_another_user_gets_no_chmod_tip(tmp_path: P
 @needs_netns
 @needs_strace
 @pytest.mark.parametrize("kind", ["parts", "delta", "store"])
-def test_the_self_test_takes_every_source(kind: str, bundles: dict[str, Path], keys: Keys, private_tmp: Path,
-                                          tmp_path: Path) -> None:
+def test_the_self_test_takes_every_source(
+    kind: str, bundles: dict[str, Path], keys: Keys, private_tmp: Path, tmp_path: Path
+) -> None:
     """`lockbuild test` names its bundle as every command does: a part list, a delta completed by a store,
     or ENGINE/VERSION-VARIANT in a store; a clean engine passes from each, a dirty one fails."""
     quiet = bundles["quiet"]
@@ -961,8 +1106,17 @@ def test_the_self_test_takes_every_source(kind: str, bundles: dict[str, Path], k
             engine, _, build = name.partition("-")
             args = (f"{engine}/{build}", "--store", str(store))
         else:  # a delta of the same build against itself carries nothing: the store completes it
-            code, out, err = cli("delta", str(quiet), "--base", str(quiet), "--out", str(tmp_path / "d"),
-                                 "--trust", str(keys.trust), "--json")
+            code, out, err = cli(
+                "delta",
+                str(quiet),
+                "--base",
+                str(quiet),
+                "--out",
+                str(tmp_path / "d"),
+                "--trust",
+                str(keys.trust),
+                "--json",
+            )
             assert code == 0, err
             args = (json.loads(out)["delta"], "--store", str(store))
     code, out, err = cli("test", *args, "--trust", str(keys.trust), "--json")

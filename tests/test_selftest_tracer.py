@@ -26,7 +26,7 @@ from lockbuild.selftest import seccomp
 from lockbuild.selftest.dns import Stream, question
 from lockbuild.selftest.trace import parse
 
-ENGINE = '''\
+ENGINE = """\
 import ctypes
 import os
 import socket
@@ -146,7 +146,7 @@ def main():
     mode = sys.argv[1:] or ["--version"]
     {"--notify": notify, "--filters": filters, "--lookups": lookups, "--allowed": allowed}.get(
         mode[0], lambda: print("attacker 1.0"))()
-'''
+"""
 
 RECIPE = f'''\
 [engine]
@@ -183,16 +183,21 @@ def _can_sandbox() -> bool:
 
 needs_selftest = pytest.mark.skipif(
     not _can_sandbox() or shutil.which("strace") is None or platform.machine() != "x86_64",
-    reason="needs the bubblewrap sandbox, strace, and x86-64 (the engine's filters use its system-call numbers)")
+    reason="needs the bubblewrap sandbox, strace, and x86-64 (the engine's filters use its system-call numbers)",
+)
 
 
 @pytest.fixture(scope="module")
-def attackers(blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def attackers(
+    blank_server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Path]]:
     s = blank_server
     s.reset()
     s.publish(*uv_wheel(), uploaded=day(1))
-    s.publish(*make_wheel("attacker", "1.0", modules={"attacker/__init__.py": ENGINE},
-                          scripts={"attacker": "attacker:main"}), uploaded=day(1))
+    s.publish(
+        *make_wheel("attacker", "1.0", modules={"attacker/__init__.py": ENGINE}, scripts={"attacker": "attacker:main"}),
+        uploaded=day(1),
+    )
     tmp = tmp_path_factory.mktemp("attacker")
     built = {}
     with pytest.MonkeyPatch.context() as mp:
@@ -259,14 +264,20 @@ def test_any_filter_the_engine_installs_fails_the_verdict(
 
 
 @needs_selftest
-def test_every_native_query_is_named_by_its_own_bytes(attackers: dict[str, Path], keys: Keys, private_tmp: Path) -> None:
+def test_every_native_query_is_named_by_its_own_bytes(
+    attackers: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
     code, data = selftest(attackers["lookups"], keys)
     assert code == 1 and "looked up" in smoke(data)
     attempts = data["self_test"][0]["attempts"]
     assert {(a["event"], a["host"]) for a in attempts if a["verdict"] == "refused"} == {
-        ("sendto", "evil-send.example"), ("write", "evil-write.example"), ("writev", "evil-writev.example"),
-        ("sendmsg", "evil-sendmsg.example"), ("sendmmsg", "evil-sendmmsg.example"),
-        ("sendto", "an unreadable name")}
+        ("sendto", "evil-send.example"),
+        ("write", "evil-write.example"),
+        ("writev", "evil-writev.example"),
+        ("sendmsg", "evil-sendmsg.example"),
+        ("sendmmsg", "evil-sendmmsg.example"),
+        ("sendto", "an unreadable name"),
+    }
     assert all(a["lookup"] and a["address"] == "127.0.0.1:53" for a in attempts)
     assert {a["host"] for a in attempts if a["verdict"] == "allowed"} == {"allowed.example"}
     code, data = selftest(attackers["allowed"], keys)  # the Python look-up alone is allowed
@@ -316,45 +327,56 @@ def _hex(data: bytes) -> str:
 
 
 def _q(name: str) -> bytes:
-    return bytes.fromhex("abcd01000001000000000000") + b"".join(
-        bytes([len(x)]) + x.encode() for x in name.split(".")) + b"\x00\x00\x01\x00\x01"
+    return (
+        bytes.fromhex("abcd01000001000000000000")
+        + b"".join(bytes([len(x)]) + x.encode() for x in name.split("."))
+        + b"\x00\x00\x01\x00\x01"
+    )
 
 
 # Real strace 6.1 lines (-f -qq -yy -xx -s 1024), from an engine in the sandbox; only the names changed.
-CAPTURED = "\n".join([
-    '29690 socket(AF_INET, SOCK_DGRAM|SOCK_CLOEXEC, IPPROTO_IP) = 3<UDP:[49570]>',
-    f'29690 sendmsg(3<UDP:[49570]>, {{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, '
-    f'msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("b.example"))}", iov_len=27}}], msg_iovlen=1, msg_controllen=0, '
-    'msg_flags=0}, 0) = 27',
-    f'29690 sendmsg(3<UDP:[49570]>, {{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, '
-    f'msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("c.example")[:14])}", iov_len=14}}, {{iov_base="'
-    f'{_hex(_q("c.example")[14:])}", iov_len=13}}], msg_iovlen=2, msg_controllen=0, msg_flags=0}}, 0) = 27',
-    f'29690 connect(3<UDP:[49570]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, 16) = 0',
-    f'29690 write(3<UDP:[49570]>, "{_hex(_q("d.example"))}", 27) = 27',
-    f'29690 writev(3<UDP:[49570]>, [{{iov_base="{_hex(_q("e.example")[:10])}", iov_len=10}}, {{iov_base="'
-    f'{_hex(_q("e.example")[10:])}", iov_len=17}}], 2) = -1 ECONNREFUSED (Connection refused)',
-    f'29690 sendto(3<UDP:[49570]>, "{_hex(_q("f.example"))}", 27, 0, NULL, 0) = 27',
-    '29690 sendfile(3<UDP:[49570]>, 4<\\x2f\\x74\\x6d\\x70\\x2f\\x71>, [0] => [28], 28) = 28',
-    '29690 splice(5<\\x70\\x69\\x70\\x65\\x3a\\x5b\\x31\\x5d>, NULL, 3<UDP:[49570]>, NULL, 28, 0) = 28',
-    f'29690 write(1<\\x2f\\x64\\x65\\x76\\x2f\\x6e\\x75\\x6c\\x6c<char 1:3>>, "{_hex(_q("not.sent"))}", 26) = 26',
-    '29690 socket(AF_INET, SOCK_DGRAM, IPPROTO_IP) = 4<UDP:[49581]>',
-    f'29690 sendmmsg(4<UDP:[49581]>, [{{msg_hdr={{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr('
-    f'"{HOST}")}}, msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("h.example"))}", iov_len=27}}], msg_iovlen=1, '
-    'msg_controllen=0, msg_flags=0}, msg_len=27}, {msg_hdr={msg_name={sa_family=AF_INET, sin_port=htons(53), '
-    f'sin_addr=inet_addr("{HOST}")}}, msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("i.example"))}", iov_len=27}}], '
-    'msg_iovlen=1, msg_controllen=0, msg_flags=0}, msg_len=27}], 2, 0) = 2',
-    '29690 socket(AF_INET, SOCK_STREAM|SOCK_CLOEXEC, IPPROTO_IP) = 5<TCP:[49583]>',
-    f'29690 connect(5<TCP:[49583]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, 16) = '
-    '-1 ECONNREFUSED (Connection refused)',
-])
+CAPTURED = "\n".join(
+    [
+        "29690 socket(AF_INET, SOCK_DGRAM|SOCK_CLOEXEC, IPPROTO_IP) = 3<UDP:[49570]>",
+        f'29690 sendmsg(3<UDP:[49570]>, {{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, '
+        f'msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("b.example"))}", iov_len=27}}], msg_iovlen=1, msg_controllen=0, '
+        "msg_flags=0}, 0) = 27",
+        f'29690 sendmsg(3<UDP:[49570]>, {{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, '
+        f'msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("c.example")[:14])}", iov_len=14}}, {{iov_base="'
+        f'{_hex(_q("c.example")[14:])}", iov_len=13}}], msg_iovlen=2, msg_controllen=0, msg_flags=0}}, 0) = 27',
+        f'29690 connect(3<UDP:[49570]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, 16) = 0',
+        f'29690 write(3<UDP:[49570]>, "{_hex(_q("d.example"))}", 27) = 27',
+        f'29690 writev(3<UDP:[49570]>, [{{iov_base="{_hex(_q("e.example")[:10])}", iov_len=10}}, {{iov_base="'
+        f'{_hex(_q("e.example")[10:])}", iov_len=17}}], 2) = -1 ECONNREFUSED (Connection refused)',
+        f'29690 sendto(3<UDP:[49570]>, "{_hex(_q("f.example"))}", 27, 0, NULL, 0) = 27',
+        "29690 sendfile(3<UDP:[49570]>, 4<\\x2f\\x74\\x6d\\x70\\x2f\\x71>, [0] => [28], 28) = 28",
+        "29690 splice(5<\\x70\\x69\\x70\\x65\\x3a\\x5b\\x31\\x5d>, NULL, 3<UDP:[49570]>, NULL, 28, 0) = 28",
+        f'29690 write(1<\\x2f\\x64\\x65\\x76\\x2f\\x6e\\x75\\x6c\\x6c<char 1:3>>, "{_hex(_q("not.sent"))}", 26) = 26',
+        "29690 socket(AF_INET, SOCK_DGRAM, IPPROTO_IP) = 4<UDP:[49581]>",
+        f"29690 sendmmsg(4<UDP:[49581]>, [{{msg_hdr={{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("
+        f'"{HOST}")}}, msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("h.example"))}", iov_len=27}}], msg_iovlen=1, '
+        "msg_controllen=0, msg_flags=0}, msg_len=27}, {msg_hdr={msg_name={sa_family=AF_INET, sin_port=htons(53), "
+        f'sin_addr=inet_addr("{HOST}")}}, msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("i.example"))}", iov_len=27}}], '
+        "msg_iovlen=1, msg_controllen=0, msg_flags=0}, msg_len=27}], 2, 0) = 2",
+        "29690 socket(AF_INET, SOCK_STREAM|SOCK_CLOEXEC, IPPROTO_IP) = 5<TCP:[49583]>",
+        f'29690 connect(5<TCP:[49583]>, {{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, 16) = '
+        "-1 ECONNREFUSED (Connection refused)",
+    ]
+)
 
 
 def test_captured_sends_to_port_53_are_named_by_their_bytes() -> None:
     log = parse(CAPTURED)
     assert [(t.call, t.name) for t in log.attempts] == [
-        ("sendmsg", "b.example"), ("sendmsg", "c.example"), ("write", "d.example"), ("writev", "e.example"),
-        ("sendto", "f.example"), ("sendfile", None), ("splice", None),  # bytes the line does not show
-        ("sendmmsg", "h.example"), ("sendmmsg", "i.example"),
+        ("sendmsg", "b.example"),
+        ("sendmsg", "c.example"),
+        ("write", "d.example"),
+        ("writev", "e.example"),
+        ("sendto", "f.example"),
+        ("sendfile", None),
+        ("splice", None),  # bytes the line does not show
+        ("sendmmsg", "h.example"),
+        ("sendmmsg", "i.example"),
         ("connect", None),  # a stream to port 53 that never sent a query: a look-up of a name not read
     ]
     assert all(t.lookup and (t.host, t.port) == ("127.0.0.1", 53) for t in log.attempts)
@@ -362,18 +384,22 @@ def test_captured_sends_to_port_53_are_named_by_their_bytes() -> None:
 
 def test_a_sendmmsg_shown_in_two_halves_is_read_when_it_resumes() -> None:
     first = "7 sendmmsg(4<UDP:[9]>,  <unfinished ...>"
-    rest = (f'7 <... sendmmsg resumed>[{{msg_hdr={{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr('
-            f'"{HOST}")}}, msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("late.example"))}", iov_len=30}}], '
-            'msg_iovlen=1, msg_controllen=0, msg_flags=0}, msg_len=30}], 1, 0) = 1')
+    rest = (
+        f"7 <... sendmmsg resumed>[{{msg_hdr={{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("
+        f'"{HOST}")}}, msg_namelen=16, msg_iov=[{{iov_base="{_hex(_q("late.example"))}", iov_len=30}}], '
+        "msg_iovlen=1, msg_controllen=0, msg_flags=0}, msg_len=30}], 1, 0) = 1"
+    )
     log = parse("\n".join([first, "8 socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) = 3<NETLINK:[15]>", rest]))
     assert [(t.call, t.name) for t in log.attempts] == [("sendmmsg", "late.example")]
 
 
 def test_bytes_after_a_string_cut_short_are_not_read_as_the_query() -> None:
     head = _q("hub.example")[:16]  # the header and b"\x03hub", then strace's -s cut the iovec short
-    line = (f'5 sendmsg(6<UDP:[14]>, {{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, '
-            f'msg_namelen=16, msg_iov=[{{iov_base="{_hex(head)}"..., iov_len=2000}}, {{iov_base="'
-            f'{_hex(_q("hub.example")[16:])}", iov_len=13}}], msg_iovlen=2, msg_controllen=0, msg_flags=0}}, 0) = 2013')
+    line = (
+        f'5 sendmsg(6<UDP:[14]>, {{msg_name={{sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("{HOST}")}}, '
+        f'msg_namelen=16, msg_iov=[{{iov_base="{_hex(head)}"..., iov_len=2000}}, {{iov_base="'
+        f'{_hex(_q("hub.example")[16:])}", iov_len=13}}], msg_iovlen=2, msg_controllen=0, msg_flags=0}}, 0) = 2013'
+    )
     assert [(t.call, t.name) for t in parse(line).attempts] == [("sendmsg", None)]
 
 
@@ -392,8 +418,12 @@ def test_an_address_or_buffer_strace_could_not_read_is_no_peer_and_no_name() -> 
         f'5 sendto(6<UDP:[14]>, "{q}", 30, 0, NULL, 0) = 30',  # the socket's peer: read as usual
     ]
     assert [(t.call, t.host, t.lookup, t.name) for t in parse("\n".join(lines)).attempts] == [
-        ("write", "127.0.0.1", True, None), ("sendto", "?", False, None), ("sendmsg", "?", False, None),
-        ("sendmmsg", "?", False, None), ("sendto", "127.0.0.1", True, "evil.example")]
+        ("write", "127.0.0.1", True, None),
+        ("sendto", "?", False, None),
+        ("sendmsg", "?", False, None),
+        ("sendmmsg", "?", False, None),
+        ("sendto", "127.0.0.1", True, "evil.example"),
+    ]
 
 
 def test_a_python_look_up_and_a_native_one_are_two_attempts_and_no_note_names_either() -> None:
@@ -426,8 +456,12 @@ def test_a_python_look_up_and_a_native_one_are_two_attempts_and_no_note_names_ei
     from lockbuild.selftest.report import judge
 
     got = [(a.host, a.verdict) for a in judge(log.notes, log.attempts, ["allowed.example", "far.example"])]
-    assert got == [("allowed.example", "allowed"), ("evil.example", "refused"), ("an unreadable name", "refused"),
-                   ("far.example", "refused")]  # an allowed name asked of a server that is not allowed
+    assert got == [
+        ("allowed.example", "allowed"),
+        ("evil.example", "refused"),
+        ("an unreadable name", "refused"),
+        ("far.example", "refused"),
+    ]  # an allowed name asked of a server that is not allowed
 
 
 def test_a_filter_installed_after_the_canary_is_recorded_and_bubblewraps_own_is_not() -> None:
@@ -435,8 +469,9 @@ def test_a_filter_installed_after_the_canary_is_recorded_and_bubblewraps_own_is_
 
     from lockbuild.selftest.trace import CANARY, MARKER
 
-    canary = _hex((MARKER + base64.urlsafe_b64encode(json.dumps({"event": CANARY}).encode()).decode()
-                   .rstrip("=")).encode())
+    canary = _hex(
+        (MARKER + base64.urlsafe_b64encode(json.dumps({"event": CANARY}).encode()).decode().rstrip("=")).encode()
+    )
     lines = [
         "3 prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, {len=18, filter=0x5581}) = 0",  # bwrap, before the inner run
         f'4 removexattr("{canary}", "{_hex(b"user.lockbuild")}") = -1 ENOENT (No such file or directory)',
@@ -446,11 +481,13 @@ def test_a_filter_installed_after_the_canary_is_recorded_and_bubblewraps_own_is_
         "(Operation not permitted)",
     ]
     assert parse("\n".join(lines)).seccomp == []
-    for installed in ("9 seccomp(SECCOMP_SET_MODE_FILTER, 0, {len=1, filter=0x7f}) = 0",
-                      "9 seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, {len=4, filter=0x7f}) = "
-                      "4<anon_inode:seccomp notify>",
-                      "9 prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, {len=1, filter=0x7f}) = 0",
-                      "9 seccomp(SECCOMP_SET_MODE_FILTER, 0, {len=1, filter=0x7f} <unfinished ...>"):  # never returned
+    for installed in (
+        "9 seccomp(SECCOMP_SET_MODE_FILTER, 0, {len=1, filter=0x7f}) = 0",
+        "9 seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, {len=4, filter=0x7f}) = "
+        "4<anon_inode:seccomp notify>",
+        "9 prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, {len=1, filter=0x7f}) = 0",
+        "9 seccomp(SECCOMP_SET_MODE_FILTER, 0, {len=1, filter=0x7f} <unfinished ...>",
+    ):  # never returned
         assert parse("\n".join([*lines, installed])).seccomp == [(installed.split()[1].split("(")[0], 9)]
 
 
@@ -458,7 +495,9 @@ def test_the_dns_reader_is_strict_and_joins_a_stream() -> None:
     assert question(_q("hub.example")) == "hub.example"
     assert question(_q("hub.example")[:-4]) is None  # no type and class: the question is not whole
     assert question(_q("hub.example")[:4] + b"\x00\x02" + _q("hub.example")[6:]) is None  # two questions
-    assert question(bytes.fromhex("abcd01000001000000000000") + b"\x0bhub.example\x00\x00\x01\x00\x01") == "hub\\.example"
+    assert (
+        question(bytes.fromhex("abcd01000001000000000000") + b"\x0bhub.example\x00\x00\x01\x00\x01") == "hub\\.example"
+    )
     assert question(bytes.fromhex("abcd01000001000000000000") + b"\xc0\x0c\x00\x01\x00\x01") is None  # a pointer
     assert question(bytes.fromhex("abcd01000001000000000000") + (b"\x3f" + b"a" * 63) * 4 + b"\x00" + bytes(4)) is None
     msg = _q("tcp.example")

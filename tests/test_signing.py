@@ -794,8 +794,9 @@ def test_the_self_test_runs_before_the_key_is_read(
 
     real = sign_mod.sign_in_fresh_process
     monkeypatch.setattr(selftest_run, "self_test", fake_self_test)
-    monkeypatch.setattr(sign_mod, "sign_in_fresh_process",
-                        lambda *a, **k: (order.append("sign" if a[1] else "check"), real(*a, **k))[1])
+    monkeypatch.setattr(
+        sign_mod, "sign_in_fresh_process", lambda *a, **k: (order.append("sign" if a[1] else "check"), real(*a, **k))[1]
+    )
     code, _, err = _build(toy_recipe, keys.secret, tmp_path / "d", "--self-test")  # type: ignore[attr-defined]
     assert code == 3 and "stopped by the test" in err
     assert order == ["check", "self-test"]  # the key's check (signs nothing) comes before any third-party code
@@ -831,10 +832,16 @@ def test_a_late_import_in_the_signing_process_is_refused(tmp_path: Path, monkeyp
 
     from lockbuild.trust import sign as sign_mod
 
-    answer = {"key_id": "00" * 8, "key_id_hex": "0" * 16, "public_key": "x", "blocks": ["b"],
-              "imported_after_key": ["evilmodule"]}
-    monkeypatch.setattr(sign_mod.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 0, json.dumps(answer).encode(), None))
+    answer = {
+        "key_id": "00" * 8,
+        "key_id_hex": "0" * 16,
+        "public_key": "x",
+        "blocks": ["b"],
+        "imported_after_key": ["evilmodule"],
+    }
+    monkeypatch.setattr(
+        sign_mod.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, json.dumps(answer).encode(), None)
+    )
     with pytest.raises(SignatureError, match="imported evilmodule after it read the secret key"):
         sign_mod.sign_in_fresh_process(tmp_path / "k.key", [(b"\1" * 64, "t")], password=None)
 

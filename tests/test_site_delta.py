@@ -36,8 +36,7 @@ def _delta(bundles: dict[str, Path], out: Path, trust: Path) -> Path:
     return Path(str(done["delta"]))
 
 
-def test_a_delta_completes_a_store_that_holds_the_base(tmp_path: Path, bundles: dict[str, Path],
-                                                      signer: Keys) -> None:
+def test_a_delta_completes_a_store_that_holds_the_base(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
     delta = _delta(bundles, tmp_path / "deltas", signer.trust)
     assert delta.name == bundles["1.1"].name.removesuffix(".lbz") + ".delta.lbz"
     assert delta.stat().st_size < bundles["1.1"].stat().st_size
@@ -53,9 +52,9 @@ def test_a_delta_completes_a_store_that_holds_the_base(tmp_path: Path, bundles: 
     assert cli("store", "verify", "--store", store).exit_code == 0
 
 
-def test_a_delta_never_works_in_a_directory_planted_in_its_output_directory(tmp_path: Path,
-                                                                            bundles: dict[str, Path],
-                                                                            signer: Keys) -> None:
+def test_a_delta_never_works_in_a_directory_planted_in_its_output_directory(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     """Another user who can write --out plants a link, at the work directory's old fixed name (a dot,
     "delta-", the process id), to a directory of theirs: the members would have been unpacked there, where
     they could change them before they are packed. The work directory is now mkdtemp's own."""
@@ -68,11 +67,12 @@ def test_a_delta_never_works_in_a_directory_planted_in_its_output_directory(tmp_
     delta = _delta(bundles, out, signer.trust)
     assert list(theirs.iterdir()) == []
     assert delta.is_file() and sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
-        delta.name, delta.name + ".minisig"]
+        delta.name,
+        delta.name + ".minisig",
+    ]
 
 
-def test_a_delta_without_its_base_names_what_is_missing(tmp_path: Path, bundles: dict[str, Path],
-                                                       signer: Keys) -> None:
+def test_a_delta_without_its_base_names_what_is_missing(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
     delta = _delta(bundles, tmp_path / "deltas", signer.trust)
     r = cli("import", delta, "--trust", signer.trust, "--store", tmp_path / "store")
     assert r.exit_code == 4
@@ -81,8 +81,9 @@ def test_a_delta_without_its_base_names_what_is_missing(tmp_path: Path, bundles:
     assert list((tmp_path / "store" / "blobs" / "sha256").iterdir()) == []
 
 
-def test_an_untrusted_delta_is_refused_before_decompressing(tmp_path: Path, bundles: dict[str, Path], signer: Keys,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_untrusted_delta_is_refused_before_decompressing(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import lockbuild.site.sources
 
     delta = _delta(bundles, tmp_path / "deltas", signer.trust)
@@ -97,9 +98,12 @@ def test_an_untrusted_delta_is_refused_before_decompressing(tmp_path: Path, bund
 
 
 def test_a_delta_with_a_swapped_member_is_refused(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
-    other = make_bundle(tmp_path / "other", [signer.secret], version="1.1",
-                        files=[(p, d + b"!" if p.endswith("1.1-py3-none-any.whl") else d, k)
-                               for p, d, k in files_for("1.1")])
+    other = make_bundle(
+        tmp_path / "other",
+        [signer.secret],
+        version="1.1",
+        files=[(p, d + b"!" if p.endswith("1.1-py3-none-any.whl") else d, k) for p, d, k in files_for("1.1")],
+    )
     done = _ok("delta", other, "--base", bundles["1.0"], "--out", tmp_path / "evil", "--trust", signer.trust)
     evil = Path(str(done["delta"]))
     # the real 1.1's signatures beside a delta whose manifest and member differ
@@ -119,8 +123,9 @@ def test_a_delta_is_not_mistaken_for_a_bundle(tmp_path: Path, bundles: dict[str,
         read_unverified(delta)
 
 
-def test_inspect_and_verify_say_what_a_delta_is_and_needs(tmp_path: Path, bundles: dict[str, Path],
-                                                         signer: Keys) -> None:
+def test_inspect_and_verify_say_what_a_delta_is_and_needs(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     delta = _delta(bundles, tmp_path / "deltas", signer.trust)
     shown = _ok("inspect", delta)
     assert (shown["engine"], shown["version"], shown["variant"]) == ("toyengine", "1.1", "cpu")
@@ -137,8 +142,9 @@ def test_inspect_and_verify_say_what_a_delta_is_and_needs(tmp_path: Path, bundle
     assert cli("verify", delta, "--trust", stranger.trust).exit_code == 3
 
 
-def test_a_delta_is_cut_only_from_bundles_that_meet_the_policy(tmp_path: Path, bundles: dict[str, Path],
-                                                               signer: Keys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_delta_is_cut_only_from_bundles_that_meet_the_policy(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`delta` reads nothing unsigned: NEW (or BASE) signed by a key the trust directory lacks is refused
     before a byte of it is decompressed, and no delta is written."""
     import lockbuild.bundle.read

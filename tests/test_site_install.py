@@ -26,10 +26,17 @@ def built(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFacto
         mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
         later = TOY_RECIPE + 'as-of = "2025-01-25T00:00:00Z"\n'
         # toyengine 1.1 (published day 30), as of day 31: a new version, sharing uv and toydep with 1.0
-        newer = TOY_RECIPE.replace('version = "1.0"', 'version = "1.1"').replace(
-            'requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.1"]') + 'as-of = "2025-01-31T00:00:00Z"\n'
-        out = {"v1": build(TOY_RECIPE, tmp, keys, "v1"), "v2": build(later, tmp, keys, "v2"),
-               "v11": build(newer, tmp, keys, "v11")}
+        newer = (
+            TOY_RECIPE.replace('version = "1.0"', 'version = "1.1"').replace(
+                'requirements = ["toyengine==1.0"]', 'requirements = ["toyengine==1.1"]'
+            )
+            + 'as-of = "2025-01-31T00:00:00Z"\n'
+        )
+        out = {
+            "v1": build(TOY_RECIPE, tmp, keys, "v1"),
+            "v2": build(later, tmp, keys, "v2"),
+            "v11": build(newer, tmp, keys, "v11"),
+        }
     for name in ("v1", "v2"):
         store = tmp / f"store-{name}"
         code, _, err = cli("import", str(out[name]), "--trust", str(keys.trust), "--store", str(store))
@@ -39,8 +46,9 @@ def built(server: FakeServer, keys: Keys, tmp_path_factory: pytest.TempPathFacto
 
 
 def _install(store: Path, root: Path, keys: Keys, *extra: str) -> tuple[int, dict[str, object], str]:
-    code, out, err = cli("install", REF, "--store", str(store), "--root", str(root), "--trust", str(keys.trust),
-                         "--json", *extra)
+    code, out, err = cli(
+        "install", REF, "--store", str(store), "--root", str(root), "--trust", str(keys.trust), "--json", *extra
+    )
     try:
         data = json.loads(out)
     except ValueError:
@@ -68,14 +76,15 @@ def test_install_from_the_store_upgrade_noop_and_downgrade(built: dict[str, Path
     assert _install(built["store-v1"], root, keys, "--allow-downgrade")[0] == 0
 
 
-def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(built: dict[str, Path], keys: Keys,
-                                                                  tmp_path: Path) -> None:
+def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(
+    built: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
     import shutil
 
     store = tmp_path / "store"
     shutil.copytree(built["store-v1"], store)
     manifest = (store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml").read_text()
-    wheel = next(line.split('"')[1] for line in manifest.splitlines() if line.startswith("path = \"wheels/toydep"))
+    wheel = next(line.split('"')[1] for line in manifest.splitlines() if line.startswith('path = "wheels/toydep'))
     blobs = {p.name: p for p in (store / "blobs" / "sha256").iterdir()}
     from lockbuild.bundle.manifest import parse_manifest
 
@@ -95,8 +104,9 @@ def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(built: dict[st
     assert [p.name for p in (root / "toyengine").iterdir() if not p.name.startswith(".")] == []
 
 
-def test_an_untrusted_store_build_is_refused_before_any_blob_is_read(built: dict[str, Path], tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_untrusted_store_build_is_refused_before_any_blob_is_read(
+    built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import lockbuild.site.store
 
     def boom(*_a: object, **_k: object) -> None:
@@ -111,8 +121,22 @@ def test_an_untrusted_store_build_is_refused_before_any_blob_is_read(built: dict
 def test_install_from_the_store_needs_no_network(built: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         pytest.skip("this machine does not allow a network namespace (unshare -n)")
-    argv = ["unshare", "-n", sys.executable, "-m", "lockbuild", "install", REF, "--store", str(built["store-v1"]),
-            "--root", str(tmp_path / "engines"), "--trust", str(keys.trust), "--json"]
+    argv = [
+        "unshare",
+        "-n",
+        sys.executable,
+        "-m",
+        "lockbuild",
+        "install",
+        REF,
+        "--store",
+        str(built["store-v1"]),
+        "--root",
+        str(tmp_path / "engines"),
+        "--trust",
+        str(keys.trust),
+        "--json",
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "installed"
@@ -137,12 +161,22 @@ def test_install_takes_a_part_list_and_names_a_damaged_part(built: dict[str, Pat
     assert code == 0 and json.loads(out)["status"] == "installed", err
 
 
-def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str, Path], keys: Keys,
-                                                                tmp_path: Path) -> None:
+def test_a_full_bundle_then_a_delta_then_both_installed_offline(
+    built: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
     """The issue's 'done when': import a full bundle, then a delta, and install both versions from the store
     with no network."""
-    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"),
-                         "--trust", str(keys.trust), "--json")
+    code, out, err = cli(
+        "delta",
+        str(built["v11"]),
+        "--base",
+        str(built["v1"]),
+        "--out",
+        str(tmp_path / "d"),
+        "--trust",
+        str(keys.trust),
+        "--json",
+    )
     assert code == 0, err
     delta = json.loads(out)
     assert delta["included"] < delta["members"]  # uv and toydep are not shipped again
@@ -153,8 +187,20 @@ def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str,
     root = tmp_path / "engines"
     netns = subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
     for ref, want in (("toyengine/1.0-cpu", "toyengine 1.0"), ("toyengine/1.1-cpu", "toyengine 1.1")):
-        argv = [sys.executable, "-m", "lockbuild", "install", ref, "--store", str(store), "--root", str(root),
-                "--trust", str(keys.trust), "--json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "lockbuild",
+            "install",
+            ref,
+            "--store",
+            str(store),
+            "--root",
+            str(root),
+            "--trust",
+            str(keys.trust),
+            "--json",
+        ]
         proc = subprocess.run((["unshare", "-n"] if netns else []) + argv, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         env = root / "toyengine" / ref.split("/")[1]
@@ -165,16 +211,26 @@ def test_a_full_bundle_then_a_delta_then_both_installed_offline(built: dict[str,
 def test_install_takes_a_delta_completed_by_the_store(built: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
     """`install NAME.delta.lbz --store DIR`: the delta's members and the store's, one trust decision, one
     check of every member; without the store the members it leaves out are named, and nothing is placed."""
-    code, out, err = cli("delta", str(built["v11"]), "--base", str(built["v1"]), "--out", str(tmp_path / "d"),
-                         "--trust", str(keys.trust), "--json")
+    code, out, err = cli(
+        "delta",
+        str(built["v11"]),
+        "--base",
+        str(built["v1"]),
+        "--out",
+        str(tmp_path / "d"),
+        "--trust",
+        str(keys.trust),
+        "--json",
+    )
     assert code == 0, err
     delta = json.loads(out)["delta"]
     root = tmp_path / "engines"
     code, _, err = cli("install", delta, "--root", str(root), "--trust", str(keys.trust))
     assert code == 4 and "needs" in err and "the store lacks" in err, err
     assert not (root / "toyengine" / "1.1-cpu").exists()
-    code, out, err = cli("install", delta, "--store", str(built["store-v1"]), "--root", str(root),
-                         "--trust", str(keys.trust), "--json")
+    code, out, err = cli(
+        "install", delta, "--store", str(built["store-v1"]), "--root", str(root), "--trust", str(keys.trust), "--json"
+    )
     assert code == 0, err
     env = root / "toyengine" / "1.1-cpu"
     out = subprocess.run([str(env / "bin" / "toyengine"), "--version"], capture_output=True, text=True)

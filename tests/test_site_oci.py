@@ -13,8 +13,9 @@ from lockbuild.site.registry import ARTIFACT_TYPE, CONFIG_TYPE, oci_manifest, pa
 
 
 def test_references_and_transport_rules() -> None:
-    assert parse_ref("oci://registry.site:5000/engines/vllm:0.11.0-cu128") == \
-        OciRef("registry.site:5000", "engines/vllm", "0.11.0-cu128")
+    assert parse_ref("oci://registry.site:5000/engines/vllm:0.11.0-cu128") == OciRef(
+        "registry.site:5000", "engines/vllm", "0.11.0-cu128"
+    )
     with pytest.raises(RegistryError, match="credentials in it") as exc:
         parse_ref("oci://alice:s3cret@registry.site/engines/vllm:1")
     assert "s3cret" not in str(exc.value)

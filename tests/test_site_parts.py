@@ -103,8 +103,10 @@ GOOD_HEX = "0" * 64
     ["../../etc/passwd", "sub/part000", "..", ".hidden", "/abs", "a\\b"],
 )
 def test_a_part_list_naming_a_path_is_refused(name: str) -> None:
-    raw = (f'format = 1\nfile = "x.lbz"\nsize = 1\nsha256 = "{GOOD_HEX}"\n'
-           f'[[parts]]\nname = {json.dumps(name)}\nsize = 1\nsha256 = "{GOOD_HEX}"\n').encode()
+    raw = (
+        f'format = 1\nfile = "x.lbz"\nsize = 1\nsha256 = "{GOOD_HEX}"\n'
+        f'[[parts]]\nname = {json.dumps(name)}\nsize = 1\nsha256 = "{GOOD_HEX}"\n'
+    ).encode()
     with pytest.raises(IntegrityError, match="is not a plain file name"):
         parse_part_list(raw, "list")
 

@@ -61,8 +61,9 @@ def _digests(bundle_members: list[tuple[str, bytes, str]]) -> set[str]:
     return {"sha256:" + hashlib.sha256(d).hexdigest() for _, d, _ in bundle_members}
 
 
-def test_push_then_pull_into_an_empty_store(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                            signer: Keys) -> None:
+def test_push_then_pull_into_an_empty_store(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
     target = reg.ref("site/toyengine", "1.0-cpu")
     pushed = _push(bundles["1.0"], signer, target)
     assert pushed["uploaded"] == pushed["blobs"] == 5
@@ -75,14 +76,16 @@ def test_push_then_pull_into_an_empty_store(tmp_path: Path, reg: RealRegistry, b
     local = tmp_path / "local"
     _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", local)
     for sub in ("blobs/sha256", "builds/toyengine/1.0-cpu"):  # the same store as an import makes
-        assert {p.name: p.read_bytes() for p in (store / sub).iterdir()} == \
-            {p.name: p.read_bytes() for p in (local / sub).iterdir()}
+        assert {p.name: p.read_bytes() for p in (store / sub).iterdir()} == {
+            p.name: p.read_bytes() for p in (local / sub).iterdir()
+        }
     again_pull = _ok("pull", target, "--store", store, "--trust", signer.trust)
     assert again_pull["fetched"] == 0
 
 
-def test_a_second_version_moves_only_its_new_blobs(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                                   signer: Keys) -> None:
+def test_a_second_version_moves_only_its_new_blobs(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
     from sitekit import files_for
 
     t10, t11 = reg.ref("site/second", "1.0-cpu"), reg.ref("site/second", "1.1-cpu")
@@ -91,8 +94,11 @@ def test_a_second_version_moves_only_its_new_blobs(tmp_path: Path, reg: RealRegi
     pushed = _push(bundles["1.1"], signer, t11)
     new = _digests(files_for("1.1")) - _digests(files_for("1.0"))
     assert pushed["uploaded"] == len(new) == 3
-    uploads = {r.path.rsplit("=", 1)[-1].replace("%3A", ":") for r in reg.requests() if r.method == "PUT"
-               and "/blobs/uploads/" in r.path}
+    uploads = {
+        r.path.rsplit("=", 1)[-1].replace("%3A", ":")
+        for r in reg.requests()
+        if r.method == "PUT" and "/blobs/uploads/" in r.path
+    }
     assert new <= uploads and not (uploads & _digests(files_for("1.0")))
     store = tmp_path / "store"
     _ok("pull", t10, "--store", store, "--trust", signer.trust)
@@ -138,8 +144,9 @@ def test_an_artifact_pointing_at_another_manifest_is_refused_before_any_blob(
     assert reg.blob_gets() == []
 
 
-def test_a_blob_corrupted_in_the_registry_is_refused(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                                     signer: Keys) -> None:
+def test_a_blob_corrupted_in_the_registry_is_refused(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
     from sitekit import files_for
 
     target = reg.ref("site/corrupt", "1.0-cpu")
@@ -160,8 +167,7 @@ def test_a_blob_corrupted_in_the_registry_is_refused(tmp_path: Path, reg: RealRe
     assert cli("store", "verify", "--store", store).exit_code == 0
 
 
-def test_an_interrupted_pull_resumes(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                     signer: Keys) -> None:
+def test_an_interrupted_pull_resumes(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys) -> None:
     from sitekit import files_for
 
     target = reg.ref("site/resume", "1.0-cpu")
@@ -184,16 +190,31 @@ def test_an_interrupted_pull_resumes(tmp_path: Path, reg: RealRegistry, bundles:
     assert cli("store", "verify", "--store", store).exit_code == 0
 
 
-def test_credentials_are_sent_only_when_asked_and_never_printed(tmp_path: Path, reg: RealRegistry,
-                                                               bundles: dict[str, Path], signer: Keys) -> None:
+def test_credentials_are_sent_only_when_asked_and_never_printed(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
     target = reg.ref("site/creds", "1.0-cpu")
     _push(bundles["1.0"], signer, target)
     from click.testing import CliRunner
 
     from lockbuild.cli import main
 
-    r = CliRunner().invoke(main, ["pull", target, "--store", str(tmp_path / "s"), "--trust", str(signer.trust),
-                                  "--username", "alice", "--password-stdin", "-v"], input="s3cret-pw\n")
+    r = CliRunner().invoke(
+        main,
+        [
+            "pull",
+            target,
+            "--store",
+            str(tmp_path / "s"),
+            "--trust",
+            str(signer.trust),
+            "--username",
+            "alice",
+            "--password-stdin",
+            "-v",
+        ],
+        input="s3cret-pw\n",
+    )
     assert r.exit_code == 0, r.output
     assert "s3cret-pw" not in r.output
     assert "s3cret-pw" not in "".join(p.read_text(errors="replace") for p in (tmp_path / "s").rglob("*") if p.is_file())
@@ -225,8 +246,9 @@ def test_a_registry_that_needs_a_password(tmp_path: Path, bundles: dict[str, Pat
         locked.close()
 
 
-def test_a_large_blob_is_uploaded_in_chunks(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                            signer: Keys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_blob_is_uploaded_in_chunks(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import lockbuild.site.oci
 
     monkeypatch.setattr(lockbuild.site.oci, "CHUNK_UPLOAD", 1000)  # the members are a few KB: several PATCHes each
@@ -239,8 +261,9 @@ def test_a_large_blob_is_uploaded_in_chunks(tmp_path: Path, reg: RealRegistry, b
     assert cli("store", "verify", "--store", tmp_path / "store").exit_code == 0
 
 
-def test_a_co_signature_is_published_by_pushing_again(tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                                      signer: Keys) -> None:
+def test_a_co_signature_is_published_by_pushing_again(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust import sign_bundle
 
@@ -298,8 +321,9 @@ def test_a_different_build_under_a_name_the_store_holds_is_refused_before_any_me
 
 
 @pytest.mark.parametrize("kind", ["lbz", "parts", "delta", "store"])
-def test_push_takes_every_source(kind: str, tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path],
-                                 signer: Keys) -> None:
+def test_push_takes_every_source(
+    kind: str, tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = tmp_path / "store"
     _ok("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
     if kind == "lbz":
@@ -307,8 +331,9 @@ def test_push_takes_every_source(kind: str, tmp_path: Path, reg: RealRegistry, b
     elif kind == "parts":
         source = (str(_ok("split", bundles["1.1"], "--size", "300", "--out", tmp_path / "p")["part_list"]),)
     elif kind == "delta":
-        delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "d",
-                    "--trust", signer.trust)["delta"]
+        delta = _ok(
+            "delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "d", "--trust", signer.trust
+        )["delta"]
         source = (str(delta), "--store", store)
     else:
         _ok("import", bundles["1.1"], "--trust", signer.trust, "--store", store)
@@ -320,9 +345,9 @@ def test_push_takes_every_source(kind: str, tmp_path: Path, reg: RealRegistry, b
     assert pulled["build"] == "toyengine/1.1-cpu" and pulled["fetched"] == 5
 
 
-def test_push_from_a_store_refuses_a_damaged_blob_and_an_untrusted_build(tmp_path: Path, reg: RealRegistry,
-                                                                        bundles: dict[str, Path],
-                                                                        signer: Keys) -> None:
+def test_push_from_a_store_refuses_a_damaged_blob_and_an_untrusted_build(
+    tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
+) -> None:
     """push checks what it uploads: the signatures against --trust and every blob against the signed
     manifest; a damaged blob never goes up under its signed digest."""
     store = tmp_path / "store"
@@ -346,7 +371,7 @@ def test_push_from_a_store_refuses_a_damaged_blob_and_an_untrusted_build(tmp_pat
 
 BIG = 200 << 20
 GROWTH_BOUND_KB = 120 << 10
-PEAK_OF = '''
+PEAK_OF = """
 import sys
 def hwm():  # this process's peak RSS in kB (VmHWM: unlike ru_maxrss, not inherited from the parent)
     return int(next(x for x in open("/proc/self/status") if x.startswith("VmHWM:")).split()[1])
@@ -356,13 +381,12 @@ try:
     main(sys.argv[1:])
 finally:
     print(f"peak-growth-kb {hwm() - base}", file=sys.stderr)
-'''
+"""
 
 
 def _peak_growth_kb(*args: str | Path) -> int:
     """Run `lockbuild ARGS` in a child; how far its peak RSS rose over its own baseline (lockbuild imported)."""
-    proc = subprocess.run([sys.executable, "-c", PEAK_OF, *map(str, args)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", PEAK_OF, *map(str, args)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return int(proc.stderr.rsplit("peak-growth-kb ", 1)[1].split()[0])
 
@@ -386,16 +410,22 @@ def _big_bundle(out: Path, keys: Keys) -> Path:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     recipe = b'[engine]\nname = "toyengine"\n'
-    small = [("recipe.toml", recipe, "recipe"), ("lock/requirements.txt", b"toyengine==1.0\n", "lock"),
-             (UV_MEMBER, b"PK uv wheel bytes " * 50, "tool")]
-    members = [Member(p, len(d), hashlib.sha256(d).hexdigest(), k, f"https://example.invalid/{p}")
-               for p, d, k in small]
+    small = [
+        ("recipe.toml", recipe, "recipe"),
+        ("lock/requirements.txt", b"toyengine==1.0\n", "lock"),
+        (UV_MEMBER, b"PK uv wheel bytes " * 50, "tool"),
+    ]
+    members = [Member(p, len(d), hashlib.sha256(d).hexdigest(), k, f"https://example.invalid/{p}") for p, d, k in small]
     big = Member("wheels/torch-2.0-py3-none-any.whl", BIG, h.hexdigest(), "wheel", "https://example.invalid/torch")
     manifest = hostile_manifest((*members, big), recipe_sha256=hashlib.sha256(recipe).hexdigest())
     path = out / manifest.bundle_name
     with path.open("wb") as f:
-        write_bundle(f, manifest, [*(Entry(m, d) for m, (_, d, _) in zip(members, small, strict=True)),
-                                   Entry(big, wheel)], threads=1)
+        write_bundle(
+            f,
+            manifest,
+            [*(Entry(m, d) for m, (_, d, _) in zip(members, small, strict=True)), Entry(big, wheel)],
+            threads=1,
+        )
     sign_bundle(path, read_secret_key(keys.secret, lambda: ""))
     return path
 

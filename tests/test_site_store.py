@@ -38,8 +38,9 @@ def _list(store: Path) -> list[dict[str, object]]:
     return list(json.loads(r.stdout)["builds"])
 
 
-def test_import_keeps_each_member_once_and_lists_the_build(tmp_path: Path, bundles: dict[str, Path],
-                                                          signer: Keys) -> None:
+def test_import_keeps_each_member_once_and_lists_the_build(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = tmp_path / "store"
     first = _import(bundles["1.0"], signer, store)
     assert first["build"] == "toyengine/1.0-cpu" and first["added_blobs"] == 5
@@ -99,8 +100,9 @@ def test_a_killed_import_leaves_a_valid_store_and_the_next_import_completes_it(
     assert list((store / "tmp").iterdir()) == []
 
 
-def test_store_verify_names_a_damaged_and_a_missing_blob(tmp_path: Path, bundles: dict[str, Path],
-                                                        signer: Keys) -> None:
+def test_store_verify_names_a_damaged_and_a_missing_blob(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = tmp_path / "store"
     _import(bundles["1.0"], signer, store)
     blobs = sorted((store / "blobs" / "sha256").iterdir())
@@ -194,8 +196,9 @@ def test_hostile_store_layouts_are_refused(tmp_path: Path, bundles: dict[str, Pa
     assert sorted(os.listdir(busy)) == ["notes.txt"]
 
 
-def test_a_different_build_under_the_same_name_is_refused(tmp_path: Path, bundles: dict[str, Path],
-                                                         signer: Keys) -> None:
+def test_a_different_build_under_the_same_name_is_refused(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = tmp_path / "store"
     _import(bundles["1.0"], signer, store)
     rebuilt = make_bundle(tmp_path / "rebuilt", [signer.secret], version="1.0", serial_days=3)
@@ -228,8 +231,9 @@ def test_a_co_signature_is_added_and_never_removed(tmp_path: Path, bundles: dict
     assert len(parse_signatures(sigs.read_bytes())) == 2
 
 
-def test_junk_blocks_from_untrusted_keys_never_reach_the_store(tmp_path: Path, bundles: dict[str, Path],
-                                                              signer: Keys) -> None:
+def test_junk_blocks_from_untrusted_keys_never_reach_the_store(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     """Two accepted imports must not wedge a build: only blocks that count are kept, one per key, so the
     store's .minisig stays within what every reader accepts."""
     from lockbuild.minisign import parse_signatures, read_secret_key
@@ -255,8 +259,9 @@ def test_junk_blocks_from_untrusted_keys_never_reach_the_store(tmp_path: Path, b
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o775])
-def test_a_store_under_a_directory_others_can_write_is_refused(tmp_path: Path, bundles: dict[str, Path],
-                                                               signer: Keys, mode: int) -> None:
+def test_a_store_under_a_directory_others_can_write_is_refused(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys, mode: int
+) -> None:
     """--root is held to this rule; a store is too: another user who can write a directory above the store
     (not sticky) could rename it away and put a tree of theirs in its place while an import writes into it
     or a node installs from it."""
@@ -266,8 +271,10 @@ def test_a_store_under_a_directory_others_can_write_is_refused(tmp_path: Path, b
     store = shared / "deep" / "store"
     r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", store)
     assert r.exit_code == 1, r.output
-    assert (f"refused the store {store}: the directory {shared} above it is writable by its group or by others and "
-            f"not sticky (mode {mode:04o})") in r.output
+    assert (
+        f"refused the store {store}: the directory {shared} above it is writable by its group or by others and "
+        f"not sticky (mode {mode:04o})"
+    ) in r.output
     assert f"chmod +t {shared}" in r.output and "Traceback" not in r.output
     assert list(shared.iterdir()) == []  # nothing made
     # a store made while the directory was safe is refused once it is not, by every command
@@ -283,8 +290,9 @@ def test_a_store_under_a_directory_others_can_write_is_refused(tmp_path: Path, b
     assert [b["build"] for b in _list(store)] == ["toyengine/1.0-cpu"]
 
 
-def test_a_store_under_a_directory_of_another_user_is_refused(tmp_path: Path, bundles: dict[str, Path],
-                                                              signer: Keys) -> None:
+def test_a_store_under_a_directory_of_another_user_is_refused(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to give a directory to another user")
     theirs = tmp_path / "theirs"
@@ -307,17 +315,35 @@ def test_an_ordinary_user_is_held_to_the_same_rule(tmp_path: Path) -> None:
     base = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
         base.chmod(0o755)
-        code = ("import sys; from pathlib import Path; from lockbuild.site.store import Store, StoreError\n"
-                "try:\n    Store(Path(sys.argv[1]), create=True).close(); print('made')\n"
-                "except StoreError as e:\n    print(e.message)\n")
-        for mode, expected in ((0o777, "above it is writable by its group or by others and not sticky"),
-                               (0o1777, "made")):
+        code = (
+            "import sys; from pathlib import Path; from lockbuild.site.store import Store, StoreError\n"
+            "try:\n    Store(Path(sys.argv[1]), create=True).close(); print('made')\n"
+            "except StoreError as e:\n    print(e.message)\n"
+        )
+        for mode, expected in (
+            (0o777, "above it is writable by its group or by others and not sticky"),
+            (0o1777, "made"),
+        ):
             shared = base / f"shared-{mode:o}"
             shared.mkdir()
             shared.chmod(mode)
-            run = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable,
-                                  "-c", code, str(shared / "store")], capture_output=True, text=True,
-                                 env={"PATH": "/usr/bin:/bin", "HOME": str(base)})
+            run = subprocess.run(
+                [
+                    "setpriv",
+                    "--reuid",
+                    "65534",
+                    "--regid",
+                    "65534",
+                    "--clear-groups",
+                    sys.executable,
+                    "-c",
+                    code,
+                    str(shared / "store"),
+                ],
+                capture_output=True,
+                text=True,
+                env={"PATH": "/usr/bin:/bin", "HOME": str(base)},
+            )
             if "No module named" in run.stderr or "Permission denied" in run.stderr:
                 pytest.skip(f"uid 65534 cannot run this venv: {run.stderr.strip()[-200:]}")
             assert expected in run.stdout, (run.stdout, run.stderr)
@@ -356,8 +382,9 @@ def test_a_tmp_swapped_for_a_link_mid_import_redirects_nothing(
     assert list((store / "tmp-moved").iterdir()) == []  # the work directory removed by descriptor
 
 
-def test_directories_made_for_a_new_store_are_held_to_the_rule_too(tmp_path: Path, bundles: dict[str, Path],
-                                                                  signer: Keys) -> None:
+def test_directories_made_for_a_new_store_are_held_to_the_rule_too(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     """With umask 002, `import --store NEW/deep/store` makes NEW/deep group-writable on the way: the check
     made again once the directories exist refuses it (the one before could not see them)."""
     old = os.umask(0o002)
@@ -365,5 +392,6 @@ def test_directories_made_for_a_new_store_are_held_to_the_rule_too(tmp_path: Pat
         r = cli("import", bundles["1.0"], "--trust", signer.trust, "--store", tmp_path / "new" / "deep" / "store")
     finally:
         os.umask(old)
-    assert r.exit_code == 1 and f"the directory {tmp_path / 'new' / 'deep'} above it is writable by its group" in r.output, \
-        r.output
+    assert (
+        r.exit_code == 1 and f"the directory {tmp_path / 'new' / 'deep'} above it is writable by its group" in r.output
+    ), r.output

@@ -120,15 +120,21 @@ def test_the_index_lists_every_wheel_with_the_original_upload_times(built: Built
     with Store(built.store) as s:
         manifest = s.build("toyengine/1.0-cpu").manifest
     # the lock's upload times reach the signed manifest
-    assert dict(manifest.upload_times) == {"wheels/toydep-1.0-py3-none-any.whl": "2025-01-01T00:00:00Z",
-                                           "wheels/toyengine-1.0-py3-none-any.whl": "2025-01-05T00:00:00Z"}
+    assert dict(manifest.upload_times) == {
+        "wheels/toydep-1.0-py3-none-any.whl": "2025-01-01T00:00:00Z",
+        "wheels/toyengine-1.0-py3-none-any.whl": "2025-01-05T00:00:00Z",
+    }
     root = parse_page(out / "simple" / "index.html")
     assert sorted(a["href"] or "" for a in root.anchors) == ["toydep/", "toyengine/"]  # the bundled uv is not listed
-    assert json.loads((out / "simple" / "index.json").read_text())["projects"] == [{"name": "toydep"},
-                                                                                    {"name": "toyengine"}]
+    assert json.loads((out / "simple" / "index.json").read_text())["projects"] == [
+        {"name": "toydep"},
+        {"name": "toyengine"},
+    ]
     members = {m.path.rpartition("/")[2]: m for m in manifest.members}
-    for project, filename, uploaded in (("toydep", "toydep-1.0-py3-none-any.whl", day(1)),
-                                        ("toyengine", "toyengine-1.0-py3-none-any.whl", day(5))):
+    for project, filename, uploaded in (
+        ("toydep", "toydep-1.0-py3-none-any.whl", day(1)),
+        ("toyengine", "toyengine-1.0-py3-none-any.whl", day(5)),
+    ):
         page = out / "simple" / project / "index.html"
         (a,) = parse_page(page).anchors
         m = members[filename]
@@ -187,8 +193,12 @@ def test_a_file_without_an_upload_time_is_listed_without_one_and_said(tmp_path: 
     keys = make_keys(tmp_path / "k")
     wname, wdata = make_wheel("torchish", "2.0", tag="cp311-cp311-linux_x86_64")
     sname, sdata = make_sdist("plainsdist", "1.0")
-    files = [("recipe.toml", b"[engine]\n", "recipe"), UV, (f"wheels/{wname}", wdata, "wheel"),
-             (f"sdists/{sname}", sdata, "sdist")]
+    files = [
+        ("recipe.toml", b"[engine]\n", "recipe"),
+        UV,
+        (f"wheels/{wname}", wdata, "wheel"),
+        (f"sdists/{sname}", sdata, "sdist"),
+    ]
     store = tmp_path / "store"
     bundle = make_bundle(tmp_path / "b", [keys.secret], files=files)
     assert cli("import", bundle, "--trust", keys.trust, "--store", store).exit_code == 0
@@ -211,9 +221,12 @@ def test_build_names_only_those_builds(tmp_path: Path) -> None:
     store = tmp_path / "store"
     for version in ("1.0", "1.1"):
         name, data = make_wheel("toyengine", version)
-        bundle = make_bundle(tmp_path / "b", [keys.secret], version=version,
-                             files=[("recipe.toml", f"# {version}\n".encode(), "recipe"), UV,
-                                    (f"wheels/{name}", data, "wheel")])
+        bundle = make_bundle(
+            tmp_path / "b",
+            [keys.secret],
+            version=version,
+            files=[("recipe.toml", f"# {version}\n".encode(), "recipe"), UV, (f"wheels/{name}", data, "wheel")],
+        )
         assert cli("import", bundle, "--trust", keys.trust, "--store", store).exit_code == 0
     out = tmp_path / "pypi"
     assert index(store, out, "--build", "toyengine/1.1-cpu")["builds"] == ["toyengine/1.1-cpu"]
@@ -229,9 +242,12 @@ def test_one_file_name_with_two_contents_is_refused(tmp_path: Path) -> None:
     store = tmp_path / "store"
     name, data = make_wheel("shared", "1.0")
     for version, wheel in (("1.0", data), ("1.1", data + b"\0")):
-        bundle = make_bundle(tmp_path / "b", [keys.secret], version=version,
-                             files=[("recipe.toml", f"# {version}\n".encode(), "recipe"), UV,
-                                    (f"wheels/{name}", wheel, "wheel")])
+        bundle = make_bundle(
+            tmp_path / "b",
+            [keys.secret],
+            version=version,
+            files=[("recipe.toml", f"# {version}\n".encode(), "recipe"), UV, (f"wheels/{name}", wheel, "wheel")],
+        )
         assert cli("import", bundle, "--trust", keys.trust, "--store", store).exit_code == 0
     out = tmp_path / "pypi"
     r = cli("store", "index", "--store", store, "--out", out)
@@ -245,8 +261,9 @@ def test_copied_when_a_link_cannot_stand_in(built: Built, tmp_path: Path, monkey
     assert index(built.store, out)["linked"] == 2  # on one file system the files are hard-linked from the store
     with Store(built.store) as s:
         m = s.build("toyengine/1.0-cpu").manifest.member("wheels/toydep-1.0-py3-none-any.whl")
-    assert (out / "files" / "toydep-1.0-py3-none-any.whl").stat().st_ino == \
-        (built.store / "blobs" / "sha256" / m.sha256).stat().st_ino
+    assert (out / "files" / "toydep-1.0-py3-none-any.whl").stat().st_ino == (
+        built.store / "blobs" / "sha256" / m.sha256
+    ).stat().st_ino
     monkeypatch.setattr(export.fsio, "link_under", lambda *a, **k: None)
     assert index(built.store, tmp_path / "copied")["linked"] == 0
     assert tree(tmp_path / "copied") == tree(out)
@@ -266,19 +283,60 @@ def test_uv_installs_from_the_file_index_with_exclude_newer(built: Built, tmp_pa
     uv = str(uv_binary())
     venv = tmp_path / "venv"
     env = {"PATH": os.defpath, "HOME": str(tmp_path), "UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(tmp_path / "uvc")}
-    subprocess.run(_offline([uv, "venv", "-q", "--python", sys.executable, str(venv)]), env=env, check=True,
-                   timeout=120)
-    ran = subprocess.run(_offline([uv, "pip", "install", "--no-cache", "--python", str(venv / "bin" / "python"),
-                                   "--index-url", (out / "simple").as_uri(), "--exclude-newer", built.as_of,
-                                   "toyengine==1.0"]), env=env, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        _offline([uv, "venv", "-q", "--python", sys.executable, str(venv)]), env=env, check=True, timeout=120
+    )
+    ran = subprocess.run(
+        _offline(
+            [
+                uv,
+                "pip",
+                "install",
+                "--no-cache",
+                "--python",
+                str(venv / "bin" / "python"),
+                "--index-url",
+                (out / "simple").as_uri(),
+                "--exclude-newer",
+                built.as_of,
+                "toyengine==1.0",
+            ]
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ran.returncode == 0, ran.stderr
-    assert subprocess.run([venv / "bin" / "toyengine", "--version"], capture_output=True, text=True,
-                          check=True).stdout.strip() == "toyengine 1.0"
+    assert (
+        subprocess.run(
+            [venv / "bin" / "toyengine", "--version"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "toyengine 1.0"
+    )
     # uv reads the upload times: a cut-off before toyengine's upload leaves nothing to install
-    early = subprocess.run(_offline([uv, "pip", "install", "--no-cache", "--python", str(venv / "bin" / "python"),
-                                     "--reinstall", "--index-url", (out / "simple").as_uri(), "--exclude-newer",
-                                     "2025-01-03T00:00:00Z", "toyengine==1.0"]),
-                           env=env, capture_output=True, text=True, timeout=120)
+    early = subprocess.run(
+        _offline(
+            [
+                uv,
+                "pip",
+                "install",
+                "--no-cache",
+                "--python",
+                str(venv / "bin" / "python"),
+                "--reinstall",
+                "--index-url",
+                (out / "simple").as_uri(),
+                "--exclude-newer",
+                "2025-01-03T00:00:00Z",
+                "toyengine==1.0",
+            ]
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert early.returncode != 0 and "exclude-newer" in early.stderr
 
 
@@ -294,19 +352,42 @@ def test_pip_installs_over_http_and_reads_the_metadata_files(built: Built, tmp_p
     port = _free_port()
     log = tmp_path / "http.log"
     with log.open("wb") as logf:
-        server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(out),
-                                   str(port)], stdout=logf, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(out), str(port)],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
     try:
         for _ in range(100):
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.05)
-        env = {"PATH": os.defpath, "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1",
-               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        ran = subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--target", str(tmp_path / "t"),
-                              "--index-url", f"http://127.0.0.1:{port}/simple", "toyengine==1.0"],
-                             env=env, capture_output=True, text=True, timeout=180)
+        env = {
+            "PATH": os.defpath,
+            "HOME": str(tmp_path),
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_NO_INPUT": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
+        ran = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-cache-dir",
+                "--target",
+                str(tmp_path / "t"),
+                "--index-url",
+                f"http://127.0.0.1:{port}/simple",
+                "toyengine==1.0",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -335,8 +416,9 @@ def test_a_signed_export_is_byte_identical_again_and_stock_tools_check_it(built:
     listed = (out / "SHA256SUMS").read_text().splitlines()
     assert sorted(line.split("  ", 1)[1] for line in listed) == sorted(plain)
     assert b"trusted comment: lockbuild package index SHA256SUMS" in once["SHA256SUMS.minisig"]
-    ok = subprocess.run([minisign, "-Vm", str(out / "SHA256SUMS"), "-p", str(built.keys.public)], capture_output=True,
-                        text=True)
+    ok = subprocess.run(
+        [minisign, "-Vm", str(out / "SHA256SUMS"), "-p", str(built.keys.public)], capture_output=True, text=True
+    )
     assert ok.returncode == 0, ok.stderr
     assert subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=out, capture_output=True).returncode == 0
     # a changed file: sha256sum refuses it; a changed listing: minisign refuses that
@@ -408,8 +490,11 @@ def test_a_damaged_blob_is_refused_and_the_old_index_stays(built: Built, tmp_pat
 def test_the_manifest_carries_upload_times_readers_before_it_pass_over(tmp_path: Path) -> None:
     from hostile import manifest
 
-    members = (Member("recipe.toml", 1, sha(b"r"), "recipe"), Member(UV_MEMBER, 1, sha(b"u"), "tool"),
-               Member("wheels/a-1-py3-none-any.whl", 1, sha(b"a"), "wheel"))
+    members = (
+        Member("recipe.toml", 1, sha(b"r"), "recipe"),
+        Member(UV_MEMBER, 1, sha(b"u"), "tool"),
+        Member("wheels/a-1-py3-none-any.whl", 1, sha(b"a"), "wheel"),
+    )
     m = manifest(members, upload_times=(("wheels/a-1-py3-none-any.whl", "2025-01-01T00:00:00Z"),))
     raw = m.to_toml()
     assert b'upload-time = "2025-01-01T00:00:00Z"' in raw
@@ -436,8 +521,12 @@ def test_the_site_wing_never_holds_a_secret_key() -> None:
     found = {}
     for path in sorted(site.glob("*.py")):
         nodes = list(ast.walk(ast.parse(path.read_text())))
-        names = {n.id for n in nodes if isinstance(n, ast.Name)} | {n.attr for n in nodes if isinstance(n, ast.Attribute)}
-        names |= {a.name.rpartition(".")[2] for n in nodes if isinstance(n, ast.ImportFrom | ast.Import) for a in n.names}
+        names = {n.id for n in nodes if isinstance(n, ast.Name)} | {
+            n.attr for n in nodes if isinstance(n, ast.Attribute)
+        }
+        names |= {
+            a.name.rpartition(".")[2] for n in nodes if isinstance(n, ast.ImportFrom | ast.Import) for a in n.names
+        }
         if hits := sorted(names & forbidden):
             found[path.name] = hits
     assert found == {}, "sign through lockbuild.trust.sign.sign_in_fresh_process"

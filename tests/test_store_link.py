@@ -63,8 +63,9 @@ def _members(store: Path) -> dict[str, str]:
 
 
 def _install(store: Path, root: Path, keys: Keys) -> tuple[int, str]:
-    code, out, err = cli("install", REF, "--store", str(store), "--root", str(root), "--trust", str(keys.trust),
-                         "--json")
+    code, out, err = cli(
+        "install", REF, "--store", str(store), "--root", str(root), "--trust", str(keys.trust), "--json"
+    )
     return code, out + err
 
 
@@ -86,7 +87,8 @@ def _seen_by_uv(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> dict[str
 
 
 def test_install_from_a_store_hard_links_each_blob_and_leaves_the_store_as_it_was(
-        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = _copy(store, tmp_path)
     before = _blobs(s)
     seen = _seen_by_uv(monkeypatch)
@@ -106,7 +108,8 @@ def test_install_from_a_store_hard_links_each_blob_and_leaves_the_store_as_it_wa
 
 
 def test_a_failed_install_from_a_store_leaves_the_store_as_it_was(
-        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = _copy(store, tmp_path)
     before = _blobs(s)
     seen = _seen_by_uv(monkeypatch, fail=True)
@@ -134,7 +137,8 @@ def _damage(store: Path) -> str:
 
 
 def test_a_damaged_blob_is_refused_though_it_was_linked(
-        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = _copy(store, tmp_path)
     wheel = _damage(s)
     before = _blobs(s)
@@ -155,7 +159,8 @@ def test_a_damaged_blob_is_refused_though_it_was_linked(
 
 
 def test_across_file_systems_the_blobs_are_copied_and_still_checked(
-        store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Path, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def cross(*_a: object) -> None:
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 

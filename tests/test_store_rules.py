@@ -19,8 +19,11 @@ def _tree(rel: str) -> ast.AST:
 def test_only_fsio_judges_whether_a_directory_above_a_place_is_safe() -> None:
     """The sticky exception is part of the one ancestor rule (``fsio.ancestor_problem``): a module that
     tests S_ISVTX itself is writing a second copy of it, which drifts."""
-    copies = [p.relative_to(PACKAGE).as_posix() for p in sorted(PACKAGE.rglob("*.py"))
-              if p.name != "fsio.py" and "S_ISVTX" in p.read_text()]
+    copies = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "fsio.py" and "S_ISVTX" in p.read_text()
+    ]
     assert copies == [], "judge directories above a place with lockbuild.fsio.ancestor_problem"
 
 
@@ -42,7 +45,11 @@ def test_the_store_renames_only_between_directories_it_holds_open() -> None:
                 kw = {k.arg for k in n.keywords}
                 if not {"src_dir_fd", "dst_dir_fd"} <= kw:
                     by_path.append(f"{rel}:{n.lineno}")
-            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("rename", "replace") \
-                    and not ast.unparse(n.func).startswith("os."):
+            elif (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr in ("rename", "replace")
+                and not ast.unparse(n.func).startswith("os.")
+            ):
                 by_path.append(f"{rel}:{n.lineno} ({ast.unparse(n.func)})")
     assert by_path == [], "rename with src_dir_fd= and dst_dir_fd="

@@ -114,8 +114,9 @@ def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) ->
     got = verify(bundle, trust_dir(tmp_path, signers["alice"]))
     assert [k.key_id for k in got.signers] == [signers["alice"].key.key_id]
     d = digest_bundle(bundle)
-    assert got.statement == Statement(m.bundle_name, "toyengine", "1.0", "cpu", d.sha256, d.size,
-                                      hashlib.sha256(m.to_toml()).hexdigest(), m.serial)
+    assert got.statement == Statement(
+        m.bundle_name, "toyengine", "1.0", "cpu", d.sha256, d.size, hashlib.sha256(m.to_toml()).hexdigest(), m.serial
+    )
     assert got.digests.size == bundle.stat().st_size
     assert got.manifest == m
     assert got.extract().manifest == m
@@ -150,7 +151,7 @@ def test_malformed_key_in_the_trust_dir_fails_closed(tmp_path: Path, signers: di
         ("threshold = true\n", "threshold must be a whole number"),
         ("threshold = 1\nthreshhold = 2\n", "unknown keys \\['threshhold'\\]"),
         ("not-before = 2025-01-01T00:00:00\n", "not-before must be a time with a zone"),
-        ("not-after = \"tomorrow\"\n", "not-after must be a time with a zone"),
+        ('not-after = "tomorrow"\n', "not-after must be a time with a zone"),
         ("threshold = [\n", "is not valid TOML"),
     ],
     ids=["zero", "bool", "typo", "local-time", "string", "toml"],
@@ -304,7 +305,9 @@ def test_node_clock_before_the_bundle_time(tmp_path: Path, signers: dict[str, Si
     sign(bundle, m, signers["alice"], expires=AS_OF + dt.timedelta(days=30))
     trust = trust_dir(tmp_path, signers["alice"])
     assert verify(bundle, trust, now=AS_OF - dt.timedelta(minutes=9)).signers
-    with pytest.raises(SignatureError, match=r"is from 2025-01-06T00:00:00Z, after this machine's clock \(2025-01-05T00:00:00Z\)"):
+    with pytest.raises(
+        SignatureError, match=r"is from 2025-01-06T00:00:00Z, after this machine's clock \(2025-01-05T00:00:00Z\)"
+    ):
         verify(bundle, trust, now=AS_OF - dt.timedelta(days=1))
 
 
@@ -346,9 +349,16 @@ def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
     """A valid signature whose trusted comment carries exactly ``fields`` (over the file's defaults)."""
     d = digest_bundle(bundle)
     m = manifest([member(p, d, k) for p, d, k in GOOD_FILES])
-    base = {"file": bundle.name, "engine": "toyengine", "version": "1.0", "variant": "cpu", "sha256": d.sha256,
-            "size": str(d.size), "manifest-sha256": hashlib.sha256(m.to_toml()).hexdigest(),
-            "serial": str(int(AS_OF.timestamp()))}
+    base = {
+        "file": bundle.name,
+        "engine": "toyengine",
+        "version": "1.0",
+        "variant": "cpu",
+        "sha256": d.sha256,
+        "size": str(d.size),
+        "manifest-sha256": hashlib.sha256(m.to_toml()).hexdigest(),
+        "serial": str(int(AS_OF.timestamp())),
+    }
     base.update(fields)
     comment = format_trusted_comment({k: v for k, v in base.items() if v != "-"})
     signature_path(bundle).write_text(sign_prehashed(key, d.blake2b, comment))
@@ -369,8 +379,19 @@ def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
         ({"expires": "never"}, "the signed expiry 'never' is not a time with a zone"),
         ({"expires": "2030-01-01T00:00:00"}, "is not a time with a zone"),
     ],
-    ids=["no-file", "no-size", "no-manifest", "manifest-upper", "unknown", "serial-word", "serial-superscript",
-         "serial-huge", "no-serial", "expiry-word", "expiry-local"],
+    ids=[
+        "no-file",
+        "no-size",
+        "no-manifest",
+        "manifest-upper",
+        "unknown",
+        "serial-word",
+        "serial-superscript",
+        "serial-huge",
+        "no-serial",
+        "expiry-word",
+        "expiry-local",
+    ],
 )
 def test_signed_fields_that_do_not_hold(
     tmp_path: Path, signers: dict[str, Signer], fields: dict[str, str], why: str
@@ -479,8 +500,9 @@ def test_stock_minisign_cosignature_does_not_veto(tmp_path: Path, signers: dict[
     pub, sec = tmp_path / "stock.pub", tmp_path / "stock.key"
     subprocess.run([MINISIGN, "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True, capture_output=True)
     theirs = tmp_path / "theirs.minisig"
-    subprocess.run([MINISIGN, "-S", "-s", str(sec), "-m", str(bundle), "-x", str(theirs)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [MINISIGN, "-S", "-s", str(sec), "-m", str(bundle), "-x", str(theirs)], check=True, capture_output=True
+    )
     ours = signature_block(signers["alice"].key, bundle.name, digest_bundle(bundle), m)
     signature_path(bundle).write_text(theirs.read_text() + ours)
     trust = trust_dir(tmp_path, signers["alice"])
@@ -646,8 +668,9 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
 
     bundle, m = make_bundle(tmp_path / "dist")
     d = digest_bundle(bundle)
-    other = dataclasses.replace(Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None),
-                                manifest_sha256="0" * 64)
+    other = dataclasses.replace(
+        Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None), manifest_sha256="0" * 64
+    )
     signature_path(bundle).write_text(sign_statement(signers["alice"].key, other, d.blake2b))
     with pytest.raises(IntegrityError, match=r"the bundle's manifest has sha256 .* the signatures sign 0000"):
         verify(bundle, trust_dir(tmp_path, signers["alice"]))
@@ -657,8 +680,10 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
     text=st.text(min_size=1, max_size=40),
     size=st.integers(min_value=0, max_value=10**15),
     serial=st.integers(min_value=0, max_value=4_000_000_000),
-    expires=st.none() | st.datetimes(min_value=dt.datetime(1971, 1, 1), max_value=dt.datetime(9000, 1, 1),
-                                     timezones=st.just(dt.UTC)).map(lambda t: t.replace(microsecond=0)),
+    expires=st.none()
+    | st.datetimes(min_value=dt.datetime(1971, 1, 1), max_value=dt.datetime(9000, 1, 1), timezones=st.just(dt.UTC)).map(
+        lambda t: t.replace(microsecond=0)
+    ),
 )
 @settings(max_examples=200, deadline=None)
 def test_a_statement_reads_back_as_written(text: str, size: int, serial: int, expires: dt.datetime | None) -> None:

@@ -59,8 +59,9 @@ def _store(tmp_path: Path, bundles: dict[str, Path], signer: Keys, *versions: st
 # --- deleting by descriptor -------------------------------------------------------------------
 
 
-def test_a_tmp_swapped_for_a_link_cannot_aim_gc_at_another_directory(tmp_path: Path, bundles: dict[str, Path],
-                                                                    signer: Keys) -> None:
+def test_a_tmp_swapped_for_a_link_cannot_aim_gc_at_another_directory(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     """gc lists tmp/ by descriptor; it must delete by that descriptor too. Here tmp/ is swapped for a
     link to a victim directory after the store was opened: nothing of the victim's may go."""
     store_dir = _store(tmp_path, bundles, signer)
@@ -98,8 +99,9 @@ def _fifo(path: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["blob", "manifest", "signatures", "mark"])
-def test_a_fifo_in_the_store_is_refused_by_every_command(where: str, tmp_path: Path, bundles: dict[str, Path],
-                                                         signer: Keys) -> None:
+def test_a_fifo_in_the_store_is_refused_by_every_command(
+    where: str, tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = _store(tmp_path, bundles, signer)
     build = store / "builds" / "toyengine" / "1.0-cpu"
     target = {
@@ -122,18 +124,23 @@ def test_a_fifo_in_the_store_is_refused_by_every_command(where: str, tmp_path: P
             continue
         doc = json.loads(r.stdout)
         assert doc["ok"] is False and "Traceback" not in r.output, (args, r.output)
-        assert "FIFO" in doc["error"]["message"] or "not a plain file" in doc["error"]["message"] \
-            or "not a regular file" in doc["error"]["message"], (args, doc)
+        assert (
+            "FIFO" in doc["error"]["message"]
+            or "not a plain file" in doc["error"]["message"]
+            or "not a regular file" in doc["error"]["message"]
+        ), (args, doc)
 
 
 @pytest.mark.parametrize("where", ["part list", "part", "minisig", "delta", "recipe"])
-def test_a_fifo_where_a_file_from_outside_belongs_is_refused(where: str, tmp_path: Path, bundles: dict[str, Path],
-                                                             signer: Keys) -> None:
+def test_a_fifo_where_a_file_from_outside_belongs_is_refused(
+    where: str, tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     parts = tmp_path / "parts"
     listing = Path(str(_ok("split", bundles["1.0"], "--size", "300", "--out", parts)["part_list"]))
     deltas = tmp_path / "deltas"
-    delta = Path(str(_ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", deltas,
-                           "--trust", signer.trust)["delta"]))
+    delta = Path(
+        str(_ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", deltas, "--trust", signer.trust)["delta"])
+    )
     catalogue = tmp_path / "catalogue"
     catalogue.mkdir()
     if where == "part list":
@@ -161,20 +168,26 @@ def test_a_fifo_where_a_file_from_outside_belongs_is_refused(where: str, tmp_pat
 # --- a part list cannot fill the disk before the signatures are judged --------------------------
 
 
-def test_a_part_listed_forty_times_is_refused_before_it_is_joined(tmp_path: Path, bundles: dict[str, Path],
-                                                                  signer: Keys) -> None:
+def test_a_part_listed_forty_times_is_refused_before_it_is_joined(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     from lockbuild.site.parts import Part, PartList, read_part_list
 
     parts = tmp_path / "parts"
     listing_path = Path(str(_ok("split", bundles["1.0"], "--size", "100000", "--out", parts)["part_list"]))
     listing = read_part_list(listing_path)
     one = listing.parts[0]
-    evil = PartList(listing.file, one.size * 40, listing.sha256, tuple(Part(one.name, one.size, one.sha256)
-                                                                     for _ in range(40)))
+    evil = PartList(
+        listing.file, one.size * 40, listing.sha256, tuple(Part(one.name, one.size, one.sha256) for _ in range(40))
+    )
     listing_path.write_bytes(evil.to_toml())
     store = tmp_path / "store"
     r = cli("import", listing_path, "--trust", signer.trust, "--store", store)
-    assert r.exit_code == 3 and "its trusted signatures sign at most" in r.output and "nothing of it was joined" in r.output
+    assert (
+        r.exit_code == 3
+        and "its trusted signatures sign at most" in r.output
+        and "nothing of it was joined" in r.output
+    )
     assert [p for p in (store / "tmp").rglob("*") if p.is_file()] == []
 
 
@@ -182,8 +195,9 @@ def test_a_part_listed_forty_times_is_refused_before_it_is_joined(tmp_path: Path
 
 
 @pytest.mark.parametrize("inner", ["", "blobs", "tmp", "builds"])
-def test_a_store_others_can_write_is_refused_naming_the_path(inner: str, tmp_path: Path, bundles: dict[str, Path],
-                                                             signer: Keys) -> None:
+def test_a_store_others_can_write_is_refused_naming_the_path(
+    inner: str, tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = _store(tmp_path, bundles, signer)
     (store / inner).chmod(0o777 if inner else 0o757)
     r = cli("store", "list", "--store", store)
@@ -194,8 +208,9 @@ def test_a_store_others_can_write_is_refused_naming_the_path(inner: str, tmp_pat
 # --- presence means checked; a re-import repairs ----------------------------------------------------
 
 
-def test_re_importing_a_good_bundle_repairs_a_damaged_blob(tmp_path: Path, bundles: dict[str, Path],
-                                                           signer: Keys) -> None:
+def test_re_importing_a_good_bundle_repairs_a_damaged_blob(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = _store(tmp_path, bundles, signer)
     blob = sorted((store / "blobs" / "sha256").iterdir())[0]
     data = bytearray(blob.read_bytes())
@@ -220,8 +235,9 @@ def test_a_blob_of_another_size_is_not_present(tmp_path: Path, bundles: dict[str
 # --- the signed manifest names what is installed ------------------------------------------------
 
 
-def test_a_store_name_holding_another_signed_build_is_refused(tmp_path: Path, bundles: dict[str, Path],
-                                                              signer: Keys) -> None:
+def test_a_store_name_holding_another_signed_build_is_refused(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     """``install X --store`` must never install Y kept under X's name, though Y is signed."""
     store_dir = _store(tmp_path, bundles, signer, "1.0", "1.1")
     builds = store_dir / "builds" / "toyengine"
@@ -268,8 +284,9 @@ def _write_delta(path: Path, bundle: Path, order: list[int]) -> None:
 
 
 @pytest.mark.parametrize(("order", "why"), [([3, 2], "refused member 'tools/"), ([2, 2], "appears twice")])
-def test_delta_members_out_of_order_or_repeated_are_refused(order: list[int], why: str, tmp_path: Path,
-                                                            bundles: dict[str, Path], signer: Keys) -> None:
+def test_delta_members_out_of_order_or_repeated_are_refused(
+    order: list[int], why: str, tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     store = _store(tmp_path, bundles, signer)
     delta = tmp_path / "d" / (bundles["1.1"].name.removesuffix(".lbz") + ".delta.lbz")
     delta.parent.mkdir()
@@ -282,9 +299,9 @@ def test_delta_members_out_of_order_or_repeated_are_refused(order: list[int], wh
 # --- only agreeing signatures count towards a threshold ---------------------------------------------
 
 
-def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(tmp_path: Path,
-                                                                              bundles: dict[str, Path],
-                                                                              signer: Keys) -> None:
+def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(
+    tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     from lockbuild.bundle.read import read_head_raw
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust.source import BundleFile
@@ -300,8 +317,9 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(t
     m = read_head_raw(bundle).manifest
     good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
     odd = dataclasses.replace(good, serial=good.serial + 1)  # the same file, other facts
-    blocks = (sign_statement(read_secret_key(signer.secret, lambda: ""), good, d.blake2b)
-              + sign_statement(read_secret_key(other.secret, lambda: ""), odd, d.blake2b))
+    blocks = sign_statement(read_secret_key(signer.secret, lambda: ""), good, d.blake2b) + sign_statement(
+        read_secret_key(other.secret, lambda: ""), odd, d.blake2b
+    )
     signature_path(bundle).write_text(blocks)
     store = load_store(trust)
     with pytest.raises(SignatureError, match="signs other facts than the counted signatures"):
@@ -318,8 +336,9 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(t
 def _sources(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> dict[str, tuple[str | Path, ...]]:
     parts = tmp_path / "parts"
     listing = _ok("split", bundles["1.1"], "--size", "300", "--out", parts)["part_list"]
-    delta = _ok("delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "deltas",
-                "--trust", signer.trust)["delta"]
+    delta = _ok(
+        "delta", bundles["1.1"], "--base", bundles["1.0"], "--out", tmp_path / "deltas", "--trust", signer.trust
+    )["delta"]
     store = _store(tmp_path, bundles, signer, "1.0", "1.1")
     return {
         "lbz": (bundles["1.1"],),
@@ -329,13 +348,18 @@ def _sources(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> dict[str
     }
 
 
-CELLS = [(k, c) for c in ("verify", "inspect", "import") for k in ("lbz", "parts", "delta", "store")
-         if (k, c) != ("store", "import")]  # a store build is in a store already: push and pull move it
+CELLS = [
+    (k, c)
+    for c in ("verify", "inspect", "import")
+    for k in ("lbz", "parts", "delta", "store")
+    if (k, c) != ("store", "import")
+]  # a store build is in a store already: push and pull move it
 
 
 @pytest.mark.parametrize(("kind", "command"), CELLS)
-def test_every_source_with_every_command(kind: str, command: str, tmp_path: Path, bundles: dict[str, Path],
-                                         signer: Keys) -> None:
+def test_every_source_with_every_command(
+    kind: str, command: str, tmp_path: Path, bundles: dict[str, Path], signer: Keys
+) -> None:
     source = _sources(tmp_path, bundles, signer)[kind]
     if command == "import":
         other = tmp_path / "other"
@@ -356,8 +380,14 @@ def test_no_suffix_dispatch_and_no_cli_module_calls_another() -> None:
     root = Path(__file__).parent.parent / "lockbuild"
     for path in [*(root / "commands").glob("*.py"), root / "site" / "cli.py", root / "selftest" / "cli.py"]:
         text = path.read_text()
-        for needle in (".parts.toml\")", ".delta.lbz\")", "from lockbuild.site.cli import", "is_part_list(",
-                       "is_delta(", "from lockbuild.commands."):
+        for needle in (
+            '.parts.toml")',
+            '.delta.lbz")',
+            "from lockbuild.site.cli import",
+            "is_part_list(",
+            "is_delta(",
+            "from lockbuild.commands.",
+        ):
             assert needle not in text, f"{path.name}: {needle}"
 
 
@@ -370,16 +400,33 @@ def test_only_the_one_trust_decision_exists() -> None:
     assert [p.relative_to(root).as_posix() for p in loops] == ["bundle/extract.py"]
     for p in (root / "site").glob("*.py"):
         text = p.read_text()
-        for call in ("evaluate(", "check_complete(", "signed_manifest(", "check_manifest(", "check_dates(",
-                     "prove_manifest(", "verify_trusted_comment("):
+        for call in (
+            "evaluate(",
+            "check_complete(",
+            "signed_manifest(",
+            "check_manifest(",
+            "check_dates(",
+            "prove_manifest(",
+            "verify_trusted_comment(",
+        ):
             assert call not in text, f"site/{p.name} makes a trust decision: {call}"
 
 
 # What makes the trust decision, and who may call it: the policy's judgements and the member loop are
 # called from trust/ only (image/, site/, install/ and the commands reach them through open_source, decide
 # and TrustedBundle.extract); the signer's unverified pass only from the signer.
-DECISION_CALLS = {"evaluate", "check_complete", "check_not_larger", "check_dates", "signed_manifest", "check_manifest",
-                  "prove_manifest", "signed_sizes", "verify_trusted_comment", "check_signed_metadata"}
+DECISION_CALLS = {
+    "evaluate",
+    "check_complete",
+    "check_not_larger",
+    "check_dates",
+    "signed_manifest",
+    "check_manifest",
+    "prove_manifest",
+    "signed_sizes",
+    "verify_trusted_comment",
+    "check_signed_metadata",
+}
 MEMBER_LOOP = {"extract": "lockbuild.bundle.extract"}
 ONLY_IN = {"read_unverified": "trust/sign.py"}
 
@@ -390,10 +437,19 @@ def _calls_and_imports(path: Path) -> list[tuple[str, int]]:
     import ast
 
     tree = ast.parse(path.read_text())
-    modules = {a.asname or a.name.rsplit(".", 1)[-1] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-               and (n.module or "").startswith("lockbuild") for a in n.names}
-    modules |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
-                if a.name.startswith("lockbuild")}
+    modules = {
+        a.asname or a.name.rsplit(".", 1)[-1]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lockbuild")
+        for a in n.names
+    }
+    modules |= {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for a in n.names
+        if a.name.startswith("lockbuild")
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -416,8 +472,12 @@ def test_the_trust_decision_and_the_member_loop_are_called_from_trust_only() -> 
         for name, line in _calls_and_imports(p):
             if name in DECISION_CALLS and not inside:
                 bad.append(f"{rel}:{line} {name}: a trust decision outside trust/ (call open_source or decide)")
-            elif name in MEMBER_LOOP and not rel.startswith("trust/") and rel != "bundle/extract.py" \
-                    and f"from {MEMBER_LOOP[name]} import" in p.read_text():
+            elif (
+                name in MEMBER_LOOP
+                and not rel.startswith("trust/")
+                and rel != "bundle/extract.py"
+                and f"from {MEMBER_LOOP[name]} import" in p.read_text()
+            ):
                 bad.append(f"{rel}:{line} {name}: the member loop outside trust/ (use TrustedBundle.extract)")
             elif name in ONLY_IN and rel != ONLY_IN[name] and rel != "trust/__init__.py":
                 bad.append(f"{rel}:{line} {name}: the signer's unverified reader outside {ONLY_IN[name]}")
@@ -436,8 +496,10 @@ def test_the_port_declares_everything_the_opener_reads() -> None:
 def test_the_scan_sees_a_decision_outside_trust(tmp_path: Path) -> None:
     """The scan above is real: a module that evaluates signatures itself, or loops over members, is seen."""
     planted = tmp_path / "verify.py"
-    planted.write_text("from lockbuild.trust.policy import evaluate\nfrom lockbuild.bundle.extract import extract\n"
-                       "import lockbuild.trust.policy as policy\n"
-                       "def f(b, s):\n    policy.check_dates(b, s)\n    return evaluate(b, s), extract(b, s)\n")
+    planted.write_text(
+        "from lockbuild.trust.policy import evaluate\nfrom lockbuild.bundle.extract import extract\n"
+        "import lockbuild.trust.policy as policy\n"
+        "def f(b, s):\n    policy.check_dates(b, s)\n    return evaluate(b, s), extract(b, s)\n"
+    )
     names = {n for n, _ in _calls_and_imports(planted)}
     assert {"evaluate", "extract", "check_dates"} <= names

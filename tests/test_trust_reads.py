@@ -15,8 +15,9 @@ from lockbuild.limits import Limits
 from lockbuild.trust import load_store, open_bundle, read_signatures, signature_path
 
 
-def test_a_bundle_over_max_bundle_is_refused_by_its_size_before_it_is_read(tmp_path: Path,
-                                                                           signers: dict[str, Signer]) -> None:
+def test_a_bundle_over_max_bundle_is_refused_by_its_size_before_it_is_read(
+    tmp_path: Path, signers: dict[str, Signer]
+) -> None:
     """Before a byte is hashed: a signed bundle over the bound, altered since it was signed, is refused by
     its size, not hashed and then refused as altered."""
     bundle, m = make_bundle(tmp_path / "dist")
@@ -34,8 +35,9 @@ def test_a_bundle_over_max_bundle_is_refused_by_its_size_before_it_is_read(tmp_p
         open_bundle(bundle, trust, now=NOW, limits=Limits(max_bundle=size - 1))
 
 
-def test_a_signature_file_over_its_bound_is_refused_by_its_size_naming_it(tmp_path: Path,
-                                                                          signers: dict[str, Signer]) -> None:
+def test_a_signature_file_over_its_bound_is_refused_by_its_size_naming_it(
+    tmp_path: Path, signers: dict[str, Signer]
+) -> None:
     bundle, m = make_bundle(tmp_path / "dist")
     sign(bundle, m, signers["alice"])
     trust = load_store(trust_dir(tmp_path, signers["alice"]))

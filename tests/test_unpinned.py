@@ -37,8 +37,10 @@ def test_the_node_runs_the_bundled_interpreter_and_refuses_another_python(tmp_pa
     archive = tmp_path / "cpython-3.12.0-x86_64-unknown-linux-gnu-install_only.tar.gz"
     sha = _archive(archive, "python/bin/python3.12", "#!/bin/sh\necho 3.11\n")
     root = tmp_path / "root"
-    with pytest.raises(InstallError, match=r"is Python 3\.11; the bundle is built for 3\.12"), \
-            bundled_python(root, archive, sha, "3.12"):
+    with (
+        pytest.raises(InstallError, match=r"is Python 3\.11; the bundle is built for 3\.12"),
+        bundled_python(root, archive, sha, "3.12"),
+    ):
         pass
     assert [p.name for p in (root / PYTHONS).iterdir() if not p.name.endswith((".lock", ".use"))] == []
     sha_ok = _archive(archive, "python/bin/python3.12", "#!/bin/sh\necho 3.12\n")

@@ -20,8 +20,11 @@ def test_a_block_over_the_largest_a_block_holds_is_refused(kind: int) -> None:
         return frame([block(kind, content, last=True, size=None if kind == 0 else size)])
 
     check_zstd_frame(io.BytesIO(one(STORED_BLOCK)))
-    with pytest.raises(IntegrityError, match=rf"zstd block is {STORED_BLOCK + 1} bytes; a block holds at most "
-                                             rf"{STORED_BLOCK}"):
+    with pytest.raises(
+        IntegrityError,
+        match=rf"zstd block is {STORED_BLOCK + 1} bytes; a block holds at most "
+        rf"{STORED_BLOCK}",
+    ):
         check_zstd_frame(io.BytesIO(one(STORED_BLOCK + 1)))
 
 

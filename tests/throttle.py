@@ -21,8 +21,12 @@ Refusal = tuple[int, dict[str, str]]
 CUT = 0  # a "status" of the rule: forward, then break the body off halfway
 Rule = Callable[[str, str, int], Refusal | None]
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
-_CODES = {429: ("TOOMANYREQUESTS", "too many requests"), 502: ("UNAVAILABLE", "bad gateway"),
-          503: ("UNAVAILABLE", "service unavailable"), 504: ("UNAVAILABLE", "gateway timeout")}
+_CODES = {
+    429: ("TOOMANYREQUESTS", "too many requests"),
+    502: ("UNAVAILABLE", "bad gateway"),
+    503: ("UNAVAILABLE", "service unavailable"),
+    504: ("UNAVAILABLE", "gateway timeout"),
+}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -65,8 +69,12 @@ class _Handler(BaseHTTPRequestHandler):
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-            conn.request(self.command, self.path, body=body if body or self.command in ("PUT", "POST", "PATCH")
-                         else None, headers=headers)
+            conn.request(
+                self.command,
+                self.path,
+                body=body if body or self.command in ("PUT", "POST", "PATCH") else None,
+                headers=headers,
+            )
             r = conn.getresponse()
             self.send_response(r.status)
             for k, v in r.getheaders():

@@ -285,7 +285,10 @@ class Cache:
         except OSError:
             return None
         same = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
-            written.st_dev, written.st_ino, written.st_size, written.st_mtime_ns
+            written.st_dev,
+            written.st_ino,
+            written.st_size,
+            written.st_mtime_ns,
         )
         return HashedFile(self.path(sha256), sha256, FileIdentity.of(st)) if same and stat.S_ISREG(st.st_mode) else None
 

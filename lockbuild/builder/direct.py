@@ -86,8 +86,9 @@ def _url_wheel(reach: Reach, build: Build, wheel: UrlWheel) -> DirectWheel:
     with open_verified(reach.fetcher, Wanted(wheel.url, wheel.sha256, None, f"the wheel at {wheel.url}")):
         pass
     project = canonicalize_name(parse_wheel_filename(filename)[0])
-    return DirectWheel(project, f"{project} @ {wheel.url}#sha256={wheel.sha256}",
-                       Candidate(filename, wheel.url, wheel.sha256, None))
+    return DirectWheel(
+        project, f"{project} @ {wheel.url}#sha256={wheel.sha256}", Candidate(filename, wheel.url, wheel.sha256, None)
+    )
 
 
 def _release_wheel(reach: Reach, wheel: ReleaseWheel) -> DirectWheel:
@@ -95,8 +96,9 @@ def _release_wheel(reach: Reach, wheel: ReleaseWheel) -> DirectWheel:
     assets = reach.release_assets(wheel.repo, wheel.tag)
     asset = github.pick_wheel(assets, wheel.prefix, wheel.suffix, repo=wheel.repo, tag=wheel.tag)
     sha = asset.sha256()
-    return DirectWheel(wheel.project, f"{wheel.project} @ {asset.url}#sha256={sha}",
-                       Candidate(asset.name, asset.url, sha, asset.size))
+    return DirectWheel(
+        wheel.project, f"{wheel.project} @ {asset.url}#sha256={sha}", Candidate(asset.name, asset.url, sha, asset.size)
+    )
 
 
 def _self_wheel(reach: Reach, recipe: Recipe, build: Build, wheel: SelfWheel, as_of: dt.datetime) -> DirectWheel:
@@ -117,11 +119,13 @@ def _self_wheel(reach: Reach, recipe: Recipe, build: Build, wheel: SelfWheel, as
             f"makes {made.sha256}; expected the same files as the bundle that recorded the pin.",
             tip="Build from the checkout (the same commit) that made that bundle, or drop wheel.sha256.",
         )
-    reach.progress.phase(f"made lockbuild's own wheel {made.filename} from {made.made_from} "
-                         f"(sha256 {made.sha256[:16]}…)")
+    reach.progress.phase(
+        f"made lockbuild's own wheel {made.filename} from {made.made_from} (sha256 {made.sha256[:16]}…)"
+    )
     sha, named = reach.cache.put(made.data, made.filename)
-    return DirectWheel(SELF_NAME, f"{SELF_NAME} @ {named.as_uri()}#sha256={sha}",
-                       Candidate(made.filename, "", sha, len(made.data)))  # made here: no origin to record
+    return DirectWheel(
+        SELF_NAME, f"{SELF_NAME} @ {named.as_uri()}#sha256={sha}", Candidate(made.filename, "", sha, len(made.data))
+    )  # made here: no origin to record
 
 
 def release_assets(reach: Reach, recipe: Recipe, build: Build) -> list[ExtraFile]:
@@ -153,8 +157,7 @@ def interpreter(reach: Reach, build: Build) -> ExtraFile | None:
     got = published.get(it.file)
     if got is None:
         raise ResolveError(
-            f"{it.repo} {it.tag} has no asset {it.file!r} (the build's interpreter); "
-            f"it has {len(published)} other(s).",
+            f"{it.repo} {it.tag} has no asset {it.file!r} (the build's interpreter); it has {len(published)} other(s).",
             tip="Copy the exact file name from the release page (an install_only archive).",
         )
     with open_verified(reach.fetcher, got.wanted()) as f:  # read from the descriptor that was hashed

@@ -72,5 +72,5 @@ def check_names_on_one_index(
         "primary index (how torchtriton was taken in 2022).",
         tip=f"Say in the recipe which index each belongs to: if {first} belongs with its index's packages, "
         f"add it to {index_label(ix)}'s packages and pin it with == in requirements; if it is the primary "
-        f'index\'s, name it in the build\'s primary-packages = ["{first}", ...].',
+        f"index's, name it in the build's primary-packages = [\"{first}\", ...].",
     )

@@ -267,8 +267,9 @@ class Fetcher:
                 if isinstance(exc, httpx.UnsupportedProtocol):
                     raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc}") from None
                 if transport_tip(exc) == TLS_TIP:  # a certificate that does not verify will not on a retry
-                    raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc.__class__.__name__}: {exc}",
-                                     tip=TLS_TIP) from None
+                    raise FetchError(
+                        f"{w.label}: cannot fetch {w.url}: {exc.__class__.__name__}: {exc}", tip=TLS_TIP
+                    ) from None
                 if isinstance(exc, _Restart):
                     sink.restart()
                 failures = 1 if sink.written - before >= PROGRESS_RESETS_RETRIES else failures + 1
@@ -304,8 +305,11 @@ class Fetcher:
                 raise FetchError(
                     f"{w.label}: {w.url} answered HTTP {status}; expected 200.",
                     tip="Check that the file still exists at that address"
-                    + (" and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it." if status in (401, 403)
-                       else "."),
+                    + (
+                        " and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it."
+                        if status in (401, 403)
+                        else "."
+                    ),
                 )
             sink.expect(resp.headers.get("content-length"))
             for chunk in resp.iter_raw():

@@ -175,8 +175,14 @@ def _tree(client: httpx.Client, endpoint: str, repo: str, commit: str, limits: L
         seen.add(url)
         if origin(url) != origin(endpoint) or not urlsplit(url).path == urlsplit(base).path:
             raise _bad(repo, commit, f"names a next page elsewhere ({redacted(url)[:200]}); expected {base}")
-        page = get_json_page(client, url, what=f"listing {repo} at {commit} on the Hub", limit=MAX_PAGE_BYTES,
-                             not_found=f"the Hub has no commit {commit} in {repo}.", denied=DENIED)
+        page = get_json_page(
+            client,
+            url,
+            what=f"listing {repo} at {commit} on the Hub",
+            limit=MAX_PAGE_BYTES,
+            not_found=f"the Hub has no commit {commit} in {repo}.",
+            denied=DENIED,
+        )
         if not isinstance(page.data, list):
             raise _bad(repo, commit, "is a tree page that is not a list")
         items += len(page.data)
@@ -202,8 +208,10 @@ def _one_listing(tree: list[HubFile], stated: list[HubFile], repo: str, commit: 
         if by_path.setdefault(f.path, f) is not f:
             raise _bad(repo, commit, f"lists {f.path!r} twice")
     if sorted(stated, key=lambda f: f.path) != sorted(by_path.values(), key=lambda f: f.path):
-        differ = sorted({f.path for f in stated}.symmetric_difference(by_path) or
-                        {f.path for f in stated if by_path.get(f.path) != f})
+        differ = sorted(
+            {f.path for f in stated}.symmetric_difference(by_path)
+            or {f.path for f in stated if by_path.get(f.path) != f}
+        )
         raise _bad(repo, commit, f"is two listings that disagree (the revision and its tree) on {differ[:5]}")
     for path in by_path:
         parent = path.rpartition("/")[0]
@@ -252,9 +260,7 @@ def wanted(endpoint: str, revision: HubRevision, f: HubFile) -> Wanted:
     return Wanted(file_url(endpoint, revision, f), key, f.size, f"{revision.repo} {f.path}")
 
 
-def download_files(
-    fetcher: Fetcher, endpoint: str, revision: HubRevision, files: Sequence[HubFile]
-) -> dict[str, Path]:
+def download_files(fetcher: Fetcher, endpoint: str, revision: HubRevision, files: Sequence[HubFile]) -> dict[str, Path]:
     """Each of ``files`` as a verified local file (repo path -> its cache entry), brought by the shared
     fetcher: in parallel, resumed with Range at the byte received, never past the stated size, each
     checked against its sha256 or git blob id before it enters the cache; a mismatch is raised

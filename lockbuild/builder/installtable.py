@@ -33,8 +33,12 @@ def bootstrap_entries(plan: Plan, members: list[Member]) -> list[Entry]:
             tip="Build again once the checkout stays on one commit.",
         )
     text = bootstrap.script(
-        wheel.read(bootstrap.TEMPLATE), version=b.version, python=b.python, interpreter=by_kind.get("interpreter"),
-        uv_wheel=by_kind["tool"], bundle=bundle_name(plan.recipe.engine.name, b.version, b.variant, b.platform),
+        wheel.read(bootstrap.TEMPLATE),
+        version=b.version,
+        python=b.python,
+        interpreter=by_kind.get("interpreter"),
+        uv_wheel=by_kind["tool"],
+        bundle=bundle_name(plan.recipe.engine.name, b.version, b.variant, b.platform),
     )
     run = Member(bootstrap.SCRIPT, len(text), hashlib.sha256(text).hexdigest(), bootstrap.KIND, "")
     listed = bootstrap.sums([(m.path, m.sha256) for m in (*members, run)])

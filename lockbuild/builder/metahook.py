@@ -43,7 +43,7 @@ SANDBOX_ENV = Path("/tmp/build-env")  # noqa: S108 - the sandbox's own tmpfs
 
 # Run by the build environment's Python in the sandbox: argv is the sdist, the output directory, the
 # backend object ("module:object") and the backend-path entries as JSON. Standard library only.
-HOOKS = r'''
+HOOKS = r"""
 import importlib, json, os, shutil, sys, tarfile, zipfile
 sdist, out, backend, paths = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 src = "/tmp/src"
@@ -84,7 +84,7 @@ else:
             sys.exit("the wheel the backend built has %d METADATA files" % len(names))
         with open(os.path.join(out, "METADATA"), "wb") as f:
             f.write(z.read(names[0]))
-'''
+"""
 
 # One shell line in the sandbox: the environment, the build dependencies (when there are any), the hooks.
 SCRIPT = (
@@ -122,12 +122,28 @@ def produce_metadata(
         env = build_env(offline=True)
         env |= {"ENV_DIR": str(SANDBOX_ENV), "IN": str(SANDBOX_IN), "SOURCE_DATE_EPOCH": "315532800"}
         spec = sandbox.Spec(
-            binds=(uv_bind(), *python.binds, sandbox.Bind(t / "in", SANDBOX_IN),
-                   sandbox.Bind(t / "out", SANDBOX_OUT, writable=True)),
-            env=env, cwd=SANDBOX_OUT, network=False,
+            binds=(
+                uv_bind(),
+                *python.binds,
+                sandbox.Bind(t / "in", SANDBOX_IN),
+                sandbox.Bind(t / "out", SANDBOX_OUT, writable=True),
+            ),
+            env=env,
+            cwd=SANDBOX_OUT,
+            network=False,
         )
-        argv = ["/bin/sh", "-c", SCRIPT, "sh", str(SANDBOX_UV), str(python.executable), str(SANDBOX_IN / sdist_name),
-                str(SANDBOX_OUT), system.backend, json.dumps(list(system.backend_path))]
+        argv = [
+            "/bin/sh",
+            "-c",
+            SCRIPT,
+            "sh",
+            str(SANDBOX_UV),
+            str(python.executable),
+            str(SANDBOX_IN / sdist_name),
+            str(SANDBOX_OUT),
+            system.backend,
+            json.dumps(list(system.backend_path)),
+        ]
         try:
             proc = sandbox.run(spec, argv, timeout=METADATA_TIMEOUT)
         except sandbox.SandboxTimeout:
@@ -140,8 +156,13 @@ def produce_metadata(
             raise refusal(project, version, f"its backend {system.backend} failed: {last.strip()[:300]}{also}")
         with opened_dir(t / "out") as fd:
             try:
-                raw = read_regular("METADATA", what="metadata the backend wrote", max_size=MAX_METADATA_BYTES,
-                                   dir_fd=fd, shown=f"METADATA (of {sdist_name})")
+                raw = read_regular(
+                    "METADATA",
+                    what="metadata the backend wrote",
+                    max_size=MAX_METADATA_BYTES,
+                    dir_fd=fd,
+                    shown=f"METADATA (of {sdist_name})",
+                )
             except FileNotFoundError:
                 raise refusal(project, version, "its backend wrote no METADATA") from None
             except LockbuildError as exc:
@@ -153,8 +174,9 @@ def _asked(out: Path) -> str:
     """What the backend's get_requires_for_build_wheel answered, for a message ("" when unknown)."""
     try:
         with opened_dir(out) as fd:
-            raw = read_regular("requires.json", what="build requirements the backend named", max_size=1 << 16,
-                               dir_fd=fd)
+            raw = read_regular(
+                "requires.json", what="build requirements the backend named", max_size=1 << 16, dir_fd=fd
+            )
         got = json.loads(raw)
     except (OSError, LockbuildError, ValueError, RecursionError):
         return ""

@@ -59,13 +59,17 @@ class ModelChoice:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        out = [f"{p} is a pickle (unpickling runs code); it is taken because the recipe names it"
-               for p in self.selection.pickles]
+        out = [
+            f"{p} is a pickle (unpickling runs code); it is taken because the recipe names it"
+            for p in self.selection.pickles
+        ]
         if self.selection.left_out_pickles:
             shown = ", ".join(self.selection.left_out_pickles[:5])
-            out.append(f"left out the pickle{'s' if len(self.selection.left_out_pickles) > 1 else ''} {shown}: "
-                       "a pickle is taken only when a pattern names it (its path, or a pattern ending in .bin, "
-                       ".pt, .pth or .pkl)")
+            out.append(
+                f"left out the pickle{'s' if len(self.selection.left_out_pickles) > 1 else ''} {shown}: "
+                "a pickle is taken only when a pattern names it (its path, or a pattern ending in .bin, "
+                ".pt, .pth or .pkl)"
+            )
         return tuple(out)
 
 
@@ -82,8 +86,11 @@ def choose(recipe: ModelRecipe, files: Sequence[HubFile]) -> ModelChoice:
         err.exit_code = 2
         raise err
     if len(selection.taken) > MAX_MODEL_FILES:
-        raise RemoteError(f"{recipe.repo} at {recipe.revision}: the selection has {len(selection.taken)} files; "
-                          f"at most {MAX_MODEL_FILES} go in a bundle.", tip="Narrow model.include.")
+        raise RemoteError(
+            f"{recipe.repo} at {recipe.revision}: the selection has {len(selection.taken)} files; "
+            f"at most {MAX_MODEL_FILES} go in a bundle.",
+            tip="Narrow model.include.",
+        )
     return ModelChoice(tuple(by_path[p] for p in selection.taken), selection)
 
 

@@ -11,9 +11,20 @@ from lockbuild.clikit import _emit, _progress
 from lockbuild.jsonio import JSON
 
 
-def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, expires: Any, threads: int | None,
-                    jobs: int, settings: Any, self_test: bool, build_spec: str | None,
-                    allow_readable_key: bool) -> None:
+def build_model_cli(
+    ctx: click.Context,
+    recipe: Path,
+    *,
+    key: Path,
+    out: Path,
+    expires: Any,
+    threads: int | None,
+    jobs: int,
+    settings: Any,
+    self_test: bool,
+    build_spec: str | None,
+    allow_readable_key: bool,
+) -> None:
     """``build MODEL.toml``: the bundle written here, then signed in the fresh signing process (the key
     is read there only) and moved into place with its signature, as an engine's."""
     from lockbuild.builder.modelbuild import build_model
@@ -25,8 +36,10 @@ def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, e
 
     password = _take_password()
     if self_test or build_spec is not None:
-        err = RecipeError(f"{recipe} is a model recipe: --self-test and --build apply to engine recipes only.",
-                          tip="Test a model with an engine: lockbuild test ENGINE.lbz --model MODEL.lbz.")
+        err = RecipeError(
+            f"{recipe} is a model recipe: --self-test and --build apply to engine recipes only.",
+            tip="Test a model with an engine: lockbuild test ENGINE.lbz --model MODEL.lbz.",
+        )
         err.exit_code = 2
         raise err
     r = load_model_recipe(recipe)
@@ -40,8 +53,12 @@ def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, e
         statement = statement_for(w, expires)
         if w.digests.blake2b is None:  # pragma: no cover - the writer always digests with prehash
             raise ValueError("a written bundle without its BLAKE2b-512 prehash cannot be signed")
-        signer = sign_in_fresh_process(key, [(bytes(w.digests.blake2b), statement.to_comment())], password=password,
-                                       allow_readable_key=allow_readable_key)
+        signer = sign_in_fresh_process(
+            key,
+            [(bytes(w.digests.blake2b), statement.to_comment())],
+            password=password,
+            allow_readable_key=allow_readable_key,
+        )
         if signer.key_id != checked.key_id:
             raise SignatureError(
                 f"the secret key {key} is key {signer.key_id_hex} now, but it was key {checked.key_id_hex} when "
@@ -52,10 +69,21 @@ def build_model_cli(ctx: click.Context, recipe: Path, *, key: Path, out: Path, e
     finally:
         w.discard()
     result: dict[str, JSON] = {
-              "bundle": str(packed.bundle), "signature": str(packed.signature), "sha256": packed.sha256,
-              "size": packed.size, "members": len(packed.manifest.members), "signer": signer.key_id_hex,
-              "repo": r.repo, "commit": r.revision, "files": [f.path for f in done.choice.files],
-              "pickles": list(done.choice.selection.pickles), "warnings": list(done.choice.warnings)}
-    _emit(ctx, {"bundles": [result], "warnings": list(settings.warnings)},
-          f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(done.choice.files)} files of {r.repo} at "
-          f"{r.revision})\n  sha256 {packed.sha256}\n  signed by {signer.key_id_hex} -> {packed.signature}")
+        "bundle": str(packed.bundle),
+        "signature": str(packed.signature),
+        "sha256": packed.sha256,
+        "size": packed.size,
+        "members": len(packed.manifest.members),
+        "signer": signer.key_id_hex,
+        "repo": r.repo,
+        "commit": r.revision,
+        "files": [f.path for f in done.choice.files],
+        "pickles": list(done.choice.selection.pickles),
+        "warnings": list(done.choice.warnings),
+    }
+    _emit(
+        ctx,
+        {"bundles": [result], "warnings": list(settings.warnings)},
+        f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(done.choice.files)} files of {r.repo} at "
+        f"{r.revision})\n  sha256 {packed.sha256}\n  signed by {signer.key_id_hex} -> {packed.signature}",
+    )

@@ -27,8 +27,10 @@ def extras_text(plan: Plan) -> str:
     with, source archives, release assets, an interpreter), each with its sha256 and address. Not a
     requirements file: uv never reads it, so the uv wheel is recorded without entering the engine's
     environment."""
-    lines = ["# lockbuild: files bundled beside the locked packages (not installed by uv from this file)",
-             "# kind path sha256 url"]
+    lines = [
+        "# lockbuild: files bundled beside the locked packages (not installed by uv from this file)",
+        "# kind path sha256 url",
+    ]
     lines += [f"{e.kind} {e.path} {e.sha256} {e.url}" for e in sorted(plan.extras, key=lambda e: e.path)]
     return "\n".join(lines) + "\n"
 
@@ -58,8 +60,12 @@ def write_plan_dir(plan: Plan, out: Path, fetched: Mapping[str, Path] | None = N
     final = out / plan.build.id
     tmp = Path(tempfile.mkdtemp(prefix=f".{plan.build.id}.", suffix=".partial", dir=out))
     try:
-        for name, text in ((plan.lock.filename, plan.lock.text), ("recipe.toml", plan.resolved_recipe),
-                           (EXTRAS, extras_text(plan)), (RECORD, provenance_text(plan))):
+        for name, text in (
+            (plan.lock.filename, plan.lock.text),
+            ("recipe.toml", plan.resolved_recipe),
+            (EXTRAS, extras_text(plan)),
+            (RECORD, provenance_text(plan)),
+        ):
             fsio.write_new(tmp / name, text.encode("utf-8"))
         if fetched is not None:
             for f in plan.lock.files:
@@ -111,8 +117,10 @@ def provenance_summary(files: Sequence[LockedFile], shown: int = 8) -> str:
     if not offered:
         return f"\n  provenance (PEP 740): the index offers none for these {len(files)} packages (nothing recorded)"
     attested = sorted(((f, p) for f, p in offered if p.publishers), key=lambda fp: fp[0].name)
-    head = (f"\n  provenance (PEP 740, as the index states it, unverified): {len(attested)} of {len(files)} "
-            "packages attested")
+    head = (
+        f"\n  provenance (PEP 740, as the index states it, unverified): {len(attested)} of {len(files)} "
+        "packages attested"
+    )
     listed = "".join(f"\n    {f.name} {f.version}: {p.describe()}" for f, p in attested[:shown])
     more = f"\n    ... and {len(attested) - shown} more (--json lists each)" if len(attested) > shown else ""
     return head + listed + more

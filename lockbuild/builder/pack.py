@@ -116,11 +116,16 @@ def _provenance_properties(f: LockedFile) -> dict[str, object]:
     p = f.provenance
     if p is None or not p.publishers:
         return {}
-    props = [{"name": "lockbuild:provenance:attestations", "value": str(p.attestations)},
-             {"name": "lockbuild:provenance:verified", "value": "false"}]
+    props = [
+        {"name": "lockbuild:provenance:attestations", "value": str(p.attestations)},
+        {"name": "lockbuild:provenance:verified", "value": "false"},
+    ]
     for pub in p.publishers:
-        props += [{"name": f"lockbuild:provenance:publisher:{key}", "value": value}
-                  for key, value in pub.to_json().items() if value]
+        props += [
+            {"name": f"lockbuild:provenance:publisher:{key}", "value": value}
+            for key, value in pub.to_json().items()
+            if value
+        ]
     return {"properties": props}
 
 
@@ -249,8 +254,9 @@ def write(
 def statement_for(written: Written, expires: dt.datetime | None) -> Statement:
     """What a signature over a written bundle says: the signing process signs exactly this."""
     digests = written.digests
-    return Statement.of(written.manifest, name=written.final.name, sha256=digests.sha256, size=digests.size,
-                        expires=expires)
+    return Statement.of(
+        written.manifest, name=written.final.name, sha256=digests.sha256, size=digests.size, expires=expires
+    )
 
 
 def place_signed(written: Written, statement: Statement, *, signer: bytes, block: str) -> Packed:
@@ -267,8 +273,15 @@ def place_signed(written: Written, statement: Statement, *, signer: bytes, block
     finally:
         written.discard()
         tmp_sig.unlink(missing_ok=True)
-    return Packed(final, sig_final, manifest, digests.sha256, digests.size,
-                  tuple(s.key_id_hex for s in kept), tuple(s.key_id_hex for s in dropped))
+    return Packed(
+        final,
+        sig_final,
+        manifest,
+        digests.sha256,
+        digests.size,
+        tuple(s.key_id_hex for s in kept),
+        tuple(s.key_id_hex for s in dropped),
+    )
 
 
 def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
@@ -338,8 +351,10 @@ def fetch_and_write(
             written.discard()
             raise
         n = len(report.files)
-        shown.note(f"fetched {n} file{'' if n == 1 else 's'}: {n - report.cached} downloaded, {report.cached} from "
-                   f"the cache ({report.downloaded_bytes / 1e6:,.1f} MB downloaded)")
+        shown.note(
+            f"fetched {n} file{'' if n == 1 else 's'}: {n - report.cached} downloaded, {report.cached} from "
+            f"the cache ({report.downloaded_bytes / 1e6:,.1f} MB downloaded)"
+        )
         return written, report
     finally:
         downloads.close()

@@ -145,17 +145,22 @@ class Planner:
             extras.append(python)
 
         def read_metadata(f: LockedFile) -> SdistMetadata:
-            self.progress.phase(f"{build.id}: reading the metadata of {f.filename} (its backend, if it must run, "
-                                "runs in the sandbox without network)")
+            self.progress.phase(
+                f"{build.id}: reading the metadata of {f.filename} (its backend, if it must run, "
+                "runs in the sandbox without network)"
+            )
             return read_sdist_metadata(
-                f, open_file=lambda g: open_verified(self.fetcher, Wanted(g.url, g.sha256, g.size, g.filename)),
+                f,
+                open_file=lambda g: open_verified(self.fetcher, Wanted(g.url, g.sha256, g.size, g.filename)),
                 lock_build_deps=lambda reqs: self._resolve(list(reqs), build, as_of, extra, {}, pool)[1],
-                target=build.target, inherit=dict(self.settings.child_environ),
+                target=build.target,
+                inherit=dict(self.settings.child_environ),
             )
 
         resolution, files = resolve_with_sdists(  # no build backend runs with the network (sdistlock.py)
-            lambda known: self._resolve(requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node,
-                                        sdist_metadata=known),
+            lambda known: self._resolve(
+                requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node, sdist_metadata=known
+            ),
             read_metadata,
         )
         files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740
@@ -182,9 +187,19 @@ class Planner:
         self_made = isinstance(build.wheel, SelfWheel)
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
-            recipe, build, as_of, lock, tuple(requirements), tuple(extras),
+            recipe,
+            build,
+            as_of,
+            lock,
+            tuple(requirements),
+            tuple(extras),
             resolved_recipe(recipe, build, as_of, own.sha256 if (own := direct.get(SELF_NAME)) and self_made else None),
-            uv, tuple(warnings), build_deps, build_requires, tuple(prebuilt), resolution.reused,
+            uv,
+            tuple(warnings),
+            build_deps,
+            build_requires,
+            tuple(prebuilt),
+            resolution.reused,
         )
 
     def _resolve(
@@ -210,12 +225,22 @@ class Planner:
             try:
                 with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
                     resolution = compile_lock(
-                        requirements, build.target, as_of, index_url=self.index_url, indexes=build.extra_indexes,
-                        timed=extra.timed, workdir=Path(tmp), cache_dir=self.cache.uv_cache(),
-                        inherit=dict(self.settings.child_environ), credentials=self.settings.index_credentials,
-                        sdists_allowed=sdists, sdist_metadata=sdist_metadata,
+                        requirements,
+                        build.target,
+                        as_of,
+                        index_url=self.index_url,
+                        indexes=build.extra_indexes,
+                        timed=extra.timed,
+                        workdir=Path(tmp),
+                        cache_dir=self.cache.uv_cache(),
+                        inherit=dict(self.settings.child_environ),
+                        credentials=self.settings.index_credentials,
+                        sdists_allowed=sdists,
+                        sdist_metadata=sdist_metadata,
                         exclude_newer_package=build.exclude_newer_package,
-                        memo=self.memo, reuse=reuse, on_select=ahead.hint,
+                        memo=self.memo,
+                        reuse=reuse,
+                        on_select=ahead.hint,
                     )
                 try:
                     if resolution.format == "pylock.toml":
@@ -336,9 +361,16 @@ class Planner:
             try:
                 with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as sdist:
                     got, why = prebuild(
-                        sdist=sdist, sdist_name=f.filename, project=f.name, version=f.version,
-                        deps=[(d.filename, fh) for d, fh in zip(deps, opened, strict=True)], lock_text=lock_text,
-                        target=build.target, as_of=as_of, cache=self.cache, inherit=dict(self.settings.child_environ),
+                        sdist=sdist,
+                        sdist_name=f.filename,
+                        project=f.name,
+                        version=f.version,
+                        deps=[(d.filename, fh) for d, fh in zip(deps, opened, strict=True)],
+                        lock_text=lock_text,
+                        target=build.target,
+                        as_of=as_of,
+                        cache=self.cache,
+                        inherit=dict(self.settings.child_environ),
                     )
             finally:
                 for fh in opened:
@@ -380,7 +412,13 @@ class Planner:
                 files = index_candidates(extra.clients[served.name].release(pin.name, pin.version))
                 cut = package_cut_off(build, pin.name, as_of) if pin.name in extra.timed else None
                 return choose_file(
-                    pin, files, build.target, origin="second", as_of=cut, pinned_sha256=pinned, one_file=True,
+                    pin,
+                    files,
+                    build.target,
+                    origin="second",
+                    as_of=cut,
+                    pinned_sha256=pinned,
+                    one_file=True,
                     index=served.name,
                 )
             files = index_candidates(release(pin))
@@ -390,7 +428,6 @@ class Planner:
         locked = tuple(pool.map(one, pins))
         check_names_on_one_index(locked, build, extra, pool, index_url=self.index_url)
         return locked
-
 
 
 def _wheel_version(filename: str) -> str:

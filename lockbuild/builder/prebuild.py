@@ -67,8 +67,15 @@ def find_python(version: str, inherit: Mapping[str, str]) -> HostPython | None:
         env = clean_env(Path(tmp) / "uv-cache", inherit=inherit, offline=True)
         env["UV_NO_MANAGED_PYTHON"] = "1"
         try:
-            proc = subprocess.run([uv_binary(), "python", "find", "--system", version], capture_output=True,
-                                  text=True, env=env, cwd=tmp, timeout=120, check=False)
+            proc = subprocess.run(
+                [uv_binary(), "python", "find", "--system", version],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp,
+                timeout=120,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
     found = proc.stdout.strip()
@@ -127,14 +134,33 @@ def prebuild(
         env = build_env(offline=True)
         env["SOURCE_DATE_EPOCH"] = str(int(as_of.timestamp()))
         spec = sandbox.Spec(
-            binds=(uv_bind(), *python.binds, sandbox.Bind(t / "in", SANDBOX_IN),
-                   sandbox.Bind(t / "out", SANDBOX_OUT, writable=True)),
-            env=env, cwd=SANDBOX_OUT, network=False,
+            binds=(
+                uv_bind(),
+                *python.binds,
+                sandbox.Bind(t / "in", SANDBOX_IN),
+                sandbox.Bind(t / "out", SANDBOX_OUT, writable=True),
+            ),
+            env=env,
+            cwd=SANDBOX_OUT,
+            network=False,
         )
-        argv = [str(SANDBOX_UV), "build", "--wheel", "--offline", "--no-index", "--python", str(python.executable),
-                "--find-links", str(SANDBOX_IN / "deps"), "--build-constraints",
-                str(SANDBOX_IN / "build-requirements.txt"), "--require-hashes", "--out-dir", str(SANDBOX_OUT),
-                str(SANDBOX_IN / sdist_name)]
+        argv = [
+            str(SANDBOX_UV),
+            "build",
+            "--wheel",
+            "--offline",
+            "--no-index",
+            "--python",
+            str(python.executable),
+            "--find-links",
+            str(SANDBOX_IN / "deps"),
+            "--build-constraints",
+            str(SANDBOX_IN / "build-requirements.txt"),
+            "--require-hashes",
+            "--out-dir",
+            str(SANDBOX_OUT),
+            str(SANDBOX_IN / sdist_name),
+        ]
         try:
             proc = sandbox.run(spec, argv, timeout=BUILD_TIMEOUT)
         except sandbox.SandboxTimeout:
@@ -180,8 +206,13 @@ def _keep(
         if target.wheel_rank(name) is None:
             return None, f"it builds {name}, which does not run on Python {target.python} {target.platform}"
         try:
-            f, size = open_regular(name, what="wheel its build made", max_size=MAX_WHEEL, dir_fd=fd,
-                                   shown=f"{name} (built from {sdist_name})")
+            f, size = open_regular(
+                name,
+                what="wheel its build made",
+                max_size=MAX_WHEEL,
+                dir_fd=fd,
+                shown=f"{name} (built from {sdist_name})",
+            )
         except LockbuildError as exc:
             return None, exc.message
         temp = cache.new_temp("0" * 64)  # named by its digest once known (commit)

@@ -52,8 +52,14 @@ def fetch_provenance(
     what = f"the provenance of {listed.filename} ({project})"
     missing = f"{what}: {listed.provenance_url} answered 404"
     try:
-        data, _ = get_json(client, listed.provenance_url, what=f"asking for {what}",
-                           headers={"Accept": INTEGRITY_JSON}, not_found=missing, limit=MAX_ANSWER_BYTES)
+        data, _ = get_json(
+            client,
+            listed.provenance_url,
+            what=f"asking for {what}",
+            headers={"Accept": INTEGRITY_JSON},
+            not_found=missing,
+            limit=MAX_ANSWER_BYTES,
+        )
     except RemoteError as exc:
         if exc.message == missing:  # the 404 get_json gives for this URL: the file has no attestations
             return Provenance()
@@ -115,9 +121,12 @@ def report(engine: str, build: str, previous_dir: Path, files: Sequence[LockedFi
             problem = f"cannot be examined ({exc.strerror or exc})"
         if problem is not None:
             return Comparison(
-                (f"provenance: {checked} {problem}; another user could have written the previous lock's record, "
-                 "so this lock is not compared with it (make it this user's and not group- or world-writable)",),
-                NO_PREVIOUS)
+                (
+                    f"provenance: {checked} {problem}; another user could have written the previous lock's record, "
+                    "so this lock is not compared with it (make it this user's and not group- or world-writable)",
+                ),
+                NO_PREVIOUS,
+            )
     try:
         raw = fsio.read_regular(path, what="provenance record of the previous lock", max_size=MAX_RECORD_BYTES)
         data = jsonio.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)

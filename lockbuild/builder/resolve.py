@@ -268,15 +268,23 @@ def compile_lock(
     out = workdir / ("pylock.toml" if indexes else "requirements.txt")
     # The index's credentials: in uv's environment as part of the index URL (uv keeps them to its origin).
     argv = [
-        uv_binary(), "pip", "compile",
-        "--python-version", target.python,
-        "--python-platform", target.platform,
-        "--exclude-newer", iso(as_of),
+        uv_binary(),
+        "pip",
+        "compile",
+        "--python-version",
+        target.python,
+        "--python-platform",
+        target.platform,
+        "--exclude-newer",
+        iso(as_of),
         *(["--index-url", index_url] if credentials is None else []),  # with credentials: UV_INDEX_URL below
         "--generate-hashes",
-        "--no-header", "--quiet",
-        "--output-file", str(out),
-        "--only-binary", ":all:",
+        "--no-header",
+        "--quiet",
+        "--output-file",
+        str(out),
+        "--only-binary",
+        ":all:",
     ]
     for name in sdists_allowed:
         argv += ["--no-binary", name]
@@ -315,8 +323,12 @@ def compile_lock(
     if memo is not None and not sdists_allowed and not exempt:
         fixed = {str(out): "<output>", str(workdir / "pyproject.toml"): "<project>"}
         key = resolution_key(
-            uv_version=_uv_version(argv[0]), argv=[fixed.get(a, a) for a in argv[1:]], stdin=stdin,
-            project=project_text, index_url=index_url, authenticated=credentials is not None,
+            uv_version=_uv_version(argv[0]),
+            argv=[fixed.get(a, a) for a in argv[1:]],
+            stdin=stdin,
+            project=project_text,
+            index_url=index_url,
+            authenticated=credentials is not None,
         )
         remembered = memo.get(key) if reuse else None
         if remembered is not None and remembered.format == lock_format:

@@ -84,7 +84,14 @@ def read_sdist_metadata(
         opened = [stack.enter_context(open_file(d)) for d in deps]
         sdist = stack.enter_context(open_file(f))
         return produce_metadata(
-            sdist=sdist, sdist_name=f.filename, sha256=f.sha256, project=f.name, version=f.version, system=system,
-            deps=[(d.filename, fh) for d, fh in zip(deps, opened, strict=True)], lock_text=lock_text,
-            target=target, inherit=inherit,
+            sdist=sdist,
+            sdist_name=f.filename,
+            sha256=f.sha256,
+            project=f.name,
+            version=f.version,
+            system=system,
+            deps=[(d.filename, fh) for d, fh in zip(deps, opened, strict=True)],
+            lock_text=lock_text,
+            target=target,
+            inherit=inherit,
         )

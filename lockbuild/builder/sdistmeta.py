@@ -130,10 +130,12 @@ def uv_config(known: Iterable[SdistMetadata], names: Iterable[str]) -> str:
     q = json.dumps  # a JSON string of printable ASCII is a TOML basic string
     out = []
     for m in sorted(known, key=lambda m: (m.name, m.version)):
-        out.append(f"[[dependency-metadata]]\nname = {q(m.name)}\nversion = {q(m.version)}\n"
-                   f"requires-dist = [{', '.join(q(r) for r in m.requires_dist)}]\n"
-                   + (f"requires-python = {q(m.requires_python)}\n" if m.requires_python is not None else "")
-                   + f"provides-extras = [{', '.join(q(e) for e in m.provides_extra)}]\n")
+        out.append(
+            f"[[dependency-metadata]]\nname = {q(m.name)}\nversion = {q(m.version)}\n"
+            f"requires-dist = [{', '.join(q(r) for r in m.requires_dist)}]\n"
+            + (f"requires-python = {q(m.requires_python)}\n" if m.requires_python is not None else "")
+            + f"provides-extras = [{', '.join(q(e) for e in m.provides_extra)}]\n"
+        )
     for name in sorted({canonicalize_name(n) for n in names}):
         out.append(f"[[dependency-metadata]]\nname = {q(name)}\nrequires-dist = []\n")
     return "\n".join(out)

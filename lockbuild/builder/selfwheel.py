@@ -68,9 +68,11 @@ class MadeWheel:
             try:
                 return zf.read(name)
             except KeyError:
-                raise RecipeError(f"lockbuild's own wheel, made from {self.made_from}, holds no {name}; expected "
-                                  "lockbuild's own files.", tip="Build the self-bundle from a lockbuild checkout "
-                                  "or installation that has it.") from None
+                raise RecipeError(
+                    f"lockbuild's own wheel, made from {self.made_from}, holds no {name}; expected "
+                    "lockbuild's own files.",
+                    tip="Build the self-bundle from a lockbuild checkout or installation that has it.",
+                ) from None
 
 
 @dataclass(frozen=True)
@@ -82,18 +84,37 @@ class Contents:
 
 def _wanted(name: str) -> bool:
     parts = name.split("/")
-    return (parts[0] == NAME and len(parts) > 1 and not any(p in _SKIP_DIRS or p.startswith(".") for p in parts)
-            and not name.endswith(_SKIP_SUFFIXES))
+    return (
+        parts[0] == NAME
+        and len(parts) > 1
+        and not any(p in _SKIP_DIRS or p.startswith(".") for p in parts)
+        and not name.endswith(_SKIP_SUFFIXES)
+    )
 
 
 # git with no configuration but the repository's own, and none of it that changes what a blob reads as:
 # no system or global file, no HOME, no replace refs, literal pathspecs. Only plumbing runs (ls-tree,
 # cat-file of blob ids), which applies no attributes, filters, textconv or export-subst; each blob read is
 # hashed here again against its id, so what the wheel holds is exactly what the commit names.
-_GIT_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_ATTR_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
-_GIT_FLAGS = ("--no-replace-objects", "--literal-pathspecs", "-c", "core.attributesFile=/dev/null",
-              "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+_GIT_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "LC_ALL": "C",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+}
+_GIT_FLAGS = (
+    "--no-replace-objects",
+    "--literal-pathspecs",
+    "-c",
+    "core.attributesFile=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+)
 _REGULAR = ("100644", "100755")  # git's modes for a file; a link (120000) or a submodule is no file
 _OBJECT_HASH = {40: "sha1", 64: "sha256"}  # a blob id's length names the repository's object format
 
@@ -101,16 +122,26 @@ _OBJECT_HASH = {40: "sha1", 64: "sha256"}  # a blob id's length names the reposi
 def _git(root: Path, *args: str, limit: int, stdin: bytes | None = None) -> bytes:
     git = shutil.which("git")
     if git is None:
-        raise RecipeError(f"a self-bundle from the checkout {root} needs git, and none is on PATH.",
-                          tip="Install git, or build the self-bundle with an installed lockbuild.")
+        raise RecipeError(
+            f"a self-bundle from the checkout {root} needs git, and none is on PATH.",
+            tip="Install git, or build the self-bundle with an installed lockbuild.",
+        )
     try:
         with tempfile.TemporaryDirectory(prefix="lockbuild-git-home-") as home:
             env = {**_GIT_ENV, "HOME": home, "XDG_CONFIG_HOME": home}
-            proc = subprocess.run([git, *_GIT_FLAGS, "-C", str(root), *args], input=stdin, capture_output=True,
-                                  timeout=GIT_TIMEOUT, env=env, check=False)
+            proc = subprocess.run(
+                [git, *_GIT_FLAGS, "-C", str(root), *args],
+                input=stdin,
+                capture_output=True,
+                timeout=GIT_TIMEOUT,
+                env=env,
+                check=False,
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RecipeError(f"cannot run git in the checkout {root}: {exc}.",
-                          tip="Install git, or build the self-bundle with an installed lockbuild.") from None
+        raise RecipeError(
+            f"cannot run git in the checkout {root}: {exc}.",
+            tip="Install git, or build the self-bundle with an installed lockbuild.",
+        ) from None
     if proc.returncode != 0:
         raise RecipeError(
             f"git {args[0]} failed in the checkout {root}: {proc.stderr.decode(errors='replace').strip()[-300:]}",
@@ -130,8 +161,9 @@ class _Blob:
 
 def _tree(root: Path, commit: str) -> list[_Blob]:
     """The regular files of ``commit`` under lockbuild/ and its pyproject.toml, with their blob ids and sizes."""
-    raw = _git(root, "ls-tree", "-r", "-z", "-l", "--full-tree", commit, "--", NAME, "pyproject.toml",
-               limit=MAX_FILES * 400)
+    raw = _git(
+        root, "ls-tree", "-r", "-z", "-l", "--full-tree", commit, "--", NAME, "pyproject.toml", limit=MAX_FILES * 400
+    )
     blobs, total = [], 0
     for entry in raw.split(b"\0"):
         if not entry:
@@ -145,36 +177,50 @@ def _tree(root: Path, commit: str) -> list[_Blob]:
             continue
         size = int(fields[3]) if fields[3].isdigit() else MAX_FILE + 1
         if size > MAX_FILE:
-            raise RecipeError(f"{name} at commit {commit[:12]} is {fields[3]} bytes; expected lockbuild's own files, "
-                              f"at most {MAX_FILE} bytes each.")
+            raise RecipeError(
+                f"{name} at commit {commit[:12]} is {fields[3]} bytes; expected lockbuild's own files, "
+                f"at most {MAX_FILE} bytes each."
+            )
         total += size
         blobs.append(_Blob(name, fields[2], size))
     if total > MAX_ARCHIVE or len(blobs) > MAX_FILES + 1:
-        raise RecipeError(f"commit {commit[:12]} of {root} holds {len(blobs)} files of {total} bytes under {NAME}/; "
-                          f"expected lockbuild's own files (at most {MAX_FILES}, {MAX_ARCHIVE} bytes).")
+        raise RecipeError(
+            f"commit {commit[:12]} of {root} holds {len(blobs)} files of {total} bytes under {NAME}/; "
+            f"expected lockbuild's own files (at most {MAX_FILES}, {MAX_ARCHIVE} bytes)."
+        )
     return blobs
 
 
 def _read_blobs(root: Path, commit: str, blobs: list[_Blob]) -> dict[str, bytes]:
     """Each blob's bytes as the object store holds them (``cat-file --batch``: no filter runs), checked
     against its id: a blob that does not hash to its name is refused."""
-    out = _git(root, "cat-file", "--batch", stdin=b"".join(f"{b.oid}\n".encode() for b in blobs),
-               limit=sum(b.size + 100 for b in blobs) + 100)
+    out = _git(
+        root,
+        "cat-file",
+        "--batch",
+        stdin=b"".join(f"{b.oid}\n".encode() for b in blobs),
+        limit=sum(b.size + 100 for b in blobs) + 100,
+    )
     got: dict[str, bytes] = {}
     at = 0
     for b in blobs:
         eol = out.find(b"\n", at)
         header = out[at:eol].decode("ascii", errors="replace").split() if eol >= 0 else []
         if header != [b.oid, "blob", str(b.size)]:
-            raise RecipeError(f"git cat-file in {root} answered {' '.join(header)[:120]!r} for {b.name} ({b.oid}) of "
-                              f"commit {commit[:12]}; expected a blob of {b.size} bytes.",
-                              tip="Check the checkout with git fsck.")
-        data = out[eol + 1:eol + 1 + b.size]
+            raise RecipeError(
+                f"git cat-file in {root} answered {' '.join(header)[:120]!r} for {b.name} ({b.oid}) of "
+                f"commit {commit[:12]}; expected a blob of {b.size} bytes.",
+                tip="Check the checkout with git fsck.",
+            )
+        data = out[eol + 1 : eol + 1 + b.size]
         at = eol + 1 + b.size + 1
         algorithm = _OBJECT_HASH.get(len(b.oid), "")
         if not algorithm or hashlib.new(algorithm, b"blob %d\0" % len(data) + data).hexdigest() != b.oid:
-            raise RecipeError(f"{b.name} of commit {commit[:12]} in {root} does not hash to its blob id {b.oid}; "
-                              "expected the committed bytes.", tip="Check the checkout with git fsck.")
+            raise RecipeError(
+                f"{b.name} of commit {commit[:12]} in {root} does not hash to its blob id {b.oid}; "
+                "expected the committed bytes.",
+                tip="Check the checkout with git fsck.",
+            )
         got[b.name] = data
     return got
 
@@ -194,8 +240,10 @@ def from_checkout(root: Path) -> Contents:
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise RecipeError(f"pyproject.toml of commit {commit[:12]} in {root} cannot be read: {exc}.") from None
     if len(files) > MAX_FILES or not files:
-        raise RecipeError(f"commit {commit[:12]} of {root} holds {len(files)} files under {NAME}/; expected "
-                          f"lockbuild's own files (1 to {MAX_FILES}).")
+        raise RecipeError(
+            f"commit {commit[:12]} of {root} holds {len(files)} files under {NAME}/; expected "
+            f"lockbuild's own files (1 to {MAX_FILES})."
+        )
     version = project.get("version")
     if project.get("name") != NAME or version != __version__:
         raise RecipeError(
@@ -225,15 +273,21 @@ def from_installed() -> Contents:
             tip="Run lockbuild from its git checkout, or install it with pip install . (not -e).",
         )
     top = Path(lockbuild.__file__).parent.parent
-    files = tuple((n, fsio.read_regular(top / n, max_size=MAX_FILE, what=f"lockbuild's file {n}", error=RecipeError))
-                  for n in names)
+    files = tuple(
+        (n, fsio.read_regular(top / n, max_size=MAX_FILE, what=f"lockbuild's file {n}", error=RecipeError))
+        for n in names
+    )
     meta = dist.metadata
     if meta["Version"] != __version__:
-        raise RecipeError(f"the installed distribution says lockbuild {meta['Version']}, but the running code is "
-                          f"{__version__}; expected the two to agree.", tip="Reinstall lockbuild.")
+        raise RecipeError(
+            f"the installed distribution says lockbuild {meta['Version']}, but the running code is "
+            f"{__version__}; expected the two to agree.",
+            tip="Reinstall lockbuild.",
+        )
     requires = [r for r in dist.requires or () if "extra ==" not in r]
-    return Contents(files, _metadata(__version__, meta["Summary"], meta["Requires-Python"], requires),
-                    "the installed distribution")
+    return Contents(
+        files, _metadata(__version__, meta["Summary"], meta["Requires-Python"], requires), "the installed distribution"
+    )
 
 
 def _metadata(version: str, summary: object, requires_python: object, requires: list[str]) -> str:
@@ -263,8 +317,10 @@ def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> Made
     entries = list(got.files)
     entries += [
         (f"{info_dir}/METADATA", got.metadata.encode()),
-        (f"{info_dir}/WHEEL", f"Wheel-Version: 1.0\nGenerator: lockbuild {__version__}\n"
-                              f"Root-Is-Purelib: true\nTag: {TAG}\n".encode()),
+        (
+            f"{info_dir}/WHEEL",
+            f"Wheel-Version: 1.0\nGenerator: lockbuild {__version__}\nRoot-Is-Purelib: true\nTag: {TAG}\n".encode(),
+        ),
         (f"{info_dir}/entry_points.txt", ENTRY_POINTS.encode()),
     ]
     record = "".join(record_line(n, d) + "\n" for n, d in entries) + f"{info_dir}/RECORD,,\n"

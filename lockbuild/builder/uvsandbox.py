@@ -38,8 +38,16 @@ def sandboxed_compile(
     return sandbox.argv(spec, command), {"PATH": sandbox.BWRAP_PATH}
 
 
-PROXY_NAMES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-               "ALL_PROXY")
+PROXY_NAMES = (
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+)
 CA_NAMES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_NATIVE_TLS")
 _SEEN_IN_SANDBOX = ("/usr", "/etc/ssl", "/etc/ca-certificates")  # already there, read-only
 

@@ -17,13 +17,11 @@ KIND = "bootstrap"
 _PLAIN = re.compile(r"[A-Za-z0-9._+/-]{1,255}")  # what may be put between the script's single quotes
 
 
-def script(template: bytes, *, version: str, python: str, interpreter: str | None, uv_wheel: str,
-           bundle: str) -> bytes:
+def script(template: bytes, *, version: str, python: str, interpreter: str | None, uv_wheel: str, bundle: str) -> bytes:
     """``bootstrap.sh`` for one bundle: ``template`` (the ``TEMPLATE`` file of the very wheel the bundle
     carries, never the running lockbuild's package data, which may hold an uncommitted edit) with the
     bundle's own names filled in."""
-    values = {"VERSION": version, "PYTHON": python, "INTERPRETER": interpreter or "", "UV": uv_wheel,
-              "BUNDLE": bundle}
+    values = {"VERSION": version, "PYTHON": python, "INTERPRETER": interpreter or "", "UV": uv_wheel, "BUNDLE": bundle}
     try:
         text = template.decode("utf-8")
     except UnicodeDecodeError:

@@ -43,8 +43,9 @@ def build_lock_text(
         "--require-hashes SDIST",
     ]
     lines += [f"# {sdist} requires: {', '.join(reqs) or 'nothing'}" for sdist, reqs in requires]
-    lines += [f"# {b.path} (sha256 {b.sha256}) was built on the builder from sdists/{b.sdist} with these"
-              for b in built]
+    lines += [
+        f"# {b.path} (sha256 {b.sha256}) was built on the builder from sdists/{b.sdist} with these" for b in built
+    ]
     for d in sorted(deps, key=lambda d: d.name):
         lines.append(f"{d.name}=={d.version} \\\n    --hash=sha256:{d.sha256}")
         lines.append(f"    # {BUILD_DIR}/{d.filename}")

@@ -151,8 +151,11 @@ def extract(
                 piece = next(pieces, None)
                 if piece is None:
                     left = manifest.members[i : i + 3]
-                    raise _bad(f"{where} ends before {len(manifest.members) - i} listed member(s): "
-                               + ", ".join(m.path for m in left) + ".")
+                    raise _bad(
+                        f"{where} ends before {len(manifest.members) - i} listed member(s): "
+                        + ", ".join(m.path for m in left)
+                        + "."
+                    )
                 if piece.name != member.path:
                     raise _bad(misplaced(piece.name, done, listed, f"expected {member.path!r} next"))
                 if piece.size != member.size:
@@ -187,16 +190,24 @@ def extract(
             linked.close()
     if absent and not allow_absent:
         more = f" and {len(absent) - 5} more" if len(absent) > 5 else ""
-        raise IntegrityError(f"{where} needs {len(absent)} member(s) the store lacks: "
-                             + ", ".join(m.path for m in absent[:5]) + more + ".", tip=absent_tip)
+        raise IntegrityError(
+            f"{where} needs {len(absent)} member(s) the store lacks: "
+            + ", ".join(m.path for m in absent[:5])
+            + more
+            + ".",
+            tip=absent_tip,
+        )
     return Extracted(manifest, tuple(written), tuple(absent))
 
 
 def _check(member: Member, n: int, digest: str, damage_tip: str) -> None:
     """A member's bytes as seen (their count and sha256) against the signed manifest."""
     if n != member.size:
-        raise _bad(f"member {member.path!r} is {'longer' if n > member.size else 'shorter'} than the"
-                   f" {member.size} bytes the signed manifest says.", damage_tip)
+        raise _bad(
+            f"member {member.path!r} is {'longer' if n > member.size else 'shorter'} than the"
+            f" {member.size} bytes the signed manifest says.",
+            damage_tip,
+        )
     if digest != member.sha256:
         raise _bad(f"member {member.path!r} has sha256 {digest}; the manifest says {member.sha256}.", damage_tip)
 
@@ -254,8 +265,10 @@ class _Linked:
             try:
                 n, digest = fut.result()
             except OSError as exc:
-                raise LockbuildError(f"cannot read {member.path} as linked: {exc.strerror or exc}.",
-                                     tip="Check the destination's file system, then run it again.") from None
+                raise LockbuildError(
+                    f"cannot read {member.path} as linked: {exc.strerror or exc}.",
+                    tip="Check the destination's file system, then run it again.",
+                ) from None
             _check(member, n, digest, self.damage_tip)
             self.progress.advance(member.size)
             self.progress.file_done()
@@ -269,8 +282,9 @@ class _Linked:
                 f.close()
 
 
-def _pump(piece: Piece, out: BinaryIO | None, size: int, pool: ThreadPoolExecutor,
-          advance: Callable[[int], None]) -> tuple[int, str]:
+def _pump(
+    piece: Piece, out: BinaryIO | None, size: int, pool: ThreadPoolExecutor, advance: Callable[[int], None]
+) -> tuple[int, str]:
     try:
         if size < INLINE:
             h = hashlib.sha256()

@@ -86,7 +86,9 @@ class InstallTable:
             "binary": self.binary,
             "verify": list(self.verify),
             "gpu_probe": self.gpu_probe,
-            "gpu": None if gpu is None else {
+            "gpu": None
+            if gpu is None
+            else {
                 "min_capability": None if gpu.min_capability is None else "{}.{}".format(*gpu.min_capability),
                 "min_driver": gpu.min_driver,
                 "max_capability": None if gpu.max_capability is None else "{}.{}".format(*gpu.max_capability),
@@ -96,8 +98,9 @@ class InstallTable:
             "free_gb": self.free_gb,
             "uv": self.uv,
             "interpreter": self.interpreter,
-            "source": None if self.source is None else {"member": self.source.member, "dir": self.source.dir,
-                                                        "top": self.source.top},
+            "source": None
+            if self.source is None
+            else {"member": self.source.member, "dir": self.source.dir, "top": self.source.top},
             "assets": [{"member": a.member, "dir": a.dir} for a in self.assets],
             "requirements": list(self.requirements),
             "env": dict(self.env),
@@ -110,8 +113,9 @@ class InstallTable:
         """What the node will do, in a few lines (shell-quoted commands)."""
         lines = [f"binary bin/{self.binary}; verify: {shlex.join(self.verify)}; GPU probe: {self.gpu_probe}"]
         if self.gpu is not None:
-            lines.append(f"needs GPU compute capability {capability_range(self.gpu)}, driver "
-                         f"{self.gpu.min_driver or 'any'}+")
+            lines.append(
+                f"needs GPU compute capability {capability_range(self.gpu)}, driver {self.gpu.min_driver or 'any'}+"
+            )
         if self.serves:
             lines.append(f"serves {', '.join(self.serves)} where none of its own builds fits")
         if self.free_gb:
@@ -192,8 +196,9 @@ def _rel(value: str, where: str) -> str:
 def _keys(data: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise _bad(f"the manifest's {where} has the unknown key(s) {', '.join(unknown)[:80]}; expected "
-                   f"{', '.join(allowed)}.")
+        raise _bad(
+            f"the manifest's {where} has the unknown key(s) {', '.join(unknown)[:80]}; expected {', '.join(allowed)}."
+        )
 
 
 def _capability(data: dict[str, Any], key: str) -> tuple[int, int] | None:
@@ -220,8 +225,10 @@ def _gpu(data: Any) -> GpuNeeds:
     needs = GpuNeeds(capability, drv, highest)
     props = data.get("variant-properties")
     if (props is None) != (highest is None) or (props is not None and props != list(needs.variant_properties())):
-        raise _bad("the manifest's install.gpu.variant-properties are not the ones its needs imply (written with "
-                   "max-capability, derived from the table); the bundle is malformed.")
+        raise _bad(
+            "the manifest's install.gpu.variant-properties are not the ones its needs imply (written with "
+            "max-capability, derived from the table); the bundle is malformed."
+        )
     return needs
 
 
@@ -235,11 +242,40 @@ def capability_range(gpu: GpuNeeds) -> str:
 
 
 # Compute capabilities NVIDIA has shipped (sm_arch values of the wheel-variant provider).
-KNOWN_CAPABILITIES = ((5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7),
-                      (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
+KNOWN_CAPABILITIES = (
+    (5, 0),
+    (5, 2),
+    (5, 3),
+    (6, 0),
+    (6, 1),
+    (6, 2),
+    (7, 0),
+    (7, 2),
+    (7, 5),
+    (8, 0),
+    (8, 6),
+    (8, 7),
+    (8, 9),
+    (9, 0),
+    (10, 0),
+    (10, 3),
+    (11, 0),
+    (12, 0),
+    (12, 1),
+)
 # The first Linux driver branch of each CUDA release (CUDA's release notes, "minimum required driver").
-CUDA_BY_DRIVER = ((525, "12.0"), (530, "12.1"), (535, "12.2"), (545, "12.3"), (550, "12.4"), (555, "12.5"),
-                  (560, "12.6"), (570, "12.8"), (575, "12.9"), (580, "13.0"))
+CUDA_BY_DRIVER = (
+    (525, "12.0"),
+    (530, "12.1"),
+    (535, "12.2"),
+    (545, "12.3"),
+    (550, "12.4"),
+    (555, "12.5"),
+    (560, "12.6"),
+    (570, "12.8"),
+    (575, "12.9"),
+    (580, "13.0"),
+)
 
 
 def variant_properties(gpu: GpuNeeds) -> tuple[str, ...]:
@@ -275,8 +311,23 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
     """The [install] table, strictly; ``kinds`` maps every member path to its kind."""
     if not isinstance(data, dict):
         raise _bad("the manifest has no [install] table; a format-2 bundle always has one.")
-    allowed = ("binary", "verify", "gpu-probe", "free-gb", "uv", "interpreter", "requirements", "gpu", "source",
-               "assets", "env", "smoke", "gpu-smoke", "allow-network", "serves")
+    allowed = (
+        "binary",
+        "verify",
+        "gpu-probe",
+        "free-gb",
+        "uv",
+        "interpreter",
+        "requirements",
+        "gpu",
+        "source",
+        "assets",
+        "env",
+        "smoke",
+        "gpu-smoke",
+        "allow-network",
+        "serves",
+    )
     _keys(data, allowed, "install")
     binary = _get(data, "binary", str, "install.")
     if not _BINARY.fullmatch(binary):
@@ -354,5 +405,9 @@ def _runtime(data: dict[str, Any]) -> dict[str, Any]:
         why = envtable.problem(name, value, allow_network=hosts)  # the recipe's rule, from the one place
         if why:
             raise _bad(f"the manifest's install.env is refused: {why}.")
-    return {"env": tuple(sorted(env.items())), "smoke": tuple(smoke), "gpu_smoke": tuple(gpu_smoke),
-            "allow_network": tuple(hosts)}
+    return {
+        "env": tuple(sorted(env.items())),
+        "smoke": tuple(smoke),
+        "gpu_smoke": tuple(gpu_smoke),
+        "allow_network": tuple(hosts),
+    }

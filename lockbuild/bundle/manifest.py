@@ -29,10 +29,32 @@ READS = (2, 3, MODEL_FORMAT)  # format 4: a model bundle (bundle/modelinfo.py)
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
 MANIFEST = "bundle.toml"
-KINDS = ("recipe", "lock", "sbom", "tool", "wheel", "sdist", "source", "asset", "interpreter", "build-dep",
-         "bootstrap", MODEL_KIND)
-_ORDER = {"recipe.toml": 0, "lock": 1, "sbom.cdx.json": 2, "tools": 3, "python": 4, "wheels": 5, "sdists": 6,
-          "source": 7, "assets": 8, "build-deps": 9}
+KINDS = (
+    "recipe",
+    "lock",
+    "sbom",
+    "tool",
+    "wheel",
+    "sdist",
+    "source",
+    "asset",
+    "interpreter",
+    "build-dep",
+    "bootstrap",
+    MODEL_KIND,
+)
+_ORDER = {
+    "recipe.toml": 0,
+    "lock": 1,
+    "sbom.cdx.json": 2,
+    "tools": 3,
+    "python": 4,
+    "wheels": 5,
+    "sdists": 6,
+    "source": 7,
+    "assets": 8,
+    "build-deps": 9,
+}
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]{0,63}")
 LOCK_FORMATS = ("requirements.txt", "pylock.toml")
@@ -129,13 +151,15 @@ class Manifest:
         return "\n".join(lines).encode()
 
     def _exempt_toml(self) -> str:
-        return ", ".join(f"{name} = {'false' if when is None else toml_string(when)}"
-                         for name, when in self.exclude_newer_package)
+        return ", ".join(
+            f"{name} = {'false' if when is None else toml_string(when)}" for name, when in self.exclude_newer_package
+        )
 
 
 def _provenance_toml(p: Provenance) -> str:
-    pubs = ", ".join("{ " + ", ".join(f"{k} = {toml_string(v)}" for k, v in pub.to_json().items()) + " }"
-                     for pub in p.publishers)
+    pubs = ", ".join(
+        "{ " + ", ".join(f"{k} = {toml_string(v)}" for k, v in pub.to_json().items()) + " }" for pub in p.publishers
+    )
     return f"{{ attestations = {p.attestations}, publishers = [{pubs}], verified = false }}"
 
 
@@ -160,8 +184,22 @@ def member_order(path: str) -> tuple[int, str]:
     return (_ORDER.get(path.split("/", 1)[0], 99), path)
 
 
-_TOP_KEYS = ("format", "engine", "version", "variant", "as-of", "serial", "recipe-sha256", "lock-format", "target",
-             "builder", "install", "files", "exclude-newer-package", "model")
+_TOP_KEYS = (
+    "format",
+    "engine",
+    "version",
+    "variant",
+    "as-of",
+    "serial",
+    "recipe-sha256",
+    "lock-format",
+    "target",
+    "builder",
+    "install",
+    "files",
+    "exclude-newer-package",
+    "model",
+)
 _CANONICAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a PEP 503 normalised project name
 MAX_EXEMPT = 256
 _TIP = "The bundle is malformed; do not install it. Fetch it again from its publisher, or rebuild it."
@@ -227,11 +265,15 @@ def _origin(value: str, path: str) -> str:
     except ValueError:
         parts = None
     if len(value) > MAX_ORIGIN or parts is None or parts.scheme not in ("https", "http") or not parts.hostname:
-        raise _bad(f"the manifest's origin for {path} {value[:60]!r} is not an http(s) URL of at most "
-                   f"{MAX_ORIGIN} characters; the bundle is malformed.")
+        raise _bad(
+            f"the manifest's origin for {path} {value[:60]!r} is not an http(s) URL of at most "
+            f"{MAX_ORIGIN} characters; the bundle is malformed."
+        )
     if "@" in parts.netloc:
-        raise _bad(f"the manifest's origin for {path} carries userinfo (user:password@); lockbuild never "
-                   "records credentials, so the bundle is malformed.")
+        raise _bad(
+            f"the manifest's origin for {path} carries userinfo (user:password@); lockbuild never "
+            "records credentials, so the bundle is malformed."
+        )
     return value
 
 
@@ -302,9 +344,11 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         raise _bad("the manifest's builder.zstd is not a plain version string.")
     model, install = instructions(data, fmt, files, members)  # a model bundle's table, or the [install] table
     if install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
-        raise _bad(f"the manifest is format {fmt}, but its [install] table "
-                   f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "
-                   "install.serves); the bundle is malformed.")
+        raise _bad(
+            f"the manifest is format {fmt}, but its [install] table "
+            f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "
+            "install.serves); the bundle is malformed."
+        )
     exempt = _exclude_newer_package(data.get("exclude-newer-package", {}))
     return Manifest(
         engine=_name(data, "engine", ""),
@@ -371,8 +415,10 @@ def _exclude_newer_package(value: object) -> tuple[tuple[str, str | None], ...]:
             continue
         parsed = parse_time(when) if isinstance(when, str) else None
         if parsed is None or parsed.tzinfo is None or iso(parsed) != when:
-            raise _bad(f"the manifest's exclude-newer-package time for {name} is not a UTC time such as "
-                       "2024-06-01T00:00:00Z, nor false.")
+            raise _bad(
+                f"the manifest's exclude-newer-package time for {name} is not a UTC time such as "
+                "2024-06-01T00:00:00Z, nor false."
+            )
         out.append((name, when))
     if [n for n, _ in out] != sorted(n for n, _ in out):
         raise _bad("the manifest's exclude-newer-package is not in name order; the bundle is malformed.")

@@ -24,8 +24,20 @@ MODEL_PYTHON = "none"
 MODEL_PLATFORM = "any"
 NO_LOCK = "none"
 # Files written in stored (uncompressed) frames: weights, which do not compress.
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".pkl", ".ckpt", ".gguf", ".onnx", ".h5", ".msgpack",
-                   ".npz", ".npy")
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".pkl",
+    ".ckpt",
+    ".gguf",
+    ".onnx",
+    ".h5",
+    ".msgpack",
+    ".npz",
+    ".npy",
+)
 COMMIT = re.compile(r"[0-9a-f]{40}")
 BLOB_ID = COMMIT  # a git blob sha1, as the Hub's tree gives a file's "oid"
 # A Hub repo id ORG/NAME (huggingface_hub's validate_repo_id): letters, digits, '.', '_', '-', no '--' or
@@ -83,13 +95,20 @@ class ModelTable:
         return []
 
     def to_json(self) -> dict[str, Any]:
-        return {"repo": self.repo, "commit": self.commit, "files": [
-            {"repo_path": f.repo_path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id, "lfs": f.lfs}
-            for f in self.files]}
+        return {
+            "repo": self.repo,
+            "commit": self.commit,
+            "files": [
+                {"repo_path": f.repo_path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id, "lfs": f.lfs}
+                for f in self.files
+            ],
+        }
 
     def summary(self) -> list[str]:
-        return [f"the model {self.repo} at {self.commit}, {len(self.files)} files, into a Hugging Face cache "
-                "(install … --models DIR)"]
+        return [
+            f"the model {self.repo} at {self.commit}, {len(self.files)} files, into a Hugging Face cache "
+            "(install … --models DIR)"
+        ]
 
     def file(self, repo_path: str) -> ModelFile | None:
         return next((f for f in self.files if f.repo_path == repo_path), None)
@@ -122,21 +141,29 @@ def parse_model(top: Mapping[str, Any], files: Sequence[Mapping[str, Any]], memb
     if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
         raise _bad(f"the manifest's model.commit {str(commit)[:80]!r} is not a 40-hex commit.")
     target = top.get("target")
-    shape = (top.get("version"), top.get("variant"), top.get("lock-format"),
-             target.get("python") if isinstance(target, dict) else None,
-             target.get("platform") if isinstance(target, dict) else None)
+    shape = (
+        top.get("version"),
+        top.get("variant"),
+        top.get("lock-format"),
+        target.get("python") if isinstance(target, dict) else None,
+        target.get("platform") if isinstance(target, dict) else None,
+    )
     if shape != (commit, MODEL_VARIANT, NO_LOCK, MODEL_PYTHON, MODEL_PLATFORM):
-        raise _bad(f"the model bundle's version, variant, lock-format and target are {shape!r}; expected "
-                   f"{(commit, MODEL_VARIANT, NO_LOCK, MODEL_PYTHON, MODEL_PLATFORM)!r}.")
+        raise _bad(
+            f"the model bundle's version, variant, lock-format and target are {shape!r}; expected "
+            f"{(commit, MODEL_VARIANT, NO_LOCK, MODEL_PYTHON, MODEL_PLATFORM)!r}."
+        )
     out: list[ModelFile] = []
     for f, m in zip(files, members, strict=True):
         if m.kind == "recipe":
             continue
         if m.kind != MODEL_KIND or not m.path.startswith(MODEL_DIR):
-            raise _bad(f"the model bundle's member {m.path[:80]!r} (kind {m.kind}) is not a {MODEL_KIND} under "
-                       f"{MODEL_DIR}; a model bundle holds only its recipe and the model's files.")
+            raise _bad(
+                f"the model bundle's member {m.path[:80]!r} (kind {m.kind}) is not a {MODEL_KIND} under "
+                f"{MODEL_DIR}; a model bundle holds only its recipe and the model's files."
+            )
         repo_path, blob_id, lfs = f.get("repo-path"), f.get("blob-id"), f.get("lfs")
-        if repo_path != m.path[len(MODEL_DIR):]:
+        if repo_path != m.path[len(MODEL_DIR) :]:
             raise _bad(f"the manifest's repo-path for {m.path[:80]!r} is not its path without {MODEL_DIR}.")
         if not isinstance(blob_id, str) or not BLOB_ID.fullmatch(blob_id):
             raise _bad(f"the manifest's blob-id for {m.path[:80]!r} is not a git blob id (40 lower-case hex).")
@@ -152,12 +179,15 @@ def check_no_model_files(members: Sequence[_Member]) -> None:
     """An engine bundle carries no model files (the node would have nowhere to put them)."""
     for m in members:
         if m.kind == MODEL_KIND:
-            raise _bad(f"the manifest lists the {MODEL_KIND} {m.path[:80]!r} but is not a model bundle (format "
-                       f"{MODEL_FORMAT} with a [model] table).")
+            raise _bad(
+                f"the manifest lists the {MODEL_KIND} {m.path[:80]!r} but is not a model bundle (format "
+                f"{MODEL_FORMAT} with a [model] table)."
+            )
 
 
-def instructions(top: Mapping[str, Any], fmt: int, files: Sequence[Mapping[str, Any]],
-                 members: Sequence[_Member]) -> tuple[ModelTable | None, InstallTable]:
+def instructions(
+    top: Mapping[str, Any], fmt: int, files: Sequence[Mapping[str, Any]], members: Sequence[_Member]
+) -> tuple[ModelTable | None, InstallTable]:
     """What a manifest tells the node: a model bundle's (format 4) [model] table and no [install] table;
     any other format's [install] table, with no [model] table and no model file."""
     if fmt == MODEL_FORMAT:
@@ -168,4 +198,3 @@ def instructions(top: Mapping[str, Any], fmt: int, files: Sequence[Mapping[str, 
         raise _bad(f"the manifest has a [model] table but is format {fmt}; a model bundle is format {MODEL_FORMAT}.")
     check_no_model_files(members)
     return None, parse_install(top.get("install"), {m.path: m.kind for m in members})
-

@@ -28,8 +28,19 @@ from lockbuild.fsio import open_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 
-__all__ = ["MAX_TRAILER", "Head", "TarPiece", "TarReader", "check_zstd_frame", "open_file", "open_tar", "read_head",
-           "read_head_raw", "read_manifest", "tar_pieces"]
+__all__ = [
+    "MAX_TRAILER",
+    "Head",
+    "TarPiece",
+    "TarReader",
+    "check_zstd_frame",
+    "open_file",
+    "open_tar",
+    "read_head",
+    "read_head_raw",
+    "read_manifest",
+    "tar_pieces",
+]
 
 
 class Head(NamedTuple):
@@ -82,8 +93,9 @@ class TarPiece:
         self.tar, self.header = tar, header
         self.name, self.size = header.name, header.size
 
-    def pump(self, dst: BinaryIO | None, update: Callable[[bytes | memoryview], None],
-             advance: Callable[[int], None]) -> int:
+    def pump(
+        self, dst: BinaryIO | None, update: Callable[[bytes | memoryview], None], advance: Callable[[int], None]
+    ) -> int:
         stream_member(self.tar, self.header, dst, _Advance(advance), update)
         return self.size
 

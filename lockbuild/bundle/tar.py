@@ -32,10 +32,20 @@ _ZERO = bytes(BLOCK)
 _MAGIC_USTAR = b"ustar\x0000"
 _REGULAR = (b"0", b"\0")
 _KINDS = {
-    b"1": "a hard link", b"2": "a symbolic link", b"3": "a character device", b"4": "a block device",
-    b"5": "a directory", b"6": "a FIFO", b"7": "a contiguous file", b"g": "a pax global header",
-    b"x": "a pax extended header", b"L": "a GNU long name", b"K": "a GNU long link name",
-    b"S": "a GNU sparse file", b"V": "a GNU volume header", b"M": "a GNU multi-volume continuation",
+    b"1": "a hard link",
+    b"2": "a symbolic link",
+    b"3": "a character device",
+    b"4": "a block device",
+    b"5": "a directory",
+    b"6": "a FIFO",
+    b"7": "a contiguous file",
+    b"g": "a pax global header",
+    b"x": "a pax extended header",
+    b"L": "a GNU long name",
+    b"K": "a GNU long link name",
+    b"S": "a GNU sparse file",
+    b"V": "a GNU volume header",
+    b"M": "a GNU multi-volume continuation",
 }
 _PAX_USED = ("path", "size")
 _PAX_IGNORED = ("mtime", "atime", "ctime", "uid", "gid", "uname", "gname")
@@ -170,8 +180,9 @@ class TarReader:
     def _end(self) -> None:
         """A second zero block, then at most MAX_TRAILER zero bytes, then the end of the stream."""
         if self._exact(BLOCK, "the end-of-archive marker") != _ZERO:
-            raise _bad(f"the tar stream has a lone zero block at offset {self.offset - 2 * BLOCK}; "
-                       "expected two at its end.")
+            raise _bad(
+                f"the tar stream has a lone zero block at offset {self.offset - 2 * BLOCK}; expected two at its end."
+            )
         rest = 0
         while data := self.f.read(CHUNK):
             if data.count(0) != len(data):

@@ -82,8 +82,10 @@ def block_header(raw: bytes, frame: FrameHeader) -> tuple[bool, int, int]:
     if kind == 3:
         raise _bad("the bundle's zstd frame has a reserved block type.")
     if not frame.checksum and kind != 0:
-        raise _bad("the bundle's zstd frame compresses but has no content checksum; lockbuild always writes one "
-                   "(only a stored frame, of raw blocks, goes without).")
+        raise _bad(
+            "the bundle's zstd frame compresses but has no content checksum; lockbuild always writes one "
+            "(only a stored frame, of raw blocks, goes without)."
+        )
     if size > STORED_BLOCK:
         raise _bad(f"the bundle's zstd block is {size} bytes; a block holds at most {STORED_BLOCK}.")
     return last, kind, 1 if kind == 1 else size

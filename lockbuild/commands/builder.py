@@ -167,7 +167,7 @@ def fetch(
 
 @click.command(
     cls=Command,
-    epilog="Example: lockbuild build bundles/onnxruntime.toml --build cpu-py311 --key release.key --out dist/"
+    epilog="Example: lockbuild build bundles/onnxruntime.toml --build cpu-py311 --key release.key --out dist/",
 )
 @click.argument("recipe", type=click.Path(path_type=Path, dir_okay=False))
 @build_option
@@ -178,12 +178,23 @@ def fetch(
 @jobs_option
 @insecure_option
 @fresh_lock_option
-@click.option("--self-test", "self_test", is_flag=True,
-              help="Run `lockbuild test` on each bundle before it is signed, in the sandbox (its report follows).")
-@click.option("--trust", "trust_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="With --self-test: also check the new signatures against this trust directory.")
-@click.option("--allow-readable-key", is_flag=True,
-              help="Use a secret key file that its group or other users can read (refused otherwise).")
+@click.option(
+    "--self-test",
+    "self_test",
+    is_flag=True,
+    help="Run `lockbuild test` on each bundle before it is signed, in the sandbox (its report follows).",
+)
+@click.option(
+    "--trust",
+    "trust_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="With --self-test: also check the new signatures against this trust directory.",
+)
+@click.option(
+    "--allow-readable-key",
+    is_flag=True,
+    help="Use a secret key file that its group or other users can read (refused otherwise).",
+)
 @json_option
 @click.pass_context
 def build(
@@ -224,8 +235,19 @@ def build(
     if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
         from lockbuild.builder.modelcli import build_model_cli
 
-        build_model_cli(ctx, recipe, key=key, out=out, expires=expires, threads=threads, jobs=jobs, settings=settings,
-                        self_test=self_test, build_spec=build_spec, allow_readable_key=allow_readable_key)
+        build_model_cli(
+            ctx,
+            recipe,
+            key=key,
+            out=out,
+            expires=expires,
+            threads=threads,
+            jobs=jobs,
+            settings=settings,
+            self_test=self_test,
+            build_spec=build_spec,
+            allow_readable_key=allow_readable_key,
+        )
         return
     password = _take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
@@ -266,8 +288,10 @@ def build(
                 "the build started; expected the same key throughout.",
                 tip="Someone replaced the key file during the build: find out who; nothing was signed.",
             )
-        signed = [(plan, place_signed(w, st, signer=signer.key_id, block=block))
-                  for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)]
+        signed = [
+            (plan, place_signed(w, st, signer=signer.key_id, block=block))
+            for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)
+        ]
     finally:
         for w in written:
             w.discard()
@@ -293,8 +317,10 @@ def build(
         if packed.kept_signers:
             note += f"\n  kept the signatures of {', '.join(packed.kept_signers)}: the bundle is byte-identical"
         if packed.dropped_signers:
-            note += (f"\n  dropped the old signatures of {', '.join(packed.dropped_signers)}: the bundle changed,"
-                     " so they must sign it again (lockbuild sign)")
+            note += (
+                f"\n  dropped the old signatures of {', '.join(packed.dropped_signers)}: the bundle changed,"
+                " so they must sign it again (lockbuild sign)"
+            )
         return note
 
     text = "\n".join(
@@ -314,7 +340,6 @@ def build(
         show_after_build(ctx, reports, {"bundles": results, "warnings": list(settings.warnings)})
         return
     _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
-
 
 
 def _prehash(w: Written) -> bytes:

@@ -26,14 +26,23 @@ Command = _Command
     help="Directory of recipes (*.toml) and bundles (*.lbz) to check against this node (default: ./bundles "
     "when it exists; otherwise no catalogue is checked).",
 )
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="A site store: for each engine and version in it, the build this node would take, or why none "
-              "fits.")
+@click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A site store: for each engine and version in it, the build this node would take, or why none fits.",
+)
 @trust_option
 @json_option
 @click.pass_context
-def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Path | None, as_json: bool,
-           store_dir: Path | None = None) -> None:
+def doctor(
+    ctx: click.Context,
+    root: Path,
+    catalogue: Path | None,
+    trust_dir: Path | None,
+    as_json: bool,
+    store_dir: Path | None = None,
+) -> None:
     """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
     engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
     would take of each engine and version in the store."""
@@ -49,12 +58,21 @@ def doctor(ctx: click.Context, root: Path, catalogue: Path | None, trust_dir: Pa
     from lockbuild.install.node import detect
     from lockbuild.site.sources import StoreOffers  # the store's builds, fed to the installer's choice
 
-    report = examine(root, candidates=candidates, problems=problems, trust=resolve_trust_dir(trust_dir),
-                     store=StoreOffers(store_dir) if store_dir is not None else None, node=detect(environ=os.environ))
+    report = examine(
+        root,
+        candidates=candidates,
+        problems=problems,
+        trust=resolve_trust_dir(trust_dir),
+        store=StoreOffers(store_dir) if store_dir is not None else None,
+        node=detect(environ=os.environ),
+    )
     where = str(chosen.absolute()) if chosen is not None else None
     report["catalogue_dir"] = {"path": where, "from": how}
-    said = {"--catalogue": f"{where} (--catalogue)", "default": f"{where} (the default, ./bundles)",
-            "none": f"not checked: no --catalogue, and no ./bundles in {Path.cwd()}"}[how]
+    said = {
+        "--catalogue": f"{where} (--catalogue)",
+        "default": f"{where} (the default, ./bundles)",
+        "none": f"not checked: no --catalogue, and no ./bundles in {Path.cwd()}",
+    }[how]
     _emit(ctx, report, render(report) + f"\ncatalogue   {said}")
 
 

@@ -13,25 +13,59 @@ from lockbuild.clikit import _Command, _emit, _progress, _setup, json_option, th
 Command = _Command
 
 
-@click.command(cls=Command, epilog="Example: lockbuild image vllm-0.11.0-cu128-py312-x86_64-manylinux_2_28.lbz "
-               "--trust /etc/lockbuild/keys --prefix /opt/engines/vllm-0.11.0 --out /srv/images/vllm-0.11.0.sqfs")
+@click.command(
+    cls=Command,
+    epilog="Example: lockbuild image vllm-0.11.0-cu128-py312-x86_64-manylinux_2_28.lbz "
+    "--trust /etc/lockbuild/keys --prefix /opt/engines/vllm-0.11.0 --out /srv/images/vllm-0.11.0.sqfs",
+)
 @click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT")
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="A site store: where ENGINE/VERSION-VARIANT is looked up.")
+@click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A site store: where ENGINE/VERSION-VARIANT is looked up.",
+)
 @trust_option
 @threshold_option
-@click.option("--prefix", type=click.Path(path_type=Path), required=True,
-              help="Where the nodes will mount the image (need not exist here).")
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="The image to write, FILE.sqfs (its record FILE.sqfs.json beside it).")
-@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
-              help="Interpreter to use (default: the bundle's own, placed inside the image; else pythonX.Y on PATH).")
-@click.option("--gpu-check", type=click.Choice(["auto", "require", "skip"]), default="auto", show_default=True,
-              help="Run the GPU probe: auto = only where an NVIDIA driver is present.")
+@click.option(
+    "--prefix",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Where the nodes will mount the image (need not exist here).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="The image to write, FILE.sqfs (its record FILE.sqfs.json beside it).",
+)
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Interpreter to use (default: the bundle's own, placed inside the image; else pythonX.Y on PATH).",
+)
+@click.option(
+    "--gpu-check",
+    type=click.Choice(["auto", "require", "skip"]),
+    default="auto",
+    show_default=True,
+    help="Run the GPU probe: auto = only where an NVIDIA driver is present.",
+)
 @json_option
 @click.pass_context
-def image(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
-          prefix: Path, out: Path, python: Path | None, gpu_check: str, as_json: bool) -> None:
+def image(
+    ctx: click.Context,
+    bundle: str,
+    store_dir: Path | None,
+    trust_dir: Path | None,
+    threshold: int | None,
+    prefix: Path,
+    out: Path,
+    python: Path | None,
+    gpu_check: str,
+    as_json: bool,
+) -> None:
     """Install a signed bundle for PREFIX and pack it into one reproducible squashfs image, FILE.sqfs.
 
     The install is `install`'s: the signatures, every member, uv offline with --require-hashes, the
@@ -50,14 +84,23 @@ def image(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Pa
     from lockbuild.install.installer import InstallOptions
     from lockbuild.site.sources import named_source
 
-    opts = InstallOptions(root=Path("/"), trust_dir=trust_dir, python=python, threshold=threshold,
-                          gpu_check=gpu_check_of(gpu_check), environ=dict(os.environ))
+    opts = InstallOptions(
+        root=Path("/"),
+        trust_dir=trust_dir,
+        python=python,
+        threshold=threshold,
+        gpu_check=gpu_check_of(gpu_check),
+        environ=dict(os.environ),
+    )
     with named_source(bundle, store=store_dir) as source:
         res = make_image(source, opts, prefix, out, progress=_progress(ctx))
     sign = f"lockbuild sign {shlex.quote(str(out))} --key KEY"  # the path as the user gave it, from where they are
-    _emit(ctx, {**res.to_json(), "sign_command": sign},
-          f"image: {res.engine} {res.version}-{res.variant} for {res.record.prefix} at "
-          f"{res.image} ({res.record.image_size:,} bytes, sha256 {res.record.image_sha256}); not signed: {sign}")
+    _emit(
+        ctx,
+        {**res.to_json(), "sign_command": sign},
+        f"image: {res.engine} {res.version}-{res.variant} for {res.record.prefix} at "
+        f"{res.image} ({res.record.image_size:,} bytes, sha256 {res.record.image_sha256}); not signed: {sign}",
+    )
 
 
 COMMANDS = (image,)

@@ -25,7 +25,7 @@ Command = _Command
 
 @click.command(
     cls=Command,
-    epilog="Example: lockbuild sign dist/onnxruntime-1.20.1-cpu-py311-x86_64-manylinux_2_28.lbz --key second.key"
+    epilog="Example: lockbuild sign dist/onnxruntime-1.20.1-cpu-py311-x86_64-manylinux_2_28.lbz --key second.key",
 )
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--key", type=click.Path(path_type=Path, dir_okay=False), required=True, help="minisign secret key.")
@@ -36,8 +36,11 @@ Command = _Command
     help="Also check the signatures already present against this trust directory before signing.",
 )
 @expires_option
-@click.option("--allow-readable-key", is_flag=True,
-              help="Use a secret key file that its group or other users can read (refused otherwise).")
+@click.option(
+    "--allow-readable-key",
+    is_flag=True,
+    help="Use a secret key file that its group or other users can read (refused otherwise).",
+)
 @json_option
 @click.pass_context
 def sign(
@@ -66,20 +69,28 @@ def sign(
     if is_image(bundle):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
         from lockbuild.image.sign import sign_image
 
-        done = sign_image(bundle, key, password=_take_password(), allow_readable_key=allow_readable_key,
-                          expires=expires, store=store)
+        done = sign_image(
+            bundle, key, password=_take_password(), allow_readable_key=allow_readable_key, expires=expires, store=store
+        )
         verb = "re-signed" if done.replaced else "signed"
-        _emit(ctx, done.to_json(), f"{verb} the image {bundle.name} and its record with key {done.signer} -> "
-              f"{done.signature}")
+        _emit(
+            ctx,
+            done.to_json(),
+            f"{verb} the image {bundle.name} and its record with key {done.signer} -> {done.signature}",
+        )
         return
     secret = read_secret_key(key, _password(), allow_readable=allow_readable_key)
     res = sign_bundle(bundle, secret, expires=expires, store=store, progress=_progress(ctx))
     verb = "re-signed" if res.replaced else "signed"
-    lines = [f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",
-             f"  checked {res.members} members against the manifest (sha256 {res.sha256})"]
+    lines = [
+        f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",
+        f"  checked {res.members} members against the manifest (sha256 {res.sha256})",
+    ]
     if res.existing is not None:
-        lines += [f"  existing signature {v.index} (key {v.key_id}): " + ("counts" if v.counts else v.reason)
-                  for v in res.existing.verdicts]
+        lines += [
+            f"  existing signature {v.index} (key {v.key_id}): " + ("counts" if v.counts else v.reason)
+            for v in res.existing.verdicts
+        ]
     _emit(ctx, res.to_json(), "\n".join(lines))
 
 
@@ -121,8 +132,16 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, force: bool, as_js
                     "no terminal to ask for a passphrase.", tip="Set LOCKBUILD_KEY_PASSWORD, or pass --no-password."
                 )
             key_file = path.parent / (path.name + ".key")
-            password = str(click.prompt(f"Passphrase for the new key {key_file}", hide_input=True, default="",
-                                        show_default=False, confirmation_prompt=True, value_proc=nonempty))
+            password = str(
+                click.prompt(
+                    f"Passphrase for the new key {key_file}",
+                    hide_input=True,
+                    default="",
+                    show_default=False,
+                    confirmation_prompt=True,
+                    value_proc=nonempty,
+                )
+            )
     secret_path, public_path = write_keypair(path, password=password)
     pub = read_public_key(public_path)
     _emit(
@@ -130,7 +149,6 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, force: bool, as_js
         {"secret_key": str(secret_path), "public_key": str(public_path), "key_id": pub.key_id_hex},
         f"wrote {secret_path} (keep it secret) and {public_path} (key id {pub.key_id_hex})",
     )
-
 
 
 COMMANDS = (sign, keygen)

@@ -29,13 +29,22 @@ if TYPE_CHECKING:  # no network code below the node's commands: the installer is
 Command = _Command
 
 
-store_option = click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-                            help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a "
-                            "delta.")
+store_option = click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a delta.",
+)
 
 
-models_option = click.option("--models", "models_dir", type=click.Path(path_type=Path, file_okay=False),
-                             help="A models folder: the Hugging Face cache model bundles are installed in.")
+models_option = click.option(
+    "--models",
+    "models_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A models folder: the Hugging Face cache model bundles are installed in.",
+)
+
+
 @click.command(cls=Command, epilog="Example: lockbuild verify demo.lbz --trust /etc/lockbuild/keys --threshold 2")
 @click.argument("bundle", metavar="BUNDLE", required=False)
 @store_option
@@ -44,8 +53,15 @@ models_option = click.option("--models", "models_dir", type=click.Path(path_type
 @models_option
 @json_option
 @click.pass_context
-def verify(ctx: click.Context, bundle: str | None, store_dir: Path | None, trust_dir: Path | None,
-           threshold: int | None, as_json: bool, models_dir: Path | None = None) -> None:
+def verify(
+    ctx: click.Context,
+    bundle: str | None,
+    store_dir: Path | None,
+    trust_dir: Path | None,
+    threshold: int | None,
+    as_json: bool,
+    models_dir: Path | None = None,
+) -> None:
     """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
 
     \b
@@ -70,16 +86,24 @@ def verify(ctx: click.Context, bundle: str | None, store_dir: Path | None, trust
         from lockbuild.image.verify import verify_image
 
         done = verify_image(Path(bundle), load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        _emit(ctx, done.to_json(), f"OK {Path(bundle).name}: signed by {', '.join(done.signers)}; the image, its "
-              f"record and its marker hold {done.to_json()['build']} for {done.record.prefix}")
+        _emit(
+            ctx,
+            done.to_json(),
+            f"OK {Path(bundle).name}: signed by {', '.join(done.signers)}; the image, its "
+            f"record and its marker hold {done.to_json()['build']} for {done.record.prefix}",
+        )
         return
     with named_source(bundle, store=store_dir) as source:
         store = load_store(resolve_trust_dir(trust_dir))
         res = verify_source(source, store, threshold=threshold, progress=_progress(ctx))
     left = f"; {len(res.absent)} left to a store (pass --store to check them too)" if res.absent else ""
     checked = res.members - len(res.absent)
-    _emit(ctx, res.to_json(), f"OK {Path(bundle).name}: signed by {', '.join(res.signers)}; {checked} members match "
-          f"the signed manifest{left}")
+    _emit(
+        ctx,
+        res.to_json(),
+        f"OK {Path(bundle).name}: signed by {', '.join(res.signers)}; {checked} members match "
+        f"the signed manifest{left}",
+    )
 
 
 @click.command(cls=Command, epilog="Example: lockbuild inspect demo.lbz --json")
@@ -124,8 +148,14 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         "install": manifest.install.to_json() if manifest.model is None else None,
         **({"model": manifest.model.to_json()} if manifest.model is not None else {}),
         "files": [
-            {"path": m.path, "size": m.size, "sha256": m.sha256, "kind": m.kind, "origin": m.origin,
-             **({"provenance": attested[m.path].to_json()} if m.path in attested else {})}
+            {
+                "path": m.path,
+                "size": m.size,
+                "sha256": m.sha256,
+                "kind": m.kind,
+                "origin": m.origin,
+                **({"provenance": attested[m.path].to_json()} if m.path in attested else {}),
+            }
             for m in manifest.members
         ],
     }
@@ -176,12 +206,19 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
 @click.argument("bundle", metavar="BUNDLE|ENGINE/VERSION-VARIANT|ENGINE/VERSION|ENGINE|DIR/")
 @root_option
 @store_option
-@click.option("--allow-cpu", is_flag=True, help="When choosing on a GPU node where no GPU build fits, take a CPU "
-              "build (without it such a node is refused).")
+@click.option(
+    "--allow-cpu",
+    is_flag=True,
+    help="When choosing on a GPU node where no GPU build fits, take a CPU build (without it such a node is refused).",
+)
 @trust_option
 @threshold_option
-@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
-              help="Interpreter to use (default: the bundle's own, else pythonX.Y on PATH).")
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Interpreter to use (default: the bundle's own, else pythonX.Y on PATH).",
+)
 @click.option(
     "--gpu-check",
     type=click.Choice(["auto", "require", "skip"]),
@@ -259,12 +296,16 @@ def install(
         result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
     _warn(ctx, result.warnings)
-    _emit(ctx, result.to_json(),
-          f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line())
+    _emit(
+        ctx,
+        result.to_json(),
+        f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line(),
+    )
 
 
-def _install_chosen(ctx: click.Context, installer: Installer, request: Choosing, opts: InstallOptions,
-                    allow_cpu: bool) -> None:
+def _install_chosen(
+    ctx: click.Context, installer: Installer, request: Choosing, opts: InstallOptions, allow_cpu: bool
+) -> None:
     """install ENGINE/VERSION, ENGINE (--store) or DIR/: choose among the signed candidates, then install
     the chosen one from its opening; nothing fits: exit 1, nothing placed, every candidate's reasons."""
     import json
@@ -280,14 +321,34 @@ def _install_chosen(ctx: click.Context, installer: Installer, request: Choosing,
     started = time.monotonic()
     node = detect(environ=os.environ)
     trust = load_store(resolve_trust_dir(opts.trust_dir))
-    with chosen(place_for(request), trust=trust, threshold=opts.threshold, node=node, root=opts.root.absolute(),
-                allow_cpu=allow_cpu, gpu_check=opts.gpu_check) as got:
+    with chosen(
+        place_for(request),
+        trust=trust,
+        threshold=opts.threshold,
+        node=node,
+        root=opts.root.absolute(),
+        allow_cpu=allow_cpu,
+        gpu_check=opts.gpu_check,
+    ) as got:
         if got.opened is None:
             if ctx.obj.get("json"):
                 err = refusal(got)
-                click.echo(json.dumps(mask_data({"ok": False, "error": {
-                    "type": type(err).__name__, "message": err.message, "tip": err.tip, "exit_code": err.exit_code},
-                    **got.to_json()})))
+                click.echo(
+                    json.dumps(
+                        mask_data(
+                            {
+                                "ok": False,
+                                "error": {
+                                    "type": type(err).__name__,
+                                    "message": err.message,
+                                    "tip": err.tip,
+                                    "exit_code": err.exit_code,
+                                },
+                                **got.to_json(),
+                            }
+                        )
+                    )
+                )
                 click.echo(for_terminal("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else "")), err=True)
                 ctx.exit(1)
             raise refusal(got)
@@ -295,21 +356,28 @@ def _install_chosen(ctx: click.Context, installer: Installer, request: Choosing,
             click.echo(for_terminal("\n".join(got.lines())), err=True)
         result = installer.install_opened(got.opened, started, node)
     verb = "installed" if result.status == "installed" else "already installed"
-    text = (f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
-            + result.python_line())
+    text = (
+        f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
+        + result.python_line()
+    )
     _warn(ctx, result.warnings)
     _emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 
 @click.command("list", cls=Command, epilog="Example: lockbuild list --root /opt/engines --json")
 @root_option
-@click.option("--images", "images_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="List the images (FILE.sqfs from `image`) in this folder instead, with what they hold.")
+@click.option(
+    "--images",
+    "images_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="List the images (FILE.sqfs from `image`) in this folder instead, with what they hold.",
+)
 @models_option
 @json_option
 @click.pass_context
-def list_(ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None,
-          models_dir: Path | None = None) -> None:
+def list_(
+    ctx: click.Context, root: Path, as_json: bool, images_dir: Path | None = None, models_dir: Path | None = None
+) -> None:
     """List installed engines with version, variant, installed time and bundle digest (or, with --images, the
     images in a folder; with --models, the models installed there)."""
     _setup(ctx, as_json)
@@ -349,11 +417,18 @@ def _list_images(ctx: click.Context, folder: Path) -> None:
             lines.append(one_line(f"{x.image.name}: {x.problem}"))
             continue
         m, r = x.marker, x.record
-        lines.append(one_line(f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
-                              f"sha256 {r.image_sha256[:16]}…  {x.signature}  {x.image}"))
+        lines.append(
+            one_line(
+                f"{m.engine:<16} {m.version}-{m.variant:<12} prefix {r.prefix}  {r.image_size:,} bytes  "
+                f"sha256 {r.image_sha256[:16]}…  {x.signature}  {x.image}"
+            )
+        )
     text = "\n".join(lines) or f"no images in {folder}"
-    _emit(ctx, {"folder": str(folder.absolute()), "images": [x.to_json() for x in rows]},
-          text + ("\n(read, not verified: lockbuild verify FILE.sqfs --trust DIR checks one)" if rows else ""))
+    _emit(
+        ctx,
+        {"folder": str(folder.absolute()), "images": [x.to_json() for x in rows]},
+        text + ("\n(read, not verified: lockbuild verify FILE.sqfs --trust DIR checks one)" if rows else ""),
+    )
 
 
 @click.command(cls=Command, epilog="Example: lockbuild remove vllm 0.11.0-cu128 --root /opt/engines")

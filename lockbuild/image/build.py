@@ -56,9 +56,15 @@ class ImageResult:
     seconds: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"image": str(self.image), "record": str(record_path(self.image)), "engine": self.engine,
-                "version": self.version, "variant": self.variant, "seconds": round(self.seconds, 3),
-                **self.record.to_json()}
+        return {
+            "image": str(self.image),
+            "record": str(record_path(self.image)),
+            "engine": self.engine,
+            "version": self.version,
+            "variant": self.variant,
+            "seconds": round(self.seconds, 3),
+            **self.record.to_json(),
+        }
 
 
 def mksquashfs() -> str:
@@ -71,15 +77,23 @@ def mksquashfs() -> str:
 def check_out(out: Path) -> Path:
     out = out.absolute()
     if not out.name.endswith(SUFFIX) or out.name.startswith(".") or len(out.name) <= len(SUFFIX):
-        raise LockbuildError(f"--out must name a FILE.sqfs; found {out.name!r}.",
-                             tip="Pass --out /path/to/ENGINE-VERSION.sqfs.")
+        raise LockbuildError(
+            f"--out must name a FILE.sqfs; found {out.name!r}.", tip="Pass --out /path/to/ENGINE-VERSION.sqfs."
+        )
     if not out.parent.is_dir():
         raise LockbuildError(f"no folder {out.parent} to write {out.name} into.", tip="Make the folder first.")
     return out
 
 
-def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path, *,
-               progress: Progress | None = None, node: Node | None = None) -> ImageResult:
+def make_image(
+    source: Source,
+    options: InstallOptions,
+    prefix: Path,
+    out: Path,
+    *,
+    progress: Progress | None = None,
+    node: Node | None = None,
+) -> ImageResult:
     """Check, install for ``prefix`` and pack the bundle ``source`` names into ``out`` (with its record)."""
     started = time.monotonic()
     p = progress or Progress.quiet()
@@ -92,8 +106,12 @@ def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path,
     python = find_python(m.python, options.python) if options.python or not m.install.interpreter else None
     if python is not None:
         # outside the image, every user of every node that mounts it runs it: it must be everyone's to run
-        check_usable_by_others(python, origin="--python" if options.python else "the node", want=m.python,
-                               used_by=f"the image (mounted at {prefix})")
+        check_usable_by_others(
+            python,
+            origin="--python" if options.python else "the node",
+            want=m.python,
+            used_by=f"the image (mounted at {prefix})",
+        )
         view.check_prefix(prefix, [python])
     with _work(out) as work:
         home, tmp = work / "home", work / "tmp"
@@ -123,8 +141,7 @@ def make_image(source: Source, options: InstallOptions, prefix: Path, out: Path,
             return _inside(m, unpacked, staged, prefix, interpreter)
 
         try:
-            installer.build_env(trusted, python, node, staged, unpacked, then=pack, view=the_view,
-                                place_python=place)
+            installer.build_env(trusted, python, node, staged, unpacked, then=pack, view=the_view, place_python=place)
             record = _record(trusted, partial, prefix, _interpreter(staged, interpreter[0]))
             _place_atomically(partial, out, record)
         finally:
@@ -183,8 +200,10 @@ def _settle_cache_info(tree: Path, epoch: int) -> None:
             continue
         name = f"{info.parent.name}/{info.name}"
         text = fsio.read_regular(record, what="a RECORD", max_size=MAX_SMALL).decode("utf-8")
-        fixed = [record_line(name, raw) + "\n" if line.split(",", 1)[0] == name else line
-                 for line in text.splitlines(keepends=True)]
+        fixed = [
+            record_line(name, raw) + "\n" if line.split(",", 1)[0] == name else line
+            for line in text.splitlines(keepends=True)
+        ]
         _rewrite(record, "".join(fixed).encode())
 
 
@@ -224,24 +243,49 @@ def _normalise(tree: Path) -> None:
 
 def _pack(tool: str, tree: Path, partial: Path, epoch: int) -> None:
     create_new(partial, mode=0o644).close()  # ours, made O_EXCL: mksquashfs -noappend writes it
-    argv = [tool, str(tree), str(partial), "-noappend", "-no-progress", "-quiet", "-reproducible", "-all-root",
-            "-no-xattrs", *COMPRESSION, "-mkfs-time", str(epoch), "-all-time", str(epoch)]
+    argv = [
+        tool,
+        str(tree),
+        str(partial),
+        "-noappend",
+        "-no-progress",
+        "-quiet",
+        "-reproducible",
+        "-all-root",
+        "-no-xattrs",
+        *COMPRESSION,
+        "-mkfs-time",
+        str(epoch),
+        "-all-time",
+        str(epoch),
+    ]
     env = {"PATH": os.defpath, "LANG": "C.UTF-8"}  # no SOURCE_DATE_EPOCH: the times are given
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PACK_TIMEOUT, env=env, check=False,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=PACK_TIMEOUT, env=env, check=False, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         raise InstallError(f"mksquashfs did not finish within {PACK_TIMEOUT} s.") from None
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip()[-600:]
-        raise InstallError(f"mksquashfs failed (exit {proc.returncode}): {tail}",
-                           tip="Check the free space beside --out, and that squashfs-tools supports zstd.")
+        raise InstallError(
+            f"mksquashfs failed (exit {proc.returncode}): {tail}",
+            tip="Check the free space beside --out, and that squashfs-tools supports zstd.",
+        )
 
 
 def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> Record:
     digests = digest_bundle(partial, prehash=False)
-    return Record(digests.sha256, digests.size, trusted.sha256, trusted.statement.manifest_sha256,
-                  trusted.signer_ids, str(prefix), interpreter, __version__)
+    return Record(
+        digests.sha256,
+        digests.size,
+        trusted.sha256,
+        trusted.statement.manifest_sha256,
+        trusted.signer_ids,
+        str(prefix),
+        interpreter,
+        __version__,
+    )
 
 
 def _place_atomically(partial: Path, out: Path, record: Record) -> None:
@@ -257,4 +301,3 @@ def _place_atomically(partial: Path, out: Path, record: Record) -> None:
         partial.replace(out)
     finally:
         remove_tree(rec_partial)
-

@@ -28,7 +28,16 @@ COMPILE_TIMEOUT = 3600.0
 def compile_tree(prefix: Path, run: Runner, home: Path) -> None:
     """Compile everything under ``prefix`` (the environment and an interpreter inside it) with its python,
     in an environment of exactly these variables (the hash seed fixed: sets and frozensets in one order)."""
-    env = {"PATH": f"{prefix / 'bin'}:{SYSTEM_PATH}", "LANG": "C.UTF-8", "HOME": str(home), "PYTHONHASHSEED": "0",
-           "PYTHONNOUSERSITE": "1"}
-    run([str(prefix / "bin" / "python"), "-c", COMPILE, str(prefix)], env=env, timeout=COMPILE_TIMEOUT,
-        what="compiling the image's bytecode")
+    env = {
+        "PATH": f"{prefix / 'bin'}:{SYSTEM_PATH}",
+        "LANG": "C.UTF-8",
+        "HOME": str(home),
+        "PYTHONHASHSEED": "0",
+        "PYTHONNOUSERSITE": "1",
+    }
+    run(
+        [str(prefix / "bin" / "python"), "-c", COMPILE, str(prefix)],
+        env=env,
+        timeout=COMPILE_TIMEOUT,
+        what="compiling the image's bytecode",
+    )

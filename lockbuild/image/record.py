@@ -21,14 +21,23 @@ from lockbuild.install.marker import MARKER, Installed
 from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 
-KEYS = ("image_sha256", "image_size", "bundle_sha256", "manifest_sha256", "signers", "prefix", "interpreter",
-        "lockbuild")
+KEYS = (
+    "image_sha256",
+    "image_size",
+    "bundle_sha256",
+    "manifest_sha256",
+    "signers",
+    "prefix",
+    "interpreter",
+    "lockbuild",
+)
 SUFFIX = ".sqfs"
 MAGIC = b"hsqs"  # a squashfs superblock, little-endian
 MAX_RECORD = MiB
 UNSQUASHFS_TIMEOUT = 120
-TOOLS_TIP = ("Install squashfs-tools (Debian/Ubuntu: apt-get install squashfs-tools; Fedora: dnf install "
-             "squashfs-tools).")
+TOOLS_TIP = (
+    "Install squashfs-tools (Debian/Ubuntu: apt-get install squashfs-tools; Fedora: dnf install squashfs-tools)."
+)
 
 
 @dataclass(frozen=True)
@@ -43,9 +52,16 @@ class Record:
     lockbuild: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"image_sha256": self.image_sha256, "image_size": self.image_size, "bundle_sha256": self.bundle_sha256,
-                "manifest_sha256": self.manifest_sha256, "signers": list(self.signers), "prefix": self.prefix,
-                "interpreter": self.interpreter, "lockbuild": self.lockbuild}
+        return {
+            "image_sha256": self.image_sha256,
+            "image_size": self.image_size,
+            "bundle_sha256": self.bundle_sha256,
+            "manifest_sha256": self.manifest_sha256,
+            "signers": list(self.signers),
+            "prefix": self.prefix,
+            "interpreter": self.interpreter,
+            "lockbuild": self.lockbuild,
+        }
 
     def to_bytes(self) -> bytes:
         return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
@@ -59,17 +75,34 @@ def parse_record(raw: bytes, where: Path) -> Record:
     data = loads_json(raw, what=f"the image record {where}", max_bytes=MAX_RECORD, error=IntegrityError)
     if not isinstance(data, dict) or sorted(data) != sorted(KEYS):
         found = ", ".join(sorted(data)) if isinstance(data, dict) else type(data).__name__
-        raise IntegrityError(f"the image record {where} has the keys {found}; expected exactly {', '.join(KEYS)}.",
-                             tip="Use the record `lockbuild image` wrote beside the image.")
+        raise IntegrityError(
+            f"the image record {where} has the keys {found}; expected exactly {', '.join(KEYS)}.",
+            tip="Use the record `lockbuild image` wrote beside the image.",
+        )
     strings = [data[k] for k in KEYS if k not in ("image_size", "signers")]
-    ok = (all(isinstance(v, str) for v in strings) and type(data["image_size"]) is int and data["image_size"] >= 0
-          and isinstance(data["signers"], list) and all(isinstance(s, str) for s in data["signers"])
-          and all(is_sha256(data[k]) for k in ("image_sha256", "bundle_sha256", "manifest_sha256")))
+    ok = (
+        all(isinstance(v, str) for v in strings)
+        and type(data["image_size"]) is int
+        and data["image_size"] >= 0
+        and isinstance(data["signers"], list)
+        and all(isinstance(s, str) for s in data["signers"])
+        and all(is_sha256(data[k]) for k in ("image_sha256", "bundle_sha256", "manifest_sha256"))
+    )
     if not ok:
-        raise IntegrityError(f"the image record {where} is malformed: expected sha256 digests, a size, a list of "
-                             "signers and strings.", tip="Use the record `lockbuild image` wrote beside the image.")
-    return Record(data["image_sha256"], data["image_size"], data["bundle_sha256"], data["manifest_sha256"],
-                  tuple(data["signers"]), data["prefix"], data["interpreter"], data["lockbuild"])
+        raise IntegrityError(
+            f"the image record {where} is malformed: expected sha256 digests, a size, a list of signers and strings.",
+            tip="Use the record `lockbuild image` wrote beside the image.",
+        )
+    return Record(
+        data["image_sha256"],
+        data["image_size"],
+        data["bundle_sha256"],
+        data["manifest_sha256"],
+        tuple(data["signers"]),
+        data["prefix"],
+        data["interpreter"],
+        data["lockbuild"],
+    )
 
 
 def read_record(image: Path) -> tuple[Record, bytes]:
@@ -78,8 +111,10 @@ def read_record(image: Path) -> tuple[Record, bytes]:
     try:
         raw = read_regular(where, what="image record", max_size=MAX_RECORD, error=IntegrityError)
     except FileNotFoundError:
-        raise IntegrityError(f"no record {where} beside the image; expected the FILE.sqfs.json `lockbuild image` "
-                             "wrote.", tip="Copy the record with the image.") from None
+        raise IntegrityError(
+            f"no record {where} beside the image; expected the FILE.sqfs.json `lockbuild image` wrote.",
+            tip="Copy the record with the image.",
+        ) from None
     return parse_record(raw, where), raw
 
 
@@ -110,12 +145,14 @@ def image_marker(image: Path, limits: Limits = DEFAULT_LIMITS) -> Installed:
         raise IntegrityError(
             f"the {MARKER} at the root of {image} is over {bound} bytes (unsquashfs was stopped there); expected "
             "the small marker of the environment it was built from.",
-            tip="Build the image again with `lockbuild image`.")
+            tip="Build the image again with `lockbuild image`.",
+        )
     if proc.returncode != 0:
         raise IntegrityError(
             f"{image} holds no readable {MARKER} at its root (unsquashfs exit {proc.returncode}); expected the "
             "marker of the environment it was built from.",
-            tip="Build the image again with `lockbuild image`.")
+            tip="Build the image again with `lockbuild image`.",
+        )
     data = loads_json(proc.stdout, what=f"the marker in {image}", max_bytes=bound, error=IntegrityError)
     try:
         data["requirements"] = tuple(data["requirements"])
@@ -123,8 +160,9 @@ def image_marker(image: Path, limits: Limits = DEFAULT_LIMITS) -> Installed:
         data["env"] = tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items()))
         return Installed(**data)
     except (KeyError, TypeError, ValueError):
-        raise IntegrityError(f"the marker in {image} is not a lockbuild marker.",
-                             tip="Build the image again with `lockbuild image`.") from None
+        raise IntegrityError(
+            f"the marker in {image} is not a lockbuild marker.", tip="Build the image again with `lockbuild image`."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -142,18 +180,24 @@ class Listed:
 
     def to_json(self) -> dict[str, Any]:
         m = self.marker
-        return {"image": str(self.image), "engine": m.engine if m else None, "version": m.version if m else None,
-                "variant": m.variant if m else None,
-                "signature_file": "present (not verified)" if self.signature_file else "absent",
-                "problem": self.problem,
-                "record": self.record.to_json() if self.record else None}
+        return {
+            "image": str(self.image),
+            "engine": m.engine if m else None,
+            "version": m.version if m else None,
+            "variant": m.variant if m else None,
+            "signature_file": "present (not verified)" if self.signature_file else "absent",
+            "problem": self.problem,
+            "record": self.record.to_json() if self.record else None,
+        }
 
 
 def list_images(folder: Path) -> list[Listed]:
     """Every ``*.sqfs`` in ``folder`` with its record and what it holds (read, not verified)."""
     if not folder.is_dir():
-        raise LockbuildError(f"no folder {folder}; expected a folder of images (FILE.sqfs with FILE.sqfs.json).",
-                             tip="Pass --images DIR, the folder `lockbuild image --out` wrote into.")
+        raise LockbuildError(
+            f"no folder {folder}; expected a folder of images (FILE.sqfs with FILE.sqfs.json).",
+            tip="Pass --images DIR, the folder `lockbuild image --out` wrote into.",
+        )
     out: list[Listed] = []
     for image in sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX) and not p.name.startswith(".")):
         if not is_image(image):

@@ -28,13 +28,25 @@ class ImageSigned:
     existing: Evaluation | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"image": str(self.image), "signature": str(self.signature), "signer": self.signer,
-                "replaced": self.replaced, "sha256": self.sha256,
-                "existing": self.existing.to_json() if self.existing is not None else None}
+        return {
+            "image": str(self.image),
+            "signature": str(self.signature),
+            "signer": self.signer,
+            "replaced": self.replaced,
+            "sha256": self.sha256,
+            "existing": self.existing.to_json() if self.existing is not None else None,
+        }
 
 
-def sign_image(image: Path, key: Path, *, password: str | None, allow_readable_key: bool = False,
-               expires: dt.datetime | None = None, store: TrustStore | None = None) -> ImageSigned:
+def sign_image(
+    image: Path,
+    key: Path,
+    *,
+    password: str | None,
+    allow_readable_key: bool = False,
+    expires: dt.datetime | None = None,
+    store: TrustStore | None = None,
+) -> ImageSigned:
     sig_path = signature_path(image)
     existing: tuple[Signature, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
@@ -45,7 +57,8 @@ def sign_image(image: Path, key: Path, *, password: str | None, allow_readable_k
     statement = statement_of(image, digests, raw, marker, expires)
     if digests.blake2b is None:
         raise SignatureError(f"internal: {image.name} was hashed without minisign's prehash.")
-    signed = sign_in_fresh_process(key, [(digests.blake2b, statement.to_comment())], password=password,
-                                   allow_readable_key=allow_readable_key)
+    signed = sign_in_fresh_process(
+        key, [(digests.blake2b, statement.to_comment())], password=password, allow_readable_key=allow_readable_key
+    )
     replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
     return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.sha256, evaluation)

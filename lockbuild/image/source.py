@@ -31,12 +31,12 @@ class ImageFile:
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         where = signature_path(self.image)
         try:
-            return read_regular(where, what="signature file", max_size=limits.max_signature_file,
-                                error=SignatureError)
+            return read_regular(where, what="signature file", max_size=limits.max_signature_file, error=SignatureError)
         except FileNotFoundError:
-            raise SignatureError(f"no signature file {where}; expected the image's .minisig beside it.",
-                                 tip="Sign the image (`lockbuild sign FILE.sqfs`) or copy its .minisig with it."
-                                 ) from None
+            raise SignatureError(
+                f"no signature file {where}; expected the image's .minisig beside it.",
+                tip="Sign the image (`lockbuild sign FILE.sqfs`) or copy its .minisig with it.",
+            ) from None
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
         return digest_bundle(self.image, limits, check, prehash=False, what="image")
@@ -45,5 +45,7 @@ class ImageFile:
         try:
             return read_regular(self.record, what="image record", max_size=MAX_RECORD, error=IntegrityError)
         except FileNotFoundError:
-            raise IntegrityError(f"no record {self.record} beside the image; expected the FILE.sqfs.json "
-                                 "`lockbuild image` wrote.", tip="Copy the record with the image.") from None
+            raise IntegrityError(
+                f"no record {self.record} beside the image; expected the FILE.sqfs.json `lockbuild image` wrote.",
+                tip="Copy the record with the image.",
+            ) from None

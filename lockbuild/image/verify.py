@@ -41,13 +41,22 @@ class ImageVerified:
 
     def to_json(self) -> dict[str, Any]:
         m = self.marker
-        return {"image": str(self.image), "build": f"{m.engine}/{m.version}-{m.variant}", "signers": list(self.signers),
-                "bundle_sha256": self.record.bundle_sha256, "image_sha256": self.record.image_sha256,
-                "prefix": self.record.prefix, "interpreter": self.record.interpreter}
+        return {
+            "image": str(self.image),
+            "build": f"{m.engine}/{m.version}-{m.variant}",
+            "signers": list(self.signers),
+            "bundle_sha256": self.record.bundle_sha256,
+            "image_sha256": self.record.image_sha256,
+            "prefix": self.record.prefix,
+            "interpreter": self.record.interpreter,
+        }
 
 
-def checked_contents(image: Path, digests: FileDigests, read: tuple[Record, bytes] | None = None,
-                     ) -> tuple[Record, bytes, Installed]:
+def checked_contents(
+    image: Path,
+    digests: FileDigests,
+    read: tuple[Record, bytes] | None = None,
+) -> tuple[Record, bytes, Installed]:
     """The record beside ``image`` (``read``: as already read) and the marker inside it, where the record
     describes this very image and the marker names the bundle the record names (what `sign` checks
     before it signs, `verify` after the signatures)."""
@@ -55,23 +64,38 @@ def checked_contents(image: Path, digests: FileDigests, read: tuple[Record, byte
     if (record.image_sha256, record.image_size) != (digests.sha256, digests.size):
         raise IntegrityError(
             f"{image.name} has sha256 {digests.sha256} ({digests.size:,} bytes); its record says "
-            f"{record.image_sha256} ({record.image_size:,} bytes).", tip=_REBUILD)
+            f"{record.image_sha256} ({record.image_size:,} bytes).",
+            tip=_REBUILD,
+        )
     marker = image_marker(image)
     if marker.bundle_sha256 != record.bundle_sha256:
         raise IntegrityError(
             f"the marker inside {image.name} names the bundle sha256 {marker.bundle_sha256}; its record says "
-            f"{record.bundle_sha256}.", tip=_REBUILD)
+            f"{record.bundle_sha256}.",
+            tip=_REBUILD,
+        )
     return record, raw, marker
 
 
-def statement_of(image: Path, digests: FileDigests, raw_record: bytes, marker: Installed,
-                 expires: dt.datetime | None) -> Statement:
-    return Statement(image.name, marker.engine, marker.version, marker.variant, digests.sha256, digests.size,
-                     hashlib.sha256(raw_record).hexdigest(), marker.serial, expires)
+def statement_of(
+    image: Path, digests: FileDigests, raw_record: bytes, marker: Installed, expires: dt.datetime | None
+) -> Statement:
+    return Statement(
+        image.name,
+        marker.engine,
+        marker.version,
+        marker.variant,
+        digests.sha256,
+        digests.size,
+        hashlib.sha256(raw_record).hexdigest(),
+        marker.serial,
+        expires,
+    )
 
 
-def verify_image(image: Path, store: TrustStore, *, threshold: int | None = None,
-                 now: dt.datetime | None = None) -> ImageVerified:
+def verify_image(
+    image: Path, store: TrustStore, *, threshold: int | None = None, now: dt.datetime | None = None
+) -> ImageVerified:
     decided = decide(ImageFile(image), store, threshold=threshold, now=now)
     statement, digests = decided.statement, decided.digests
     if digests is None:
@@ -82,6 +106,8 @@ def verify_image(image: Path, store: TrustStore, *, threshold: int | None = None
         raise IntegrityError(
             f"the marker inside {image.name} is {marker.engine} {marker.version}-{marker.variant} (serial "
             f"{marker.serial}); the signatures sign {statement.engine} {statement.version}-{statement.variant} "
-            f"(serial {statement.serial}).", tip=_REBUILD)
+            f"(serial {statement.serial}).",
+            tip=_REBUILD,
+        )
     signers = tuple(v.signer.key_id_hex for v in decided.evaluation.counted if v.signer)
     return ImageVerified(image, record, marker, signers)

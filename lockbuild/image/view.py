@@ -88,8 +88,9 @@ def argv(staged: Path, prefix: Path, command: Sequence[str], *, cwd: Path | None
 def runner(staged: Path, prefix: Path) -> Runner:
     """install/runenv.py's ``run``, in the view: the same explicit environment, timeout and errors."""
 
-    def run_in_view(command: Sequence[str], *, env: dict[str, str], timeout: float, what: str,
-                    cwd: Path | None = None) -> str:
+    def run_in_view(
+        command: Sequence[str], *, env: dict[str, str], timeout: float, what: str, cwd: Path | None = None
+    ) -> str:
         return run(argv(staged, prefix, command, cwd=cwd), env=env, timeout=timeout, what=what)
 
     return run_in_view

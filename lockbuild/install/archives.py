@@ -41,8 +41,15 @@ def _refuse(archive: Path, name: str, why: str) -> IntegrityError:
 
 # What the archive modules and decompressors raise on damaged input (and the file system on a clash).
 _READ_ERRORS = (
-    OSError, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError, zipfile.BadZipFile,
-    NotImplementedError, RuntimeError, ValueError,
+    OSError,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
 )
 
 

@@ -93,9 +93,12 @@ def facts_for(node: Node, options: Sequence[Option], root: Path) -> Facts:
 
 def node_json(node: Node) -> dict[str, Any]:
     """The GPU facts a choice rests on, marked as stated (LOCKBUILD_GPU_FACTS) or detected."""
-    return {"driver": node.driver, "gpus": [{"name": g.name, "capability": "{}.{}".format(*g.capability)}
-                                            for g in node.gpus],
-            "facts": "stated" if node.stated else "detected", "facts_file": node.stated}
+    return {
+        "driver": node.driver,
+        "gpus": [{"name": g.name, "capability": "{}.{}".format(*g.capability)} for g in node.gpus],
+        "facts": "stated" if node.stated else "detected",
+        "facts_file": node.stated,
+    }
 
 
 def node_line(node: Node) -> str:
@@ -118,13 +121,15 @@ def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple
         opened = open_source(source, trust, threshold=threshold)
     except LockbuildError as exc:
         unverified = Needs("", "", None, 0)
-        return Candidate(Option(*name, unverified, problem=f"not judged: its signatures are refused ({exc.message})"),
-                         None)
+        return Candidate(
+            Option(*name, unverified, problem=f"not judged: its signatures are refused ({exc.message})"), None
+        )
     return Candidate(_option(opened), opened)
 
 
-def candidates(place: Place, engine: str | None, trust: TrustStore,
-               threshold: int | None) -> tuple[list[Candidate], list[str]]:
+def candidates(
+    place: Place, engine: str | None, trust: TrustStore, threshold: int | None
+) -> tuple[list[Candidate], list[str]]:
     """Every candidate ``place`` offers, each opened through the one trust decision before anything of it
     is judged. A build the place names is listed under that name when refused; a file that fails the
     decision is listed by its file name with the reason, and counts for nothing (files are ordered by their
@@ -151,14 +156,18 @@ def _one_engine(cands: Sequence[Candidate], where: str, skipped: Sequence[str] =
     engines = sorted({c.option.engine for c in cands if c.opened is not None})
     if not engines:
         found = f"; skipped {'; '.join(one_line(s) for s in skipped)}" if skipped else ""
-        raise InstallError(f"{where} holds no bundle to choose from: expected signed .lbz files with their "
-                           f".minisig, whose signatures meet the policy{found}.",
-                           tip="Copy the bundles and their .minisig files into the folder.")
+        raise InstallError(
+            f"{where} holds no bundle to choose from: expected signed .lbz files with their "
+            f".minisig, whose signatures meet the policy{found}.",
+            tip="Copy the bundles and their .minisig files into the folder.",
+        )
     if len(engines) > 1:
-        raise InstallError(f"{where} holds signed bundles of several engines ({', '.join(engines)}); expected one, "
-                           "so that the choice is between builds of one engine.",
-                           tip="Give a folder with one engine's bundles, or import them into a store and run "
-                           "`lockbuild install ENGINE --store DIR`.")
+        raise InstallError(
+            f"{where} holds signed bundles of several engines ({', '.join(engines)}); expected one, "
+            "so that the choice is between builds of one engine.",
+            tip="Give a folder with one engine's bundles, or import them into a store and run "
+            "`lockbuild install ENGINE --store DIR`.",
+        )
     return engines[0]
 
 
@@ -174,21 +183,34 @@ class Chosen:
 
     def lines(self, *, fix: bool = True) -> list[str]:
         """The text: one line each (a file name or a reason that quotes one never starts a line of its own)."""
-        return [self.choice.head(), one_line("  " + node_line(self.node)), *self.choice.passed_over(fix=fix),
-                *(one_line(f"  skipped {s}") for s in self.skipped)]
+        return [
+            self.choice.head(),
+            one_line("  " + node_line(self.node)),
+            *self.choice.passed_over(fix=fix),
+            *(one_line(f"  skipped {s}") for s in self.skipped),
+        ]
 
 
 @contextlib.contextmanager
-def chosen(place: Place, *, trust: TrustStore, threshold: int | None, node: Node, root: Path,
-           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Iterator[Chosen]:
+def chosen(
+    place: Place,
+    *,
+    trust: TrustStore,
+    threshold: int | None,
+    node: Node,
+    root: Path,
+    allow_cpu: bool = False,
+    gpu_check: GpuCheck = "auto",
+) -> Iterator[Chosen]:
     """Gather the candidates ``place`` offers, open each through the trust decision, and choose. The
     chosen build's opening stays usable (its place open) inside the ``with``."""
     with place:
         cands, skipped = candidates(place, place.engine, trust, threshold)
         engine = place.engine or _one_engine(cands, f"the folder {place.path}", skipped)
         options = [c.option for c in cands]
-        choice = choose(engine, place.version, options, facts_for(node, options, root), allow_cpu=allow_cpu,
-                        gpu_check=gpu_check)
+        choice = choose(
+            engine, place.version, options, facts_for(node, options, root), allow_cpu=allow_cpu, gpu_check=gpu_check
+        )
         opened = next((c.opened for c in cands if c.option is choice.chosen), None)
         yield Chosen(choice, opened, node, tuple(skipped))
 
@@ -200,8 +222,9 @@ def refusal(result: Chosen) -> InstallError:
     return InstallError("\n".join(lines), tip=c.fix[:1].upper() + c.fix[1:] + "." if c.fix else None)
 
 
-def store_choices(place: Place, *, trust: TrustStore, node: Node, root: Path,
-                  threshold: int | None = None) -> list[dict[str, Any]]:
+def store_choices(
+    place: Place, *, trust: TrustStore, node: Node, root: Path, threshold: int | None = None
+) -> list[dict[str, Any]]:
     """doctor --store: for each engine and version in the store, the build this node would take (or why
     none fits), from the same candidates and rule as ``install ENGINE/VERSION --store``."""
     out: list[dict[str, Any]] = []

@@ -24,14 +24,18 @@ from lockbuild.fsio import append_existing, create_under
 
 MODULE = "_lockbuild_env"
 
-_HEADER = '"""Written by lockbuild: the engine\'s runtime settings ([engine.env] in the signed manifest).\n' \
-          'Set when an interpreter of this environment starts; a value already set wins."""\n'
+_HEADER = (
+    '"""Written by lockbuild: the engine\'s runtime settings ([engine.env] in the signed manifest).\n'
+    'Set when an interpreter of this environment starts; a value already set wins."""\n'
+)
 
 
 def module_text(env: Sequence[tuple[str, str]]) -> str:
     pairs = ", ".join(f"({k!r}, {v!r})" for k, v in env)
-    return (f"{_HEADER}\n\ndef _set() -> None:\n    import os\n\n    for name, value in ({pairs},):\n"
-            "        os.environ.setdefault(name, value)\n\n\n_set()\n")
+    return (
+        f"{_HEADER}\n\ndef _set() -> None:\n    import os\n\n    for name, value in ({pairs},):\n"
+        "        os.environ.setdefault(name, value)\n\n\n_set()\n"
+    )
 
 
 def sh_lines(env: Sequence[tuple[str, str]]) -> str:

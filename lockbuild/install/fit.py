@@ -38,8 +38,12 @@ class Needs:
 
     @classmethod
     def of(cls, manifest: Manifest) -> Needs:
-        return cls(manifest.python, manifest.platform, manifest.install.gpu,
-                   space_needed(manifest.unpacked_size, manifest.install.free_gb))
+        return cls(
+            manifest.python,
+            manifest.platform,
+            manifest.install.gpu,
+            space_needed(manifest.unpacked_size, manifest.install.free_gb),
+        )
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,10 @@ def gpu_check_of(text: str) -> GpuCheck:
     for check in GPU_CHECKS:
         if text == check:
             return check
-    raise InstallError(f"--gpu-check: expected one of {', '.join(GPU_CHECKS)}, found {text!r}",
-                       tip="Pass --gpu-check auto, require or skip.")
+    raise InstallError(
+        f"--gpu-check: expected one of {', '.join(GPU_CHECKS)}, found {text!r}",
+        tip="Pass --gpu-check auto, require or skip.",
+    )
 
 
 def unmet(needs: Needs, facts: Facts, gpu_check: GpuCheck = "auto") -> tuple[str, ...]:
@@ -117,13 +123,16 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
     if gpu.max_capability is not None:
         top = "{}.{}".format(*gpu.max_capability)
         if not node.gpus:
-            reasons.append(f"has kernels up to compute capability {top}, the node's GPUs are unknown "
-                           "(nvidia-smi lists none)")
+            reasons.append(
+                f"has kernels up to compute capability {top}, the node's GPUs are unknown (nvidia-smi lists none)"
+            )
         high = [g for g in node.gpus if g.capability > gpu.max_capability]
         if high:
             have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in high)
-            reasons.append(f"has kernels up to compute capability {top} only (no sm_{high[0].capability[0]}"
-                           f"{high[0].capability[1]}), the node has {have}")
+            reasons.append(
+                f"has kernels up to compute capability {top} only (no sm_{high[0].capability[0]}"
+                f"{high[0].capability[1]}), the node has {have}"
+            )
     return reasons
 
 
@@ -160,8 +169,13 @@ class Judged:
     reasons: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"build": self.option.build, "fits": self.fits, "serves": self.serves, "reasons": list(self.reasons),
-                **({"source": self.option.source} if self.option.source else {})}
+        return {
+            "build": self.option.build,
+            "fits": self.fits,
+            "serves": self.serves,
+            "reasons": list(self.reasons),
+            **({"source": self.option.source} if self.option.source else {}),
+        }
 
 
 @dataclass(frozen=True)
@@ -173,8 +187,13 @@ class Choice:
     fix: str = ""  # with nothing chosen: the driver to install, the variant to build, or --allow-cpu
 
     def to_json(self) -> dict[str, Any]:
-        return {"asked": self.asked, "chosen": self.chosen.build if self.chosen else None, "why": self.why,
-                "candidates": [c.to_json() for c in self.candidates], "fix": self.fix or None}
+        return {
+            "asked": self.asked,
+            "chosen": self.chosen.build if self.chosen else None,
+            "why": self.why,
+            "candidates": [c.to_json() for c in self.candidates],
+            "fix": self.fix or None,
+        }
 
     def head(self) -> str:
         if self.chosen is None:
@@ -233,38 +252,61 @@ def newest_first(versions: set[str]) -> list[str]:
     return sorted(versions, key=key, reverse=True)
 
 
-def choose(engine: str, version: str | None, options: Sequence[Option], facts: Facts, *,
-           allow_cpu: bool = False, gpu_check: GpuCheck = "auto") -> Choice:
+def choose(
+    engine: str,
+    version: str | None,
+    options: Sequence[Option],
+    facts: Facts,
+    *,
+    allow_cpu: bool = False,
+    gpu_check: GpuCheck = "auto",
+) -> Choice:
     """The build of ``engine`` this node takes: of ``version`` (or serving it), or, with ``version``
     None, of the newest version that has a fitting build. ``options`` in the recipe's order (the last
     rule). Every candidate is judged, and the result says why each was passed over."""
     mine = [o for o in options if o.engine == engine]
     if version is not None:
         return _choose_version(engine, version, mine, facts, allow_cpu, gpu_check)
-    results = [_choose_version(engine, v, [o for o in mine if o.version == v], facts, allow_cpu, gpu_check)
-               for v in newest_first({o.version for o in mine})]
+    results = [
+        _choose_version(engine, v, [o for o in mine if o.version == v], facts, allow_cpu, gpu_check)
+        for v in newest_first({o.version for o in mine})
+    ]
     if not results:
-        return Choice(engine, None, f"the candidates hold no build of {engine}", (),
-                      f"import a build of {engine} into the store or folder")
+        return Choice(
+            engine,
+            None,
+            f"the candidates hold no build of {engine}",
+            (),
+            f"import a build of {engine} into the store or folder",
+        )
     won = next((r for r in results if r.chosen is not None), None)
     winner = won.chosen if won is not None else None
     if won is None or winner is None:
         every = tuple(c for r in results for c in r.candidates)
-        _, fix = _nothing_fits([c.option for c in every], {id(c.option): c.reasons for c in every}, facts,
-                               any("--allow-cpu" in r.fix for r in results))
+        _, fix = _nothing_fits(
+            [c.option for c in every],
+            {id(c.option): c.reasons for c in every},
+            facts,
+            any("--allow-cpu" in r.fix for r in results),
+        )
         return Choice(engine, None, "no version has a build that fits this node", every, fix)
     judged: list[Judged] = []
     for r in results:
         for c in r.candidates:
             if r is not won and c.fits:  # an older version (the newer ones have no fitting build)
-                c = Judged(c.option, True, None, (f"an older version; {winner.build} is of the newest version "
-                                                  "with a fitting build",))
+                c = Judged(
+                    c.option,
+                    True,
+                    None,
+                    (f"an older version; {winner.build} is of the newest version with a fitting build",),
+                )
             judged.append(c)
     return Choice(engine, winner, f"the newest version with a fitting build; {won.why}", tuple(judged))
 
 
-def _choose_version(engine: str, version: str, options: Sequence[Option], facts: Facts, allow_cpu: bool,
-                    gpu_check: GpuCheck) -> Choice:
+def _choose_version(
+    engine: str, version: str, options: Sequence[Option], facts: Facts, allow_cpu: bool, gpu_check: GpuCheck
+) -> Choice:
     asked = f"{engine}/{version}"
     relevant = [o for o in options if o.version == version or version in o.serves]
     gpu_node = facts.node.has_nvidia and gpu_check != "skip"
@@ -276,14 +318,19 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
     def rank(o: Option) -> tuple[int, tuple[int, ...], int, tuple[int, int], int]:
         # 1. the asked version itself; 2. the highest min-driver (the newest CUDA); 3. the narrowest range;
         # 4. the newest signed build (serial, then build time); 5. order
-        return (0 if o.version == version else 1, tuple(-x for x in _driver_of(o)), _width(o.needs.gpu), _older(o),
-                relevant.index(o))
+        return (
+            0 if o.version == version else 1,
+            tuple(-x for x in _driver_of(o)),
+            _width(o.needs.gpu),
+            _older(o),
+            relevant.index(o),
+        )
 
     # A CPU build on a GPU node: only for a CPU-only engine, or with --allow-cpu (and then after any GPU build)
     cpu_allowed = not gpu_node or not any_gpu_build or allow_cpu
-    ranked = sorted(fitting_gpu, key=rank) + (sorted(cpu_ok, key=lambda o: (o.version != version, _older(o),
-                                                                         relevant.index(o)))
-                                              if cpu_allowed else [])
+    ranked = sorted(fitting_gpu, key=rank) + (
+        sorted(cpu_ok, key=lambda o: (o.version != version, _older(o), relevant.index(o))) if cpu_allowed else []
+    )
     chosen = ranked[0] if ranked else None
     judged = []
     for o in relevant:
@@ -291,8 +338,17 @@ def _choose_version(engine: str, version: str, options: Sequence[Option], facts:
         if unmet_of[id(o)]:
             judged.append(Judged(o, False, serves, unmet_of[id(o)]))
         elif not o.is_gpu and not cpu_allowed:
-            judged.append(Judged(o, False, serves, ("a CPU build, and this node has an NVIDIA GPU: taken only with "
-                                                    "--allow-cpu or when named explicitly",)))
+            judged.append(
+                Judged(
+                    o,
+                    False,
+                    serves,
+                    (
+                        "a CPU build, and this node has an NVIDIA GPU: taken only with "
+                        "--allow-cpu or when named explicitly",
+                    ),
+                )
+            )
         elif chosen is None or o is chosen:  # chosen is None only when nothing fits, so never here
             judged.append(Judged(o, True, serves, ()))
         else:
@@ -308,8 +364,10 @@ def _why(o: Option, version: str, n: int, facts: Facts, past_gpu_builds: bool) -
     parts = [f"serves {version} (no {version} build fits)" if o.version != version else f"a build of {version}"]
     gpu = o.needs.gpu
     if gpu is not None:
-        parts.append(f"needs driver {gpu.min_driver or 'any'}+ (the node has {facts.node.driver}) and compute "
-                     f"capability {_range(gpu)}")
+        parts.append(
+            f"needs driver {gpu.min_driver or 'any'}+ (the node has {facts.node.driver}) and compute "
+            f"capability {_range(gpu)}"
+        )
     elif past_gpu_builds:
         parts.append("a CPU build, taken on a GPU node because no GPU build fits and --allow-cpu was given")
     elif facts.node.has_nvidia:
@@ -335,11 +393,12 @@ def _passed_over(o: Option, chosen: Option, version: str) -> str:
     if mine is None or theirs is None:  # both CPU builds (is_gpu is the same for both here)
         return _older_or_after(o, chosen)
     if _driver_of(o) != _driver_of(chosen):
-        return (f"needs driver {mine.min_driver or 'any'}+; {chosen.build} needs "
-                f"{theirs.min_driver}+, which this node meets (a newer CUDA)")
+        return (
+            f"needs driver {mine.min_driver or 'any'}+; {chosen.build} needs "
+            f"{theirs.min_driver}+, which this node meets (a newer CUDA)"
+        )
     if _width(mine) != _width(theirs):
-        return (f"its capability range {_range(mine)} is wider than {chosen.build}'s "
-                f"({_range(theirs)})")
+        return f"its capability range {_range(mine)} is wider than {chosen.build}'s ({_range(theirs)})"
     return _older_or_after(o, chosen)
 
 
@@ -356,22 +415,31 @@ def _when(seconds: int) -> str:
     return iso(dt.datetime.fromtimestamp(seconds, dt.UTC))
 
 
-def _nothing_fits(relevant: Sequence[Option], unmet_of: dict[int, tuple[str, ...]], facts: Facts,
-                  cpu_hint: bool) -> tuple[str, str]:
+def _nothing_fits(
+    relevant: Sequence[Option], unmet_of: dict[int, tuple[str, ...]], facts: Facts, cpu_hint: bool
+) -> tuple[str, str]:
     if not relevant:
         return "the candidates hold no build of it, nor one that serves it", "import or build one"
     node = facts.node
     unmet_of = {k: tuple(r for r in v if not r.startswith("a CPU build")) for k, v in unmet_of.items()}
     fixes: list[str] = []
-    drivers = [(o, o.needs.gpu) for o in relevant if o.needs.gpu is not None and o.problem is None
-               and unmet_of[id(o)] and all(r.startswith("needs driver") for r in unmet_of[id(o)])]
+    drivers = [
+        (o, o.needs.gpu)
+        for o in relevant
+        if o.needs.gpu is not None
+        and o.problem is None
+        and unmet_of[id(o)]
+        and all(r.startswith("needs driver") for r in unmet_of[id(o)])
+    ]
     if drivers:
         best, gpu = min(drivers, key=lambda d: _driver_of(d[0]))
         fixes.append(f"install NVIDIA driver {gpu.min_driver} or newer (for {best.build})")
     if node.has_nvidia and node.gpus:
         caps = sorted({"{}.{}".format(*g.capability) for g in node.gpus})
-        fixes.append(f"or build a variant whose gpu table covers compute capability {' and '.join(caps)} and "
-                     f"min-driver at most {node.driver}")
+        fixes.append(
+            f"or build a variant whose gpu table covers compute capability {' and '.join(caps)} and "
+            f"min-driver at most {node.driver}"
+        )
     elif not node.has_nvidia:
         fixes.append("or build a CPU variant (a build without a gpu table)")
     if cpu_hint:

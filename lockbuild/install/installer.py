@@ -127,8 +127,11 @@ class Installer:
     def install_opened(self, opened: TrustedBundle, started: float, node: Node | None = None) -> InstallResult:
         m, p = opened.manifest, self.progress
         if m.model is not None:
-            raise InstallError(f"{opened.path.name} is a model bundle ({m.model.repo} at {m.model.commit}); it has no "
-                               "environment to install under --root.", tip="Install it with --models DIR.")
+            raise InstallError(
+                f"{opened.path.name} is a model bundle ({m.model.repo} at {m.model.commit}); it has no "
+                "environment to install under --root.",
+                tip="Install it with --models DIR.",
+            )
         node = node or self.node or detect(environ=self.o.environ)
         # --python wins; else the bundle's own interpreter (placed after the extraction); else the system's
         # (/usr/bin, /usr/local/bin); only then, with a warning, one found elsewhere on PATH
@@ -146,9 +149,18 @@ class Installer:
         warnings = (found.warning,) if found is not None and found.warning else ()
 
         def result(status: Literal["installed", "unchanged"]) -> InstallResult:
-            return InstallResult(status, m.engine, m.version, m.variant, target, opened.sha256, opened.signer_ids,
-                                 time.monotonic() - started, *((shown, origin) if status == "installed" else ("", "")),
-                                 warnings=warnings if status == "installed" else ())
+            return InstallResult(
+                status,
+                m.engine,
+                m.version,
+                m.variant,
+                target,
+                opened.sha256,
+                opened.signer_ids,
+                time.monotonic() - started,
+                *((shown, origin) if status == "installed" else ("", "")),
+                warnings=warnings if status == "installed" else (),
+            )
 
         with engine_lock(engine_dir, wait=self.o.wait):
             stale = clean_stale(engine_dir)

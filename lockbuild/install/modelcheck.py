@@ -52,15 +52,20 @@ class KeptRecord:
         self.partial = False
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
-        return read_regular(self.repo_dir / RECORDS / f"{self.commit}.minisig", what="kept signature record",
-                            max_size=limits.max_signature_file, error=SignatureError)
+        return read_regular(
+            self.repo_dir / RECORDS / f"{self.commit}.minisig",
+            what="kept signature record",
+            max_size=limits.max_signature_file,
+            error=SignatureError,
+        )
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests | None:
         return None
 
     def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
-        return read_regular(self.record, what="kept manifest record", max_size=limits.max_manifest,
-                            error=IntegrityError)
+        return read_regular(
+            self.record, what="kept manifest record", max_size=limits.max_manifest, error=IntegrityError
+        )
 
     def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
         return self._members(limits)
@@ -81,8 +86,11 @@ class KeptRecord:
             blob = self.repo_dir / "blobs" / f.cache_name
             st = _lstat(blob)
             if st is None or not stat.S_ISREG(st.st_mode):
-                raise IntegrityError(f"{f.repo_path} of {table.repo} at {table.commit}: its blob {blob} is "
-                                     f"{'missing' if st is None else 'not a regular file'}.", tip=_TIP)
+                raise IntegrityError(
+                    f"{f.repo_path} of {table.repo} at {table.commit}: its blob {blob} is "
+                    f"{'missing' if st is None else 'not a regular file'}.",
+                    tip=_TIP,
+                )
             yield FilePiece(m.path, st.st_size, partial(_open_blob, blob, st.st_size))
 
 
@@ -115,8 +123,15 @@ class CheckedModel:
     signers: tuple[str, ...]  # with --trust: the keys that counted
 
     def to_json(self) -> dict[str, Any]:
-        return {"repo": self.repo, "commit": self.commit, "name": self.name, "files": self.files,
-                "bytes": self.size, "current": self.current, "signers": list(self.signers)}
+        return {
+            "repo": self.repo,
+            "commit": self.commit,
+            "name": self.name,
+            "files": self.files,
+            "bytes": self.size,
+            "current": self.current,
+            "signers": list(self.signers),
+        }
 
 
 def installed(models: Path, repo: str | None = None) -> list[KeptRecord]:
@@ -124,16 +139,21 @@ def installed(models: Path, repo: str | None = None) -> list[KeptRecord]:
     if repo is not None:
         folders = ["models--" + repo.replace("/", "--")]
         if not (models / folders[0] / RECORDS).is_dir():
-            raise InstallError(f"no model {repo} is installed under {models}; expected {models / folders[0]}.",
-                               tip=f"lockbuild list --models {models} shows what is.")
+            raise InstallError(
+                f"no model {repo} is installed under {models}; expected {models / folders[0]}.",
+                tip=f"lockbuild list --models {models} shows what is.",
+            )
     else:
         folders = sorted(p.name for p in (models.iterdir() if models.is_dir() else []) if p.name.startswith("models--"))
     out = []
     for folder in folders:
         records = models / folder / RECORDS
         if records.is_dir():
-            out += [KeptRecord(models / folder, p.name[: -len(".toml")]) for p in sorted(records.iterdir())
-                    if p.name.endswith(".toml")]
+            out += [
+                KeptRecord(models / folder, p.name[: -len(".toml")])
+                for p in sorted(records.iterdir())
+                if p.name.endswith(".toml")
+            ]
     return out
 
 
@@ -145,8 +165,9 @@ def describe(rec: KeptRecord, signers: tuple[str, ...] = ()) -> CheckedModel:
     except (OSError, IntegrityError):
         ref = b""
     current = ref == table.commit.encode()
-    return CheckedModel(table.repo, table.commit, m.engine, len(table.files), sum(f.size for f in table.files),
-                        current, signers)
+    return CheckedModel(
+        table.repo, table.commit, m.engine, len(table.files), sum(f.size for f in table.files), current, signers
+    )
 
 
 def verify_model(rec: KeptRecord, store: TrustStore | None, *, threshold: int | None = None) -> CheckedModel:
@@ -169,7 +190,10 @@ def verify_model(rec: KeptRecord, store: TrustStore | None, *, threshold: int | 
         except OSError:
             got = None
         if got != want:
-            raise IntegrityError(f"{link} is {'not a link' if got is None else 'a link to ' + repr(got)}; its "
-                                 f"record says a link to {want!r}.", tip=_TIP)
+            raise IntegrityError(
+                f"{link} is {'not a link' if got is None else 'a link to ' + repr(got)}; its "
+                f"record says a link to {want!r}.",
+                tip=_TIP,
+            )
     recheck_kept(rec, manifest)
     return describe(rec, signers)

@@ -41,9 +41,16 @@ class InstalledModel:
     signers: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"repo": self.repo, "commit": self.commit, "name": self.name, "snapshot": str(self.snapshot),
-                "files": self.files, "bytes": self.size, "bundle_sha256": self.bundle_sha256,
-                "signers": list(self.signers)}
+        return {
+            "repo": self.repo,
+            "commit": self.commit,
+            "name": self.name,
+            "snapshot": str(self.snapshot),
+            "files": self.files,
+            "bytes": self.size,
+            "bundle_sha256": self.bundle_sha256,
+            "signers": list(self.signers),
+        }
 
 
 def snapshot_link(repo_path: str, cache_name: str) -> str:
@@ -51,15 +58,18 @@ def snapshot_link(repo_path: str, cache_name: str) -> str:
     return "../" * (2 + repo_path.count("/")) + "blobs/" + cache_name
 
 
-def place_model(trusted: TrustedBundle, models: Path, *, wait: float = 0.0,
-                progress: Progress | None = None) -> InstalledModel:
+def place_model(
+    trusted: TrustedBundle, models: Path, *, wait: float = 0.0, progress: Progress | None = None
+) -> InstalledModel:
     """Place a trusted model bundle under ``models``; the previous snapshot stays whole until the swap."""
     m = trusted.manifest
     table = m.model
     if table is None:
-        raise InstallError(f"{trusted.path.name} is an engine bundle ({m.engine} {m.version}-{m.variant}), not a "
-                           "model bundle; --models takes model bundles only.",
-                           tip="Install an engine with --root DIR (and --models DIR to point it at the models).")
+        raise InstallError(
+            f"{trusted.path.name} is an engine bundle ({m.engine} {m.version}-{m.variant}), not a "
+            "model bundle; --models takes model bundles only.",
+            tip="Install an engine with --root DIR (and --models DIR to point it at the models).",
+        )
     repo_dir = prepare(models.absolute(), table.folder, what="--models")
     with engine_lock(repo_dir, wait=wait):
         clean_stale(repo_dir)
@@ -83,8 +93,16 @@ def place_model(trusted: TrustedBundle, models: Path, *, wait: float = 0.0,
         finally:
             fsio.remove_tree(staging)
             fsio.remove_tree(snapshot)
-    return InstalledModel(table.repo, table.commit, m.engine, repo_dir / "snapshots" / table.commit,
-                          len(table.files), sum(f.size for f in table.files), trusted.sha256, trusted.signer_ids)
+    return InstalledModel(
+        table.repo,
+        table.commit,
+        m.engine,
+        repo_dir / "snapshots" / table.commit,
+        len(table.files),
+        sum(f.size for f in table.files),
+        trusted.sha256,
+        trusted.signer_ids,
+    )
 
 
 def _adopt_blobs(table: ModelTable, staging: Path, blobs: Path) -> None:

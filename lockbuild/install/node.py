@@ -87,41 +87,53 @@ class FactsError(LockbuildError):
 
 def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
     """The driver and GPUs an operator states in ``path`` (JSON; see the module's docstring), strictly."""
-    tip = (f'Write {path} as {{"driver": "580.65.06", "gpus": [{{"name": "NVIDIA A100-SXM4-80GB", "capability": '
-           f'"8.0"}}]}} ("driver": null and "gpus": [] for a node without a GPU), or unset {FACTS_ENV}.')
+    tip = (
+        f'Write {path} as {{"driver": "580.65.06", "gpus": [{{"name": "NVIDIA A100-SXM4-80GB", "capability": '
+        f'"8.0"}}]}} ("driver": null and "gpus": [] for a node without a GPU), or unset {FACTS_ENV}.'
+    )
     try:
         raw = read_regular(path, what=f"{FACTS_ENV} file", max_size=MAX_FACTS, error=FactsError)
     except FileNotFoundError:
-        raise FactsError(f"{FACTS_ENV} names {path}; expected a JSON file of the node's GPU facts, found none.",
-                         tip=tip) from None
+        raise FactsError(
+            f"{FACTS_ENV} names {path}; expected a JSON file of the node's GPU facts, found none.", tip=tip
+        ) from None
     data = loads_json(raw, what=f"the {FACTS_ENV} file {path}", max_bytes=MAX_FACTS, error=FactsError)
     if not isinstance(data, dict) or set(data) - {"driver", "gpus"}:
         raise FactsError(f"the {FACTS_ENV} file {path} is not an object of driver and gpus only.", tip=tip)
     driver, gpus = data.get("driver"), data.get("gpus", [])
     if driver is not None and not (isinstance(driver, str) and _DRIVER_TEXT.fullmatch(driver)):
-        raise FactsError(f"the {FACTS_ENV} file's driver {str(driver)[:40]!r} is not a driver version like "
-                         '"580.65.06".', tip=tip)
+        raise FactsError(
+            f'the {FACTS_ENV} file\'s driver {str(driver)[:40]!r} is not a driver version like "580.65.06".', tip=tip
+        )
     if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
         raise FactsError(f"the {FACTS_ENV} file's gpus is not a list of at most {MAX_GPUS}.", tip=tip)
     out = []
     for i, g in enumerate(gpus):
         name, cap = (g.get("name"), g.get("capability")) if isinstance(g, dict) else (None, None)
         m = _CAP.fullmatch(cap) if isinstance(cap, str) else None
-        if (not isinstance(g, dict) or set(g) - {"name", "capability"} or not isinstance(name, str)
-                or not 0 < len(name) <= 128 or not name.isprintable() or m is None):
-            raise FactsError(f'the {FACTS_ENV} file\'s gpus[{i}] is not {{"name": TEXT, "capability": "X.Y"}}.',
-                             tip=tip)
+        if (
+            not isinstance(g, dict)
+            or set(g) - {"name", "capability"}
+            or not isinstance(name, str)
+            or not 0 < len(name) <= 128
+            or not name.isprintable()
+            or m is None
+        ):
+            raise FactsError(
+                f'the {FACTS_ENV} file\'s gpus[{i}] is not {{"name": TEXT, "capability": "X.Y"}}.', tip=tip
+            )
         out.append(Gpu(name, (int(m[1]), int(m[2]))))
     if out and driver is None:
-        raise FactsError(f"the {FACTS_ENV} file lists GPUs but no driver; state the driver the node will run.",
-                         tip=tip)
+        raise FactsError(f"the {FACTS_ENV} file lists GPUs but no driver; state the driver the node will run.", tip=tip)
     return driver, tuple(out)
 
 
 SMI_QUERY = ("--query-gpu=driver_version,compute_cap,name", "--format=csv,noheader")
 SMI_TIMEOUT = 30
-SMI_TIP = (f"Check the driver with `nvidia-smi`; on a node whose nvidia-smi cannot be fixed, state the facts in a "
-           f"file named by {FACTS_ENV} (see `lockbuild doctor`).")
+SMI_TIP = (
+    f"Check the driver with `nvidia-smi`; on a node whose nvidia-smi cannot be fixed, state the facts in a "
+    f"file named by {FACTS_ENV} (see `lockbuild doctor`)."
+)
 
 
 def _nvidia_smi(limits: Limits = DEFAULT_LIMITS) -> tuple[str | None, tuple[Gpu, ...]]:
@@ -136,8 +148,11 @@ def _nvidia_smi(limits: Limits = DEFAULT_LIMITS) -> tuple[str | None, tuple[Gpu,
     except OSError:
         return None, ()
     if proc.over:
-        raise FactsError(f"{exe} printed over {limits.max_gpu_query} bytes for the GPU query (it was stopped); "
-                         f"expected a line per GPU, at most {MAX_GPUS}.", tip=SMI_TIP)
+        raise FactsError(
+            f"{exe} printed over {limits.max_gpu_query} bytes for the GPU query (it was stopped); "
+            f"expected a line per GPU, at most {MAX_GPUS}.",
+            tip=SMI_TIP,
+        )
     if proc.returncode != 0:
         return None, ()
     return parse_gpu_query(proc.stdout.decode("utf-8", "replace"), exe)
@@ -153,18 +168,27 @@ def parse_gpu_query(text: str, exe: str = "nvidia-smi") -> tuple[str | None, tup
     for line in lines:
         parts = [p.strip() for p in line.split(",", 2)]
         m = _CAP.fullmatch(parts[1]) if len(parts) == 3 else None
-        if (m is None or not _DRIVER_TEXT.fullmatch(parts[0]) or not 0 < len(parts[2]) <= 128
-                or not parts[2].isprintable() or driver not in (None, parts[0])):
-            raise FactsError(f"{exe} printed {line[:100]!r} for a GPU; expected DRIVER, X.Y, NAME (one driver "
-                             "version like 580.65.06 on every line, a compute capability like 8.0, a printable "
-                             "name of at most 128 characters).", tip=SMI_TIP)
+        if (
+            m is None
+            or not _DRIVER_TEXT.fullmatch(parts[0])
+            or not 0 < len(parts[2]) <= 128
+            or not parts[2].isprintable()
+            or driver not in (None, parts[0])
+        ):
+            raise FactsError(
+                f"{exe} printed {line[:100]!r} for a GPU; expected DRIVER, X.Y, NAME (one driver "
+                "version like 580.65.06 on every line, a compute capability like 8.0, a printable "
+                "name of at most 128 characters).",
+                tip=SMI_TIP,
+            )
         driver = parts[0]
         gpus.append(Gpu(parts[2], (int(m[1]), int(m[2]))))
     return driver, tuple(gpus)
 
 
-def detect(proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER,
-           environ: Mapping[str, str] | None = None) -> Node:
+def detect(
+    proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER, environ: Mapping[str, str] | None = None
+) -> Node:
     """The node's facts. ``environ``: the CLI's environment (the library reads none), where
     ``LOCKBUILD_GPU_FACTS`` may name a statement of the GPU facts."""
     libc, version = platform.libc_ver()
@@ -179,8 +203,7 @@ def detect(proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER,
         driver, gpus = _nvidia_smi()
         if driver is None:
             driver = _driver_from_sys(sys_driver) or _driver_from_proc(proc_driver)
-    return Node(platform.machine(), "glibc" if libc == "glibc" else (libc or "unknown"), parsed, driver, gpus,
-                stated)
+    return Node(platform.machine(), "glibc" if libc == "glibc" else (libc or "unknown"), parsed, driver, gpus, stated)
 
 
 def free_bytes(path: Path) -> int:

@@ -19,8 +19,10 @@ from lockbuild.errors import InstallError
 from lockbuild.fsio import ancestor_problem
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_TIP = ("--root, ROOT/ENGINE and every environment in it must be directories owned by the installing user "
-        "and writable by no one else (chmod 755); see docs/site-administrators.md.")
+_TIP = (
+    "--root, ROOT/ENGINE and every environment in it must be directories owned by the installing user "
+    "and writable by no one else (chmod 755); see docs/site-administrators.md."
+)
 
 
 def check_place(path: Path, what: str) -> os.stat_result:
@@ -58,8 +60,10 @@ def check_ancestors(root: Path) -> None:
     if found.owner:
         fix = "Put --root under directories owned by root or by the installing user"  # chmod cannot help
     else:
-        fix = ("Put --root under directories only root (or the installing user) can write, or make the"
-               f" shared one sticky (chmod +t {d})")
+        fix = (
+            "Put --root under directories only root (or the installing user) can write, or make the"
+            f" shared one sticky (chmod +t {d})"
+        )
     raise InstallError(
         f"refused --root {root}: the directory {d} above it {found.problem}, so another user could swap"
         " --root for a tree of theirs while lockbuild works in it.",

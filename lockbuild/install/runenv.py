@@ -42,8 +42,14 @@ def run(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str, 
     """Run ``argv`` with exactly ``env``; its output, or an InstallError with the last lines of it."""
     try:
         proc = subprocess.run(
-            list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=timeout, check=False,
+            list(argv),
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise InstallError(f"{what} did not finish within {timeout:.0f} s.") from None

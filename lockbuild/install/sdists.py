@@ -32,7 +32,12 @@ def has_build_closure(m: Manifest) -> bool:
 
 
 def build_sdists(
-    uv: Path, python: Path, unpacked: Path, m: Manifest, env: Mapping[str, str], progress: Progress,
+    uv: Path,
+    python: Path,
+    unpacked: Path,
+    m: Manifest,
+    env: Mapping[str, str],
+    progress: Progress,
     runner: Callable[..., str] = run,
 ) -> tuple[list[Path], Path]:
     """The wheels built from the bundle's sdists, and the lock of everything else (to install after them).
@@ -47,15 +52,32 @@ def build_sdists(
         pin = by_hash.get(x.sha256)
         if pin is None:
             raise InstallError(f"the bundle's lock names no package with the digest of {x.path}; refused.")
-        ready = [w for w in m.members if w.kind == "wheel" and w.path.startswith("sdists/")
-                 and _is_wheel_of(w.path.rsplit("/", 1)[-1], pin.name, pin.version)]
+        ready = [
+            w
+            for w in m.members
+            if w.kind == "wheel"
+            and w.path.startswith("sdists/")
+            and _is_wheel_of(w.path.rsplit("/", 1)[-1], pin.name, pin.version)
+        ]
         if ready:  # built on the builder from this sdist and the same hashed closure (signed with it)
             progress.phase(f"installing {ready[0].path.rsplit('/', 1)[-1]}, built on the builder from {x.path}")
             built.append(unpacked / ready[0].path)
             names.add(pin.name)
             continue
-        argv = [str(uv), "build", "--wheel", "--offline", "--no-index", "--python", str(python), "--build-constraints",
-                str(unpacked / BUILD_LOCK), "--require-hashes", "--out-dir", str(out)]
+        argv = [
+            str(uv),
+            "build",
+            "--wheel",
+            "--offline",
+            "--no-index",
+            "--python",
+            str(python),
+            "--build-constraints",
+            str(unpacked / BUILD_LOCK),
+            "--require-hashes",
+            "--out-dir",
+            str(out),
+        ]
         if any(d.kind == KIND for d in m.members):
             argv += ["--find-links", str(unpacked / BUILD_DIR)]
         progress.phase(f"building {x.path.rsplit('/', 1)[-1]} offline from the bundle's hashed build dependencies")
@@ -70,8 +92,9 @@ def build_sdists(
         built.append(made[0])
         names.add(pin.name)
     rest = [p for p in pins if p.name not in names]
-    text = "".join(f"{p.name}=={p.version} " + " ".join(f"--hash=sha256:{h}" for h in sorted(p.hashes)) + "\n"
-                   for p in rest)
+    text = "".join(
+        f"{p.name}=={p.version} " + " ".join(f"--hash=sha256:{h}" for h in sorted(p.hashes)) + "\n" for p in rest
+    )
     with create_under(unpacked, NODE_LOCK) as f:
         f.write(text.encode())
     return built, unpacked / NODE_LOCK

@@ -83,8 +83,12 @@ class Stage:
         env = clean_env(self.unpacked / ".uv-cache", offline=True, inherit=self.environ)
         p.phase(f"creating a Python {m.python} environment")
         existing = ["--allow-existing"] if self.view is not None and self.view.existing else []
-        self.run([str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", *existing,
-                  str(self.at)], env=env, timeout=600, what="uv venv")
+        self.run(
+            [str(uv), "venv", "--relocatable", "--python", str(python), "--no-project", *existing, str(self.at)],
+            env=env,
+            timeout=600,
+            what="uv venv",
+        )
         st = self.staged.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise InstallError(f"uv venv did not make a plain directory at {self.staged}.")
@@ -93,14 +97,37 @@ class Stage:
         lock, kinds = self.unpacked / "lock" / "requirements.txt", {"wheel", "sdist"}
         if has_build_closure(m):  # sdists built from the bundle's hashed build dependencies only
             built, lock = build_sdists(uv, python, self.unpacked, m, env, p, self.run)
-            self.run([str(uv), "pip", "install", "--python", str(self.at / "bin" / "python"), "--offline",
-                      "--no-index", "--no-deps", *map(str, built)],
-                     env=env, timeout=3600, what="uv pip install")
+            self.run(
+                [
+                    str(uv),
+                    "pip",
+                    "install",
+                    "--python",
+                    str(self.at / "bin" / "python"),
+                    "--offline",
+                    "--no-index",
+                    "--no-deps",
+                    *map(str, built),
+                ],
+                env=env,
+                timeout=3600,
+                what="uv pip install",
+            )
             kinds = {"wheel"}
         # uv unpacks each wheel once into its cache (.uv-cache, beside the staging directory, so on the
         # target's filesystem) and hard-links the files into the environment: no second copy is written
-        argv = [str(uv), "pip", "install", "--python", str(self.at / "bin" / "python"), "--offline",
-                "--no-index", "--require-hashes", "--link-mode", "hardlink"]
+        argv = [
+            str(uv),
+            "pip",
+            "install",
+            "--python",
+            str(self.at / "bin" / "python"),
+            "--offline",
+            "--no-index",
+            "--require-hashes",
+            "--link-mode",
+            "hardlink",
+        ]
         for kind, folder in (("wheel", "wheels"), ("sdist", "sdists")):
             if kind in kinds and any(x.kind == kind for x in m.members):  # only folders the bundle has
                 argv += ["--find-links", str(self.unpacked / folder)]
@@ -117,8 +144,12 @@ class Stage:
         t, p = self.manifest.install, self.progress
         if t.source is not None:
             p.phase(f"unpacking the source into {t.source.dir}/")
-            archives.extract(self.unpacked / t.source.member, self.staged / t.source.dir, strip=t.source.top or None,
-                             within=self.staged)
+            archives.extract(
+                self.unpacked / t.source.member,
+                self.staged / t.source.dir,
+                strip=t.source.top or None,
+                within=self.staged,
+            )
         for a in t.assets:
             name = a.member.rsplit("/", 1)[-1]
             p.phase(f"unpacking {name} into {a.dir}/")
@@ -181,11 +212,24 @@ class Stage:
         fixed = self.view.fixed if self.view is not None else None
         dev, ino = (0, 0) if fixed is not None else (st.st_dev, st.st_ino)  # an image is no directory of this disk
         marker = Installed(
-            engine=m.engine, version=m.version, variant=m.variant, binary=f"bin/{m.install.binary}",
-            requirements=m.install.requirements, exclude_newer=iso(m.as_of), uv=m.uv_version,
-            installed=iso(fixed or dt.datetime.now(dt.UTC)), bundle=m.bundle_name, bundle_sha256=sha256,
-            serial=m.serial, signers=signers, python=m.python, platform=m.platform, lockbuild=__version__, dev=dev,
-            ino=ino, env=m.install.env,
+            engine=m.engine,
+            version=m.version,
+            variant=m.variant,
+            binary=f"bin/{m.install.binary}",
+            requirements=m.install.requirements,
+            exclude_newer=iso(m.as_of),
+            uv=m.uv_version,
+            installed=iso(fixed or dt.datetime.now(dt.UTC)),
+            bundle=m.bundle_name,
+            bundle_sha256=sha256,
+            serial=m.serial,
+            signers=signers,
+            python=m.python,
+            platform=m.platform,
+            lockbuild=__version__,
+            dev=dev,
+            ino=ino,
+            env=m.install.env,
         )
         with create_under(self.staged, MARKER) as f:
             f.write((json.dumps(marker.to_json(), indent=2, sort_keys=True) + "\n").encode())

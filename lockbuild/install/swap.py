@@ -22,8 +22,6 @@ LOCK_NAME = ".lockbuild.lock"
 _RENAME_EXCHANGE = 2
 
 
-
-
 def _same(path: Path, st: os.stat_result) -> bool:
     try:
         now = path.lstat()

@@ -63,9 +63,14 @@ def locate_python(want: str, explicit: Path | None, *, path: str | None = None) 
                     f"this bundle is built for Python {want}, and no {name} is in /usr/bin, /usr/local/bin or on PATH.",
                     tip=f"Install Python {want} on the node, or pass --python /path/to/{name}.",
                 )
-            found = FoundPython(Path(elsewhere), "PATH", (
-                f"using {elsewhere} for Python {want}: it was found on PATH, not in /usr/bin or /usr/local/bin; "
-                f"pass --python {elsewhere} to choose it on purpose, or install {name} system-wide."))
+            found = FoundPython(
+                Path(elsewhere),
+                "PATH",
+                (
+                    f"using {elsewhere} for Python {want}: it was found on PATH, not in /usr/bin or /usr/local/bin; "
+                    f"pass --python {elsewhere} to choose it on purpose, or install {name} system-wide."
+                ),
+            )
     got = python_version(found.path)
     if got != want:
         raise InstallError(

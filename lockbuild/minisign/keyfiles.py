@@ -129,8 +129,12 @@ def unignored_in_git(path: Path) -> Path | None:
     if root is None:
         return None
     try:
-        proc = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "--", str(path.absolute())],
-                              capture_output=True, timeout=30, check=False)
+        proc = subprocess.run(
+            ["git", "-C", str(root), "check-ignore", "-q", "--", str(path.absolute())],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return root
     return None if proc.returncode == 0 else root

@@ -88,8 +88,10 @@ def _model(data: Mapping[str, Any], p: Problems) -> tuple[str, str, str, tuple[s
     repo = t.string("repo", 'a Hugging Face repo id ORG/NAME, e.g. "Qwen/Qwen2.5-0.5B-Instruct"', check=repo_id)
     revision = t.get("revision", str, "the commit: 40 lower-case hex digits")
     if revision is not None and not COMMIT.fullmatch(revision):
-        hint = ("a branch or tag name moves, so a bundle built from it is not reproducible; "
-                "name the commit it points to now (the Hub shows it beside the file list)")
+        hint = (
+            "a branch or tag name moves, so a bundle built from it is not reproducible; "
+            "name the commit it points to now (the Hub shows it beside the file list)"
+        )
         if re.fullmatch(r"[0-9A-Fa-f]{40}", revision):
             hint = "write the hex digits in lower case"
         p.add("model.revision", f"expected a commit (40 lower-case hex digits), found {revision[:SHOWN]!r}; {hint}")

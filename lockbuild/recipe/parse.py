@@ -44,9 +44,25 @@ MAX_RECIPE_BYTES = MiB
 
 _ENGINE_KEYS = ("name", "pypi", "repo", "binary", "verify", "gpu-probe", "env", "smoke", "gpu-smoke", "allow-network")
 _BUILD_KEYS = (
-    "version", "variant", "python", "platform", "requirements", "as-of", "free-gb",
-    "gpu", "index", "source", "wheel", "assets", "pin-sha256", "exclude-newer-package", "build-on-node",
-    "interpreter", "indexes", "primary-packages", "serves",
+    "version",
+    "variant",
+    "python",
+    "platform",
+    "requirements",
+    "as-of",
+    "free-gb",
+    "gpu",
+    "index",
+    "source",
+    "wheel",
+    "assets",
+    "pin-sha256",
+    "exclude-newer-package",
+    "build-on-node",
+    "interpreter",
+    "indexes",
+    "primary-packages",
+    "serves",
 )
 
 
@@ -58,14 +74,18 @@ def _engine(data: Mapping[str, Any], p: Problems) -> Engine | None:
     binary = t.string("binary", "a file name in the environment's bin/", check=plain_name_or_file)
     verify = _command(t, "verify", 'a command as a list of strings, e.g. ["vllm", "--version"]', required=True)
     probe = t.string("gpu-probe", '"torch", "none", or a relative path to a .py file', required=False)
-    if probe is not None and probe not in ("torch", "none") and not (
-        relative_path(probe) and probe.endswith(".py") and envtable.word_problem(probe) is None
+    if (
+        probe is not None
+        and probe not in ("torch", "none")
+        and not (relative_path(probe) and probe.endswith(".py") and envtable.word_problem(probe) is None)
     ):
         p.add("engine.gpu-probe", f'expected "torch", "none", or a relative path to a .py file, found {probe!r}')
         probe = None
     env, smoke, allow = _runtime(t, p)
-    gpu_smoke = _command(t, "gpu-smoke", 'a command as a list of strings, e.g. ["engine", "--gpu-selftest"]',
-                         required=False) or ()
+    gpu_smoke = (
+        _command(t, "gpu-smoke", 'a command as a list of strings, e.g. ["engine", "--gpu-selftest"]', required=False)
+        or ()
+    )
     if name is None or pypi is None or binary is None or verify is None:
         return None
     return Engine(name, pypi, repo, binary, verify, probe or "none", env, smoke, allow, gpu_smoke)
@@ -91,9 +111,7 @@ def _command(t: Table, key: str, expected: str, *, required: bool) -> tuple[str,
     return words
 
 
-def _runtime(
-    t: Table, p: Problems
-) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
+def _runtime(t: Table, p: Problems) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]]:
     """``[engine.env]``, ``smoke`` and ``allow-network``, checked by the rules the node applies."""
     smoke = _command(t, "smoke", 'a command as a list of strings, e.g. ["engine", "--selftest"]', required=False) or ()
     hosts = t.strings("allow-network", 'a list of host names, e.g. ["huggingface.co"]', required=False) or ()
@@ -167,8 +185,25 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     if version is None or variant is None or target is None or reqs is None:
         return None
     return Build(
-        version, variant, target, reqs, as_of, free_gb, gpu, index, source, wheel, assets, i, pins, exempt,
-        tuple(sorted({canonicalize_name(n) for n in on_node})), python_exe, indexes, on_primary, serves,
+        version,
+        variant,
+        target,
+        reqs,
+        as_of,
+        free_gb,
+        gpu,
+        index,
+        source,
+        wheel,
+        assets,
+        i,
+        pins,
+        exempt,
+        tuple(sorted({canonicalize_name(n) for n in on_node})),
+        python_exe,
+        indexes,
+        on_primary,
+        serves,
     )
 
 
@@ -182,7 +217,7 @@ def _serves(t: Table, where: str, p: Problems, version: str | None) -> tuple[str
         try:
             newer = version is None or Version(v) > Version(version)
         except InvalidVersion:
-            p.add(f"{where}.serves", f"expected versions such as \"0.11.0\", found {v[:SHOWN]!r}")
+            p.add(f"{where}.serves", f'expected versions such as "0.11.0", found {v[:SHOWN]!r}')
             continue
         if not newer or not VERSION.fullmatch(v):
             p.add(f"{where}.serves", f"expected versions newer than the build's own ({version}), found {v[:SHOWN]!r}")
@@ -270,8 +305,10 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirem
         elif m is not None:
             highest = (int(m[1]), int(m[2]))
     if capability is not None and highest is not None and highest < capability:
-        p.add(f"{where}.max-capability", f"expected at least min-capability ({capability[0]}.{capability[1]}), found "
-              f"{highest[0]}.{highest[1]}")
+        p.add(
+            f"{where}.max-capability",
+            f"expected at least min-capability ({capability[0]}.{capability[1]}), found {highest[0]}.{highest[1]}",
+        )
     driver = t.string(
         "min-driver",
         'a driver version such as "580" or "570.86"',

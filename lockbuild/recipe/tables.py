@@ -177,8 +177,12 @@ def _url_wheel(data: Mapping[str, Any], where: str, p: Problems) -> UrlWheel | N
 
 def _self_wheel(data: Mapping[str, Any], where: str, p: Problems) -> SelfWheel | None:
     t = Table(data, where, p, ("self", "sha256"))
-    sha = t.string("sha256", "the wheel's sha256, 64 lower-case hex digits", required=False,
-                   check=lambda v: bool(SHA256.fullmatch(v)))
+    sha = t.string(
+        "sha256",
+        "the wheel's sha256, 64 lower-case hex digits",
+        required=False,
+        check=lambda v: bool(SHA256.fullmatch(v)),
+    )
     if t.get("self", bool, "true (lockbuild's own wheel, made by the running lockbuild)") is not True:
         if data.get("self") is False:
             p.add(f"{where}.self", "expected true, found false; leave the wheel table out instead")
@@ -186,9 +190,7 @@ def _self_wheel(data: Mapping[str, Any], where: str, p: Problems) -> SelfWheel |
     return SelfWheel(sha)
 
 
-def _wheel(
-    data: Mapping[str, Any] | None, where: str, p: Problems
-) -> ReleaseWheel | UrlWheel | SelfWheel | None:
+def _wheel(data: Mapping[str, Any] | None, where: str, p: Problems) -> ReleaseWheel | UrlWheel | SelfWheel | None:
     if data is None:
         return None
     if "url" in data:

@@ -94,5 +94,7 @@ def pth_line() -> str:
     """The ``.pth`` line: runs the hook's file by path, found beside the ``.pth`` (``site`` runs the line with
     ``sitedir`` set; the environment is renamed after the install), and not by ``import``, which would take
     whatever ``sys.modules`` already holds under that name."""
-    return (f"import os; _p = os.path.join(sitedir, {MODULE + '.py'!r}); exec(compile(open(_p, 'rb').read(), _p, "
-            f"'exec'), {{'__file__': _p, '__name__': {MODULE!r}}})\n")
+    return (
+        f"import os; _p = os.path.join(sitedir, {MODULE + '.py'!r}); exec(compile(open(_p, 'rb').read(), _p, "
+        f"'exec'), {{'__file__': _p, '__name__': {MODULE!r}}})\n"
+    )

@@ -48,10 +48,14 @@ def _show(ctx: click.Context, reports: list[Report], extra: Mapping[str, JSON] |
         ctx.exit(code)
 
 
-TIP = ("Make the engine work offline (its [engine.env] settings, bundled assets), or, for a documented optional "
-       "feature, name the host in [engine] allow-network.")
-UNCHECKED_TIP = ("Install strace (Debian: apt-get install strace) and allow ptrace (a container's seccomp profile, "
-                 "kernel.yama.ptrace_scope < 3): with no tracer outside the sandbox there is no verdict.")
+TIP = (
+    "Make the engine work offline (its [engine.env] settings, bundled assets), or, for a documented optional "
+    "feature, name the host in [engine] allow-network."
+)
+UNCHECKED_TIP = (
+    "Install strace (Debian: apt-get install strace) and allow ptrace (a container's seccomp profile, "
+    "kernel.yama.ptrace_scope < 3): with no tracer outside the sandbox there is no verdict."
+)
 
 
 def summary(r: Report) -> str:
@@ -68,28 +72,55 @@ def show_after_build(ctx: click.Context, reports: list[Report], built: Mapping[s
     _show(ctx, reports, built)
 
 
-@click.command("test", cls=_Command, epilog="Example: lockbuild test dist/onnxruntime-1.20.1-cpu-py311-x86_64-"
-               "manylinux_2_28.lbz --trust keys/ --json\n"
-               "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "
-               "3 signature, 4 integrity, 6 not checked (this machine cannot run the bundle, or no tracer can "
-               "judge it here).")
+@click.command(
+    "test",
+    cls=_Command,
+    epilog="Example: lockbuild test dist/onnxruntime-1.20.1-cpu-py311-x86_64-"
+    "manylinux_2_28.lbz --trust keys/ --json\n"
+    "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "
+    "3 signature, 4 integrity, 6 not checked (this machine cannot run the bundle, or no tracer can "
+    "judge it here).",
+)
 @click.argument("bundle", metavar="BUNDLE")
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a delta.")
+@click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a delta.",
+)
 @trust_option
 @threshold_option
 @click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False), help="Interpreter to use.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=TIMEOUT, show_default=True,
-              help="Seconds the verify command and the smoke command may each take.")
-@click.option("--no-strace", is_flag=True, help="Do not trace: the verdict is then \"not checked\" (exit 6).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=TIMEOUT,
+    show_default=True,
+    help="Seconds the verify command and the smoke command may each take.",
+)
+@click.option("--no-strace", is_flag=True, help='Do not trace: the verdict is then "not checked" (exit 6).')
 @click.option("--gpu", is_flag=True, help="Also run the GPU probe and the recipe's gpu-smoke command (where a GPU is).")
-@click.option("--model", "model", metavar="MODEL.lbz",
-              help="A model bundle, checked and placed read-only in the sandbox's HF_HUB_CACHE for the smoke command.")
+@click.option(
+    "--model",
+    "model",
+    metavar="MODEL.lbz",
+    help="A model bundle, checked and placed read-only in the sandbox's HF_HUB_CACHE for the smoke command.",
+)
 @json_option
 @click.pass_context
-def test(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Path | None, threshold: int | None,
-         python: Path | None, timeout: float, no_strace: bool, gpu: bool, as_json: bool,
-         model: str | None = None) -> None:
+def test(
+    ctx: click.Context,
+    bundle: str,
+    store_dir: Path | None,
+    trust_dir: Path | None,
+    threshold: int | None,
+    python: Path | None,
+    timeout: float,
+    no_strace: bool,
+    gpu: bool,
+    as_json: bool,
+    model: str | None = None,
+) -> None:
     """Prove a bundle runs offline: install it into a temporary root in a bubblewrap sandbox with no network,
     run its verify command and smoke command (with --gpu, the GPU probe and gpu-smoke command too), and
     report every network attempt a tracer outside the sandbox saw (host or family, system call, the Python
@@ -102,8 +133,16 @@ def test(ctx: click.Context, bundle: str, store_dir: Path | None, trust_dir: Pat
     _setup(ctx, as_json)
     from lockbuild.selftest.run import SelfTestOptions, self_test
 
-    opts = SelfTestOptions(trust_dir=trust_dir, threshold=threshold, python=python, timeout=timeout,
-                           tracer=not no_strace, gpu=gpu, environ=dict(os.environ), model=model)
+    opts = SelfTestOptions(
+        trust_dir=trust_dir,
+        threshold=threshold,
+        python=python,
+        timeout=timeout,
+        tracer=not no_strace,
+        gpu=gpu,
+        environ=dict(os.environ),
+        model=model,
+    )
     _show(ctx, [self_test(bundle, opts, _progress(ctx), store=store_dir)])
 
 

@@ -73,8 +73,9 @@ def _step(result: dict[str, Any], name: str, status: str, detail: str = "") -> N
     result["steps"].append({"name": name, "status": status, "detail": detail})
 
 
-def _command(result: dict[str, Any], name: str, command: list[str], env_dir: Path, env: dict[str, str],
-             timeout: float) -> None:
+def _command(
+    result: dict[str, Any], name: str, command: list[str], env_dir: Path, env: dict[str, str], timeout: float
+) -> None:
     argv = list(command)
     if (env_dir / "bin" / argv[0]).exists():
         argv[0] = str(env_dir / "bin" / argv[0])
@@ -82,8 +83,9 @@ def _command(result: dict[str, Any], name: str, command: list[str], env_dir: Pat
     # step would wait for it (the sandbox's PID namespace kills it when this run ends)
     with tempfile.TemporaryFile() as captured:
         try:
-            proc = subprocess.Popen(argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, stdout=captured,
-                                    stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                argv, env=env, cwd=env_dir, stdin=subprocess.DEVNULL, stdout=captured, stderr=subprocess.STDOUT
+            )
         except OSError as exc:
             _step(result, name, "failed", f"cannot run {argv[0]}: {exc.strerror}")
             return
@@ -112,17 +114,28 @@ def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
             _place_hook(root)
 
     python = Path(cfg["python"]) if cfg["python"] else None
-    opts = InstallOptions(root=root, trust_dir=Path(cfg["trust"]), python=python,
-                          gpu_check="skip" if gpu else "require", threshold=cfg["threshold"],
-                          verify_timeout=cfg["timeout"], environ=environ,
-                          models=Path(cfg["models"]) if cfg.get("models") else None)
+    opts = InstallOptions(
+        root=root,
+        trust_dir=Path(cfg["trust"]),
+        python=python,
+        gpu_check="skip" if gpu else "require",
+        threshold=cfg["threshold"],
+        verify_timeout=cfg["timeout"],
+        environ=environ,
+        models=Path(cfg["models"]) if cfg.get("models") else None,
+    )
     try:
         store = Path(cfg["store"]) if cfg.get("store") else None
         with named_source(cfg["bundle"], store=store) as source:  # as every command names a bundle
             installed = Installer(opts, hook=hook).install(source)
     except LockbuildError as exc:
-        failed = "verify" if "the verify command" in exc.message else "gpu-probe" if "GPU probe" in exc.message else \
-            "install"
+        failed = (
+            "verify"
+            if "the verify command" in exc.message
+            else "gpu-probe"
+            if "GPU probe" in exc.message
+            else "install"
+        )
         for name in ("install", "verify", "gpu-probe"):
             if name == failed:
                 _step(result, name, "failed", exc.message + (f" ({exc.tip})" if exc.tip else ""))

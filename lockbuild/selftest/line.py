@@ -17,10 +17,25 @@ from dataclasses import dataclass
 LOCAL_FAMILIES = frozenset({"AF_UNIX", "AF_LOCAL", "AF_NETLINK"})
 INET_FAMILIES = frozenset({"AF_INET", "AF_INET6"})
 DNS_PORT = 53
-INET_KINDS = ("TCP", "UDP", "TCPv6", "UDPv6", "UDPLITE", "UDPLITEv6", "RAW", "RAWv6", "SCTP", "SCTPv6", "PING",
-              "PINGv6", "MPTCP", "MPTCPv6")
-DATAGRAM_KINDS = frozenset({"UDP", "UDPv6", "UDPLITE", "UDPLITEv6", "RAW", "RAWv6", "PING", "PINGv6", "SCTP",
-                            "SCTPv6"})  # one send, one message; anything else is read as a stream
+INET_KINDS = (
+    "TCP",
+    "UDP",
+    "TCPv6",
+    "UDPv6",
+    "UDPLITE",
+    "UDPLITEv6",
+    "RAW",
+    "RAWv6",
+    "SCTP",
+    "SCTPv6",
+    "PING",
+    "PINGv6",
+    "MPTCP",
+    "MPTCPv6",
+)
+DATAGRAM_KINDS = frozenset(
+    {"UDP", "UDPv6", "UDPLITE", "UDPLITEv6", "RAW", "RAWv6", "PING", "PINGv6", "SCTP", "SCTPv6"}
+)  # one send, one message; anything else is read as a stream
 
 Address = tuple[str, str, int | None]  # (family, host, port); host and port only for AF_INET/AF_INET6
 
@@ -64,9 +79,13 @@ def note(pid: int, payload: str) -> Note | None:
         d = json.loads(base64.urlsafe_b64decode(payload.encode("ascii") + b"=="))
         port = d.get("port")
         host = d.get("host")
-        return Note(str(d["event"])[:64], None if host is None else str(host)[:255],
-                    port if isinstance(port, int | None) else str(port)[:32],
-                    tuple(str(x)[:300] for x in d.get("frames", [])[:8]), pid)
+        return Note(
+            str(d["event"])[:64],
+            None if host is None else str(host)[:255],
+            port if isinstance(port, int | None) else str(port)[:32],
+            tuple(str(x)[:300] for x in d.get("frames", [])[:8]),
+            pid,
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -110,8 +129,10 @@ def messages(call: str, args: str, family: str = "AF_INET") -> list[tuple[list[A
     if call == "sendmmsg":
         if _MMSG_UNREAD.match(args):
             return [([unread], b"", False)]
-        return [(addresses(part) or ([unread] if "msg_name=0x" in part else []), *_payload(list(_IOV.finditer(part))))
-                for part in args.split("{msg_hdr=")[1:]]
+        return [
+            (addresses(part) or ([unread] if "msg_name=0x" in part else []), *_payload(list(_IOV.finditer(part))))
+            for part in args.split("{msg_hdr=")[1:]
+        ]
     if call in ("sendmsg", "writev", "pwritev", "pwritev2"):
         addrs = addresses(args) or ([unread] if call == "sendmsg" and "msg_name=0x" in args else [])
         return [(addrs, *_payload(list(_IOV.finditer(args))))]

@@ -43,9 +43,19 @@ class Attempt:
         return self.frames[0] if self.frames else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "event": self.event, "host": self.host, "port": self.port,
-                "family": self.family, "lookup": self.lookup, "address": self.address, "frame": self.frame,
-                "frames": list(self.frames), "pid": self.pid, "verdict": self.verdict}
+        return {
+            "source": self.source,
+            "event": self.event,
+            "host": self.host,
+            "port": self.port,
+            "family": self.family,
+            "lookup": self.lookup,
+            "address": self.address,
+            "frame": self.frame,
+            "frames": list(self.frames),
+            "pid": self.pid,
+            "verdict": self.verdict,
+        }
 
     def line(self) -> str:
         where = f" from {self.frame}" if self.frame else ""
@@ -85,8 +95,9 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
             name = t.name or UNREADABLE
             named = t.name is not None and (t.name.lower().rstrip(".") in allowed or is_local(t.name))
             v = "allowed" if named and (is_local(t.host) or t.host.lower() in allowed) else "refused"
-            attempts.append(Attempt("strace", t.call, name, None, t.frames, t.pid, v, t.family, True,
-                                    f"{t.host}:{t.port}"))
+            attempts.append(
+                Attempt("strace", t.call, name, None, t.frames, t.pid, v, t.family, True, f"{t.host}:{t.port}")
+            )
         else:
             v = "local" if is_local(t.host) else "allowed" if t.host.lower() in allowed else "refused"
             attempts.append(Attempt("strace", t.call, t.host, t.port, t.frames, t.pid, v, t.family))
@@ -126,8 +137,9 @@ class Report:
     @property
     def failed(self) -> bool:
         installed = any(s.name == "install" and s.status == "passed" for s in self.steps)
-        return not installed or bool(self.refused) or any(s.status == "failed" for s in self.steps) \
-            or bool(self.problems)
+        return (
+            not installed or bool(self.refused) or any(s.status == "failed" for s in self.steps) or bool(self.problems)
+        )
 
     @property
     def verdict(self) -> Literal["passed", "failed", "not checked"]:
@@ -156,23 +168,29 @@ class Report:
         }
 
     def text(self) -> str:
-        lines = [f"self-test of {self.bundle} ({self.engine} {self.build}) in the sandbox ({self.namespace}); "
-                 f"traced: {self.tracer}"]
+        lines = [
+            f"self-test of {self.bundle} ({self.engine} {self.build}) in the sandbox ({self.namespace}); "
+            f"traced: {self.tracer}"
+        ]
         if self.env:
             lines.append("runtime env: " + " ".join(f"{k}={v}" for k, v in self.env))
         for s in self.steps:
             lines.append(f"  {s.name:<10} {s.status}" + (f": {s.detail}" if s.detail else ""))
         if self.attempts:
-            lines.append(f"network attempts ({len(self.refused)} refused; allowed hosts: "
-                         f"{', '.join(self.allow_network) or 'none'}):")
+            lines.append(
+                f"network attempts ({len(self.refused)} refused; allowed hosts: "
+                f"{', '.join(self.allow_network) or 'none'}):"
+            )
             for a in self.attempts:
                 lines.append(f"  {a.line()}")
         else:
             lines.append("network attempts: none")
         lines += [f"problem: {p}" for p in self.problems]
         if self.verdict == "not checked":
-            lines.append(f"NOT CHECKED: no tracer judged this run ({self.unchecked}); install strace, and allow "
-                         "ptrace, to get a verdict")
+            lines.append(
+                f"NOT CHECKED: no tracer judged this run ({self.unchecked}); install strace, and allow "
+                "ptrace, to get a verdict"
+            )
         else:
             lines.append("PASSED: the bundle ran with no network" if self.passed else "FAILED")
         return "\n".join(lines)

@@ -155,8 +155,13 @@ def _real_python(exe: Path) -> Path:
     """The interpreter itself behind ``exe`` (a pyenv shim, a venv's link), so that only its own prefix is
     bound into the sandbox."""
     with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
-        proc = subprocess.run([str(exe), "-I", "-c", "import sys; print(sys.executable)"], capture_output=True,
-                              text=True, timeout=60, check=True)
+        proc = subprocess.run(
+            [str(exe), "-I", "-c", "import sys; print(sys.executable)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         real = Path(proc.stdout.strip())
         if real.is_absolute() and real.is_file():
             return real
@@ -182,8 +187,9 @@ def _result(out: bytes, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-def self_test(bundle: Path | str, options: SelfTestOptions, progress: Progress | None = None, *,
-              store: Path | None = None) -> Report:
+def self_test(
+    bundle: Path | str, options: SelfTestOptions, progress: Progress | None = None, *, store: Path | None = None
+) -> Report:
     """Any source, named as every command names it (``site.sources.named_source``): a ``.lbz``, a part
     list, a delta (completed by ``store``), or ENGINE/VERSION-VARIANT in ``store``."""
     with named_source(bundle, store=store) as source:
@@ -196,8 +202,7 @@ def _place_model(options: SelfTestOptions, models: Path) -> Path:
     from lockbuild.install.models import place_model
 
     with named_source(str(options.model)) as source:
-        place_model(open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold),
-                    models)
+        place_model(open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold), models)
     return models
 
 
@@ -211,8 +216,10 @@ def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, 
             binds.append(Bind(sig.absolute(), BOX / "bundle" / (path.name + ".minisig")))
         return binds, str(BOX / "bundle" / path.name), None
     if store is None and not isinstance(source, DeltaFile):
-        raise InstallError(f"{source.label}: expected a store (--store DIR) to test a build it holds, found none",
-                           tip="Name the store with --store DIR.")
+        raise InstallError(
+            f"{source.label}: expected a store (--store DIR) to test a build it holds, found none",
+            tip="Name the store with --store DIR.",
+        )
     binds = [Bind(store.absolute(), BOX / "store")] if store is not None else []
     inner_store = str(BOX / "store") if store is not None else None
     if isinstance(source, DeltaFile):
@@ -259,8 +266,7 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         evidence.mkdir(mode=0o700)
         (box / "root").mkdir(mode=0o755)
         copy_trust(trust_dir(options.trust_dir), box / "trust")
-        binds += [Bind(box / "root", BOX / "root", writable=True), Bind(box / "trust", BOX / "trust"),
-                  *source_binds]
+        binds += [Bind(box / "root", BOX / "root", writable=True), Bind(box / "trust", BOX / "trust"), *source_binds]
         binds += gpu_binds
         models = _place_model(options, box / "models") if options.model is not None else None
         if models is not None:
@@ -271,25 +277,49 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         environ.update(HOME=home, TMPDIR=tmp)
         nonce = secrets.token_hex(16)
         cfg = {
-            "nonce": nonce, "bundle": argument, "store": inner_store, "trust": str(BOX / "trust"),
-            "threshold": options.threshold, "python": str(node_python) if node_python else None,
-            "root": str(BOX / "root"), "timeout": options.timeout, "environ": environ, "gpu": gpu_reason,
-            "smoke": list(t.smoke), "gpu_smoke": list(t.gpu_smoke), "verify": list(t.verify),
-            "gpu_probe": t.gpu_probe, "env": [list(x) for x in t.env],
+            "nonce": nonce,
+            "bundle": argument,
+            "store": inner_store,
+            "trust": str(BOX / "trust"),
+            "threshold": options.threshold,
+            "python": str(node_python) if node_python else None,
+            "root": str(BOX / "root"),
+            "timeout": options.timeout,
+            "environ": environ,
+            "gpu": gpu_reason,
+            "smoke": list(t.smoke),
+            "gpu_smoke": list(t.gpu_smoke),
+            "verify": list(t.verify),
+            "gpu_probe": t.gpu_probe,
+            "env": [list(x) for x in t.env],
             "models": str(BOX / "models") if models is not None else None,
         }
         path = "/usr/bin:/bin" + (f":{GPU_BIN}" if gpu_binds else "")
-        spec = Spec(binds=tuple(binds), cwd=BOX, env={**environ, "PATH": path, "PYTHONPATH": ":".join(pythonpath),
-                    "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+        spec = Spec(
+            binds=tuple(binds),
+            cwd=BOX,
+            env={
+                **environ,
+                "PATH": path,
+                "PYTHONPATH": ":".join(pythonpath),
+                "PYTHONNOUSERSITE": "1",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            },
+        )
         p.phase(f"installing and running {m.engine} {build} in the sandbox" + (", traced" if tracer else ""))
         reader = trace.Reader(evidence / "strace.fifo", tracer) if tracer else None
         if reader is not None:
             reader.start()
         prefix = _dies_with_us(trace.command(reader.tracer, reader.fifo)) if reader else []
         try:
-            proc = sandboxed(spec, [sys.executable, "-P", "-m", "lockbuild.selftest.inner"],
-                             timeout=options.timeout * 3 + 600, stdin=json.dumps(cfg).encode(), prefix=prefix,
-                             seccomp=seccomp.program())
+            proc = sandboxed(
+                spec,
+                [sys.executable, "-P", "-m", "lockbuild.selftest.inner"],
+                timeout=options.timeout * 3 + 600,
+                stdin=json.dumps(cfg).encode(),
+                prefix=prefix,
+                seccomp=seccomp.program(),
+            )
         except SandboxTimeout:
             raise LockbuildError(f"the self-test of {m.bundle_name} did not finish in time; it was stopped.") from None
         finally:
@@ -305,8 +335,10 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
                 unchecked = "more distinct network attempts than the report keeps; the rest were not judged"
     problems = []
     if result is None:  # the run inside the sandbox broke (or was killed): never a pass
-        problems.append(f"the run inside the sandbox ended without a result (exit {proc.returncode}):\n"
-                        + out.decode("utf-8", "replace")[-1500:])
+        problems.append(
+            f"the run inside the sandbox ended without a result (exit {proc.returncode}):\n"
+            + out.decode("utf-8", "replace")[-1500:]
+        )
         result = {"steps": []}
     elif result.get("error"):
         problems.append(f"the run inside the sandbox failed: {result['error']}")
@@ -321,14 +353,20 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
     if log is not None:
         for a in log.attempts:
             a.frames = tuple(f.replace(env_dir, "<env>/") for f in a.frames)
-        notes = [dataclasses.replace(n, frames=tuple(f.replace(env_dir, "<env>/") for f in n.frames))
-                 for n in log.notes]
+        notes = [
+            dataclasses.replace(n, frames=tuple(f.replace(env_dir, "<env>/") for f in n.frames)) for n in log.notes
+        ]
         attempts = judge(notes, log.attempts, t.allow_network)
     return Report(
-        bundle=Path(source.label).name, engine=m.engine, build=build,
+        bundle=Path(source.label).name,
+        engine=m.engine,
+        build=build,
         namespace="bubblewrap: new user, PID and network namespaces; loopback only",
         tracer=trace.describe(tracer) if unchecked is None and tracer else f"none ({unchecked})",
-        steps=steps, attempts=tuple(attempts), allow_network=t.allow_network, env=t.env, problems=tuple(problems),
+        steps=steps,
+        attempts=tuple(attempts),
+        allow_network=t.allow_network,
+        env=t.env,
+        problems=tuple(problems),
         unchecked=unchecked,
     )
-

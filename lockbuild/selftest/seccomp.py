@@ -76,8 +76,15 @@ def program(machine: str | None = None) -> bytes | None:
         prog += [f"abi{i}", _Ins(_LD_ABS, _NR)]
         prog += [_Ins(_JEQ, nr, jt="seccomp") for nr in numbers]
         prog.append(_Ins(_RET, RET_ALLOW))
-    prog += ["seccomp", _Ins(_LD_ABS, _ARG0), _Ins(_JEQ, SET_MODE_FILTER, jf="allow"),
-             _Ins(_LD_ABS, _ARG1), _Ins(_JSET, FLAG_NEW_LISTENER, jt="refuse"),
-             "allow", _Ins(_RET, RET_ALLOW),
-             "refuse", _Ins(_RET, RET_ERRNO | errno.EPERM)]
+    prog += [
+        "seccomp",
+        _Ins(_LD_ABS, _ARG0),
+        _Ins(_JEQ, SET_MODE_FILTER, jf="allow"),
+        _Ins(_LD_ABS, _ARG1),
+        _Ins(_JSET, FLAG_NEW_LISTENER, jt="refuse"),
+        "allow",
+        _Ins(_RET, RET_ALLOW),
+        "refuse",
+        _Ins(_RET, RET_ERRNO | errno.EPERM),
+    ]
     return _assemble(prog)

@@ -71,17 +71,32 @@ MARKER_CALL = "removexattr"  # the audit hook's note: a call no engine makes on 
 SEND_CALLS = ("sendto", "sendmsg", "sendmmsg")
 WRITE_CALLS = ("write", "writev", "pwritev", "pwritev2")  # data sent to the socket's peer, shown in the line
 OPAQUE_CALLS = ("sendfile", "splice")  # data sent that the line does not show
-CALLS = ("socket", "socketpair", "connect", "bind", *SEND_CALLS, *WRITE_CALLS, *OPAQUE_CALLS, "io_uring_setup",
-         "clone", "clone3", "seccomp", "prctl", MARKER_CALL)
+CALLS = (
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    *SEND_CALLS,
+    *WRITE_CALLS,
+    *OPAQUE_CALLS,
+    "io_uring_setup",
+    "clone",
+    "clone3",
+    "seccomp",
+    "prctl",
+    MARKER_CALL,
+)
 MARKER = "/.lockbuild-audit/"
 CANARY = "canary"  # the marker the inner run makes first: proof that the tracer saw inside the sandbox
 STRING_BYTES = 1024  # strace -s: a marker (960), and a DNS question (at most 12 + 255 + 4 bytes, 2 more on TCP)
 LIMIT = 10_000  # distinct attempts a report keeps; more makes the verdict "not checked"
 LOOKUP_EVENTS = ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo")
 SEND_EVENTS = ("socket.connect", "socket.sendto", "socket.sendmsg")
-COVERS = ("socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg, write/writev/pwritev/pwritev2, sendfile "
-          "and splice to port 53, io_uring_setup, clone with CLONE_UNTRACED, seccomp and prctl(PR_SET_SECCOMP) of "
-          "every process in the sandbox (strace -f, outside it)")
+COVERS = (
+    "socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg, write/writev/pwritev/pwritev2, sendfile "
+    "and splice to port 53, io_uring_setup, clone with CLONE_UNTRACED, seccomp and prctl(PR_SET_SECCOMP) of "
+    "every process in the sandbox (strace -f, outside it)"
+)
 
 _LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<call>[a-z_0-9]+)\((?P<args>.*)$")
 _RESUMED = re.compile(r"^(?P<pid>\d+)\s+<\.\.\. (?P<call>[a-z_0-9]+) resumed>(?P<rest>.*)$")
@@ -125,8 +140,23 @@ def is_local(host: str) -> bool:
 
 def command(tracer: str, out: Path) -> list[str]:
     """The prefix that traces bwrap and every process in the sandbox into ``out`` (outside it)."""
-    return [tracer, "-f", *(["--seccomp-bpf"] if seccomp_bpf(tracer) else []), "-qq", "-yy", "-xx", "-s",
-            str(STRING_BYTES), "-e", f"trace={','.join(CALLS)}", "-e", "signal=none", "-o", str(out), "--"]
+    return [
+        tracer,
+        "-f",
+        *(["--seccomp-bpf"] if seccomp_bpf(tracer) else []),
+        "-qq",
+        "-yy",
+        "-xx",
+        "-s",
+        str(STRING_BYTES),
+        "-e",
+        f"trace={','.join(CALLS)}",
+        "-e",
+        "signal=none",
+        "-o",
+        str(out),
+        "--",
+    ]
 
 
 def describe(tracer: str) -> str:
@@ -145,8 +175,12 @@ def seccomp_bpf(tracer: str) -> bool:
     """Whether this strace can stop only at the traced calls (``--seccomp-bpf``, strace 5.3+): a filter the
     kernel applies to every traced process, which it cannot remove; the other calls then cost nothing."""
     try:
-        proc = subprocess.run([tracer, "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-o", "/dev/null", "--",
-                               "true"], capture_output=True, timeout=60, check=False)
+        proc = subprocess.run(
+            [tracer, "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-o", "/dev/null", "--", "true"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0 and b"seccomp" not in proc.stderr
@@ -155,8 +189,13 @@ def seccomp_bpf(tracer: str) -> bool:
 def unusable(tracer: str) -> str | None:
     """Why strace cannot trace a child here (ptrace forbidden by a seccomp profile or Yama), or None."""
     try:
-        proc = subprocess.run([tracer, "-f", "-qq", "-o", "/dev/null", "--", "true"], capture_output=True, text=True,
-                              timeout=60, check=False)
+        proc = subprocess.run(
+            [tracer, "-f", "-qq", "-o", "/dev/null", "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)[:200]
     if proc.returncode == 0:
@@ -308,8 +347,17 @@ class Parser:
                     continue  # the resolver's address: the queries sent there are the attempts
             self._add(t)
 
-    def _query(self, call: str, to: Address, pid: int, data: bytes, whole: bool, kind: str | None,
-               inode: str | None, notes: Sequence[Note]) -> None:
+    def _query(
+        self,
+        call: str,
+        to: Address,
+        pid: int,
+        data: bytes,
+        whole: bool,
+        kind: str | None,
+        inode: str | None,
+        notes: Sequence[Note],
+    ) -> None:
         """A look-up: every name sent to port 53, read from the bytes sent (never from a note)."""
         if kind in DATAGRAM_KINDS:
             names = [question(data)]

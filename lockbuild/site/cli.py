@@ -31,8 +31,12 @@ wait_option = click.option(
 )
 
 
-@click.command("import", cls=_Command, epilog="Example: lockbuild import vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
-               "--trust /etc/lockbuild/keys --store /srv/lockbuild")
+@click.command(
+    "import",
+    cls=_Command,
+    epilog="Example: lockbuild import vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
+    "--trust /etc/lockbuild/keys --store /srv/lockbuild",
+)
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @trust_option
 @threshold_option
@@ -58,10 +62,17 @@ def import_(
     from lockbuild.site.store import Store
 
     with Store(store_dir, create=True) as store:
-        done = import_bundle(store, bundle, trust_dir=trust_dir, threshold=threshold, progress=_progress(ctx),
-                             wait=wait)
-    data: dict[str, JSON] = {"build": done.ref, "members": done.members, "added_blobs": done.added,
-                             "added_bytes": done.added_bytes, "signers": list(done.signers), "store": str(store_dir)}
+        done = import_bundle(
+            store, bundle, trust_dir=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait
+        )
+    data: dict[str, JSON] = {
+        "build": done.ref,
+        "members": done.members,
+        "added_blobs": done.added,
+        "added_bytes": done.added_bytes,
+        "signers": list(done.signers),
+        "store": str(store_dir),
+    }
     _emit(
         ctx,
         data,
@@ -115,7 +126,8 @@ def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damage
     if damage and remove_damaged:
         raise IntegrityError(
             f"the store {store_dir} had {len(damage)} problem(s); the damaged blobs were removed: "
-            + "; ".join(f"{d.path}: {d.problem}" for d in damage[:20]) + ".",
+            + "; ".join(f"{d.path}: {d.problem}" for d in damage[:20])
+            + ".",
             tip="Import or pull the builds again: they fetch only the blobs that are missing.",
         )
     if damage:
@@ -126,8 +138,11 @@ def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damage
             tip="Run it again with --remove-damaged, then import or pull the builds again; they fetch only "
             "what is missing.",
         )
-    _emit(ctx, {"store": str(store_dir), "blobs": count, "damage": []},
-          f"OK {store_dir}: {count} blobs re-hashed, every build complete")
+    _emit(
+        ctx,
+        {"store": str(store_dir), "blobs": count, "damage": []},
+        f"OK {store_dir}: {count} blobs re-hashed, every build complete",
+    )
 
 
 @store_group.command("gc", epilog="Example: lockbuild store gc --store /srv/lockbuild --wait 600")
@@ -142,26 +157,53 @@ def store_gc(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) ->
 
     with Store(store_dir) as store, store.lock(exclusive=True, wait=wait):
         removed, freed = store.gc()
-    _emit(ctx, {"store": str(store_dir), "removed_blobs": removed, "freed_bytes": freed},
-          f"OK removed {removed} unreferenced blob(s), {freed / 1e6:.1f} MB")
+    _emit(
+        ctx,
+        {"store": str(store_dir), "removed_blobs": removed, "freed_bytes": freed},
+        f"OK removed {removed} unreferenced blob(s), {freed / 1e6:.1f} MB",
+    )
 
 
-@store_group.command("index", epilog="Example: lockbuild store index --store /srv/lockbuild --out /srv/pypi "
-                     "--key site-index.key")
+@store_group.command(
+    "index", epilog="Example: lockbuild store index --store /srv/lockbuild --out /srv/pypi --key site-index.key"
+)
 @store_option
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
-              help="The index directory (made, or replaced whole).")
-@click.option("--build", "refs", multiple=True, metavar="ENGINE/VERSION-VARIANT",
-              help="Only this build's files (repeatable; as `store list` shows it). Default: every build.")
-@click.option("--key", type=click.Path(path_type=Path, dir_okay=False),
-              help="minisign secret key: sign SHA256SUMS, the listing of every file.")
-@click.option("--allow-readable-key", is_flag=True,
-              help="Use a secret key file that its group or other users can read (refused otherwise).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="The index directory (made, or replaced whole).",
+)
+@click.option(
+    "--build",
+    "refs",
+    multiple=True,
+    metavar="ENGINE/VERSION-VARIANT",
+    help="Only this build's files (repeatable; as `store list` shows it). Default: every build.",
+)
+@click.option(
+    "--key",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="minisign secret key: sign SHA256SUMS, the listing of every file.",
+)
+@click.option(
+    "--allow-readable-key",
+    is_flag=True,
+    help="Use a secret key file that its group or other users can read (refused otherwise).",
+)
 @wait_option
 @json_option
 @click.pass_context
-def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str, ...], key: Path | None,
-                allow_readable_key: bool, wait: float, as_json: bool) -> None:
+def store_index(
+    ctx: click.Context,
+    store_dir: Path,
+    out: Path,
+    refs: tuple[str, ...],
+    key: Path | None,
+    allow_readable_key: bool,
+    wait: float,
+    as_json: bool,
+) -> None:
     """Write a static package index (PEP 503/691/700, with PEP 658 metadata) of the store's wheels and sdists,
     for pip and uv inside the air gap: OUT/simple/ and OUT/files/, each file the store's checked blob. The new
     index replaces OUT whole. With --key, OUT/SHA256SUMS lists every file and SHA256SUMS.minisig signs it.
@@ -175,21 +217,39 @@ def store_index(ctx: click.Context, store_dir: Path, out: Path, refs: tuple[str,
     with Store(store_dir) as store:
         done = export_index(store, out, refs=refs, signing=signing, wait=wait)
     missing = done.without_upload_time
-    data: dict[str, JSON] = {"out": str(out), "builds": list(done.builds),
-                             "projects": len({d.project for d in done.dists}), "files": len(done.dists),
-                             "linked": done.linked, "signer": done.signer, "without_upload_time": list(missing)}
+    data: dict[str, JSON] = {
+        "out": str(out),
+        "builds": list(done.builds),
+        "projects": len({d.project for d in done.dists}),
+        "files": len(done.dists),
+        "linked": done.linked,
+        "signer": done.signer,
+        "without_upload_time": list(missing),
+    }
     if missing and not as_json:
         names = one_line(", ".join(missing[:10]))
-        click.echo(for_terminal(f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
-                                f"PyTorch's does); uv's --exclude-newer cannot place them: {names}"
-                                f"{' …' if len(missing) > 10 else ''}"), err=True)
+        click.echo(
+            for_terminal(
+                f"NOTE {len(missing)} file(s) have no upload time (their index gave none, as "
+                f"PyTorch's does); uv's --exclude-newer cannot place them: {names}"
+                f"{' …' if len(missing) > 10 else ''}"
+            ),
+            err=True,
+        )
     signed = f"; SHA256SUMS signed by {done.signer}" if done.signer else ""
-    _emit(ctx, data, f"OK indexed {len(done.dists)} file(s) of {len(done.builds)} build(s) at {out} "
-                     f"({done.linked} hard-linked from the store){signed}")
+    _emit(
+        ctx,
+        data,
+        f"OK indexed {len(done.dists)} file(s) of {len(done.builds)} build(s) at {out} "
+        f"({done.linked} hard-linked from the store){signed}",
+    )
 
 
-@click.command("split", cls=_Command,
-               epilog="Example: lockbuild split vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz --size 4G --out /media/usb")
+@click.command(
+    "split",
+    cls=_Command,
+    epilog="Example: lockbuild split vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz --size 4G --out /media/usb",
+)
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--size", "size_text", required=True, help="Largest part: 4G = 4×10⁹ bytes (FAT32-safe), 700M, 4GiB.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for parts.")
@@ -203,8 +263,12 @@ def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json:
 
     listing_path = split(bundle, parse_size(size_text), out)
     listing = read_part_list(listing_path)
-    data: dict[str, JSON] = {"part_list": str(listing_path), "sha256": listing.sha256, "size": listing.size,
-            "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts]}
+    data: dict[str, JSON] = {
+        "part_list": str(listing_path),
+        "sha256": listing.sha256,
+        "size": listing.size,
+        "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts],
+    }
     _emit(
         ctx,
         data,
@@ -224,27 +288,46 @@ def _credentials(username: str | None, password_stdin: bool) -> Credentials | No
 
 
 def registry_options(f: Callable[..., None]) -> Callable[..., None]:
-    for option in reversed((
-        click.option("--plain-http", is_flag=True, help="Use http, not https, for a registry that is not on loopback."),
-        click.option("--ca-file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-                     help="CA certificate(s) to trust for the registry's TLS."),
-        click.option("--username", help="Registry user name (the password is read from stdin)."),
-        click.option("--password-stdin", is_flag=True, help="Read the registry password from stdin's first line."),
-        click.option("--auth-realm", "auth_realms", multiple=True, metavar="HOST[:PORT]",
-                     help="A token service on another host that may receive the credentials (the registry's "
-                     "own host and port always may; repeatable)."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--plain-http", is_flag=True, help="Use http, not https, for a registry that is not on loopback."
+            ),
+            click.option(
+                "--ca-file",
+                type=click.Path(path_type=Path, dir_okay=False, exists=True),
+                help="CA certificate(s) to trust for the registry's TLS.",
+            ),
+            click.option("--username", help="Registry user name (the password is read from stdin)."),
+            click.option("--password-stdin", is_flag=True, help="Read the registry password from stdin's first line."),
+            click.option(
+                "--auth-realm",
+                "auth_realms",
+                multiple=True,
+                metavar="HOST[:PORT]",
+                help="A token service on another host that may receive the credentials (the registry's "
+                "own host and port always may; repeatable).",
+            ),
+        )
+    ):
         f = option(f)
     return f
 
 
-@click.command("push", cls=_Command,
-               epilog="Example: lockbuild push vllm/0.11.0-cu128 oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
-               "--store /srv/lockbuild")
+@click.command(
+    "push",
+    cls=_Command,
+    epilog="Example: lockbuild push vllm/0.11.0-cu128 oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
+    "--store /srv/lockbuild",
+)
 @click.argument("source")
 @click.argument("target")
-@click.option("--store", "store_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="The store holding ENGINE/VERSION-VARIANT (or completing a delta).")
+@click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The store holding ENGINE/VERSION-VARIANT (or completing a delta).",
+)
 @trust_option
 @threshold_option
 @registry_options
@@ -280,18 +363,37 @@ def push_(
     with named_source(source, store=store_dir) as src:
         # the same trust decision as install: nothing unchecked is uploaded
         trusted = open_source(src, load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        with Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms,
-                      transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
+        with Registry(
+            ref,
+            plain_http=plain_http,
+            ca_file=ca_file,
+            credentials=creds,
+            auth_realms=auth_realms,
+            transport=transport_with(os.environ.get(RETRY_ENV)),
+        ) as reg:
             done = push(trusted, reg, progress=_progress(ctx))
-    data: dict[str, JSON] = {"build": done.ref, "target": str(ref), "blobs": done.blobs, "uploaded": done.moved,
-            "uploaded_bytes": done.moved_bytes, "retries": reg.retries}
-    _emit(ctx, data, f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
-                     f"({done.moved_bytes / 1e6:.1f} MB), the rest were there")
+    data: dict[str, JSON] = {
+        "build": done.ref,
+        "target": str(ref),
+        "blobs": done.blobs,
+        "uploaded": done.moved,
+        "uploaded_bytes": done.moved_bytes,
+        "retries": reg.retries,
+    }
+    _emit(
+        ctx,
+        data,
+        f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
+        f"({done.moved_bytes / 1e6:.1f} MB), the rest were there",
+    )
 
 
-@click.command("pull", cls=_Command,
-               epilog="Example: lockbuild pull oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
-               "--store /srv/lockbuild --trust /etc/lockbuild/keys")
+@click.command(
+    "pull",
+    cls=_Command,
+    epilog="Example: lockbuild pull oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
+    "--store /srv/lockbuild --trust /etc/lockbuild/keys",
+)
 @click.argument("target")
 @store_option
 @trust_option
@@ -328,20 +430,38 @@ def pull_(
     made = next((d for d in reversed([store_dir, *store_dir.absolute().parents]) if not os.path.lexists(d)), None)
     store: Store | None = None
     try:
-        with Store(store_dir, create=True) as store, \
-                Registry(ref, plain_http=plain_http, ca_file=ca_file, credentials=creds,
-                         auth_realms=auth_realms, transport=transport_with(os.environ.get(RETRY_ENV))) as reg:
-            done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait,
-                        jobs=jobs)
+        with (
+            Store(store_dir, create=True) as store,
+            Registry(
+                ref,
+                plain_http=plain_http,
+                ca_file=ca_file,
+                credentials=creds,
+                auth_realms=auth_realms,
+                transport=transport_with(os.environ.get(RETRY_ENV)),
+            ) as reg,
+        ):
+            done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
     except BaseException:
         # a store another node created meanwhile (nodes sharing one) is not this pull's to forget
         _forget_new_store(made if store is None or store.created else None, store_dir)
         raise
-    data: dict[str, JSON] = {"build": done.ref, "source": str(ref), "blobs": done.blobs, "fetched": done.moved,
-            "fetched_bytes": done.moved_bytes, "signers": list(done.signers), "store": str(store_dir),
-            "retries": reg.retries}
-    _emit(ctx, data, f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
-                     f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}")
+    data: dict[str, JSON] = {
+        "build": done.ref,
+        "source": str(ref),
+        "blobs": done.blobs,
+        "fetched": done.moved,
+        "fetched_bytes": done.moved_bytes,
+        "signers": list(done.signers),
+        "store": str(store_dir),
+        "retries": reg.retries,
+    }
+    _emit(
+        ctx,
+        data,
+        f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
+        f"fetched ({done.moved_bytes / 1e6:.1f} MB); signed by {', '.join(done.signers)}",
+    )
 
 
 def _forget_new_store(made: Path | None, store_dir: Path) -> None:
@@ -358,19 +478,27 @@ def _forget_new_store(made: Path | None, store_dir: Path) -> None:
         remove_tree(made.absolute())
 
 
-@click.command("delta", cls=_Command,
-               epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
-               "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/ --trust /etc/lockbuild/keys")
+@click.command(
+    "delta",
+    cls=_Command,
+    epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
+    "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/ --trust /etc/lockbuild/keys",
+)
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--base", type=click.Path(path_type=Path, dir_okay=False, exists=True), required=True,
-              help="The older bundle the site already has.")
+@click.option(
+    "--base",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The older bundle the site already has.",
+)
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Directory for the delta.")
 @trust_option
 @threshold_option
 @json_option
 @click.pass_context
-def delta_(ctx: click.Context, new: Path, base: Path, out: Path, trust_dir: Path | None, threshold: int | None,
-           as_json: bool) -> None:
+def delta_(
+    ctx: click.Context, new: Path, base: Path, out: Path, trust_dir: Path | None, threshold: int | None, as_json: bool
+) -> None:
     """Write NAME.delta.lbz: NEW's signed manifest and only the members BASE lacks, with NEW's signatures
     (no key needed). NEW and BASE must meet --trust's policy first. `lockbuild import` completes the
     delta in a store that holds BASE's members."""
@@ -379,13 +507,24 @@ def delta_(ctx: click.Context, new: Path, base: Path, out: Path, trust_dir: Path
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    done = write_delta(new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold,
-                       progress=_progress(ctx))
+    done = write_delta(
+        new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold, progress=_progress(ctx)
+    )
     size = done.path.stat().st_size
-    data: dict[str, JSON] = {"delta": str(done.path), "members": done.members, "included": done.included,
-            "included_bytes": done.included_bytes, "size": size, "full_size": done.full_size}
-    _emit(ctx, data, f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "
-                     f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)")
+    data: dict[str, JSON] = {
+        "delta": str(done.path),
+        "members": done.members,
+        "included": done.included,
+        "included_bytes": done.included_bytes,
+        "size": size,
+        "full_size": done.full_size,
+    }
+    _emit(
+        ctx,
+        data,
+        f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "
+        f"({100 * size / max(1, done.full_size):.0f}% of the full bundle)",
+    )
 
 
 def register(main: click.Group) -> None:

@@ -66,8 +66,10 @@ class DeltaHead:
     omitted: int
 
     def to_toml(self) -> bytes:
-        return (f"format = 1\nbundle = {toml_string(self.bundle)}\nbase = {toml_string(self.base)}\n"
-                f"omitted = {self.omitted}\n").encode()
+        return (
+            f"format = 1\nbundle = {toml_string(self.bundle)}\nbase = {toml_string(self.base)}\n"
+            f"omitted = {self.omitted}\n"
+        ).encode()
 
 
 def _bad(message: str) -> IntegrityError:
@@ -80,8 +82,13 @@ def parse_head(raw: bytes) -> DeltaHead:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise _bad(f"the delta's {HEAD} is not valid TOML: {exc}.") from None
     bundle, base, omitted = data.get("bundle"), data.get("base"), data.get("omitted")
-    if data.get("format") != 1 or not isinstance(bundle, str) or not isinstance(base, str) \
-            or not isinstance(omitted, int) or set(data) != {"format", "bundle", "base", "omitted"}:
+    if (
+        data.get("format") != 1
+        or not isinstance(bundle, str)
+        or not isinstance(base, str)
+        or not isinstance(omitted, int)
+        or set(data) != {"format", "bundle", "base", "omitted"}
+    ):
         raise _bad(f"the delta's {HEAD} is not format 1 (format, bundle, base, omitted).")
     return DeltaHead(bundle, base, omitted)
 
@@ -123,8 +130,16 @@ def _add(out: _Counting, path: str, size: int, src: BinaryIO, mtime: int) -> Non
     out.write(bytes(-size % BLOCK))
 
 
-def write_delta(new: Path, base: Path, out_dir: Path, *, trust: TrustStore, threshold: int | None = None,
-                progress: Progress | None = None, limits: Limits = DEFAULT_LIMITS) -> Written:
+def write_delta(
+    new: Path,
+    base: Path,
+    out_dir: Path,
+    *,
+    trust: TrustStore,
+    threshold: int | None = None,
+    progress: Progress | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Written:
     """Cut NEW against BASE into OUT/NAME.delta.lbz (+ .minisig). Both are opened through the one trust
     decision first; NEW is then extracted in full (every member against its signed manifest), BASE is
     used only for its signed manifest. No key is needed: the delta carries NEW's signature blocks."""
@@ -139,8 +154,11 @@ def write_delta(new: Path, base: Path, out_dir: Path, *, trust: TrustStore, thre
         head_bytes = trusted.manifest_bytes  # exactly the bytes the signatures sign
         keep = [m for m in manifest.members if m.sha256 not in have]
         name = manifest.bundle_name.removesuffix(".lbz") + SUFFIX
-        head = DeltaHead(manifest.bundle_name, f"{base_manifest.engine}/{base_manifest.version}-"
-                         f"{base_manifest.variant}", len(manifest.members) - len(keep))
+        head = DeltaHead(
+            manifest.bundle_name,
+            f"{base_manifest.engine}/{base_manifest.version}-{base_manifest.variant}",
+            len(manifest.members) - len(keep),
+        )
         tmp = work / name
         with fsio.create_new(tmp) as raw:
             z = compressor().stream_writer(raw, closefd=False, write_size=CHUNK)

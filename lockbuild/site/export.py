@@ -73,22 +73,33 @@ def check_out(out: Path) -> None:
     except OSError as exc:
         raise ExportError(f"cannot examine {exc.filename}, above --out {out}: {exc.strerror or exc}.") from None
     if found is not None:
-        fix = ("Put --out under directories owned by root or by the user running lockbuild" if found.owner else
-               "Put --out under directories only root (or the user running lockbuild) can write, or make the "
-               f"shared one sticky (chmod +t {found.directory})")
-        raise ExportError(f"refused --out {out}: the directory {found.directory} above it {found.problem}, so another "
-                          "user could swap --out for a tree of theirs while lockbuild works in it.",
-                          tip=f"{fix}; see docs/site-administrators.md.")
+        fix = (
+            "Put --out under directories owned by root or by the user running lockbuild"
+            if found.owner
+            else "Put --out under directories only root (or the user running lockbuild) can write, or make the "
+            f"shared one sticky (chmod +t {found.directory})"
+        )
+        raise ExportError(
+            f"refused --out {out}: the directory {found.directory} above it {found.problem}, so another "
+            "user could swap --out for a tree of theirs while lockbuild works in it.",
+            tip=f"{fix}; see docs/site-administrators.md.",
+        )
     try:
         st = os.lstat(out)
     except FileNotFoundError:
         return
-    problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else
-               "is not a directory" if not stat.S_ISDIR(st.st_mode) else fsio.owner_problem(st))
+    problem = (
+        "is a symbolic link"
+        if stat.S_ISLNK(st.st_mode)
+        else "is not a directory"
+        if not stat.S_ISDIR(st.st_mode)
+        else fsio.owner_problem(st)
+    )
     if problem:
-        raise ExportError(f"refused --out {out}: it {problem}, so another user could change the index nodes install "
-                          "from.", tip="Give --out a directory of this user's that no one else can write (chmod "
-                          "go-w), or a new path.")
+        raise ExportError(
+            f"refused --out {out}: it {problem}, so another user could change the index nodes install from.",
+            tip="Give --out a directory of this user's that no one else can write (chmod go-w), or a new path.",
+        )
 
 
 def chosen_builds(store: Store, refs: Sequence[str]) -> list[Build]:
@@ -109,9 +120,12 @@ def _dists_of(builds: Sequence[Build]) -> list[tuple[Dist, str]]:
             if filename in seen:
                 other, ref = seen[filename]
                 if (other.sha256, other.size) != (d.sha256, d.size):
-                    raise ExportError(f"{b.ref} and {ref} both list {filename}, with different contents "
-                                      f"(sha256 {d.sha256[:16]}… and {other.sha256[:16]}…); an index holds one file "
-                                      "per name.", tip="Export those builds into separate indexes (--build).")
+                    raise ExportError(
+                        f"{b.ref} and {ref} both list {filename}, with different contents "
+                        f"(sha256 {d.sha256[:16]}… and {other.sha256[:16]}…); an index holds one file "
+                        "per name.",
+                        tip="Export those builds into separate indexes (--build).",
+                    )
                 if other.upload_time is None and d.upload_time is not None:
                     seen[filename] = (d, b.ref)  # the same file: keep the time one of its builds recorded
                 continue
@@ -135,9 +149,11 @@ def _check(f: BinaryIO, d: Dist, ref: str) -> None:
     f.seek(0)
     seen, sha = fsio.copy_with_hash(f, None, d.size)
     if (seen, sha) != (d.size, d.sha256):
-        raise IntegrityError(f"the store's blob for {d.filename} ({ref}) is {seen} bytes with sha256 {sha}; its "
-                             f"signed manifest says {d.size} bytes, {d.sha256}. Nothing was exported.",
-                             tip=_TIP_DAMAGE)
+        raise IntegrityError(
+            f"the store's blob for {d.filename} ({ref}) is {seen} bytes with sha256 {sha}; its "
+            f"signed manifest says {d.size} bytes, {d.sha256}. Nothing was exported.",
+            tip=_TIP_DAMAGE,
+        )
 
 
 def _metadata(f: BinaryIO, d: Dist) -> bytes | None:
@@ -147,20 +163,25 @@ def _metadata(f: BinaryIO, d: Dist) -> bytes | None:
     f.seek(0)
     try:
         with zipfile.ZipFile(f) as z:
-            infos = [i for i in z.infolist() if i.filename.count("/") == 1
-                     and i.filename.endswith(".dist-info/METADATA")]
+            infos = [
+                i for i in z.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")
+            ]
             if len(infos) != 1 or infos[0].file_size > MAX_METADATA:
-                raise ExportError(f"the wheel {d.filename} has {len(infos)} .dist-info/METADATA file(s) within "
-                                  f"{MAX_METADATA} bytes; expected exactly one.",
-                                  tip="Leave its build out of the index (--build), or rebuild the bundle.")
+                raise ExportError(
+                    f"the wheel {d.filename} has {len(infos)} .dist-info/METADATA file(s) within "
+                    f"{MAX_METADATA} bytes; expected exactly one.",
+                    tip="Leave its build out of the index (--build), or rebuild the bundle.",
+                )
             with z.open(infos[0]) as m:
                 data = m.read(MAX_METADATA + 1)  # the zip's own sizes may lie: bounded here
             if len(data) > MAX_METADATA:
                 raise ExportError(f"the METADATA of {d.filename} is over {MAX_METADATA} bytes; expected a small file.")
             return data
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        raise ExportError(f"cannot read the wheel {d.filename} as a zip file ({exc}); expected a wheel.",
-                          tip="Leave its build out of the index (--build), or rebuild the bundle.") from None
+        raise ExportError(
+            f"cannot read the wheel {d.filename} as a zip file ({exc}); expected a wheel.",
+            tip="Leave its build out of the index (--build), or rebuild the bundle.",
+        ) from None
 
 
 def _write(dest: Path, rel: str, data: bytes) -> None:
@@ -198,14 +219,19 @@ def _sign(dest: Path, listed: list[tuple[str, str]], signing: Signing) -> str:
     sums = sums_text(listed)
     _write(dest, SUMS, sums)
     comment = trusted_comment(hashlib.sha256(sums).hexdigest(), len(listed))
-    signed = sign_in_fresh_process(signing.key, [(hashlib.blake2b(sums).digest(), comment)],
-                                   password=signing.password, allow_readable_key=signing.allow_readable_key)
+    signed = sign_in_fresh_process(
+        signing.key,
+        [(hashlib.blake2b(sums).digest(), comment)],
+        password=signing.password,
+        allow_readable_key=signing.allow_readable_key,
+    )
     _write(dest, SUMS_SIGNATURE, signed.blocks[0].encode())
     return signed.key_id_hex
 
 
-def export_index(store: Store, out: Path, *, refs: Sequence[str] = (), signing: Signing | None = None,
-                 wait: float = 0.0) -> Exported:
+def export_index(
+    store: Store, out: Path, *, refs: Sequence[str] = (), signing: Signing | None = None, wait: float = 0.0
+) -> Exported:
     """Write the index of ``refs`` (every build when empty) at ``out``, whole, replacing what was there."""
     check_out(out)
     staging = fsio.temp_beside(out)
@@ -213,8 +239,10 @@ def export_index(store: Store, out: Path, *, refs: Sequence[str] = (), signing: 
         staging.mkdir(0o755)
         staging.chmod(0o755)  # whatever the umask: the index is served to others, read-only
     except OSError as exc:
-        raise ExportError(f"cannot make {staging} beside --out: {exc.strerror or exc}.",
-                          tip="Check that the directory above --out exists and is writable.") from None
+        raise ExportError(
+            f"cannot make {staging} beside --out: {exc.strerror or exc}.",
+            tip="Check that the directory above --out exists and is writable.",
+        ) from None
     try:
         with store.lock(exclusive=False, wait=wait):  # gc waits: no blob vanishes while it is linked
             builds = chosen_builds(store, refs)

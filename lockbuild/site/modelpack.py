@@ -61,8 +61,16 @@ def media_type(repo_path: str) -> str:
     return WEIGHT_CONFIG
 
 
-_FORMATS = {".safetensors": "safetensors", ".gguf": "gguf", ".onnx": "onnx", ".bin": "pytorch", ".pt": "pytorch",
-            ".pth": "pytorch", ".h5": "tensorflow", ".msgpack": "flax"}
+_FORMATS = {
+    ".safetensors": "safetensors",
+    ".gguf": "gguf",
+    ".onnx": "onnx",
+    ".bin": "pytorch",
+    ".pt": "pytorch",
+    ".pth": "pytorch",
+    ".h5": "tensorflow",
+    ".msgpack": "flax",
+}
 
 
 def weight_format(repo_paths: list[str]) -> dict[str, str]:
@@ -78,16 +86,19 @@ def _descriptor(media: str, sha256: str, size: int, annotations: Mapping[str, st
     return out
 
 
-def model_artifact(manifest: Manifest, manifest_bytes: bytes, annotations: Mapping[str, str], *,
-                   manifest_type: str, member_type: str) -> tuple[bytes, bytes]:
+def model_artifact(
+    manifest: Manifest, manifest_bytes: bytes, annotations: Mapping[str, str], *, manifest_type: str, member_type: str
+) -> tuple[bytes, bytes]:
     """The OCI manifest of a model bundle's artifact and its ModelPack configuration blob (both
     deterministic: the same signed build gives the same bytes)."""
     table = manifest.model
     if table is None:
         raise LockbuildError(f"internal: {manifest.bundle_name} is not a model bundle; it has no ModelPack layout.")
     model_files = {f.member for f in table.files}
-    layers = [_descriptor(media_type(f.repo_path), f.sha256, f.size, {FILEPATH: f.repo_path, TITLE: f.repo_path})
-              for f in table.files]
+    layers = [
+        _descriptor(media_type(f.repo_path), f.sha256, f.size, {FILEPATH: f.repo_path, TITLE: f.repo_path})
+        for f in table.files
+    ]
     seen: set[str] = set()
     for m in manifest.members:  # the recipe: fetched by pull as a member, untitled for other tools
         if m.path not in model_files and m.sha256 not in seen:
@@ -95,8 +106,12 @@ def model_artifact(manifest: Manifest, manifest_bytes: bytes, annotations: Mappi
             layers.append(_descriptor(member_type, m.sha256, m.size))
     layers.append(_descriptor(manifest_type, hashlib.sha256(manifest_bytes).hexdigest(), len(manifest_bytes)))
     config = {
-        "descriptor": {"name": manifest.engine, "version": table.commit, "revision": table.commit,
-                       "sourceURL": HUB + table.repo},
+        "descriptor": {
+            "name": manifest.engine,
+            "version": table.commit,
+            "revision": table.commit,
+            "sourceURL": HUB + table.repo,
+        },
         "config": weight_format([f.repo_path for f in table.files]),
         "modelfs": {"type": "layers", "diff_ids": [str(x["digest"]) for x in layers]},
     }

@@ -64,9 +64,24 @@ from lockbuild.site.ociclient import (
 from lockbuild.site.ociref import Credentials, OciRef, RegistryError, parse_auth_realm, parse_ref, realm_refusal
 from lockbuild.site.retry import RETRY_ENV, with_budget
 
-__all__ = ["CHUNK_UPLOAD", "DEFAULT_TRANSPORT", "MAX_OCI_MANIFEST", "OCI_MANIFEST", "RETRY_ENV", "TRANSPORT_ERRORS",
-           "Credentials", "OciRef", "Registry", "RegistryError", "TransferCut", "Transport", "parse_auth_realm",
-           "parse_ref", "realm_refusal", "transport_with"]
+__all__ = [
+    "CHUNK_UPLOAD",
+    "DEFAULT_TRANSPORT",
+    "MAX_OCI_MANIFEST",
+    "OCI_MANIFEST",
+    "RETRY_ENV",
+    "TRANSPORT_ERRORS",
+    "Credentials",
+    "OciRef",
+    "Registry",
+    "RegistryError",
+    "TransferCut",
+    "Transport",
+    "parse_auth_realm",
+    "parse_ref",
+    "realm_refusal",
+    "transport_with",
+]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CHUNK_UPLOAD = 64 << 20  # blobs larger than this are uploaded in chunks (PATCH), smaller in one PUT
@@ -90,8 +105,14 @@ class Registry(Connection):
         auth_realms: Sequence[str] = (),
         transport: Transport | None = None,
     ) -> None:
-        super().__init__(ref, plain_http=plain_http, ca_file=ca_file, credentials=credentials, auth_realms=auth_realms,
-                         transport=transport or DEFAULT_TRANSPORT)
+        super().__init__(
+            ref,
+            plain_http=plain_http,
+            ca_file=ca_file,
+            credentials=credentials,
+            auth_realms=auth_realms,
+            transport=transport or DEFAULT_TRANSPORT,
+        )
 
     def __enter__(self) -> Registry:
         return self
@@ -101,8 +122,13 @@ class Registry(Connection):
         """The manifest's bytes, checked to be one bounded JSON object (parsed again by its reader)."""
         what = f"fetching the manifest {self.ref.repo}:{reference}"
         t = self.limits
-        with self._exchange("GET", f"{self.base}/manifests/{reference}", what=what, seconds=t.request_seconds,
-                            headers={"Accept": OCI_MANIFEST}) as r:
+        with self._exchange(
+            "GET",
+            f"{self.base}/manifests/{reference}",
+            what=what,
+            seconds=t.request_seconds,
+            headers={"Accept": OCI_MANIFEST},
+        ) as r:
             if r.status_code == 404:
                 raise self._fail(what, "no such tag (404).", tip="`lockbuild push` it first, or check the tag.")
             self._expect(r, (200,), what)
@@ -113,9 +139,14 @@ class Registry(Connection):
 
     def put_manifest(self, reference: str, data: bytes) -> None:
         what = f"pushing the manifest {self.ref.repo}:{reference}"
-        with self._exchange("PUT", f"{self.base}/manifests/{reference}", what=what,
-                            seconds=self.limits.blob_deadline(len(data)),
-                            headers={"Content-Type": OCI_MANIFEST}, content=data) as r:
+        with self._exchange(
+            "PUT",
+            f"{self.base}/manifests/{reference}",
+            what=what,
+            seconds=self.limits.blob_deadline(len(data)),
+            headers={"Content-Type": OCI_MANIFEST},
+            content=data,
+        ) as r:
             self._expect(r, (200, 201), what)
 
     # -- blobs --------------------------------------------------------------------------------
@@ -170,8 +201,9 @@ class Registry(Connection):
         checks the digest when it completes the upload."""
         what = f"uploading the blob {digest}"
         t = self.limits
-        with self._exchange("POST", f"{self.base}/blobs/uploads/", what=what, seconds=t.request_seconds,
-                            content=b"") as r:
+        with self._exchange(
+            "POST", f"{self.base}/blobs/uploads/", what=what, seconds=t.request_seconds, content=b""
+        ) as r:
             self._expect(r, (202,), what)
             location = self._join(f"{self.base}/", r.headers.get("Location", ""), what)
         start = _tell(src, what)
@@ -180,10 +212,14 @@ class Registry(Connection):
             done = 0
             while done < size:
                 n = min(CHUNK_UPLOAD, size - done)
-                with self._exchange("PATCH", location, what=what, seconds=t.blob_deadline(n),
-                                    content=_Body(src, start + done, n, what),
-                                    headers={**octets, "Content-Length": str(n),
-                                             "Content-Range": f"{done}-{done + n - 1}"}) as r:
+                with self._exchange(
+                    "PATCH",
+                    location,
+                    what=what,
+                    seconds=t.blob_deadline(n),
+                    content=_Body(src, start + done, n, what),
+                    headers={**octets, "Content-Length": str(n), "Content-Range": f"{done}-{done + n - 1}"},
+                ) as r:
                     self._expect(r, (202,), what)
                     location = self._join(location, r.headers.get("Location", location), what)
                 done += n
@@ -192,9 +228,14 @@ class Registry(Connection):
             body = _Body(src, start, size, what)
             octets["Content-Length"] = str(size)
         sep = "&" if "?" in location else "?"
-        with self._exchange("PUT", f"{location}{sep}{urlencode({'digest': digest})}", what=what,
-                            seconds=t.blob_deadline(0 if isinstance(body, bytes) else size), content=body,
-                            headers=octets) as r:
+        with self._exchange(
+            "PUT",
+            f"{location}{sep}{urlencode({'digest': digest})}",
+            what=what,
+            seconds=t.blob_deadline(0 if isinstance(body, bytes) else size),
+            content=body,
+            headers=octets,
+        ) as r:
             self._expect(r, (201,), what)
 
 
@@ -218,8 +259,10 @@ class _Body:
         while left:
             piece = _read_source(self.src, min(CHUNK, left), self.what)
             if not piece:
-                raise RegistryError(f"{self.what}: the local copy ended {left} bytes early.",
-                                    tip="Run `lockbuild store verify` on the store.")
+                raise RegistryError(
+                    f"{self.what}: the local copy ended {left} bytes early.",
+                    tip="Run `lockbuild store verify` on the store.",
+                )
             left -= len(piece)
             yield piece
 
@@ -239,5 +282,6 @@ def _tell(src: BinaryIO, what: str) -> int:
 
 
 def _source_error(what: str, exc: OSError) -> RegistryError:
-    return RegistryError(f"{what}: cannot read the local copy: {exc.strerror or exc}.",
-                         tip="Run `lockbuild store verify` on the store.")
+    return RegistryError(
+        f"{what}: cannot read the local copy: {exc.strerror or exc}.", tip="Run `lockbuild store verify` on the store."
+    )

@@ -47,8 +47,17 @@ from lockbuild.site.retry import DEFAULT_RETRY, RETRY_ENV, RETRYABLE, Answer, Mo
 MAX_OCI_MANIFEST = 64 << 20
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # a token goes into a header: printable ASCII, no spaces
 # What the transport may raise (httpx wraps socket and ssl errors; the rest is belt and braces).
-TRANSPORT_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpcore.TimeoutException,
-                    httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError, ValueError)
+TRANSPORT_ERRORS = (
+    httpx.HTTPError,
+    httpx.InvalidURL,
+    httpx.StreamError,
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    ssl.SSLError,
+    OSError,
+    ValueError,
+)
 
 
 class TransferCut(RegistryError):
@@ -80,7 +89,6 @@ class Transport:
 
 
 DEFAULT_TRANSPORT = Transport()
-
 
 
 # -- the client -------------------------------------------------------------------------------------
@@ -155,8 +163,11 @@ class Connection:
     def _transport_error(self, what: str, exc: BaseException) -> RegistryError:
         """A transport failure as the user reads it: a stop, a missed deadline, or what broke."""
         if self._clock.stopped is not None:
-            return self._fail(what, f"stopped, because {self._clock.stopped}",
-                              tip="Fix what the first error says, then run the same command again.")
+            return self._fail(
+                what,
+                f"stopped, because {self._clock.stopped}",
+                tip="Fix what the first error says, then run the same command again.",
+            )
         seconds = self._clock.expired()
         if seconds is not None and isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
             t = self.limits
@@ -177,16 +188,20 @@ class Connection:
             return
         if parts.scheme != "http" or not (self.plain_http or is_loopback(parts.hostname or "")):
             shown = f"{parts.scheme}://{parts.hostname or ''}"
-            raise self._fail("refused", f"the registry sent us to {shown[:200]}, which is not https.",
-                             tip="Use --plain-http only for a registry you reach over a trusted network.")
+            raise self._fail(
+                "refused",
+                f"the registry sent us to {shown[:200]}, which is not https.",
+                tip="Use --plain-http only for a registry you reach over a trusted network.",
+            )
 
     def _own_origin(self, url: str) -> bool:
         parts = urlsplit(url)
         return parts.scheme == self.scheme and parts.netloc == self.ref.host
 
     # -- transport ----------------------------------------------------------------------------
-    def _raw(self, method: str, url: str, *, what: str, headers: dict[str, str],
-             content: bytes | Iterable[bytes] | None) -> httpx.Response:
+    def _raw(
+        self, method: str, url: str, *, what: str, headers: dict[str, str], content: bytes | Iterable[bytes] | None
+    ) -> httpx.Response:
         """One request, streamed; every transport failure a RegistryError."""
         if self._clock.stopped is not None:
             raise self._transport_error(what, RuntimeError("stopped"))
@@ -196,9 +211,17 @@ class Connection:
         except TRANSPORT_ERRORS as exc:
             raise self._transport_error(what, exc) from None
 
-    def _send(self, method: str, url: str, *, what: str, headers: dict[str, str] | None = None,
-              content: bytes | Iterable[bytes] | None = None, retry_auth: bool = True,
-              redirects: int = 5) -> httpx.Response:
+    def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        what: str,
+        headers: dict[str, str] | None = None,
+        content: bytes | Iterable[bytes] | None = None,
+        retry_auth: bool = True,
+        redirects: int = 5,
+    ) -> httpx.Response:
         self._check_scheme(url)
         h = dict(headers or {})
         own = self._own_origin(url)
@@ -211,15 +234,22 @@ class Connection:
             self._authenticate(challenge, what)
             if isinstance(content, Iterator):
                 raise self._fail(what, "the registry asked for credentials in the middle of an upload; retry.")
-            return self._send(method, url, what=what, headers=headers, content=content, retry_auth=False,
-                              redirects=redirects)
+            return self._send(
+                method, url, what=what, headers=headers, content=content, retry_auth=False, redirects=redirects
+            )
         if response.status_code in (301, 302, 303, 307, 308) and redirects:
             target = self._join(url, response.headers.get("Location", ""), what)
             _close(response)
             # A redirect (to blob storage) gets no credentials: they go to the registry's own origin only.
-            return self._send(method if response.status_code != 303 else "GET", target, what=what,
-                              headers=headers, content=content, retry_auth=False,
-                              redirects=redirects - 1)
+            return self._send(
+                method if response.status_code != 303 else "GET",
+                target,
+                what=what,
+                headers=headers,
+                content=content,
+                retry_auth=False,
+                redirects=redirects - 1,
+            )
         return response
 
     def _join(self, base: str, location: str, what: str) -> str:
@@ -229,12 +259,21 @@ class Connection:
             raise self._fail(what, f"the registry sent us to {location[:200]!r}, which is not a URL.") from None
 
     @contextmanager
-    def _exchange(self, method: str, url: str, *, what: str, seconds: float, headers: dict[str, str] | None = None,
-                  content: bytes | Iterable[bytes] | None = None) -> Iterator[httpx.Response]:
+    def _exchange(
+        self,
+        method: str,
+        url: str,
+        *,
+        what: str,
+        seconds: float,
+        headers: dict[str, str] | None = None,
+        content: bytes | Iterable[bytes] | None = None,
+    ) -> Iterator[httpx.Response]:
         """A request and its answer, each attempt within ``seconds``; a busy answer (429, 502, 503, 504)
         asked again as ``site/retry.py`` decides. The answer is closed after."""
-        with self._attempts(what, seconds, lambda: self._send(method, url, what=what, headers=headers,
-                                                               content=content)) as r:
+        with self._attempts(
+            what, seconds, lambda: self._send(method, url, what=what, headers=headers, content=content)
+        ) as r:
             yield r
 
     @contextmanager
@@ -257,9 +296,13 @@ class Connection:
 
     def _busy(self, r: httpx.Response, attempt: int, first: float, what: str) -> float:
         """The seconds to wait before asking again after a busy answer, or the error that ends the request."""
-        decision = decide(Answer(r.status_code, r.headers.get("Retry-After")),
-                          attempt, Moment(time.monotonic() - first, time.time()), self.limits.retry,
-                          self._jitter.random())
+        decision = decide(
+            Answer(r.status_code, r.headers.get("Retry-After")),
+            attempt,
+            Moment(time.monotonic() - first, time.time()),
+            self.limits.retry,
+            self._jitter.random(),
+        )
         if decision.wait is not None:
             with self._stop_lock:
                 self.retries += 1
@@ -267,7 +310,8 @@ class Connection:
         body = _error_text(self._read(r, self.limits.max_error, what, truncate=True))
         said = f"{r.status_code} {_phrase(r.status_code)}" + (f" ({body})" if body else "")
         raise self._fail(
-            what, f"the registry answered {said}, and {decision.why}; given up.",
+            what,
+            f"the registry answered {said}, and {decision.why}; given up.",
             tip="The registry (or a mirror or proxy in front of it) is overloaded or limits requests: run the same "
             "command again later (a pull resumes what it already has), pull from a mirror nearer the node, or give "
             f"it longer with {RETRY_ENV}=SECONDS.",
@@ -277,16 +321,22 @@ class Connection:
         """The answer's body, at most ``limit`` bytes (``truncate``: cut there, else refuse more)."""
         length = r.headers.get("Content-Length", "")
         if not truncate and length.isdigit() and int(length) > limit:
-            raise self._fail(what, f"the answer is {length} bytes, over the {limit} allowed; refused unread.",
-                             tip="Check that the address is an OCI registry you trust.")
+            raise self._fail(
+                what,
+                f"the answer is {length} bytes, over the {limit} allowed; refused unread.",
+                tip="Check that the address is an OCI registry you trust.",
+            )
         out = bytearray()
         for chunk in self._chunks(r, what):
             out += chunk
             if len(out) > limit:
                 if truncate:
                     return bytes(out[:limit])
-                raise self._fail(what, f"the answer is over {limit} bytes; refused.",
-                                 tip="Check that the address is an OCI registry you trust.")
+                raise self._fail(
+                    what,
+                    f"the answer is over {limit} bytes; refused.",
+                    tip="Check that the address is an OCI registry you trust.",
+                )
         return bytes(out)
 
     def _chunks(self, r: httpx.Response, what: str) -> Iterator[bytes]:
@@ -294,15 +344,19 @@ class Connection:
             yield from r.iter_raw()  # as received (a chunk size would hold back what came before a break)
         except TRANSPORT_ERRORS as exc:
             error = self._transport_error(what, exc)
-            cut = self._clock.stopped is None and self._clock.expired() is None and not isinstance(
-                exc, httpx.TimeoutException | httpcore.TimeoutException)
+            cut = (
+                self._clock.stopped is None
+                and self._clock.expired() is None
+                and not isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException)
+            )
             raise (TransferCut(error.message, tip=error.tip) if cut else error) from None
 
     def resume_after_cut(self, attempt: int, first: float) -> bool:
         """After a blob's answer broke off for the ``attempt``-th time (``first``: when it was first asked
         for, monotonic): wait as ``site/retry.py::resume`` decides and say True, or False to give up."""
-        decision = resume(attempt, Moment(time.monotonic() - first, time.time()), self.limits.retry,
-                          self._jitter.random())
+        decision = resume(
+            attempt, Moment(time.monotonic() - first, time.time()), self.limits.retry, self._jitter.random()
+        )
         if decision.wait is None or not self._clock.pause(decision.wait):
             return False
         with self._stop_lock:
@@ -336,8 +390,11 @@ class Connection:
         realm = params["realm"]
         why = realm_refusal(self.scheme, self.ref.host, realm, self.auth_realms)
         if why is not None:
-            raise self._fail(what, f"its token realm {realm[:200]!r} {why}; nothing was sent to it.",
-                             tip=realm_tip(realm, self.scheme))
+            raise self._fail(
+                what,
+                f"its token realm {realm[:200]!r} {why}; nothing was sent to it.",
+                tip=realm_tip(realm, self.scheme),
+            )
         self._check_scheme(realm)
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
         query.setdefault("scope", f"repository:{self.ref.repo}:pull,push")
@@ -347,8 +404,9 @@ class Connection:
     def _token(self, url: str, what: str) -> str:
         headers = {"Authorization": self._credentials.basic()} if self._credentials is not None else {}
         t = self.limits
-        with self._attempts(what, t.request_seconds,
-                            lambda: self._raw("GET", url, what=what, headers=headers, content=None)) as r:
+        with self._attempts(
+            what, t.request_seconds, lambda: self._raw("GET", url, what=what, headers=headers, content=None)
+        ) as r:
             if r.status_code != 200:
                 tip = "Check --username and the password given on stdin, and your access to the repository."
                 body = _error_text(self._read(r, t.max_error, what, truncate=True))
@@ -380,12 +438,11 @@ def _error_text(body: bytes) -> str:
         doc = loads_json(body, what="the error", max_bytes=len(body), max_depth=8, error=LockbuildError)
         errors = doc.get("errors") if isinstance(doc, dict) else None
         if isinstance(errors, list) and errors:
-            text = "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:5]
-                             if isinstance(e, dict))
+            text = "; ".join(
+                f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:5] if isinstance(e, dict)
+            )
             if text:
                 return text[:300]
     except LockbuildError:
         pass
     return " ".join(body[:300].decode("utf-8", "replace").split())
-
-

@@ -32,7 +32,6 @@ class RegistryError(LockbuildError):
     default_tip = "Check the registry's address, that it is reachable from here, and its credentials."
 
 
-
 @dataclass(frozen=True)
 class OciRef:
     host: str  # host[:port] as written
@@ -115,8 +114,10 @@ def _authority(scheme: str, netloc: str) -> tuple[str, int | None] | None:
 def parse_auth_realm(text: str) -> tuple[str, int | None]:
     """``--auth-realm HOST[:PORT]``: (host, port); no port means any port of that host."""
     if not _HOST.fullmatch(text):
-        raise RegistryError(f"--auth-realm {text[:120]!r} is not a host: expected HOST or HOST:PORT, "
-                            "e.g. auth.registry.site or auth.registry.site:5001.")
+        raise RegistryError(
+            f"--auth-realm {text[:120]!r} is not a host: expected HOST or HOST:PORT, "
+            "e.g. auth.registry.site or auth.registry.site:5001."
+        )
     parts = urlsplit(f"//{text}")
     try:
         port = parts.port
@@ -125,8 +126,9 @@ def parse_auth_realm(text: str) -> tuple[str, int | None]:
     return (parts.hostname or "").lower(), port
 
 
-def realm_refusal(registry_scheme: str, registry_host: str, realm: str,
-                  allowed: Sequence[tuple[str, int | None]] = ()) -> str | None:
+def realm_refusal(
+    registry_scheme: str, registry_host: str, realm: str, allowed: Sequence[tuple[str, int | None]] = ()
+) -> str | None:
     """Why the Bearer token realm ``realm`` may not be sent the registry's credentials, or None if it
     may: on the registry's own host and port over the same or a stronger scheme, or on a host named in
     ``allowed`` (from ``--auth-realm``) over the same or a stronger scheme."""
@@ -151,11 +153,12 @@ def realm_refusal(registry_scheme: str, registry_host: str, realm: str,
     return f"is on {shown}, not the registry's own {registry_host}"
 
 
-
 def realm_tip(realm: str, registry_scheme: str) -> str:
     parts = urlsplit(realm)
     if parts.scheme in _RANK and _RANK[parts.scheme] < _RANK.get(registry_scheme, 1):
         return "The registry's token service must be reached over https; fix its realm setting."
     host = parts.netloc.rsplit("@", 1)[-1] or "HOST"
-    return (f"If {host[:100]} is your registry's own token service, name it: --auth-realm {host[:100]} "
-            "(credentials go nowhere else).")
+    return (
+        f"If {host[:100]} is your registry's own token service, name it: --auth-realm {host[:100]} "
+        "(credentials go nowhere else)."
+    )

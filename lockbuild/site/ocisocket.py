@@ -90,8 +90,9 @@ class _Stream(httpcore.NetworkStream):
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
         budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
         return _Stream(self._inner.start_tls(ssl_context, server_hostname, budget), self._clock)
 
@@ -104,13 +105,20 @@ class _Backend(httpcore.NetworkBackend):
         self._inner = httpcore.SyncBackend()
         self._clock = clock
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
         budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
         return _Stream(self._inner.connect_tcp(host, port, budget, local_address, socket_options), self._clock)
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Any = None) -> httpcore.NetworkStream:
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
         budget = self._clock.budget(timeout, httpcore.ConnectTimeout)
         return _Stream(self._inner.connect_unix_socket(path, budget, socket_options), self._clock)
 
@@ -125,7 +133,10 @@ class ClockedTransport(httpx.HTTPTransport):
         context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify=verify)
         super().__init__(verify=context)
         limits = httpx.Limits()  # httpx's own defaults, on our pool
-        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(clock),
-                                             max_connections=limits.max_connections,
-                                             max_keepalive_connections=limits.max_keepalive_connections,
-                                             keepalive_expiry=limits.keepalive_expiry)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=context,
+            network_backend=_Backend(clock),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+        )

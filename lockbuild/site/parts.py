@@ -37,8 +37,17 @@ from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 from lockbuild.trust import signature_path
 
 PARTS_SUFFIX = ".parts.toml"
-_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 1 << 10, "MI": MiB, "GI": 1 << 30,
-          "TI": 1 << 40}
+_UNITS = {
+    "": 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "KI": 1 << 10,
+    "MI": MiB,
+    "GI": 1 << 30,
+    "TI": 1 << 40,
+}
 _SIZE = re.compile(r"(\d+)\s*([KMGT]I?)?B?", re.IGNORECASE)
 _PART_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,250}")
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -70,11 +79,21 @@ class PartList:
     parts: tuple[Part, ...]
 
     def to_toml(self) -> bytes:
-        lines = ["format = 1", f"file = {toml_string(self.file)}", f"size = {self.size}",
-                 f"sha256 = {toml_string(self.sha256)}", ""]
+        lines = [
+            "format = 1",
+            f"file = {toml_string(self.file)}",
+            f"size = {self.size}",
+            f"sha256 = {toml_string(self.sha256)}",
+            "",
+        ]
         for p in self.parts:
-            lines += ["[[parts]]", f"name = {toml_string(p.name)}", f"size = {p.size}",
-                      f"sha256 = {toml_string(p.sha256)}", ""]
+            lines += [
+                "[[parts]]",
+                f"name = {toml_string(p.name)}",
+                f"size = {p.size}",
+                f"sha256 = {toml_string(p.sha256)}",
+                "",
+            ]
         return "\n".join(lines).encode()
 
 
@@ -120,8 +139,9 @@ def split(bundle: Path, size: int, out: Path) -> Path:
                 break
     sig = signature_path(bundle)
     if sig.exists():  # copied as read: a regular file within the readers' limit
-        blocks = read_regular(sig, what="signature file", max_size=DEFAULT_LIMITS.max_signature_file,
-                              error=IntegrityError)
+        blocks = read_regular(
+            sig, what="signature file", max_size=DEFAULT_LIMITS.max_signature_file, error=IntegrityError
+        )
         _replace(out / sig.name, blocks)
     listing = PartList(bundle.name, total, whole.hexdigest(), tuple(parts))
     path = out / f"{bundle.name}{PARTS_SUFFIX}"
@@ -183,8 +203,9 @@ def read_part_list(path: Path) -> PartList:
     return parse_part_list(raw, str(path))
 
 
-def join(part_list: Path, dst: BinaryIO, *, listing: PartList | None = None,
-         limits: Limits = DEFAULT_LIMITS) -> PartList:
+def join(
+    part_list: Path, dst: BinaryIO, *, listing: PartList | None = None, limits: Limits = DEFAULT_LIMITS
+) -> PartList:
     """Concatenate the parts into ``dst``, checking each part's size and sha256 as it streams; a
     damaged, short or long part is refused by name (never read past its listed size), a part that is
     not a regular file is refused without being opened for long. The whole file's digest is checked
@@ -193,8 +214,9 @@ def join(part_list: Path, dst: BinaryIO, *, listing: PartList | None = None,
     whole = hashlib.sha256()
     for p in listing.parts:
         try:
-            f, size = open_regular(part_list.parent / p.name, what="part", max_size=limits.max_bundle,
-                                   error=IntegrityError)
+            f, size = open_regular(
+                part_list.parent / p.name, what="part", max_size=limits.max_bundle, error=IntegrityError
+            )
         except FileNotFoundError:
             raise _bad(f"cannot read the part {p.name}: it is missing beside {part_list.name}.") from None
         if size != p.size:

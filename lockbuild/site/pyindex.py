@@ -41,8 +41,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 class ExportError(LockbuildError):
     """The package index cannot be written (a file another build names differently, a place others can write)."""
 
-    default_tip = ("Fix what the message names and run `lockbuild store index` again: the old index stays as it was "
-                   "until a new one is whole.")
+    default_tip = (
+        "Fix what the message names and run `lockbuild store index` again: the old index stays as it was "
+        "until a new one is whole."
+    )
 
 
 def normalize(name: str) -> str:
@@ -60,9 +62,11 @@ def project_of(filename: str) -> tuple[str, str]:
         name, _, version = stem.rpartition("-")
     project = normalize(name)
     if not _PROJECT.fullmatch(project) or not version or _CONTROL.search(version) or "/" in version:
-        raise ExportError(f"{filename[:120]!r} is not a wheel or sdist file name (NAME-VERSION…whl, .tar.gz or "
-                          ".zip); expected one to name its project.",
-                          tip="The store's build is malformed: run `lockbuild store verify --store DIR`.")
+        raise ExportError(
+            f"{filename[:120]!r} is not a wheel or sdist file name (NAME-VERSION…whl, .tar.gz or "
+            ".zip); expected one to name its project.",
+            tip="The store's build is malformed: run `lockbuild store verify --store DIR`.",
+        )
     return project, version
 
 
@@ -109,9 +113,20 @@ def _version_key(version: str) -> tuple[int, Version | str]:
 
 
 def _page(title: str, body: Iterable[str]) -> bytes:
-    lines = ["<!DOCTYPE html>", "<html>", "  <head>", f"    {_META_TAG}", f"    <title>{html.escape(title)}</title>",
-             "  </head>", "  <body>", f"    <h1>{html.escape(title)}</h1>", *(f"    {line}" for line in body),
-             "  </body>", "</html>", ""]
+    lines = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "  <head>",
+        f"    {_META_TAG}",
+        f"    <title>{html.escape(title)}</title>",
+        "  </head>",
+        "  <body>",
+        f"    <h1>{html.escape(title)}</h1>",
+        *(f"    {line}" for line in body),
+        "  </body>",
+        "</html>",
+        "",
+    ]
     return "\n".join(lines).encode()
 
 
@@ -132,8 +147,10 @@ def _anchor(d: Dist) -> str:
     if d.requires_python is not None:
         attrs.append(f'data-requires-python="{html.escape(d.requires_python)}"')
     if d.metadata_sha256 is not None:
-        attrs += [f'data-dist-info-metadata="sha256={d.metadata_sha256}"',
-                  f'data-core-metadata="sha256={d.metadata_sha256}"']
+        attrs += [
+            f'data-dist-info-metadata="sha256={d.metadata_sha256}"',
+            f'data-core-metadata="sha256={d.metadata_sha256}"',
+        ]
     if d.upload_time is not None:
         attrs.append(f'data-upload-time="{html.escape(d.upload_time)}"')
     attrs.append(f'data-size="{d.size}"')
@@ -147,8 +164,12 @@ def project_html(project: str, dists: Sequence[Dist]) -> bytes:
 def project_json(project: str, dists: Sequence[Dist]) -> bytes:
     files: list[dict[str, object]] = []
     for d in dists:
-        f: dict[str, object] = {"filename": d.filename, "url": d.href.partition("#")[0],
-                                "hashes": {"sha256": d.sha256}, "size": d.size}
+        f: dict[str, object] = {
+            "filename": d.filename,
+            "url": d.href.partition("#")[0],
+            "hashes": {"sha256": d.sha256},
+            "size": d.size,
+        }
         if d.requires_python is not None:
             f["requires-python"] = d.requires_python
         if d.metadata_sha256 is not None:
@@ -168,8 +189,10 @@ def pages(dists: Sequence[Dist]) -> list[tuple[str, bytes]]:
     projects = sorted(by_project)
     out = [(f"{SIMPLE}/index.html", root_html(projects)), (f"{SIMPLE}/index.json", root_json(projects))]
     for p in projects:
-        out += [(f"{SIMPLE}/{p}/index.html", project_html(p, by_project[p])),
-                (f"{SIMPLE}/{p}/index.json", project_json(p, by_project[p]))]
+        out += [
+            (f"{SIMPLE}/{p}/index.html", project_html(p, by_project[p])),
+            (f"{SIMPLE}/{p}/index.json", project_json(p, by_project[p])),
+        ]
     return out
 
 

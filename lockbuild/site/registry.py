@@ -105,8 +105,9 @@ class Artifact:
 
 def parse_artifact(raw: bytes, where: str) -> Artifact:
     def bad(why: str) -> IntegrityError:
-        return IntegrityError(f"{where} is not a lockbuild artifact: {why}.",
-                              tip="Pull a tag that `lockbuild push` wrote.")
+        return IntegrityError(
+            f"{where} is not a lockbuild artifact: {why}.", tip="Pull a tag that `lockbuild push` wrote."
+        )
 
     try:
         doc: Any = loads_json(raw, what=where, max_bytes=MAX_OCI_MANIFEST, error=IntegrityError)
@@ -118,8 +119,7 @@ def parse_artifact(raw: bytes, where: str) -> Artifact:
     if kind not in (ARTIFACT_TYPE, modelpack.ARTIFACT_TYPE):
         raise bad(f"its artifactType is {str(kind)[:80]!r}, expected {ARTIFACT_TYPE} or {modelpack.ARTIFACT_TYPE}")
     # a model's signed manifest is its one layer of the manifest's media type; an engine's is the config
-    config = modelpack.signed_manifest_layer(doc, CONFIG_TYPE) if kind == modelpack.ARTIFACT_TYPE \
-        else doc.get("config")
+    config = modelpack.signed_manifest_layer(doc, CONFIG_TYPE) if kind == modelpack.ARTIFACT_TYPE else doc.get("config")
     notes = doc.get("annotations")
     if not isinstance(config, dict) or config.get("mediaType") != CONFIG_TYPE or not isinstance(notes, dict):
         raise bad("its config or annotations are missing")
@@ -152,9 +152,11 @@ class RegistryArtifact:
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         if len(self.artifact.signatures) > limits.max_signature_file:
-            raise SignatureError(f"the signatures of {self.label} are {len(self.artifact.signatures)} bytes; "
-                                 f"expected at most {limits.max_signature_file}.",
-                                 tip="Push the build again from a checked store.")
+            raise SignatureError(
+                f"the signatures of {self.label} are {len(self.artifact.signatures)} bytes; "
+                f"expected at most {limits.max_signature_file}.",
+                tip="Push the build again from a checked store.",
+            )
         return self.artifact.signatures
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -168,8 +170,9 @@ class RegistryArtifact:
                 tip="The registry's artifact was altered or mixed up; push the build again from a checked store.",
             )
         if a.config_size > limits.max_manifest:
-            raise IntegrityError(f"{self.label}: the manifest is {a.config_size} bytes; expected at most "
-                                 f"{limits.max_manifest}.")
+            raise IntegrityError(
+                f"{self.label}: the manifest is {a.config_size} bytes; expected at most {limits.max_manifest}."
+            )
         return self.registry.get_small_blob(a.config_digest, limits.max_manifest)
 
     def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
@@ -210,8 +213,9 @@ def push(trusted: TrustedBundle, registry: Registry, *, progress: Progress | Non
         registry.upload_blob(config, io.BytesIO(trusted.manifest_bytes), len(trusted.manifest_bytes))
     if m.model is not None:  # a model: the ModelPack layout, its configuration blob beside the members
         notes = {SIGNATURES: trusted.counted_signatures().decode("utf-8"), BUNDLE: m.bundle_name}
-        document, model_config = modelpack.model_artifact(m, trusted.manifest_bytes, notes,
-                                                          manifest_type=CONFIG_TYPE, member_type=MEMBER_TYPE)
+        document, model_config = modelpack.model_artifact(
+            m, trusted.manifest_bytes, notes, manifest_type=CONFIG_TYPE, member_type=MEMBER_TYPE
+        )
         digest = "sha256:" + hashlib.sha256(model_config).hexdigest()
         if not registry.has_blob(digest):
             registry.upload_blob(digest, io.BytesIO(model_config), len(model_config))
@@ -238,8 +242,10 @@ def pull(
     trusted = open_source(RegistryArtifact(registry, artifact), load_store(trust_dir(trust)), threshold=threshold)
     manifest, manifest_bytes, ref = trusted.manifest, trusted.manifest_bytes, trusted.ref
     if ref in store.refs() and store.build_files(ref)[0] != manifest_bytes:
-        raise IntegrityError(f"the store already holds a different {ref}; nothing was fetched.",
-                             tip="Keep one store per site release train, or pull into another store.")
+        raise IntegrityError(
+            f"the store already holds a different {ref}; nothing was fetched.",
+            tip="Keep one store per site release train, or pull into another store.",
+        )
     members = _distinct(manifest.members)
     moved = moved_bytes = 0
     with store.lock(exclusive=True, wait=wait):
@@ -280,9 +286,10 @@ def _fetch(registry: Registry, store: Store, m: Member, progress: Progress) -> N
 
 
 def _write_error(store: Store, m: Member, exc: OSError) -> StoreError:
-    return StoreError(f"cannot write the partial blob {store.partial(m.sha256)}: {exc.strerror or exc}.",
-                      tip="Check the store's disk (free space, permissions), then run the same pull again: "
-                      "it resumes.")
+    return StoreError(
+        f"cannot write the partial blob {store.partial(m.sha256)}: {exc.strerror or exc}.",
+        tip="Check the store's disk (free space, permissions), then run the same pull again: it resumes.",
+    )
 
 
 def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress) -> None:
@@ -309,8 +316,9 @@ def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress)
     _check_blob(store, m, have, h.hexdigest())
 
 
-def _stream_blob(registry: Registry, store: Store, m: Member, progress: Progress, have: int,
-                 h: Hasher) -> tuple[int, Hasher]:
+def _stream_blob(
+    registry: Registry, store: Store, m: Member, progress: Progress, have: int, h: Hasher
+) -> tuple[int, Hasher]:
     """The blob's bytes from ``have`` appended to its partial (from 0 if the registry ignored Range)."""
     with registry.get_blob(f"sha256:{m.sha256}", size=m.size, offset=have) as (chunks, start):
         if start != have:
@@ -335,8 +343,14 @@ def _hash_partial(store: Store, m: Member, h: Hasher) -> int:
     have = store.partial_size(m.sha256)
     if not 0 < have <= m.size:
         return 0
-    f, _ = open_regular(f"{m.sha256}.partial", what="partial blob", max_size=m.size, error=StoreError,
-                        dir_fd=store.tmp, shown=str(store.partial(m.sha256)))
+    f, _ = open_regular(
+        f"{m.sha256}.partial",
+        what="partial blob",
+        max_size=m.size,
+        error=StoreError,
+        dir_fd=store.tmp,
+        shown=str(store.partial(m.sha256)),
+    )
     with f:
         left = have
         while left and (chunk := f.read(min(CHUNK, left))):
@@ -349,11 +363,14 @@ def _check_blob(store: Store, m: Member, have: int, got: str) -> None:
     digest = f"sha256:{m.sha256}"
     if have > m.size:
         remove_at(store.tmp, f"{m.sha256}.partial")
-        raise IntegrityError(f"the registry's blob for {m.path} ({digest}) is longer than the signed {m.size} bytes; "
-                             "refused.")
+        raise IntegrityError(
+            f"the registry's blob for {m.path} ({digest}) is longer than the signed {m.size} bytes; refused."
+        )
     if have < m.size:
-        raise RegistryError(f"the registry's blob for {m.path} ended after {have} of {m.size} bytes.",
-                            tip="Run the same pull again: it resumes where this one stopped.")
+        raise RegistryError(
+            f"the registry's blob for {m.path} ended after {have} of {m.size} bytes.",
+            tip="Run the same pull again: it resumes where this one stopped.",
+        )
     if got != m.sha256:
         remove_at(store.tmp, f"{m.sha256}.partial")
         raise IntegrityError(

@@ -53,8 +53,10 @@ def with_budget(policy: RetryPolicy, value: str | None) -> RetryPolicy:
     except ValueError:
         seconds = -1.0
     if not 0 <= seconds <= 3600:
-        raise RegistryError(f"{RETRY_ENV}={value[:40]!r} is not a number of seconds from 0 to 3600.",
-                            tip=f"Unset {RETRY_ENV} for the default ({policy.retry_seconds:g} s), or give e.g. 300.")
+        raise RegistryError(
+            f"{RETRY_ENV}={value[:40]!r} is not a number of seconds from 0 to 3600.",
+            tip=f"Unset {RETRY_ENV} for the default ({policy.retry_seconds:g} s), or give e.g. 300.",
+        )
     return dataclasses.replace(policy, retry_seconds=seconds)
 
 
@@ -110,8 +112,9 @@ def backoff(attempt: int, policy: RetryPolicy, jitter: float) -> float:
     return full / 2 + full / 2 * min(max(jitter, 0.0), 1.0)
 
 
-def decide(answer: Answer, attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY,
-           jitter: float = 0.5) -> Decision:
+def decide(
+    answer: Answer, attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY, jitter: float = 0.5
+) -> Decision:
     """Whether to ask again after the refused ``answer`` to the ``attempt``-th try, and after how long."""
     if answer.status not in RETRYABLE:
         return Decision(None, f"HTTP {answer.status} is not an answer to ask again")
@@ -120,10 +123,16 @@ def decide(answer: Answer, attempt: int, moment: Moment, policy: RetryPolicy = D
     left = policy.retry_seconds - moment.elapsed
     if moment.elapsed + wait > policy.retry_seconds:
         if asked is not None and asked > left:
-            return Decision(None, f"it asked to wait {asked:.0f} s (Retry-After), past the {policy.retry_seconds:g} s "
-                                  "this request may spend being asked again")
-        return Decision(None, f"it kept refusing for {moment.elapsed:.1f} s ({attempt} attempts), the most this "
-                              f"request may spend being asked again is {policy.retry_seconds:g} s")
+            return Decision(
+                None,
+                f"it asked to wait {asked:.0f} s (Retry-After), past the {policy.retry_seconds:g} s "
+                "this request may spend being asked again",
+            )
+        return Decision(
+            None,
+            f"it kept refusing for {moment.elapsed:.1f} s ({attempt} attempts), the most this "
+            f"request may spend being asked again is {policy.retry_seconds:g} s",
+        )
     return Decision(wait)
 
 

@@ -128,8 +128,9 @@ class DeltaFile:
             check_zstd_frame(f, limits)
             tar = open_tar(f, limits)
             head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))  # a hint for messages, not trusted
-            self.absent_tip = (f"Import the base it was cut against ({head.base}) or the full bundle first, "
-                               "then this delta.")
+            self.absent_tip = (
+                f"Import the base it was cut against ({head.base}) or the full bundle first, then this delta."
+            )
             yield tar, _small(tar, MANIFEST, limits.max_manifest, limits)
 
     @contextlib.contextmanager
@@ -170,8 +171,10 @@ def _blob_piece(store: Store, m: Member) -> FilePiece:
 def _small(tar: TarReader, name: str, limit: int, limits: Limits) -> bytes:
     h = tar.next()
     if h is None or h.name != name:
-        raise IntegrityError(f"the delta's member is {h.name if h else 'missing'!r}; expected {name}.",
-                             tip="Copy the delta again, or import the full bundle.")
+        raise IntegrityError(
+            f"the delta's member is {h.name if h else 'missing'!r}; expected {name}.",
+            tip="Copy the delta again, or import the full bundle.",
+        )
     check_header(h, limits)
     if h.size > limit:
         raise IntegrityError(f"the delta's {name} is {h.size} bytes; expected at most {limit}.")
@@ -183,8 +186,10 @@ def _small(tar: TarReader, name: str, limit: int, limits: Limits) -> bytes:
 class StoreBuild:
     """``ENGINE/VERSION-VARIANT`` in a store."""
 
-    damage_tip = ("Run `lockbuild store verify --store DIR --remove-damaged`, then import or pull the build again "
-                  "(only what is missing moves).")
+    damage_tip = (
+        "Run `lockbuild store verify --store DIR --remove-damaged`, then import or pull the build again "
+        "(only what is missing moves)."
+    )
 
     def __init__(self, store: Store, ref: str) -> None:
         self.store = store
@@ -230,9 +235,10 @@ def named_source(arg: str | Path, *, store: Path | None = None, work: Path | Non
         return
     if not path.exists():
         hint = "" if store is not None else ", and no --store to look ENGINE/VERSION-VARIANT up in"
-        raise LockbuildError(f"no bundle {text}: no such file{hint}.",
-                             tip="Give a .lbz, a NAME.lbz.parts.toml, a NAME.delta.lbz, or ENGINE/VERSION-VARIANT "
-                             "with --store DIR.")
+        raise LockbuildError(
+            f"no bundle {text}: no such file{hint}.",
+            tip="Give a .lbz, a NAME.lbz.parts.toml, a NAME.delta.lbz, or ENGINE/VERSION-VARIANT with --store DIR.",
+        )
     if path.name.endswith(PARTS_SUFFIX):
         with _work(work) as w:
             yield PartsFile(path, w)

@@ -65,7 +65,6 @@ SIGNATURE_FILE = "bundle.toml.minisig"
 _TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
 
 
-
 class Store:
     """An open store. Use as a context manager; its directory descriptors close with it."""
 
@@ -124,8 +123,9 @@ class Store:
         try:
             fd = open_dir(name, dir_fd=parent)
         except FileNotFoundError:
-            raise StoreError(f"the store {self.root} has no {name}/; it is not a store or is damaged.",
-                             tip=_TIP_DAMAGE) from None
+            raise StoreError(
+                f"the store {self.root} has no {name}/; it is not a store or is damaged.", tip=_TIP_DAMAGE
+            ) from None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise StoreError(
@@ -161,8 +161,10 @@ class Store:
             fd = open_lockfile("lock", dir_fd=self.fd)
         except OSError as exc:
             raise StoreError(f"cannot open the store's lock {self._where('lock')}: {exc.strerror or exc}.") from None
-        busy = busy_error(f"another lockbuild process holds the store {self.root} (an import, pull or gc).",
-                          "Wait for it to finish, or pass --wait SECONDS.")
+        busy = busy_error(
+            f"another lockbuild process holds the store {self.root} (an import, pull or gc).",
+            "Wait for it to finish, or pass --wait SECONDS.",
+        )
         try:
             with flocked(fd, exclusive=exclusive, wait=wait, busy=busy):
                 yield
@@ -177,8 +179,10 @@ class Store:
         except FileNotFoundError:
             return None
         if not stat.S_ISREG(st.st_mode):
-            raise IntegrityError(f"refused: the blob {self._where('blobs', 'sha256', sha256)} is a link or not a "
-                                 "plain file.", tip=_TIP_DAMAGE)
+            raise IntegrityError(
+                f"refused: the blob {self._where('blobs', 'sha256', sha256)} is a link or not a plain file.",
+                tip=_TIP_DAMAGE,
+            )
         return st.st_size
 
     def has_blob(self, sha256: str, size: int) -> bool:
@@ -186,16 +190,23 @@ class Store:
         if got is None:
             return False
         if got != size:
-            raise IntegrityError(f"the blob {sha256} in {self.root} is {got} bytes; the manifest says {size}.",
-                                 tip=_TIP_DAMAGE)
+            raise IntegrityError(
+                f"the blob {sha256} in {self.root} is {got} bytes; the manifest says {size}.", tip=_TIP_DAMAGE
+            )
         return True
 
     def open_blob(self, sha256: str) -> BinaryIO:
         """A blob, opened by descriptor as a regular file (a link, FIFO or device is refused, never
         waited on)."""
         try:
-            f, _ = open_regular(check_hex(sha256), what="blob", max_size=self.limits.max_member, error=IntegrityError,
-                                dir_fd=self.blobs, shown=self._where("blobs", "sha256", sha256))
+            f, _ = open_regular(
+                check_hex(sha256),
+                what="blob",
+                max_size=self.limits.max_member,
+                error=IntegrityError,
+                dir_fd=self.blobs,
+                shown=self._where("blobs", "sha256", sha256),
+            )
         except FileNotFoundError:
             raise IntegrityError(f"the store {self.root} has no blob {sha256}.", tip=_TIP_DAMAGE) from None
         except IntegrityError as exc:
@@ -243,8 +254,14 @@ class Store:
             raise StoreError(f"internal: cannot reach the checked member {shown}: {exc.strerror or exc}.") from None
         try:
             try:
-                f, _ = open_regular(name, what="checked member", max_size=self.limits.max_member, error=StoreError,
-                                    dir_fd=fd, shown=shown)
+                f, _ = open_regular(
+                    name,
+                    what="checked member",
+                    max_size=self.limits.max_member,
+                    error=StoreError,
+                    dir_fd=fd,
+                    shown=shown,
+                )
             except FileNotFoundError:
                 raise StoreError(f"internal: the checked member {shown} is gone.") from None
             with f:
@@ -306,8 +323,9 @@ class Store:
 
     def _read_file(self, dir_fd: int, name: str, limit: int, where: str) -> bytes:
         try:
-            return read_regular(name, what="store file", max_size=limit, error=IntegrityError, dir_fd=dir_fd,
-                                shown=where)
+            return read_regular(
+                name, what="store file", max_size=limit, error=IntegrityError, dir_fd=dir_fd, shown=where
+            )
         except FileNotFoundError:
             raise IntegrityError(f"refused: {where} is missing.", tip=_TIP_DAMAGE) from None
         except IntegrityError as exc:
@@ -346,8 +364,9 @@ class Store:
             if efd >= 0:
                 os.close(efd)
         if got is None:
-            raise StoreError(f"the store {self.root} holds no {ref}.",
-                             tip="`lockbuild store list --store DIR` shows what it holds.")
+            raise StoreError(
+                f"the store {self.root} holds no {ref}.", tip="`lockbuild store list --store DIR` shows what it holds."
+            )
         return got
 
     def _parse_build(self, ref: str, manifest_bytes: bytes, signatures: bytes) -> Build:

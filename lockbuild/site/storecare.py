@@ -36,8 +36,9 @@ def check_mark(fd: int, root: Path, *, create: bool) -> bool:
     is read again, for up to 2 s, until it is whole."""
     for _ in range(100):
         try:
-            text = read_regular(MARK, what="store mark", max_size=64, error=StoreError, dir_fd=fd,
-                                shown=str(root / MARK))
+            text = read_regular(
+                MARK, what="store mark", max_size=64, error=StoreError, dir_fd=fd, shown=str(root / MARK)
+            )
         except FileNotFoundError:
             if not create or [n for n in list_dir(fd) if n != MARK]:
                 raise StoreError(
@@ -62,9 +63,11 @@ def check_owner(root: Path, st: os.stat_result, where: str) -> None:
     writable by no one else, or another user could plant, swap or delete what nodes install."""
     problem = owner_problem(st)
     if problem:
-        raise StoreError(f"refused the store {root}: {where} {problem}, so another user could change what it "
-                         "holds.", tip=f"Make {where} owned by the user running lockbuild (or root) and writable by "
-                         "no one else (chown, chmod go-w).")
+        raise StoreError(
+            f"refused the store {root}: {where} {problem}, so another user could change what it holds.",
+            tip=f"Make {where} owned by the user running lockbuild (or root) and writable by "
+            "no one else (chown, chmod go-w).",
+        )
 
 
 def check_ancestors(root: Path) -> None:
@@ -77,12 +80,17 @@ def check_ancestors(root: Path) -> None:
         raise StoreError(f"cannot examine {exc.filename}, above the store {root}: {exc.strerror or exc}.") from None
     if found is None:
         return
-    fix = ("Put the store under directories owned by root or by the user running lockbuild" if found.owner else
-           "Put the store under directories only root (or the user running lockbuild) can write, or make the "
-           f"shared one sticky (chmod +t {found.directory})")
-    raise StoreError(f"refused the store {root}: the directory {found.directory} above it {found.problem}, so "
-                     "another user could swap the store for a tree of theirs while lockbuild works in it.",
-                     tip=f"{fix}; see docs/site-administrators.md.")
+    fix = (
+        "Put the store under directories owned by root or by the user running lockbuild"
+        if found.owner
+        else "Put the store under directories only root (or the user running lockbuild) can write, or make the "
+        f"shared one sticky (chmod +t {found.directory})"
+    )
+    raise StoreError(
+        f"refused the store {root}: the directory {found.directory} above it {found.problem}, so "
+        "another user could swap the store for a tree of theirs while lockbuild works in it.",
+        tip=f"{fix}; see docs/site-administrators.md.",
+    )
 
 
 def clear_tmp(store: Store) -> None:

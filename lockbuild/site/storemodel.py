@@ -43,8 +43,10 @@ def parse_ref(ref: str) -> tuple[str, str, str]:
     engine, sep, build = ref.partition("/")
     version, dash, variant = build.rpartition("-")
     if not sep or not dash:
-        raise StoreError(f"{ref[:120]!r} is not ENGINE/VERSION-VARIANT (for example vllm/0.11.0-cu128).",
-                         tip="`lockbuild store list --store DIR` shows the builds a store holds.")
+        raise StoreError(
+            f"{ref[:120]!r} is not ENGINE/VERSION-VARIANT (for example vllm/0.11.0-cu128).",
+            tip="`lockbuild store list --store DIR` shows the builds a store holds.",
+        )
     return check_name(engine, "engine"), check_name(version, "version"), check_name(variant, "variant")
 
 
@@ -87,9 +89,18 @@ def list_row(b: Build, present: int) -> dict[str, JSON]:
     """A build's row in ``store list --json``: an engine's fields, and for a model build (one per commit)
     also its ``repo`` and ``commit``."""
     m = b.manifest
-    row: dict[str, JSON] = {"build": b.ref, "engine": m.engine, "version": m.version, "variant": m.variant,
-                            "platform": m.platform, "serial": m.serial, "members": len(m.members),
-                            "present": present, "complete": present == len(m.members), "size": m.unpacked_size}
+    row: dict[str, JSON] = {
+        "build": b.ref,
+        "engine": m.engine,
+        "version": m.version,
+        "variant": m.variant,
+        "platform": m.platform,
+        "serial": m.serial,
+        "members": len(m.members),
+        "present": present,
+        "complete": present == len(m.members),
+        "size": m.unpacked_size,
+    }
     if m.model is not None:
         row.update(kind="model", repo=m.model.repo, commit=m.model.commit)
     return row

@@ -87,16 +87,19 @@ def load_store(directory: Path) -> TrustStore:
     """Every ``*.pub`` in ``directory``, ``revoked.txt`` and ``policy.toml``; anything malformed fails closed.
     The directory is opened once and checked on its descriptor (owned by this user or root, writable by
     no one else); its files are opened relative to it, never through a link."""
-    tip = (f"Put the publishers' minisign .pub files in {directory} (and optionally revoked.txt with one key id"
-           " per line); remove or fix any file that is not a valid public key.")
+    tip = (
+        f"Put the publishers' minisign .pub files in {directory} (and optionally revoked.txt with one key id"
+        " per line); remove or fix any file that is not a valid public key."
+    )
     try:
         dfd = open_dir(directory, follow=True)
     except OSError as exc:
         state = {errno.ENOENT: "does not exist", errno.ENOTDIR: "is not a directory"}.get(exc.errno or 0)
         if state is None:
             raise SignatureError(f"cannot open trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
-        raise SignatureError(f"trust directory {directory} {state}: expected a directory of .pub files",
-                             tip=tip) from None
+        raise SignatureError(
+            f"trust directory {directory} {state}: expected a directory of .pub files", tip=tip
+        ) from None
     try:
         _check_owner(os.fstat(dfd), directory, "trust directory")
         try:
@@ -122,7 +125,6 @@ def load_store(directory: Path) -> TrustStore:
     return build_store(keys, source=str(directory), revoked=revoked or "", policy=policy)
 
 
-
 def recheck_kept(source: Source, manifest: Manifest, limits: Limits = DEFAULT_LIMITS) -> Extracted:
     """Check ``source``'s members against ``manifest``, a manifest the one trust decision already accepted
     and that this user's own install kept beside what it installed (``verify --models`` without
@@ -130,8 +132,15 @@ def recheck_kept(source: Source, manifest: Manifest, limits: Limits = DEFAULT_LI
     install itself). The signatures are not judged again here; with ``--trust`` the caller opens the kept
     record with :func:`open_source` instead. The member loop is the one extraction."""
     with source.members(limits) as stream:
-        return extract(manifest, stream.pieces, dest=None, allow_absent=True, absent_tip=source.absent_tip,
-                       damage_tip=source.damage_tip, where=source.where)
+        return extract(
+            manifest,
+            stream.pieces,
+            dest=None,
+            allow_absent=True,
+            absent_tip=source.absent_tip,
+            damage_tip=source.damage_tip,
+            where=source.where,
+        )
 
 
 @dataclass(frozen=True)
@@ -198,15 +207,28 @@ class TrustedBundle:
         with self.source.members(self.limits) as stream:
             again = stream.manifest_bytes
             if again is not None and again != self.manifest_bytes:
-                raise IntegrityError(f"the bundle's manifest has sha256 {hashlib.sha256(again).hexdigest()}; the "
-                                     f"signatures sign {self.statement.manifest_sha256} ({self.source.label} changed"
-                                     " while it was read).", tip=TIP_AGAIN)
-            progress.start(action or ("checking" if dest is None else "unpacking"),
-                           total_bytes=self.manifest.unpacked_size,
-                           files=len(self.manifest.members))
-            done = extract(self.manifest, stream.pieces, dest=dest, want=want, progress=progress,
-                           allow_absent=allow_absent, absent_tip=self.source.absent_tip,
-                           damage_tip=self.source.damage_tip, where=self.source.where)
+                raise IntegrityError(
+                    f"the bundle's manifest has sha256 {hashlib.sha256(again).hexdigest()}; the "
+                    f"signatures sign {self.statement.manifest_sha256} ({self.source.label} changed"
+                    " while it was read).",
+                    tip=TIP_AGAIN,
+                )
+            progress.start(
+                action or ("checking" if dest is None else "unpacking"),
+                total_bytes=self.manifest.unpacked_size,
+                files=len(self.manifest.members),
+            )
+            done = extract(
+                self.manifest,
+                stream.pieces,
+                dest=dest,
+                want=want,
+                progress=progress,
+                allow_absent=allow_absent,
+                absent_tip=self.source.absent_tip,
+                damage_tip=self.source.damage_tip,
+                where=self.source.where,
+            )
         progress.finish()
         return done
 
@@ -256,6 +278,7 @@ def decide(
     if name is not None:
         if not signed_sizes(blocks, store, name=name):  # no trusted statement names it: refuse before reading it
             evaluate(blocks, store, name=name, now=current, threshold=threshold).require()
+
         def check(size: int, *, assembles: bool = False) -> None:
             if assembles:  # the file is about to be written from pieces: never past what was signed
                 check_not_larger(blocks, store, name=name, size=size)
@@ -271,9 +294,11 @@ def decide(
     subject = source.manifest_bytes(limits, statement.manifest_sha256)  # only now, after the policy is met
     digest = hashlib.sha256(subject).hexdigest()
     if digest != statement.manifest_sha256:
-        raise IntegrityError(f"{source.subject} has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
-                             tip=f"{source.subject[:1].upper()}{source.subject[1:]} is not the signed one: do not "
-                             "use it; fetch it again from its publisher.")
+        raise IntegrityError(
+            f"{source.subject} has sha256 {digest}; the signatures sign {statement.manifest_sha256}.",
+            tip=f"{source.subject[:1].upper()}{source.subject[1:]} is not the signed one: do not "
+            "use it; fetch it again from its publisher.",
+        )
     return Decision(digests, evaluation, statement, subject, blocks)
 
 
@@ -293,8 +318,10 @@ def open_source(
     asked = source.expect_ref
     got = f"{manifest.engine}/{manifest.version}-{manifest.variant}"
     if asked is not None and got != asked:
-        raise IntegrityError(f"{source.label} holds the signed manifest of another build ({got}); refused.",
-                             tip="Import or pull the build again: the store's entry was altered.")
+        raise IntegrityError(
+            f"{source.label} holds the signed manifest of another build ({got}); refused.",
+            tip="Import or pull the build again: the store's entry was altered.",
+        )
     return TrustedBundle(source, d.digests, d.evaluation, d.statement, manifest, d.subject_bytes, d.blocks, limits)
 
 
@@ -322,9 +349,16 @@ class VerifyResult:
     build: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"bundle": str(self.bundle), "build": self.build, "sha256": self.sha256, "size": self.size,
-                "signers": list(self.signers), "members": self.members, "absent": list(self.absent),
-                "policy": self.evaluation.to_json()}
+        return {
+            "bundle": str(self.bundle),
+            "build": self.build,
+            "sha256": self.sha256,
+            "size": self.size,
+            "signers": list(self.signers),
+            "members": self.members,
+            "absent": list(self.absent),
+            "policy": self.evaluation.to_json(),
+        }
 
 
 def verify_source(
@@ -339,9 +373,16 @@ def verify_source(
     source. Only a delta verified without its store may lack members; they are reported, not hidden."""
     trusted = open_source(source, store, threshold=threshold, now=now)
     done = trusted.extract(progress=progress, allow_absent=source.partial)
-    return VerifyResult(Path(source.label), trusted.sha256, trusted.statement.size, trusted.signer_ids,
-                        len(done.manifest.members), trusted.evaluation, tuple(m.path for m in done.absent),
-                        trusted.ref)
+    return VerifyResult(
+        Path(source.label),
+        trusted.sha256,
+        trusted.statement.size,
+        trusted.signer_ids,
+        len(done.manifest.members),
+        trusted.evaluation,
+        tuple(m.path for m in done.absent),
+        trusted.ref,
+    )
 
 
 def trust_dir(explicit: Path | None) -> Path:

@@ -30,8 +30,10 @@ from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import Policy, TrustStore
 
 CLOCK_SKEW = dt.timedelta(minutes=10)
-_ALTERED_TIP = ("Do not install this bundle: it or its signature was altered. Re-download both from the publisher"
-                " and report the mismatch.")
+_ALTERED_TIP = (
+    "Do not install this bundle: it or its signature was altered. Re-download both from the publisher"
+    " and report the mismatch."
+)
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,10 @@ def statement_problem(st: Statement, *, name: str | None, now: dt.datetime) -> t
     if st.expires is not None and now >= st.expires:
         return "expired", f"expired at {iso(st.expires)} (now {iso(now)})"
     if now + CLOCK_SKEW < st.as_of:
-        return "future", (f"is from {iso(st.as_of)}, after this machine's clock ({iso(now)}): set the node's clock"
-                          " correctly, expiry checks depend on it")
+        return "future", (
+            f"is from {iso(st.as_of)}, after this machine's clock ({iso(now)}): set the node's clock"
+            " correctly, expiry checks depend on it"
+        )
     return None
 
 
@@ -129,19 +133,19 @@ def statement_problem(st: Statement, *, name: str | None, now: dt.datetime) -> t
 # order decides the tip of a policy that is not met.
 REFUSAL_TIPS: dict[str, str] = {
     "renamed": "Use the bundle under the name it was signed as, {file} (rename it and its .minisig back): "
-               "a bundle's name is part of what is signed.",
+    "a bundle's name is part of what is signed.",
     "expired": "Ask the publisher for a freshly signed bundle (lockbuild sign --expires ...).",
     "future": "Set this machine's clock correctly (timedatectl, chrony); the signature is newer than its clock.",
     "revoked": "The key was revoked at this site: ask the publisher for the bundle signed by a key that is not.",
     "untrusted": "Add the publisher's .pub file to the trust directory if you do trust it, or get the bundle "
-                 "signed by a key it already holds.",
+    "signed by a key it already holds.",
     "legacy": "Sign the bundle again with lockbuild sign (or minisign -S, prehashed): legacy 'Ed' signatures "
-              "are refused.",
+    "are refused.",
     "foreign": "The signature is not lockbuild's: sign the bundle with lockbuild build or lockbuild sign.",
     "disagrees": "Signers disagree about this bundle: compare their statements (lockbuild inspect) before "
-                 "trusting any.",
+    "trusting any.",
     "repeated": "Get the bundle signed by {threshold} distinct trusted keys (lockbuild sign --key ...): a key "
-                "counts once.",
+    "counts once.",
 }
 THRESHOLD_TIP = "Get the bundle signed by {threshold} distinct trusted keys (lockbuild sign --key ...)."
 
@@ -167,12 +171,16 @@ def _judge(
     if store.is_revoked(key):
         return Verdict(index, kid, False, "is from a revoked key", key, kind="revoked")
     if sig.algorithm != SIG_ALG_HASHED:
-        return Verdict(index, kid, False, "uses the legacy non-prehashed 'Ed' algorithm, which is not accepted", key,
-                       kind="legacy")
+        return Verdict(
+            index, kid, False, "uses the legacy non-prehashed 'Ed' algorithm, which is not accepted", key, kind="legacy"
+        )
 
     def altered(why: str) -> SignatureError:
-        return SignatureError(f"signature {index} (key {kid}) names trusted key {key.key_id_hex} from {store.source}"
-                              f" but does not verify: {why}", tip=_ALTERED_TIP)
+        return SignatureError(
+            f"signature {index} (key {kid}) names trusted key {key.key_id_hex} from {store.source}"
+            f" but does not verify: {why}",
+            tip=_ALTERED_TIP,
+        )
 
     try:  # cryptography: a trusted key's signature that fails is a hard failure
         if file is not None and file.blake2b is not None:
@@ -239,8 +247,15 @@ def evaluate(
         for group in ranked[1:]:
             for i in group:
                 v = verdicts[i]
-                verdicts[i] = Verdict(v.index, v.key_id, False, "signs other facts than the counted signatures",
-                                      v.signer, v.statement, kind="disagrees")
+                verdicts[i] = Verdict(
+                    v.index,
+                    v.key_id,
+                    False,
+                    "signs other facts than the counted signatures",
+                    v.signer,
+                    v.statement,
+                    kind="disagrees",
+                )
     return Evaluation(tuple(verdicts), needed, store.source, chosen)
 
 
@@ -304,17 +319,24 @@ def check_dates(statement: Statement, policy: Policy) -> None:
     """The site's not-before / not-after bounds on the bundle's as-of time (its serial)."""
     when = statement.as_of
     if policy.not_before is not None and when < policy.not_before:
-        raise SignatureError(f"the bundle's as-of {iso(when)} is before the site's not-before "
-                             f"{iso(policy.not_before)}; refused.")
+        raise SignatureError(
+            f"the bundle's as-of {iso(when)} is before the site's not-before {iso(policy.not_before)}; refused."
+        )
     if policy.not_after is not None and when > policy.not_after:
-        raise SignatureError(f"the bundle's as-of {iso(when)} is after the site's not-after "
-                             f"{iso(policy.not_after)}; refused.")
+        raise SignatureError(
+            f"the bundle's as-of {iso(when)} is after the site's not-after {iso(policy.not_after)}; refused."
+        )
 
 
 def check_signed_metadata(statement: Statement, manifest: Manifest) -> None:
     """The signed statement and the manifest inside must describe the same bundle (no mix-and-match)."""
-    mine: dict[str, object] = {"engine": manifest.engine, "version": manifest.version, "variant": manifest.variant,
-                               "serial": manifest.serial, "file": manifest.bundle_name}
+    mine: dict[str, object] = {
+        "engine": manifest.engine,
+        "version": manifest.version,
+        "variant": manifest.variant,
+        "serial": manifest.serial,
+        "file": manifest.bundle_name,
+    }
     for key, value in mine.items():
         signed = getattr(statement, key)
         if signed != value:

@@ -39,8 +39,9 @@ def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes | N
     ``file_blake2b`` is ``FileDigests.blake2b``, which only a digest made with ``prehash`` carries."""
     if file_blake2b is None:
         raise ValueError("signing needs the file's BLAKE2b-512 (minisign's prehash): digest it with prehash=True")
-    return sign_prehashed(key, file_blake2b, statement.to_comment(),
-                          untrusted_comment=f"lockbuild signature {key.key_id_hex}")
+    return sign_prehashed(
+        key, file_blake2b, statement.to_comment(), untrusted_comment=f"lockbuild signature {key.key_id_hex}"
+    )
 
 
 def carry_over(
@@ -73,9 +74,15 @@ class SignResult:
     existing: Evaluation | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"bundle": str(self.bundle), "signature": str(self.signature), "signer": self.signer,
-                "replaced": self.replaced, "sha256": self.sha256, "members": self.members,
-                "existing": self.existing.to_json() if self.existing is not None else None}
+        return {
+            "bundle": str(self.bundle),
+            "signature": str(self.signature),
+            "signer": self.signer,
+            "replaced": self.replaced,
+            "sha256": self.sha256,
+            "members": self.members,
+            "existing": self.existing.to_json() if self.existing is not None else None,
+        }
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -143,19 +150,27 @@ def read_unverified(
         manifest, manifest_bytes = read_manifest(tar, limits)
         if on_manifest is not None:
             on_manifest(manifest, manifest_bytes)
-        progress.start(action or ("checking" if dest is None else "unpacking"), total_bytes=manifest.unpacked_size,
-                       files=len(manifest.members))
+        progress.start(
+            action or ("checking" if dest is None else "unpacking"),
+            total_bytes=manifest.unpacked_size,
+            files=len(manifest.members),
+        )
         extract(manifest, tar_pieces(tar, limits), dest=dest, want=want, progress=progress)
         got = f.finish() if f is not None else None
     if expect_sha256 is not None and got != expect_sha256:
-        raise IntegrityError(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.",
-                             tip=TIP)
+        raise IntegrityError(f"the bundle changed while it was read: sha256 {got}, expected {expect_sha256}.", tip=TIP)
     progress.finish()
     return manifest
 
 
-def judge_existing(existing: Sequence[Signature], store: TrustStore | None, *, name: str, digests: FileDigests,
-                   now: dt.datetime | None = None) -> Evaluation | None:
+def judge_existing(
+    existing: Sequence[Signature],
+    store: TrustStore | None,
+    *,
+    name: str,
+    digests: FileDigests,
+    now: dt.datetime | None = None,
+) -> Evaluation | None:
     """What the signatures already beside a file (a bundle, an image) amount to under ``store``, reported
     by ``sign`` (None without a store or blocks). A trusted key's signature that does not verify raises
     here: the file or its .minisig was altered."""
@@ -180,16 +195,21 @@ def sign_bundle(
         existing = read_signatures(sig_path)
     digests = digest_bundle(bundle)
     carried: list[bytes] = []  # the manifest's bytes as the bundle carries them: what the statement signs
-    manifest = read_unverified(bundle, progress=progress, expect_sha256=digests.sha256,  # every member, or refused
-                               on_manifest=lambda _m, raw: carried.append(raw))
+    manifest = read_unverified(
+        bundle,
+        progress=progress,
+        expect_sha256=digests.sha256,  # every member, or refused
+        on_manifest=lambda _m, raw: carried.append(raw),
+    )
     if bundle.name != manifest.bundle_name:
         raise IntegrityError(
             f"the bundle file is named {bundle.name}, but its manifest names {manifest.bundle_name}.",
             tip="Sign the bundle under the name it was built as; a renamed bundle is refused on every node.",
         )
     evaluation = judge_existing(existing, store, name=bundle.name, digests=digests, now=now)
-    statement = Statement.of(manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires,
-                             manifest_bytes=carried[0])
+    statement = Statement.of(
+        manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires, manifest_bytes=carried[0]
+    )
     block = sign_statement(key, statement, digests.blake2b)
     replaced = write_with_block(sig_path, existing, key.key_id, block)
     return SignResult(bundle, sig_path, key.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)
@@ -242,8 +262,16 @@ def sign_in_fresh_process(
     }
     argv = [sys.executable, "-I", "-S", "-c", BOOT, *_import_dirs()]
     try:
-        proc = subprocess.run(argv, input=json.dumps(request).encode(), stdout=subprocess.PIPE, stderr=None,
-                              env={"PATH": os.defpath}, cwd="/", timeout=SIGN_TIMEOUT, check=False)
+        proc = subprocess.run(
+            argv,
+            input=json.dumps(request).encode(),
+            stdout=subprocess.PIPE,
+            stderr=None,
+            env={"PATH": os.defpath},
+            cwd="/",
+            timeout=SIGN_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise SignatureError(f"the signing process did not finish within {SIGN_TIMEOUT} s.") from None
     except OSError as exc:
@@ -270,5 +298,4 @@ def sign_in_fresh_process(
     blocks = tuple(str(b) for b in answer["blocks"])
     if len(blocks) != len(items):
         raise SignatureError(f"the signing process made {len(blocks)} signatures; expected {len(items)}.")
-    return SignedBlocks(bytes.fromhex(answer["key_id"]), str(answer["key_id_hex"]), str(answer["public_key"]),
-                        blocks)
+    return SignedBlocks(bytes.fromhex(answer["key_id"]), str(answer["key_id_hex"]), str(answer["public_key"]), blocks)

@@ -141,8 +141,9 @@ class BundleFile:
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         try:
-            return read_regular(self.signatures, what="signature file", max_size=limits.max_signature_file,
-                                error=SignatureError)
+            return read_regular(
+                self.signatures, what="signature file", max_size=limits.max_signature_file, error=SignatureError
+            )
         except FileNotFoundError:
             raise SignatureError(
                 f"no signature file {self.signatures}; expected the bundle's .minisig beside it.",
@@ -194,7 +195,11 @@ def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signat
 
 
 def digest_bundle(
-    path: Path, limits: Limits = DEFAULT_LIMITS, check: Callable[[int], None] | None = None, *, prehash: bool = True,
+    path: Path,
+    limits: Limits = DEFAULT_LIMITS,
+    check: Callable[[int], None] | None = None,
+    *,
+    prehash: bool = True,
     what: str = "bundle",
 ) -> FileDigests:
     """Open the signed file (a regular file, bounded), run ``check(size)`` before reading a byte, then hash

@@ -110,28 +110,52 @@ class Statement:
             raise ValueError("a statement's size and serial are not negative")
 
     @classmethod
-    def of(cls, manifest: Manifest, *, name: str, sha256: str, size: int, expires: dt.datetime | None,
-           manifest_bytes: bytes | None = None) -> Statement:
+    def of(
+        cls,
+        manifest: Manifest,
+        *,
+        name: str,
+        sha256: str,
+        size: int,
+        expires: dt.datetime | None,
+        manifest_bytes: bytes | None = None,
+    ) -> Statement:
         """The statement for a bundle with ``manifest``; ``manifest_bytes``: the bytes the bundle carries
         (a co-signer signs those), else the builder's own serialisation."""
         digest = manifest_sha256(manifest) if manifest_bytes is None else hashlib.sha256(manifest_bytes).hexdigest()
-        return cls(name, manifest.engine, manifest.version, manifest.variant, sha256, size,
-                   digest, manifest.serial, expires)
+        return cls(
+            name, manifest.engine, manifest.version, manifest.variant, sha256, size, digest, manifest.serial, expires
+        )
 
     @property
     def subject(self) -> tuple[object, ...]:
         """What the statement says about the bundle (everything but how long it is valid)."""
-        return (self.file, self.engine, self.version, self.variant, self.sha256, self.size,
-                self.manifest_sha256, self.serial)
+        return (
+            self.file,
+            self.engine,
+            self.version,
+            self.variant,
+            self.sha256,
+            self.size,
+            self.manifest_sha256,
+            self.serial,
+        )
 
     @property
     def as_of(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.serial, dt.UTC)
 
     def to_comment(self) -> str:
-        fields = {"file": self.file, "engine": self.engine, "version": self.version, "variant": self.variant,
-                  "sha256": self.sha256, "size": str(self.size), "manifest-sha256": self.manifest_sha256,
-                  "serial": str(self.serial)}
+        fields = {
+            "file": self.file,
+            "engine": self.engine,
+            "version": self.version,
+            "variant": self.variant,
+            "sha256": self.sha256,
+            "size": str(self.size),
+            "manifest-sha256": self.manifest_sha256,
+            "serial": str(self.serial),
+        }
         if self.expires is not None:
             fields["expires"] = iso(self.expires)
         return format_trusted_comment(fields)
@@ -168,5 +192,6 @@ class Statement:
             expires = parse_time(f["expires"])
             if expires is None or expires.tzinfo is None:
                 raise SignatureError(f"the signed expiry {show(f['expires'][:40])} is not a time with a zone.")
-        return cls(f["file"], f["engine"], f["version"], f["variant"], f["sha256"], size, f["manifest-sha256"], serial,
-                   expires)
+        return cls(
+            f["file"], f["engine"], f["version"], f["variant"], f["sha256"], size, f["manifest-sha256"], serial, expires
+        )

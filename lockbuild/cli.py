@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from lockbuild import __version__
-from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, _Group, anywhere_options
+from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
 from lockbuild.commands import builder, doctor, image, keys, node
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
@@ -22,7 +22,7 @@ ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-class _Root(_Group):
+class _Root(Group):
     """The top-level group: its help lists the commands under their roles, not in one alphabetical list."""
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -98,7 +98,7 @@ def write_usage(formatter: click.HelpFormatter, prog: str, pieces: list[str]) ->
     formatter.write(wrapper.fill(args) + "\n")
 
 
-class _Command(click.Command):
+class Command(click.Command):
     """Every command also takes -v/--verbose and -q/--quiet after its name; its example is printed as written,
     never rewrapped, and its usage line is never cut inside a word."""
 
@@ -116,10 +116,10 @@ class _Command(click.Command):
         self.params.extend(anywhere_options(with_json=False))
 
 
-class _Group(click.Group):
+class Group(click.Group):
     """Catches lockbuild's errors once, at the top: ERROR and TIP lines, a traceback only with --verbose."""
 
-    command_class = _Command
+    command_class = Command
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         write_usage(formatter, ctx.command_path, self.collect_usage_pieces(ctx))
@@ -205,7 +205,7 @@ def _usage_error(exc: click.ClickException) -> dict[str, JSON]:
     return {"type": "UsageError", "message": exc.format_message(), "tip": tip, "exit_code": exc.exit_code}
 
 
-def _progress(ctx: click.Context) -> Progress:
+def progress_of(ctx: click.Context) -> Progress:
     from lockbuild.progress import Progress
 
     progress = Progress(enabled=not (ctx.obj.get("json") or ctx.obj.get("quiet")))
@@ -213,7 +213,7 @@ def _progress(ctx: click.Context) -> Progress:
     return progress
 
 
-def _emit(ctx: click.Context, data: Mapping[str, JSON], text: str) -> None:
+def emit(ctx: click.Context, data: Mapping[str, JSON], text: str) -> None:
     """The result: JSON on stdout under --json, else ``text``; either way with credentials in URLs masked
     and (in text) every non-printable character escaped, whatever the text came from."""
     from lockbuild.text import for_terminal, mask_data
@@ -224,7 +224,7 @@ def _emit(ctx: click.Context, data: Mapping[str, JSON], text: str) -> None:
         click.echo(for_terminal(text))
 
 
-def _warn(ctx: click.Context, warnings: Iterable[str]) -> None:
+def emit_warnings(ctx: click.Context, warnings: Iterable[str]) -> None:
     """Warnings (data on settings, plans and results) as lines on stderr; --json shows them in its object."""
     from lockbuild.text import for_terminal
 
@@ -233,12 +233,12 @@ def _warn(ctx: click.Context, warnings: Iterable[str]) -> None:
             click.echo(f"warning: {for_terminal(w)}", err=True)
 
 
-def _settings(ctx: click.Context, allow_insecure_http: bool) -> Settings:
+def settings_of(ctx: click.Context, allow_insecure_http: bool) -> Settings:
     """The builder's settings, read once from the flags and the environment (nothing below reads it)."""
     from lockbuild.settings import load
 
     settings = load(os.environ, home=Path.home(), allow_insecure_http=allow_insecure_http)
-    _warn(ctx, settings.warnings)
+    emit_warnings(ctx, settings.warnings)
     return settings
 
 
@@ -250,15 +250,15 @@ insecure_option = click.option(
 )
 
 
-def _take_password() -> str | None:
+def take_password() -> str | None:
     """LOCKBUILD_KEY_PASSWORD, removed from this process's environment as it is read, so that no child
     process (uv, a build backend) can inherit it."""
     return os.environ.pop("LOCKBUILD_KEY_PASSWORD", None)
 
 
-def _password(prompt: str = "Passphrase for the secret key") -> Callable[[], str]:
+def password_reader(prompt: str = "Passphrase for the secret key") -> Callable[[], str]:
     def get() -> str:
-        env = _take_password()
+        env = take_password()
         if env is not None:
             return env
         if not sys.stdin.isatty():
@@ -283,7 +283,7 @@ root_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 
 
-def _setup(ctx: click.Context, as_json: bool) -> None:
+def setup_output(ctx: click.Context, as_json: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["json"] = ctx.obj.get("json") or as_json
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from lockbuild.clikit import _emit, _progress
+from lockbuild.clikit import emit, progress_of
 
 
 def install_model_cli(ctx: click.Context, source: Any, models_dir: Path, *, opts: Any, installer: Any) -> None:
@@ -25,15 +25,15 @@ def install_model_cli(ctx: click.Context, source: Any, models_dir: Path, *, opts
     if trusted.manifest.model is None:
         result = installer.install_opened(trusted, started)
         verb = "installed" if result.status == "installed" else "already installed"
-        _emit(
+        emit(
             ctx,
             {**result.to_json(), "models": str(models_dir.absolute())},
             f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} "
             f"(models from {models_dir.absolute()})",
         )
         return
-    done = place_model(trusted, models_dir, wait=opts.wait, progress=_progress(ctx))
-    _emit(
+    done = place_model(trusted, models_dir, wait=opts.wait, progress=progress_of(ctx))
+    emit(
         ctx,
         {"status": "installed", **done.to_json()},
         f"installed: {done.repo} at {done.commit} ({done.files} files, {done.size / 1e6:,.1f} MB) in {done.snapshot}",
@@ -56,7 +56,7 @@ def verify_models_cli(
         + (f"; signed by {', '.join(c.signers)}" if c.signers else "")
         for c in checked
     )
-    _emit(
+    emit(
         ctx,
         {"models": str(models_dir.absolute()), "verified": [c.to_json() for c in checked]},
         text or f"no models under {models_dir}",
@@ -72,7 +72,7 @@ def list_models_cli(ctx: click.Context, models_dir: Path) -> None:
         f"{c.repo:<40} {c.commit}  {c.files} files {c.size / 1e6:,.1f} MB" + ("  (refs/main)" if c.current else "")
         for c in rows
     )
-    _emit(
+    emit(
         ctx,
         {"models": str(models_dir.absolute()), "installed": [c.to_json() for c in rows]},
         text or f"no models under {models_dir}",

@@ -1,6 +1,6 @@
 """The builder's settings: read once, in the CLI, from flags and the environment, then passed down.
 
-No library module reads ``os.environ``; it receives a frozen ``Settings``. Credentials are parsed out
+No library module reads ``os.environ``; it receives a frozen ``Settings``. IndexCredentials are parsed out
 of ``LOCKBUILD_INDEX_URL`` here, at the boundary, so every URL downstream is credential-free, and
 they travel only as an Authorization header to the host they belong to (``auth_for``).
 
@@ -34,7 +34,7 @@ DEFAULT_HUB_ENDPOINT = "https://huggingface.co"  # HF_ENDPOINT unset
 
 
 @dataclass(frozen=True)
-class Credentials:
+class IndexCredentials:
     """A user name and password for one index host; the password is never shown by repr."""
 
     username: str
@@ -51,7 +51,7 @@ class Settings:
     github_api: str
     github_download: str
     cache_dir: Path
-    index_credentials: Credentials | None = field(default=None, repr=False)
+    index_credentials: IndexCredentials | None = field(default=None, repr=False)
     github_token: str | None = field(default=None, repr=False)
     hf_endpoint: str = "https://huggingface.co"  # builder/hub.py::hub_endpoint (https, or http to loopback)
     hf_token: str | None = field(default=None, repr=False)
@@ -107,7 +107,7 @@ def _base(environ: Mapping[str, str], name: str, default: str) -> str:
     return value.rstrip("/")
 
 
-def _netrc_credentials(environ: Mapping[str, str], home: Path, host: str) -> Credentials | None:
+def _netrc_credentials(environ: Mapping[str, str], home: Path, host: str) -> IndexCredentials | None:
     path = Path(environ["NETRC"]) if environ.get("NETRC") else home / ".netrc"
     if not path.is_file():
         return None
@@ -120,7 +120,7 @@ def _netrc_credentials(environ: Mapping[str, str], home: Path, host: str) -> Cre
         ) from None
     if entry is None or not entry[2]:
         return None
-    return Credentials(entry[0] or TOKEN_USER, entry[2])
+    return IndexCredentials(entry[0] or TOKEN_USER, entry[2])
 
 
 def load(
@@ -137,11 +137,11 @@ def load(
     github_download = public(_base(environ, "LOCKBUILD_GITHUB_DOWNLOAD", DEFAULT_GITHUB_DOWNLOAD))
     insecure = allow_insecure_http or _truthy(environ.get(INSECURE_ENV))
     token = environ.get("LOCKBUILD_INDEX_TOKEN") or None
-    creds: Credentials | None
+    creds: IndexCredentials | None
     if password is not None:
-        creds = Credentials(user or TOKEN_USER, password)
+        creds = IndexCredentials(user or TOKEN_USER, password)
     elif token is not None:
-        creds = Credentials(user or TOKEN_USER, token)
+        creds = IndexCredentials(user or TOKEN_USER, token)
     else:
         creds = _netrc_credentials(environ, home, origin(index_url)[1])
     warnings: list[str] = []

@@ -512,7 +512,7 @@ def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
     """uv is given the credentials percent-encoded in its index URL: an answer echoing that URL holds them
     even where neither the user name nor the password appears as given (say, an e-mail address)."""
     import lockbuild.builder.resolve as resolve_module
-    from lockbuild.settings import Credentials
+    from lockbuild.settings import IndexCredentials
 
     fake = tmp_path / "uv"
     fake.write_text(
@@ -532,7 +532,7 @@ def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
         workdir=tmp_path / "w",
         cache_dir=tmp_path / "uv-cache",
         memo=memo,
-        credentials=Credentials("me@corp.example", "p@ss/w:rd"),
+        credentials=IndexCredentials("me@corp.example", "p@ss/w:rd"),
         inherit={"PATH": os.environ["PATH"]},
     )
     assert "me%40corp.example:p%40ss%2Fw%3Ard@index.example" in got.text and got.key is not None

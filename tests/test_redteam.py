@@ -348,7 +348,7 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
     import threading
 
     from lockbuild.builder.resolve import compile_lock
-    from lockbuild.settings import Credentials
+    from lockbuild.settings import IndexCredentials
     from lockbuild.target import Target
 
     wheel = _wheel()
@@ -412,7 +412,7 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
                 workdir=tmp_path / "w",
                 cache_dir=tmp_path / "uv-cache",
                 inherit={"PATH": os.environ["PATH"], "HOME": str(home)},
-                credentials=Credentials("lbuser", "IDX-PASSWORD"),
+                credentials=IndexCredentials("lbuser", "IDX-PASSWORD"),
             )
     finally:
         for server in (index, other):

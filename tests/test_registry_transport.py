@@ -29,8 +29,8 @@ from sitekit import cli, files_for, make_bundle
 import lockbuild.site.oci as oci
 from lockbuild.site.oci import (
     OCI_MANIFEST,
-    Credentials,
     Registry,
+    RegistryCredentials,
     RegistryError,
     Transport,
     parse_auth_realm,
@@ -211,7 +211,7 @@ def test_an_upload_asked_for_credentials_is_sent_again_whole() -> None:
             bodies.append(body)
             h.answer(201)
 
-    with fake(script) as server, registry(server, credentials=Credentials("alice", "pw")) as reg:
+    with fake(script) as server, registry(server, credentials=RegistryCredentials("alice", "pw")) as reg:
         server.read_body = False
         src = io.BytesIO(data)
         reg.upload_blob("sha256:" + hashlib.sha256(data).hexdigest(), src, len(data))
@@ -464,7 +464,7 @@ def _token_service(h: _Handler) -> None:
 def test_a_realm_on_another_port_gets_no_credentials_unless_named() -> None:
     with fake(_token_service) as thief, fake(_challenging(lambda: f"http://{thief.host}/token")) as server:
         with (
-            registry(server, credentials=Credentials("alice", "s3cret-pw")) as reg,
+            registry(server, credentials=RegistryCredentials("alice", "s3cret-pw")) as reg,
             pytest.raises(RegistryError) as exc,
         ):
             reg.get_manifest("1")
@@ -473,7 +473,7 @@ def test_a_realm_on_another_port_gets_no_credentials_unless_named() -> None:
         assert exc.value.tip is not None and f"--auth-realm {thief.host}" in exc.value.tip
         assert "s3cret-pw" not in exc.value.message + exc.value.tip
         # named with --auth-realm, the same realm is used: the password goes there, the token to the registry
-        with registry(server, credentials=Credentials("alice", "s3cret-pw"), auth_realms=[thief.host]) as reg:
+        with registry(server, credentials=RegistryCredentials("alice", "s3cret-pw"), auth_realms=[thief.host]) as reg:
             assert reg.get_manifest("1") == MANIFEST
     assert [s.headers.get("authorization", "").split()[0] for s in thief.seen] == ["Basic"]
     assert server.seen[-1].headers["authorization"] == "Bearer tok-123"
@@ -547,7 +547,7 @@ def test_basic_credentials_never_follow_a_redirect_to_another_origin() -> None:
             else:
                 h.answer(307, headers={"Location": f"http://{storage.host}/manifest"})
 
-        with fake(script) as server, registry(server, credentials=Credentials("alice", "pw")) as reg:
+        with fake(script) as server, registry(server, credentials=RegistryCredentials("alice", "pw")) as reg:
             assert reg.get_manifest("1") == MANIFEST
             assert server.seen[-1].headers["authorization"].startswith("Basic ")
     assert [s.headers.get("authorization") for s in storage.seen] == [None]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lockbuild.errors import IntegrityError
-from lockbuild.site.oci import Credentials, OciRef, Registry, RegistryError, parse_ref
+from lockbuild.site.oci import OciRef, Registry, RegistryCredentials, RegistryError, parse_ref
 from lockbuild.site.registry import ARTIFACT_TYPE, CONFIG_TYPE, oci_manifest, parse_artifact
 
 
@@ -29,7 +29,7 @@ def test_references_and_transport_rules() -> None:
 
 
 def test_credentials_never_show() -> None:
-    creds = Credentials("alice", "s3cret-pw")
+    creds = RegistryCredentials("alice", "s3cret-pw")
     assert "s3cret-pw" not in repr(creds) and "s3cret-pw" not in str(creds)
 
 

@@ -22,7 +22,7 @@ from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher
 from lockbuild.builder.http import make_client
 from lockbuild.builder.hub import HubFile, HubRevision, download_files, list_revision
-from lockbuild.builder.pack import Written, write
+from lockbuild.builder.pack import UnsignedBundle, write
 from lockbuild.bundle.manifest import Manifest, Member, member_order
 from lockbuild.bundle.modelinfo import (
     MODEL_DIR,
@@ -148,9 +148,9 @@ def assemble_model(
 
 @dataclass(frozen=True)
 class ModelWritten:
-    """A model bundle written under a temporary name (builder/pack.py's ``Written``), with what was chosen."""
+    """A model bundle written under a temporary name (builder/pack.py's ``UnsignedBundle``), with what was chosen."""
 
-    written: Written
+    written: UnsignedBundle
     revision: HubRevision
     choice: ModelChoice
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from lockbuild.clikit import _emit, _progress
+from lockbuild.clikit import emit, progress_of
 from lockbuild.jsonio import JSON
 
 
@@ -29,12 +29,12 @@ def build_model_cli(
     is read there only) and moved into place with its signature, as an engine's."""
     from lockbuild.builder.modelbuild import build_model
     from lockbuild.builder.pack import place_signed, statement_for
-    from lockbuild.clikit import _take_password, _warn
+    from lockbuild.clikit import emit_warnings, take_password
     from lockbuild.errors import RecipeError, SignatureError
     from lockbuild.recipe.modelrecipe import load_model_recipe
     from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
-    password = _take_password()
+    password = take_password()
     if self_test or build_spec is not None:
         err = RecipeError(
             f"{recipe} is a model recipe: --self-test and --build apply to engine recipes only.",
@@ -46,8 +46,8 @@ def build_model_cli(
     # The key opened and decrypted now, before anything is asked of the Hub, in a signing process that
     # signs nothing and exits (as for an engine); it is read again to sign.
     checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
-    done = build_model(r, settings, out, jobs=jobs, threads=threads, progress=_progress(ctx))
-    _warn(ctx, done.choice.warnings)
+    done = build_model(r, settings, out, jobs=jobs, threads=threads, progress=progress_of(ctx))
+    emit_warnings(ctx, done.choice.warnings)
     w = done.written
     try:
         statement = statement_for(w, expires)
@@ -81,7 +81,7 @@ def build_model_cli(
         "pickles": list(done.choice.selection.pickles),
         "warnings": list(done.choice.warnings),
     }
-    _emit(
+    emit(
         ctx,
         {"bundles": [result], "warnings": list(settings.warnings)},
         f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(done.choice.files)} files of {r.repo} at "

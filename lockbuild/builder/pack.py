@@ -133,7 +133,7 @@ def _bytes_member(path: str, data: bytes, kind: str) -> tuple[Member, bytes]:
     return Member(path, len(data), hashlib.sha256(data).hexdigest(), kind, ""), data
 
 
-Source = Path | Callable[[], Path | HashedFile]  # a file, or a file still arriving (the writer waits for it)
+PackInput = Path | Callable[[], Path | HashedFile]  # a file, or a file still arriving (the writer waits for it)
 
 
 def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[Manifest, list[Entry]]:
@@ -142,7 +142,7 @@ def assemble(plan: Plan, fetched: Mapping[str, Path], uv_version: str) -> tuple[
 
 
 def assemble_from(
-    plan: Plan, source: Callable[[str], Source], size: Callable[[str], int], uv_version: str
+    plan: Plan, source: Callable[[str], PackInput], size: Callable[[str], int], uv_version: str
 ) -> tuple[Manifest, list[Entry]]:
     """The manifest and the ordered entries; ``source(sha256)`` gives a member's file (or a callable that
     waits for it), ``size(sha256)`` its size, known before any byte arrives."""
@@ -204,7 +204,7 @@ def _attested(plan: Plan, entries: list[Entry]) -> tuple[tuple[str, Provenance],
 
 
 @dataclass(frozen=True)
-class Written:
+class UnsignedBundle:
     """A bundle written under a temporary name in its output directory, not yet signed or in place."""
 
     tmp: Path
@@ -223,7 +223,7 @@ def write(
     *,
     threads: int | None = None,
     progress: Progress | None = None,
-) -> Written:
+) -> UnsignedBundle:
     """Write the bundle to a temporary file in ``out_dir``, hashed as it is written (never read back)."""
     final = out_dir / manifest.bundle_name
     tmp = fsio.temp_beside(final)
@@ -248,10 +248,10 @@ def write(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Written(tmp, final, manifest, digests)
+    return UnsignedBundle(tmp, final, manifest, digests)
 
 
-def statement_for(written: Written, expires: dt.datetime | None) -> Statement:
+def statement_for(written: UnsignedBundle, expires: dt.datetime | None) -> Statement:
     """What a signature over a written bundle says: the signing process signs exactly this."""
     digests = written.digests
     return Statement.of(
@@ -259,7 +259,7 @@ def statement_for(written: Written, expires: dt.datetime | None) -> Statement:
     )
 
 
-def place_signed(written: Written, statement: Statement, *, signer: bytes, block: str) -> Packed:
+def place_signed(written: UnsignedBundle, statement: Statement, *, signer: bytes, block: str) -> Packed:
     """Move a written bundle into place with ``block``, the signing process's signature over ``statement``,
     followed by the co-signers' blocks that still describe the same bytes (``signer``'s own old one replaced)."""
     final, manifest, digests = written.final, written.manifest, written.digests
@@ -284,7 +284,7 @@ def place_signed(written: Written, statement: Statement, *, signer: bytes, block
     )
 
 
-def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
+def sign(written: UnsignedBundle, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
     """Sign a written bundle in this process (the benchmarks' in-process path; ``lockbuild build`` signs in
     its own signing process) and move both into place; ``key=None``: the bundle alone."""
     if key is not None:
@@ -301,7 +301,7 @@ def sign(written: Written, *, key: SecretKey | None, expires: dt.datetime | None
 
 def fetch_and_write(
     plan: Plan, fetcher: Fetcher, out_dir: Path, *, threads: int | None = None
-) -> tuple[Written, FetchReport]:
+) -> tuple[UnsignedBundle, FetchReport]:
     """Fetch and pack at once: downloads start in manifest order and each member is written as soon as it
     has arrived and been checked, so a cold build costs about the longer of the two, not their sum. The
     bytes do not depend on arrival order or thread count: members are always written in manifest order.

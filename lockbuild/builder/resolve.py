@@ -35,7 +35,7 @@ from lockbuild.builder.sdistmeta import SdistMetadata, uv_config
 from lockbuild.builder.uvsandbox import sandboxed_compile
 from lockbuild.errors import ResolveError, certificate_tip
 from lockbuild.recipe import SecondIndex
-from lockbuild.settings import Credentials
+from lockbuild.settings import IndexCredentials
 from lockbuild.target import Target
 from lockbuild.times import iso, parse_time
 from lockbuild.uvtool import clean_env, uv_binary, uv_version
@@ -113,7 +113,7 @@ def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
     )
 
 
-def _with_credentials(index_url: str, credentials: Credentials) -> str:
+def _with_credentials(index_url: str, credentials: IndexCredentials) -> str:
     """The index URL with its credentials, for uv's environment (never its argv, which other users can
     read). Not a netrc: uv answers a 401 from ANY port or scheme of a netrc host with the netrc's
     password, so an index page linking a plain-http file on the index's host would hand the password to
@@ -123,7 +123,7 @@ def _with_credentials(index_url: str, credentials: Credentials) -> str:
     return urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, parts.query, parts.fragment))
 
 
-def _secret_forms(credentials: Credentials) -> tuple[str, ...]:
+def _secret_forms(credentials: IndexCredentials) -> tuple[str, ...]:
     """The credentials as uv's output could show them: as given, percent-encoded (as in UV_INDEX_URL),
     and as the Basic authorization value."""
     raw = (credentials.username, credentials.password)
@@ -234,7 +234,7 @@ def compile_lock(
     workdir: Path,
     cache_dir: Path,
     inherit: Mapping[str, str] | None = None,
-    credentials: Credentials | None = None,
+    credentials: IndexCredentials | None = None,
     sdists_allowed: Sequence[str] = (),
     sdist_metadata: Sequence[SdistMetadata] = (),
     exclude_newer_package: Sequence[tuple[str, str | None]] = (),

@@ -14,18 +14,18 @@ import click
 
 from lockbuild import fsio
 from lockbuild.clikit import (
-    _Command,
-    _emit,
-    _progress,
-    _settings,
-    _setup,
-    _take_password,
-    _warn,
+    Command,
     build_option,
+    emit,
+    emit_warnings,
     expires_option,
     insecure_option,
     jobs_option,
     json_option,
+    progress_of,
+    settings_of,
+    setup_output,
+    take_password,
 )
 from lockbuild.errors import SignatureError
 from lockbuild.jsonio import JSON
@@ -33,11 +33,10 @@ from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary
 
 if TYPE_CHECKING:  # the commands import the builder only when they run
-    from lockbuild.builder.pack import Packed, Written
+    from lockbuild.builder.pack import Packed, UnsignedBundle
     from lockbuild.builder.plan import Plan
     from lockbuild.selftest.report import Report
 
-Command = _Command
 
 REUSED_NOTE = " (uv's resolution remembered from an earlier lock; every pin checked on the index)"
 fresh_lock_option = click.option(
@@ -80,21 +79,21 @@ def lock(
     extras.txt (the uv wheel and other bundled files, with sha256 and URL) and recipe.toml with as-of
     filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.builder.output import lock_json, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
-    settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    settings = dataclasses.replace(settings_of(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
     results: list[dict[str, JSON]] = []
-    with session(settings, progress=_progress(ctx)) as s:
+    with session(settings, progress=progress_of(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
     compared = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
     for plan, note in compared:
         write_plan_dir(plan, out)
-        _warn(ctx, plan.warnings)
+        emit_warnings(ctx, plan.warnings)
         results.append({**lock_json(plan), "provenance_note": note})
     text = "\n".join(
         f"locked {plan.recipe.engine.name} {plan.build.id}: {len(plan.lock.files)} packages as of {iso(plan.as_of)} "
@@ -104,7 +103,7 @@ def lock(
         + (f"\n  provenance: {note}" if note else "")
         for plan, note in compared
     )
-    _emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
+    emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
 
 
 @click.command(cls=Command, epilog="Example: lockbuild fetch bundles/onnxruntime.toml --build cpu-py311 --out fetched/")
@@ -131,20 +130,20 @@ def fetch(
     Files come through the content-addressed cache (LOCKBUILD_CACHE_DIR); each is checked against its
     sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.builder.output import lock_json, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
-    settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    settings = dataclasses.replace(settings_of(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     r = load_recipe(recipe)
     results: list[dict[str, JSON]] = []
     lines: list[str] = []
-    with session(settings, progress=_progress(ctx), jobs=jobs) as s:
+    with session(settings, progress=progress_of(ctx), jobs=jobs) as s:
         for b in r.select(build_spec):
             plan, note = _with_provenance_report(s.planner.plan(r, b), out)
-            _warn(ctx, plan.warnings)
+            emit_warnings(ctx, plan.warnings)
             paths, report = s.fetch(plan)
             write_plan_dir(plan, out, paths)
             lines.append(
@@ -162,7 +161,7 @@ def fetch(
                 }
             )
     text = "\n".join(lines)
-    _emit(ctx, {"fetches": results, "warnings": list(settings.warnings)}, text)
+    emit(ctx, {"fetches": results, "warnings": list(settings.warnings)}, text)
 
 
 @click.command(
@@ -223,13 +222,13 @@ def build(
     anything is locked or downloaded, such a process opens and decrypts the key and exits (a typed
     passphrase is asked for then, and again to sign), so a bad key stops the build at once.
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.builder.pack import fetch_and_write, place_signed, statement_for
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
     from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
-    settings = dataclasses.replace(_settings(ctx, allow_insecure_http), fresh_lock=fresh_lock)
+    settings = dataclasses.replace(settings_of(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
@@ -249,22 +248,22 @@ def build(
             allow_readable_key=allow_readable_key,
         )
         return
-    password = _take_password()  # out of the environment before uv or anything else runs
+    password = take_password()  # out of the environment before uv or anything else runs
     r = load_recipe(recipe)
     builds = r.select(build_spec)
     # The key opened and decrypted now, before anything is locked or downloaded and before any other
     # people's code starts, in a signing process that signs nothing and exits; it is read again to sign.
     checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
-    progress = _progress(ctx)
+    progress = progress_of(ctx)
     results: list[dict[str, JSON]] = []
     with session(settings, progress=progress, jobs=jobs) as s:
         plans = []
         for b in builds:  # every lock first: uv and the index's answers are done with before any packing
             plan = s.planner.plan(r, b)
-            _warn(ctx, plan.warnings)
+            emit_warnings(ctx, plan.warnings)
             plans.append(plan)
-        written: list[Written] = []
+        written: list[UnsignedBundle] = []
         try:
             for n, plan in enumerate(plans, 1):  # fetched and packed at once, members in manifest order
                 if len(plans) > 1:  # which of the builds the packing line below is about
@@ -336,19 +335,19 @@ def build(
         if trust_dir is not None:
             _check_trusted(signed, trust_dir)
         if not ctx.obj.get("json"):
-            _emit(ctx, {}, text)
+            emit(ctx, {}, text)
         show_after_build(ctx, reports, {"bundles": results, "warnings": list(settings.warnings)})
         return
-    _emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
+    emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
 
 
-def _prehash(w: Written) -> bytes:
+def _prehash(w: UnsignedBundle) -> bytes:
     if w.digests.blake2b is None:  # pragma: no cover - the writer always digests with prehash
         raise ValueError("a written bundle without its BLAKE2b-512 prehash cannot be signed")
     return bytes(w.digests.blake2b)
 
 
-def _self_test_before_signing(ctx: click.Context, written: list[Written]) -> list[Report]:
+def _self_test_before_signing(ctx: click.Context, written: list[UnsignedBundle]) -> list[Report]:
     """``build --self-test``: each unsigned bundle tested in the self-test's sandbox, before any key is read.
     The self-test checks signatures first, so each bundle gets one from a throw-away key made here and
     trusted only by this run (a private directory beside OUT, removed afterwards); the bundle file tested
@@ -370,7 +369,7 @@ def _self_test_before_signing(ctx: click.Context, written: list[Written]) -> lis
             block = sign_statement(throwaway, statement_for(w, None), _prehash(w))
             fsio.write_new(t / f"{w.final.name}.minisig", block.encode("utf-8"))
             opts = SelfTestOptions(trust_dir=t / "trust", environ=dict(os.environ))
-            reports.append(self_test(tested, opts, _progress(ctx)))
+            reports.append(self_test(tested, opts, progress_of(ctx)))
     return reports
 
 

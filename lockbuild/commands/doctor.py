@@ -8,13 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import _Command, _emit, _setup, json_option, root_option, trust_option
+from lockbuild.clikit import Command, emit, json_option, root_option, setup_output, trust_option
 from lockbuild.errors import LockbuildError
 
 if TYPE_CHECKING:
     from lockbuild.install.doctor import CatalogueBuild
-
-Command = _Command
 
 
 @click.command(cls=Command, epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
@@ -46,7 +44,7 @@ def doctor(
     """Report what this node has: NVIDIA driver and GPUs, Pythons, free space, trusted keys, installed
     engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
     would take of each engine and version in the store."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.install.doctor import examine, render
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
@@ -73,7 +71,7 @@ def doctor(
         "default": f"{where} (the default, ./bundles)",
         "none": f"not checked: no --catalogue, and no ./bundles in {Path.cwd()}",
     }[how]
-    _emit(ctx, report, render(report) + f"\ncatalogue   {said}")
+    emit(ctx, report, render(report) + f"\ncatalogue   {said}")
 
 
 DEFAULT_CATALOGUE = Path("bundles")  # relative to the current directory: a checkout's recipes

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import _Command, _emit, _progress, _setup, json_option, threshold_option, trust_option
-
-Command = _Command
+from lockbuild.clikit import Command, emit, json_option, progress_of, setup_output, threshold_option, trust_option
 
 
 @click.command(
@@ -78,7 +76,7 @@ def image(
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.image.build import make_image
     from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import InstallOptions
@@ -93,9 +91,9 @@ def image(
         environ=dict(os.environ),
     )
     with named_source(bundle, store=store_dir) as source:
-        res = make_image(source, opts, prefix, out, progress=_progress(ctx))
+        res = make_image(source, opts, prefix, out, progress=progress_of(ctx))
     sign = f"lockbuild sign {shlex.quote(str(out))} --key KEY"  # the path as the user gave it, from where they are
-    _emit(
+    emit(
         ctx,
         {**res.to_json(), "sign_command": sign},
         f"image: {res.engine} {res.version}-{res.variant} for {res.record.prefix} at "

@@ -9,18 +9,16 @@ from pathlib import Path
 import click
 
 from lockbuild.clikit import (
-    _Command,
-    _emit,
-    _password,
-    _progress,
-    _setup,
-    _take_password,
+    Command,
+    emit,
     expires_option,
     json_option,
+    password_reader,
+    progress_of,
+    setup_output,
+    take_password,
 )
 from lockbuild.errors import LockbuildError, SignatureError
-
-Command = _Command
 
 
 @click.command(
@@ -60,7 +58,7 @@ def sign(
     how an expiry is renewed. An image (FILE.sqfs from `lockbuild image`) is checked against its record
     FILE.sqfs.json and the marker inside it; one signature covers the image and its record.
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.image.record import is_image
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust import load_store, sign_bundle
@@ -70,17 +68,17 @@ def sign(
         from lockbuild.image.sign import sign_image
 
         done = sign_image(
-            bundle, key, password=_take_password(), allow_readable_key=allow_readable_key, expires=expires, store=store
+            bundle, key, password=take_password(), allow_readable_key=allow_readable_key, expires=expires, store=store
         )
         verb = "re-signed" if done.replaced else "signed"
-        _emit(
+        emit(
             ctx,
             done.to_json(),
             f"{verb} the image {bundle.name} and its record with key {done.signer} -> {done.signature}",
         )
         return
-    secret = read_secret_key(key, _password(), allow_readable=allow_readable_key)
-    res = sign_bundle(bundle, secret, expires=expires, store=store, progress=_progress(ctx))
+    secret = read_secret_key(key, password_reader(), allow_readable=allow_readable_key)
+    res = sign_bundle(bundle, secret, expires=expires, store=store, progress=progress_of(ctx))
     verb = "re-signed" if res.replaced else "signed"
     lines = [
         f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",
@@ -91,7 +89,7 @@ def sign(
             f"  existing signature {v.index} (key {v.key_id}): " + ("counts" if v.counts else v.reason)
             for v in res.existing.verdicts
         ]
-    _emit(ctx, res.to_json(), "\n".join(lines))
+    emit(ctx, res.to_json(), "\n".join(lines))
 
 
 @click.command(
@@ -104,7 +102,7 @@ def sign(
 @click.pass_context
 def keygen(ctx: click.Context, path: Path, no_password: bool, force: bool, as_json: bool) -> None:
     """Write a minisign-compatible key pair: PATH.key (mode 0600) and PATH.pub."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.minisign import read_public_key, write_keypair
     from lockbuild.minisign.keyfiles import unignored_in_git
 
@@ -125,7 +123,7 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, force: bool, as_js
 
     password = None
     if not no_password:
-        password = _take_password()
+        password = take_password()
         if password is None:
             if not sys.stdin.isatty():
                 raise SignatureError(
@@ -144,7 +142,7 @@ def keygen(ctx: click.Context, path: Path, no_password: bool, force: bool, as_js
             )
     secret_path, public_path = write_keypair(path, password=password)
     pub = read_public_key(public_path)
-    _emit(
+    emit(
         ctx,
         {"secret_key": str(secret_path), "public_key": str(public_path), "key_id": pub.key_id_hex},
         f"wrote {secret_path} (keep it secret) and {public_path} (key id {pub.key_id_hex})",

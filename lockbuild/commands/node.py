@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 import click
 
 from lockbuild.clikit import (
-    _Command,
-    _emit,
-    _progress,
-    _setup,
-    _warn,
+    Command,
+    emit,
+    emit_warnings,
     json_option,
+    progress_of,
     root_option,
+    setup_output,
     threshold_option,
     trust_option,
 )
@@ -25,8 +25,6 @@ from lockbuild.times import iso
 if TYPE_CHECKING:  # no network code below the node's commands: the installer is imported when they run
     from lockbuild.install.installer import Installer, InstallOptions
     from lockbuild.site.sources import Choosing
-
-Command = _Command
 
 
 store_option = click.option(
@@ -69,7 +67,7 @@ def verify(
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR; or an image FILE.sqfs from `image`
     (its .minisig and record FILE.sqfs.json beside it). --models DIR [ORG/NAME]: the installed models.
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     if models_dir is not None:
         from lockbuild.modelcli import verify_models_cli
 
@@ -86,7 +84,7 @@ def verify(
         from lockbuild.image.verify import verify_image
 
         done = verify_image(Path(bundle), load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        _emit(
+        emit(
             ctx,
             done.to_json(),
             f"OK {Path(bundle).name}: signed by {', '.join(done.signers)}; the image, its "
@@ -95,10 +93,10 @@ def verify(
         return
     with named_source(bundle, store=store_dir) as source:
         store = load_store(resolve_trust_dir(trust_dir))
-        res = verify_source(source, store, threshold=threshold, progress=_progress(ctx))
+        res = verify_source(source, store, threshold=threshold, progress=progress_of(ctx))
     left = f"; {len(res.absent)} left to a store (pass --store to check them too)" if res.absent else ""
     checked = res.members - len(res.absent)
-    _emit(
+    emit(
         ctx,
         res.to_json(),
         f"OK {Path(bundle).name}: signed by {', '.join(res.signers)}; {checked} members match "
@@ -118,7 +116,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.bundle.manifest import parse_manifest
     from lockbuild.errors import SignatureError as SigErr
     from lockbuild.limits import DEFAULT_LIMITS
@@ -197,7 +195,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]
-    _emit(ctx, data, "\n".join(lines))
+    emit(ctx, data, "\n".join(lines))
 
 
 @click.command(
@@ -262,7 +260,7 @@ def install(
     fits its GPUs and driver (the asked version first, then the newest CUDA it runs, then the narrowest
     capability range) and says why each other one was passed over.
     """
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import Installer, InstallOptions
     from lockbuild.site.sources import choosing_form
@@ -279,7 +277,7 @@ def install(
         environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
         models=models_dir,
     )
-    installer = Installer(opts, progress=_progress(ctx))
+    installer = Installer(opts, progress=progress_of(ctx))
     from lockbuild.site.sources import named_source  # no network code either
 
     request = choosing_form(bundle, store=store_dir)
@@ -295,8 +293,8 @@ def install(
     with named_source(bundle, store=store_dir) as source:
         result = installer.install(source)
     verb = "installed" if result.status == "installed" else "already installed"
-    _warn(ctx, result.warnings)
-    _emit(
+    emit_warnings(ctx, result.warnings)
+    emit(
         ctx,
         result.to_json(),
         f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path}" + result.python_line(),
@@ -360,8 +358,8 @@ def _install_chosen(
         f"{verb}: {result.engine} {result.version}-{result.variant} at {result.path} (chosen for this node)"
         + result.python_line()
     )
-    _warn(ctx, result.warnings)
-    _emit(ctx, {**result.to_json(), **got.to_json()}, text)
+    emit_warnings(ctx, result.warnings)
+    emit(ctx, {**result.to_json(), **got.to_json()}, text)
 
 
 @click.command("list", cls=Command, epilog="Example: lockbuild list --root /opt/engines --json")
@@ -380,7 +378,7 @@ def list_(
 ) -> None:
     """List installed engines with version, variant, installed time and bundle digest (or, with --images, the
     images in a folder; with --models, the models installed there)."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     if models_dir is not None:
         from lockbuild.modelcli import list_models_cli
 
@@ -401,7 +399,7 @@ def list_(
         )
         or f"no engines under {root}"
     )
-    _emit(ctx, {"root": str(root.absolute()), "installed": data}, text)
+    emit(ctx, {"root": str(root.absolute()), "installed": data}, text)
 
 
 def _list_images(ctx: click.Context, folder: Path) -> None:
@@ -424,7 +422,7 @@ def _list_images(ctx: click.Context, folder: Path) -> None:
             )
         )
     text = "\n".join(lines) or f"no images in {folder}"
-    _emit(
+    emit(
         ctx,
         {"folder": str(folder.absolute()), "images": [x.to_json() for x in rows]},
         text + ("\n(read, not verified: lockbuild verify FILE.sqfs --trust DIR checks one)" if rows else ""),
@@ -440,11 +438,11 @@ def _list_images(ctx: click.Context, folder: Path) -> None:
 @click.pass_context
 def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: float, as_json: bool) -> None:
     """Remove an installed engine environment."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.install.installer import remove as do_remove
 
     path = do_remove(root, engine, build_id, wait=wait)
-    _emit(ctx, {"removed": str(path)}, f"removed {path}")
+    emit(ctx, {"removed": str(path)}, f"removed {path}")
 
 
 COMMANDS = (verify, inspect, install, list_, remove)

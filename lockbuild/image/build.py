@@ -35,7 +35,7 @@ from lockbuild.image import bytecode, view
 from lockbuild.image.record import SUFFIX, TOOLS_TIP, Record, record_path
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.node import Node, detect
-from lockbuild.install.pythons import PYTHONS, _place, check_usable_by_others
+from lockbuild.install.pythons import PYTHONS, check_usable_by_others, place_interpreter
 from lockbuild.install.stage import View
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress, written_of
@@ -176,7 +176,7 @@ def _inside(m: Manifest, unpacked: Path, staged: Path, prefix: Path, chosen: lis
     member = next(x for x in m.members if x.path == m.install.interpreter)
     pydir = staged / PYTHONS
     pydir.mkdir(mode=0o755)
-    exe = _place(pydir, unpacked / member.path, member.sha256, m.python)
+    exe = place_interpreter(pydir, unpacked / member.path, member.sha256, m.python)
     seen = prefix / exe.relative_to(staged)
     chosen.append(str(seen))
     yield seen

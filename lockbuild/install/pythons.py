@@ -29,7 +29,7 @@ from lockbuild.errors import InstallError
 from lockbuild.install import archives
 from lockbuild.install.marker import list_installed
 from lockbuild.install.places import check_place, prepare
-from lockbuild.install.swap import _open_lock, engine_lock
+from lockbuild.install.swap import engine_lock, open_lock
 from lockbuild.install.tools import python_version
 
 PYTHONS = ".python"
@@ -47,16 +47,16 @@ def bundled_python(root: Path, archive: Path, sha256: str, want: str, *, wait: f
     use = -1
     try:
         with engine_lock(pydir, wait=max(wait, 60.0)):
-            use, _ = _open_lock(pydir / f"{sha256}.use")
+            use, _ = open_lock(pydir / f"{sha256}.use")
             fcntl.flock(use, fcntl.LOCK_SH)
-            exe = _place(pydir, archive, sha256, want)
+            exe = place_interpreter(pydir, archive, sha256, want)
         yield exe
     finally:
         if use >= 0:
             os.close(use)
 
 
-def _place(pydir: Path, archive: Path, sha256: str, want: str) -> Path:
+def place_interpreter(pydir: Path, archive: Path, sha256: str, want: str) -> Path:
     with os.scandir(pydir) as entries:
         stale = [e.path for e in entries if e.name.startswith(_UNPACKING)]
     for path in stale:  # left by a killed run (we hold the lock: nobody else is unpacking)
@@ -147,7 +147,7 @@ def collect(root: Path, *, wait: float = 0.0) -> list[str]:
         for sha in present:
             if sha in used:
                 continue
-            fd, _ = _open_lock(pydir / f"{sha}.use")
+            fd, _ = open_lock(pydir / f"{sha}.use")
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -30,7 +30,7 @@ def _same(path: Path, st: os.stat_result) -> bool:
     return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
-def _open_lock(path: Path) -> tuple[int, os.stat_result]:
+def open_lock(path: Path) -> tuple[int, os.stat_result]:
     """The lock file, opened without following a link and without truncating anything; refused unless
     it is a regular file of the installing user (another user's file is never written to)."""
     try:
@@ -62,7 +62,7 @@ def engine_lock(engine_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
     path = engine_dir / LOCK_NAME
     deadline = time.monotonic() + wait
     while True:
-        fd, st = _open_lock(path)
+        fd, st = open_lock(path)
         try:
             _acquire(fd, engine_dir, deadline)
         except BaseException:

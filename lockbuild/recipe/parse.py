@@ -35,7 +35,14 @@ from lockbuild.recipe.model import (
     Recipe,
     SecondIndex,
 )
-from lockbuild.recipe.tables import _assets, _index, _indexes, _interpreter, _source, _wheel
+from lockbuild.recipe.tables import (
+    parse_assets,
+    parse_index,
+    parse_indexes,
+    parse_interpreter,
+    parse_source,
+    parse_wheel,
+)
 from lockbuild.target import Target, parse_platform
 from lockbuild.times import iso
 
@@ -168,18 +175,18 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     if free_gb is not None and not 0 < free_gb < 100_000:
         p.add(f"{where}.free-gb", f"expected between 1 and 99999, found {free_gb}")
     gpu = _gpu(t.table("gpu"), f"{where}.gpu", p)
-    index = _index(t.table("index"), f"{where}.index", p, parsed)
-    indexes = _indexes(t, where, p, parsed, index)
-    source = _source(t.table("source"), f"{where}.source", p)
-    wheel = _wheel(t.table("wheel"), f"{where}.wheel", p)
-    assets = _assets(t.table("assets"), f"{where}.assets", p)
+    index = parse_index(t.table("index"), f"{where}.index", p, parsed)
+    indexes = parse_indexes(t, where, p, parsed, index)
+    source = parse_source(t.table("source"), f"{where}.source", p)
+    wheel = parse_wheel(t.table("wheel"), f"{where}.wheel", p)
+    assets = parse_assets(t.table("assets"), f"{where}.assets", p)
     pins = _pin_sha256(t.table("pin-sha256"), f"{where}.pin-sha256", p)
     exempt = _exclude_newer_package(t.table("exclude-newer-package"), f"{where}.exclude-newer-package", p)
     on_node = t.strings("build-on-node", "a list of package names", required=False) or ()
     bad = [n for n in on_node if not project_name(n)]
     if bad:
         p.add(f"{where}.build-on-node", f"expected package names, found {bad[0][:SHOWN]!r}")
-    python_exe = _interpreter(t.table("interpreter"), f"{where}.interpreter", p, python)
+    python_exe = parse_interpreter(t.table("interpreter"), f"{where}.interpreter", p, python)
     on_primary = _primary_packages(t, where, p, ((index,) if index is not None else ()) + indexes)
     serves = _serves(t, where, p, version)
     if version is None or variant is None or target is None or reqs is None:

@@ -52,7 +52,7 @@ def _url(t: Table, name: str, expected: str) -> str | None:
     return value
 
 
-def _index(
+def parse_index(
     data: Mapping[str, Any] | None,
     where: str,
     p: Problems,
@@ -105,7 +105,7 @@ def _index(
     return SecondIndex(url.rstrip("/"), tuple(dict.fromkeys(canonical)), name)
 
 
-def _indexes(
+def parse_indexes(
     t: Table, where: str, p: Problems, reqs: list[Requirement], single: SecondIndex | None
 ) -> tuple[SecondIndex, ...]:
     """``indexes = [{ name, url, packages }, ...]``: more explicit extra indexes. A name is given once, and
@@ -124,7 +124,7 @@ def _indexes(
         if not isinstance(entry, dict):
             p.add(f"{where}.indexes[{j}]", f"expected a table {{ name, url, packages }}, found {describe(entry)}")
             continue
-        got = _index(entry, f"{where}.indexes[{j}]", p, reqs, keys=("name", "url", "packages"))
+        got = parse_index(entry, f"{where}.indexes[{j}]", p, reqs, keys=("name", "url", "packages"))
         if got is not None:
             out.append(got)
     names: dict[str, int] = {}
@@ -147,7 +147,7 @@ def _indexes(
     return tuple(out)
 
 
-def _source(data: Mapping[str, Any] | None, where: str, p: Problems) -> SourceArchive | None:
+def parse_source(data: Mapping[str, Any] | None, where: str, p: Problems) -> SourceArchive | None:
     if data is None:
         return None
     t = Table(data, where, p, ("url", "sha256", "top", "dir", "requirements"))
@@ -190,7 +190,7 @@ def _self_wheel(data: Mapping[str, Any], where: str, p: Problems) -> SelfWheel |
     return SelfWheel(sha)
 
 
-def _wheel(data: Mapping[str, Any] | None, where: str, p: Problems) -> ReleaseWheel | UrlWheel | SelfWheel | None:
+def parse_wheel(data: Mapping[str, Any] | None, where: str, p: Problems) -> ReleaseWheel | UrlWheel | SelfWheel | None:
     if data is None:
         return None
     if "url" in data:
@@ -212,7 +212,9 @@ def _wheel(data: Mapping[str, Any] | None, where: str, p: Problems) -> ReleaseWh
     return ReleaseWheel(repo, tag, prefix, suffix, canonicalize_name(project))
 
 
-def _interpreter(data: Mapping[str, Any] | None, where: str, p: Problems, python: str | None) -> Interpreter | None:
+def parse_interpreter(
+    data: Mapping[str, Any] | None, where: str, p: Problems, python: str | None
+) -> Interpreter | None:
     """``interpreter = { tag, file }`` (``repo`` defaults to python-build-standalone's): an archive of
     ``python/`` for the build's Python; a file name that names another X.Y is refused here already."""
     if data is None:
@@ -234,7 +236,7 @@ def _interpreter(data: Mapping[str, Any] | None, where: str, p: Problems, python
     return Interpreter(repo or interpreter.DEFAULT_REPO, tag, file)
 
 
-def _assets(data: Mapping[str, Any] | None, where: str, p: Problems) -> Assets | None:
+def parse_assets(data: Mapping[str, Any] | None, where: str, p: Problems) -> Assets | None:
     if data is None:
         return None
     t = Table(data, where, p, ("tag", "dir", "files"))

@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
+from lockbuild.clikit import (
+    Command,
+    Group,
+    emit,
+    json_option,
+    progress_of,
+    setup_output,
+    threshold_option,
+    trust_option,
+)
 from lockbuild.jsonio import JSON
 from lockbuild.selftest.defaults import TIMEOUT
 from lockbuild.text import for_terminal
@@ -40,7 +49,7 @@ def _show(ctx: click.Context, reports: list[Report], extra: Mapping[str, JSON] |
     if failed or unchecked:
         data["ok"] = False
         data["error"] = {"type": kind, "message": message, "tip": tip, "exit_code": code}
-    _emit(ctx, data, "\n\n".join(r.text() for r in reports))
+    emit(ctx, data, "\n\n".join(r.text() for r in reports))
     if failed or unchecked:
         if not ctx.obj.get("json"):
             click.echo(f"ERROR {for_terminal(message)}", err=True)
@@ -74,7 +83,7 @@ def show_after_build(ctx: click.Context, reports: list[Report], built: Mapping[s
 
 @click.command(
     "test",
-    cls=_Command,
+    cls=Command,
     epilog="Example: lockbuild test dist/onnxruntime-1.20.1-cpu-py311-x86_64-"
     "manylinux_2_28.lbz --trust keys/ --json\n"
     "Exit codes: 0 passed, 1 failed (a step failed, or a network attempt to a host not in allow-network), "
@@ -130,7 +139,7 @@ def test(
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
     from `delta` (with --store), or ENGINE/VERSION-VARIANT with --store DIR."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.selftest.run import SelfTestOptions, self_test
 
     opts = SelfTestOptions(
@@ -143,8 +152,8 @@ def test(
         environ=dict(os.environ),
         model=model,
     )
-    _show(ctx, [self_test(bundle, opts, _progress(ctx), store=store_dir)])
+    _show(ctx, [self_test(bundle, opts, progress_of(ctx), store=store_dir)])
 
 
-def register(main: _Group) -> None:
+def register(main: Group) -> None:
     main.add_command(test)

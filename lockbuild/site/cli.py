@@ -15,13 +15,22 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import _Command, _emit, _Group, _progress, _setup, json_option, threshold_option, trust_option
+from lockbuild.clikit import (
+    Command,
+    Group,
+    emit,
+    json_option,
+    progress_of,
+    setup_output,
+    threshold_option,
+    trust_option,
+)
 from lockbuild.errors import IntegrityError
 from lockbuild.jsonio import JSON
 from lockbuild.text import for_terminal, one_line
 
 if TYPE_CHECKING:
-    from lockbuild.site.oci import Credentials
+    from lockbuild.site.oci import RegistryCredentials
 
 store_option = click.option(
     "--store", "store_dir", type=click.Path(path_type=Path, file_okay=False), required=True, help="The site store."
@@ -33,7 +42,7 @@ wait_option = click.option(
 
 @click.command(
     "import",
-    cls=_Command,
+    cls=Command,
     epilog="Example: lockbuild import vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
     "--trust /etc/lockbuild/keys --store /srv/lockbuild",
 )
@@ -57,13 +66,13 @@ def import_(
 
     BUNDLE is a .lbz (with its .minisig beside it), the NAME.lbz.parts.toml that `split` wrote, or a
     NAME.delta.lbz that `delta` wrote (the store must hold the members it leaves out)."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.importer import import_bundle
     from lockbuild.site.store import Store
 
     with Store(store_dir, create=True) as store:
         done = import_bundle(
-            store, bundle, trust_dir=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait
+            store, bundle, trust_dir=trust_dir, threshold=threshold, progress=progress_of(ctx), wait=wait
         )
     data: dict[str, JSON] = {
         "build": done.ref,
@@ -73,7 +82,7 @@ def import_(
         "signers": list(done.signers),
         "store": str(store_dir),
     }
-    _emit(
+    emit(
         ctx,
         data,
         f"OK imported {done.ref} into {store_dir}: {done.members} members, {done.added} new blobs "
@@ -81,7 +90,7 @@ def import_(
     )
 
 
-@click.group("store", cls=_Group, epilog="Example: lockbuild store list --store /srv/lockbuild")
+@click.group("store", cls=Group, epilog="Example: lockbuild store list --store /srv/lockbuild")
 def store_group() -> None:
     """Look after a site store: list its builds, re-hash its blobs, remove unreferenced blobs, export a
     package index."""
@@ -93,7 +102,7 @@ def store_group() -> None:
 @click.pass_context
 def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     """The builds a store holds, with their sizes and how many of their blobs are present."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.store import Store
     from lockbuild.site.storemodel import list_line, list_row
 
@@ -106,7 +115,7 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
             lines.append(list_line(b, present))
         blobs = store.blob_names()
     lines.append(f"{len(rows)} build(s), {len(blobs)} blob(s) in {store_dir}")
-    _emit(ctx, {"store": str(store_dir), "builds": rows, "blobs": len(blobs)}, "\n".join(lines))
+    emit(ctx, {"store": str(store_dir), "builds": rows, "blobs": len(blobs)}, "\n".join(lines))
 
 
 @store_group.command("verify", epilog="Example: lockbuild store verify --store /srv/lockbuild")
@@ -117,7 +126,7 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
 @click.pass_context
 def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damaged: bool, as_json: bool) -> None:
     """Re-hash every blob and check every build's manifest and blobs; exit 4 if anything is damaged."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.store import Store
 
     with Store(store_dir) as store, store.lock(exclusive=remove_damaged, wait=wait):
@@ -138,7 +147,7 @@ def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damage
             tip="Run it again with --remove-damaged, then import or pull the builds again; they fetch only "
             "what is missing.",
         )
-    _emit(
+    emit(
         ctx,
         {"store": str(store_dir), "blobs": count, "damage": []},
         f"OK {store_dir}: {count} blobs re-hashed, every build complete",
@@ -152,12 +161,12 @@ def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damage
 @click.pass_context
 def store_gc(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) -> None:
     """Remove blobs no build references (waits for, or refuses during, an import or pull)."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.store import Store
 
     with Store(store_dir) as store, store.lock(exclusive=True, wait=wait):
         removed, freed = store.gc()
-    _emit(
+    emit(
         ctx,
         {"store": str(store_dir), "removed_blobs": removed, "freed_bytes": freed},
         f"OK removed {removed} unreferenced blob(s), {freed / 1e6:.1f} MB",
@@ -208,12 +217,12 @@ def store_index(
     for pip and uv inside the air gap: OUT/simple/ and OUT/files/, each file the store's checked blob. The new
     index replaces OUT whole. With --key, OUT/SHA256SUMS lists every file and SHA256SUMS.minisig signs it.
     The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt."""
-    _setup(ctx, as_json)
-    from lockbuild.clikit import _take_password
+    setup_output(ctx, as_json)
+    from lockbuild.clikit import take_password
     from lockbuild.site.export import Signing, export_index
     from lockbuild.site.store import Store
 
-    signing = Signing(key, _take_password(), allow_readable_key) if key is not None else None
+    signing = Signing(key, take_password(), allow_readable_key) if key is not None else None
     with Store(store_dir) as store:
         done = export_index(store, out, refs=refs, signing=signing, wait=wait)
     missing = done.without_upload_time
@@ -237,7 +246,7 @@ def store_index(
             err=True,
         )
     signed = f"; SHA256SUMS signed by {done.signer}" if done.signer else ""
-    _emit(
+    emit(
         ctx,
         data,
         f"OK indexed {len(done.dists)} file(s) of {len(done.builds)} build(s) at {out} "
@@ -247,7 +256,7 @@ def store_index(
 
 @click.command(
     "split",
-    cls=_Command,
+    cls=Command,
     epilog="Example: lockbuild split vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz --size 4G --out /media/usb",
 )
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
@@ -258,7 +267,7 @@ def store_index(
 def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json: bool) -> None:
     """Cut a bundle into parts that `cat` joins into the identical file, with a part list of sha256s.
     `lockbuild import NAME.lbz.parts.toml` takes the part list directly."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.parts import parse_size, read_part_list, split
 
     listing_path = split(bundle, parse_size(size_text), out)
@@ -269,14 +278,14 @@ def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json:
         "size": listing.size,
         "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in listing.parts],
     }
-    _emit(
+    emit(
         ctx,
         data,
         f"OK {len(listing.parts)} part(s) of {bundle.name} in {out}; part list {listing_path.name}",
     )
 
 
-def _credentials(username: str | None, password_stdin: bool) -> Credentials | None:
+def _credentials(username: str | None, password_stdin: bool) -> RegistryCredentials | None:
     from lockbuild.site import oci
 
     if password_stdin and not username:
@@ -284,7 +293,7 @@ def _credentials(username: str | None, password_stdin: bool) -> Credentials | No
     if not username:
         return None
     password = sys.stdin.readline().rstrip("\r\n") if password_stdin else ""
-    return oci.Credentials(username, password)
+    return oci.RegistryCredentials(username, password)
 
 
 def registry_options(f: Callable[..., None]) -> Callable[..., None]:
@@ -316,7 +325,7 @@ def registry_options(f: Callable[..., None]) -> Callable[..., None]:
 
 @click.command(
     "push",
-    cls=_Command,
+    cls=Command,
     epilog="Example: lockbuild push vllm/0.11.0-cu128 oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
     "--store /srv/lockbuild",
 )
@@ -351,7 +360,7 @@ def push_(
     part list or a delta (completed by --store). Its signatures are checked against --trust and every
     member against the signed manifest before it is uploaded; each member is one blob, by its sha256,
     uploaded once."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import push
     from lockbuild.site.sources import named_source
@@ -371,7 +380,7 @@ def push_(
             auth_realms=auth_realms,
             transport=transport_with(os.environ.get(RETRY_ENV)),
         ) as reg:
-            done = push(trusted, reg, progress=_progress(ctx))
+            done = push(trusted, reg, progress=progress_of(ctx))
     data: dict[str, JSON] = {
         "build": done.ref,
         "target": str(ref),
@@ -380,7 +389,7 @@ def push_(
         "uploaded_bytes": done.moved_bytes,
         "retries": reg.retries,
     }
-    _emit(
+    emit(
         ctx,
         data,
         f"OK pushed {done.ref} to {ref}: {done.moved} of {done.blobs} blobs uploaded "
@@ -390,7 +399,7 @@ def push_(
 
 @click.command(
     "pull",
-    cls=_Command,
+    cls=Command,
     epilog="Example: lockbuild pull oci://registry.site:5000/engines/vllm:0.11.0-cu128 "
     "--store /srv/lockbuild --trust /etc/lockbuild/keys",
 )
@@ -420,7 +429,7 @@ def pull_(
 ) -> None:
     """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
     any blob is requested; then only the blobs the store lacks are fetched, each checked as it streams."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.site.registry import pull
     from lockbuild.site.store import Store
@@ -441,7 +450,9 @@ def pull_(
                 transport=transport_with(os.environ.get(RETRY_ENV)),
             ) as reg,
         ):
-            done = pull(reg, store, trust=trust_dir, threshold=threshold, progress=_progress(ctx), wait=wait, jobs=jobs)
+            done = pull(
+                reg, store, trust=trust_dir, threshold=threshold, progress=progress_of(ctx), wait=wait, jobs=jobs
+            )
     except BaseException:
         # a store another node created meanwhile (nodes sharing one) is not this pull's to forget
         _forget_new_store(made if store is None or store.created else None, store_dir)
@@ -456,7 +467,7 @@ def pull_(
         "store": str(store_dir),
         "retries": reg.retries,
     }
-    _emit(
+    emit(
         ctx,
         data,
         f"OK pulled {done.ref} from {ref} into {store_dir}: {done.moved} of {done.blobs} blobs "
@@ -480,7 +491,7 @@ def _forget_new_store(made: Path | None, store_dir: Path) -> None:
 
 @click.command(
     "delta",
-    cls=_Command,
+    cls=Command,
     epilog="Example: lockbuild delta vllm-0.11.0-cu128-x86_64-manylinux_2_28.lbz "
     "--base vllm-0.10.2-cu128-x86_64-manylinux_2_28.lbz --out deltas/ --trust /etc/lockbuild/keys",
 )
@@ -502,13 +513,13 @@ def delta_(
     """Write NAME.delta.lbz: NEW's signed manifest and only the members BASE lacks, with NEW's signatures
     (no key needed). NEW and BASE must meet --trust's policy first. `lockbuild import` completes the
     delta in a store that holds BASE's members."""
-    _setup(ctx, as_json)
+    setup_output(ctx, as_json)
     from lockbuild.site.delta import write_delta
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     done = write_delta(
-        new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold, progress=_progress(ctx)
+        new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold, progress=progress_of(ctx)
     )
     size = done.path.stat().st_size
     data: dict[str, JSON] = {
@@ -519,7 +530,7 @@ def delta_(
         "size": size,
         "full_size": done.full_size,
     }
-    _emit(
+    emit(
         ctx,
         data,
         f"OK {done.path.name}: {done.included} of {done.members} members, {size / 1e6:.1f} MB "

@@ -97,7 +97,7 @@ def parse_head(raw: bytes) -> DeltaHead:
 
 
 @dataclass(frozen=True)
-class Written:
+class WrittenDelta:
     path: Path
     members: int
     included: int
@@ -139,7 +139,7 @@ def write_delta(
     threshold: int | None = None,
     progress: Progress | None = None,
     limits: Limits = DEFAULT_LIMITS,
-) -> Written:
+) -> WrittenDelta:
     """Cut NEW against BASE into OUT/NAME.delta.lbz (+ .minisig). Both are opened through the one trust
     decision first; NEW is then extracted in full (every member against its signed manifest), BASE is
     used only for its signed manifest. No key is needed: the delta carries NEW's signature blocks."""
@@ -180,4 +180,4 @@ def write_delta(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     final = out_dir / name
-    return Written(final, len(manifest.members), len(keep), sum(m.size for m in keep), new.stat().st_size)
+    return WrittenDelta(final, len(manifest.members), len(keep), sum(m.size for m in keep), new.stat().st_size)

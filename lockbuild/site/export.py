@@ -39,7 +39,7 @@ from lockbuild.site.pyindex import (
     trusted_comment,
 )
 from lockbuild.site.store import Store
-from lockbuild.site.storemodel import Build
+from lockbuild.site.storemodel import StoredBuild
 
 KINDS = ("wheel", "sdist")
 _TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
@@ -102,11 +102,11 @@ def check_out(out: Path) -> None:
         )
 
 
-def chosen_builds(store: Store, refs: Sequence[str]) -> list[Build]:
+def chosen_builds(store: Store, refs: Sequence[str]) -> list[StoredBuild]:
     return [store.build(r) for r in dict.fromkeys(refs)] if refs else store.builds_all()
 
 
-def _dists_of(builds: Sequence[Build]) -> list[tuple[Dist, str]]:
+def _dists_of(builds: Sequence[StoredBuild]) -> list[tuple[Dist, str]]:
     """Each wheel and sdist once, with the build that lists it; one file name with two contents is refused."""
     seen: dict[str, tuple[Dist, str]] = {}
     for b in builds:

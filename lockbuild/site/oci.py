@@ -61,7 +61,7 @@ from lockbuild.site.ociclient import (
     TransferCut,
     Transport,
 )
-from lockbuild.site.ociref import Credentials, OciRef, RegistryError, parse_auth_realm, parse_ref, realm_refusal
+from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError, parse_auth_realm, parse_ref, realm_refusal
 from lockbuild.site.retry import RETRY_ENV, with_budget
 
 __all__ = [
@@ -71,9 +71,9 @@ __all__ = [
     "OCI_MANIFEST",
     "RETRY_ENV",
     "TRANSPORT_ERRORS",
-    "Credentials",
     "OciRef",
     "Registry",
+    "RegistryCredentials",
     "RegistryError",
     "TransferCut",
     "Transport",
@@ -101,7 +101,7 @@ class Registry(Connection):
         *,
         plain_http: bool = False,
         ca_file: Path | None = None,
-        credentials: Credentials | None = None,
+        credentials: RegistryCredentials | None = None,
         auth_realms: Sequence[str] = (),
         transport: Transport | None = None,
     ) -> None:

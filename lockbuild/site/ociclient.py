@@ -32,8 +32,8 @@ from lockbuild.errors import LockbuildError
 from lockbuild.jsonio import loads_json
 from lockbuild.limits import MiB
 from lockbuild.site.ociref import (
-    Credentials,
     OciRef,
+    RegistryCredentials,
     RegistryError,
     is_loopback,
     parse_auth_realm,
@@ -103,7 +103,7 @@ class Connection:
         *,
         plain_http: bool = False,
         ca_file: Path | None = None,
-        credentials: Credentials | None = None,
+        credentials: RegistryCredentials | None = None,
         auth_realms: Sequence[str] = (),
         transport: Transport,
     ) -> None:

@@ -79,12 +79,12 @@ def parse_ref(text: str) -> OciRef:
 
 
 @dataclass(frozen=True)
-class Credentials:
+class RegistryCredentials:
     username: str
     password: str
 
     def __repr__(self) -> str:  # never shown, not even in a traceback
-        return "Credentials(<hidden>)"
+        return "RegistryCredentials(<hidden>)"
 
     def basic(self) -> str:
         return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()

@@ -49,12 +49,12 @@ from lockbuild.fsio import (
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.site import storecare
 from lockbuild.site.storemodel import (
-    Build,
     Damage,
+    StoredBuild,
     StoreError,
-    _names,
     check_hex,
     check_name,
+    list_names,
     merge_signatures,
     parse_ref,
 )
@@ -275,7 +275,7 @@ class Store:
         fsync_dir(self.blobs)
 
     def blob_names(self) -> list[str]:
-        return _names(self.blobs)
+        return list_names(self.blobs)
 
     def rehash(self, name: str) -> str:
         h = hashlib.sha256()
@@ -347,7 +347,7 @@ class Store:
             os.close(fd)
         return manifest, sigs
 
-    def build(self, ref: str) -> Build:
+    def build(self, ref: str) -> StoredBuild:
         return self._parse_build(ref, *self.build_files(ref))
 
     def build_files(self, ref: str) -> tuple[bytes, bytes]:
@@ -369,24 +369,24 @@ class Store:
             )
         return got
 
-    def _parse_build(self, ref: str, manifest_bytes: bytes, signatures: bytes) -> Build:
+    def _parse_build(self, ref: str, manifest_bytes: bytes, signatures: bytes) -> StoredBuild:
         manifest = parse_manifest(manifest_bytes, self.limits)
-        b = Build(manifest, manifest_bytes, signatures)
+        b = StoredBuild(manifest, manifest_bytes, signatures)
         if b.ref != ref:
             raise IntegrityError(f"the store's {ref} holds the manifest of {b.ref}; refused.", tip=_TIP_DAMAGE)
         return b
 
     def refs(self) -> list[str]:
         out = []
-        for engine in _names(self.builds):
+        for engine in list_names(self.builds):
             efd = self._dir(self.builds, engine, False, keep=False)
             try:
-                out += [f"{engine}/{name}" for name in _names(efd)]
+                out += [f"{engine}/{name}" for name in list_names(efd)]
             finally:
                 os.close(efd)
         return out
 
-    def builds_all(self) -> list[Build]:
+    def builds_all(self) -> list[StoredBuild]:
         return [self.build(ref) for ref in self.refs()]
 
     # -- maintenance (lockbuild/site/storecare.py) ------------------------------------------------

@@ -21,7 +21,7 @@ from lockbuild.fsio import (
     read_regular,
     remove_at,
 )
-from lockbuild.site.storemodel import _HEX, Damage, StoreError
+from lockbuild.site.storemodel import HEX, Damage, StoreError
 
 if TYPE_CHECKING:
     from lockbuild.site.store import Store
@@ -109,7 +109,7 @@ def verify(store: Store, *, remove: bool = False) -> list[Damage]:
     damage: list[Damage] = []
     for name in store.blob_names():
         rel = f"blobs/sha256/{name}"
-        if not _HEX.fullmatch(name):
+        if not HEX.fullmatch(name):
             damage.append(Damage(rel, "a file that is not named by a sha256"))
             continue
         try:

@@ -15,7 +15,7 @@ from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import parse_signatures
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
 
-_HEX = re.compile(SHA256_HEX)
+HEX = re.compile(SHA256_HEX)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 
@@ -33,7 +33,7 @@ def check_name(value: str, what: str) -> str:
 
 
 def check_hex(value: str) -> str:
-    if not _HEX.fullmatch(value):
+    if not HEX.fullmatch(value):
         raise StoreError(f"{value[:80]!r} is not a sha256 (64 lower-case hex digits).")
     return value
 
@@ -72,7 +72,7 @@ def merge_signatures(old: bytes, new: bytes, limits: Limits = DEFAULT_LIMITS) ->
 
 
 @dataclass(frozen=True)
-class Build:
+class StoredBuild:
     """One engine/version-variant in the store: its signed manifest and signature blocks."""
 
     manifest: Manifest
@@ -85,7 +85,7 @@ class Build:
         return f"{m.engine}/{m.version}-{m.variant}"
 
 
-def list_row(b: Build, present: int) -> dict[str, JSON]:
+def list_row(b: StoredBuild, present: int) -> dict[str, JSON]:
     """A build's row in ``store list --json``: an engine's fields, and for a model build (one per commit)
     also its ``repo`` and ``commit``."""
     m = b.manifest
@@ -106,7 +106,7 @@ def list_row(b: Build, present: int) -> dict[str, JSON]:
     return row
 
 
-def list_line(b: Build, present: int) -> str:
+def list_line(b: StoredBuild, present: int) -> str:
     """A build's line in ``store list``: an engine's platform, or a model's repo."""
     m = b.manifest
     where = m.platform if m.model is None else f"model {m.model.repo}"
@@ -120,4 +120,4 @@ class Damage:
     problem: str
 
 
-_names = list_dir  # the store lists by descriptor (lockbuild.fsio)
+list_names = list_dir  # the store lists by descriptor (lockbuild.fsio)

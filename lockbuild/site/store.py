@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild.bundle.manifest import Manifest, parse_manifest
-from lockbuild.digest import CHUNK
+from lockbuild.digest import pump
 from lockbuild.errors import IntegrityError
 from lockbuild.fsio import (
     busy_error,
@@ -280,8 +280,7 @@ class Store:
     def rehash(self, name: str) -> str:
         h = hashlib.sha256()
         with self.open_blob(name) as f:
-            while chunk := f.read(CHUNK):
-                h.update(chunk)
+            pump(f.read, h.update)
         return h.hexdigest()
 
     # -- builds -------------------------------------------------------------------------------

@@ -84,10 +84,11 @@ ENTRIES: list[Mutation] = [
     ),
     # --- site/registry.py: pull -------------------------------------------------------------------
     Mutation(
-        "a pulled blob is read no further than its signed size (the one read-hash loop's bound)",
+        "a pulled blob is read no further than its signed size (digest.pump's bound, both its guards)",
         "lockbuild/digest.py",
-        "if limit is not None and total > limit:\n            break",
-        "if False:\n            break",
+        "if want <= 0:\n            break\n        chunk = read(want)\n        if not chunk:\n            break\n"
+        "        total += len(chunk)\n        if limit is not None and total > limit:\n            break",
+        "chunk = read(max(want, 1))\n        if not chunk:\n            break\n        total += len(chunk)",
         "tests/test_pull_bounds.py",
     ),
     Mutation(

@@ -97,7 +97,6 @@ def pump(
     *sinks: Callable[[C], object],
     limit: int | None = None,
     peek: bool = True,
-    exact: str | None = None,
     advance: Callable[[int], None] | None = None,
 ) -> int:
     """The one read-hash loop: ``read(n)`` (at most ``n`` bytes, at most ``CHUNK``; empty at the end) until
@@ -107,9 +106,8 @@ def pump(
     ``limit``: at most ``limit`` bytes are fed. With ``peek`` (the default) one byte more is asked for, so
     a source longer than ``limit`` is seen, never silently cut: the count is then over ``limit`` and the
     chunk that crossed it is fed to no sink (the caller refuses the source, in its own words). Without
-    ``peek`` what follows ``limit`` stays unread (a split's next part). ``exact``: what the source is, for
-    the messages; a count other than ``limit`` is then an ``IntegrityError`` (it shrank or grew while it
-    was read)."""
+    ``peek`` what follows ``limit`` stays unread (a split's next part). A source that ends before
+    ``limit`` is the caller's to judge, by the count."""
     stop = None if limit is None else limit + 1 if peek else limit
     total = 0
     while True:
@@ -126,9 +124,6 @@ def pump(
             sink(chunk)
         if advance is not None:
             advance(len(chunk))
-    if exact is not None and limit is not None and total != limit:
-        why = "shrank" if total < limit else "grew"
-        raise IntegrityError(f"{exact} {why} while it was read: expected {limit} bytes.")
     return total
 
 

@@ -831,7 +831,7 @@ ENTRIES: list[Mutation] = [
     # --- selftest/ ----------------------------------------------------------------------------------
     Mutation(
         "only loopback addresses count as local in the self-test",
-        "lockbuild/selftest/trace.py",
+        "lockbuild/selftest/tracelog.py",
         'if host.lower().rstrip(".") in ("localhost", "localhost.localdomain", "ip6-localhost"):',
         "if True:",
         SELFTEST_PURE,

@@ -100,7 +100,6 @@ OVER_THE_BOUND = {
     "bundle/manifest.py": "over the bound since the formatter's commit: being split",
     "commands/node.py": "over the bound since the formatter's commit: being split",
     "install/fit.py": "over the bound since the formatter's commit: being split",
-    "selftest/trace.py": "over the bound since the formatter's commit: being split",
     "site/ociclient.py": "over the bound since the formatter's commit: being split",
     "site/store.py": "over the bound since the formatter's commit: being split",
 }

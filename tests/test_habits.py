@@ -101,7 +101,6 @@ OVER_THE_BOUND = {
     "commands/node.py": "over the bound since the formatter's commit: being split",
     "install/fit.py": "over the bound since the formatter's commit: being split",
     "site/ociclient.py": "over the bound since the formatter's commit: being split",
-    "site/store.py": "over the bound since the formatter's commit: being split",
 }
 
 

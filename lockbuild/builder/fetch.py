@@ -13,16 +13,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 from urllib.parse import urlsplit
 
 import httpx
 
 from lockbuild import fsio
+from lockbuild.builder import curlget
 from lockbuild.builder.cache import GIT_KEY, Cache, digest_of, entry_hash
 from lockbuild.builder.sink import Sink
 from lockbuild.digest import HashedFile, Hasher
@@ -107,6 +108,7 @@ class Fetcher:
         sleep: Callable[[float], None] = time.sleep,
         max_unsized: int = MAX_UNSIZED,
         hash_hits: bool = True,
+        transfer: Literal["curl", "httpx"] = "curl",
     ) -> None:
         self.cache = cache
         self.client = client
@@ -119,6 +121,7 @@ class Fetcher:
         # False: a cache hit of known size is checked by type and size only, and the caller hashes every
         # byte it reads (the bundle writer does, and refuses a mismatch): each byte hashed once
         self.hash_hits = hash_hits
+        self.transfer = transfer  # who receives the bytes: libcurl (builder/curlget.py) or httpx, same rules
 
     def fetch_all(self, wanted: Sequence[Wanted]) -> FetchReport:
         """Bring every file (cached ones are only re-hashed); the first failure cancels the rest and is raised."""
@@ -224,33 +227,40 @@ class Fetcher:
         headers = {"Accept-Encoding": "identity", **dict(w.headers)}
         if offset:
             headers["Range"] = f"bytes={offset}-"
+
+        def body(chunk: bytes) -> None:
+            if cancel.is_set():
+                raise cancelled(w)
+            sink.write(chunk)
+
+        if self.transfer == "curl":
+            curlget.get(self.client, w.url, headers, lambda status, h: _answer(w, sink, offset, status, h), body)
+            return
         with self.client.stream("GET", w.url, headers=headers) as resp:
-            status = resp.status_code
-            if status in _RETRY_STATUS:
-                raise _Retry(f"HTTP {status}")
-            if offset and status == 416:
-                raise _Restart(f"HTTP 416 for bytes={offset}-")
-            if offset and status == 206:
-                if not resp.headers.get("content-range", "").startswith(f"bytes {offset}-"):
-                    raise _Restart(f"a Range answer for other bytes ({resp.headers.get('content-range')})")
-            elif status == 200:
-                if offset:  # the server ignored Range: start again cleanly
-                    sink.restart()
-            else:
-                raise FetchError(
-                    f"{w.label}: {w.url} answered HTTP {status}; expected 200.",
-                    tip="Check that the file still exists at that address"
-                    + (
-                        " and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it."
-                        if status in (401, 403)
-                        else "."
-                    ),
-                )
-            sink.expect(resp.headers.get("content-length"))
+            _answer(w, sink, offset, resp.status_code, resp.headers)
             for chunk in resp.iter_raw():
-                if cancel.is_set():
-                    raise cancelled(w)
-                sink.write(chunk)
+                body(chunk)
+
+
+def _answer(w: Wanted, sink: Sink, offset: int, status: int, headers: Mapping[str, str]) -> None:
+    """Judge an answer's status and headers before a byte of its body is taken (``offset``: the Range asked)."""
+    if status in _RETRY_STATUS:
+        raise _Retry(f"HTTP {status}")
+    if offset and status == 416:
+        raise _Restart(f"HTTP 416 for bytes={offset}-")
+    if offset and status == 206:
+        if not headers.get("content-range", "").startswith(f"bytes {offset}-"):
+            raise _Restart(f"a Range answer for other bytes ({headers.get('content-range')})")
+    elif status == 200:
+        if offset:  # the server ignored Range: start again cleanly
+            sink.restart()
+    else:
+        raise FetchError(
+            f"{w.label}: {w.url} answered HTTP {status}; expected 200.",
+            tip="Check that the file still exists at that address"
+            + (" and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it." if status in (401, 403) else "."),
+        )
+    sink.expect(headers.get("content-length"))
 
 
 def _check(w: Wanted, sink: Sink) -> None:

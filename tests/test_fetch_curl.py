@@ -4,6 +4,7 @@ credentials from the settings only to their host, http and https only, and a cle
 from __future__ import annotations
 
 import hashlib
+import ssl
 from pathlib import Path
 
 import pytest
@@ -73,5 +74,32 @@ def test_without_pycurl_the_error_says_what_to_install(tmp_path: Path, monkeypat
         with make_client() as c, pytest.raises(FetchError, match=r"needs pycurl") as exc:
             Fetcher(Cache(tmp_path), c).fetch_all([_wanted(f"{srv.url}/a.tgz", b"x")])
         assert exc.value.tip is not None and "pip install pycurl" in exc.value.tip
+    finally:
+        srv.close()
+
+
+def test_a_private_ca_is_taken_from_ssl_cert_file_and_without_it_the_tip_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_sdist_metadata import make_ca_and_server_cert
+
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    srv = FakeServer()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.httpd.socket = ctx.wrap_socket(srv.httpd.socket, server_side=True)
+    try:
+        data = b"over tls" * 1000
+        srv.add_file("/a.tgz", data)
+        url = f"https://127.0.0.1:{srv.httpd.server_address[1]}/a.tgz"
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with make_client() as c, pytest.raises(FetchError, match="certificate") as exc:
+            Fetcher(Cache(tmp_path / "c1"), c, sleep=lambda s: None).fetch_all([_wanted(url, data)])
+        assert exc.value.tip is not None and "SSL_CERT_FILE" in exc.value.tip
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        with make_client() as c:
+            report = Fetcher(Cache(tmp_path / "c2"), c).fetch_all([_wanted(url, data)])
+        assert report.files[0].path.read_bytes() == data
     finally:
         srv.close()

@@ -14,7 +14,7 @@ caller's retry and its tips are the same for both.
 from __future__ import annotations
 
 import importlib
-import os
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -158,12 +158,13 @@ def _one(
 
 
 def _trust(easy: Any) -> None:
-    """The CAs httpx trusts (``trust_env``): SSL_CERT_FILE, else SSL_CERT_DIR, else certifi's bundle."""
-    cert_file, cert_dir = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
-    if cert_file:
-        easy.setopt(pycurl.CAINFO, cert_file)
-    elif cert_dir:
-        easy.setopt(pycurl.CAPATH, cert_dir)
+    """The CAs httpx trusts (``trust_env``): SSL_CERT_FILE, else SSL_CERT_DIR, else certifi's bundle (the
+    environment's names as OpenSSL reads them: a path other than OpenSSL's own default was set there)."""
+    paths = ssl.get_default_verify_paths()
+    if paths.cafile and paths.cafile != paths.openssl_cafile:
+        easy.setopt(pycurl.CAINFO, paths.cafile)
+    elif paths.capath and paths.capath != paths.openssl_capath:
+        easy.setopt(pycurl.CAPATH, paths.capath)
     else:
         import certifi
 

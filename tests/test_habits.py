@@ -93,8 +93,6 @@ MAX_LINES = 400
 OVER_THE_BOUND = {
     "fsio.py": "the file primitives (tests/test_layout.py lets only fsio.py open files): splitting it into a "
     "package of primitives needs that rule to name the package",
-    "builder/fetch.py": "the fetcher and its batch window share the fetcher's download step (Fetcher._one): "
-    "Batch leaves once that step is public",
     "bundle/instructions.py": "over the bound since the formatter's commit: being split",
     "bundle/manifest.py": "over the bound since the formatter's commit: being split",
     "commands/node.py": "over the bound since the formatter's commit: being split",

@@ -455,7 +455,7 @@ class Suite:
         hashed lock (uv checks every hash), then the recipe's verify command; and the same wheels with no hashes."""
         wheels, lock = self._bundle_lock()
         uv = uv_binary()
-        verify = f"{{venv}}/bin/{' '.join(self.s.check)}"
+        verify = f"{{venv}}/{' '.join(self.s.check)}"
         for variant, req in ((UV_HASHED, f"-r {lock}"), (UV_BARE, f"-r {self._unhashed(lock)}")):
             venv, cache = self.rep_dir(i, "uv-venv"), self.rep_dir(i, "uv-cache")
             self.timed(

@@ -23,8 +23,10 @@ from servers import FakeServer
 from sitekit import AS_OF, files_for, make_bundle, sha
 
 from lockbuild.bundle import manifest as manifest_mod
+from lockbuild.bundle import manifestparse
 from lockbuild.bundle.instructions import GpuNeeds
-from lockbuild.bundle.manifest import Member, parse_manifest
+from lockbuild.bundle.manifest import Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
 from lockbuild.install.fit import Facts, Needs, Option, choose
@@ -325,7 +327,7 @@ def test_format_3_only_with_the_new_fields_and_read_strictly() -> None:
 def test_an_older_lockbuild_refuses_format_3_naming_the_version_that_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
     new = dataclasses.replace(_manifest(dataclasses.replace(INSTALL, gpu=CU129)), lockbuild_version="0.2.0")
     raw = new.to_toml()
-    monkeypatch.setattr(manifest_mod, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
+    monkeypatch.setattr(manifestparse, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
     with pytest.raises(IntegrityError) as exc:
         parse_manifest(raw)
     assert "format 3 (made by lockbuild 0.2.0)" in exc.value.message and "0.2.0" in (exc.value.tip or "")

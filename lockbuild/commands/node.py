@@ -117,7 +117,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.
     """
     setup_output(ctx, as_json)
-    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.bundle.manifestparse import parse_manifest
     from lockbuild.errors import SignatureError as SigErr
     from lockbuild.limits import DEFAULT_LIMITS
     from lockbuild.minisign import parse_signatures

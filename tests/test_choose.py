@@ -1,4 +1,4 @@
-"""The node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
+"""The node chooses its build: the pure rule (install/ranking.py::choose), the facts it rests on,
 the signed manifest fields (format 3), and the choosing forms of `install` and `doctor --store`.
 
 Each rule has a test that fails without it: the example of the issue (CUDA 13 = capability 7.5+, driver
@@ -29,8 +29,10 @@ from lockbuild.bundle.manifest import Member
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
-from lockbuild.install.fit import Facts, Needs, Option, choose
+from lockbuild.install.choice import Option
+from lockbuild.install.fit import Facts, Needs
 from lockbuild.install.node import FactsError, Gpu, Node, detect
+from lockbuild.install.ranking import choose
 from lockbuild.recipe import parse_recipe
 
 CU13 = GpuNeeds((7, 5), "580")

@@ -96,7 +96,6 @@ OVER_THE_BOUND = {
     "builder/fetch.py": "the fetcher and its batch window share the fetcher's download step (Fetcher._one): "
     "Batch leaves once that step is public",
     "builder/plan.py": "over the bound since the formatter's commit: being split",
-    "commands/node.py": "over the bound since the formatter's commit: being split",
     "selftest/trace.py": "over the bound since the formatter's commit: being split",
     "site/cli.py": "over the bound since the formatter's commit: being split",
     "site/ociclient.py": "over the bound since the formatter's commit: being split",

@@ -442,47 +442,51 @@ ENTRIES: list[Mutation] = [
         'old is not None and (old == "file" or kind == "file")',
         BUNDLE,
     ),
-    # --- bundle/manifest.py -------------------------------------------------------------------------
+    # --- bundle/manifestparse.py --------------------------------------------------------------------
     off(
         "a member size outside 0..max_member is refused",
-        "lockbuild/bundle/manifest.py",
+        "lockbuild/bundle/manifestparse.py",
         "not 0 <= size <= limits.max_member",
         BUNDLE,
     ),
-    off("a member sha256 that is not one is refused", "lockbuild/bundle/manifest.py", "not is_sha256(sha)", BUNDLE),
-    off("an unknown member kind is refused", "lockbuild/bundle/manifest.py", "kind not in KINDS", BUNDLE),
+    off(
+        "a member sha256 that is not one is refused", "lockbuild/bundle/manifestparse.py", "not is_sha256(sha)", BUNDLE
+    ),
+    off("an unknown member kind is refused", "lockbuild/bundle/manifestparse.py", "kind not in KINDS", BUNDLE),
     off(
         "an origin with credentials is refused",
-        "lockbuild/bundle/manifest.py",
+        "lockbuild/bundle/manifestparse.py",
         '"@" in parts.netloc',
         "tests/test_redteam.py -k origin",
     ),
     off(
         "a manifest over max_manifest is refused",
-        "lockbuild/bundle/manifest.py",
+        "lockbuild/bundle/manifestparse.py",
         "len(raw) > limits.max_manifest",
         "tests/test_unpack_bounds.py",
     ),
-    off("unknown manifest keys are refused", "lockbuild/bundle/manifest.py", "unknown", BUNDLE),
+    off("unknown manifest keys are refused", "lockbuild/bundle/manifestparse.py", "unknown", BUNDLE),
     off(
         "more members than max_members are refused",
-        "lockbuild/bundle/manifest.py",
+        "lockbuild/bundle/manifestparse.py",
         "len(files) > limits.max_members",
         BUNDLE,
     ),
     off(
         "a manifest whose members add up past max_bundle is refused",
-        "lockbuild/bundle/manifest.py",
+        "lockbuild/bundle/manifestparse.py",
         "total > limits.max_bundle",
         "tests/test_unpack_bounds.py",
     ),
     off(
         "an unknown lock format is refused",
-        "lockbuild/bundle/manifest.py",
+        "lockbuild/bundle/manifestparse.py",
         "lock_format not in (LOCK_FORMATS if fmt != MODEL_FORMAT else (NO_LOCK,))",
         BUNDLE,
     ),
-    off("a repeated member path is refused by the manifest", "lockbuild/bundle/manifest.py", "key in seen", BUNDLE),
+    off(
+        "a repeated member path is refused by the manifest", "lockbuild/bundle/manifestparse.py", "key in seen", BUNDLE
+    ),
     # --- minisign/* ---------------------------------------------------------------------------------
     off(
         "base64 of the wrong length is refused", "lockbuild/minisign/encoding.py", "len(data) != expected_len", SIGNING

@@ -1,4 +1,4 @@
-"""The node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
+"""The node chooses its build: the pure rule (install/ranking.py::choose), the facts it rests on,
 the signed manifest fields (format 3), and the choosing forms of `install` and `doctor --store`.
 
 Each rule has a test that fails without it: the example of the issue (CUDA 13 = capability 7.5+, driver
@@ -23,12 +23,16 @@ from servers import FakeServer
 from sitekit import AS_OF, files_for, make_bundle, sha
 
 from lockbuild.bundle import manifest as manifest_mod
+from lockbuild.bundle import manifestparse
 from lockbuild.bundle.instructions import GpuNeeds
-from lockbuild.bundle.manifest import Member, parse_manifest
+from lockbuild.bundle.manifest import Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
-from lockbuild.install.fit import Facts, Needs, Option, choose
+from lockbuild.install.choice import Option
+from lockbuild.install.fit import Facts, Needs
 from lockbuild.install.node import FactsError, Gpu, Node, detect
+from lockbuild.install.ranking import choose
 from lockbuild.recipe import parse_recipe
 
 CU13 = GpuNeeds((7, 5), "580")
@@ -325,7 +329,7 @@ def test_format_3_only_with_the_new_fields_and_read_strictly() -> None:
 def test_an_older_lockbuild_refuses_format_3_naming_the_version_that_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
     new = dataclasses.replace(_manifest(dataclasses.replace(INSTALL, gpu=CU129)), lockbuild_version="0.2.0")
     raw = new.to_toml()
-    monkeypatch.setattr(manifest_mod, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
+    monkeypatch.setattr(manifestparse, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
     with pytest.raises(IntegrityError) as exc:
         parse_manifest(raw)
     assert "format 3 (made by lockbuild 0.2.0)" in exc.value.message and "0.2.0" in (exc.value.tip or "")

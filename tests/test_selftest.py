@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, Keys, day, make_keys, uv_wheel
 from servers import FakeServer, make_wheel
 
-from lockbuild.bundle.instructions import InstallTable, parse_install
+from lockbuild.bundle.installparse import parse_install
+from lockbuild.bundle.instructions import InstallTable
 from lockbuild.bundle.manifest import toml_string
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError

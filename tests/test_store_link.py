@@ -21,7 +21,8 @@ from test_install import build, cli, toy_version
 
 import lockbuild.fsio.trees
 from lockbuild.bundle.extract import FilePiece, extract
-from lockbuild.bundle.manifest import Member, parse_manifest
+from lockbuild.bundle.manifest import Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.errors import InstallError, IntegrityError
 from lockbuild.fsio import link_under, open_dir
 from lockbuild.install.stage import Stage

@@ -24,7 +24,8 @@ from typing import BinaryIO
 
 import zstandard
 
-from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST, Manifest, Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
 from lockbuild.channel import Channel, End, start
 from lockbuild.digest import CHUNK, FileIdentity, HashedFile, pump, same_file

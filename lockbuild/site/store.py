@@ -32,7 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from lockbuild.bundle.manifest import Manifest, parse_manifest
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.errors import IntegrityError
 from lockbuild.fsio import (
     busy_error,

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Self
 
-from lockbuild.bundle.manifest import parse_manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.digest import pump
 from lockbuild.errors import IntegrityError
 from lockbuild.fsio import open_dir, open_regular, read_regular

@@ -102,7 +102,6 @@ OVER_THE_BOUND = {
     "install/fit.py": "over the bound since the formatter's commit: being split",
     "selftest/trace.py": "over the bound since the formatter's commit: being split",
     "site/cli.py": "over the bound since the formatter's commit: being split",
-    "site/ociclient.py": "over the bound since the formatter's commit: being split",
     "site/store.py": "over the bound since the formatter's commit: being split",
 }
 

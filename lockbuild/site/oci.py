@@ -34,9 +34,10 @@
   at most 60 s) or an exponential backoff with jitter, each request within ``retry.retry_seconds``
   (90 s, ``LOCKBUILD_REGISTRY_RETRY_SECONDS``) from its first attempt; a blob whose answer breaks off
   is asked for the rest from the byte received (``Range``). The policy is pure (``site/retry.py``).
-- Where the pieces are: references and where credentials may go, ``site/ociref.py`` (pure); the
-  deadlines at the socket, ``site/ocisocket.py``; requests, bounds, auth and retries,
-  ``site/ociclient.py``; the manifests and blobs, here.
+- Where the pieces are: references, ``site/ociref.py`` (pure); where credentials may go and what a
+  challenge asks, ``site/ociauth.py`` (pure); the bounds, ``site/ocitransport.py``; the deadlines at the
+  socket, ``site/ocisocket.py``; requests, auth and retries, ``site/ociclient.py``; the manifests and
+  blobs, here.
 - No third-party exception leaves this module: transport failures (httpx, ssl, socket) become
   ``RegistryError`` with the registry, the request and what to do.
 """
@@ -53,15 +54,10 @@ from typing import BinaryIO
 from urllib.parse import urlencode
 
 from lockbuild.digest import CHUNK
-from lockbuild.site.ociclient import (
-    DEFAULT_TRANSPORT,
-    MAX_OCI_MANIFEST,
-    TRANSPORT_ERRORS,
-    Connection,
-    TransferCut,
-    Transport,
-)
-from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError, parse_auth_realm, parse_ref, realm_refusal
+from lockbuild.site.ociauth import parse_auth_realm, realm_refusal
+from lockbuild.site.ociclient import Connection
+from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError, parse_ref
+from lockbuild.site.ocitransport import DEFAULT_TRANSPORT, MAX_OCI_MANIFEST, TRANSPORT_ERRORS, TransferCut, Transport
 from lockbuild.site.retry import RETRY_ENV, with_budget
 
 __all__ = [

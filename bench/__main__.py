@@ -93,6 +93,11 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
         w = generate(workload, scale, HERE / "work")
         server = StaticIndex(w.files_dir, w.files)
         label, index_url, spec = w.name, server.index_url, SYNTHETIC
+    from bench.suite import PHASES
+
+    unknown = [p for p in (args.phases or "").split(",") if p.strip() and p.strip() not in PHASES]
+    if unknown:
+        raise SystemExit(f"unknown phase(s) {unknown} for {workload}; expected some of {', '.join(PHASES)}.")
     run_dir = work / label
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -115,6 +120,7 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
         args.jobs,
         args.quick,
         args.quiet_wait,
+        tuple(p.strip() for p in (args.phases or "").split(",") if p.strip()),
     )
     try:
         results = Suite(setup, log).run_all()
@@ -195,8 +201,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--phases",
         default=None,
-        help="vllm-live only: some of lock,fetch,build-cold,build-warm,verify,install,import,push-pull,install-store,"
-        "classic",
+        help="vllm-live: some of lock,fetch,build-cold,build-warm,verify,install,import,push-pull,push,install-store,"
+        "classic; small and vllm-shape: some of lock,fetch,pack,verify,install,pipeline,floor,verify-pass,push "
+        "(default: all but push)",
     )
     ap.add_argument(
         "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"

@@ -33,6 +33,8 @@ from lockbuild.site.ocisocket import Clock, ClockedTransport
 from lockbuild.site.ocitransport import BUSY_TIP, FAIL_TIP, TRANSPORT_ERRORS, TransferCut, Transport, error_text, phrase
 from lockbuild.site.retry import RETRYABLE, Answer, Moment, decide, resume
 
+_DRAIN = 64 << 10  # an unread answer at most this long is read to its end before it is closed
+
 
 class Connection:
     """One repository on one registry, over one HTTP connection pool: the requests, not what they ask."""
@@ -339,5 +341,11 @@ class Connection:
 
 
 def _close(r: httpx.Response) -> None:
+    """Close an answer; a short body left unread (a HEAD's, an upload's) is read first, within the
+    exchange's deadline, so that its connection goes back to the pool instead of being dropped."""
     with suppress(*TRANSPORT_ERRORS):
+        length = r.headers.get("Content-Length", "")
+        if not r.is_stream_consumed and (r.request.method == "HEAD" or (length.isdigit() and int(length) <= _DRAIN)):
+            for _ in r.iter_raw():
+                pass
         r.close()

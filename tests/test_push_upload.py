@@ -105,7 +105,7 @@ def test_a_blob_goes_up_in_one_put_where_the_registry_takes_it() -> None:
 
 
 def test_a_registry_that_refuses_a_large_body_gets_the_same_bytes_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(oci, "FALLBACK_CHUNK", 64 << 10)
+    monkeypatch.setattr(oci, "CHUNK_FALLBACK", 64 << 10)
     with limited(100 << 10) as (server, reg):
         sent: list[int] = []
         reg.upload_blob(DIGEST, io.BytesIO(DATA), len(DATA), progress=sent.append)
@@ -118,7 +118,7 @@ def test_a_registry_that_refuses_a_large_body_gets_the_same_bytes_in_chunks(monk
 
 def test_a_large_blob_refused_in_its_chunks_is_sent_again_in_smaller_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(oci, "CHUNK_UPLOAD", 128 << 10)
-    monkeypatch.setattr(oci, "FALLBACK_CHUNK", 32 << 10)
+    monkeypatch.setattr(oci, "CHUNK_FALLBACK", 32 << 10)
     with limited(100 << 10) as (server, reg):
         reg.upload_blob(DIGEST, io.BytesIO(DATA), len(DATA))
     assert server.blobs == {DIGEST: DATA}
@@ -126,7 +126,7 @@ def test_a_large_blob_refused_in_its_chunks_is_sent_again_in_smaller_ones(monkey
 
 
 def test_a_registry_that_refuses_even_small_chunks_says_what_to_raise(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(oci, "FALLBACK_CHUNK", 64 << 10)
+    monkeypatch.setattr(oci, "CHUNK_FALLBACK", 64 << 10)
     with limited(10 << 10) as (server, reg), pytest.raises(RegistryError, match="too large") as err:
         reg.upload_blob(DIGEST, io.BytesIO(DATA), len(DATA))
     assert "client_max_body_size" in err.value.tip

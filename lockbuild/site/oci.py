@@ -61,9 +61,9 @@ from lockbuild.site.ocitransport import DEFAULT_TRANSPORT, MAX_OCI_MANIFEST, TRA
 from lockbuild.site.retry import RETRY_ENV, with_budget
 
 __all__ = [
+    "CHUNK_FALLBACK",
     "CHUNK_UPLOAD",
     "DEFAULT_TRANSPORT",
-    "FALLBACK_CHUNK",
     "MAX_OCI_MANIFEST",
     "OCI_MANIFEST",
     "RETRY_ENV",
@@ -82,7 +82,7 @@ __all__ = [
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CHUNK_UPLOAD = 64 << 20  # blobs larger than this are uploaded in chunks (PATCH), smaller in one PUT
-FALLBACK_CHUNK = 8 << 20  # the chunks of a blob whose body the registry refused as too large (413)
+CHUNK_FALLBACK = 8 << 20  # the chunks of a blob whose body the registry refused as too large (413)
 TOO_LARGE = 413
 
 
@@ -199,7 +199,7 @@ class Registry(Connection):
     ) -> None:
         """Upload ``size`` bytes from ``src`` (from where it stands) as ``digest``: one monolithic PUT, or
         PATCH chunks of ``CHUNK_UPLOAD`` for a blob larger than that; where the registry (or a proxy in
-        front of it) refuses a body that large (413), the same bytes again in chunks of ``FALLBACK_CHUNK``.
+        front of it) refuses a body that large (413), the same bytes again in chunks of ``CHUNK_FALLBACK``.
         Each body is streamed from ``src`` (``_Body``); the registry checks the digest as it completes."""
         what = f"uploading the blob {digest}"
         start = _tell(src, what)
@@ -208,10 +208,10 @@ class Registry(Connection):
                 return
         elif self._upload(digest, _Body(src, start, size, what, progress), CHUNK_UPLOAD, what):
             return
-        if not self._upload(digest, _Body(src, start, size, what, progress), FALLBACK_CHUNK, what):
+        if not self._upload(digest, _Body(src, start, size, what, progress), CHUNK_FALLBACK, what):
             raise self._fail(
                 what,
-                f"the registry refused even a {FALLBACK_CHUNK}-byte request body as too large (413).",
+                f"the registry refused even a {CHUNK_FALLBACK}-byte request body as too large (413).",
                 tip="Raise the request body limit of the registry or of the proxy in front of it "
                 "(nginx: client_max_body_size), then push again: it uploads only what is missing.",
             )

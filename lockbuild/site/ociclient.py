@@ -16,6 +16,7 @@ import random
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -76,10 +77,12 @@ class Connection:
             follow_redirects=False,
             headers={"User-Agent": "lockbuild", "Accept-Encoding": "identity"},
         )
+        # the pool keeps its connections open between requests: closed with the client, at the latest
+        # when this object goes (a caller that never closed it leaves no socket behind)
+        weakref.finalize(self, _close_client, self.client)
 
     def close(self) -> None:
-        with suppress(*TRANSPORT_ERRORS):
-            self.client.close()
+        _close_client(self.client)
 
     def __enter__(self) -> Connection:
         return self
@@ -340,12 +343,18 @@ class Connection:
             raise self._fail(what, exc.message, tip=exc.tip) from None
 
 
+def _close_client(client: httpx.Client) -> None:
+    with suppress(*TRANSPORT_ERRORS):
+        client.close()
+
+
 def _close(r: httpx.Response) -> None:
     """Close an answer; a short body left unread (a HEAD's, an upload's) is read first, within the
     exchange's deadline, so that its connection goes back to the pool instead of being dropped."""
-    with suppress(*TRANSPORT_ERRORS):
-        length = r.headers.get("Content-Length", "")
-        if not r.is_stream_consumed and (r.request.method == "HEAD" or (length.isdigit() and int(length) <= _DRAIN)):
+    length = r.headers.get("Content-Length", "")
+    if not r.is_stream_consumed and (r.request.method == "HEAD" or (length.isdigit() and int(length) <= _DRAIN)):
+        with suppress(*TRANSPORT_ERRORS):
             for _ in r.iter_raw():
                 pass
+    with suppress(*TRANSPORT_ERRORS):
         r.close()

@@ -201,9 +201,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--phases",
         default=None,
-        help="vllm-live: some of lock,fetch,build-cold,build-warm,verify,install,import,push-pull,push,install-store,"
-        "classic; small and vllm-shape: some of lock,fetch,pack,verify,install,pipeline,floor,verify-pass,push "
-        "(default: all but push)",
+        help="some phases only: vllm-live: lock,fetch,build-cold,build-warm,verify,install,import,push-pull,push,"
+        "install-store,classic; the others: lock,fetch,pack,verify,install,install-store,pipeline,floor,verify-pass,"
+        "push "
+        "(lock, fetch and pack then run once, unmeasured, when left out)",
     )
     ap.add_argument(
         "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"

@@ -60,7 +60,7 @@ ENTRIES: list[Mutation] = [
         "h.size > limit",
         "tests/test_delta_bounds.py -k manifest",
     ),
-    # --- site/storemodel.py, site/store.py: kept signatures --------------------------------------
+    # --- site/storemodel.py, site/storeread.py: kept signatures --------------------------------------
     Mutation(
         "kept signatures: at most MAX_SIGNATURES blocks",
         "lockbuild/site/storemodel.py",
@@ -77,7 +77,7 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         "the store's kept blocks are bounded on read",
-        "lockbuild/site/store.py",
+        "lockbuild/site/storeread.py",
         "SIGNATURE_FILE, self.limits.max_signature_file,",
         "SIGNATURE_FILE, 1 << 40,",
         "tests/test_kept_signatures.py -k read",
@@ -831,7 +831,7 @@ ENTRIES: list[Mutation] = [
     # --- selftest/ ----------------------------------------------------------------------------------
     Mutation(
         "only loopback addresses count as local in the self-test",
-        "lockbuild/selftest/trace.py",
+        "lockbuild/selftest/tracelog.py",
         'if host.lower().rstrip(".") in ("localhost", "localhost.localdomain", "ip6-localhost"):',
         "if True:",
         SELFTEST_PURE,

@@ -674,3 +674,31 @@ def test_which_arguments_choose(store: Path, tmp_path: Path, monkeypatch: pytest
     assert choosing_form("toyengine/1.0-cu129", store=store) is None  # in the store: exactly that build
     assert choosing_form("x.lbz", store=store) is None and choosing_form("toyengine/1.0") is None
     assert choosing_form("toyengine/1.0-cu999", store=store) is None  # no such build: named_source names it
+
+
+def test_doctor_reads_a_catalogue_bundle_only_once_its_signatures_are_met(
+    keys: Keys, tmp_path: Path, no_smi: None
+) -> None:
+    """doctor --catalogue lists a signed bundle's needs; an unsigned one claiming another engine, and one
+    signed by a key the node does not trust, are problems named by file name, and nothing they claim shows."""
+    cat = tmp_path / "cat"
+    good = signed(cat, keys, "cpu", None)
+    signed(cat, keys, "evil", None, "9.9", engine="otherengine", sign=False)
+    from conftest import make_keys
+
+    signed(cat, make_keys(tmp_path / "stranger", "stranger"), "evil", None, "9.8", engine="thirdengine")
+    code, data, err = run("doctor", "--root", tmp_path / "e", "--catalogue", cat, "--trust", keys.trust)
+    assert code == 0, err
+    text = json.dumps(data)
+    assert good.name in text and "otherengine" not in text.replace("otherengine-9.9", "")
+    problems = [p for p in data["catalogue_problems"] if "not judged" in p]  # type: ignore[union-attr]
+    assert sorted(p.split(":")[0] for p in problems) == [
+        "otherengine-9.9-evil-x86_64-manylinux_2_28.lbz",
+        "thirdengine-9.8-evil-x86_64-manylinux_2_28.lbz",
+    ], data
+    assert all("its signatures are refused" in p for p in problems)
+    builds = json.dumps(data.get("catalogue"))
+    assert "thirdengine" not in builds and "otherengine" not in builds and "toyengine" in builds
+    # no trust directory: every bundle is named as not judged, and none of its claims is read
+    code, data, _ = run("doctor", "--root", tmp_path / "e", "--catalogue", cat, "--trust", tmp_path / "none")
+    assert "toyengine" not in json.dumps(data.get("catalogue"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import lockbuild
 
 PACKAGE = Path(lockbuild.__file__).parent
-NETWORK = ("httpx", "lockbuild.builder", "urllib.request", "http.client", "socket", "requests")
+NETWORK = ("httpx", "pycurl", "lockbuild.builder", "urllib.request", "http.client", "socket", "requests")
 
 
 def _imports(path: Path) -> set[str]:

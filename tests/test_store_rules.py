@@ -9,7 +9,7 @@ from pathlib import Path
 import lockbuild
 
 PACKAGE = Path(lockbuild.__file__).parent
-STORE_MODULES = ("site/store.py", "site/importer.py", "site/storecare.py")
+STORE_MODULES = ("site/store.py", "site/storeread.py", "site/importer.py", "site/storecare.py")
 
 
 def _tree(rel: str) -> ast.AST:

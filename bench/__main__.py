@@ -93,6 +93,11 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
         w = generate(workload, scale, HERE / "work")
         server = StaticIndex(w.files_dir, w.files)
         label, index_url, spec = w.name, server.index_url, SYNTHETIC
+    from bench.suite import PHASES
+
+    unknown = [p for p in (args.phases or "").split(",") if p.strip() and p.strip() not in PHASES]
+    if unknown:
+        raise SystemExit(f"unknown phase(s) {unknown} for {workload}; expected some of {', '.join(PHASES)}.")
     run_dir = work / label
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -196,8 +201,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--phases",
         default=None,
-        help="some phases only: vllm-live: lock,fetch,build-cold,build-warm,verify,install,import,push-pull,"
-        "install-store,classic; the others: lock,fetch,pack,verify,install,install-store,pipeline,floor,verify-pass "
+        help="some phases only: vllm-live: lock,fetch,build-cold,build-warm,verify,install,import,push-pull,push,"
+        "install-store,classic; the others: lock,fetch,pack,verify,install,install-store,pipeline,floor,verify-pass,"
+        "push "
         "(lock, fetch and pack then run once, unmeasured, when left out)",
     )
     ap.add_argument(

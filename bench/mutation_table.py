@@ -671,7 +671,7 @@ ENTRIES: list[Mutation] = [
     off("credentials in an oci:// reference are refused", "lockbuild/site/ociref.py", '"@" in host', OCI),
     off(
         "a realm over a weaker scheme gets no credentials",
-        "lockbuild/site/ociref.py",
+        "lockbuild/site/ociauth.py",
         "_RANK[parts.scheme] < _RANK.get(registry_scheme, 1)",
         OCI,
     ),

@@ -19,6 +19,7 @@ PHASES = (
     "install-store",
     "import",
     "push-pull",
+    "push",
     "classic",
     "pipeline",
     "floor",

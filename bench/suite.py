@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import floor as stock_floor
+from bench import push as push_phase
 from bench.index import StaticIndex
 from bench.measure import Figure, Ratio, Run, StepFailed, pairwise, run, wait_quiet
 from lockbuild.uvtool import uv_binary
 
 DEAD = "http://127.0.0.1:9"
+PHASES = ("lock", "fetch", "pack", "verify", "install", "install-store", "pipeline", "floor", "verify-pass", "push")
 PIP = [sys.executable, "-m", "pip"]
 LOCKBUILD = [sys.executable, "-m", "bench.lbrun"]  # the lockbuild CLI, reporting its own peak RSS
 VERIFY = "lockbuild verify (signature + every digest)"
@@ -65,7 +67,8 @@ class Setup:
     jobs: int = 8
     quick: bool = False  # skip the slow classic baselines (pip, tar czf)
     quiet_wait: float = 20.0  # before each command, wait up to this long for the other processes to calm down
-    phases: tuple[str, ...] = ()  # the phases to measure (empty: all); lock, fetch and pack run unmeasured if left out
+    phases: tuple[str, ...] = ()  # the phases to measure (empty: all but push and install-store); lock, fetch and
+    # pack run unmeasured if left out
 
 
 @dataclass
@@ -203,6 +206,7 @@ class Suite:
             ("pipeline", self.phase_pipeline),
             ("floor", lambda: stock_floor.phase_floor(self)),
             ("verify-pass", lambda: stock_floor.phase_sha_pass(self)),
+            ("push", self.phase_push),
         ):
             if chosen and name not in chosen:
                 if name in NEEDED:  # what the chosen phases stand on, made once and not measured
@@ -212,12 +216,26 @@ class Suite:
                     self.s = replace(self.s, repeat=repeat)
                     self.r.figures = {k: v for k, v in self.r.figures.items() if k[0] != name}
                 continue
-            if name == "install-store" and not chosen:
-                continue  # only when asked: it imports the bundle into a store first
+            if name in ("install-store", "push") and not chosen:
+                continue  # only when asked: each imports the bundle into a store first
             self.log(f"[{self.s.label}] {name}")
             phase()
         self.r.ratios = ratios(self.r) + stock_floor.ratios(self.r.figures)
         return self.r
+
+    def phase_push(self) -> None:
+        """lockbuild push against a raw parallel upload of the same blobs (bench/push.py)."""
+        if self.bundle is None:  # the pack phase did not run: the bundle built once, untimed
+            out = _fresh(self.s.work / "bundle")
+            run(
+                [*LOCKBUILD, "build", str(self.s.recipe), "--key", str(self.s.secret), "--out", str(out), "--json"],
+                env=self.lb_env(_fresh(self.s.work / "build-cache")),
+            )
+            self.bundle = next(out.glob("*.lbz"))
+        facts = push_phase.measure(
+            self, LOCKBUILD, self.env, self.bundle, self.s.trust, self.s.work / "push", self.s.repeat
+        )
+        self.r.facts.update(facts)
 
     def phase_lock(self) -> None:
         for i in range(self.s.repeat):
@@ -673,4 +691,5 @@ def ratios(r: Results) -> list[Ratio]:
     if v is not None:
         mbs = tuple(v.bytes / s / 1e6 for s in v.seconds)
         out.append(Ratio("verify throughput, MB/s of bundle", mbs, ">= 300", sorted(mbs)[len(mbs) // 2] >= 300))
+    out += push_phase.ratios(r.get)
     return out

@@ -13,6 +13,7 @@ next to its floors and the classic path, in the same run:
     install      lockbuild install                     | uv venv + uv pip install --offline + the verify command
                                                          (cache on the same disk); bare uv: no hashes, no verify
     import       lockbuild import (a new store)        | one sha256 pass + a copy of the bundle (openssl; cp)
+    push         lockbuild push --store and .lbz      | raw parallel upload of the same blobs (curl POST + PUT, 4)
     push-pull    lockbuild push, pull (local registry) | raw parallel fetch of the same blobs from the same
                                                          registry (curl --parallel 8) + openssl sha256 of each
     install-store lockbuild install ENGINE/VERSION-VARIANT --store | the same bare-uv floor as install
@@ -63,6 +64,7 @@ PHASES = (
     "install",
     "import",
     "push-pull",
+    "push",
     "install-store",
     "classic",
 )
@@ -568,6 +570,15 @@ class LiveSuite:
                 reg.close()
                 shutil.rmtree(self.work / "registry", ignore_errors=True)
 
+    def phase_push(self) -> None:
+        from bench import push as push_phase
+
+        self.r.facts.update(
+            push_phase.measure(
+                self, LOCKBUILD, self.env, self._need_bundle(), self.trust, self.work / "push", self.repeat
+            )
+        )
+
     def phase_install_store(self) -> None:
         store = self._store()
         files = self._files()
@@ -747,6 +758,9 @@ def ratios(r: Results) -> list[Ratio]:
     own = [f.self_rss_mb for f in r.figures.values() if f.self_rss_kb and f.variant.startswith("lockbuild")]
     if own:
         add("lockbuild's own peak RSS, MB (largest step)", (max(own),), "<= 150", lambda x: x <= 150)
+    from bench import push as push_phase
+
+    out += push_phase.ratios(r.get)
     return out
 
 

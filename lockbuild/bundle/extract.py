@@ -135,16 +135,19 @@ def extract(
     absent_tip: str = TIP,
     damage_tip: str = TIP,
     where: str = "the bundle",
+    checked: Callable[[Member], None] | None = None,
 ) -> Extracted:
     """Check every member of ``manifest`` against ``pieces``; with ``dest``, write each member that
     ``want`` accepts (all, without ``want``) at its path under ``dest``. A member ``want`` declines is
-    passed over unread (its bytes are not used). The caller owns ``dest`` and removes it on failure."""
+    passed over unread (its bytes are not used). ``checked`` is told each written member once it is
+    held to the manifest (its size and sha256), in order, while the rest are still being checked.
+    The caller owns ``dest`` and removes it on failure."""
     progress = progress or Progress.quiet()
     listed = {m.path for m in manifest.members}
     done: set[str] = {"bundle.toml"}
     written: list[Member] = []
     absent: list[Member] = []
-    linked = _Linked(damage_tip, progress)
+    linked = _Linked(damage_tip, progress, checked)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockbuild-sha256") as pool:
         try:
             for i, member in enumerate(manifest.members):
@@ -181,6 +184,8 @@ def extract(
                 _check(member, n, digest, damage_tip)
                 if dest is not None:
                     written.append(member)
+                    if checked is not None:
+                        checked(member)
                 progress.file_done()
             extra = next(pieces, None)
             if extra is not None:
@@ -225,9 +230,10 @@ class _Linked:
     """The members :func:`extract` hard-linked into its destination, each hashed on a pool across the
     cores from the linked file itself; :meth:`check` holds each to the manifest, in the manifest's order."""
 
-    def __init__(self, damage_tip: str, progress: Progress) -> None:
+    def __init__(self, damage_tip: str, progress: Progress, checked: Callable[[Member], None] | None) -> None:
         self.damage_tip = damage_tip
         self.progress = progress
+        self.told = checked
         self.pool: ThreadPoolExecutor | None = None
         self.pending: list[tuple[Member, Future[tuple[int, str]], BinaryIO]] = []
         self.checked = 0  # pending[:checked] are held to the manifest already
@@ -260,6 +266,8 @@ class _Linked:
                     tip="Check the destination's file system, then run it again.",
                 ) from None
             _check(member, n, digest, self.damage_tip)
+            if self.told is not None:
+                self.told(member)
             self.progress.advance(member.size)
             self.progress.file_done()
 

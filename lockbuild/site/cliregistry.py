@@ -82,6 +82,7 @@ def registry_options(f: Callable[..., None]) -> Callable[..., None]:
 @trust_option
 @threshold_option
 @registry_options
+@click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Blobs uploaded at once.")
 @json_option
 @click.pass_context
 def push_(
@@ -96,6 +97,7 @@ def push_(
     username: str | None,
     password_stdin: bool,
     auth_realms: tuple[str, ...],
+    jobs: int,
     as_json: bool,
 ) -> None:
     """Push a signed build to an OCI registry. SOURCE is ENGINE/VERSION-VARIANT in --store, a .lbz, a
@@ -104,7 +106,7 @@ def push_(
     uploaded once."""
     setup_output(ctx, as_json)
     from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
-    from lockbuild.site.registry import push
+    from lockbuild.site.push import push
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, open_source
     from lockbuild.trust import trust_dir as resolve_trust_dir
@@ -122,7 +124,7 @@ def push_(
             auth_realms=auth_realms,
             transport=transport_with(os.environ.get(RETRY_ENV)),
         ) as reg:
-            done = push(trusted, reg, progress=progress_of(ctx))
+            done = push(trusted, reg, progress=progress_of(ctx), jobs=jobs)
     data: dict[str, JSON] = {
         "build": done.ref,
         "target": str(ref),

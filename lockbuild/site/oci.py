@@ -34,9 +34,10 @@
   at most 60 s) or an exponential backoff with jitter, each request within ``retry.retry_seconds``
   (90 s, ``LOCKBUILD_REGISTRY_RETRY_SECONDS``) from its first attempt; a blob whose answer breaks off
   is asked for the rest from the byte received (``Range``). The policy is pure (``site/retry.py``).
-- Where the pieces are: references and where credentials may go, ``site/ociref.py`` (pure); the
-  deadlines at the socket, ``site/ocisocket.py``; requests, bounds, auth and retries,
-  ``site/ociclient.py``; the manifests and blobs, here.
+- Where the pieces are: references, ``site/ociref.py`` (pure); where credentials may go and what a
+  challenge asks, ``site/ociauth.py`` (pure); the bounds, ``site/ocitransport.py``; the deadlines at the
+  socket, ``site/ocisocket.py``; requests, auth and retries, ``site/ociclient.py``; the manifests and
+  blobs, here.
 - No third-party exception leaves this module: transport failures (httpx, ssl, socket) become
   ``RegistryError`` with the registry, the request and what to do.
 """
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,18 +54,14 @@ from typing import BinaryIO
 from urllib.parse import urlencode
 
 from lockbuild.digest import CHUNK
-from lockbuild.site.ociclient import (
-    DEFAULT_TRANSPORT,
-    MAX_OCI_MANIFEST,
-    TRANSPORT_ERRORS,
-    Connection,
-    TransferCut,
-    Transport,
-)
-from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError, parse_auth_realm, parse_ref, realm_refusal
+from lockbuild.site.ociauth import parse_auth_realm, realm_refusal
+from lockbuild.site.ociclient import Connection
+from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError, parse_ref
+from lockbuild.site.ocitransport import DEFAULT_TRANSPORT, MAX_OCI_MANIFEST, TRANSPORT_ERRORS, TransferCut, Transport
 from lockbuild.site.retry import RETRY_ENV, with_budget
 
 __all__ = [
+    "CHUNK_FALLBACK",
     "CHUNK_UPLOAD",
     "DEFAULT_TRANSPORT",
     "MAX_OCI_MANIFEST",
@@ -85,6 +82,8 @@ __all__ = [
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CHUNK_UPLOAD = 64 << 20  # blobs larger than this are uploaded in chunks (PATCH), smaller in one PUT
+CHUNK_FALLBACK = 8 << 20  # the chunks of a blob whose body the registry refused as too large (413)
+TOO_LARGE = 413
 
 
 def transport_with(retry_seconds: str | None) -> Transport:
@@ -195,48 +194,74 @@ class Registry(Connection):
                 if not self.resume_after_cut(cuts, first):
                     raise exc.plain() from None
 
-    def upload_blob(self, digest: str, src: BinaryIO, size: int) -> None:
-        """Upload ``size`` bytes from ``src`` (from where it stands) as ``digest``: one PUT, or PATCH chunks
-        of ``CHUNK_UPLOAD`` for large blobs, each body streamed from ``src`` (``_Body``). The registry
-        checks the digest when it completes the upload."""
+    def upload_blob(
+        self, digest: str, src: BinaryIO, size: int, *, progress: Callable[[int], None] | None = None
+    ) -> None:
+        """Upload ``size`` bytes from ``src`` (from where it stands) as ``digest``: one monolithic PUT, or
+        PATCH chunks of ``CHUNK_UPLOAD`` for a blob larger than that; where the registry (or a proxy in
+        front of it) refuses a body that large (413), the same bytes again in chunks of ``CHUNK_FALLBACK``.
+        Each body is streamed from ``src`` (``_Body``); the registry checks the digest as it completes."""
         what = f"uploading the blob {digest}"
+        start = _tell(src, what)
+        if size <= CHUNK_UPLOAD:
+            if self._upload(digest, _Body(src, start, size, what, progress), None, what):
+                return
+        elif self._upload(digest, _Body(src, start, size, what, progress), CHUNK_UPLOAD, what):
+            return
+        if not self._upload(digest, _Body(src, start, size, what, progress), CHUNK_FALLBACK, what):
+            raise self._fail(
+                what,
+                f"the registry refused even a {CHUNK_FALLBACK}-byte request body as too large (413).",
+                tip="Raise the request body limit of the registry or of the proxy in front of it "
+                "(nginx: client_max_body_size), then push again: it uploads only what is missing.",
+            )
+
+    def _upload(self, digest: str, body: _Body, chunk: int | None, what: str) -> bool:
+        """One upload session: ``body`` whole (``chunk`` None) or in PATCH chunks of ``chunk`` bytes, then
+        the PUT that names the digest. False if the registry refused a body as too large (413)."""
         t = self.limits
         with self._exchange(
             "POST", f"{self.base}/blobs/uploads/", what=what, seconds=t.request_seconds, content=b""
         ) as r:
             self._expect(r, (202,), what)
             location = self._join(f"{self.base}/", r.headers.get("Location", ""), what)
-        start = _tell(src, what)
         octets = {"Content-Type": "application/octet-stream"}
-        if size > CHUNK_UPLOAD:
-            done = 0
-            while done < size:
-                n = min(CHUNK_UPLOAD, size - done)
+        last: bytes | _Body = body
+        if chunk is not None:
+            for part in body.split(chunk):
+                end = part.offset - body.offset + part.size
                 with self._exchange(
                     "PATCH",
                     location,
                     what=what,
-                    seconds=t.blob_deadline(n),
-                    content=_Body(src, start + done, n, what),
-                    headers={**octets, "Content-Length": str(n), "Content-Range": f"{done}-{done + n - 1}"},
+                    seconds=t.blob_deadline(part.size),
+                    content=part,
+                    headers={
+                        **octets,
+                        "Content-Length": str(part.size),
+                        "Content-Range": f"{end - part.size}-{end - 1}",
+                    },
                 ) as r:
+                    if r.status_code == TOO_LARGE:
+                        return False
                     self._expect(r, (202,), what)
                     location = self._join(location, r.headers.get("Location", location), what)
-                done += n
-            body: bytes | _Body = b""
+            last = b""
         else:
-            body = _Body(src, start, size, what)
-            octets["Content-Length"] = str(size)
+            octets["Content-Length"] = str(body.size)
         sep = "&" if "?" in location else "?"
         with self._exchange(
             "PUT",
             f"{location}{sep}{urlencode({'digest': digest})}",
             what=what,
-            seconds=t.blob_deadline(0 if isinstance(body, bytes) else size),
-            content=body,
+            seconds=t.blob_deadline(0 if isinstance(last, bytes) else body.size),
+            content=last,
             headers=octets,
         ) as r:
+            if r.status_code == TOO_LARGE:
+                return False
             self._expect(r, (201,), what)
+        return True
 
 
 @dataclass(frozen=True)
@@ -249,6 +274,12 @@ class _Body:
     offset: int
     size: int
     what: str
+    progress: Callable[[int], None] | None = None  # told each piece's size as it is sent
+
+    def split(self, chunk: int) -> Iterator[_Body]:
+        """The same bytes as bodies of at most ``chunk`` bytes, in order."""
+        for at in range(0, self.size, chunk):
+            yield dataclasses.replace(self, offset=self.offset + at, size=min(chunk, self.size - at))
 
     def __iter__(self) -> Iterator[bytes]:
         try:
@@ -265,6 +296,8 @@ class _Body:
                 )
             left -= len(piece)
             yield piece
+            if self.progress is not None:
+                self.progress(len(piece))
 
 
 def _read_source(src: BinaryIO, n: int, what: str) -> bytes:

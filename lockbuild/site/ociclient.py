@@ -1,5 +1,5 @@
-"""The connection under ``site/oci.py``'s Registry: requests with deadlines, bounded answers, where
-credentials go, and asking a busy registry again.
+"""The connection under ``site/oci.py``'s Registry: requests with deadlines, bounded answers, credentials
+where ``site/ociauth.py`` lets them go, and asking a busy registry again (bounds: ``site/ocitransport.py``).
 
 ``Connection`` sends every request (``_send``: credentials to the registry's own origin only, redirects
 without them), each attempt within its deadline (``ocisocket.Clock``), answers read with a cap
@@ -12,86 +12,29 @@ request and what to do.
 
 from __future__ import annotations
 
-import http
 import random
-import re
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpcore
 import httpx
 
 from lockbuild.errors import LockbuildError
 from lockbuild.jsonio import loads_json
-from lockbuild.limits import MiB
-from lockbuild.site.ociref import (
-    OciRef,
-    RegistryCredentials,
-    RegistryError,
-    is_loopback,
-    parse_auth_realm,
-    parse_challenge,
-    realm_refusal,
-    realm_tip,
-)
+from lockbuild.site.ociauth import TokenRequest, answer_challenge, parse_auth_realm, token_of
+from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError, is_loopback
 from lockbuild.site.ocisocket import Clock, ClockedTransport
-from lockbuild.site.retry import DEFAULT_RETRY, RETRY_ENV, RETRYABLE, Answer, Moment, RetryPolicy, decide, resume
+from lockbuild.site.ocitransport import BUSY_TIP, FAIL_TIP, TRANSPORT_ERRORS, TransferCut, Transport, error_text, phrase
+from lockbuild.site.retry import RETRYABLE, Answer, Moment, decide, resume
 
-MAX_OCI_MANIFEST = 64 << 20
-_TOKEN = re.compile(r"[\x21-\x7e]+")  # a token goes into a header: printable ASCII, no spaces
-# What the transport may raise (httpx wraps socket and ssl errors; the rest is belt and braces).
-TRANSPORT_ERRORS = (
-    httpx.HTTPError,
-    httpx.InvalidURL,
-    httpx.StreamError,
-    httpcore.TimeoutException,
-    httpcore.NetworkError,
-    httpcore.ProtocolError,
-    ssl.SSLError,
-    OSError,
-    ValueError,
-)
-
-
-class TransferCut(RegistryError):
-    """An answer's body broke off (the connection closed or failed mid-body), not on a deadline or a stop:
-    a blob can be asked for again from the byte received. Given up, it is shown as the RegistryError it is."""
-
-    default_tip = "Run the same command again: a pull resumes a cut blob at the byte received."
-
-    def plain(self) -> RegistryError:
-        return RegistryError(self.message, tip="Run the same command again: a pull resumes where this one stopped.")
-
-
-@dataclass(frozen=True)
-class Transport:
-    """The time and size bounds of every exchange with a registry (see ``site/oci.py``'s docstring)."""
-
-    request_seconds: float = 60.0  # a small request, whole: connect, send, headers and body
-    blob_seconds: float = 60.0  # a blob's fixed allowance ...
-    min_rate: float = 1_000_000.0  # ... plus its size at this many bytes per second
-    io_seconds: float = 30.0  # the longest any one read, write or connect may wait
-    max_manifest: int = MAX_OCI_MANIFEST
-    max_token: int = MiB
-    max_error: int = 16 << 10
-    max_depth: int = 32  # JSON nesting (an OCI manifest nests 3 deep)
-    retry: RetryPolicy = field(default=DEFAULT_RETRY)  # 429 / 502 / 503 / 504: when to ask again (site/retry.py)
-
-    def blob_deadline(self, size: int) -> float:
-        return self.blob_seconds + max(0, size) / self.min_rate
-
-
-DEFAULT_TRANSPORT = Transport()
-
-
-# -- the client -------------------------------------------------------------------------------------
+_DRAIN = 64 << 10  # an unread answer at most this long is read to its end before it is closed
 
 
 class Connection:
@@ -134,10 +77,12 @@ class Connection:
             follow_redirects=False,
             headers={"User-Agent": "lockbuild", "Accept-Encoding": "identity"},
         )
+        # the pool keeps its connections open between requests: closed with the client, at the latest
+        # when this object goes (a caller that never closed it leaves no socket behind)
+        weakref.finalize(self, _close_client, self.client)
 
     def close(self) -> None:
-        with suppress(*TRANSPORT_ERRORS):
-            self.client.close()
+        _close_client(self.client)
 
     def __enter__(self) -> Connection:
         return self
@@ -157,7 +102,7 @@ class Connection:
 
     # -- errors -------------------------------------------------------------------------------
     def _fail(self, what: str, detail: str, tip: str | None = None) -> RegistryError:
-        tip = tip or "Check the registry address, that it is up, and your access to the repository."
+        tip = tip or FAIL_TIP
         return RegistryError(f"{what} at {self.ref.host}: {detail}", tip=tip)
 
     def _transport_error(self, what: str, exc: BaseException) -> RegistryError:
@@ -170,15 +115,8 @@ class Connection:
             )
         seconds = self._clock.expired()
         if seconds is not None and isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
-            t = self.limits
-            return self._fail(
-                what,
-                f"it did not finish within its {seconds:.0f} s deadline (the registry sent too slowly or stalled); "
-                "given up.",
-                tip=f"Check the registry and the network to it (a request must finish within {t.request_seconds:g} s, "
-                f"a blob within {t.blob_seconds:g} s plus its size at {t.min_rate / 1e6:g} MB/s); then run the same "
-                "command again (a pull resumes what it already has).",
-            )
+            detail = f"it did not finish within its {seconds:.0f} s deadline (the registry sent too slowly or stalled)"
+            return self._fail(what, f"{detail}; given up.", tip=self.limits.deadline_tip())
         detail = (str(exc) or "no detail")[:300].rstrip(".")
         return self._fail(what, f"{type(exc).__name__}: {detail}.")
 
@@ -307,15 +245,9 @@ class Connection:
             with self._stop_lock:
                 self.retries += 1
             return decision.wait
-        body = _error_text(self._read(r, self.limits.max_error, what, truncate=True))
-        said = f"{r.status_code} {_phrase(r.status_code)}" + (f" ({body})" if body else "")
-        raise self._fail(
-            what,
-            f"the registry answered {said}, and {decision.why}; given up.",
-            tip="The registry (or a mirror or proxy in front of it) is overloaded or limits requests: run the same "
-            "command again later (a pull resumes what it already has), pull from a mirror nearer the node, or give "
-            f"it longer with {RETRY_ENV}=SECONDS.",
-        )
+        body = error_text(self._read(r, self.limits.max_error, what, truncate=True))
+        said = f"{r.status_code} {phrase(r.status_code)}" + (f" ({body})" if body else "")
+        raise self._fail(what, f"the registry answered {said}, and {decision.why}; given up.", tip=BUSY_TIP)
 
     def _read(self, r: httpx.Response, limit: int, what: str, *, truncate: bool = False) -> bytes:
         """The answer's body, at most ``limit`` bytes (``truncate``: cut there, else refuse more)."""
@@ -373,76 +305,56 @@ class Connection:
         if r.status_code in ok:
             return
         body = self._read(r, self.limits.max_error, what, truncate=True)
-        raise self._fail(what, f"HTTP {r.status_code} {_error_text(body)}".strip())
+        raise self._fail(what, f"HTTP {r.status_code} {error_text(body)}".strip())
 
     # -- auth ---------------------------------------------------------------------------------
     def _authenticate(self, challenge: str, what: str) -> None:
-        scheme, params = parse_challenge(challenge)
-        creds = self._credentials
-        if scheme == "basic":
-            if creds is None:
-                tip = "Pass --username NAME and the password on stdin with --password-stdin."
-                raise self._fail(what, "the registry needs credentials.", tip=tip)
-            self._auth = creds.basic()  # sent to the registry's own origin only (_send)
-            return
-        if scheme != "bearer" or "realm" not in params:
-            raise self._fail(what, "the registry refused the request (401) without a usable challenge.")
-        realm = params["realm"]
-        why = realm_refusal(self.scheme, self.ref.host, realm, self.auth_realms)
-        if why is not None:
-            raise self._fail(
-                what,
-                f"its token realm {realm[:200]!r} {why}; nothing was sent to it.",
-                tip=realm_tip(realm, self.scheme),
+        """Answer a 401 as ``site/ociauth.py`` rules: Basic credentials, or a token from an allowed realm."""
+        try:
+            answer = answer_challenge(
+                challenge,
+                scheme=self.scheme,
+                ref=self.ref,
+                credentials=self._credentials,
+                auth_realms=self.auth_realms,
             )
-        self._check_scheme(realm)
-        query = {k: v for k, v in params.items() if k in ("service", "scope")}
-        query.setdefault("scope", f"repository:{self.ref.repo}:pull,push")
-        url = f"{realm}{'&' if '?' in realm else '?'}{urlencode(query)}"
-        self._auth = f"Bearer {self._token(url, what)}"
+        except RegistryError as exc:
+            raise self._fail(what, exc.message, tip=exc.tip) from None
+        if isinstance(answer, str):
+            self._auth = answer  # sent to the registry's own origin only (_send)
+            return
+        self._check_scheme(answer.url)
+        self._auth = f"Bearer {self._token(answer, what)}"
 
-    def _token(self, url: str, what: str) -> str:
-        headers = {"Authorization": self._credentials.basic()} if self._credentials is not None else {}
+    def _token(self, request: TokenRequest, what: str) -> str:
+        headers = {"Authorization": request.authorization} if request.authorization is not None else {}
         t = self.limits
         with self._attempts(
-            what, t.request_seconds, lambda: self._raw("GET", url, what=what, headers=headers, content=None)
+            what, t.request_seconds, lambda: self._raw("GET", request.url, what=what, headers=headers, content=None)
         ) as r:
             if r.status_code != 200:
                 tip = "Check --username and the password given on stdin, and your access to the repository."
-                body = _error_text(self._read(r, t.max_error, what, truncate=True))
+                body = error_text(self._read(r, t.max_error, what, truncate=True))
                 raise self._fail(what, f"the token service refused (HTTP {r.status_code} {body}).", tip=tip)
             raw = self._read(r, t.max_token, what)
-        data = self._json(raw, what, "the token service's answer", t.max_token)
-        token = (data.get("token") or data.get("access_token")) if isinstance(data, dict) else None
-        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
-            raise self._fail(what, "the token service answered without a usable token.")
-        return token
+        try:
+            return token_of(self._json(raw, what, "the token service's answer", t.max_token))
+        except RegistryError as exc:
+            raise self._fail(what, exc.message, tip=exc.tip) from None
+
+
+def _close_client(client: httpx.Client) -> None:
+    with suppress(*TRANSPORT_ERRORS):
+        client.close()
 
 
 def _close(r: httpx.Response) -> None:
+    """Close an answer; a short body left unread (a HEAD's, an upload's) is read first, within the
+    exchange's deadline, so that its connection goes back to the pool instead of being dropped."""
+    length = r.headers.get("Content-Length", "")
+    if not r.is_stream_consumed and (r.request.method == "HEAD" or (length.isdigit() and int(length) <= _DRAIN)):
+        with suppress(*TRANSPORT_ERRORS):
+            for _ in r.iter_raw():
+                pass
     with suppress(*TRANSPORT_ERRORS):
         r.close()
-
-
-def _phrase(status: int) -> str:
-    """The standard reason phrase of ``status`` (never the registry's own words)."""
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
-def _error_text(body: bytes) -> str:
-    """An error answer as one short line: the OCI ``errors`` messages when it has them, else its text."""
-    try:
-        doc = loads_json(body, what="the error", max_bytes=len(body), max_depth=8, error=LockbuildError)
-        errors = doc.get("errors") if isinstance(doc, dict) else None
-        if isinstance(errors, list) and errors:
-            text = "; ".join(
-                f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:5] if isinstance(e, dict)
-            )
-            if text:
-                return text[:300]
-    except LockbuildError:
-        pass
-    return " ".join(body[:300].decode("utf-8", "replace").split())

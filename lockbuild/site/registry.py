@@ -1,4 +1,4 @@
-"""Push a store's build to an OCI registry, and pull one into a store, checking trust first.
+"""The artifact a build is in a registry, and pull into a store, checking trust first (push: ``site/push.py``).
 
 The artifact (docs/site-administrators.md, "Many nodes"): one OCI image manifest per build, with
 
@@ -24,10 +24,8 @@ from where an interrupted pull stopped.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -47,7 +45,7 @@ from lockbuild.site import modelpack
 from lockbuild.site.oci import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, RegistryError, TransferCut
 from lockbuild.site.store import Store
 from lockbuild.site.storemodel import StoreError
-from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
+from lockbuild.trust import load_store, open_source, trust_dir
 from lockbuild.trust.source import TIP_AGAIN, SizeCheck, Stream
 
 ARTIFACT_TYPE = "application/vnd.lockbuild.bundle.v1"
@@ -67,7 +65,7 @@ class Moved:
     signers: tuple[str, ...] = ()
 
 
-def _distinct(members: tuple[Member, ...]) -> list[Member]:
+def distinct(members: tuple[Member, ...]) -> list[Member]:
     seen: dict[str, Member] = {}
     for m in members:
         seen.setdefault(m.sha256, m)
@@ -86,7 +84,7 @@ def oci_manifest(manifest_bytes: bytes, members: tuple[Member, ...], signatures:
         },
         "layers": [
             {"mediaType": MEMBER_TYPE, "digest": f"sha256:{m.sha256}", "size": m.size, "annotations": {TITLE: m.path}}
-            for m in _distinct(members)
+            for m in distinct(members)
         ],
         "annotations": {SIGNATURES: signatures.decode("utf-8"), BUNDLE: bundle_name},
     }
@@ -179,53 +177,6 @@ class RegistryArtifact:
         raise IntegrityError("internal: a registry artifact's members are fetched by pull, blob by blob.")
 
 
-def push(trusted: TrustedBundle, registry: Registry, *, progress: Progress | None = None) -> Moved:
-    """Upload a build that the one trust decision accepted: every member the registry lacks is first
-    extracted (checked against the signed manifest) into a private staging directory, then uploaded
-    from there; the OCI manifest carries the signature blocks that counted."""
-    progress = progress or Progress.quiet()
-    m = trusted.manifest
-    members = _distinct(m.members)
-    lacking = {x.sha256 for x in members if not registry.has_blob(f"sha256:{x.sha256}")}
-    moved = moved_bytes = 0
-    with tempfile.TemporaryDirectory(prefix="lockbuild-push-") as scratch:
-        staging = Path(scratch) / "members"
-        taken: set[str] = set()
-
-        def want(x: Member) -> bool:
-            if x.sha256 in lacking and x.sha256 not in taken:
-                taken.add(x.sha256)
-                return True
-            return False
-
-        done = trusted.extract(staging, progress=progress, want=want, action="checking")
-        progress.start("uploading", total_bytes=sum(x.size for x in done.written), files=len(done.written))
-        for x in done.written:
-            f, _ = open_regular(staging / x.path, what="staged member", max_size=x.size, error=IntegrityError)
-            with f:
-                registry.upload_blob(f"sha256:{x.sha256}", f, x.size)
-            moved += 1
-            moved_bytes += x.size
-            progress.advance(x.size)
-            progress.file_done()
-    config = "sha256:" + hashlib.sha256(trusted.manifest_bytes).hexdigest()
-    if not registry.has_blob(config):
-        registry.upload_blob(config, io.BytesIO(trusted.manifest_bytes), len(trusted.manifest_bytes))
-    if m.model is not None:  # a model: the ModelPack layout, its configuration blob beside the members
-        notes = {SIGNATURES: trusted.counted_signatures().decode("utf-8"), BUNDLE: m.bundle_name}
-        document, model_config = modelpack.model_artifact(
-            m, trusted.manifest_bytes, notes, manifest_type=CONFIG_TYPE, member_type=MEMBER_TYPE
-        )
-        digest = "sha256:" + hashlib.sha256(model_config).hexdigest()
-        if not registry.has_blob(digest):
-            registry.upload_blob(digest, io.BytesIO(model_config), len(model_config))
-    else:
-        document = oci_manifest(trusted.manifest_bytes, m.members, trusted.counted_signatures(), m.bundle_name)
-    registry.put_manifest(registry.ref.tag, document)
-    progress.finish()
-    return Moved(trusted.ref, len(members), moved, moved_bytes, trusted.signer_ids)
-
-
 def pull(
     registry: Registry,
     store: Store,
@@ -246,7 +197,7 @@ def pull(
             f"the store already holds a different {ref}; nothing was fetched.",
             tip="Keep one store per site release train, or pull into another store.",
         )
-    members = _distinct(manifest.members)
+    members = distinct(manifest.members)
     moved = moved_bytes = 0
     with store.lock(exclusive=True, wait=wait):
         missing = [m for m in members if not store.has_blob(m.sha256, m.size)]

@@ -194,10 +194,12 @@ class TrustedBundle:
         want: Callable[[Member], bool] | None = None,
         allow_absent: bool = False,
         action: str | None = None,
+        checked: Callable[[Member], None] | None = None,
     ) -> Extracted:
         """Check every member against the signed manifest (and with ``dest``, write those ``want``
         accepts there): the one extraction, :func:`lockbuild.bundle.extract.extract`. ``action`` names
-        the step in the progress line (default "checking", or "unpacking" with ``dest``).
+        the step in the progress line (default "checking", or "unpacking" with ``dest``); ``checked`` is
+        told each written member as soon as it has been held to the signed manifest.
 
         A source that carries the manifest again (a file read a second time) must carry the same bytes,
         so a file swapped after its signatures were checked is refused as soon as anything it carries
@@ -228,6 +230,7 @@ class TrustedBundle:
                 absent_tip=self.source.absent_tip,
                 damage_tip=self.source.damage_tip,
                 where=self.source.where,
+                checked=checked,
             )
         progress.finish()
         return done

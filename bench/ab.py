@@ -12,7 +12,7 @@ machine's load), each tree with its own cache:
     build, cold         lockbuild build (the cache holds only the lock's look-ups)
     lock, rebuild       lockbuild lock again: uv's resolution remembered, every pin checked on the index
     build, warm         lockbuild build on the full cache
-    sha256 pass         digest_bundle without prehash (in-process) of the cold build's bundle,
+    sha256 pass         digest_signed_file without prehash (in-process) of the cold build's bundle,
                         beside ``openssl dgst -sha256`` of the same file
 
 Wall and CPU seconds (user + system of the command and its children, from wait4) per step and tree.
@@ -101,8 +101,8 @@ def _step(step: str, tree: Path, d: Path, recipe: Path, secret: Path, index_url:
         return [(step, r)]
     bundle = next((d / "dist-cold").glob("*.lbz"))
     code = (
-        "import json, sys, time; from pathlib import Path; from lockbuild.trust import digest_bundle; "
-        "t = time.perf_counter(); digest_bundle(Path(sys.argv[1]), prehash=False); "
+        "import json, sys, time; from pathlib import Path; from lockbuild.trust import digest_signed_file; "
+        "t = time.perf_counter(); digest_signed_file(Path(sys.argv[1]), prehash=False); "
         "print(json.dumps({'seconds': time.perf_counter() - t}))"
     )
     r = run([sys.executable, "-c", code, str(bundle)], env=env, cwd=tree)

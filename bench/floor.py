@@ -8,7 +8,7 @@ with stock tools on the same files, each a process of its own, back to back:
 
 The floor's wall time and CPU time (user + system, from ``wait4``'s rusage) are the sums of its steps'.
 Two ratios come out: the cold build against that floor, and against the raw download alone (curl), each
-in wall time and in CPU seconds. The sha256 pass (``verify-pass``): ``digest_bundle`` without the prehash
+in wall time and in CPU seconds. The sha256 pass (``verify-pass``): ``digest_signed_file`` without the prehash
 (the node's signature pass, timed in-process by ``bench.steps digest``) against ``openssl dgst -sha256``
 of the same bundle.
 """
@@ -33,7 +33,7 @@ BUILD = "lockbuild build (cold cache)"
 STOCK = "stock pipeline (sum of the five)"
 CURL = "floor: curl --parallel of every file"
 PASS = "verify-pass"
-LB_PASS = "lockbuild sha256 pass (digest_bundle, in-process)"
+LB_PASS = "lockbuild sha256 pass (digest_signed_file, in-process)"
 OPENSSL = "openssl dgst -sha256"
 STEPS = (
     "floor: uv pip compile",

@@ -267,58 +267,53 @@ def _span(values: Sequence[float], fmt: str) -> str:
 
 
 def site_readme_table(runs: Sequence[Results]) -> str:
-    """The README's table of the cold build, the node's install and the site path, from
-    vllm-live runs: each step's median (range), its floor in the same run, the pair-by-pair ratio, peak
-    RSS, the target. A step is taken from the last run that measured it (the runs may each hold some)."""
+    """The README's performance section from vllm-live runs: each step beside its floors (median and range
+    of wall seconds, CPU seconds, peak RSS), then every target as a ratio, pair by pair. A figure is taken
+    from the last run that measured it (the runs may each hold some phases)."""
+    from bench import push as p
     from bench import vllm_live as v
 
-    uv, raw = "bare `uv venv` + `uv pip install --offline` + the verify command", "`curl --parallel` + `openssl sha256`"
-    lines = [
-        "| step | lockbuild, s | floor, same run | ratio, pair by pair | peak RSS MB (own) | target |",
-        "|---|---:|---|---:|---:|---|",
-    ]
-    for r in reversed(runs):  # the cold build's floor is the sum of two figures of the same run, pair by pair
-        cold, lock, fetch = r.get("build", v.COLD), r.get("lock", v.UV_LOCK), r.get("fetch", v.RAW)
-        if cold is not None and lock is not None and fetch is not None:
-            floors = [x + y for x, y in zip(lock.seconds, fetch.seconds, strict=False)]
-            pairs = [x / y for x, y in zip(cold.seconds, floors, strict=False)]
-            met = "met" if statistics.median(pairs) <= 1.25 else "**missed**"
-            lines.append(
-                f"| build, cold cache | {_span(cold.seconds, '{:.1f}')} | `uv pip compile` + "
-                f"`curl --parallel` (8): {_span(floors, '{:.1f}')} s | {_span(pairs, '{:.2f}')}× "
-                f"| {cold.peak_rss_mb:.0f} ({cold.self_rss_mb:.0f}) | ≤ 1.25 {met} |"
-            )
-            break
     rows = (
-        ("install from the `.lbz`", ("install", v.INSTALL), ("install", v.UV_INSTALL), uv, "<= 1.4", 1.4),
-        (
-            "install `--store` (blobs linked)",
-            ("install-store", v.INSTALL_STORE),
-            ("install-store", v.UV_INSTALL),
-            uv,
-            "<= 1.2",
-            1.2,
-        ),
-        ("import (a new store)", ("import", v.IMPORT), ("import", v.IMPORT_FLOOR), "one sha256 pass + `cp`", "", None),
-        ("push (local registry)", ("push-pull", v.PUSH), ("push-pull", v.RAW_PULL), raw, "", None),
-        ("pull (a new store)", ("push-pull", v.PULL), ("push-pull", v.RAW_PULL), raw, "", None),
+        ("lock", v.LB_LOCK, "lock (cold cache)"),
+        ("lock", v.LB_RELOCK, "a rebuild's lock (kept cache)"),
+        ("lock", v.UV_LOCK, "floor: `uv pip compile`, cold"),
+        ("build", v.COLD, "build, cold cache"),
+        ("build", v.TRANSFER, "floor: `uv pip compile` + `curl --parallel`"),
+        ("build", v.STOCK, "floor: the stock pipeline (uv + curl + sha256sum + tar | zstd + minisign)"),
+        (p.PHASE, p.PUSH_STORE, "push --store"),
+        (p.PHASE, p.PUSH_LBZ, "push .lbz"),
+        (p.PHASE, p.RAW_PUSH, "floor: curl POST + PUT per blob, 4 at a time"),
+        ("verify", v.VERIFY, "verify"),
+        ("verify", v.OPENSSL, "floor: `openssl dgst -sha256`"),
+        ("install", v.INSTALL, "install from the `.lbz`"),
+        ("install", v.UV_INSTALL, "floor: uv alone (hashed lock, offline) + the verify command"),
+        ("install", v.UV_BARE, "bare uv (no hashes, no verify command)"),
+        ("install-store", v.INSTALL_STORE, "install --store (blobs linked)"),
+        ("install-store", v.UV_INSTALL, "floor: uv alone, the same"),
     )
-    for name, ours, base, short, target, limit in rows:
-        run = next((x for x in reversed(runs) if x.get(*ours) is not None), None)
-        if run is None:
+    lines = [
+        "| step | wall s, median (range) | CPU s | peak RSS MB (own) |",
+        "|---|---:|---:|---:|",
+    ]
+    for phase, variant, name in rows:
+        f = next((x.get(phase, variant) for x in reversed(runs) if x.get(phase, variant) is not None), None)
+        if f is None:
             continue
-        a, b = run.get(*ours), run.get(*base)
-        assert a is not None
-        ratio, floor, met = "", "", ""
-        if b is not None:
-            pairs = [x / y for x, y in zip(a.seconds, b.seconds, strict=False)]
-            ratio = _span(pairs, "{:.2f}") + "×"
-            floor = f"{short}: {_span(b.seconds, '{:.1f}')} s"
-            if limit is not None:
-                met = "met" if statistics.median(pairs) <= limit else "**missed**"
-        own = f" ({a.self_rss_mb:.0f})" if a.self_rss_mb else ""
+        own = f" ({f.self_rss_mb:.0f})" if f.self_rss_mb >= 1 else ""
         lines.append(
-            f"| {name} | {_span(a.seconds, '{:.1f}')} | {floor} | {ratio} | {a.peak_rss_mb:.0f}{own} "
-            f"| {target.replace('<=', '≤')}{' ' + met if met else ''} |"
+            f"| {name} | {_span(f.seconds, '{:.1f}')} | {statistics.median(f.cpu_s):.1f} | {f.peak_rss_mb:.0f}{own} |"
         )
+    lines += ["", "| target | ratio, median (range) | |", "|---|---:|---|"]
+    seen: set[str] = set()
+    for r in reversed(runs):
+        for ratio in v.ratios(r):
+            if ratio.target == "(none)" and "CPU" not in ratio.name and "bare uv" not in ratio.name:
+                continue
+            if ratio.name in seen or ": seconds" in ratio.name or "MB/s" in ratio.name:
+                continue
+            seen.add(ratio.name)
+            verdict = "" if ratio.target == "(none)" else ("met" if ratio.met else "**missed**")
+            target = ratio.target.replace("<=", "≤")
+            unit = "" if "MB" in ratio.name else "×"
+            lines.append(f"| {ratio.name} {target} | {_span(ratio.values, '{:.2f}')}{unit} | {verdict} |")
     return "\n".join(lines)

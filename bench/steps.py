@@ -6,7 +6,7 @@ on the step itself (after interpreter start and imports).
     fetch  WANTED.json CACHE JOBS [TRANSFER]  lockbuild's Fetcher (streaming sha256 + size, content cache);
                                       TRANSFER: curl or httpx (who receives the bytes; default: the Fetcher's)
     pack   RECIPE CACHE KEY OUT       lockbuild's plan, cache check, then pack + sign, timed apart
-    digest BUNDLE                     the node's signature pass: digest_bundle's sha256 (no prehash)
+    digest BUNDLE                     the node's signature pass: digest_signed_file's sha256 (no prehash)
 """
 
 from __future__ import annotations
@@ -97,10 +97,10 @@ def pack(recipe_path: Path, cache_dir: Path, key: Path, out: Path) -> dict[str, 
 
 
 def digest(bundle: Path) -> dict[str, object]:
-    from lockbuild.trust import digest_bundle
+    from lockbuild.trust import digest_signed_file
 
     t0 = time.perf_counter()
-    d = digest_bundle(bundle, prehash=False)
+    d = digest_signed_file(bundle, prehash=False)
     return {"seconds": time.perf_counter() - t0, "size": d.size, "sha256": d.sha256}
 
 

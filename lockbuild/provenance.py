@@ -264,7 +264,9 @@ def record_json(engine: str, build: str, packages: Sequence[Recorded]) -> dict[s
     }
 
 
-def parse_record(data: Any, where: str, error: type[LockbuildError]) -> tuple[str, str, tuple[Recorded, ...]]:
+def parse_provenance_record(
+    data: Any, where: str, error: type[LockbuildError]
+) -> tuple[str, str, tuple[Recorded, ...]]:
     """(engine, build, packages) of a provenance.json that ``record_json`` wrote."""
     if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT or not isinstance(data.get("packages"), dict):
         raise error(f"{where} is not a provenance record of format {RECORD_FORMAT}.")

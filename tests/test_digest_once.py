@@ -11,7 +11,7 @@ import pytest
 
 from lockbuild.digest import READ_PIECE, digest_exactly
 from lockbuild.errors import IntegrityError
-from lockbuild.trust import digest_bundle
+from lockbuild.trust import digest_signed_file
 
 
 @pytest.mark.parametrize("size", [0, 1, READ_PIECE - 1, READ_PIECE, 5 * READ_PIECE + 7])
@@ -39,10 +39,10 @@ def test_digest_bundle_hashes_the_file_once_for_both_digests(tmp_path: Path) -> 
     p = tmp_path / "b.lbz"
     data = b"z" * (2 * READ_PIECE + 3)
     p.write_bytes(data)
-    d = digest_bundle(p)
+    d = digest_signed_file(p)
     assert (d.size, d.sha256, d.blake2b) == (
         len(data),
         hashlib.sha256(data).hexdigest(),
         hashlib.blake2b(data, digest_size=64).digest(),
     )
-    assert digest_bundle(p, prehash=False).blake2b is None
+    assert digest_signed_file(p, prehash=False).blake2b is None

@@ -54,7 +54,7 @@ from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.install import archives
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import read_secret_key, write_keypair
-from lockbuild.trust import Statement, digest_bundle, load_store, open_bundle, sign_statement, signature_path
+from lockbuild.trust import Statement, digest_signed_file, load_store, open_bundle, sign_statement, signature_path
 from lockbuild.trust.sign import read_unverified
 
 NAME = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
@@ -681,7 +681,7 @@ def signed_bundle(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
     bundle = write(tmp_path / NAME, data)
     (tmp_path / "keys").mkdir()
     secret, public = write_keypair(tmp_path / "keys" / "k", password=None)
-    d, head = digest_bundle(bundle), read_head_raw(bundle)
+    d, head = digest_signed_file(bundle), read_head_raw(bundle)
     st = Statement.of(
         head.manifest, name=NAME, sha256=d.sha256, size=d.size, expires=None, manifest_bytes=head.manifest_bytes
     )
@@ -851,7 +851,7 @@ def unpack_refused(tmp_path: Path, name: str, data: bytes, match: str, *, strip:
     work = tmp_path / "work"
     dest = work / "dest"
     with pytest.raises(IntegrityError, match=match) as info:
-        archives.extract(archive, dest, strip=strip)
+        archives.unpack_archive(archive, dest, strip=strip)
     assert info.value.tip
     assert [p.name for p in work.iterdir()] == ["dest"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "work"])
@@ -868,11 +868,11 @@ def test_archive_baseline_unpacks(tmp_path: Path) -> None:
     for compression in ("gz", "xz", "bz2"):
         dest = tmp_path / compression
         archive = write(tmp_path / f"engine.tar.{compression}", tar_archive(entries, compression))
-        assert archives.extract(archive, dest, strip="engine-1.2") == 2
+        assert archives.unpack_archive(archive, dest, strip="engine-1.2") == 2
         assert tree(dest) == ["bin", "bin/run", "setup.py"]
         assert (dest / "bin" / "run").stat().st_mode & 0o777 == 0o755
     archive = write(tmp_path / "assets.zip", zip_archive([ZipEntry("lib/a.so", b"elf"), ZipEntry("README", b"hi")]))
-    assert archives.extract(archive, tmp_path / "zip") == 2
+    assert archives.unpack_archive(archive, tmp_path / "zip") == 2
     assert (tmp_path / "zip" / "lib" / "a.so").read_bytes() == b"elf"
 
 
@@ -938,8 +938,8 @@ def test_hostile_zip_archive(tmp_path: Path, entries: list[ZipEntry], why: str) 
 def test_an_archive_past_the_limits_is_refused(tmp_path: Path, limits: Limits, entries: list[TarEntry]) -> None:
     archive = write(tmp_path / "src.tar.gz", tar_archive(entries))
     with pytest.raises(IntegrityError, match="the archive is larger than the limits allow"):
-        archives.extract(archive, tmp_path / "dest", limits=limits)
-    assert archives.extract(archive, tmp_path / "ok") == len(entries)  # the default limits take it
+        archives.unpack_archive(archive, tmp_path / "dest", limits=limits)
+    assert archives.unpack_archive(archive, tmp_path / "ok") == len(entries)  # the default limits take it
 
 
 def test_two_archives_colliding(tmp_path: Path) -> None:
@@ -947,9 +947,9 @@ def test_two_archives_colliding(tmp_path: Path) -> None:
     first = write(tmp_path / "a.tar.gz", tar_archive([TarEntry("lib/libengine.so", b"good")]))
     second = write(tmp_path / "b.zip", zip_archive([ZipEntry("lib/libengine.so", b"evil")]))
     dest = tmp_path / "work" / "dest"
-    archives.extract(first, dest)
+    archives.unpack_archive(first, dest)
     with pytest.raises(IntegrityError, match=r"b\.zip: refused entry 'lib/libengine\.so': a file of that name"):
-        archives.extract(second, dest)
+        archives.unpack_archive(second, dest)
     assert (dest / "lib" / "libengine.so").read_bytes() == b"good"
     assert [p.name for p in (tmp_path / "work").iterdir()] == ["dest"]
 
@@ -958,9 +958,9 @@ def test_archive_file_where_an_earlier_one_has_a_directory(tmp_path: Path) -> No
     first = write(tmp_path / "a.tar.gz", tar_archive([TarEntry("lib/x.so", b"1")]))
     second = write(tmp_path / "b.tar.gz", tar_archive([TarEntry("lib", b"2")]))
     dest = tmp_path / "work" / "dest"
-    archives.extract(first, dest)
+    archives.unpack_archive(first, dest)
     with pytest.raises(IntegrityError, match="a file of that name is already there"):
-        archives.extract(second, dest)
+        archives.unpack_archive(second, dest)
 
 
 def test_truncated_tar_gz(tmp_path: Path) -> None:
@@ -997,7 +997,7 @@ def test_a_link_in_the_destination_is_never_written_through(tmp_path: Path, with
     entries = [TarEntry("lib64", type=tarfile.DIRTYPE, mode=0o755)] if with_dir_entry else []
     archive = write(tmp_path / "a.tar.gz", tar_archive([*entries, TarEntry("lib64/evil.so", b"x")]))
     with pytest.raises(IntegrityError, match="link or a file") as info:
-        archives.extract(archive, dest)
+        archives.unpack_archive(archive, dest)
     assert info.value.tip
     assert list(outside.iterdir()) == []
     with pytest.raises(IntegrityError, match="resolve outside the destination"):

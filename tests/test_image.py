@@ -229,13 +229,13 @@ def _resign(copy: Path, keys: Keys, record: dict[str, object] | None = None, **s
     from lockbuild.image.record import image_marker
     from lockbuild.image.verify import statement_of
     from lockbuild.minisign import read_secret_key
-    from lockbuild.trust import digest_bundle, sign_statement
+    from lockbuild.trust import digest_signed_file, sign_statement
 
     rec = copy.parent / (copy.name + ".json")
     data = record if record is not None else json.loads(rec.read_text())
     raw = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
     rec.write_bytes(raw)
-    digests = digest_bundle(copy)
+    digests = digest_signed_file(copy)
     statement = dataclasses.replace(statement_of(copy, digests, raw, image_marker(copy), None), **signed)
     block = sign_statement(read_secret_key(keys.secret, lambda: ""), statement, digests.blake2b)
     (copy.parent / (copy.name + ".minisig")).write_text(block)
@@ -314,7 +314,7 @@ def test_a_marker_that_names_another_bundle_fails_verify_even_when_signed(
     from lockbuild.image.record import image_marker
     from lockbuild.image.verify import statement_of
     from lockbuild.minisign import read_secret_key
-    from lockbuild.trust import digest_bundle, sign_statement
+    from lockbuild.trust import digest_signed_file, sign_statement
 
     copy = _copy(signed, tmp_path / "c")
     rec = copy.parent / (copy.name + ".json")
@@ -322,7 +322,7 @@ def test_a_marker_that_names_another_bundle_fails_verify_even_when_signed(
     data["bundle_sha256"] = "0" * 64
     raw = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
     rec.write_bytes(raw)
-    digests = digest_bundle(copy)
+    digests = digest_signed_file(copy)
     statement = statement_of(copy, digests, raw, image_marker(copy), None)
     block = sign_statement(read_secret_key(keys.secret, lambda: ""), statement, digests.blake2b)
     (copy.parent / (copy.name + ".minisig")).write_text(block)

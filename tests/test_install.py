@@ -697,7 +697,7 @@ def test_uv_is_pointed_only_at_the_folders_the_bundle_has(tmp_path: Path, monkey
 
     calls: list[list[str]] = []
     monkeypatch.setattr(stage, "extract_uv", lambda *_a: Path("/bin/uv"))
-    monkeypatch.setattr(stage, "run", lambda argv, **_k: calls.append(list(argv)) or "")
+    monkeypatch.setattr(stage, "run_command", lambda argv, **_k: calls.append(list(argv)) or "")
     (tmp_path / "staged").mkdir()
     members = [Member(INSTALL.uv, 1, "0" * 64, "tool", ""), Member("sdists/a-1.0.tar.gz", 1, "0" * 64, "sdist", "")]
     s = stage.Stage(tmp_path / "u", tmp_path / "staged", make_manifest(members), Progress.quiet(), lambda _p: None, {})

@@ -245,7 +245,7 @@ def test_an_interpreter_archive_may_link_only_to_a_sibling(tmp_path: Path, targe
     archive = tmp_path / "p.tar"
     archive.write_bytes(raw.getvalue())
     with pytest.raises(IntegrityError, match="refused entry"):
-        archives.extract(archive, tmp_path / "out", sibling_links=True)
+        archives.unpack_archive(archive, tmp_path / "out", sibling_links=True)
     assert not os.path.lexists(tmp_path / "out" / "python" / "bin" / "python3")
 
 
@@ -264,7 +264,7 @@ def test_a_sibling_link_is_made_after_the_files_and_never_written_through(tmp_pa
     archive = tmp_path / "p.tar"
     archive.write_bytes(raw.getvalue())
     with pytest.raises(IntegrityError, match="collides"):
-        archives.extract(archive, tmp_path / "out", sibling_links=True)
+        archives.unpack_archive(archive, tmp_path / "out", sibling_links=True)
     assert (tmp_path / "out" / "python" / "bin" / "python3.11").read_bytes() == b"ok"
 
 

@@ -459,10 +459,10 @@ def test_sign_never_writes_a_signature_file_every_reader_refuses(tmp_path: Path)
 
     from lockbuild.errors import SignatureError
     from lockbuild.minisign import generate_secret_key
-    from lockbuild.trust import Statement, digest_bundle, sign_statement, signature_path
+    from lockbuild.trust import Statement, digest_signed_file, sign_statement, signature_path
 
     bundle, m = make_bundle(tmp_path / "dist")
-    d = digest_bundle(bundle)
+    d = digest_signed_file(bundle)
     st = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
     blocks = "".join(sign_statement(generate_secret_key(), st, d.blake2b) for _ in range(64))
     signature_path(bundle).write_text(blocks)
@@ -524,10 +524,10 @@ def test_a_statement_with_a_field_twice_never_counts(tmp_path: Path, people: dic
 
     from lockbuild.errors import SignatureError
     from lockbuild.minisign import sign_prehashed
-    from lockbuild.trust import Statement, digest_bundle, signature_path
+    from lockbuild.trust import Statement, digest_signed_file, signature_path
 
     bundle, m = make_bundle(tmp_path / "dist")
-    d = digest_bundle(bundle)
+    d = digest_signed_file(bundle)
     comment = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None).to_comment()
     twice = comment.replace(f" sha256={d.sha256}", f" sha256={'0' * 64} sha256={d.sha256}")
     assert twice != comment

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lockbuild.errors import InstallError
-from lockbuild.install.runenv import OUTPUT_KEPT, run
+from lockbuild.install.runenv import OUTPUT_KEPT, run_command
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
@@ -22,7 +22,7 @@ def test_a_command_that_prints_hundreds_of_megabytes_is_read_in_bounded_memory()
     tracemalloc.start()
     try:
         with pytest.raises(InstallError) as got:
-            run(["sh", "-c", script], env=ENV, timeout=120, what="the verify command")
+            run_command(["sh", "-c", script], env=ENV, timeout=120, what="the verify command")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -32,7 +32,7 @@ def test_a_command_that_prints_hundreds_of_megabytes_is_read_in_bounded_memory()
 
 
 def test_stdout_and_stderr_come_back_in_the_order_written() -> None:
-    out = run(["sh", "-c", "echo one; echo two >&2; echo three"], env=ENV, timeout=30, what="x")
+    out = run_command(["sh", "-c", "echo one; echo two >&2; echo three"], env=ENV, timeout=30, what="x")
     assert out.split() == ["one", "two", "three"]
 
 
@@ -40,7 +40,9 @@ def test_past_the_deadline_the_command_and_what_it_started_are_killed(tmp_path: 
     pid_file = tmp_path / "pid"
     started = time.monotonic()
     with pytest.raises(InstallError, match="the GPU probe did not finish within 1 s"):
-        run(["sh", "-c", f"sleep 60 & echo $! > {pid_file}; sleep 60"], env=ENV, timeout=1, what="the GPU probe")
+        run_command(
+            ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; sleep 60"], env=ENV, timeout=1, what="the GPU probe"
+        )
     assert time.monotonic() - started < 20
     pid = int(pid_file.read_text())
     for _ in range(100):  # the kill is sent; the orphan is reaped by init a moment later
@@ -57,4 +59,4 @@ def test_past_the_deadline_the_command_and_what_it_started_are_killed(tmp_path: 
 
 def test_a_program_that_does_not_exist_is_named() -> None:
     with pytest.raises(InstallError, match="uv venv: cannot run /nonexistent/uv"):
-        run(["/nonexistent/uv"], env=ENV, timeout=5, what="uv venv")
+        run_command(["/nonexistent/uv"], env=ENV, timeout=5, what="uv venv")

@@ -272,7 +272,7 @@ def test_metadata_that_cannot_be_produced_refuses_the_lock_naming_the_package(
 
     from lockbuild.builder import metahook
 
-    monkeypatch.setattr(metahook, "find_python", lambda _version, _inherit: None)
+    monkeypatch.setattr(metahook, "find_host_python", lambda _version, _inherit: None)
     code, _, stderr, _ = lock(tmp_path / "nopy", "lkbroken")
     assert code == ResolveError.exit_code
     assert "cannot lock lkbroken 1.0" in stderr and f"this builder has no Python {PY}" in stderr

@@ -13,7 +13,7 @@ from sitekit import cli, make_bundle, run_killed, sha
 
 from lockbuild.errors import BusyError
 from lockbuild.site.store import Store
-from lockbuild.site.storemodel import StoreError, parse_ref
+from lockbuild.site.storemodel import StoreError, parse_build_ref
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +187,7 @@ def test_hostile_store_layouts_are_refused(tmp_path: Path, bundles: dict[str, Pa
     # names with '..' or '/' never become paths
     for ref in ("../x/1.0-cpu", "toyengine/../../etc-x", "toyengine/1.0-..", "toyengine/1.0"):
         with pytest.raises(StoreError):
-            parse_ref(ref)
+            parse_build_ref(ref)
     # a directory that is not a store is not made into one
     busy = tmp_path / "home"
     busy.mkdir()

@@ -33,7 +33,7 @@ from lockbuild.trust import (
     TrustedBundle,
     build_store,
     check_dates,
-    digest_bundle,
+    digest_signed_file,
     evaluate,
     format_trusted_comment,
     load_store,
@@ -88,7 +88,7 @@ def make_bundle(directory: Path, payload: bytes = b"weights") -> tuple[Path, Man
 
 def sign(bundle: Path, m: Manifest, *keys: Signer, expires: dt.datetime | None = None) -> None:
     """Write the .minisig: one block per key, in order (the first is what stock minisign checks)."""
-    blocks = [signature_block(k.key, bundle.name, digest_bundle(bundle), m, expires=expires) for k in keys]
+    blocks = [signature_block(k.key, bundle.name, digest_signed_file(bundle), m, expires=expires) for k in keys]
     signature_path(bundle).write_text("".join(blocks), encoding="utf-8")
 
 
@@ -113,7 +113,7 @@ def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) ->
     sign(bundle, m, signers["alice"])
     got = verify(bundle, trust_dir(tmp_path, signers["alice"]))
     assert [k.key_id for k in got.signers] == [signers["alice"].key.key_id]
-    d = digest_bundle(bundle)
+    d = digest_signed_file(bundle)
     assert got.statement == Statement(
         m.bundle_name, "toyengine", "1.0", "cpu", d.sha256, d.size, hashlib.sha256(m.to_toml()).hexdigest(), m.serial
     )
@@ -286,8 +286,8 @@ def test_an_expired_signature_does_not_count_but_a_current_one_does(tmp_path: Pa
     bundle, m = make_bundle(tmp_path / "dist")
     expires = AS_OF + dt.timedelta(days=30)
     blocks = [
-        signature_block(signers["alice"].key, bundle.name, digest_bundle(bundle), m, expires=expires),
-        signature_block(signers["bob"].key, bundle.name, digest_bundle(bundle), m),
+        signature_block(signers["alice"].key, bundle.name, digest_signed_file(bundle), m, expires=expires),
+        signature_block(signers["bob"].key, bundle.name, digest_signed_file(bundle), m),
     ]
     signature_path(bundle).write_text("".join(blocks), encoding="utf-8")
     trust = trust_dir(tmp_path, signers["alice"], signers["bob"])
@@ -347,7 +347,7 @@ def test_flipped_byte_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> 
 
 def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
     """A valid signature whose trusted comment carries exactly ``fields`` (over the file's defaults)."""
-    d = digest_bundle(bundle)
+    d = digest_signed_file(bundle)
     m = manifest([member(p, d, k) for p, d, k in GOOD_FILES])
     base = {
         "file": bundle.name,
@@ -425,15 +425,15 @@ def test_a_statement_for_this_file_with_other_digests_does_not_verify(
     store = load_store(trust)
     blocks = read_signatures(signature_path(bundle))
     with pytest.raises(SignatureError, match="does not verify"):  # the same with the prehash known
-        evaluate(blocks, store, name=bundle.name, now=NOW, file=digest_bundle(bundle, prehash=True))
+        evaluate(blocks, store, name=bundle.name, now=NOW, file=digest_signed_file(bundle, prehash=True))
 
 
 def test_the_node_binds_the_file_by_the_signed_sha256_alone(tmp_path: Path, signers: dict[str, Signer]) -> None:
     """open_bundle hashes the file with sha256 only; the statement under the global signature binds it."""
     bundle, m = make_bundle(tmp_path / "dist")
     sign(bundle, m, signers["alice"])
-    d = digest_bundle(bundle, prehash=False)
-    assert d.blake2b is None and d == dataclasses.replace(digest_bundle(bundle), blake2b=None)
+    d = digest_signed_file(bundle, prehash=False)
+    assert d.blake2b is None and d == dataclasses.replace(digest_signed_file(bundle), blake2b=None)
     got = verify(bundle, trust_dir(tmp_path, signers["alice"]))
     assert got.digests == d and got.statement.sha256 == d.sha256 and got.statement.size == d.size
 
@@ -479,7 +479,7 @@ def test_signed_metadata_must_match_the_manifest(tmp_path: Path, signers: dict[s
     from lockbuild.trust import check_signed_metadata, sign_statement
 
     bundle, m = make_bundle(tmp_path / "dist")
-    d = digest_bundle(bundle)
+    d = digest_signed_file(bundle)
     good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
     for field, value in (("engine", "other"), ("version", "2.0"), ("variant", "gpu"), ("serial", m.serial + 1)):
         bad = dataclasses.replace(good, **{field: value})
@@ -503,7 +503,7 @@ def test_stock_minisign_cosignature_does_not_veto(tmp_path: Path, signers: dict[
     subprocess.run(
         [MINISIGN, "-S", "-s", str(sec), "-m", str(bundle), "-x", str(theirs)], check=True, capture_output=True
     )
-    ours = signature_block(signers["alice"].key, bundle.name, digest_bundle(bundle), m)
+    ours = signature_block(signers["alice"].key, bundle.name, digest_signed_file(bundle), m)
     signature_path(bundle).write_text(theirs.read_text() + ours)
     trust = trust_dir(tmp_path, signers["alice"])
     shutil.copyfile(pub, trust / "stock.pub")
@@ -667,7 +667,7 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
     from lockbuild.trust import sign_statement
 
     bundle, m = make_bundle(tmp_path / "dist")
-    d = digest_bundle(bundle)
+    d = digest_signed_file(bundle)
     other = dataclasses.replace(
         Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None), manifest_sha256="0" * 64
     )

@@ -21,7 +21,7 @@ from lockbuild.site.sources import StoreBuild
 from lockbuild.site.store import Store
 from lockbuild.trust import (
     Statement,
-    digest_bundle,
+    digest_signed_file,
     evaluate,
     load_store,
     open_source,
@@ -313,7 +313,7 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(
     trust.mkdir()
     for k in (signer, other):
         (trust / k.public.name).write_bytes(k.public.read_bytes())
-    d = digest_bundle(bundle)
+    d = digest_signed_file(bundle)
     m = read_head_raw(bundle).manifest
     good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
     odd = dataclasses.replace(good, serial=good.serial + 1)  # the same file, other facts

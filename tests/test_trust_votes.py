@@ -13,7 +13,7 @@ from test_trust import NOW, Signer, make_bundle, signature_block, signer, trust_
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.minisign.sigfile import parse_signatures
-from lockbuild.trust import digest_bundle, signature_path
+from lockbuild.trust import digest_signed_file, signature_path
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Signer]:
 def legacy_block(key: Signer, bundle: Path, m: Manifest) -> str:
     """A block with a valid lockbuild statement under a valid global signature, but of minisign's legacy
     ``Ed`` algorithm (a signature over the file itself, not its BLAKE2b-512 prehash)."""
-    (good,) = parse_signatures(signature_block(key.key, bundle.name, digest_bundle(bundle), m))
+    (good,) = parse_signatures(signature_block(key.key, bundle.name, digest_signed_file(bundle), m))
     raw = key.key.private.sign(bundle.read_bytes())
     global_signature = key.key.private.sign(raw + good.trusted_comment.encode())
     return dataclasses.replace(good, algorithm=b"Ed", signature=raw, global_signature=global_signature).to_text()
@@ -43,7 +43,7 @@ def test_a_legacy_ed_block_from_a_trusted_key_does_not_count(tmp_path: Path, key
 def test_a_legacy_ed_block_does_not_veto_a_good_one(tmp_path: Path, keys: dict[str, Signer]) -> None:
     # Not counting is not tampering: the legacy block is skipped, and the other trusted key's block counts.
     bundle, m = make_bundle(tmp_path / "b")
-    good = signature_block(keys["bob"].key, bundle.name, digest_bundle(bundle), m)
+    good = signature_block(keys["bob"].key, bundle.name, digest_signed_file(bundle), m)
     signature_path(bundle).write_text(legacy_block(keys["alice"], bundle, m) + good, encoding="utf-8")
     opened = verify(bundle, trust_dir(tmp_path, keys["alice"], keys["bob"]), now=NOW)
     assert [v.counts for v in opened.evaluation.verdicts] == [False, True]
@@ -51,7 +51,7 @@ def test_a_legacy_ed_block_does_not_veto_a_good_one(tmp_path: Path, keys: dict[s
 
 def test_two_trusted_groups_with_different_statements_are_refused(tmp_path: Path, keys: dict[str, Signer]) -> None:
     bundle, m = make_bundle(tmp_path / "b")
-    digests = digest_bundle(bundle)
+    digests = digest_signed_file(bundle)
     honest = signature_block(keys["alice"].key, bundle.name, digests, m)
     other = signature_block(keys["bob"].key, bundle.name, digests, dataclasses.replace(m, serial=m.serial + 1))
     signature_path(bundle).write_text(honest + other, encoding="utf-8")
@@ -79,4 +79,4 @@ def test_a_bundle_that_changes_while_it_is_hashed_is_refused(
                 f.truncate(size - 1)
 
     with pytest.raises(IntegrityError, match=rf"the bundle .* {said} while it was read: expected {size} bytes"):
-        digest_bundle(bundle, check=meanwhile, prehash=prehash)
+        digest_signed_file(bundle, check=meanwhile, prehash=prehash)

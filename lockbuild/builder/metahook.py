@@ -29,7 +29,7 @@ from lockbuild.builder.prebuild import (
     SANDBOX_OUT,
     SANDBOX_UV,
     build_env,
-    find_python,
+    find_host_python,
     stage_inputs,
     uv_bind,
 )
@@ -111,7 +111,7 @@ def produce_metadata(
     """The metadata of ``project`` ``version`` from its sdist (already checked by ``sha256``), made by its
     backend in the sandbox without network; a ResolveError naming the package when it cannot be made."""
     sandbox.check_available()
-    python = find_python(target.python, inherit)
+    python = find_host_python(target.python, inherit)
     if python is None:
         raise refusal(project, version, f"this builder has no Python {target.python} outside a virtual environment")
     with tempfile.TemporaryDirectory(prefix="lockbuild-metadata-") as tmp:

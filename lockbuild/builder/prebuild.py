@@ -60,7 +60,7 @@ class HostPython:
     binds: tuple[sandbox.Bind, ...]
 
 
-def find_python(version: str, inherit: Mapping[str, str]) -> HostPython | None:
+def find_host_python(version: str, inherit: Mapping[str, str]) -> HostPython | None:
     """This machine's Python ``version`` (a system one: never a virtual environment, lockbuild's own
     included, nor a uv-managed Python under the build account's home, which any earlier build could have
     written), bound read-only at its own path; None when there is none."""
@@ -126,7 +126,7 @@ def prebuild(
     """(the wheel, "") when it was built and runs on the node; else (None, why not). Raises SandboxError
     when the sandbox cannot start here (the build stops: nothing runs unsandboxed)."""
     sandbox.check_available()
-    python = find_python(target.python, inherit)
+    python = find_host_python(target.python, inherit)
     if python is None:
         return None, f"this builder has no Python {target.python} (outside any virtual environment)"
     with tempfile.TemporaryDirectory(prefix="lockbuild-prebuild-") as tmp:

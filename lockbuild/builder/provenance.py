@@ -32,7 +32,7 @@ from lockbuild.provenance import (
     Recorded,
     changes,
     parse_answer,
-    parse_record,
+    parse_provenance_record,
 )
 
 INTEGRITY_JSON = "application/vnd.pypi.integrity.v1+json"
@@ -130,7 +130,7 @@ def report(engine: str, build: str, previous_dir: Path, files: Sequence[LockedFi
     try:
         raw = fsio.read_regular(path, what="provenance record of the previous lock", max_size=MAX_RECORD_BYTES)
         data = jsonio.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)
-        was_engine, was_build, before = parse_record(data, where, LockbuildError)
+        was_engine, was_build, before = parse_provenance_record(data, where, LockbuildError)
     except (OSError, LockbuildError) as exc:
         message = exc.message if isinstance(exc, LockbuildError) else str(exc)
         return Comparison((f"provenance: {message.rstrip('.')}; this lock is not compared with it",), NO_PREVIOUS)

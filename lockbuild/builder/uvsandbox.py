@@ -23,10 +23,10 @@ def sandboxed_compile(
     ``SSL_CERT_DIR``, ``UV_NATIVE_TLS``: a TLS-inspecting proxy's or a private index's CA); writable, only
     this compile's private work directory (the requirements, the uv.toml, the output). uv's cache there is
     a throw-away one."""
-    from lockbuild.builder.prebuild import SANDBOX_UV, build_env, find_python, uv_bind
+    from lockbuild.builder.prebuild import SANDBOX_UV, build_env, find_host_python, uv_bind
 
     sandbox.check_available()
-    python = find_python(target.python, env)
+    python = find_host_python(target.python, env)
     inner = build_env(offline=False, extra_path=[python.executable.parent] if python is not None else [])
     for name in ("UV_INDEX_URL", "RUST_LOG", *PROXY_NAMES, *CA_NAMES):
         if name in env:

@@ -39,7 +39,7 @@ from lockbuild.install.pythons import PYTHONS, check_usable_by_others, place_int
 from lockbuild.install.stage import View
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress, written_of
-from lockbuild.trust import TrustedBundle, digest_bundle, load_store, open_source, trust_dir
+from lockbuild.trust import TrustedBundle, digest_signed_file, load_store, open_source, trust_dir
 from lockbuild.trust.source import Source
 
 COMPRESSION = ("-comp", "zstd", "-Xcompression-level", "15", "-b", "1M")
@@ -275,7 +275,7 @@ def _pack(tool: str, tree: Path, partial: Path, epoch: int) -> None:
 
 
 def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> Record:
-    digests = digest_bundle(partial, prehash=False)
+    digests = digest_signed_file(partial, prehash=False)
     return Record(
         digests.sha256,
         digests.size,

@@ -71,7 +71,7 @@ def record_path(image: Path) -> Path:
     return image.with_name(image.name + ".json")
 
 
-def parse_record(raw: bytes, where: Path) -> Record:
+def parse_image_record(raw: bytes, where: Path) -> Record:
     data = loads_json(raw, what=f"the image record {where}", max_bytes=MAX_RECORD, error=IntegrityError)
     if not isinstance(data, dict) or sorted(data) != sorted(KEYS):
         found = ", ".join(sorted(data)) if isinstance(data, dict) else type(data).__name__
@@ -115,7 +115,7 @@ def read_record(image: Path) -> tuple[Record, bytes]:
             f"no record {where} beside the image; expected the FILE.sqfs.json `lockbuild image` wrote.",
             tip="Copy the record with the image.",
         ) from None
-    return parse_record(raw, where), raw
+    return parse_image_record(raw, where), raw
 
 
 def is_image(path: Path) -> bool:

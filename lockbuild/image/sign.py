@@ -14,7 +14,7 @@ from lockbuild.image.verify import checked_contents, statement_of
 from lockbuild.minisign import Signature
 from lockbuild.trust.policy import Evaluation
 from lockbuild.trust.sign import judge_existing, sign_in_fresh_process, write_with_block
-from lockbuild.trust.source import digest_bundle, read_signatures, signature_path
+from lockbuild.trust.source import digest_signed_file, read_signatures, signature_path
 from lockbuild.trust.store import TrustStore
 
 
@@ -51,7 +51,7 @@ def sign_image(
     existing: tuple[Signature, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
         existing = read_signatures(sig_path)
-    digests = digest_bundle(image)  # with minisign's prehash: the ED block signs the image's bytes
+    digests = digest_signed_file(image)  # with minisign's prehash: the ED block signs the image's bytes
     _, raw, marker = checked_contents(image, digests)
     evaluation = judge_existing(existing, store, name=image.name, digests=digests)
     statement = statement_of(image, digests, raw, marker, expires)

@@ -15,7 +15,7 @@ from lockbuild.fsio import read_regular
 from lockbuild.image.record import MAX_RECORD, record_path
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.trust.policy import FileDigests
-from lockbuild.trust.source import SizeCheck, digest_bundle, signature_path
+from lockbuild.trust.source import SizeCheck, digest_signed_file, signature_path
 
 
 class ImageFile:
@@ -39,7 +39,7 @@ class ImageFile:
             ) from None
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
-        return digest_bundle(self.image, limits, check, prehash=False, what="image")
+        return digest_signed_file(self.image, limits, check, prehash=False, what="image")
 
     def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
         try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.errors import IntegrityError
-from lockbuild.image.record import Record, image_marker, parse_record, read_record, record_path
+from lockbuild.image.record import Record, image_marker, parse_image_record, read_record, record_path
 from lockbuild.image.source import ImageFile
 from lockbuild.install.marker import Installed
 from lockbuild.trust.opener import decide
@@ -101,7 +101,7 @@ def verify_image(
     if digests is None:
         raise IntegrityError(f"internal: {image.name} was judged without its digests.")
     raw = decided.subject_bytes  # the record, exactly the bytes the counted signatures sign
-    record, raw, marker = checked_contents(image, digests, (parse_record(raw, record_path(image)), raw))
+    record, raw, marker = checked_contents(image, digests, (parse_image_record(raw, record_path(image)), raw))
     if statement_of(image, digests, raw, marker, statement.expires).subject != statement.subject:
         raise IntegrityError(
             f"the marker inside {image.name} is {marker.engine} {marker.version}-{marker.variant} (serial "

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lockbuild.errors import InstallError
-from lockbuild.install.runenv import run
+from lockbuild.install.runenv import run_command
 from lockbuild.install.stage import Runner
 from lockbuild.sandbox import bwrap_path
 
@@ -86,11 +86,11 @@ def argv(staged: Path, prefix: Path, command: Sequence[str], *, cwd: Path | None
 
 
 def runner(staged: Path, prefix: Path) -> Runner:
-    """install/runenv.py's ``run``, in the view: the same explicit environment, timeout and errors."""
+    """install/runenv.py's ``run_command``, in the view: the same explicit environment, timeout and errors."""
 
     def run_in_view(
         command: Sequence[str], *, env: dict[str, str], timeout: float, what: str, cwd: Path | None = None
     ) -> str:
-        return run(argv(staged, prefix, command, cwd=cwd), env=env, timeout=timeout, what=what)
+        return run_command(argv(staged, prefix, command, cwd=cwd), env=env, timeout=timeout, what=what)
 
     return run_in_view

@@ -95,7 +95,7 @@ def _entries(
                 raise _refuse(archive, ti.name, f"it is {kind}")
 
 
-def extract(
+def unpack_archive(
     archive: Path,
     dest: Path,
     *,

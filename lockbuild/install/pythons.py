@@ -70,7 +70,7 @@ def place_interpreter(pydir: Path, archive: Path, sha256: str, want: str) -> Pat
         _discard(dest)  # not the interpreter it should be (damaged by hand): unpacked again below
     tmp = Path(tempfile.mkdtemp(prefix=_UNPACKING, dir=pydir))
     try:
-        archives.extract(archive, tmp, sibling_links=True)
+        archives.unpack_archive(archive, tmp, sibling_links=True)
         staged = tmp / interpreter.executable(want)
         st = os.lstat(staged) if os.path.lexists(staged) else None
         if st is None or not stat.S_ISREG(st.st_mode):

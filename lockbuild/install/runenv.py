@@ -41,7 +41,7 @@ def tail(text: str, lines: int = 12) -> str:
 OUTPUT_KEPT = 256 << 10  # the last bytes of a command's output kept for its error (it may print without end)
 
 
-def run(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str, cwd: Path | None = None) -> str:
+def run_command(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str, cwd: Path | None = None) -> str:
     """Run ``argv`` with exactly ``env``; the end of its output (stdout and stderr as it wrote them, the last
     :data:`OUTPUT_KEPT` bytes), or an InstallError with the last lines of it."""
     try:

@@ -19,7 +19,7 @@ from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError
 from lockbuild.fsio import create_under
-from lockbuild.install.runenv import run
+from lockbuild.install.runenv import run_command
 from lockbuild.lock import parse_requirements_lock
 from lockbuild.progress import Progress
 
@@ -38,7 +38,7 @@ def build_sdists(
     m: Manifest,
     env: Mapping[str, str],
     progress: Progress,
-    runner: Callable[..., str] = run,
+    runner: Callable[..., str] = run_command,
 ) -> tuple[list[Path], Path]:
     """The wheels built from the bundle's sdists, and the lock of everything else (to install after them).
     ``runner``: how uv is run (an image's builds see its interpreter at the prefix, lockbuild.image)."""

@@ -25,7 +25,7 @@ from lockbuild.install import archives, envfiles
 from lockbuild.install.fit import GpuCheck
 from lockbuild.install.marker import MARKER, RECORD_DIR, Installed
 from lockbuild.install.node import Node
-from lockbuild.install.runenv import engine_env, run
+from lockbuild.install.runenv import engine_env, run_command
 from lockbuild.install.sdists import build_sdists, has_build_closure
 from lockbuild.install.tools import extract_uv
 from lockbuild.progress import Progress
@@ -33,7 +33,7 @@ from lockbuild.times import iso
 from lockbuild.uvtool import clean_env
 
 Hook = Callable[[str], None]
-Runner = Callable[..., str]  # runenv.run's signature: (argv, *, env, timeout, what, cwd=None) -> output
+Runner = Callable[..., str]  # runenv.run_command's signature: (argv, *, env, timeout, what, cwd=None) -> output
 PROBE_TIMEOUT = 300.0
 
 TORCH_PROBE = """\
@@ -52,7 +52,7 @@ class View:
     uv and Python write into the environment is the prefix."""
 
     at: Path
-    run: Runner = run
+    run: Runner = run_command
     existing: bool = False  # the directory already holds the image's interpreter: uv venv --allow-existing
     fixed: dt.datetime | None = None  # an image's marker: this time (its cut-off) and no device or inode
 
@@ -75,7 +75,7 @@ class Stage:
 
     @property
     def run(self) -> Runner:
-        return self.view.run if self.view is not None else run
+        return self.view.run if self.view is not None else run_command
 
     def build(self, python: Path) -> None:
         m, p = self.manifest, self.progress
@@ -144,7 +144,7 @@ class Stage:
         t, p = self.manifest.install, self.progress
         if t.source is not None:
             p.phase(f"unpacking the source into {t.source.dir}/")
-            archives.extract(
+            archives.unpack_archive(
                 self.unpacked / t.source.member,
                 self.staged / t.source.dir,
                 strip=t.source.top or None,
@@ -154,7 +154,7 @@ class Stage:
             name = a.member.rsplit("/", 1)[-1]
             p.phase(f"unpacking {name} into {a.dir}/")
             if archives.is_archive(name):
-                archives.extract(self.unpacked / a.member, self.staged / a.dir, within=self.staged)
+                archives.unpack_archive(self.unpacked / a.member, self.staged / a.dir, within=self.staged)
             else:
                 archives.place_file(self.unpacked / a.member, self.staged, f"{a.dir}/{name}")
 

@@ -104,7 +104,7 @@ def _command(
         _step(result, name, "passed", shown(command) + (f"\n{out}" if out else ""))
 
 
-def run(cfg: dict[str, Any], result: dict[str, Any]) -> None:
+def run_inside(cfg: dict[str, Any], result: dict[str, Any]) -> None:
     root = Path(cfg["root"])
     environ: dict[str, str] = cfg["environ"]
     gpu: str | None = cfg["gpu"]  # None: the GPU steps run; else why not
@@ -170,7 +170,7 @@ def main() -> int:
     result: dict[str, Any] = {"steps": [], "dumpable": not not_dumpable()}
     canary()
     try:
-        run(cfg, result)
+        run_inside(cfg, result)
     except Exception as exc:  # reported to the outer run, which fails the test on it
         result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
     sys.stdout.flush()

@@ -38,7 +38,7 @@ from lockbuild.progress import Progress
 from lockbuild.site.delta import HEAD, MAX_HEAD, full_name, is_delta, parse_head
 from lockbuild.site.parts import PARTS_SUFFIX, join, read_part_list
 from lockbuild.site.store import Store
-from lockbuild.site.storemodel import check_name, parse_ref
+from lockbuild.site.storemodel import check_name, parse_build_ref
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import TIP_AGAIN, BundleFile, SizeCheck, Source, Stream, signature_path
 
@@ -316,11 +316,11 @@ class StoreOffers:
         return self._store
 
     def engines(self) -> list[str]:
-        return sorted({parse_ref(r)[0] for r in self._open().refs()})
+        return sorted({parse_build_ref(r)[0] for r in self._open().refs()})
 
     def offers(self, engine: str | None) -> tuple[list[Offered], list[str]]:
         store = self._open()
-        named = [(ref, parse_ref(ref)) for ref in sorted(store.refs())]
+        named = [(ref, parse_build_ref(ref)) for ref in sorted(store.refs())]
         return [Offered(StoreBuild(store, ref), name) for ref, name in named if name[0] == engine], []
 
 
@@ -364,7 +364,7 @@ def place_for(request: Choosing) -> StoreOffers | FolderOffers:
 
 def _is_ref(text: str) -> bool:
     try:
-        parse_ref(text)
+        parse_build_ref(text)
     except LockbuildError:
         return False
     return True

@@ -38,7 +38,7 @@ def check_hex(value: str) -> str:
     return value
 
 
-def parse_ref(ref: str) -> tuple[str, str, str]:
+def parse_build_ref(ref: str) -> tuple[str, str, str]:
     """ENGINE/VERSION-VARIANT, as `store list` shows it. The variant is the text after the last '-'."""
     engine, sep, build = ref.partition("/")
     version, dash, variant = build.rpartition("-")

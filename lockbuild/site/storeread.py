@@ -21,7 +21,7 @@ from lockbuild.errors import IntegrityError
 from lockbuild.fsio import open_dir, open_regular, read_regular
 from lockbuild.limits import Limits
 from lockbuild.site import storecare
-from lockbuild.site.storemodel import StoredBuild, StoreError, check_hex, list_names, parse_ref
+from lockbuild.site.storemodel import StoredBuild, StoreError, check_hex, list_names, parse_build_ref
 
 MANIFEST_FILE = "bundle.toml"
 SIGNATURE_FILE = "bundle.toml.minisig"
@@ -172,7 +172,7 @@ class StoreReader:
     def build_files(self, ref: str) -> tuple[bytes, bytes]:
         """A build's manifest bytes and signature blocks, unparsed (an installer judges the signatures
         before it parses the manifest)."""
-        engine, version, variant = parse_ref(ref)
+        engine, version, variant = parse_build_ref(ref)
         try:
             efd = self._dir(self.builds, engine, False, keep=False)
         except StoreError:

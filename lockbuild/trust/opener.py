@@ -41,7 +41,7 @@ from lockbuild.trust.policy import (
     signed_sizes,
 )
 from lockbuild.trust.source import TIP_AGAIN, BundleFile, Signed, Source
-from lockbuild.trust.source import digest_bundle as digest_bundle
+from lockbuild.trust.source import digest_signed_file as digest_signed_file
 from lockbuild.trust.source import read_signatures as read_signatures
 from lockbuild.trust.source import signature_path as signature_path
 from lockbuild.trust.statement import Statement

@@ -25,7 +25,7 @@ from lockbuild.minisign import SecretKey, Signature, sign_prehashed
 from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.progress import Progress
 from lockbuild.trust.policy import Evaluation, FileDigests, evaluate
-from lockbuild.trust.source import digest_bundle, read_signatures, signature_path
+from lockbuild.trust.source import digest_signed_file, read_signatures, signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
 
@@ -193,7 +193,7 @@ def sign_bundle(
     existing: tuple[Signature, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
         existing = read_signatures(sig_path)
-    digests = digest_bundle(bundle)
+    digests = digest_signed_file(bundle)
     carried: list[bytes] = []  # the manifest's bytes as the bundle carries them: what the statement signs
     manifest = read_unverified(
         bundle,

@@ -10,7 +10,7 @@ manifest's exact bytes, and its members as pieces in the order it holds them. It
 - ``lockbuild.site.registry``: a registry artifact (the site wing's network side);
 - ``lockbuild.image.source``: an image ``FILE.sqfs``, whose record ``FILE.sqfs.json`` is its manifest.
 
-The plain reads the trust path needs are here too (:func:`read_signatures`, :func:`digest_bundle`), so
+The plain reads the trust path needs are here too (:func:`read_signatures`, :func:`digest_signed_file`), so
 the opener imports this module and this module imports nothing of the opener.
 """
 
@@ -151,7 +151,7 @@ class BundleFile:
             ) from None
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
-        return digest_bundle(self.path, limits, check, prehash=False)
+        return digest_signed_file(self.path, limits, check, prehash=False)
 
     def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
         return read_head_raw(self.path, limits).manifest_bytes
@@ -194,7 +194,7 @@ def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signat
     return parse_signatures(raw, source=str(path), max_bytes=limits.max_signature_file)
 
 
-def digest_bundle(
+def digest_signed_file(
     path: Path,
     limits: Limits = DEFAULT_LIMITS,
     check: Callable[[int], None] | None = None,

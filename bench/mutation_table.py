@@ -211,15 +211,15 @@ ENTRIES: list[Mutation] = [
     Mutation(
         "the signature file is read bounded (read_signatures)",
         "lockbuild/trust/source.py",
-        'raw = read_regular(path, what="signature file", max_size=limits.max_signature_file,',
-        'raw = read_regular(path, what="signature file", max_size=1 << 40,',
+        'raw = read_regular(path, what="signature file", max_size=limits.max_signature_file, error=',
+        'raw = read_regular(path, what="signature file", max_size=1 << 40, error=',
         "tests/test_trust_reads.py",
     ),
     Mutation(
         "a bundle's .minisig is read bounded (BundleFile)",
         "lockbuild/trust/source.py",
-        'read_regular(self.signatures, what="signature file", max_size=limits.max_signature_file,',
-        'read_regular(self.signatures, what="signature file", max_size=1 << 40,',
+        'self.signatures, what="signature file", max_size=limits.max_signature_file, error=SignatureError',
+        'self.signatures, what="signature file", max_size=1 << 40, error=SignatureError',
         "tests/test_trust_reads.py",
     ),
     # --- bundle/extract.py --------------------------------------------------------------------------

@@ -649,7 +649,7 @@ ENTRIES: list[Mutation] = [
     off(
         "the parts add up to the listed size", "lockbuild/site/parts.py", "sum(p.size for p in out) != size", PART_LIST
     ),
-    off("a short part is refused naming it", "lockbuild/site/parts.py", "n != p.size", PARTS),
+    off("a part that shrinks while it is read is refused naming it", "lockbuild/site/parts.py", "n != p.size", PARTS),
     off("a part's sha256 is checked", "lockbuild/site/parts.py", "digest != p.sha256", PARTS),
     off(
         "the joined parts have the listed sha256",

@@ -767,10 +767,17 @@ ENTRIES: list[Mutation] = [
         "tests/test_recipe_rules.py",
     ),
     off(
-        "a control character in a recipe command is refused",
+        "a control character in a requirement is refused (one requirement on one line)",
         "lockbuild/recipe/checks.py",
         'any(ord(c) < 32 and c != "\\t" for c in value)',
-        "tests/test_recipe_rules.py",
+        "tests/test_recipe.py -k reach_outside",
+    ),
+    off(
+        "a control character in a recipe command is refused",
+        "lockbuild/recipe/parse.py",
+        "why is not None",
+        "tests/test_recipe_rules.py -k control",
+        after="\n            t.p.add(t.key(key), f\"word {i}: {why}",
     ),
     off(
         "a URL requirement is refused",

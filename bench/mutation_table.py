@@ -777,7 +777,7 @@ ENTRIES: list[Mutation] = [
         "lockbuild/recipe/parse.py",
         "why is not None",
         "tests/test_recipe_rules.py -k control",
-        after="\n            t.p.add(t.key(key), f\"word {i}: {why}",
+        after='\n            t.p.add(t.key(key), f"word {i}: {why}',
     ),
     off(
         "a URL requirement is refused",

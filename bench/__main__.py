@@ -115,6 +115,7 @@ def run_one(workload: str, scale: float, args: argparse.Namespace, work: Path) -
         args.jobs,
         args.quick,
         args.quiet_wait,
+        tuple(p.strip() for p in (args.phases or "").split(",") if p.strip()),
     )
     try:
         results = Suite(setup, log).run_all()
@@ -195,8 +196,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--phases",
         default=None,
-        help="vllm-live only: some of lock,fetch,build-cold,build-warm,verify,install,import,push-pull,install-store,"
-        "classic",
+        help="some phases only: vllm-live: lock,fetch,build-cold,build-warm,verify,install,import,push-pull,"
+        "install-store,classic; the others: lock,fetch,pack,verify,install,install-store,pipeline,floor,verify-pass "
+        "(lock, fetch and pack then run once, unmeasured, when left out)",
     )
     ap.add_argument(
         "--scale", default=None, help="vllm-shape sizes in GB, e.g. 0.25,0.5,1 (default 1); several = a scaling series"

@@ -126,7 +126,7 @@ BARS = (
         "install",
         "lockbuild install (verify + unpack + uv + checks)",
         "venv + pip install --no-index --find-links",
-        "uv venv + uv pip install --offline (floor)",
+        "uv venv + uv pip install --offline, hashed lock + verify command (floor)",
     ),
     ("pipeline", "lockbuild: recipe -> installed", "classic: requirement -> installed", None),
 )

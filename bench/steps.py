@@ -3,7 +3,8 @@ wall time and peak RSS are its own. Each prints one JSON object on stdout, with 
 on the step itself (after interpreter start and imports).
 
     raw    FILES.json OUT JOBS        a floor: parallel GETs with httpx, bytes to disk, no hashing
-    fetch  WANTED.json CACHE JOBS     lockbuild's Fetcher (streaming sha256 + size, content cache)
+    fetch  WANTED.json CACHE JOBS [TRANSFER]  lockbuild's Fetcher (streaming sha256 + size, content cache);
+                                      TRANSFER: curl or httpx (who receives the bytes; default: the Fetcher's)
     pack   RECIPE CACHE KEY OUT       lockbuild's plan, cache check, then pack + sign, timed apart
     digest BUNDLE                     the node's signature pass: digest_bundle's sha256 (no prehash)
 """
@@ -43,7 +44,7 @@ def raw(files_json: Path, out: Path, jobs: int) -> dict[str, object]:
     return {"seconds": time.perf_counter() - started, "bytes": total}
 
 
-def fetch(wanted_json: Path, cache_dir: Path, jobs: int) -> dict[str, object]:
+def fetch(wanted_json: Path, cache_dir: Path, jobs: int, transfer: str | None = None) -> dict[str, object]:
     from lockbuild.builder.cache import Cache
     from lockbuild.builder.fetch import Fetcher, Wanted
     from lockbuild.builder.http import make_client
@@ -52,7 +53,10 @@ def fetch(wanted_json: Path, cache_dir: Path, jobs: int) -> dict[str, object]:
     started = time.perf_counter()
     with make_client(connections=jobs) as client:
         client.follow_redirects = True
-        report = Fetcher(Cache(cache_dir), client, jobs=jobs).fetch_all(wanted)
+        fetcher = Fetcher(Cache(cache_dir), client, jobs=jobs)
+        if transfer is not None:
+            fetcher.transfer = "curl" if transfer == "curl" else "httpx"
+        report = fetcher.fetch_all(wanted)
     return {
         "seconds": time.perf_counter() - started,
         "files": len(report.files),
@@ -108,7 +112,7 @@ def main(argv: list[str]) -> None:
     if step == "raw":
         result = raw(Path(args[0]), Path(args[1]), int(args[2]))
     elif step == "fetch":
-        result = fetch(Path(args[0]), Path(args[1]), int(args[2]))
+        result = fetch(Path(args[0]), Path(args[1]), int(args[2]), args[3] if len(args) > 3 else None)
     elif step == "pack":
         result = pack(Path(args[0]), Path(args[1]), Path(args[2]), Path(args[3]))
     elif step == "digest":

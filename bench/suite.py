@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,13 @@ from lockbuild.uvtool import uv_binary
 DEAD = "http://127.0.0.1:9"
 PIP = [sys.executable, "-m", "pip"]
 LOCKBUILD = [sys.executable, "-m", "bench.lbrun"]  # the lockbuild CLI, reporting its own peak RSS
+VERIFY = "lockbuild verify (signature + every digest)"
+OPENSSL = "openssl dgst -sha256 (one sha256 pass)"
+INSTALL = "lockbuild install (verify + unpack + uv + checks)"
+INSTALL_STORE = "lockbuild install --store (blobs linked)"
+UV_HASHED = "uv venv + uv pip install --offline, hashed lock + verify command (floor)"
+UV_BARE = "uv venv + uv pip install --offline, no hashes + verify command"
+NEEDED = ("lock", "fetch", "pack")  # every later phase needs the lock, the fetched files and the bundle
 _DROP = ("PIP_", "UV_", "VIRTUAL_ENV", "CONDA_", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "LOCKBUILD_")
 
 
@@ -58,6 +65,7 @@ class Setup:
     jobs: int = 8
     quick: bool = False  # skip the slow classic baselines (pip, tar czf)
     quiet_wait: float = 20.0  # before each command, wait up to this long for the other processes to calm down
+    phases: tuple[str, ...] = ()  # the phases to measure (empty: all); lock, fetch and pack run unmeasured if left out
 
 
 @dataclass
@@ -184,16 +192,28 @@ class Suite:
 
     # the phases --------------------------------------------------------------------------------
     def run_all(self) -> Results:
+        chosen = set(self.s.phases)
         for name, phase in (
             ("lock", self.phase_lock),
             ("fetch", self.phase_fetch),
             ("pack", self.phase_pack),
             ("verify", self.phase_verify),
             ("install", self.phase_install),
+            ("install-store", self.phase_install_store),
             ("pipeline", self.phase_pipeline),
             ("floor", lambda: stock_floor.phase_floor(self)),
             ("verify-pass", lambda: stock_floor.phase_sha_pass(self)),
         ):
+            if chosen and name not in chosen:
+                if name in NEEDED:  # what the chosen phases stand on, made once and not measured
+                    self.log(f"[{self.s.label}] {name} (once, not measured)")
+                    repeat, self.s = self.s.repeat, replace(self.s, repeat=1)
+                    phase()
+                    self.s = replace(self.s, repeat=repeat)
+                    self.r.figures = {k: v for k, v in self.r.figures.items() if k[0] != name}
+                continue
+            if name == "install-store" and not chosen:
+                continue  # only when asked: it imports the bundle into a store first
             self.log(f"[{self.s.label}] {name}")
             phase()
         self.r.ratios = ratios(self.r) + stock_floor.ratios(self.r.figures)
@@ -383,12 +403,13 @@ class Suite:
         for _ in range(self.s.repeat):
             self.timed(
                 "verify",
-                "lockbuild verify (signature + every digest)",
+                VERIFY,
                 self.run(
                     [*LOCKBUILD, "verify", str(self.bundle), "--trust", str(self.s.trust), "--json"], env=self.env
                 ),
                 size=size,
             )
+            self.timed("verify", OPENSSL, self.run(["openssl", "dgst", "-sha256", str(self.bundle)]), size=size)
             self.timed(
                 "verify",
                 "zstd -t (decompress + checksum only)",
@@ -396,12 +417,14 @@ class Suite:
                 size=size,
             )
 
-    def _install_lb(self, bundle: Path, root: Path, *, check: bool = False) -> Run:
+    def _install_lb(self, source: str, root: Path, *, store: Path | None = None, check: bool = False) -> Run:
+        where = ["--store", str(store)] if store is not None else []
         r = self.run(
             [
                 *LOCKBUILD,
                 "install",
-                str(bundle),
+                source,
+                *where,
                 "--root",
                 str(root),
                 "--trust",
@@ -418,31 +441,57 @@ class Suite:
             self.check_env(Path(json.loads(r.stdout)["path"]), "lockbuild install")
         return r
 
-    def phase_install(self) -> None:
+    def _bundle_lock(self) -> tuple[Path, Path]:
+        """The bundle's own files, unpacked once (not timed): its wheels and its hashed lock/requirements.txt."""
         assert self.bundle is not None
-        wheels, lock = self.unpacked / "wheels", self.unpacked / "requirements.txt"
-        size = self.r.facts["unpacked_bytes"]
+        out = self.s.work / "bundle-unpacked"
+        if not (out / "lock" / "requirements.txt").is_file():
+            _fresh(out).mkdir()
+            run(["bash", "-ec", f"zstd -dc {self.bundle} | tar xf - -C {out}"], env=self.env)
+        return out / "wheels", out / "lock" / "requirements.txt"
+
+    def _uv_floors(self, phase: str, i: int, size: int) -> None:
+        """uv alone doing the node's work: ``uv venv``, ``uv pip install --offline --no-index`` of the bundle's
+        hashed lock (uv checks every hash), then the recipe's verify command; and the same wheels with no hashes."""
+        wheels, lock = self._bundle_lock()
         uv = uv_binary()
-        for i in range(self.s.repeat):
-            self.timed(
-                "install",
-                "lockbuild install (verify + unpack + uv + checks)",
-                self._install_lb(self.bundle, self.rep_dir(i, "root"), check=i == 0),
-                size=size,
-            )
+        verify = f"{{venv}}/{' '.join(self.s.check)}"
+        for variant, req in ((UV_HASHED, f"-r {lock}"), (UV_BARE, f"-r {self._unhashed(lock)}")):
             venv, cache = self.rep_dir(i, "uv-venv"), self.rep_dir(i, "uv-cache")
             self.timed(
-                "install",
-                "uv venv + uv pip install --offline (floor)",
+                phase,
+                variant,
                 self.shell(
                     f"{uv} venv {venv} --python {self.s.python} -q && {uv} pip install --python {venv}/bin/python "
-                    f"--offline --no-index --find-links {wheels} -r {lock} -q",
+                    f"--offline --no-index --find-links {wheels} {req} -q && {verify.format(venv=venv)} >/dev/null",
                     env=self.uv_env(cache),
                 ),
                 size=size,
             )
             if i == 0:
-                self.check_env(venv, "uv pip install")
+                self.check_env(venv, variant)
+            shutil.rmtree(venv, ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
+
+    def _unhashed(self, lock: Path) -> Path:
+        """The lock's requirements without their hashes (one ``name==version`` a line)."""
+        out = self.s.work / "requirements-unhashed.txt"
+        lines = [ln.split(" ")[0] for ln in lock.read_text().splitlines() if ln and not ln.startswith((" ", "#", "-"))]
+        out.write_text("".join(f"{ln}\n" for ln in lines))
+        return out
+
+    def phase_install(self) -> None:
+        assert self.bundle is not None
+        wheels, lock = self.unpacked / "wheels", self.unpacked / "requirements.txt"
+        size = self.r.facts["unpacked_bytes"]
+        for i in range(self.s.repeat):
+            self.timed(
+                "install",
+                INSTALL,
+                self._install_lb(str(self.bundle), self.rep_dir(i, "root"), check=i == 0),
+                size=size,
+            )
+            self._uv_floors("install", i, size)
             if not self.s.quick:
                 venv = self.rep_dir(i, "pip-venv")
                 self.timed(
@@ -459,6 +508,24 @@ class Suite:
                     self.check_env(venv, "pip install")
             self.clean_rep(i)
 
+    def phase_install_store(self) -> None:
+        assert self.bundle is not None
+        store = self.s.work / "store"
+        if not (store / "builds").is_dir():
+            _fresh(store)
+            run([*LOCKBUILD, "import", str(self.bundle), "--trust", str(self.s.trust), "--store", str(store)])
+        size = self.r.facts["unpacked_bytes"]
+        ref = f"{self.s.requirement.split('==')[0]}/{self.s.requirement.split('==')[1]}-cpu"
+        for i in range(self.s.repeat):
+            self.timed(
+                "install-store",
+                INSTALL_STORE,
+                self._install_lb(ref, self.rep_dir(i, "root"), store=store, check=i == 0),
+                size=size,
+            )
+            self._uv_floors("install-store", i, size)
+            self.clean_rep(i)
+
     def phase_pipeline(self) -> None:
         req = self.s.requirement
         for i in range(self.s.repeat):
@@ -468,7 +535,7 @@ class Suite:
                 env=self.lb_env(cache),
             )
             bundle = Path(json.loads(build.stdout)["bundles"][0]["bundle"])
-            inst = self._install_lb(bundle, self.rep_dir(i, "root"), check=i == 0)
+            inst = self._install_lb(str(bundle), self.rep_dir(i, "root"), check=i == 0)
             self.timed("pipeline", "lockbuild build (cold cache)", build)
             self.timed("pipeline", "lockbuild install", inst)
             self.r.fig("pipeline", "lockbuild: recipe -> installed").add(
@@ -575,16 +642,20 @@ def ratios(r: Results) -> list[Ratio]:
         lambda v: v <= 1.5,
     )
     add("pack+sign / tar czf", ("pack", "lockbuild pack + sign"), [("pack", "tar czf")], "(none)", lambda v: True)
-    add(
-        "install / bare uv",
-        ("install", "lockbuild install (verify + unpack + uv + checks)"),
-        [("install", "uv venv + uv pip install --offline (floor)")],
-        "<= 1.5",
-        lambda v: v <= 1.5,
-    )
+    for phase, lb, target in (("install", INSTALL, 1.1), ("install-store", INSTALL_STORE, 1.0)):
+        for floor, what in ((UV_HASHED, "uv, hashed lock"), (UV_BARE, "uv, no hashes")):
+            hashed = floor == UV_HASHED
+            add(
+                f"{phase} / {what} (+ verify command)",
+                (phase, lb),
+                [(phase, floor)],
+                f"<= {target}" if hashed else "(none)",
+                (lambda v, t=target: v <= t) if hashed else (lambda v: True),
+            )
+    add("verify / openssl dgst -sha256", ("verify", VERIFY), [("verify", OPENSSL)], "<= 1.15", lambda v: v <= 1.15)
     add(
         "pip install / lockbuild install",
-        ("install", "lockbuild install (verify + unpack + uv + checks)"),
+        ("install", INSTALL),
         [("install", "venv + pip install --no-index --find-links")],
         ">= 10",
         lambda v: v >= 10,

@@ -5,11 +5,13 @@ next to its floors and the classic path, in the same run:
     lock         lockbuild lock                        | uv pip compile with the same flags (cold caches)
                  lockbuild lock, warm cache (uv's resolution reused; every pin still checked on the index)
     fetch        raw parallel download (curl, 8 streams) of the lock's files, nothing checked
-    build        lockbuild build, cold cache           | max(fetch floor, tar | zstd floor)
+    build        lockbuild build, cold cache           | the transfer floor: uv pip compile + curl --parallel;
+                                                         the stock pipeline: uv pip compile + curl + sha256sum -c
+                                                         + tar | zstd -T0 -3 + minisign -S (after each cold build)
                  lockbuild build, warm cache           | tar cf - | zstd -T0 -3 of the same files
     verify       lockbuild verify                      | b2sum (BLAKE2b-512, one thread), sha256sum, openssl sha256
     install      lockbuild install                     | uv venv + uv pip install --offline + the verify command
-                                                         (cache on the same disk)
+                                                         (cache on the same disk); bare uv: no hashes, no verify
     import       lockbuild import (a new store)        | one sha256 pass + a copy of the bundle (openssl; cp)
     push-pull    lockbuild push, pull (local registry) | raw parallel fetch of the same blobs from the same
                                                          registry (curl --parallel 8) + openssl sha256 of each
@@ -27,6 +29,7 @@ between runs (``--phases`` without ``build-cold`` then reuses it; the cold build
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import sys
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.floor import minisign_key
 from bench.measure import Figure, Ratio, Run, StepFailed, run, wait_quiet
 from bench.suite import LOCKBUILD, PIP, Results, clean_env
 from lockbuild.uvtool import uv_binary
@@ -69,10 +73,17 @@ LB_RELOCK = "lockbuild lock, warm cache (uv's resolution reused, every pin check
 RAW = "raw parallel download (curl --parallel, 8)"
 COLD, WARM = "lockbuild build, cold cache", "lockbuild build, warm cache"
 ZSTD = "tar cf - | zstd -T0 -3 (same files)"
+# The cold build's floors, run after each cold build on the same files: the transfer floor (resolve, then
+# download, nothing else) and the same work done by stock tools one after another (the stock pipeline).
+ST_UV, ST_CURL = "stock: uv pip compile (cold uv cache)", "stock: curl --parallel of every file"
+ST_SUM, ST_ZSTD, ST_SIGN = "stock: sha256sum -c of each", "stock: tar cf - | zstd -T0 -3", "stock: minisign -S"
+TRANSFER = "transfer floor: uv pip compile + curl --parallel"
+STOCK = "stock pipeline: uv pip compile + curl + sha256sum + tar | zstd + minisign -S"
 VERIFY, B2SUM, SHA256SUM = "lockbuild verify (signature + every digest)", "b2sum (BLAKE2b-512)", "sha256sum"
 OPENSSL = "openssl dgst -sha256 (one sha256 pass, SHA-NI)"
 INSTALL = "lockbuild install (offline)"
 UV_INSTALL = "uv venv + uv pip install --offline + the verify command (floor)"
+UV_BARE = "uv venv + uv pip install --offline, no hashes, no verify command (bare)"
 INSTALL_STORE = "lockbuild install --store (offline, blobs linked)"
 IMPORT, IMPORT_FLOOR = "lockbuild import (a new store)", "one sha256 pass + a copy (openssl dgst; cp)"
 PUSH, PULL = "lockbuild push (local registry, empty)", "lockbuild pull (a new store)"
@@ -158,6 +169,30 @@ class LiveSuite:
             int(e.get("size") or 0) for e in self.lock_doc.get("extras", [])
         )
 
+    def uv_compile(self, doc: dict[str, Any], output: Path) -> list[str]:
+        """`uv pip compile` with the flags lockbuild's lock gives uv (the same Python, platform and cut-off)."""
+        return [
+            uv_binary(),
+            "pip",
+            "compile",
+            "-",
+            "--python-version",
+            doc["python"],
+            "--python-platform",
+            doc["platform"],
+            "--exclude-newer",
+            doc["as_of"],
+            "--index-url",
+            INDEX,
+            "--generate-hashes",
+            "--no-header",
+            "--quiet",
+            "--only-binary",
+            ":all:",
+            "--output-file",
+            str(output),
+        ]
+
     # phases ------------------------------------------------------------------------------------
     def run_all(self) -> Results:
         self.phase_lock()  # always: the other phases need the lock
@@ -186,27 +221,7 @@ class LiveSuite:
                 ),
             )
             doc = json.loads(r.stdout)["locks"][0]
-            argv = [
-                uv_binary(),
-                "pip",
-                "compile",
-                "-",
-                "--python-version",
-                doc["python"],
-                "--python-platform",
-                doc["platform"],
-                "--exclude-newer",
-                doc["as_of"],
-                "--index-url",
-                INDEX,
-                "--generate-hashes",
-                "--no-header",
-                "--quiet",
-                "--only-binary",
-                ":all:",
-                "--output-file",
-                str(out / "uv.txt"),
-            ]
+            argv = self.uv_compile(doc, out / "uv.txt")
             self.timed(
                 "lock",
                 UV_LOCK,
@@ -287,6 +302,7 @@ class LiveSuite:
             cache = self.fresh("cold-cache")
             doc = self._build(cache, COLD)
             self.r.facts.setdefault("bundle_sha256", {}).setdefault("cold", []).append(doc["sha256"])
+            self._stock_pipeline()
             self.bundle = Path(doc["bundle"])
             if i == self.repeat - 1:  # keep the newest cold cache as the warm one
                 shutil.rmtree(self.cache, ignore_errors=True)
@@ -294,6 +310,49 @@ class LiveSuite:
                 cache.rename(self.cache)
             else:
                 shutil.rmtree(cache, ignore_errors=True)
+
+    def _stock_pipeline(self) -> None:
+        """The cold build's two floors on the lock's files: resolve + download (the transfer floor), and the
+        same work by stock tools one after another (resolve, download, sha256sum -c, tar | zstd, minisign -S),
+        each step a process of its own, with the sums of their wall and CPU seconds."""
+        files = [(p["url"], p["file"], p["sha256"]) for p in self.lock_doc["packages"]]
+        files += [(e["url"], e["path"].rsplit("/", 1)[-1], e["sha256"]) for e in self.lock_doc.get("extras", [])]
+        dl, tar = self.fresh("stock-files"), self.fresh("stock-tar")
+        dl.mkdir()
+        tar.mkdir()
+        cfg, sums = self.work / "stock-curl.cfg", self.work / "stock-SHA256SUMS"
+        cfg.write_text("".join(f'url = "{u}"\noutput = "{dl / n}"\n' for u, n, _ in files))
+        sums.write_text("".join(f"{h}  {n}\n" for _, n, h in files))
+        key = minisign_key(self.work)
+        uv_env = {**self.env, "UV_CACHE_DIR": str(self.fresh("stock-uv-cache"))}
+        steps = [
+            (
+                ST_UV,
+                self.run(
+                    self.uv_compile(self.lock_doc, self.work / "stock-uv.txt"), env=uv_env, stdin=REQUIREMENT + "\n"
+                ),
+            ),
+            (ST_CURL, self.run(["curl", "--parallel", "--parallel-max", "8", "--fail", "-sS", "-L", "-K", str(cfg)])),
+            (ST_SUM, self.shell(f"cd {dl} && sha256sum -c --quiet {sums}")),
+            (ST_ZSTD, self.shell(f"tar cf - -C {dl} . | zstd -T0 -3 -q -o {tar / 'b.tar.zst'}")),
+            (ST_SIGN, self.run(["minisign", "-S", "-s", str(key), "-m", str(tar / "b.tar.zst")])),
+        ]
+        size = self.wanted_bytes()
+        for name, r in steps:
+            self.timed("build", name, r, size=size)
+        for variant, part in ((TRANSFER, steps[:2]), (STOCK, steps)):
+            wall = sum(r.seconds for _, r in part)
+            f = self.r.fig("build", variant)
+            f.add(
+                wall,
+                max(r.max_rss_kb for _, r in part),
+                sum(r.cpu_s for _, r in part),
+                sum(r.others_cpu_s for _, r in part) / max(wall, 1e-9),
+            )
+            f.bytes = size
+            self.log(f"  {variant}: {wall:.1f} s, {sum(r.cpu_s for _, r in part):.1f} CPU-s")
+        for p in (dl, tar, self.work / "stock-uv-cache"):
+            shutil.rmtree(p, ignore_errors=True)
 
     def _files(self) -> Path:
         """The lock's files laid out by `lockbuild fetch --out` from the warm cache (not timed)."""
@@ -391,6 +450,23 @@ class LiveSuite:
                 f"--offline --no-index --find-links {files}/wheels "
                 f"-r {files}/requirements.txt -q && {verify}",
                 env={**self.env, "UV_CACHE_DIR": str(cache), **ENGINE_ENV},
+            ),
+            size=size,
+        )
+        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        if phase != "install":
+            return
+        venv, cache = self.fresh("uv-venv"), self.fresh("uv-install-cache")
+        bare = self.work / "requirements-bare.txt"
+        bare.write_text(re.sub(r"\s*\\\n\s*--hash=\S+|\s*--hash=\S+", "", (files / "requirements.txt").read_text()))
+        self.timed(
+            phase,
+            UV_BARE,
+            self.shell(
+                f"{uv} venv {venv} --python {self.python} -q && {uv} pip install --python {venv}/bin/python "
+                f"--offline --no-index --find-links {files}/wheels -r {bare} -q",
+                env={**self.env, "UV_CACHE_DIR": str(cache)},
             ),
             size=size,
         )
@@ -602,17 +678,27 @@ def ratios(r: Results) -> list[Ratio]:
             "<= 1.3",
             lambda v: v <= 1.3,
         )
-    relock = med("lock", LB_RELOCK)
-    if relock and uv:
-        add(
-            "lock, warm cache / uv pip compile (cold)",
-            tuple(a / b for a, b in zip(relock.seconds, uv.seconds, strict=False)),
-            "(none)",
-            lambda v: True,
-        )
+
+    def pair(name: str, a: Figure | None, b: Figure | None, target: float | None, cpu: bool = False) -> None:
+        """a / b, run i against run i; with a target, whether the median meets it."""
+        if a and b:
+            xs, ys = (a.cpu_s, b.cpu_s) if cpu else (a.seconds, b.seconds)
+            add(
+                name + (" (CPU-s)" if cpu else ""),
+                tuple(x / max(y, 1e-9) for x, y in zip(xs, ys, strict=False)),
+                f"<= {target}" if target is not None else "(none)",
+                (lambda v: v <= target) if target is not None else (lambda v: True),
+            )
+
+    pair("lock, warm cache (a rebuild's lock) / uv pip compile (cold)", med("lock", LB_RELOCK), uv, 1.0)
     cold, raw, zstd, warm = med("build", COLD), med("fetch", RAW), med("build", ZSTD), med("build", WARM)
+    transfer, stock = med("build", TRANSFER), med("build", STOCK)
+    pair("build cold / transfer floor (uv pip compile + curl --parallel)", cold, transfer, 1.25)
+    pair("build cold / transfer floor (uv pip compile + curl --parallel)", cold, transfer, None, cpu=True)
+    pair("build cold / stock pipeline (uv + curl + sha256sum + tar|zstd + minisign)", cold, stock, 0.8)
+    pair("build cold / stock pipeline (uv + curl + sha256sum + tar|zstd + minisign)", cold, stock, None, cpu=True)
     if cold:
-        add("build, cold cache: seconds", tuple(cold.seconds), "<= 75", lambda v: v <= 75)
+        add("build, cold cache: seconds", tuple(cold.seconds), "(none)", lambda v: True)
         if raw and zstd:
             floor = max(raw.median, zstd.median)
             add(
@@ -622,39 +708,24 @@ def ratios(r: Results) -> list[Ratio]:
                 lambda v: True,
             )
     if warm:
-        add("build, warm cache: seconds", tuple(warm.seconds), "<= 20", lambda v: v <= 20)
-        if zstd:
-            add(
-                "build warm / tar|zstd",
-                tuple(a / b for a, b in zip(warm.seconds, zstd.seconds, strict=False)),
-                "(none)",
-                lambda v: True,
-            )
+        add("build, warm cache: seconds", tuple(warm.seconds), "(none)", lambda v: True)
+        pair("build warm / tar|zstd", warm, zstd, None)
     v = med("verify", VERIFY)
     if v:
-        add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), ">= 450", lambda x: x >= 450)
-        one = med("verify", OPENSSL)
-        if one:
-            pairs = zip(v.seconds, one.seconds, strict=False)
-            add("verify / one sha256 pass (openssl)", tuple(a / b for a, b in pairs), "(none)", lambda x: True)
-    inst, floor_i = med("install", INSTALL), med("install", UV_INSTALL)
+        add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), "(none)", lambda x: True)
+    pair("verify / one sha256 pass (openssl dgst -sha256)", v, med("verify", OPENSSL), 1.15)
+    inst, floor_i, bare = med("install", INSTALL), med("install", UV_INSTALL), med("install", UV_BARE)
     if inst:
-        add("install (offline): seconds", tuple(inst.seconds), "<= 55", lambda x: x <= 55)
-        if floor_i:
-            add(
-                "install / (bare uv + the verify command)",
-                tuple(a / b for a, b in zip(inst.seconds, floor_i.seconds, strict=False)),
-                "<= 1.4",
-                lambda x: x <= 1.4,
-            )
+        add("install (offline): seconds", tuple(inst.seconds), "(none)", lambda x: True)
+    pair(
+        "install / uv alone (uv venv + uv pip install --offline of the hashed lock + the verify command)",
+        inst,
+        floor_i,
+        1.1,
+    )
+    pair("install / bare uv (no hashes, no verify command)", inst, bare, None)
     st, floor_s = med("install-store", INSTALL_STORE), med("install-store", UV_INSTALL)
-    if st and floor_s:
-        add(
-            "install --store / (bare uv + the verify command)",
-            tuple(a / b for a, b in zip(st.seconds, floor_s.seconds, strict=False)),
-            "<= 1.2",
-            lambda x: x <= 1.2,
-        )
+    pair("install --store / uv alone (the same floor)", st, floor_s, 1.0)
     for phase, mine, base, name in (
         ("import", IMPORT, IMPORT_FLOOR, "import / (one sha256 pass + a copy)"),
         ("push-pull", PUSH, RAW_PULL, "push / raw parallel fetch + sha256"),

@@ -89,3 +89,65 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
     proc.wait()
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int | None  # None: killed past the deadline
+    tail: bytes  # the last ``keep`` bytes of its stdout and stderr, interleaved as it wrote them
+    dropped: int  # how many bytes came before the tail and were not kept
+
+
+def run_keeping_tail(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float,
+    keep: int,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Finished:
+    """Run ``argv`` to its end (stdin closed, stdout and stderr one pipe), reading all it prints and keeping
+    only the last ``keep`` bytes: a command that prints without end costs its reader no memory. Past the
+    deadline, the child and everything it started are killed (``returncode`` None).
+
+    Raises OSError when it cannot start."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout
+    tail, dropped, timed_out = bytearray(), 0, False
+    out = proc.stdout
+    if out is None:  # never: stdout is a pipe
+        _kill(proc)
+        raise OSError(f"no pipe from {argv[0]}")
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(out, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    timed_out = True
+                    break
+                data = os.read(out.fileno(), PIPE_READ)
+                if not data:
+                    break
+                tail += data
+                if len(tail) > keep:
+                    dropped += len(tail) - keep
+                    del tail[: len(tail) - keep]
+        if not timed_out:
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:  # it closed its output but runs on
+                timed_out = True
+    finally:
+        out.close()
+        if timed_out or proc.returncode is None:
+            _kill(proc)
+    return Finished(None if timed_out else proc.returncode, bytes(tail), dropped)

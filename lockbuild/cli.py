@@ -10,7 +10,7 @@ import click
 
 from lockbuild import __version__
 from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
-from lockbuild.commands import builder, doctor, image, keys, node
+from lockbuild.commands import builder, doctor, image, install, installed, keys, verify
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
@@ -96,7 +96,7 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(dict)
 
 
-for _module in (builder, keys, node, doctor, image):
+for _module in (builder, keys, verify, install, installed, doctor, image):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

@@ -329,3 +329,17 @@ trust_option = click.option(
     help="Directory of trusted .pub keys (default: LOCKBUILD_TRUST_DIR, then /etc/lockbuild/keys).",
 )
 threshold_option = click.option("--threshold", type=click.IntRange(min=1), help="Distinct trusted signatures required.")
+# The node's commands (verify, inspect, install, list) share these: the store ENGINE/VERSION-VARIANT is looked
+# up in, and the models folder model bundles are installed in.
+store_option = click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A site store: where ENGINE/VERSION-VARIANT is looked up, and what completes a delta.",
+)
+models_option = click.option(
+    "--models",
+    "models_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A models folder: the Hugging Face cache model bundles are installed in.",
+)

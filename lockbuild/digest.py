@@ -8,11 +8,11 @@ import os
 import re
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
 from lockbuild.channel import Cancelled, Channel, End
 from lockbuild.errors import IntegrityError
@@ -89,25 +89,79 @@ class _Hash(Protocol):
     def update(self, data: bytes | memoryview, /) -> None: ...
 
 
-def hash_stream(src: BinaryIO, *hashes: _Hash, dst: BinaryIO | None = None, limit: int | None = None) -> int:
-    """Read ``src`` to its end (or ``limit`` bytes), feeding every hash and ``dst``; returns bytes read."""
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+C = TypeVar("C", bytes, memoryview)
+
+
+def pump(
+    read: Callable[[int], C],
+    *sinks: Callable[[C], object],
+    limit: int | None = None,
+    peek: bool = True,
+    advance: Callable[[int], None] | None = None,
+) -> int:
+    """The one read-hash loop: ``read(n)`` (at most ``n`` bytes, at most ``CHUNK``; empty at the end) until
+    the source ends, each chunk fed in order to every sink (a hash's ``update``, a file's ``write``) and then
+    counted to ``advance``; returns the count read.
+
+    ``limit``: at most ``limit`` bytes are fed. With ``peek`` (the default) one byte more is asked for, so
+    a source longer than ``limit`` is seen, never silently cut: the count is then over ``limit`` and the
+    chunk that crossed it is fed to no sink (the caller refuses the source, in its own words). Without
+    ``peek`` what follows ``limit`` stays unread (a split's next part). A source that ends before
+    ``limit`` is the caller's to judge, by the count."""
+    stop = None if limit is None else limit + 1 if peek else limit
     total = 0
     while True:
-        want = CHUNK if limit is None else min(CHUNK, limit - total)
+        want = CHUNK if stop is None else min(CHUNK, stop - total)
         if want <= 0:
             break
-        n = src.readinto(view[:want])  # type: ignore[attr-defined]
-        if not n:
+        chunk = read(want)
+        if not chunk:
             break
-        chunk = view[:n]
-        for h in hashes:
-            h.update(chunk)
-        if dst is not None:
-            dst.write(chunk)
-        total += n
+        total += len(chunk)
+        if limit is not None and total > limit:
+            break
+        for sink in sinks:
+            sink(chunk)
+        if advance is not None:
+            advance(len(chunk))
     return total
+
+
+def reading_into(src: BinaryIO) -> Callable[[int], memoryview]:
+    """``src``'s reads for :func:`pump`, into one reused buffer: each chunk is valid only until the next
+    read, so only for sinks that use it at once (a hash, a file's ``write``), never one that keeps it (a
+    ``BackgroundHash``, a queue)."""
+    view = memoryview(bytearray(CHUNK))
+
+    def read(n: int) -> memoryview:
+        return view[: src.readinto(view[:n]) or 0]  # type: ignore[attr-defined]
+
+    return read
+
+
+def reading_chunks(chunks: Iterable[bytes]) -> Callable[[int], bytes]:
+    """An iterable's chunks (a download's, as they arrive) as reads for :func:`pump`: each read is the
+    next chunk, whatever size was asked for (a chunk that crosses the limit is seen and fed to no sink)."""
+    it = (c for c in chunks if c)
+    return lambda _n: next(it, b"")
+
+
+class Writer(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+
+def copy_with_hash(
+    src: BinaryIO,
+    dst: Writer | None,
+    size: int,
+    *,
+    advance: Callable[[int], None] | None = None,
+) -> tuple[int, str]:
+    """Copy up to ``size`` bytes of ``src`` to ``dst`` (None: only hash), reading at most one byte
+    more, so a longer source is seen without being copied: (bytes seen, sha256 of the first ``size``)."""
+    h = hashlib.sha256()
+    n = pump(src.read, h.update, *(() if dst is None else (dst.write,)), limit=size, advance=advance)
+    return n, h.hexdigest()
 
 
 READ_PIECE = 4 << 20  # digest_exactly's reads: large enough that each hash update releases the GIL for long

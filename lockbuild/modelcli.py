@@ -1,5 +1,6 @@
 """The node's model options: ``install --models``, ``verify --models``, ``list --models`` (the commands'
-glue, called from ``commands/node.py``; the work is ``install/models.py`` and ``install/modelcheck.py``)."""
+glue, called from ``commands/verify.py``, ``commands/install.py`` and ``commands/installed.py``; the work
+is ``install/models.py`` and ``install/modelcheck.py``)."""
 
 from __future__ import annotations
 

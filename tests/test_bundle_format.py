@@ -20,7 +20,8 @@ import pytest
 import zstandard
 from hostile import AS_OF, RECIPE, SERIAL, UV_MEMBER, manifest, member, sha
 
-from lockbuild.bundle.manifest import MANIFEST, Manifest, member_order, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST, Manifest, member_order
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.read import check_zstd_frame, read_head
 from lockbuild.bundle.write import JOB_SIZE, READ_AHEAD, READ_SIZE, ZSTD_LEVEL, DamagedSource, Entry, write_bundle
 from lockbuild.errors import IntegrityError

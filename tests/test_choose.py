@@ -1,4 +1,4 @@
-"""The node chooses its build: the pure rule (install/fit.py::choose), the facts it rests on,
+"""The node chooses its build: the pure rule (install/ranking.py::choose), the facts it rests on,
 the signed manifest fields (format 3), and the choosing forms of `install` and `doctor --store`.
 
 Each rule has a test that fails without it: the example of the issue (CUDA 13 = capability 7.5+, driver
@@ -23,12 +23,16 @@ from servers import FakeServer
 from sitekit import AS_OF, files_for, make_bundle, sha
 
 from lockbuild.bundle import manifest as manifest_mod
+from lockbuild.bundle import manifestparse
 from lockbuild.bundle.instructions import GpuNeeds
-from lockbuild.bundle.manifest import Member, parse_manifest
+from lockbuild.bundle.manifest import Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
-from lockbuild.install.fit import Facts, Needs, Option, choose
+from lockbuild.install.choice import Option
+from lockbuild.install.fit import Facts, Needs
 from lockbuild.install.node import FactsError, Gpu, Node, detect
+from lockbuild.install.ranking import choose
 from lockbuild.recipe import parse_recipe
 
 CU13 = GpuNeeds((7, 5), "580")
@@ -325,7 +329,7 @@ def test_format_3_only_with_the_new_fields_and_read_strictly() -> None:
 def test_an_older_lockbuild_refuses_format_3_naming_the_version_that_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
     new = dataclasses.replace(_manifest(dataclasses.replace(INSTALL, gpu=CU129)), lockbuild_version="0.2.0")
     raw = new.to_toml()
-    monkeypatch.setattr(manifest_mod, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
+    monkeypatch.setattr(manifestparse, "READS", (2,))  # as lockbuild 0.1.0 reads: format 2 only
     with pytest.raises(IntegrityError) as exc:
         parse_manifest(raw)
     assert "format 3 (made by lockbuild 0.2.0)" in exc.value.message and "0.2.0" in (exc.value.tip or "")
@@ -674,3 +678,31 @@ def test_which_arguments_choose(store: Path, tmp_path: Path, monkeypatch: pytest
     assert choosing_form("toyengine/1.0-cu129", store=store) is None  # in the store: exactly that build
     assert choosing_form("x.lbz", store=store) is None and choosing_form("toyengine/1.0") is None
     assert choosing_form("toyengine/1.0-cu999", store=store) is None  # no such build: named_source names it
+
+
+def test_doctor_reads_a_catalogue_bundle_only_once_its_signatures_are_met(
+    keys: Keys, tmp_path: Path, no_smi: None
+) -> None:
+    """doctor --catalogue lists a signed bundle's needs; an unsigned one claiming another engine, and one
+    signed by a key the node does not trust, are problems named by file name, and nothing they claim shows."""
+    cat = tmp_path / "cat"
+    good = signed(cat, keys, "cpu", None)
+    signed(cat, keys, "evil", None, "9.9", engine="otherengine", sign=False)
+    from conftest import make_keys
+
+    signed(cat, make_keys(tmp_path / "stranger", "stranger"), "evil", None, "9.8", engine="thirdengine")
+    code, data, err = run("doctor", "--root", tmp_path / "e", "--catalogue", cat, "--trust", keys.trust)
+    assert code == 0, err
+    text = json.dumps(data)
+    assert good.name in text and "otherengine" not in text.replace("otherengine-9.9", "")
+    problems = [p for p in data["catalogue_problems"] if "not judged" in p]  # type: ignore[union-attr]
+    assert sorted(p.split(":")[0] for p in problems) == [
+        "otherengine-9.9-evil-x86_64-manylinux_2_28.lbz",
+        "thirdengine-9.8-evil-x86_64-manylinux_2_28.lbz",
+    ], data
+    assert all("its signatures are refused" in p for p in problems)
+    builds = json.dumps(data.get("catalogue"))
+    assert "thirdengine" not in builds and "otherengine" not in builds and "toyengine" in builds
+    # no trust directory: every bundle is named as not judged, and none of its claims is read
+    code, data, _ = run("doctor", "--root", tmp_path / "e", "--catalogue", cat, "--trust", tmp_path / "none")
+    assert "toyengine" not in json.dumps(data.get("catalogue"))

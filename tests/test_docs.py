@@ -146,7 +146,7 @@ def test_the_install_example_is_what_an_install_prints(bundles_for_docs: Path, t
 def test_no_issue_numbers_in_code_docs_or_tests() -> None:
     """Code, comments and docs speak of the project to its users: what a thing is, never a tracker's number."""
     found = []
-    for top in ("lockbuild", "docs", "bench", "tests", "scripts"):
+    for top in ("lockbuild", "docs", "bench", "tests", "scripts", "bundles"):
         for path in sorted((ROOT / top).rglob("*")):
             skip = {"__pycache__", "work", "results"} & set(path.relative_to(ROOT).parts)  # bench's scratch and data
             if path.is_file() and path.suffix in (".py", ".md", ".sh", ".toml", "") and not skip:
@@ -155,3 +155,39 @@ def test_no_issue_numbers_in_code_docs_or_tests() -> None:
     readme = (ROOT / "README.md").read_text()
     found += [f"README.md: {m[0]}" for m in re.finditer(r"[Ii]ssues? [0-9][0-9.]*", readme)]
     assert found == []
+
+
+def _defined(path: Path) -> set[str]:
+    """Top-level names of a module, and Class.member for every member of its classes."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(f"{node.name}.{sub.name}")
+                elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
+                    names.add(f"{node.name}.{sub.target.id}")
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_every_file_and_function_the_docs_name_exists() -> None:
+    """The map a newcomer reads first names ``dir/module.py::function``: each must be there."""
+    missing = []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        for rel, name in re.findall(r"`([a-z_/]+\.py)::([A-Za-z_][A-Za-z0-9_.]*)", doc.read_text()):
+            if rel.startswith("test"):
+                continue
+            path = ROOT / "lockbuild" / rel
+            if not path.is_file():
+                missing.append(f"{doc.name}: {rel} (no such module)")
+            elif name not in _defined(path):
+                missing.append(f"{doc.name}: {rel}::{name}")
+    assert missing == []

@@ -21,8 +21,9 @@ from click.testing import CliRunner
 from servers import FakeServer, QuietHTTPServer, Served
 
 from lockbuild import fsio
+from lockbuild.builder.batch import Batch
 from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Batch, Fetcher, Wanted, open_verified
+from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.http import make_client
 from lockbuild.cli import main
 from lockbuild.errors import FetchError, IntegrityError

@@ -47,7 +47,8 @@ from hostile import (
     zip_archive,
 )
 
-from lockbuild.bundle.manifest import MANIFEST, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.read import MAX_TRAILER, check_zstd_frame, read_head, read_head_raw
 from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.install import archives

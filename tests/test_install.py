@@ -628,7 +628,7 @@ def test_an_asset_over_the_interpreter_is_refused_by_the_manifest_and_the_builde
     from types import SimpleNamespace
 
     from lockbuild.builder.installtable import install_table
-    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.bundle.manifestparse import parse_manifest
     from lockbuild.errors import IntegrityError, RecipeError
 
     base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")
@@ -805,7 +805,7 @@ def test_success_is_said_once_on_stdout(bundles: dict[str, Path], keys: Keys, tm
 def test_an_asset_placed_in_the_environments_own_files_is_refused(place: str, name: str, why: str) -> None:
     from hostile import manifest as make_manifest
 
-    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.bundle.manifestparse import parse_manifest
     from lockbuild.errors import IntegrityError
 
     base = Member("tools/uv-0.9.0-py3-none-any.whl", 1, "0" * 64, "tool", "")

@@ -14,7 +14,8 @@ import pytest
 from conftest import Keys
 from modelkit import COMMIT, model_bundle
 
-from lockbuild.bundle.manifest import Manifest, Member, parse_manifest
+from lockbuild.bundle.manifest import Manifest, Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.modelinfo import MODEL_FORMAT, ModelFile, ModelTable
 from lockbuild.bundle.read import read_head
 from lockbuild.bundle.tar import TarReader

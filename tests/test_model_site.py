@@ -18,7 +18,7 @@ from modelkit import COMMIT, model_bundle, recipe_text
 from registry import RealRegistry, binary
 from sitekit import cli, make_bundle
 
-from lockbuild.bundle.manifest import parse_manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.read import read_head
 from lockbuild.recipe.modelrecipe import parse_model_recipe
 from lockbuild.site import modelpack

@@ -22,6 +22,8 @@ NODE_TOOL_READERS = (
     "install/doctor.py",
     "install/choose.py",
     "install/fit.py",
+    "install/choice.py",
+    "install/ranking.py",
     "image/record.py",
     "image/verify.py",
 )

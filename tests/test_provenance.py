@@ -21,7 +21,7 @@ from servers import FakeServer, github_publisher, in_toto_statement, make_wheel,
 from lockbuild.builder.index import Index
 from lockbuild.builder.provenance import NO_PREVIOUS, fetch_provenance, report, with_provenance
 from lockbuild.bundle.lockfiles import bundle_requirements
-from lockbuild.bundle.manifest import parse_manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RemoteError, ResolveError
 from lockbuild.lock import LockedFile, parse_requirements_lock

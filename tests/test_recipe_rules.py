@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lockbuild import envtable
-from lockbuild.bundle.instructions import parse_install
+from lockbuild.bundle.installparse import parse_install
 from lockbuild.errors import IntegrityError, RecipeError
 from lockbuild.recipe import parse_recipe
 from lockbuild.urls import redacted, secret_parameter
@@ -272,7 +272,7 @@ def _calls_envtable_problem(path: Path) -> bool:
 def test_the_recipe_and_the_manifest_parser_share_one_rule() -> None:
     """Structural: both parsers call envtable.problem, and the allow-list (and the old deny-list names)
     appear in neither: there is no second copy of the rule to drift."""
-    parsers = [ROOT / "lockbuild" / "recipe" / "parse.py", ROOT / "lockbuild" / "bundle" / "instructions.py"]
+    parsers = [ROOT / "lockbuild" / "recipe" / "parse.py", ROOT / "lockbuild" / "bundle" / "installparse.py"]
     for path in parsers:
         assert _calls_envtable_problem(path), f"{path.name} does not call envtable.problem"
         text = path.read_text(encoding="utf-8")

@@ -80,7 +80,7 @@ def test_a_manifest_origin_with_credentials_or_controls_is_refused(origin: str) 
     by this lockbuild and is refused by the parser, so `inspect` never shows it and pack never writes it."""
     from dataclasses import replace
 
-    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.bundle.manifestparse import parse_manifest
 
     members = good_members()
     members[-1] = replace(members[-1], origin=origin)
@@ -136,7 +136,7 @@ def test_exclude_newer_package_is_in_the_manifest_the_lock_and_inspect(
     ],
 )
 def test_a_manifest_exclude_newer_package_is_parsed_strictly(table: str) -> None:
-    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.bundle.manifestparse import parse_manifest
 
     text = (
         manifest(good_members())

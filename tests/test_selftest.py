@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, Keys, day, make_keys, uv_wheel
 from servers import FakeServer, make_wheel
 
-from lockbuild.bundle.instructions import InstallTable, parse_install
+from lockbuild.bundle.installparse import parse_install
+from lockbuild.bundle.instructions import InstallTable
 from lockbuild.bundle.manifest import toml_string
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
@@ -689,7 +690,7 @@ def _hex(s: str) -> str:
 
 
 def test_strace_lines_are_read_by_rule() -> None:
-    from lockbuild.selftest.trace import MARKER, parse
+    from lockbuild.selftest.tracelog import MARKER, parse
 
     def marker(event: str, host: str, port: int) -> str:
         import base64
@@ -741,7 +742,7 @@ def test_strace_lines_are_read_by_rule() -> None:
 def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is_refused() -> None:
     import base64
 
-    from lockbuild.selftest.trace import MARKER, parse
+    from lockbuild.selftest.tracelog import MARKER, parse
 
     note = json.dumps({"event": "socket.getaddrinfo", "host": "allowed.example", "port": 443, "frames": []})
     forged = MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")
@@ -772,9 +773,9 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
 def test_more_attempts_than_the_report_keeps_is_not_checked(
     bundles: dict[str, Path], keys: Keys, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lockbuild.selftest import trace
+    from lockbuild.selftest import tracelog
 
-    monkeypatch.setattr(trace, "LIMIT", 0)
+    monkeypatch.setattr(tracelog, "LIMIT", 0)
     code, data, err = selftest(bundles["serve"], keys)  # local attempts only, none of them kept
     assert code == 6 and data["self_test"][0]["verdict"] == "not checked", (data, err)
     assert "more distinct network attempts" in data["self_test"][0]["unchecked"]
@@ -783,7 +784,7 @@ def test_more_attempts_than_the_report_keeps_is_not_checked(
 def test_verdicts_local_allowed_and_name_look_ups() -> None:
     from lockbuild.selftest.line import Note
     from lockbuild.selftest.report import judge
-    from lockbuild.selftest.trace import Traced
+    from lockbuild.selftest.tracelog import Traced
 
     notes = [
         Note("socket.getaddrinfo", "hub.example", 443, ("f.py:1 in g",), 1),

@@ -24,7 +24,7 @@ from servers import FakeServer, make_wheel
 from lockbuild.cli import main
 from lockbuild.selftest import seccomp
 from lockbuild.selftest.dns import Stream, question
-from lockbuild.selftest.trace import parse
+from lockbuild.selftest.tracelog import parse
 
 ENGINE = """\
 import ctypes
@@ -429,7 +429,7 @@ def test_an_address_or_buffer_strace_could_not_read_is_no_peer_and_no_name() -> 
 def test_a_python_look_up_and_a_native_one_are_two_attempts_and_no_note_names_either() -> None:
     import base64
 
-    from lockbuild.selftest.trace import MARKER
+    from lockbuild.selftest.tracelog import MARKER
 
     def marker(host: str) -> str:
         note = json.dumps({"event": "socket.getaddrinfo", "host": host, "port": 443, "frames": ["e.py:9 in main"]})
@@ -467,7 +467,7 @@ def test_a_python_look_up_and_a_native_one_are_two_attempts_and_no_note_names_ei
 def test_a_filter_installed_after_the_canary_is_recorded_and_bubblewraps_own_is_not() -> None:
     import base64
 
-    from lockbuild.selftest.trace import CANARY, MARKER
+    from lockbuild.selftest.tracelog import CANARY, MARKER
 
     canary = _hex(
         (MARKER + base64.urlsafe_b64encode(json.dumps({"event": CANARY}).encode()).decode().rstrip("=")).encode()

@@ -86,7 +86,7 @@ def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(
     manifest = (store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml").read_text()
     wheel = next(line.split('"')[1] for line in manifest.splitlines() if line.startswith('path = "wheels/toydep'))
     blobs = {p.name: p for p in (store / "blobs" / "sha256").iterdir()}
-    from lockbuild.bundle.manifest import parse_manifest
+    from lockbuild.bundle.manifestparse import parse_manifest
 
     m = parse_manifest(manifest.encode()).member(wheel)
     blob = blobs[m.sha256]

@@ -12,7 +12,8 @@ from conftest import Keys, make_keys
 from sitekit import cli, make_bundle, run_killed, sha
 
 from lockbuild.errors import BusyError
-from lockbuild.site.store import Store, StoreError, parse_ref
+from lockbuild.site.store import Store
+from lockbuild.site.storemodel import StoreError, parse_ref
 
 
 @pytest.fixture(scope="module")

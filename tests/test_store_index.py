@@ -25,7 +25,8 @@ from hostile import UV_MEMBER
 from servers import FakeServer, make_sdist, make_wheel
 from sitekit import cli, make_bundle, sha
 
-from lockbuild.bundle.manifest import Member, parse_manifest
+from lockbuild.bundle.manifest import Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.errors import IntegrityError
 from lockbuild.site import export
 from lockbuild.site.store import Store

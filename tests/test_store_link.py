@@ -19,9 +19,10 @@ from conftest import TOY_RECIPE, Keys
 from servers import FakeServer
 from test_install import build, cli, toy_version
 
-import lockbuild.fsio
+import lockbuild.fsio.trees
 from lockbuild.bundle.extract import FilePiece, extract
-from lockbuild.bundle.manifest import Member, parse_manifest
+from lockbuild.bundle.manifest import Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.errors import InstallError, IntegrityError
 from lockbuild.fsio import link_under, open_dir
 from lockbuild.install.stage import Stage
@@ -149,7 +150,7 @@ def test_a_damaged_blob_is_refused_though_it_was_linked(
         real(src_dir_fd, src_name, dst_dir_fd, dst_name)
         linked.append(dst_name)
 
-    monkeypatch.setattr(lockbuild.fsio, "link_file", spy)
+    monkeypatch.setattr(lockbuild.fsio.trees, "link_file", spy)
     root = tmp_path / "engines"
     code, said = _install(s, root, keys)
     assert wheel.rsplit("/", 1)[1] in linked  # the damaged member went the linked way
@@ -164,7 +165,7 @@ def test_across_file_systems_the_blobs_are_copied_and_still_checked(
     def cross(*_a: object) -> None:
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
-    monkeypatch.setattr(lockbuild.fsio, "link_file", cross)
+    monkeypatch.setattr(lockbuild.fsio.trees, "link_file", cross)
     s = _copy(store, tmp_path)
     seen = _seen_by_uv(monkeypatch)
     root = tmp_path / "engines"
@@ -197,7 +198,7 @@ def test_link_under_links_only_a_regular_file_of_this_user(tmp_path: Path, monke
         with pytest.raises(FileExistsError):
             link_under(fd, "blob", dest, "a/b/c.whl")
         owner = os.geteuid()
-        monkeypatch.setattr(lockbuild.fsio.os, "geteuid", lambda: owner + 1)
+        monkeypatch.setattr(lockbuild.fsio.trees.os, "geteuid", lambda: owner + 1)
         assert link_under(fd, "blob", dest, "f.whl") is None and not (dest / "f.whl").exists()
     finally:
         os.close(fd)

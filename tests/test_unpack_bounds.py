@@ -11,7 +11,7 @@ import pytest
 import zstandard
 from hostile import good_members, manifest
 
-from lockbuild.bundle.manifest import parse_manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.zstdframe import decompressed
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import Limits

@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from lockbuild import fsio
 from lockbuild.builder.closure import MAX_METADATA_BYTES, wheel_metadata
-from lockbuild.digest import CHUNK, FileIdentity, HashedFile, Hasher, git_blob_hash, is_git_sha1, is_sha256
+from lockbuild.digest import FileIdentity, HashedFile, Hasher, git_blob_hash, is_git_sha1, is_sha256, pump
 from lockbuild.errors import FetchError, IntegrityError, LockbuildError
 
 GIT_KEY = "git-sha1:"  # a key that names an entry by its git blob id instead of its sha256
@@ -137,8 +137,7 @@ class Cache:
             if not hashed and size is not None:
                 return f
             h = entry_hash(sha256, st.st_size)
-            while chunk := f.read(CHUNK):
-                h.update(chunk)
+            pump(f.read, h.update)
             if h.hexdigest() != digest_of(sha256):
                 f.close()
                 p.unlink(missing_ok=True)

@@ -50,6 +50,7 @@ class DirectWheel:
     project: str
     requirement: str
     candidate: Candidate
+    recorded_sha256: str | None = None  # the sha256 the resolved recipe records (lockbuild's own wheel only)
 
 
 def source_archive(reach: Reach, recipe: Recipe, build: Build) -> tuple[tuple[str, ...], ExtraFile | None]:
@@ -124,8 +125,11 @@ def _self_wheel(reach: Reach, recipe: Recipe, build: Build, wheel: SelfWheel, as
     )
     sha, named = reach.cache.put(made.data, made.filename)
     return DirectWheel(
-        SELF_NAME, f"{SELF_NAME} @ {named.as_uri()}#sha256={sha}", Candidate(made.filename, "", sha, len(made.data))
-    )  # made here: no origin to record
+        SELF_NAME,
+        f"{SELF_NAME} @ {named.as_uri()}#sha256={sha}",
+        Candidate(made.filename, "", sha, len(made.data)),  # made here: no origin to record
+        recorded_sha256=sha,
+    )
 
 
 def release_assets(reach: Reach, recipe: Recipe, build: Build) -> list[ExtraFile]:

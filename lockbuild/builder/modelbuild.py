@@ -37,7 +37,7 @@ from lockbuild.bundle.modelinfo import (
     ModelTable,
 )
 from lockbuild.bundle.write import Entry
-from lockbuild.digest import hash_stream
+from lockbuild.digest import pump, reading_into
 from lockbuild.errors import IntegrityError, RecipeError, RemoteError
 from lockbuild.fsio import open_regular
 from lockbuild.progress import Progress
@@ -99,7 +99,7 @@ def file_sha256(path: Path, size: int) -> str:
     f, _ = open_regular(path, what="downloaded file", max_size=size)
     with f:
         h = hashlib.sha256()
-        if hash_stream(f, h, limit=size) != size:
+        if pump(reading_into(f), h.update, limit=size) != size:
             raise IntegrityError(f"{path} is not {size} bytes; it changed since it was verified.")
     return h.hexdigest()
 

@@ -15,6 +15,7 @@ from typing import BinaryIO, cast
 import zstandard
 
 from lockbuild import __version__, fsio
+from lockbuild.builder.batch import Batch
 from lockbuild.builder.fetch import Fetcher, FetchReport
 from lockbuild.builder.installtable import bootstrap_entries, install_table
 from lockbuild.builder.plan import Plan
@@ -330,7 +331,7 @@ def fetch_and_write(
     downloads = shown.alongside("downloading", "downloaded")
     fetcher.hash_hits, fetcher.progress = False, downloads
     try:
-        batch = fetcher.start([by_sha[e.member.sha256] for e in entries if e.member.sha256 in by_sha])
+        batch = Batch(fetcher, [by_sha[e.member.sha256] for e in entries if e.member.sha256 in by_sha])
         try:
             written = write(manifest, entries, out_dir, threads=threads, progress=shown)
         except DamagedSource as exc:

@@ -1,4 +1,9 @@
-"""Locking one build: cut-off, engine files, resolution, and the exact file set to fetch and bundle."""
+"""Locking one build: cut-off, engine files, resolution, and the exact file set to fetch and bundle.
+
+The steps live beside it: the files the recipe names directly (``direct``), each pin's file by its kind
+(``pinfiles``), what a locked file's index says and a wheel's METADATA (``pinmeta``), the lock's sdists
+(``sdistplan``).
+"""
 
 from __future__ import annotations
 
@@ -10,39 +15,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from packaging.utils import parse_wheel_filename
 
-from lockbuild import fsio
 from lockbuild.builder import github
-from lockbuild.builder.buildreqs import build_requires
 from lockbuild.builder.cache import Cache
-from lockbuild.builder.closure import MAX_METADATA_BYTES, closure_problem, wheel_metadata
-from lockbuild.builder.cutoff import (
-    cut_off,
-    index_candidates,
-    late_files_warning,
-    package_cut_off,
-    release_cut_off,
-)
+from lockbuild.builder.cutoff import cut_off, late_files_warning, release_cut_off
 from lockbuild.builder.direct import Reach, engine_wheel, interpreter, release_assets, source_archive
-from lockbuild.builder.extraindex import ExtraIndexes, check_names_on_one_index, extra_indexes, index_label
+from lockbuild.builder.extraindex import extra_indexes, index_label
 from lockbuild.builder.extras import ExtraFile, choose_uv_wheel
 from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.index import Index, IndexFile
+from lockbuild.builder.index import Index
 from lockbuild.builder.lookahead import Lookahead
 from lockbuild.builder.memo import ResolutionMemo
-from lockbuild.builder.prebuild import Prebuilt, prebuild
+from lockbuild.builder.pinfiles import PinSources, locked_files, primary_release
+from lockbuild.builder.pinmeta import Listings
+from lockbuild.builder.prebuild import Prebuilt
 from lockbuild.builder.provenance import with_provenance
 from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
 from lockbuild.builder.sdistmeta import SdistMetadata
-from lockbuild.builder.selfwheel import NAME as SELF_NAME
-from lockbuild.bundle.buildlock import build_lock_text
-from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, ResolveError
-from lockbuild.lock import Candidate, Lock, LockedFile, Pin, choose_file, parse_pylock, parse_requirements_lock
+from lockbuild.builder.sdistplan import build_closure, prebuild_sdists
+from lockbuild.errors import LockbuildError, RecipeError
+from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
-from lockbuild.recipe import Build, Recipe, SelfWheel
+from lockbuild.recipe import Build, Recipe
 from lockbuild.settings import Settings
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary, uv_version
@@ -130,7 +126,7 @@ class Planner:
             if late is not None:
                 warnings.append(late)
         self.progress.phase(f"{engine.name} {build.id}: resolving as of {iso(as_of)}")
-        extra = extra_indexes(self.client, build)
+        listings = Listings(self.primary, extra_indexes(self.client, build), self.fetcher, self.cache)
         reach = Reach(self.fetcher, self.cache, self.progress, self._release_assets)
         from_source, archive = source_archive(reach, recipe, build)
         requirements = [*build.requirements, *from_source]
@@ -152,18 +148,18 @@ class Planner:
             return read_sdist_metadata(
                 f,
                 open_file=lambda g: open_verified(self.fetcher, Wanted(g.url, g.sha256, g.size, g.filename)),
-                lock_build_deps=lambda reqs: self._resolve(list(reqs), build, as_of, extra, {}, pool)[1],
+                lock_build_deps=lambda reqs: self._resolve(list(reqs), build, as_of, listings, {}, pool)[1],
                 target=build.target,
                 inherit=dict(self.settings.child_environ),
             )
 
         resolution, files = resolve_with_sdists(  # no build backend runs with the network (sdistlock.py)
             lambda known: self._resolve(
-                requirements, build, as_of, extra, direct, pool, sdists=build.build_on_node, sdist_metadata=known
+                requirements, build, as_of, listings, direct, pool, sdists=build.build_on_node, sdist_metadata=known
             ),
             read_metadata,
         )
-        files = with_provenance(self.client, files, lambda f: self._listed(f, extra), pool)  # PEP 740
+        files = with_provenance(self.client, files, listings.listed, pool)  # PEP 740
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(
@@ -172,8 +168,26 @@ class Planner:
                 tip="Remove the stale entry, or add the package to requirements.",
             )
         sdists = sorted(f.filename for f in files if f.kind == "sdist")
-        build_deps, build_requires = self._build_closure(files, build, as_of, extra, pool)
-        prebuilt = self._prebuild(files, build, as_of, build_deps, build_requires, warnings)
+        build_deps, build_requires = build_closure(
+            files,
+            build,
+            as_of,
+            fetcher=self.fetcher,
+            progress=self.progress,
+            lock=lambda reqs: self._resolve(reqs, build, as_of, listings, {}, pool)[1],
+        )
+        prebuilt = prebuild_sdists(
+            files,
+            build,
+            as_of,
+            build_deps,
+            build_requires,
+            warnings,
+            fetcher=self.fetcher,
+            cache=self.cache,
+            progress=self.progress,
+            inherit=dict(self.settings.child_environ),
+        )
         urls = {f.filename: f.url for f in files}
         extras += [ExtraFile(p.path, "wheel", urls[p.sdist], p.sha256, p.size) for p in prebuilt]
         if sdists:
@@ -184,7 +198,6 @@ class Planner:
             )
         uv, tool = tool_lookup.result()
         extras.append(tool)
-        self_made = isinstance(build.wheel, SelfWheel)
         lock = Lock(resolution.format, resolution.text, files, as_of)
         return Plan(
             recipe,
@@ -193,7 +206,7 @@ class Planner:
             lock,
             tuple(requirements),
             tuple(extras),
-            resolved_recipe(recipe, build, as_of, own.sha256 if (own := direct.get(SELF_NAME)) and self_made else None),
+            resolved_recipe(recipe, build, as_of, wheel.recorded_sha256 if wheel is not None else None),
             uv,
             tuple(warnings),
             build_deps,
@@ -207,7 +220,7 @@ class Planner:
         requirements: Sequence[str],
         build: Build,
         as_of: dt.datetime,
-        extra: ExtraIndexes,
+        listings: Listings,
         direct: dict[str, Candidate],
         pool: Executor,
         *,
@@ -230,7 +243,7 @@ class Planner:
                         as_of,
                         index_url=self.index_url,
                         indexes=build.extra_indexes,
-                        timed=extra.timed,
+                        timed=listings.extra.timed,
                         workdir=Path(tmp),
                         cache_dir=self.cache.uv_cache(),
                         inherit=dict(self.settings.child_environ),
@@ -247,8 +260,9 @@ class Planner:
                         pins = parse_pylock(resolution.text, build.target)
                     else:
                         pins = parse_requirements_lock(resolution.text)
-                    files = self._files(pins, build, direct, as_of, extra, pool, ahead)
-                    why = self._not_the_closure(requirements, files, build, extra, pool) if resolution.reused else None
+                    sources = PinSources(build, direct, as_of, listings.extra, primary_release(self.primary, ahead))
+                    files = locked_files(pins, sources, pool, index_url=self.index_url)
+                    why = listings.not_the_closure(requirements, files, build, pool) if resolution.reused else None
                     if why is None:
                         return resolution, files
                     if resolution.key is not None:  # a reused resolution always has its key
@@ -269,166 +283,3 @@ class Planner:
                     reuse = False
             finally:
                 ahead.close()
-
-    def _not_the_closure(
-        self,
-        requirements: Sequence[str],
-        files: Sequence[LockedFile],
-        build: Build,
-        extra: ExtraIndexes,
-        pool: Executor,
-    ) -> str | None:
-        """Why a remembered resolution's files are not exactly the closure of ``requirements`` on the build's
-        target (closure.py), or None. Each pin's METADATA is the index's PEP 658 file where it publishes one,
-        else the wheel's own, each taken only with its digest (the wheel is then in the cache for the fetch)."""
-        by_name = {f.name: f for f in files}
-        if len(by_name) != len(files) or any(f.kind != "wheel" for f in files):
-            return "it pins a package twice, or an sdist"
-        got = dict(zip(by_name, pool.map(lambda f: self._metadata(f, extra), files), strict=True))
-        pins = {f.name: f.version for f in files}
-        return closure_problem(requirements, pins, got.__getitem__, build.target.marker_environment())
-
-    def _listed(self, f: LockedFile, extra: ExtraIndexes) -> tuple[IndexFile, ...]:
-        """The index entries of a locked file's release (kept from the look-ups that chose it)."""
-        if f.origin == "primary":
-            return self.primary.release(f.name, f.version)
-        if f.origin == "second" and f.index in extra.clients:
-            return extra.clients[f.index].release(f.name, f.version)
-        return ()
-
-    def _metadata(self, f: LockedFile, extra: ExtraIndexes) -> bytes:
-        """A locked wheel's METADATA: the index's PEP 658 file (by its listed sha256), or the wheel's own."""
-        listed: tuple[IndexFile, ...] = ()
-        if f.origin == "primary":
-            listed = self.primary.release(f.name, f.version)
-        elif f.origin == "second" and f.index in extra.clients:
-            listed = extra.clients[f.index].release(f.name, f.version)
-        entry = next((x for x in listed if x.filename == f.filename and x.sha256 == f.sha256), None)
-        if entry is not None and entry.metadata_sha256 is not None:
-            w = Wanted(entry.metadata_url, entry.metadata_sha256, None, f"the metadata of {f.filename}")
-            with open_verified(self.fetcher, w) as fh:
-                return fsio.bounded_read(fh, MAX_METADATA_BYTES, what=w.label, error=IntegrityError)
-        kept = self.cache.metadata(f.sha256)  # taken out when the wheel entered the cache: the wheel unopened
-        if kept is None and self.cache.lookup(f.sha256, f.size, hashed=False) is None:
-            self.fetcher.download(Wanted(f.url, f.sha256, f.size, f.filename))  # hashed as it came; keeps it
-            kept = self.cache.metadata(f.sha256)
-        if kept is not None:
-            return kept
-        with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:  # cached before
-            data = wheel_metadata(fh, f.filename)
-        self.cache.keep_metadata(f.sha256, data)
-        return data
-
-    def _build_closure(
-        self, files: Sequence[LockedFile], build: Build, as_of: dt.datetime, extra: ExtraIndexes, pool: Executor
-    ) -> tuple[tuple[LockedFile, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
-        """The lock's sdists' build requirements (read from each sdist, never run), resolved at the same
-        cut-off for the same target, wheels only, with hashes: what the node builds them from."""
-        per: list[tuple[str, tuple[str, ...]]] = []
-        for f in sorted((f for f in files if f.kind == "sdist"), key=lambda f: f.filename):
-            with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:
-                per.append((f.filename, build_requires(fh, f.filename)))
-        wanted = sorted({r for _, reqs in per for r in reqs})
-        if not wanted:
-            return (), tuple(per)
-        self.progress.phase(f"{build.id}: resolving the build dependencies of {len(per)} sdist(s)")
-        try:
-            return self._resolve(wanted, build, as_of, extra, {}, pool)[1], tuple(per)
-        except ResolveError as exc:
-            shown = "; ".join(f"{sdist} needs {', '.join(reqs)}" for sdist, reqs in per if reqs)
-            raise ResolveError(
-                f"cannot lock the build dependencies of the sdists ({shown}) as of {iso(as_of)}: {exc.message}",
-                tip="The node builds an sdist only from hashed build dependencies bundled with it. Require a "
-                "version of the package that publishes a wheel for this target, or make its build "
-                "dependencies available as wheels on the index by the cut-off.",
-            ) from None
-
-    def _prebuild(
-        self,
-        files: Sequence[LockedFile],
-        build: Build,
-        as_of: dt.datetime,
-        deps: Sequence[LockedFile],
-        requires: Sequence[tuple[str, tuple[str, ...]]],
-        warnings: list[str],
-    ) -> list[Prebuilt]:
-        """Each sdist built here, from its hashed closure only, when the wheel runs on the node."""
-        out: list[Prebuilt] = []
-        lock_text = build_lock_text(deps, requires)
-        for f in sorted((f for f in files if f.kind == "sdist"), key=lambda f: f.filename):
-            self.progress.phase(f"{build.id}: building {f.filename} without network from its hashed build closure")
-            opened = [open_verified(self.fetcher, Wanted(d.url, d.sha256, d.size, d.filename)) for d in deps]
-            try:
-                with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as sdist:
-                    got, why = prebuild(
-                        sdist=sdist,
-                        sdist_name=f.filename,
-                        project=f.name,
-                        version=f.version,
-                        deps=[(d.filename, fh) for d, fh in zip(deps, opened, strict=True)],
-                        lock_text=lock_text,
-                        target=build.target,
-                        as_of=as_of,
-                        cache=self.cache,
-                        inherit=dict(self.settings.child_environ),
-                    )
-            finally:
-                for fh in opened:
-                    fh.close()
-            if got is None:
-                warnings.append(f"{f.filename} was not built on the builder: {why}; the node builds it")
-            else:
-                out.append(got)
-        return out
-
-    def _files(
-        self,
-        pins: Sequence[Pin],
-        build: Build,
-        direct: dict[str, Candidate],
-        as_of: dt.datetime,
-        extra: ExtraIndexes,
-        pool: Executor,
-        ahead: Lookahead[tuple[IndexFile, ...]] | None = None,
-    ) -> tuple[LockedFile, ...]:
-        primary = self.primary
-
-        def release(pin: Pin) -> tuple[IndexFile, ...]:
-            early = ahead.take(pin.name, pin.version) if ahead is not None else None
-            if early is not None and not early.cancel():  # started (or done): its answer, or its error
-                return early.result()
-            return primary.release(pin.name, pin.version)  # here, not queued behind this worker
-
-        def one(pin: Pin) -> LockedFile:
-            pinned = build.pinned_sha256(pin.name)
-            if pin.url is not None or pin.name in direct:
-                cand = direct.get(pin.name)
-                if cand is None:
-                    raise ResolveError(f"the lock takes {pin.name} from a URL ({pin.url}) the recipe does not name.")
-                version = pin.version or _wheel_version(cand.filename)
-                return choose_file(Pin(pin.name, version, pin.hashes), [cand], build.target, origin="direct")
-            served = build.index_for(pin.name)
-            if served is not None:  # from its own index only; the == pin holds it (and the cut-off, if timed)
-                files = index_candidates(extra.clients[served.name].release(pin.name, pin.version))
-                cut = package_cut_off(build, pin.name, as_of) if pin.name in extra.timed else None
-                return choose_file(
-                    pin,
-                    files,
-                    build.target,
-                    origin="second",
-                    as_of=cut,
-                    pinned_sha256=pinned,
-                    one_file=True,
-                    index=served.name,
-                )
-            files = index_candidates(release(pin))
-            cut = package_cut_off(build, pin.name, as_of)
-            return choose_file(pin, files, build.target, origin="primary", as_of=cut, pinned_sha256=pinned)
-
-        locked = tuple(pool.map(one, pins))
-        check_names_on_one_index(locked, build, extra, pool, index_url=self.index_url)
-        return locked
-
-
-def _wheel_version(filename: str) -> str:
-    return str(parse_wheel_filename(filename)[1])

@@ -28,8 +28,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicaliz
 
 from lockbuild import sandbox
 from lockbuild.builder.cache import Cache
+from lockbuild.digest import copy_with_hash
 from lockbuild.errors import LockbuildError
-from lockbuild.fsio import copy_with_hash, create_new, list_dir, open_regular, opened_dir
+from lockbuild.fsio import create_new, list_dir, open_regular, opened_dir
 from lockbuild.target import Target
 from lockbuild.uvtool import clean_env, uv_binary
 

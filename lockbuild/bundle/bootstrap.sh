@@ -87,7 +87,7 @@ for tool in sha256sum tar gzip mktemp mv rm find id dd sed grep readlink dirname
 done
 
 uid=$(id -u)
-# The rule lockbuild holds --root to (lockbuild/fsio.py::ancestor_problem): a directory is safe when root
+# The rule lockbuild holds --root to (lockbuild/fsio/owners.py::ancestor_problem): a directory is safe when root
 # or this user owns it and neither its group nor others may write it, unless it is sticky (like /tmp,
 # where no one may rename another's entry). shared D prints D when it is not safe (or cannot be examined).
 shared() {

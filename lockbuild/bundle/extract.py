@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from lockbuild.bundle.manifest import Manifest, Member
-from lockbuild.digest import CHUNK, BackgroundHash
+from lockbuild.digest import BackgroundHash, pump, reading_into
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import create_under, link_under
 from lockbuild.limits import MiB
@@ -217,17 +217,7 @@ def _hash_file(f: BinaryIO, size: int) -> tuple[int, str]:
     hashlib and the reads release the GIL on 1 MiB buffers, so threads hash in parallel."""
     with f:
         h = hashlib.sha256()
-        n = 0
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while n <= size:
-            got = f.readinto(view[: min(CHUNK, size + 1 - n)])  # type: ignore[attr-defined]
-            if not got:
-                break
-            n += got
-            if n > size:
-                break
-            h.update(view[:got])
+        n = pump(reading_into(f), h.update, limit=size)
         return n, h.hexdigest()
 
 
@@ -314,21 +304,12 @@ class FilePiece:
         return self.link
 
     def pump(self, dst: BinaryIO | None, update: Update, advance: Callable[[int], None]) -> int:
-        n = 0
         try:
             f = self.opener()
         except LockbuildError as exc:  # named by the member it was to be
             raise type(exc)(f"{self.name}: {exc.message}", tip=exc.tip) from None
         with f:
-            while chunk := f.read(min(CHUNK, self.size + 1 - n)):
-                n += len(chunk)
-                if n > self.size:
-                    break
-                update(chunk)
-                if dst is not None:
-                    dst.write(chunk)
-                advance(len(chunk))
-        return n
+            return pump(f.read, update, *(() if dst is None else (dst.write,)), limit=self.size, advance=advance)
 
     def skip(self) -> None:
         return None

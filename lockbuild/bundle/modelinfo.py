@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lockbuild.bundle.instructions import InstallTable, parse_install
+from lockbuild.bundle.installparse import parse_install
+from lockbuild.bundle.instructions import InstallTable
 from lockbuild.errors import IntegrityError
 
 MODEL_FORMAT = 4

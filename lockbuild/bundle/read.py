@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from lockbuild.bundle.manifest import MANIFEST, Manifest, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST, Manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
 from lockbuild.errors import IntegrityError, LockbuildError

@@ -15,7 +15,7 @@ from typing import BinaryIO, Protocol
 
 from lockbuild.bundle.paths import check_member_path
 from lockbuild.bundle.zstdframe import TIP, Decompressed
-from lockbuild.digest import CHUNK
+from lockbuild.digest import CHUNK, pump
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import Limits, MiB
 from lockbuild.progress import Progress
@@ -212,16 +212,9 @@ def stream_member(
 ) -> None:
     """Stream one member's data (and its padding) as the decompressor produced it, no copy made: each
     piece (a read-only view) goes to ``hash_piece`` and to ``dst``."""
-    left = h.size
-    while left:
-        piece = tar.f.take(left)
-        if not piece:
-            raise _bad(f"the bundle is truncated inside {h.name!r}.")
-        hash_piece(piece)
-        if dst is not None:
-            dst.write(piece)
-        progress.advance(len(piece))
-        left -= len(piece)
+    sinks = (hash_piece,) if dst is None else (hash_piece, dst.write)
+    if pump(tar.f.take, *sinks, limit=h.size, peek=False, advance=progress.advance) < h.size:
+        raise _bad(f"the bundle is truncated inside {h.name!r}.")
     tar.offset += h.size
     tar.padding(h.size, repr(h.name))
 

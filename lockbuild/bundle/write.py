@@ -24,10 +24,11 @@ from typing import BinaryIO
 
 import zstandard
 
-from lockbuild.bundle.manifest import MANIFEST, Manifest, Member, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST, Manifest, Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
 from lockbuild.channel import Channel, End, start
-from lockbuild.digest import CHUNK, FileIdentity, HashedFile, same_file
+from lockbuild.digest import CHUNK, FileIdentity, HashedFile, pump, same_file
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import open_regular
 from lockbuild.progress import Progress
@@ -40,8 +41,9 @@ from lockbuild.progress import Progress
 ZSTD_LEVEL = -3
 JOB_SIZE = 2 << 20
 # Sources are read on a thread of their own, hashed there, and handed to the compressor in pieces of
-# READ_SIZE, at most READ_AHEAD pieces ahead: reading and hashing overlap the compression. (2 MiB pieces
-# and deeper queues cost ~20 MB more of peak RSS on the vLLM bundle, for no speed-up this machine showed.)
+# READ_SIZE (digest.pump's reads), at most READ_AHEAD pieces ahead: reading and hashing overlap the
+# compression. (2 MiB pieces and deeper queues cost ~20 MB more of peak RSS on the vLLM bundle, for no
+# speed-up this machine showed.)
 READ_SIZE = CHUNK
 READ_AHEAD = 4
 
@@ -273,22 +275,21 @@ def _read_file(m: Member, given: Path | HashedFile, out: Channel[bytes | _Verifi
         if isinstance(given, HashedFile) and given.sha256 == m.sha256 and same_file(fd, given.identity):
             proven = given.identity
         h = None if proven is not None else hashlib.sha256()
-        left = m.size
-        while left:
+
+        def read(n: int) -> bytes:
             try:
-                piece = f.read(min(READ_SIZE, left))
+                return f.read(n)
             except OSError as exc:
                 raise DamagedSource(f"cannot read {source}: {exc.strerror or exc}.", sha256=m.sha256) from None
-            if not piece:
-                raise DamagedSource(
-                    f"{source} shrank while it was packed: expected {m.size} bytes.",
-                    sha256=m.sha256,
-                    tip="Something is writing to the cache; run the build again.",
-                )
-            out.put(piece)
-            if h is not None:
-                h.update(piece)  # while the compressor takes the same piece on the main thread
-            left -= len(piece)
+
+        # h hashes each piece while the compressor takes the same piece on the main thread
+        sinks = (out.put,) if h is None else (out.put, h.update)
+        if pump(read, *sinks, limit=m.size, peek=False) < m.size:
+            raise DamagedSource(
+                f"{source} shrank while it was packed: expected {m.size} bytes.",
+                sha256=m.sha256,
+                tip="Something is writing to the cache; run the build again.",
+            )
         if proven is not None and not same_file(fd, proven):
             raise DamagedSource(
                 f"{source} changed while it was packed (its size or times moved since it was downloaded).",

@@ -29,6 +29,7 @@ def _bad(message: str) -> IntegrityError:
 
 MAX_FRAMES = 2 * 100_000 + 2  # a compressed frame and a stored one per member, at most, and the ends
 STORED_BLOCK = 128 << 10  # the largest raw block a stored frame holds (its window: 2**17 bytes)
+BATCH = max(1, CHUNK // STORED_BLOCK)  # blocks handed on at once: at most CHUNK bytes out (a block makes <= 128 KiB)
 
 
 @dataclass(frozen=True)
@@ -220,9 +221,13 @@ class _Raw:
         return not self.buf
 
     def take(self, n: int, what: str) -> bytes:
+        return bytes(self.view(n, what))
+
+    def view(self, n: int, what: str) -> bytes | memoryview:
+        """The next ``n`` bytes: a view of the piece read (no copy) where they lie in it, else joined."""
         if self.pos + n <= len(self.buf):
             self.pos += n
-            return self.buf[self.pos - n : self.pos]
+            return memoryview(self.buf)[self.pos - n : self.pos]
         parts = [self.buf[self.pos :]]
         left = n - len(parts[0])
         while left:
@@ -238,8 +243,8 @@ class _Raw:
 
 def _frames(f: BinaryIO | Hashing, limits: Limits) -> Iterator[bytes]:
     """Every frame's content in order: a stored frame's raw blocks as they are, a compressed frame's
-    bytes through a fresh decompressor (which checks its content checksum), one block at a time: the
-    output of one call is at most one block's (128 KiB), whatever its input."""
+    bytes through a fresh decompressor (which checks its content checksum), ``BATCH`` blocks at a time: the
+    output of one call is at most ``BATCH`` blocks' (each at most 128 KiB: CHUNK in all), whatever its input."""
     dctx = zstandard.ZstdDecompressor(max_window_size=limits.zstd_window)
     raw = _Raw(f)
     while not raw.at_end():
@@ -249,15 +254,23 @@ def _frames(f: BinaryIO | Hashing, limits: Limits) -> Iterator[bytes]:
         if dobj is not None:
             _feed(dobj, b"".join(seen))
         last = False
-        while not last:
-            head = raw.take(3, "block header")
-            last, _, size = block_header(head, frame)
-            body = raw.take(size, "block") if size else b""
+        while not last:  # BATCH blocks at a time: one piece of at most CHUNK bytes, whatever the input
+            parts: list[bytes | memoryview] = []
+            for _ in range(BATCH):
+                head = raw.view(3, "block header")
+                last, _, size = block_header(bytes(head), frame)
+                body = raw.view(size, "block") if size else b""
+                parts += (body,) if dobj is None else (head, body)
+                if last:
+                    break
             if dobj is None:
-                if body:
-                    yield body
-            elif out := _feed(dobj, head + body + (raw.take(4, "checksum") if last else b"")):
-                yield out
+                if out := b"".join(parts):
+                    yield out
+            else:
+                if last:
+                    parts.append(raw.view(4, "checksum"))
+                if out := _feed(dobj, b"".join(parts)):
+                    yield out
         if dobj is not None and not dobj.eof:
             raise _bad("the bundle's zstd frame did not end where its last block said it would.")
 

@@ -52,7 +52,8 @@ def doctor(
     how = "--catalogue" if catalogue is not None else "default"
     if catalogue is None and not DEFAULT_CATALOGUE.is_dir():
         chosen, how = None, "none"
-    candidates, problems = _catalogue(chosen) if chosen is not None else ([], [])
+    trust = resolve_trust_dir(trust_dir)
+    candidates, problems = _catalogue(chosen, trust) if chosen is not None else ([], [])
     from lockbuild.install.node import detect
     from lockbuild.site.sources import StoreOffers  # the store's builds, fed to the installer's choice
 
@@ -60,7 +61,7 @@ def doctor(
         root,
         candidates=candidates,
         problems=problems,
-        trust=resolve_trust_dir(trust_dir),
+        trust=trust,
         store=StoreOffers(store_dir) if store_dir is not None else None,
         node=detect(environ=os.environ),
     )
@@ -77,10 +78,11 @@ def doctor(
 DEFAULT_CATALOGUE = Path("bundles")  # relative to the current directory: a checkout's recipes
 
 
-def _catalogue(directory: Path) -> tuple[list[CatalogueBuild], list[str]]:
-    """Doctor's candidates: each build of each recipe, and each bundle's signed needs (read, not verified)."""
+def _catalogue(directory: Path, trust: Path) -> tuple[list[CatalogueBuild], list[str]]:
+    """Doctor's candidates: each build of each recipe, and each bundle's signed needs, read only once its
+    signatures met the trust policy (a bundle they do not meet is a problem, named by its file name)."""
     from lockbuild.bundle.instructions import GpuNeeds
-    from lockbuild.bundle.read import read_head
+    from lockbuild.install.choose import candidates
     from lockbuild.install.doctor import CatalogueBuild
     from lockbuild.install.fit import Needs, space_needed
     from lockbuild.recipe import load_recipe
@@ -102,16 +104,24 @@ def _catalogue(directory: Path) -> tuple[list[CatalogueBuild], list[str]]:
             gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability) if b.gpu else None
             needs = Needs(b.python, b.platform, gpu, space_needed(0, b.free_gb or 0))
             out.append(CatalogueBuild(path.name, recipe.engine.name, b.id, needs))
-    for path in sorted(directory.glob("*.lbz")):
-        try:
-            manifest, _ = read_head(path)
-        except LockbuildError as exc:
-            problems.append(f"{path.name}: {exc.message}")
+    bundles = sorted(directory.glob("*.lbz"))
+    if not bundles:
+        return out, problems
+    from lockbuild.site.sources import FolderOffers  # the folder's bundles, fed to the one trust decision
+    from lockbuild.trust import load_store
+
+    try:
+        store = load_store(trust)
+    except LockbuildError as exc:
+        problems.extend(f"{p.name}: not judged: {exc.message}" for p in bundles)
+        return out, problems
+    judged, skipped = candidates(FolderOffers(directory), None, store, None)
+    problems.extend(skipped)
+    for j in judged:
+        if j.opened is None or j.opened.manifest.model is not None:  # a model bundle: no environment to fit
             continue
-        if manifest.model is not None:  # a model bundle: no environment to fit this node
-            continue
-        build = f"{manifest.version}-{manifest.variant}"
-        out.append(CatalogueBuild(path.name, manifest.engine, build, Needs.of(manifest)))
+        m = j.opened.manifest
+        out.append(CatalogueBuild(j.opened.statement.file, m.engine, f"{m.version}-{m.variant}", Needs.of(m)))
     return out, problems
 
 

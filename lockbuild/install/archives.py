@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild.bundle.paths import check_member_path, claim, collision_key
-from lockbuild.digest import hash_stream
+from lockbuild.digest import pump, reading_into
 from lockbuild.errors import IntegrityError
 from lockbuild.fsio import create_under, make_dirs_under, open_dir
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -227,7 +227,7 @@ def place(src: BinaryIO, base: Path, rel: str, *, size: int, mode: int = 0o644, 
             tip=_UNSAFE,
         ) from None
     with f:
-        written = hash_stream(src, dst=f, limit=size + 1)
+        written = pump(reading_into(src), f.write, limit=size)
     if written != size:
         raise IntegrityError(f"{what}: it holds {written} bytes, not the {size} its header says.", tip=_UNSAFE)
 

@@ -1,4 +1,4 @@
-"""The node chooses its build: the I/O around the pure rule :func:`lockbuild.install.fit.choose`.
+"""The node chooses its build: the I/O around the pure rule :func:`lockbuild.install.ranking.choose`.
 
 ``install ENGINE/VERSION --store DIR``, ``install ENGINE --store DIR`` and ``install DIR/`` name no
 single bundle: the candidates are the store's builds of ENGINE, or the signed bundles in a folder. Each
@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lockbuild.errors import InstallError, LockbuildError
-from lockbuild.install.fit import Choice, Facts, GpuCheck, Needs, Option, choose, newest_first
+from lockbuild.install.choice import Choice, Option
+from lockbuild.install.fit import Facts, GpuCheck, Needs
 from lockbuild.install.node import Node, free_bytes
+from lockbuild.install.ranking import choose, newest_first
 from lockbuild.text import one_line
 from lockbuild.trust import TrustedBundle, TrustStore, open_source
 from lockbuild.trust.source import Source

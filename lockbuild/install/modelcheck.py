@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lockbuild.bundle.extract import AbsentPiece, FilePiece, Piece
-from lockbuild.bundle.manifest import Manifest, parse_manifest
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.modelinfo import MODEL_VARIANT, ModelTable
 from lockbuild.errors import InstallError, IntegrityError, SignatureError
 from lockbuild.fsio import open_regular, read_regular

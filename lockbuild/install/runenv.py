@@ -8,10 +8,10 @@ capabilities (CUDA_VISIBLE_DEVICES and NVIDIA_* device variables). No proxy, no 
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from lockbuild.child import run_keeping_tail
 from lockbuild.errors import InstallError
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -38,24 +38,19 @@ def tail(text: str, lines: int = 12) -> str:
     return "\n".join(f"    {line}" for line in kept[-lines:])
 
 
+OUTPUT_KEPT = 256 << 10  # the last bytes of a command's output kept for its error (it may print without end)
+
+
 def run(argv: Sequence[str], *, env: dict[str, str], timeout: float, what: str, cwd: Path | None = None) -> str:
-    """Run ``argv`` with exactly ``env``; its output, or an InstallError with the last lines of it."""
+    """Run ``argv`` with exactly ``env``; the end of its output (stdout and stderr as it wrote them, the last
+    :data:`OUTPUT_KEPT` bytes), or an InstallError with the last lines of it."""
     try:
-        proc = subprocess.run(
-            list(argv),
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise InstallError(f"{what} did not finish within {timeout:.0f} s.") from None
+        done = run_keeping_tail(argv, env=env, timeout=timeout, keep=OUTPUT_KEPT, cwd=cwd)
     except OSError as exc:
         raise InstallError(f"{what}: cannot run {argv[0]}: {exc.strerror}.") from None
-    out = (proc.stdout or "") + (proc.stderr or "")
-    if proc.returncode != 0:
-        raise InstallError(f"{what} failed (exit {proc.returncode}):\n{tail(out)}")
+    if done.returncode is None:
+        raise InstallError(f"{what} did not finish within {timeout:.0f} s.")
+    out = done.tail.decode("utf-8", "replace")
+    if done.returncode != 0:
+        raise InstallError(f"{what} failed (exit {done.returncode}):\n{tail(out)}")
     return out

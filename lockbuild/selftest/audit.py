@@ -4,9 +4,9 @@ The hook is a module in the environment's site-packages with a ``.pth`` file tha
 module the engine puts in ``sys.modules`` first cannot stand in for it). For each socket event Python
 raises (``socket.__new__``, ``socket.connect``, ``socket.sendto``, ``socket.sendmsg``, ``socket.bind``,
 ``socket.getaddrinfo``, ``socket.gethostbyname``, ``socket.gethostbyaddr``, ``socket.getnameinfo``) it
-makes one harmless system call, ``removexattr`` on a path under :data:`trace.MARKER` carrying the event, the
+makes one harmless system call, ``removexattr`` on a path under :data:`tracelog.MARKER` carrying the event, the
 address and the Python frames; the tracer outside the sandbox logs that call with the process's real id,
-just before the attempt itself, and :func:`trace.parse` joins the two.
+just before the attempt itself, and :func:`tracelog.parse` joins the two.
 
 The hook writes no file and decides nothing: the engine can silence it (``python -S``, a ``.pth`` that
 patches ``sys.addaudithook``), and then an attempt is reported without its frame, never not reported.
@@ -14,7 +14,7 @@ patches ``sys.addaudithook``), and then an attempt is reported without its frame
 
 from __future__ import annotations
 
-from lockbuild.selftest.trace import MARKER
+from lockbuild.selftest.tracelog import MARKER
 
 MODULE = "_lockbuild_selftest"
 PTH = f"{MODULE}.pth"

@@ -32,7 +32,7 @@ from lockbuild.fsio import create_under
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.runenv import engine_env, tail
 from lockbuild.limits import MiB
-from lockbuild.selftest import audit, trace
+from lockbuild.selftest import audit, tracelog
 from lockbuild.site.sources import named_source
 
 PR_SET_DUMPABLE = 4
@@ -48,9 +48,9 @@ def not_dumpable() -> bool:
 
 def canary() -> None:
     """A note the tracer must log: proof, for the outer run, that it traced inside the sandbox."""
-    note = json.dumps({"event": trace.CANARY}).encode()
+    note = json.dumps({"event": tracelog.CANARY}).encode()
     with contextlib.suppress(OSError):
-        os.removexattr(trace.MARKER + base64.urlsafe_b64encode(note).decode().rstrip("="), "user.lockbuild")
+        os.removexattr(tracelog.MARKER + base64.urlsafe_b64encode(note).decode().rstrip("="), "user.lockbuild")
 
 
 def _place_hook(root: Path) -> None:

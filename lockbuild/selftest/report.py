@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lockbuild.selftest.line import INET_FAMILIES, Note
-from lockbuild.selftest.trace import LOOKUP_EVENTS, Traced, is_local
+from lockbuild.selftest.tracelog import LOOKUP_EVENTS, Traced, is_local
 
 Status = Literal["passed", "failed", "skipped", "not run"]
 Verdict = Literal["refused", "allowed", "local"]

@@ -8,7 +8,7 @@ bubblewrap installs in the sandbox before the inner run starts (``--seccomp FD``
 ``seccomp(SECCOMP_SET_MODE_FILTER, flags with SECCOMP_FILTER_FLAG_NEW_LISTENER, ...)`` fail with ``EPERM``,
 under every system-call ABI of the machine (x86-64, x32 and i386; AArch64 and 32-bit ARM). Everything
 else is allowed here: a filter the engine installs without a listener is the tracer's business
-(:mod:`lockbuild.selftest.trace` fails the verdict on it).
+(:mod:`lockbuild.selftest.tracelog` fails the verdict on it).
 
 A classic BPF program, written out here (no libseccomp): each instruction is ``struct sock_filter``
 (``u16 code, u8 jt, u8 jf, u32 k``) in the machine's byte order, which is what ``--seccomp`` reads.

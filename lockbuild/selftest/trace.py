@@ -1,141 +1,29 @@
-"""The self-test's authoritative record: ``strace -f`` run *outside* the sandbox, and reading its log. Pure parsing.
+"""The self-test's tracer: ``strace -f`` run *outside* the sandbox, and its log read as it arrives.
 
-strace is the ``prefix`` of the bubblewrap command (:func:`lockbuild.sandbox.run`), so it traces bwrap and
-everything started inside, and writes its log to a file in a directory the sandbox does not contain: the
-engine can neither see, truncate, replace nor link it, and cannot stop strace (it is outside the engine's
-PID namespace, and a traced process cannot detach itself or be traced by anything else).
-
-What is traced, by rule rather than by a list of the calls that happen to carry addresses today:
-
-- ``socket`` and ``socketpair``: a socket of any family but ``AF_UNIX``/``AF_NETLINK``/``AF_INET``/``AF_INET6``
-  (``AF_PACKET``, ``AF_VSOCK``, ``AF_BLUETOOTH``, a number strace cannot name...) is an attempt by itself;
-- ``connect``, ``bind``, ``sendto``, ``sendmsg``, ``sendmmsg``: every address they carry, whatever the
-  family; an Internet address that is not loopback is an attempt, any family other than the local ones
-  is too; a send with no address is judged by the address its socket connected to (sockets are known
-  by inode, so a thread or child that inherited the descriptor counts as well);
-- a name look-up: every message sent to port 53 (the sandbox has no ``/etc/resolv.conf``, so a resolver
-  asks ``127.0.0.1:53``), by ``sendto``, ``sendmsg``, ``sendmmsg`` or ``write``/``writev``/``pwritev``/
-  ``pwritev2`` on a socket connected there, is a look-up of the name its bytes ask for
-  (:mod:`lockbuild.selftest.dns`; ``-xx`` shows every byte, ``-s`` enough of them); each name is an attempt
-  of its own, and a message that cannot be read is a look-up of "an unreadable name". ``sendfile`` and
-  ``splice`` to such a socket, and a stream there that never sent a whole query, are look-ups whose name
-  cannot be read. A name is never taken from the engine's audit note;
-- ``io_uring_setup``: a ring can connect and send without any system call a tracer sees, so it is an
-  attempt by itself;
-- ``clone``/``clone3`` with ``CLONE_UNTRACED``: a child the tracer does not follow (which could then trace
-  its own children and let their calls through strace's seccomp filter), an attempt by itself;
-- ``seccomp`` and ``prctl(PR_SET_SECCOMP)`` after the inner run began: a filter of the engine's own could
-  hide calls from strace (a user-notification action outranks strace's ``SECCOMP_RET_TRACE``; the sandbox
-  refuses a listener, :mod:`lockbuild.selftest.seccomp`), so any filter installed fails the verdict;
-- ``removexattr`` on a path under :data:`MARKER`: the audit hook's notes (the Python frame of an attempt,
-  taken only from a note of the same process naming the same address or name). They only add a frame to
-  what strace saw; they can never remove an attempt, nor name one.
+:func:`command` is the ``prefix`` of the bubblewrap command; :class:`Reader` reads the log through a FIFO
+outside the sandbox and hands each line to :class:`lockbuild.selftest.tracelog.Parser`, which says what
+the calls are (why the engine cannot touch the log: :mod:`lockbuild.selftest.tracelog`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import ipaddress
 import os
 import re
 import subprocess
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockbuild.limits import MiB
-from lockbuild.selftest.dns import Stream, question
-from lockbuild.selftest.line import (
-    DATAGRAM_KINDS,
-    DNS_PORT,
-    FDS,
-    FIRST_ARG,
-    INET_FAMILIES,
-    INET_KINDS,
-    LOCAL_FAMILIES,
-    STRING,
-    Address,
-    Note,
-    addresses,
-    messages,
-    note,
-    result,
-    socket_of,
-    text,
-)
+from lockbuild.selftest.tracelog import CALLS, Log, Parser
 
-MARKER_CALL = "removexattr"  # the audit hook's note: a call no engine makes on a path that cannot exist
-SEND_CALLS = ("sendto", "sendmsg", "sendmmsg")
-WRITE_CALLS = ("write", "writev", "pwritev", "pwritev2")  # data sent to the socket's peer, shown in the line
-OPAQUE_CALLS = ("sendfile", "splice")  # data sent that the line does not show
-CALLS = (
-    "socket",
-    "socketpair",
-    "connect",
-    "bind",
-    *SEND_CALLS,
-    *WRITE_CALLS,
-    *OPAQUE_CALLS,
-    "io_uring_setup",
-    "clone",
-    "clone3",
-    "seccomp",
-    "prctl",
-    MARKER_CALL,
-)
-MARKER = "/.lockbuild-audit/"
-CANARY = "canary"  # the marker the inner run makes first: proof that the tracer saw inside the sandbox
 STRING_BYTES = 1024  # strace -s: a marker (960), and a DNS question (at most 12 + 255 + 4 bytes, 2 more on TCP)
-LIMIT = 10_000  # distinct attempts a report keeps; more makes the verdict "not checked"
-LOOKUP_EVENTS = ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo")
-SEND_EVENTS = ("socket.connect", "socket.sendto", "socket.sendmsg")
 COVERS = (
     "socket, socketpair, connect, bind, sendto, sendmsg, sendmmsg, write/writev/pwritev/pwritev2, sendfile "
     "and splice to port 53, io_uring_setup, clone with CLONE_UNTRACED, seccomp and prctl(PR_SET_SECCOMP) of "
     "every process in the sandbox (strace -f, outside it)"
 )
-
-_LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<call>[a-z_0-9]+)\((?P<args>.*)$")
-_RESUMED = re.compile(r"^(?P<pid>\d+)\s+<\.\.\. (?P<call>[a-z_0-9]+) resumed>(?P<rest>.*)$")
-UNFINISHED = " <unfinished ...>"
-
-
-@dataclass
-class Traced:
-    """One attempt strace saw: ``call`` (the system call), ``family``, and for Internet addresses
-    ``host``/``port``; for a look-up, ``name`` is the name its bytes asked for (None: they could not be read)."""
-
-    call: str
-    family: str
-    host: str
-    port: int | None
-    pid: int
-    name: str | None = None
-    frames: tuple[str, ...] = ()
-    lookup: bool = False
-
-
-@dataclass
-class Log:
-    attempts: list[Traced] = field(default_factory=list)
-    notes: list[Note] = field(default_factory=list)
-    canary: bool = False  # the inner run's first marker was seen: the tracer followed into the sandbox
-    lines: int = 0
-    overflow: bool = False  # more distinct attempts than the limit: the rest were not judged
-    seccomp: list[tuple[str, int]] = field(default_factory=list)  # (call, pid): a filter installed in the sandbox
-
-
-def is_local(host: str) -> bool:
-    """A loopback address, or a name for one."""
-    if host.lower().rstrip(".") in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def command(tracer: str, out: Path) -> list[str]:
@@ -201,195 +89,6 @@ def unusable(tracer: str) -> str | None:
     if proc.returncode == 0:
         return None
     return (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:200]
-
-
-def _note_for(notes: Sequence[Note], events: Sequence[str], host: str | None, port: int | None) -> Note | None:
-    """The audit note that goes with an attempt: the latest of the same process, of one of ``events``,
-    naming the same host (and port, where there is one). None rather than a guess."""
-    for n in reversed(notes):
-        same = n.host == host if host is None or n.host is None else n.host.lower().rstrip(".") == host.lower()
-        if n.event in events and same and (port is None or n.port == port):
-            return n
-    return None
-
-
-class Parser:
-    """Reads strace's log line by line, as it arrives (:class:`Reader`); :meth:`finish` at its end. ``limit``
-    bounds the *distinct* attempts kept (the same call to the same address, for the same name, from the
-    same process is kept once); past it, :attr:`Log.overflow` is set. A call strace shows in two halves
-    (``<unfinished ...>``, ``<... resumed>``) is read whole when it resumes (``sendmmsg``'s messages, and
-    every return value, are in the second half)."""
-
-    def __init__(self, limit: int | None = None) -> None:
-        self.log = Log()
-        self.limit = LIMIT if limit is None else limit
-        self._kept: set[tuple[object, ...]] = set()
-        self._peers: dict[str, Address] = {}  # socket inode -> the address it connected to
-        self._streams: dict[str, tuple[Stream, Traced]] = {}  # stream socket to port 53 -> its bytes, its attempt
-        self._recent: dict[int, list[Note]] = {}
-        self._pending: dict[int, tuple[str, str]] = {}  # pid -> (call, first half) of a call not yet resumed
-
-    def _add(self, t: Traced) -> None:
-        key = (t.call, t.family, t.host, t.port, t.pid, t.frames, t.lookup, t.name)
-        if key in self._kept:
-            return
-        if len(self._kept) >= self.limit:
-            self.log.overflow = True
-            return
-        self._kept.add(key)
-        self.log.attempts.append(t)
-
-    def line(self, line: str) -> None:
-        self.log.lines += 1
-        m = _LINE.match(line)
-        if m is None:
-            r = _RESUMED.match(line)
-            first = self._pending.pop(int(r["pid"]), None) if r else None
-            if r and first and first[0] == r["call"]:
-                self._call(int(r["pid"]), r["call"], first[1] + r["rest"])
-            return  # exits and signals are not traced
-        pid, call, args = int(m["pid"]), m["call"], m["args"]
-        if args.endswith(UNFINISHED):
-            self._pending[pid] = (call, args[: -len(UNFINISHED)])
-            return
-        self._call(pid, call, args)
-
-    def finish(self) -> Log:
-        """The end of the log: a call that never resumed is judged on its first half; a stream to port 53
-        that never sent a whole query is a look-up of a name that could not be read."""
-        for pid, (call, args) in sorted(self._pending.items()):
-            self._call(pid, call, args)
-        self._pending.clear()
-        for stream, t in self._streams.values():
-            for name in stream.left():
-                self._add(dataclasses.replace(t, name=name))
-        self._streams.clear()
-        return self.log
-
-    def _call(self, pid: int, call: str, args: str) -> None:  # one rule per branch, as the module's docstring
-        log = self.log
-        if call == MARKER_CALL:
-            s = STRING.match(args)
-            path = text(s["s"]) if s else ""
-            if path.startswith(MARKER):
-                got = note(pid, path[len(MARKER) :])
-                if got is not None and got.event == CANARY:
-                    log.canary = True
-                elif got is not None:
-                    self._recent.setdefault(pid, []).append(got)
-                    del self._recent[pid][:-16]
-                    if len(log.notes) < self.limit:
-                        log.notes.append(got)
-            return
-        notes = self._recent.get(pid, [])
-        if call in ("seccomp", "prctl"):
-            self._seccomp(pid, call, args)
-            return
-        if call == "io_uring_setup":
-            self._add(Traced(call, "io_uring", "-", None, pid))
-            return
-        if call in ("clone", "clone3"):
-            if "CLONE_UNTRACED" in args:
-                self._add(Traced(call, "CLONE_UNTRACED", "-", None, pid))
-            return
-        if call in ("socket", "socketpair"):
-            first = FIRST_ARG.match(args)
-            fam = first["family"] if first else "?"
-            if fam not in LOCAL_FAMILIES and fam not in INET_FAMILIES:
-                got = _note_for(notes, ("socket.__new__",), None, None)
-                self._add(Traced(call, fam, "-", None, pid, frames=got.frames if got else ()))
-            return
-        kind, inode, shown_peer = socket_of(args)
-        peer = shown_peer or (self._peers.get(inode) if inode else None)
-        if call in OPAQUE_CALLS:  # data the line does not show, on any socket of the call
-            for k, i in FDS.findall(args):
-                to = self._peers.get(i)
-                if k in INET_KINDS and to is not None and to[2] == DNS_PORT:
-                    self._add(Traced(call, to[0], to[1], to[2], pid, lookup=True))
-            return
-        if call in WRITE_CALLS and (kind not in INET_KINDS or peer is None or peer[2] != DNS_PORT):
-            return  # a file, a pipe, a terminal; or a socket whose connect was the attempt
-        if call == "connect":
-            self._connect(pid, args, kind, inode, notes)
-            return
-        if call == "bind":
-            for fam, host, port in addresses(args):
-                if fam not in INET_FAMILIES and fam not in LOCAL_FAMILIES and fam != "AF_UNSPEC":
-                    self._add(Traced(call, fam, host, port, pid))  # binding is no attempt on an Internet socket
-            return
-        family = "AF_INET6" if (kind or "").endswith("v6") else "AF_INET"
-        for addrs, data, whole in messages(call, args, family):
-            for fam, host, port in addrs or ([peer] if peer else []):
-                if fam in LOCAL_FAMILIES or fam == "AF_UNSPEC":
-                    continue
-                if fam in INET_FAMILIES and port == DNS_PORT:
-                    self._query(call, (fam, host, port), pid, data, whole, kind, inode, notes)
-                elif addrs:  # a send on a connected socket: its connect was the attempt
-                    got = _note_for(notes, SEND_EVENTS, host, port)
-                    self._add(Traced(call, fam, host, port, pid, frames=got.frames if got else ()))
-
-    def _connect(self, pid: int, args: str, kind: str | None, inode: str | None, notes: Sequence[Note]) -> None:
-        addrs = addresses(args)
-        if not addrs and kind in INET_KINDS:
-            addrs = [("AF_INET6" if (kind or "").endswith("v6") else "AF_INET", "?", None)]  # an address not read
-        for fam, host, port in addrs:
-            if fam in LOCAL_FAMILIES or fam == "AF_UNSPEC":
-                continue
-            if inode is not None:
-                self._peers[inode] = (fam, host, port)
-            got = _note_for(notes, SEND_EVENTS, host, port)
-            t = Traced("connect", fam, host, port, pid, frames=got.frames if got else ())
-            if fam in INET_FAMILIES and port == DNS_PORT:
-                if kind not in DATAGRAM_KINDS:  # a stream, or a socket not known: its queries are read as sent
-                    key = inode or f"{pid} {len(self._streams)}"
-                    self._streams[key] = (Stream(), dataclasses.replace(t, lookup=True))
-                if is_local(host):
-                    continue  # the resolver's address: the queries sent there are the attempts
-            self._add(t)
-
-    def _query(
-        self,
-        call: str,
-        to: Address,
-        pid: int,
-        data: bytes,
-        whole: bool,
-        kind: str | None,
-        inode: str | None,
-        notes: Sequence[Note],
-    ) -> None:
-        """A look-up: every name sent to port 53, read from the bytes sent (never from a note)."""
-        if kind in DATAGRAM_KINDS:
-            names = [question(data)]
-        else:  # a stream: the messages this send completed (a socket's own, however the sends split them)
-            key = inode or f"{pid} {kind} {to}"
-            stream, _ = self._streams.setdefault(key, (Stream(), Traced("connect", *to, pid, lookup=True)))
-            names = stream.send(data, whole)
-        for name in names:
-            got = _note_for(notes, LOOKUP_EVENTS, name, None) if name else None
-            self._add(Traced(call, *to, pid, name=name, frames=got.frames if got else (), lookup=True))
-
-    def _seccomp(self, pid: int, call: str, args: str) -> None:
-        """A filter installed after the inner run began (before it: bubblewrap installing the sandbox's own)."""
-        if not self.log.canary:
-            return
-        first = FIRST_ARG.match(args)
-        op = first["family"] if first else ""
-        if call == "prctl" and op not in ("PR_SET_SECCOMP", "22", "0x16"):
-            return
-        if call == "seccomp" and op in ("SECCOMP_GET_ACTION_AVAIL", "SECCOMP_GET_NOTIF_SIZES"):
-            return
-        ret = result(args)
-        if ret is None or ret >= 0:  # installed, or never returned; a call that failed installed nothing
-            self.log.seccomp.append((call, pid))
-
-
-def parse(content: str, limit: int | None = None) -> Log:
-    """The attempts and notes of a whole log (see :class:`Parser`)."""
-    parser = Parser(limit)
-    for line in content.splitlines():
-        parser.line(line)
-    return parser.finish()
 
 
 class Reader:

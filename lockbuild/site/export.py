@@ -2,7 +2,7 @@
 beside --out and swapped into place (the I/O; the pages are rendered by ``site/pyindex.py``).
 
 - Every file is the store's blob, hard-linked where the file system allows (``fsio.link_under``), else
-  copied (``fsio.copy_with_hash``), and hashed as it lies in the export against the signed manifest.
+  copied (``digest.copy_with_hash``), and hashed as it lies in the export against the signed manifest.
 - --out and the directories above it follow the --root rule (``fsio.owner_problem``,
   ``fsio.ancestor_problem``); nothing is written through a link (``fsio.create_under``).
 - The new tree is made in a hidden directory beside --out and put in place with ``renameat2``'s
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild import fsio
+from lockbuild.digest import copy_with_hash
 from lockbuild.errors import IntegrityError
 from lockbuild.install.swap import swap_into_place
 from lockbuild.site.pyindex import (
@@ -140,14 +141,14 @@ def _place(store: Store, dest: Path, d: Dist) -> tuple[BinaryIO, bool]:
     if linked is not None:
         return linked, True
     with store.open_blob(d.sha256) as src, fsio.create_under(dest, d.path) as dst:
-        fsio.copy_with_hash(src, dst, d.size)
+        copy_with_hash(src, dst, d.size)
     f, _ = fsio.open_regular(dest / d.path, what="exported file", max_size=d.size, error=IntegrityError)
     return f, False
 
 
 def _check(f: BinaryIO, d: Dist, ref: str) -> None:
     f.seek(0)
-    seen, sha = fsio.copy_with_hash(f, None, d.size)
+    seen, sha = copy_with_hash(f, None, d.size)
     if (seen, sha) != (d.size, d.sha256):
         raise IntegrityError(
             f"the store's blob for {d.filename} ({ref}) is {seen} bytes with sha256 {sha}; its "

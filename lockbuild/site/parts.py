@@ -26,13 +26,13 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from lockbuild import fsio
 from lockbuild.bundle.manifest import toml_string
-from lockbuild.digest import CHUNK
+from lockbuild.digest import pump
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.fsio import copy_with_hash, open_regular, read_regular
+from lockbuild.fsio import open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 from lockbuild.trust import signature_path
 
@@ -116,16 +116,11 @@ def split(bundle: Path, size: int, out: Path) -> Path:
         while True:
             name = f"{bundle.name}.part{len(parts):0{width}d}"
             h = hashlib.sha256()
-            n = 0
             fsio.sweep_beside(out / name)  # what a killed split left
             tmp = fsio.temp_beside(out / name)
             try:
                 with fsio.create_new(tmp) as dst:
-                    while n < size and (chunk := src.read(min(CHUNK, size - n))):
-                        h.update(chunk)
-                        whole.update(chunk)
-                        dst.write(chunk)
-                        n += len(chunk)
+                    n = pump(src.read, h.update, whole.update, dst.write, limit=size, peek=False)
                     dst.flush()
                     os.fsync(dst.fileno())
                 if n == 0 and parts:
@@ -222,8 +217,10 @@ def join(
         if size != p.size:
             f.close()
             raise _bad(f"the part {p.name} is {size} bytes; its list says {p.size} (truncated or another file?).")
+        h = hashlib.sha256()
         with f:
-            n, digest = copy_with_hash(f, _Tee(dst, whole), p.size)
+            n = pump(f.read, h.update, whole.update, dst.write, limit=p.size)
+        digest = h.hexdigest()
         if n != p.size:
             raise _bad(f"the part {p.name} is {n} bytes; its list says {p.size} (it changed while it was read).")
         if digest != p.sha256:
@@ -231,14 +228,3 @@ def join(
     if whole.hexdigest() != listing.sha256:
         raise _bad(f"the joined parts have sha256 {whole.hexdigest()}; the part list says {listing.sha256}.")
     return listing
-
-
-class _Tee:
-    """Writes to ``dst`` and hashes what it writes."""
-
-    def __init__(self, dst: BinaryIO, h: Any) -> None:
-        self.dst, self.h = dst, h
-
-    def write(self, data: bytes) -> int:
-        self.h.update(data)
-        return self.dst.write(data)

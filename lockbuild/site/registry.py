@@ -37,7 +37,7 @@ from typing import Any
 
 from lockbuild.bundle.extract import TIP
 from lockbuild.bundle.manifest import Member
-from lockbuild.digest import CHUNK, Hasher
+from lockbuild.digest import Hasher, pump, reading_chunks
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import open_regular, remove_at
 from lockbuild.jsonio import loads_json
@@ -325,13 +325,7 @@ def _stream_blob(
             have, h = 0, hashlib.sha256()
         with store.open_partial(m.sha256, append=bool(have)) as out:
             try:
-                for chunk in chunks:
-                    have += len(chunk)
-                    if have > m.size:
-                        break
-                    h.update(chunk)
-                    out.write(chunk)
-                    progress.advance(len(chunk))
+                have += pump(reading_chunks(chunks), h.update, out.write, limit=m.size - have, advance=progress.advance)
             finally:
                 out.flush()
                 os.fsync(out.fileno())
@@ -352,11 +346,7 @@ def _hash_partial(store: Store, m: Member, h: Hasher) -> int:
         shown=str(store.partial(m.sha256)),
     )
     with f:
-        left = have
-        while left and (chunk := f.read(min(CHUNK, left))):
-            h.update(chunk)
-            left -= len(chunk)
-    return have - left
+        return pump(f.read, h.update, limit=have, peek=False)
 
 
 def _check_blob(store: Store, m: Member, have: int, got: str) -> None:

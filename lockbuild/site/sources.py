@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lockbuild.bundle.extract import TIP, AbsentPiece, FilePiece, Piece
-from lockbuild.bundle.manifest import MANIFEST, Member, parse_manifest
+from lockbuild.bundle.manifest import MANIFEST, Member
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.read import TarPiece, check_zstd_frame, open_tar
 from lockbuild.bundle.tar import TarReader, check_header, copy_member
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError

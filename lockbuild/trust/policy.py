@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockbuild.bundle.manifest import Manifest, parse_manifest
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import PublicKey, Signature, verify_signature, verify_trusted_comment

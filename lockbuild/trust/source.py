@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 from lockbuild.bundle.extract import TIP, Piece
 from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_head_raw, read_manifest, tar_pieces
-from lockbuild.digest import CHUNK, digest_exactly
+from lockbuild.digest import digest_exactly
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.fsio import open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -213,16 +213,3 @@ def digest_bundle(
         if check is not None:
             check(size)
         return FileDigests(size, *digest_exactly(f, size, what=f"the {what} {path}", blake2b=prehash))
-
-
-def _read_all(f: BinaryIO, path: Path, size: int, update: Callable[[bytes], None], what: str) -> None:
-    """Exactly ``size`` bytes of ``f``, in chunks, to ``update``: a file that shrinks or grows is refused."""
-    left = size
-    while left:
-        chunk = f.read(min(CHUNK, left))
-        if not chunk:
-            raise IntegrityError(f"the {what} {path} shrank while it was read: expected {size} bytes.")
-        update(chunk)
-        left -= len(chunk)
-    if f.read(1):
-        raise IntegrityError(f"the {what} {path} grew while it was read: expected {size} bytes.")

@@ -1,0 +1,68 @@
+"""What a locked file's index says of it, and a locked wheel's METADATA, taken only with its digest: what
+checks a remembered resolution against the requirements' closure, and what PEP 740 provenance is read from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from lockbuild import fsio
+from lockbuild.builder.cache import Cache
+from lockbuild.builder.closure import MAX_METADATA_BYTES, closure_problem, wheel_metadata
+from lockbuild.builder.extraindex import ExtraIndexes
+from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
+from lockbuild.builder.index import Index, IndexFile
+from lockbuild.errors import IntegrityError
+from lockbuild.lock import LockedFile
+from lockbuild.recipe import Build
+
+
+@dataclass(frozen=True)
+class Listings:
+    """The indexes a build's files were chosen from (their answers kept for one plan), and where their
+    files are fetched and kept."""
+
+    primary: Index
+    extra: ExtraIndexes
+    fetcher: Fetcher
+    cache: Cache
+
+    def listed(self, f: LockedFile) -> tuple[IndexFile, ...]:
+        """The index entries of a locked file's release (kept from the look-ups that chose it)."""
+        if f.origin == "primary":
+            return self.primary.release(f.name, f.version)
+        if f.origin == "second" and f.index in self.extra.clients:
+            return self.extra.clients[f.index].release(f.name, f.version)
+        return ()
+
+    def metadata(self, f: LockedFile) -> bytes:
+        """A locked wheel's METADATA: the index's PEP 658 file (by its listed sha256), or the wheel's own."""
+        entry = next((x for x in self.listed(f) if x.filename == f.filename and x.sha256 == f.sha256), None)
+        if entry is not None and entry.metadata_sha256 is not None:
+            w = Wanted(entry.metadata_url, entry.metadata_sha256, None, f"the metadata of {f.filename}")
+            with open_verified(self.fetcher, w) as fh:
+                return fsio.bounded_read(fh, MAX_METADATA_BYTES, what=w.label, error=IntegrityError)
+        kept = self.cache.metadata(f.sha256)  # taken out when the wheel entered the cache: the wheel unopened
+        if kept is None and self.cache.lookup(f.sha256, f.size, hashed=False) is None:
+            self.fetcher.download(Wanted(f.url, f.sha256, f.size, f.filename))  # hashed as it came; keeps it
+            kept = self.cache.metadata(f.sha256)
+        if kept is not None:
+            return kept
+        with open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename)) as fh:  # cached before
+            data = wheel_metadata(fh, f.filename)
+        self.cache.keep_metadata(f.sha256, data)
+        return data
+
+    def not_the_closure(
+        self, requirements: Sequence[str], files: Sequence[LockedFile], build: Build, pool: Executor
+    ) -> str | None:
+        """Why a remembered resolution's files are not exactly the closure of ``requirements`` on the build's
+        target (closure.py), or None. Each pin's METADATA is the index's PEP 658 file where it publishes one,
+        else the wheel's own, each taken only with its digest (the wheel is then in the cache for the fetch)."""
+        by_name = {f.name: f for f in files}
+        if len(by_name) != len(files) or any(f.kind != "wheel" for f in files):
+            return "it pins a package twice, or an sdist"
+        got = dict(zip(by_name, pool.map(self.metadata, files), strict=True))
+        pins = {f.name: f.version for f in files}
+        return closure_problem(requirements, pins, got.__getitem__, build.target.marker_environment())

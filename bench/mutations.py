@@ -12,7 +12,10 @@ it is, and the first test that failed, or SURVIVED.
     .venv/bin/python -m bench.mutations --match delta   # entries whose check or file contains a word
     .venv/bin/python -m bench.mutations --check         # only check that every snippet occurs exactly once
 
-It exits 1 when an entry survived (and is not marked equivalent) or its snippet no longer matches.
+It exits 1 when an entry survived (and is not marked equivalent), its snippet no longer matches, or its
+run is no verdict: only a failing test counts as caught, never a snippet not found, a replacement that
+leaves the file as it was or does not compile, a selection that names no test, pytest's usage error, a
+crash or a timeout.
 """
 
 from __future__ import annotations
@@ -33,14 +36,21 @@ from pathlib import Path
 from bench.mutation_table import ENTRIES, Mutation
 
 ROOT = Path(__file__).resolve().parent.parent
-_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+?)(?: - .*)?$", re.MULTILINE)
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.MULTILINE)
+# what pytest's exit status says when it is not 0 (passed: the mutation survived) or 1 (a test failed)
+_NOT_A_CATCH = {
+    2: "pytest was interrupted (a collection error?)",
+    3: "pytest's internal error",
+    4: "pytest's usage error",
+}
 
 
 @dataclass(frozen=True)
 class Outcome:
     mutation: Mutation
     line: int | None  # 1-based line of the snippet's start in the original file
-    result: str  # "caught", "SURVIVED", "equivalent", "NOT FOUND", "AMBIGUOUS", "timeout"
+    # "caught", "SURVIVED", "equivalent", "matches" (--check), or an error: "NOT FOUND", "AMBIGUOUS", "ERROR", "timeout"
+    result: str
     by: str  # the failing test, or a note
     seconds: float
 
@@ -61,23 +71,31 @@ def first_failure(output: str) -> str:
     return tail[-1][:120] if tail else "(no output)"
 
 
-def run_one(m: Mutation, timeout: float) -> Outcome:
-    path = ROOT / m.file
+def run_one(m: Mutation, timeout: float, root: Path = ROOT) -> Outcome:
+    path = root / m.file
     original = path.read_text(encoding="utf-8")
     count, line = locate(original, m.find)
     if count != 1:
         return Outcome(m, None, "NOT FOUND" if count == 0 else "AMBIGUOUS", f"snippet occurs {count} times", 0.0)
+    mutated = original.replace(m.find, m.replace, 1)
+    if mutated == original:
+        return Outcome(m, line, "ERROR", "the replacement leaves the file as it was", 0.0)
+    if path.suffix == ".py":
+        try:
+            compile(mutated, str(path), "exec")
+        except SyntaxError as e:
+            return Outcome(m, line, "ERROR", f"the mutated file does not compile: {e.msg} (line {e.lineno})", 0.0)
     if m.equivalent:
         return Outcome(m, line, "equivalent", m.equivalent, 0.0)
     aside = Path(tempfile.mkdtemp(prefix="mutation-")) / path.name
     shutil.copy2(path, aside)  # the original, with its mtime, so its .pyc stays valid
     started = time.monotonic()
     try:
-        path.write_text(original.replace(m.find, m.replace, 1), encoding="utf-8")
+        path.write_text(mutated, encoding="utf-8")
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *shlex.split(m.tests)]
         try:
-            done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return Outcome(m, line, "timeout", f"no result in {timeout:.0f} s", time.monotonic() - started)
     finally:
@@ -88,6 +106,9 @@ def run_one(m: Mutation, timeout: float) -> Outcome:
         return Outcome(m, line, "SURVIVED", "", took)
     if done.returncode == 5:
         return Outcome(m, line, "NOT FOUND", "the selection collected no tests", took)
+    if done.returncode != 1:  # only a failing test is a catch: not a usage error, a crash or a kill
+        why = _NOT_A_CATCH.get(done.returncode, f"pytest exited {done.returncode}")
+        return Outcome(m, line, "ERROR", f"{why}: {first_failure(done.stdout + done.stderr)}", took)
     return Outcome(m, line, "caught", first_failure(done.stdout + done.stderr), took)
 
 
@@ -103,17 +124,26 @@ def table(outcomes: list[Outcome], numbers: list[int]) -> str:
             by = f"`{o.by}`"
         elif o.result == "equivalent":
             by = f"equivalent: {o.by}"
+        elif o.result == "matches":
+            by = "matches once"
         else:
             by = f"**{o.result}** {o.by}".rstrip()
         rows.append(f"| {n} | {cell(o.mutation.check)} | {where} | {cell(by)} |")
-    caught = sum(o.result == "caught" for o in outcomes)
-    equivalent = sum(o.result == "equivalent" for o in outcomes)
     rows.append("")
-    rows.append(
-        f"{caught} of {len(outcomes)} caught, {equivalent} equivalent, "
-        f"{len(outcomes) - caught - equivalent} not caught."
-    )
+    rows.append(totals(outcomes))
     return "\n".join(rows)
+
+
+def totals(outcomes: list[Outcome]) -> str:
+    """The closing line: how many were caught, equivalent, survived, and how many could not be run."""
+    count = {r: sum(o.result == r for o in outcomes) for r in ("caught", "equivalent", "SURVIVED", "matches")}
+    errors = len(outcomes) - sum(count.values())
+    if count["matches"]:
+        return f"{count['matches']} of {len(outcomes)} snippets match once, {errors} do not."
+    return (
+        f"{count['caught']} of {len(outcomes)} caught, {count['equivalent']} equivalent, "
+        f"{count['SURVIVED']} survived, {errors} errors (not found, ambiguous, not run or timed out)."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 Outcome(
                     m,
                     line,
-                    "caught" if count == 1 else "NOT FOUND" if count == 0 else "AMBIGUOUS",
+                    "matches" if count == 1 else "NOT FOUND" if count == 0 else "AMBIGUOUS",
                     f"snippet occurs {count} times",
                     0.0,
                 )
@@ -150,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             f"[{n}/{len(ENTRIES)}] {o.result:9} {o.seconds:6.1f}s {m.file}:{o.line} {o.by}", file=sys.stderr, flush=True
         )
     print(table(outcomes, [n for n, _ in chosen]))
-    return 0 if all(o.result in ("caught", "equivalent") for o in outcomes) else 1
+    return 0 if all(o.result in ("caught", "equivalent", "matches") for o in outcomes) else 1
 
 
 if __name__ == "__main__":

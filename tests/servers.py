@@ -47,6 +47,7 @@ class Served:
     drop_after: int | None = None  # close the connection after this many body bytes, once
     fail_first: int = 0  # answer 500 this many times first
     ignore_range: bool = False
+    range_from_zero: bool = False  # answer a Range request 206 with the whole body, from byte 0, once
     corrupt_at: int | None = None  # flip one byte at this offset
     hits: int = 0
     ranges: list[str] = field(default_factory=list)
@@ -283,7 +284,11 @@ class FakeServer:
                 start, end = 0, s.size
                 if rng:
                     s.ranges.append(rng)
-                if rng and not s.ignore_range and rng.startswith("bytes="):
+                if rng and s.range_from_zero:
+                    s.range_from_zero = False
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes 0-{s.size - 1}/{s.size}")
+                elif rng and not s.ignore_range and rng.startswith("bytes="):
                     lo, _, hi = rng[6:].partition("-")
                     if lo:
                         start = int(lo)

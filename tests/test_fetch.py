@@ -122,6 +122,21 @@ def test_server_ignoring_range_restarts_cleanly(srv: FakeServer, make_fetcher, c
     assert temps(cache) == []
 
 
+def test_a_range_answer_for_other_bytes_restarts_and_never_appends_them(
+    srv: FakeServer, make_fetcher, cache: Cache
+) -> None:
+    """Asked for the bytes after a dropped connection, the server answers 206 with the file from byte 0:
+    those bytes are not appended after the ones received; the fetch starts again and keeps the file."""
+    data = blob(2 * MiB + 5, "from-zero")
+    cut = 700_001
+    url = srv.add_file("/f.bin", data, drop_after=cut, range_from_zero=True)
+    report = make_fetcher().fetch_all([wanted(url, data)])
+    served = srv.files["/f.bin"]
+    assert served.ranges == [f"bytes={cut}-"] and served.hits == 3
+    assert report.files[0].path.read_bytes() == data
+    assert temps(cache) == []
+
+
 def test_500_then_200_is_retried(srv: FakeServer, make_fetcher, sleeps) -> None:
     data = blob(10_000, "retry")
     url = srv.add_file("/f.bin", data, fail_first=2)
@@ -188,12 +203,44 @@ def test_body_bigger_than_the_lock_says_is_refused_without_reading_it(
 
     url = add_generated(srv, "/huge.bin", endless, 1 << 40)
     started = time.monotonic()
-    with pytest.raises(IntegrityError, match=r"huge.bin: expected at most 1048576 bytes .* refused"):
+    with pytest.raises(
+        IntegrityError, match=r"huge.bin: expected at most 1048576 bytes .* the server announced 1099511627776; refused"
+    ):
         make_fetcher().fetch_all([Wanted(url, "b" * 64, MiB, "huge.bin")])
     assert time.monotonic() - started < 10
     assert entries(cache) == [] and temps(cache) == []
     time.sleep(0.2)
     assert sent[0] < 64 * MiB  # what sat in socket buffers when the client hung up, not the terabyte
+
+
+class _Unannounced(BaseHTTPRequestHandler):
+    """Answers with no Content-Length (HTTP/1.0, body until close): 3 MiB, then closes."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(blob(3 * MiB, "unannounced"))
+
+
+def test_a_body_longer_than_the_lock_says_and_not_announced_is_cut_at_the_lock_s_size(
+    make_fetcher, cache: Cache
+) -> None:
+    """No Content-Length to refuse before reading: the fetch stops at the lock's size, the moment one
+    byte more arrives, and says the server sent more; nothing is kept."""
+    httpd = QuietHTTPServer(("127.0.0.1", 0), _Unannounced)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/longer.bin"
+        data = blob(3 * MiB, "unannounced")[:MiB]
+        with pytest.raises(IntegrityError, match=r"expected at most 1048576 bytes .* the server sent more; refused"):
+            make_fetcher().fetch_all([Wanted(url, sha(data), MiB, "longer.bin")])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert entries(cache) == [] and temps(cache) == []
 
 
 class _Endless(BaseHTTPRequestHandler):

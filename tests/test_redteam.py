@@ -318,6 +318,22 @@ def test_a_root_below_a_directory_another_user_can_write_is_refused(tmp_path: Pa
     assert prepare(base / "sticky" / "engines", "toyengine").is_dir()
 
 
+def test_a_root_below_a_link_to_a_safe_directory_is_judged_by_the_link_s_target_and_accepted(tmp_path: Path) -> None:
+    """A link above --root (``/srv/engines -> /data/engines``) has mode 0777 of its own, yet no one can
+    write through it: it is judged by what it points to, so a link in a safe directory to a safe directory
+    is fine, and the root is made through it."""
+    from lockbuild.install.places import prepare
+
+    base = tmp_path / "site"
+    (base / "data").mkdir(parents=True)
+    base.chmod(0o755)
+    (base / "data").chmod(0o755)
+    (base / "srv").symlink_to(base / "data")
+    made = prepare(base / "srv" / "engines", "toyengine")
+    assert made.is_dir()
+    assert (base / "data" / "engines").is_dir()
+
+
 # --- the index's credentials, as uv holds them, stay on the index's origin -------------------------
 
 

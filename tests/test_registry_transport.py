@@ -176,6 +176,31 @@ def test_a_slow_blob_fails_on_time_and_a_fast_one_of_the_same_size_passes() -> N
         assert time.monotonic() - t0 < 2.5
 
 
+def test_a_blob_read_on_after_its_deadline_has_passed_fails_on_time() -> None:
+    """The registry sends fast, but the reader takes the next chunk only after the deadline has passed (a
+    slow disk): the next socket read is refused at once as past the deadline, with the same message, not
+    started with a negative timeout."""
+    blob = b"y" * (4 << 20)
+
+    def script(h: _Handler) -> None:
+        h.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(blob)}\r\n\r\n".encode())
+        try:
+            h.wfile.write(blob)
+        except OSError:
+            return
+
+    quick = Transport(blob_seconds=1.0, min_rate=1e9)
+    with (
+        fake(script) as server,
+        registry(server, transport=quick) as reg,
+        pytest.raises(RegistryError, match="did not finish within its 1 s deadline"),
+        reg.get_blob("sha256:late", size=len(blob)) as (chunks, _),
+    ):
+        for n, _ in enumerate(chunks):
+            if n == 0:
+                time.sleep(1.2)
+
+
 def test_an_upload_to_a_registry_that_reads_slowly_fails_on_time() -> None:
     def script(h: _Handler) -> None:
         if h.command == "POST":

@@ -499,6 +499,8 @@ def test_the_dns_reader_is_strict_and_joins_a_stream() -> None:
         question(bytes.fromhex("abcd01000001000000000000") + b"\x0bhub.example\x00\x00\x01\x00\x01") == "hub\\.example"
     )
     assert question(bytes.fromhex("abcd01000001000000000000") + b"\xc0\x0c\x00\x01\x00\x01") is None  # a pointer
+    # a label length over 63 is a pointer or a reserved label type, never a label: even with 64 bytes after it
+    assert question(bytes.fromhex("abcd01000001000000000000") + b"\x40" + b"a" * 64 + b"\x00\x00\x01\x00\x01") is None
     assert question(bytes.fromhex("abcd01000001000000000000") + (b"\x3f" + b"a" * 63) * 4 + b"\x00" + bytes(4)) is None
     msg = _q("tcp.example")
     framed = len(msg).to_bytes(2, "big") + msg

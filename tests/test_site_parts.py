@@ -4,6 +4,7 @@ list and refuses a damaged part by name."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -145,3 +146,31 @@ def test_parts_that_join_to_another_digest_are_refused(tmp_path: Path, bundle: P
     r = cli("import", listing, "--trust", signer.trust, "--store", tmp_path / "store")
     assert r.exit_code != 0
     assert f"the joined parts have sha256 {whole}; the part list says {GOOD_HEX}" in r.output
+
+
+def test_a_part_that_shrinks_while_it_is_read_is_refused_naming_it(
+    tmp_path: Path, bundle: Path, signer: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part had its listed size when it was opened, then another process cut it short: the join counts
+    the bytes it read and refuses the part by name, and the store gets no build."""
+    import lockbuild.site.parts as parts_module
+
+    done = _split(bundle, tmp_path / "media")
+    parts = done["parts"]
+    assert isinstance(parts, list)
+    victim = tmp_path / "media" / parts[1]["name"]
+    opened = parts_module.open_regular
+
+    def open_then_cut(path: Path, **kw: object) -> object:
+        got = opened(path, **kw)  # type: ignore[arg-type]
+        if path.name == victim.name:
+            os.truncate(path, 150)
+        return got
+
+    monkeypatch.setattr(parts_module, "open_regular", open_then_cut)
+    listing = tmp_path / "media" / f"{bundle.name}.parts.toml"
+    r = cli("import", listing, "--trust", signer.trust, "--store", tmp_path / "store")
+    assert r.exit_code == 4, r.output
+    assert f"the part {victim.name} is 150 bytes; its list says 200 (it changed while it was read)" in r.output
+    listed = json.loads(cli("store", "list", "--store", tmp_path / "store", "--json").stdout)
+    assert (listed["builds"], listed["blobs"]) == ([], 0)

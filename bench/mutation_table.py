@@ -894,7 +894,7 @@ ENTRIES: list[Mutation] = [
     Mutation(
         "an image is hashed as the signed file, its digests judged (ImageFile)",
         "lockbuild/image/source.py",
-        'return digest_bundle(self.image, limits, check, prehash=False, what="image")',
+        'return digest_signed_file(self.image, limits, check, prehash=False, what="image")',
         "return None  # type: ignore[return-value]",
         IMAGE,
     ),

@@ -35,7 +35,7 @@ def test_a_file_longer_than_its_size_is_refused() -> None:
         digest_exactly(io.BytesIO(b"12345678901"), 10, what="the bundle x")
 
 
-def test_digest_bundle_hashes_the_file_once_for_both_digests(tmp_path: Path) -> None:
+def test_digest_signed_file_hashes_the_file_once_for_both_digests(tmp_path: Path) -> None:
     p = tmp_path / "b.lbz"
     data = b"z" * (2 * READ_PIECE + 3)
     p.write_bytes(data)

@@ -88,9 +88,11 @@ def test_body_over_a_small_limit_is_refused(srv: FakeServer, client: httpx.Clien
 
 
 class _Unannounced(BaseHTTPRequestHandler):
-    """A JSON-looking body with no Content-Length that never ends."""
+    """A JSON-looking body with no Content-Length that never ends (or, with ``total``, ends after that many
+    bytes, closing the connection)."""
 
     sent = 0
+    total: int | None = None
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -99,13 +101,32 @@ class _Unannounced(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
+        self.close_connection = True
+        total = type(self).total
         try:
             self.wfile.write(b"[")
-            while True:
+            while total is None or type(self).sent + (64 << 10) < total:
                 self.wfile.write(b"0," * (32 << 10))
                 type(self).sent += 64 << 10
+            if total is not None:
+                self.wfile.write(b"0]")
         except OSError:
             return
+
+
+def test_a_finite_body_without_a_length_longer_than_the_limit_is_refused() -> None:
+    """Two MiB of valid JSON with no Content-Length, against a one-MiB limit: refused, not parsed."""
+    _Unannounced.sent, _Unannounced.total = 0, 2 * MiB
+    httpd = QuietHTTPServer(("127.0.0.1", 0), _Unannounced)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with make_client() as c, pytest.raises(RemoteError, match=r"sent more than 1048576 bytes"):
+            get_json(c, f"http://127.0.0.1:{httpd.server_address[1]}/x", what="reading", limit=MiB)
+    finally:
+        _Unannounced.total = None
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_endless_body_without_a_length_is_refused() -> None:

@@ -30,6 +30,7 @@ between runs (``--phases`` without ``build-cold`` then reuses it; the cold build
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -135,6 +136,9 @@ class LiveSuite:
         if VERIFY_NEEDS_NO_GPU not in text or VERIFY_CODE not in text:
             raise SystemExit(f"{SOURCE} no longer verifies with {VERIFY_NEEDS_NO_GPU}...]; update bench/vllm_live.py.")
         work.mkdir(parents=True, exist_ok=True)
+        # The node's interpreter here is a pyenv build under /root (0700): lockbuild installs with it only
+        # into a root no other user can reach (an environment others can use needs a Python they can run).
+        work.chmod(0o700)
         self.recipe = work / "vllm.toml"
         self.recipe.write_text(text, encoding="utf-8")
         self.lock_doc: dict[str, Any] = {}
@@ -146,6 +150,7 @@ class LiveSuite:
         return {**self.env, "LOCKBUILD_CACHE_DIR": str(cache)}
 
     def run(self, argv: list[str], *, env: dict[str, str] | None = None, stdin: str | None = None) -> Run:
+        os.sync()  # each command starts with no dirty pages of the one before it (their writeback is not its cost)
         wait_quiet(max_wait=self.quiet_wait)
         return run(argv, env=env or self.env, stdin=stdin)
 

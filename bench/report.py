@@ -301,7 +301,8 @@ def site_readme_table(runs: Sequence[Results]) -> str:
             continue
         own = f" ({f.self_rss_mb:.0f})" if f.self_rss_mb >= 1 else ""
         lines.append(
-            f"| {name} | {_span(f.seconds, '{:.1f}')} | {statistics.median(f.cpu_s):.1f} | {f.peak_rss_mb:.0f}{own} |"
+            f"| {_cell(name)} | {_span(f.seconds, '{:.1f}')} | {statistics.median(f.cpu_s):.1f} "
+            f"| {f.peak_rss_mb:.0f}{own} |"
         )
     lines += ["", "| target | ratio, median (range) | |", "|---|---:|---|"]
     seen: set[str] = set()
@@ -313,7 +314,7 @@ def site_readme_table(runs: Sequence[Results]) -> str:
                 continue
             seen.add(ratio.name)
             verdict = "" if ratio.target == "(none)" else ("met" if ratio.met else "**missed**")
-            target = ratio.target.replace("<=", "≤")
+            target = "" if ratio.target == "(none)" else " " + ratio.target.replace("<=", "≤")
             unit = "" if "MB" in ratio.name else "×"
-            lines.append(f"| {ratio.name} {target} | {_span(ratio.values, '{:.2f}')}{unit} | {verdict} |")
+            lines.append(f"| {_cell(ratio.name)}{target} | {_span(ratio.values, '{:.2f}')}{unit} | {verdict} |")
     return "\n".join(lines)

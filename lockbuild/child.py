@@ -1,4 +1,5 @@
-"""A tool's output, read bounded: the one way lockbuild reads what a node tool prints for it to parse.
+"""A child's output, read as it comes: what a node tool prints for lockbuild to parse (bounded), and what an
+engine's command prints (its tail kept), through one reading loop.
 
 ``nvidia-smi`` and ``unsquashfs -cat`` print text lockbuild parses; neither's output is bounded by
 anything but the tool (a hostile ``nvidia-smi`` on PATH, an image whose marker is a sparse file of many
@@ -15,7 +16,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 PIPE_READ = 64 << 10  # one read of a child's pipe (os.read returns what is there, up to this)
@@ -37,58 +38,17 @@ def run_bounded(argv: Sequence[str], *, limit: int, timeout: float, env: Mapping
     """Run ``argv`` (stdin and stderr closed to it), keeping at most ``limit`` bytes of its stdout.
 
     Raises OSError when it cannot start (FileNotFoundError: no such program)."""
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=None if env is None else dict(env),
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + timeout
     kept: list[bytes] = []
-    size, over, timed_out = 0, False, False
-    out = proc.stdout
-    if out is None:  # never: stdout is a pipe
-        _kill(proc)
-        raise OSError(f"no pipe from {argv[0]}")
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(out, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
-                    timed_out = True
-                    break
-                data = os.read(out.fileno(), PIPE_READ)
-                if not data:
-                    break
-                size += len(data)
-                if size > limit:
-                    kept.append(data[: len(data) - (size - limit)])
-                    over = True
-                    break
-                kept.append(data)
-        if not (over or timed_out):
-            try:
-                proc.wait(max(deadline - time.monotonic(), 0.01))
-            except subprocess.TimeoutExpired:  # it closed its output but runs on
-                timed_out = True
-    finally:
-        out.close()
-        if over or timed_out or proc.returncode is None:
-            _kill(proc)
-    code = None if over or timed_out else proc.returncode
+    size = 0
+
+    def take(data: bytes) -> bool:
+        nonlocal size
+        size += len(data)
+        kept.append(data[: len(data) - max(size - limit, 0)])
+        return size <= limit
+
+    code, over, timed_out = _run_reading(argv, take, timeout=timeout, env=env, stderr=subprocess.DEVNULL)
     return Captured(code, b"".join(kept), over, timed_out)
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """The child's whole process group (it was started in its own session), then the child reaped."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    proc.wait()
 
 
 @dataclass(frozen=True)
@@ -111,17 +71,44 @@ def run_keeping_tail(
     deadline, the child and everything it started are killed (``returncode`` None).
 
     Raises OSError when it cannot start."""
+    tail = bytearray()
+    dropped = 0
+
+    def take(data: bytes) -> bool:
+        nonlocal dropped
+        tail.extend(data)
+        if len(tail) > keep:
+            dropped += len(tail) - keep
+            del tail[: len(tail) - keep]
+        return True
+
+    code, _, _ = _run_reading(argv, take, timeout=timeout, env=env, stderr=subprocess.STDOUT, cwd=cwd)
+    return Finished(code, bytes(tail), dropped)
+
+
+def _run_reading(
+    argv: Sequence[str],
+    take: Callable[[bytes], bool],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None,
+    stderr: int,
+    cwd: str | os.PathLike[str] | None = None,
+) -> tuple[int | None, bool, bool]:
+    """The one loop that reads a child's pipe as it comes, in its own session: each read is given to
+    ``take`` (False: enough, stop). Returns (exit code or None when killed, stopped by ``take``, timed
+    out); a child stopped or past the deadline is killed with everything it started."""
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
+        stderr=stderr,
+        env=None if env is None else dict(env),
         cwd=cwd,
         start_new_session=True,
     )
     deadline = time.monotonic() + timeout
-    tail, dropped, timed_out = bytearray(), 0, False
+    over = timed_out = False
     out = proc.stdout
     if out is None:  # never: stdout is a pipe
         _kill(proc)
@@ -137,17 +124,25 @@ def run_keeping_tail(
                 data = os.read(out.fileno(), PIPE_READ)
                 if not data:
                     break
-                tail += data
-                if len(tail) > keep:
-                    dropped += len(tail) - keep
-                    del tail[: len(tail) - keep]
-        if not timed_out:
+                if not take(data):
+                    over = True
+                    break
+        if not (over or timed_out):
             try:
                 proc.wait(max(deadline - time.monotonic(), 0.01))
             except subprocess.TimeoutExpired:  # it closed its output but runs on
                 timed_out = True
     finally:
         out.close()
-        if timed_out or proc.returncode is None:
+        if over or timed_out or proc.returncode is None:
             _kill(proc)
-    return Finished(None if timed_out else proc.returncode, bytes(tail), dropped)
+    return (None if over or timed_out else proc.returncode), over, timed_out
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """The child's whole process group (it was started in its own session), then the child reaped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait()

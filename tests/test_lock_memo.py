@@ -209,7 +209,7 @@ def test_the_key_is_every_input_but_paths_and_secrets() -> None:
         "argv": ["pip", "compile", "--exclude-newer", "2025-01-06T00:00:00Z", "-"],
         "stdin": "x==1\n",
         "project": None,
-        "index_url": "https://pypi.org/simple",
+        "index_url": "https://index.invalid/simple",
         "authenticated": False,
     }
     k = resolution_key(**base)  # type: ignore[arg-type]

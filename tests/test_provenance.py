@@ -467,7 +467,7 @@ def _page_with_provenance(srv: FakeServer, url: str) -> None:
 @pytest.mark.parametrize(
     "where",
     [
-        "https://pypi.org/integrity/pvurl/1.0/x/provenance",
+        "https://genuine-index.invalid/integrity/pvurl/1.0/x/provenance",
         "http://localhost:{port}/x",
         "https://127.0.0.1:{port}/x",
         "http://127.0.0.1:1/x",

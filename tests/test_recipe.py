@@ -390,8 +390,8 @@ def test_a_gpu_probe_outside_the_recipe_is_refused(probe: str) -> None:
     [
         ("eng @ https://evil.example/eng.whl", "URLs are not allowed in requirements"),
         ("https://evil.example/eng-1.0-py3-none-any.whl", "URLs are not allowed in requirements"),
-        ("git+https://github.com/o/eng.git", "URLs are not allowed in requirements"),
-        ("eng @ git+https://github.com/o/eng.git@v1", "URLs are not allowed in requirements"),
+        ("git+https://git.invalid/o/eng.git", "URLs are not allowed in requirements"),
+        ("eng @ git+https://git.invalid/o/eng.git@v1", "URLs are not allowed in requirements"),
         ("eng.whl", "archive suffix"),
         ("eng-1.0.tar.gz", "archive suffix"),
         ("eng==1.0\\n--index-url https://evil.example", "found a control character or line break"),
@@ -684,7 +684,7 @@ def test_source_requirements_refuse_options_urls_and_paths_all_at_once() -> None
             "../pkg",
             "~/pkg",
             "pkg-1.0-py3-none-any.whl",
-            "git+https://github.com/o/r",
+            "git+https://git.invalid/o/r",
             "torch==2.8.0 --hash=sha256:" + SHA,
             "regex",
         ]

@@ -328,6 +328,13 @@ trust_option = click.option(
     envvar="LOCKBUILD_TRUST_DIR",  # read here, in the CLI; the library takes the directory it is given
     help="Directory of trusted .pub keys (default: LOCKBUILD_TRUST_DIR, then /etc/lockbuild/keys).",
 )
+gpu_check_option = click.option(
+    "--gpu-check",
+    type=click.Choice(["auto", "require", "skip"]),
+    default="auto",
+    show_default=True,
+    help="Run the GPU probe: auto = only where an NVIDIA driver is present.",
+)
 threshold_option = click.option("--threshold", type=click.IntRange(min=1), help="Distinct trusted signatures required.")
 # The node's commands (verify, inspect, install, list) share these: the store ENGINE/VERSION-VARIANT is looked
 # up in, and the models folder model bundles are installed in.

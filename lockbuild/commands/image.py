@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import Command, emit, json_option, progress_of, setup_output, threshold_option, trust_option
+from lockbuild.clikit import (
+    Command,
+    emit,
+    gpu_check_option,
+    json_option,
+    progress_of,
+    setup_output,
+    threshold_option,
+    trust_option,
+)
 
 
 @click.command(
@@ -43,13 +52,7 @@ from lockbuild.clikit import Command, emit, json_option, progress_of, setup_outp
     type=click.Path(path_type=Path, dir_okay=False),
     help="Interpreter to use (default: the bundle's own, placed inside the image; else pythonX.Y on PATH).",
 )
-@click.option(
-    "--gpu-check",
-    type=click.Choice(["auto", "require", "skip"]),
-    default="auto",
-    show_default=True,
-    help="Run the GPU probe: auto = only where an NVIDIA driver is present.",
-)
+@gpu_check_option
 @json_option
 @click.pass_context
 def image(

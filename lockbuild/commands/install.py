@@ -12,6 +12,7 @@ from lockbuild.clikit import (
     Command,
     emit,
     emit_warnings,
+    gpu_check_option,
     json_option,
     models_option,
     progress_of,
@@ -46,13 +47,7 @@ if TYPE_CHECKING:  # no network code below the node's commands: the installer is
     type=click.Path(path_type=Path, dir_okay=False),
     help="Interpreter to use (default: the bundle's own, else pythonX.Y on PATH).",
 )
-@click.option(
-    "--gpu-check",
-    type=click.Choice(["auto", "require", "skip"]),
-    default="auto",
-    show_default=True,
-    help="Run the GPU probe: auto = only where an NVIDIA driver is present.",
-)
+@gpu_check_option
 @click.option("--force", is_flag=True, help="Reinstall even if this bundle is already installed.")
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")

@@ -22,7 +22,7 @@ from lockbuild.bundle.manifest import Member
 from lockbuild.bundle.write import Entry, write_bundle
 from lockbuild.cli import main
 from lockbuild.minisign import read_secret_key
-from lockbuild.trust import sign_bundle
+from lockbuild.trust import InMemorySigner, sign_bundle
 
 AS_OF = dt.datetime(2025, 1, 6, tzinfo=dt.UTC)
 SHARED = b"torch wheel bytes, identical between engine versions " * 400
@@ -68,7 +68,7 @@ def make_bundle(
     with path.open("wb") as f:
         write_bundle(f, manifest, [Entry(m, d) for m, (_, d, _) in zip(members, files, strict=True)], threads=1)
     for key_path in secret_keys:
-        sign_bundle(path, read_secret_key(key_path, lambda: ""))
+        sign_bundle(path, InMemorySigner(read_secret_key(key_path, lambda: "")))
     return path
 
 

@@ -481,3 +481,26 @@ def test_a_command_leaves_no_progress_thread_behind(env, keys: Keys, toy_recipe:
     assert code == 0, stderr
     assert "lockbuild:" in stderr  # the progress was on, so its heartbeat thread was started
     assert [t.name for t in set(threading.enumerate()) - before if t.name == "lockbuild-progress"] == []
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_sign_reads_the_key_only_in_the_signing_process(env, keys: Keys, toy_recipe: Path, tmp_path: Path) -> None:
+    """`lockbuild sign`, traced: the command's own process never opens the secret key file; the signing
+    process (a child) does, and the bundle gets its signature all the same."""
+    import os
+    import sys
+
+    bundle = build(toy_recipe, keys.secret, tmp_path / "d")
+    second = make_keys(tmp_path / "k2", "second")
+    log = tmp_path / "trace"
+    run_env = {k: v for k, v in os.environ.items() if k != "LOCKBUILD_KEY_PASSWORD"}
+    argv = [sys.executable, "-m", "lockbuild", "sign", str(bundle), "--key", str(second.secret)]
+    strace = ["strace", "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", str(log)]
+    proc = subprocess.run([*strace, *argv], capture_output=True, text=True, env=run_env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert sig_count(bundle) == 2
+    lines = log.read_text().splitlines()
+    command_pid = lines[0].split()[0]  # the traced command is the first process strace reports
+    openers = {line.split()[0] for line in lines if f'"{second.secret}"' in line}
+    assert openers, "the key was never opened: the trace sees nothing"
+    assert command_pid not in openers, "the command's own process opened the secret key"

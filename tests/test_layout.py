@@ -370,3 +370,23 @@ def _private_imports() -> set[tuple[str, str, str]]:
 def test_what_a_module_needs_from_another_is_public() -> None:
     found = _private_imports()
     assert sorted(found) == [], "import a public name (rename it where it is defined)"
+
+
+def _names_used(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    return names
+
+
+def test_only_the_signing_process_reads_a_secret_key() -> None:
+    """A user's secret key is decrypted in the signing process alone (trust/signproc.py, started fresh by
+    trust/sign.py::sign_in_fresh_process): no other module names the reader. The minisign package defines it."""
+    allowed = {"trust/signproc.py", "minisign/__init__.py", "minisign/keyfiles.py"}
+    readers = sorted(
+        rel
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (rel := path.relative_to(PACKAGE).as_posix()) not in allowed and "read_secret_key" in _names_used(path)
+    )
+    assert readers == [], f"these modules read a secret key outside the signing process: {readers}"

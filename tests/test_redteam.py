@@ -14,7 +14,7 @@ from hostile import AS_OF, bundle_tar, compress, good_members, manifest
 from test_trust import Signer, sign, signer, trust_dir, verify
 
 from lockbuild.errors import IntegrityError, ResolveError
-from lockbuild.trust import sign_bundle
+from lockbuild.trust import InMemorySigner, sign_bundle
 
 NOW = AS_OF + dt.timedelta(days=3)
 
@@ -49,7 +49,7 @@ def test_the_manifest_digest_is_of_the_carried_bytes_not_a_reserialisation(
     with pytest.raises(IntegrityError, match="manifest has sha256"):
         verify(bundle, trust_dir(tmp_path, people["alice"], people["bob"]))
     bundle.with_name(bundle.name + ".minisig").unlink()
-    sign_bundle(bundle, people["bob"].key, now=NOW)
+    sign_bundle(bundle, InMemorySigner(people["bob"].key), now=NOW)
     got = verify(bundle, tmp_path / "trust")
     assert got.manifest_bytes == _reworded_bundle(tmp_path / "again")[1]
     assert got.extract().manifest == got.manifest
@@ -483,7 +483,7 @@ def test_sign_never_writes_a_signature_file_every_reader_refuses(tmp_path: Path)
     blocks = "".join(sign_statement(generate_secret_key(), st, d.blake2b) for _ in range(64))
     signature_path(bundle).write_text(blocks)
     with pytest.raises(SignatureError, match="would hold 65 signature blocks"):
-        sign_bundle(bundle, generate_secret_key(), now=NOW)
+        sign_bundle(bundle, InMemorySigner(generate_secret_key()), now=NOW)
     assert signature_path(bundle).read_text() == blocks
 
 

@@ -265,7 +265,7 @@ def test_a_co_signature_is_published_by_pushing_again(
     tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys
 ) -> None:
     from lockbuild.minisign import read_secret_key
-    from lockbuild.trust import sign_bundle
+    from lockbuild.trust import InMemorySigner, sign_bundle
 
     target = reg.ref("site/cosigned", "1.0-cpu")
     _push(bundles["1.0"], signer, target)
@@ -282,7 +282,7 @@ def test_a_co_signature_is_published_by_pushing_again(
     cosigned.parent.mkdir()
     cosigned.write_bytes(bundles["1.0"].read_bytes())
     Path(f"{cosigned}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
-    sign_bundle(cosigned, read_secret_key(second.secret, lambda: ""))
+    sign_bundle(cosigned, InMemorySigner(read_secret_key(second.secret, lambda: "")))
     # push keeps the blocks that count under its --trust: a co-signer's key must be trusted there
     assert _ok("push", cosigned, target, "--trust", both)["uploaded"] == 0  # only the OCI manifest changes
     pulled = _ok("pull", target, "--store", store, "--trust", both)
@@ -399,7 +399,7 @@ def _big_bundle(out: Path, keys: Keys) -> Path:
     from lockbuild.bundle.manifest import Member
     from lockbuild.bundle.write import Entry, write_bundle
     from lockbuild.minisign import read_secret_key
-    from lockbuild.trust import sign_bundle
+    from lockbuild.trust import InMemorySigner, sign_bundle
 
     out.mkdir(parents=True)
     wheel = out / "torch.whl"
@@ -426,7 +426,7 @@ def _big_bundle(out: Path, keys: Keys) -> Path:
             [*(Entry(m, d) for m, (_, d, _) in zip(members, small, strict=True)), Entry(big, wheel)],
             threads=1,
         )
-    sign_bundle(path, read_secret_key(keys.secret, lambda: ""))
+    sign_bundle(path, InMemorySigner(read_secret_key(keys.secret, lambda: "")))
     return path
 
 

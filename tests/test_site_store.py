@@ -209,7 +209,7 @@ def test_a_different_build_under_the_same_name_is_refused(
 
 def test_a_co_signature_is_added_and_never_removed(tmp_path: Path, bundles: dict[str, Path], signer: Keys) -> None:
     from lockbuild.minisign import parse_signatures, read_secret_key
-    from lockbuild.trust import sign_bundle
+    from lockbuild.trust import InMemorySigner, sign_bundle
 
     store = tmp_path / "store"
     _import(bundles["1.0"], signer, store)
@@ -218,7 +218,7 @@ def test_a_co_signature_is_added_and_never_removed(tmp_path: Path, bundles: dict
     cosigned.write_bytes(bundles["1.0"].read_bytes())
     Path(f"{cosigned}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
     second = make_keys(tmp_path / "second", "second")
-    sign_bundle(cosigned, read_secret_key(second.secret, lambda: ""))
+    sign_bundle(cosigned, InMemorySigner(read_secret_key(second.secret, lambda: "")))
     sigs = store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml.minisig"
     _import(cosigned, signer, store)  # the second key is not trusted here: its block is not kept
     assert len(parse_signatures(sigs.read_bytes())) == 1
@@ -238,7 +238,7 @@ def test_junk_blocks_from_untrusted_keys_never_reach_the_store(
     """Two accepted imports must not wedge a build: only blocks that count are kept, one per key, so the
     store's .minisig stays within what every reader accepts."""
     from lockbuild.minisign import parse_signatures, read_secret_key
-    from lockbuild.trust import sign_bundle
+    from lockbuild.trust import InMemorySigner, sign_bundle
 
     store = tmp_path / "store"
     sigs = store / "builds" / "toyengine" / "1.0-cpu" / "bundle.toml.minisig"
@@ -249,7 +249,7 @@ def test_junk_blocks_from_untrusted_keys_never_reach_the_store(
         Path(f"{junk}.minisig").write_bytes(Path(f"{bundles['1.0']}.minisig").read_bytes())
         for j in range(20):  # 20 untrusted co-signers beside the one trusted signature
             other = make_keys(tmp_path / f"k{i}-{j}", f"k{i}x{j}")
-            sign_bundle(junk, read_secret_key(other.secret, lambda: ""))
+            sign_bundle(junk, InMemorySigner(read_secret_key(other.secret, lambda: "")))
         _import(junk, signer, store)
         assert len(parse_signatures(sigs.read_bytes())) == 1
     r = cli("verify", "toyengine/1.0-cpu", "--store", store, "--trust", signer.trust)

@@ -639,12 +639,12 @@ def test_programming_mistakes_are_not_signature_errors(signers: dict[str, Signer
 
 def test_sign_checks_the_bundle_and_the_existing_signatures(tmp_path: Path, signers: dict[str, Signer]) -> None:
     """A co-signer's `sign` reads every member and checks what is already signed."""
-    from lockbuild.trust import sign_bundle
+    from lockbuild.trust import InMemorySigner, sign_bundle
 
     bundle, m = make_bundle(tmp_path / "dist", payload=os.urandom(50_000))
     sign(bundle, m, signers["alice"])
     store = load_store(trust_dir(tmp_path, signers["alice"], signers["bob"]))
-    res = sign_bundle(bundle, signers["bob"].key, store=store, now=NOW)
+    res = sign_bundle(bundle, InMemorySigner(signers["bob"].key), store=store, now=NOW)
     assert res.to_json()["existing"]["signatures"][0]["counts"] and not res.replaced
     assert len(verify(bundle, tmp_path / "trust", threshold=2).signers) == 2
     # A damaged member (a well-formed zstd stream whose last member is not what the manifest lists):
@@ -653,13 +653,13 @@ def test_sign_checks_the_bundle_and_the_existing_signatures(tmp_path: Path, sign
     entries = [TarEntry(p, b"trojan" * 100 if k == "asset" else d) for p, d, k in GOOD_FILES]
     bundle.write_bytes(compress(bundle_tar(entries, listed=m)))
     with pytest.raises(IntegrityError, match="assets/"):
-        sign_bundle(bundle, signers["mallory"].key, now=NOW)
+        sign_bundle(bundle, InMemorySigner(signers["mallory"].key), now=NOW)
     assert signature_path(bundle).read_bytes() == before
     # An intact bundle whose existing trusted signature does not verify (another file's): refused with --trust.
     other, _ = make_bundle(tmp_path / "other", payload=os.urandom(50_000))
     shutil.copyfile(signature_path(bundle), signature_path(other))
     with pytest.raises(SignatureError, match="does not verify"):
-        sign_bundle(other, signers["mallory"].key, store=store, now=NOW)
+        sign_bundle(other, InMemorySigner(signers["mallory"].key), store=store, now=NOW)
 
 
 def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:

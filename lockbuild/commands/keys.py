@@ -13,7 +13,6 @@ from lockbuild.clikit import (
     emit,
     expires_option,
     json_option,
-    password_reader,
     progress_of,
     setup_output,
     take_password,
@@ -60,8 +59,7 @@ def sign(
     """
     setup_output(ctx, as_json)
     from lockbuild.image.record import is_image
-    from lockbuild.minisign import read_secret_key
-    from lockbuild.trust import load_store, sign_bundle
+    from lockbuild.trust import KeyFileSigner, load_store, sign_bundle
 
     store = load_store(trust_dir) if trust_dir is not None else None
     if is_image(bundle):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
@@ -77,8 +75,9 @@ def sign(
             f"{verb} the image {bundle.name} and its record with key {done.signer} -> {done.signature}",
         )
         return
-    secret = read_secret_key(key, password_reader(), allow_readable=allow_readable_key)
-    res = sign_bundle(bundle, secret, expires=expires, store=store, progress=progress_of(ctx))
+    signer = KeyFileSigner(key, take_password(), allow_readable_key)
+    signer.check()  # a bad key or passphrase stops here, before the bundle is read (in the signing process)
+    res = sign_bundle(bundle, signer, expires=expires, store=store, progress=progress_of(ctx))
     verb = "re-signed" if res.replaced else "signed"
     lines = [
         f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",

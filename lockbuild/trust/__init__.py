@@ -33,7 +33,15 @@ from lockbuild.trust.policy import (
     evaluate,
     signed_manifest,
 )
-from lockbuild.trust.sign import SignResult, carry_over, sign_bundle, sign_statement
+from lockbuild.trust.sign import (
+    InMemorySigner,
+    KeyFileSigner,
+    Signer,
+    SignResult,
+    carry_over,
+    sign_bundle,
+    sign_statement,
+)
 from lockbuild.trust.statement import Statement, format_trusted_comment, manifest_sha256, parse_trusted_comment
 from lockbuild.trust.store import POLICY_FILE, Policy, TrustStore, build_store, parse_policy
 
@@ -43,8 +51,11 @@ __all__ = [
     "Decision",
     "Evaluation",
     "FileDigests",
+    "InMemorySigner",
+    "KeyFileSigner",
     "Policy",
     "SignResult",
+    "Signer",
     "Statement",
     "TrustStore",
     "TrustedBundle",

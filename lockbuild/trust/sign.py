@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lockbuild import fsio
 from lockbuild.bundle.extract import extract, make_dest
@@ -181,14 +181,14 @@ def judge_existing(
 
 def sign_bundle(
     bundle: Path,
-    key: SecretKey,
+    signer: Signer,
     *,
     expires: dt.datetime | None = None,
     store: TrustStore | None = None,
     now: dt.datetime | None = None,
     progress: Progress | None = None,
 ) -> SignResult:
-    """Check the bundle in full, then add (or renew) ``key``'s signature in ``BUNDLE.minisig``."""
+    """Check the bundle in full, then add (or renew) ``signer``'s signature in ``BUNDLE.minisig``."""
     sig_path = signature_path(bundle)
     existing: tuple[Signature, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
@@ -210,9 +210,11 @@ def sign_bundle(
     statement = Statement.of(
         manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires, manifest_bytes=carried[0]
     )
-    block = sign_statement(key, statement, digests.blake2b)
-    replaced = write_with_block(sig_path, existing, key.key_id, block)
-    return SignResult(bundle, sig_path, key.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)
+    if digests.blake2b is None:
+        raise SignatureError(f"internal: {bundle.name} was hashed without minisign's prehash.")
+    signed = signer.sign([(digests.blake2b, statement.to_comment())])
+    replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
+    return SignResult(bundle, sig_path, signed.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,44 @@ class SignedBlocks:
     key_id_hex: str
     public_key: str
     blocks: tuple[str, ...]
+
+
+class Signer(Protocol):
+    """Who signs: one block per (BLAKE2b-512 prehash, trusted comment), and the signer's identity."""
+
+    def sign(self, items: Sequence[tuple[bytes, str]]) -> SignedBlocks: ...
+
+
+@dataclass(frozen=True)
+class KeyFileSigner:
+    """The secret key at ``key``, read only by the signing process (:func:`sign_in_fresh_process`): every
+    command that signs with a user's key goes through this."""
+
+    key: Path
+    password: str | None
+    allow_readable_key: bool = False
+
+    def check(self) -> SignedBlocks:
+        """Open and decrypt the key and sign nothing: a bad key or passphrase stops a command before its work."""
+        return check_key(self.key, password=self.password, allow_readable_key=self.allow_readable_key)
+
+    def sign(self, items: Sequence[tuple[bytes, str]]) -> SignedBlocks:
+        return sign_in_fresh_process(
+            self.key, items, password=self.password, allow_readable_key=self.allow_readable_key
+        )
+
+
+@dataclass(frozen=True)
+class InMemorySigner:
+    """A secret key already in this process's memory: the self-test's throw-away key, and tests. A user's key file is
+    never read this way (:class:`KeyFileSigner`)."""
+
+    key: SecretKey
+
+    def sign(self, items: Sequence[tuple[bytes, str]]) -> SignedBlocks:
+        untrusted = f"lockbuild signature {self.key.key_id_hex}"
+        blocks = tuple(sign_prehashed(self.key, b, c, untrusted_comment=untrusted) for b, c in items)
+        return SignedBlocks(self.key.key_id, self.key.key_id_hex, self.key.public_key().to_text(), blocks)
 
 
 def _import_dirs() -> list[str]:

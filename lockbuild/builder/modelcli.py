@@ -30,9 +30,9 @@ def build_model_cli(
     from lockbuild.builder.modelbuild import build_model
     from lockbuild.builder.pack import place_signed, statement_for
     from lockbuild.clikit import emit_warnings, take_password
-    from lockbuild.errors import RecipeError, SignatureError
+    from lockbuild.errors import RecipeError
     from lockbuild.recipe.modelrecipe import load_model_recipe
-    from lockbuild.trust.sign import check_key, sign_in_fresh_process
+    from lockbuild.trust.sign import KeyFileSigner
 
     password = take_password()
     if self_test or build_spec is not None:
@@ -45,26 +45,14 @@ def build_model_cli(
     r = load_model_recipe(recipe)
     # The key opened and decrypted now, before anything is asked of the Hub, in a signing process that
     # signs nothing and exits (as for an engine); it is read again to sign.
-    checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
+    key_signer = KeyFileSigner(key, password, allow_readable_key)
+    checked = key_signer.check()
     done = build_model(r, settings, out, jobs=jobs, threads=threads, progress=progress_of(ctx))
     emit_warnings(ctx, done.choice.warnings)
     w = done.written
     try:
         statement = statement_for(w, expires)
-        if w.digests.blake2b is None:  # pragma: no cover - the writer always digests with prehash
-            raise ValueError("a written bundle without its BLAKE2b-512 prehash cannot be signed")
-        signer = sign_in_fresh_process(
-            key,
-            [(bytes(w.digests.blake2b), statement.to_comment())],
-            password=password,
-            allow_readable_key=allow_readable_key,
-        )
-        if signer.key_id != checked.key_id:
-            raise SignatureError(
-                f"the secret key {key} is key {signer.key_id_hex} now, but it was key {checked.key_id_hex} when "
-                "the build started; expected the same key throughout.",
-                tip="Someone replaced the key file during the build: find out who; nothing was signed.",
-            )
+        signer = key_signer.sign_as_checked([(w.digests.prehash(w.final.name), statement.to_comment())], checked)
         packed = place_signed(w, statement, signer=signer.key_id, block=signer.blocks[0])
     finally:
         w.discard()

@@ -290,7 +290,7 @@ def sign(written: UnsignedBundle, *, key: SecretKey | None, expires: dt.datetime
     its own signing process) and move both into place; ``key=None``: the bundle alone."""
     if key is not None:
         statement = statement_for(written, expires)
-        block = sign_statement(key, statement, written.digests.blake2b)
+        block = sign_statement(key, statement, written.digests.prehash(written.final.name))
         return place_signed(written, statement, signer=key.key_id, block=block)
     try:
         written.tmp.replace(written.final)

@@ -27,7 +27,6 @@ from lockbuild.clikit import (
     setup_output,
     take_password,
 )
-from lockbuild.errors import SignatureError
 from lockbuild.jsonio import JSON
 from lockbuild.times import iso
 from lockbuild.uvtool import uv_binary
@@ -226,7 +225,7 @@ def build(
     from lockbuild.builder.pack import fetch_and_write, place_signed, statement_for
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
-    from lockbuild.trust.sign import check_key, sign_in_fresh_process
+    from lockbuild.trust.sign import KeyFileSigner
 
     settings = dataclasses.replace(settings_of(ctx, allow_insecure_http), fresh_lock=fresh_lock)
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
@@ -253,7 +252,8 @@ def build(
     builds = r.select(build_spec)
     # The key opened and decrypted now, before anything is locked or downloaded and before any other
     # people's code starts, in a signing process that signs nothing and exits; it is read again to sign.
-    checked = check_key(key, password=password, allow_readable_key=allow_readable_key)
+    key_signer = KeyFileSigner(key, password, allow_readable_key)
+    checked = key_signer.check()
     uv_binary()  # found once, before any thread starts (sysconfig is not thread-safe on 3.11)
     progress = progress_of(ctx)
     results: list[dict[str, JSON]] = []
@@ -277,16 +277,9 @@ def build(
         # The self-test first, in its sandbox, on the unsigned bundles: all of it has exited before the key is read.
         reports = _self_test_before_signing(ctx, written) if self_test else None
         statements = [statement_for(w, expires) for w in written]
-        items = [(_prehash(w), st.to_comment()) for w, st in zip(written, statements, strict=True)]
+        items = [(w.digests.prehash(w.final.name), st.to_comment()) for w, st in zip(written, statements, strict=True)]
         # The key is read only now, and only in a fresh process; this one never holds it.
-        signer = sign_in_fresh_process(key, items, password=password, allow_readable_key=allow_readable_key)
-        password = None
-        if signer.key_id != checked.key_id:
-            raise SignatureError(
-                f"the secret key {key} is key {signer.key_id_hex} now, but it was key {checked.key_id_hex} when "
-                "the build started; expected the same key throughout.",
-                tip="Someone replaced the key file during the build: find out who; nothing was signed.",
-            )
+        signer = key_signer.sign_as_checked(items, checked)
         signed = [
             (plan, place_signed(w, st, signer=signer.key_id, block=block))
             for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)
@@ -341,12 +334,6 @@ def build(
     emit(ctx, {"bundles": results, "warnings": list(settings.warnings)}, text)
 
 
-def _prehash(w: UnsignedBundle) -> bytes:
-    if w.digests.blake2b is None:  # pragma: no cover - the writer always digests with prehash
-        raise ValueError("a written bundle without its BLAKE2b-512 prehash cannot be signed")
-    return bytes(w.digests.blake2b)
-
-
 def _self_test_before_signing(ctx: click.Context, written: list[UnsignedBundle]) -> list[Report]:
     """``build --self-test``: each unsigned bundle tested in the self-test's sandbox, before any key is read.
     The self-test checks signatures first, so each bundle gets one from a throw-away key made here and
@@ -366,7 +353,7 @@ def _self_test_before_signing(ctx: click.Context, written: list[UnsignedBundle])
         for w in written:
             tested = t / w.final.name
             tested.hardlink_to(w.tmp)
-            block = sign_statement(throwaway, statement_for(w, None), _prehash(w))
+            block = sign_statement(throwaway, statement_for(w, None), w.digests.prehash(w.final.name))
             fsio.write_new(t / f"{w.final.name}.minisig", block.encode("utf-8"))
             opts = SelfTestOptions(trust_dir=t / "trust", environ=dict(os.environ))
             reports.append(self_test(tested, opts, progress_of(ctx)))

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockbuild.errors import SignatureError
 from lockbuild.image.verify import checked_contents, statement_of
 from lockbuild.minisign import Signature
 from lockbuild.trust.policy import Evaluation
-from lockbuild.trust.sign import judge_existing, sign_in_fresh_process, write_with_block
+from lockbuild.trust.sign import KeyFileSigner, judge_existing, write_with_block
 from lockbuild.trust.source import digest_signed_file, read_signatures, signature_path
 from lockbuild.trust.store import TrustStore
 
@@ -55,10 +54,8 @@ def sign_image(
     _, raw, marker = checked_contents(image, digests)
     evaluation = judge_existing(existing, store, name=image.name, digests=digests)
     statement = statement_of(image, digests, raw, marker, expires)
-    if digests.blake2b is None:
-        raise SignatureError(f"internal: {image.name} was hashed without minisign's prehash.")
-    signed = sign_in_fresh_process(
-        key, [(digests.blake2b, statement.to_comment())], password=password, allow_readable_key=allow_readable_key
+    signed = KeyFileSigner(key, password, allow_readable_key).sign(
+        [(digests.prehash(image.name), statement.to_comment())]
     )
     replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
     return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.sha256, evaluation)

@@ -48,6 +48,12 @@ class FileDigests:
     sha256: str
     blake2b: bytes | None = None
 
+    def prehash(self, what: str) -> bytes:
+        """The BLAKE2b-512 a minisign ``ED`` block signs; ``what`` (the file) was hashed with ``prehash``."""
+        if self.blake2b is None:
+            raise SignatureError(f"internal: {what} was hashed without minisign's prehash; it cannot be signed.")
+        return bytes(self.blake2b)
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -34,14 +34,10 @@ BOOT = "import sys; sys.path.extend(sys.argv[1:]); from lockbuild.trust.signproc
 SIGN_TIMEOUT = 600  # the signing process: scrypt, a typed passphrase, one ED block per bundle
 
 
-def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes | None) -> str:
+def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes) -> str:
     """One minisign ED block over the file with BLAKE2b-512 ``file_blake2b``, carrying ``statement``.
-    ``file_blake2b`` is ``FileDigests.blake2b``, which only a digest made with ``prehash`` carries."""
-    if file_blake2b is None:
-        raise ValueError("signing needs the file's BLAKE2b-512 (minisign's prehash): digest it with prehash=True")
-    return sign_prehashed(
-        key, file_blake2b, statement.to_comment(), untrusted_comment=f"lockbuild signature {key.key_id_hex}"
-    )
+    ``file_blake2b`` is ``FileDigests.prehash``."""
+    return InMemorySigner(key).sign([(file_blake2b, statement.to_comment())]).blocks[0]
 
 
 def carry_over(
@@ -210,9 +206,7 @@ def sign_bundle(
     statement = Statement.of(
         manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires, manifest_bytes=carried[0]
     )
-    if digests.blake2b is None:
-        raise SignatureError(f"internal: {bundle.name} was hashed without minisign's prehash.")
-    signed = signer.sign([(digests.blake2b, statement.to_comment())])
+    signed = signer.sign([(digests.prehash(bundle.name), statement.to_comment())])
     replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
     return SignResult(bundle, sig_path, signed.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)
 
@@ -250,6 +244,17 @@ class KeyFileSigner:
         return sign_in_fresh_process(
             self.key, items, password=self.password, allow_readable_key=self.allow_readable_key
         )
+
+    def sign_as_checked(self, items: Sequence[tuple[bytes, str]], checked: SignedBlocks) -> SignedBlocks:
+        """:meth:`sign`, refused unless the key is still the one :meth:`check` found when the work began."""
+        signed = self.sign(items)
+        if signed.key_id != checked.key_id:
+            raise SignatureError(
+                f"the secret key {self.key} is key {signed.key_id_hex} now, but it was key {checked.key_id_hex} when "
+                "the build started; expected the same key throughout.",
+                tip="Someone replaced the key file during the build: find out who; nothing was signed.",
+            )
+        return signed
 
 
 @dataclass(frozen=True)

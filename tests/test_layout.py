@@ -390,3 +390,23 @@ def test_only_the_signing_process_reads_a_secret_key() -> None:
         if (rel := path.relative_to(PACKAGE).as_posix()) not in allowed and "read_secret_key" in _names_used(path)
     )
     assert readers == [], f"these modules read a secret key outside the signing process: {readers}"
+
+
+# Each of these rules is defined once, in the module named; everyone else imports it.
+ONE_DEFINITION = {
+    "is_loopback": "urls.py",
+    "bundle_name": "bundle/manifest.py",
+}
+
+
+def test_each_rule_is_defined_in_one_module() -> None:
+    """A rule written twice drifts apart (one copy strips ``[]`` from an IPv6 host, the other does not):
+    each rule in ONE_DEFINITION has one ``def`` in the package, in its own module. A wrapper that only
+    calls the one definition uses another name."""
+    found: dict[str, list[str]] = {name: [] for name in ONE_DEFINITION}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:  # module-level functions (a method may share the name)
+            if isinstance(node, ast.FunctionDef) and node.name in found:
+                found[node.name].append(path.relative_to(PACKAGE).as_posix())
+    wrong = {name: places for name, places in found.items() if places != [ONE_DEFINITION[name]]}
+    assert wrong == {}, f"defined elsewhere or more than once: {wrong}"

@@ -104,10 +104,6 @@ def file_sha256(path: Path, size: int) -> str:
     return h.hexdigest()
 
 
-def bundle_name(recipe: ModelRecipe) -> str:
-    return f"{recipe.name}-{recipe.revision}-{MODEL_VARIANT}-{MODEL_PLATFORM}.lbz"
-
-
 def assemble_model(
     recipe: ModelRecipe, commit: str, files: Sequence[HubFile], fetched: Mapping[str, Path]
 ) -> tuple[Manifest, list[Entry]]:

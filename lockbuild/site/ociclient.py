@@ -29,10 +29,11 @@ import httpx
 from lockbuild.errors import LockbuildError
 from lockbuild.jsonio import loads_json
 from lockbuild.site.ociauth import TokenRequest, answer_challenge, parse_auth_realm, token_of
-from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError, is_loopback
+from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError
 from lockbuild.site.ocisocket import Clock, ClockedTransport
 from lockbuild.site.ocitransport import BUSY_TIP, FAIL_TIP, TRANSPORT_ERRORS, TransferCut, Transport, error_text, phrase
 from lockbuild.site.retry import RETRYABLE, Answer, Moment, decide, resume
+from lockbuild.urls import is_loopback
 
 _DRAIN = 64 << 10  # an unread answer at most this long is read to its end before it is closed
 

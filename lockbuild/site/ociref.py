@@ -9,16 +9,15 @@
 from __future__ import annotations
 
 import base64
-import ipaddress
 import re
 from dataclasses import dataclass
 
 from lockbuild.errors import LockbuildError
+from lockbuild.urls import is_loopback
 
 _REPO = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 HOST_FORM = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?")
-_LOOPBACK_NAMES = ("localhost",)
 
 
 class RegistryError(LockbuildError):
@@ -40,15 +39,6 @@ class OciRef:
     def loopback(self) -> bool:
         name = self.host.rsplit(":", 1)[0] if not self.host.startswith("[") else self.host[1:].split("]")[0]
         return is_loopback(name)
-
-
-def is_loopback(name: str) -> bool:
-    if name.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_ref(text: str) -> OciRef:

@@ -164,8 +164,7 @@ class Group(click.Group):
             if obj.get("verbose"):
                 click.echo(for_terminal(traceback.format_exc()), err=True, nl=False)
             if obj.get("json"):
-                error = {"type": type(exc).__name__, "message": exc.message, "tip": exc.tip, "exit_code": exc.exit_code}
-                click.echo(json.dumps({"ok": False, "error": mask_data(error)}))
+                click.echo(json.dumps(mask_data(exc.envelope())))
             click.echo(f"ERROR {for_terminal(exc.message)}", err=True)
             if exc.tip:
                 click.echo(f"TIP {for_terminal(exc.tip)}", err=True)

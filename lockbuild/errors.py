@@ -51,6 +51,12 @@ class LockbuildError(Exception):
         super().__init__(message)
         self.message = message
         self.tip = tip if tip is not None else type(self).default_tip
+        self.details: dict[str, object] = {}  # more of the story for --json, beside "error" (e.g. the candidates)
+
+    def envelope(self) -> dict[str, object]:
+        """The one JSON object every command prints for this error under ``--json``."""
+        error = {"type": type(self).__name__, "message": self.message, "tip": self.tip, "exit_code": self.exit_code}
+        return {"ok": False, "error": error, **self.details}
 
     def __str__(self) -> str:
         return self.message

@@ -130,13 +130,12 @@ def _install_chosen(
 ) -> None:
     """install ENGINE/VERSION, ENGINE (--store) or DIR/: choose among the signed candidates, then install
     the chosen one from its opening; nothing fits: exit 1, nothing placed, every candidate's reasons."""
-    import json
     import time
 
     from lockbuild.install.choose import chosen, refusal
     from lockbuild.install.node import detect
     from lockbuild.site.sources import place_for
-    from lockbuild.text import for_terminal, mask_data
+    from lockbuild.text import for_terminal
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
@@ -153,27 +152,9 @@ def _install_chosen(
         gpu_check=opts.gpu_check,
     ) as got:
         if got.opened is None:
-            if ctx.obj.get("json"):
-                err = refusal(got)
-                click.echo(
-                    json.dumps(
-                        mask_data(
-                            {
-                                "ok": False,
-                                "error": {
-                                    "type": type(err).__name__,
-                                    "message": err.message,
-                                    "tip": err.tip,
-                                    "exit_code": err.exit_code,
-                                },
-                                **got.to_json(),
-                            }
-                        )
-                    )
-                )
-                click.echo(for_terminal("ERROR " + err.message + (f"\nTIP {err.tip}" if err.tip else "")), err=True)
-                ctx.exit(1)
-            raise refusal(got)
+            err = refusal(got)
+            err.details = got.to_json()
+            raise err
         if not (ctx.obj.get("json") or ctx.obj.get("quiet")):  # the choice, said before the install runs
             click.echo(for_terminal("\n".join(got.lines())), err=True)
         result = installer.install_opened(got.opened, started, node)

@@ -10,7 +10,19 @@ import click
 
 from lockbuild import __version__
 from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
-from lockbuild.commands import builder, doctor, image, install, installed, keys, verify
+from lockbuild.commands import (
+    builder,
+    doctor,
+    image,
+    install,
+    installed,
+    keys,
+    parts,
+    registry,
+    selftest,
+    store,
+    verify,
+)
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
@@ -96,17 +108,9 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(dict)
 
 
-for _module in (builder, keys, verify, install, installed, doctor, image):
+for _module in (builder, keys, verify, install, installed, doctor, image, store, parts, registry, selftest):
     for _command in _module.COMMANDS:
         main.add_command(_command)
-
-from lockbuild.site.cli import register as _register_site  # noqa: E402  (the site wing's commands)
-
-_register_site(main)
-
-from lockbuild.selftest.cli import register as _register_selftest  # noqa: E402  (lockbuild test)
-
-_register_selftest(main)
 _summarise(main)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -349,3 +349,10 @@ models_option = click.option(
     type=click.Path(path_type=Path, file_okay=False),
     help="A models folder: the Hugging Face cache model bundles are installed in.",
 )
+# The site wing's commands (import, store, push, pull, delta, split) share these.
+site_store_option = click.option(
+    "--store", "store_dir", type=click.Path(path_type=Path, file_okay=False), required=True, help="The site store."
+)
+wait_option = click.option(
+    "--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another import, pull or gc."
+)

@@ -88,7 +88,7 @@ def test_the_cli_loads_the_self_tests_machinery_only_for_lockbuild_test() -> Non
     audit hook) load when `lockbuild test` runs, not with `lock` or `install` (start-up time counts)."""
     code = "import sys, lockbuild.cli; print(sorted(m for m in sys.modules if m.startswith('lockbuild.selftest')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['lockbuild.selftest', 'lockbuild.selftest.cli', 'lockbuild.selftest.defaults']"
+    assert out.strip() == "['lockbuild.selftest']"
 
 
 # --- one module for the file primitives ---------------------------------------------------
@@ -410,3 +410,17 @@ def test_each_rule_is_defined_in_one_module() -> None:
                 found[node.name].append(path.relative_to(PACKAGE).as_posix())
     wrong = {name: places for name, places in found.items() if places != [ONE_DEFINITION[name]]}
     assert wrong == {}, f"defined elsewhere or more than once: {wrong}"
+
+
+def test_only_the_command_layer_imports_click() -> None:
+    """The command layer parses, calls the library and renders: all click code is in commands/ (one module
+    per family of commands), cli.py (the root group) and clikit.py (the shared options and output)."""
+    layer = {"cli.py", "clikit.py"}
+    found = sorted(
+        rel
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not (rel := path.relative_to(PACKAGE).as_posix()).startswith("commands/")
+        and rel not in layer
+        and any(name == "click" or name.startswith("click.") for name in _imports(path))
+    )
+    assert found == [], f"click code outside the command layer: {found}"

@@ -231,7 +231,7 @@ def build(
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
-        from lockbuild.builder.modelcli import build_model_cli
+        from lockbuild.commands.modelbuild import build_model_cli
 
         build_model_cli(
             ctx,
@@ -323,7 +323,7 @@ def build(
         for _, packed in signed
     )
     if reports is not None:  # the report follows the build's own result
-        from lockbuild.selftest.cli import show_after_build
+        from lockbuild.commands.selftest import show_after_build
 
         if trust_dir is not None:
             _check_trusted(signed, trust_dir)

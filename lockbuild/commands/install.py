@@ -109,7 +109,7 @@ def install(
         _install_chosen(ctx, installer, request, opts, allow_cpu)
         return
     if models_dir is not None:  # a model bundle placed there, or an engine that reads its models there
-        from lockbuild.modelcli import install_model_cli
+        from lockbuild.commands.models import install_model_cli
 
         with named_source(bundle, store=store_dir) as source:
             install_model_cli(ctx, source, models_dir, opts=opts, installer=installer)

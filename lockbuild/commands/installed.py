@@ -27,7 +27,7 @@ def list_(
     images in a folder; with --models, the models installed there)."""
     setup_output(ctx, as_json)
     if models_dir is not None:
-        from lockbuild.modelcli import list_models_cli
+        from lockbuild.commands.models import list_models_cli
 
         list_models_cli(ctx, models_dir)
         return

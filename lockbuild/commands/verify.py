@@ -47,7 +47,7 @@ def verify(
     """
     setup_output(ctx, as_json)
     if models_dir is not None:
-        from lockbuild.modelcli import verify_models_cli
+        from lockbuild.commands.models import verify_models_cli
 
         verify_models_cli(ctx, models_dir, bundle, trust_dir=trust_dir, threshold=threshold)
         return

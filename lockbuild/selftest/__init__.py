@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from lockbuild.selftest.report import Attempt, Report, Step
     from lockbuild.selftest.run import SelfTestOptions, self_test
 
-__all__ = ["Attempt", "Report", "SelfTestOptions", "Step", "self_test"]
+__all__ = ["TIMEOUT", "Attempt", "Report", "SelfTestOptions", "Step", "self_test"]
+TIMEOUT = 1800.0  # seconds the verify command and the smoke command may each take
 _HOME = {"Attempt": "report", "Report": "report", "Step": "report", "SelfTestOptions": "run", "self_test": "run"}
 
 

@@ -47,8 +47,7 @@ from lockbuild.limits import MiB
 from lockbuild.progress import Progress
 from lockbuild.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
 from lockbuild.sandbox import run as sandboxed
-from lockbuild.selftest import inner, sandbox, seccomp, trace
-from lockbuild.selftest.defaults import TIMEOUT
+from lockbuild.selftest import TIMEOUT, inner, sandbox, seccomp, trace
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.site.sources import DeltaFile, PartsFile, named_source
 from lockbuild.trust import load_store, open_source, trust_dir

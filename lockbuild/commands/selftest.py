@@ -16,7 +16,6 @@ import click
 
 from lockbuild.clikit import (
     Command,
-    Group,
     emit,
     json_option,
     progress_of,
@@ -25,7 +24,7 @@ from lockbuild.clikit import (
     trust_option,
 )
 from lockbuild.jsonio import JSON
-from lockbuild.selftest.defaults import TIMEOUT
+from lockbuild.selftest import TIMEOUT
 from lockbuild.text import for_terminal
 
 if TYPE_CHECKING:  # the self-test's machinery loads when the command runs, not with every other command
@@ -155,5 +154,4 @@ def test(
     _show(ctx, [self_test(bundle, opts, progress_of(ctx), store=store_dir)])
 
 
-def register(main: Group) -> None:
-    main.add_command(test)
+COMMANDS = (test,)

@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from lockbuild.clikit import emit, progress_of
 
+if TYPE_CHECKING:
+    from lockbuild.install.installer import Installer, InstallOptions
+    from lockbuild.trust.source import Source
 
-def install_model_cli(ctx: click.Context, source: Any, models_dir: Path, *, opts: Any, installer: Any) -> None:
+
+def install_model_cli(
+    ctx: click.Context, source: Source, models_dir: Path, *, opts: InstallOptions, installer: Installer
+) -> None:
     """``install BUNDLE --models DIR``: a model bundle is placed in DIR's Hub cache; an engine bundle is
     installed under --root with HF_HUB_CACHE=DIR and HF_HUB_OFFLINE=1 among its runtime settings."""
     from lockbuild.install.models import place_model

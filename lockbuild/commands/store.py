@@ -13,13 +13,14 @@ from lockbuild.clikit import (
     json_option,
     progress_of,
     setup_output,
+    site_store_option,
     threshold_option,
     trust_option,
+    wait_option,
 )
+from lockbuild.commands.storeindex import store_index
 from lockbuild.errors import IntegrityError
 from lockbuild.jsonio import JSON
-from lockbuild.site.cliindex import store_index
-from lockbuild.site.clioptions import store_option, wait_option
 
 
 @click.command(
@@ -31,7 +32,7 @@ from lockbuild.site.clioptions import store_option, wait_option
 @click.argument("bundle", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @trust_option
 @threshold_option
-@store_option
+@site_store_option
 @wait_option
 @json_option
 @click.pass_context
@@ -79,7 +80,7 @@ def store_group() -> None:
 
 
 @store_group.command("list", epilog="Example: lockbuild store list --store /srv/lockbuild --json")
-@store_option
+@site_store_option
 @json_option
 @click.pass_context
 def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
@@ -101,7 +102,7 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
 
 
 @store_group.command("verify", epilog="Example: lockbuild store verify --store /srv/lockbuild")
-@store_option
+@site_store_option
 @wait_option
 @click.option("--remove-damaged", is_flag=True, help="Delete damaged blobs (import or pull again to restore them).")
 @json_option
@@ -137,7 +138,7 @@ def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damage
 
 
 @store_group.command("gc", epilog="Example: lockbuild store gc --store /srv/lockbuild --wait 600")
-@store_option
+@site_store_option
 @wait_option
 @json_option
 @click.pass_context

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import Command, emit, json_option, setup_output
+from lockbuild.clikit import Command, emit, json_option, setup_output, site_store_option, wait_option
 from lockbuild.jsonio import JSON
-from lockbuild.site.clioptions import store_option, wait_option
 from lockbuild.text import for_terminal, one_line
 
 
@@ -17,7 +16,7 @@ from lockbuild.text import for_terminal, one_line
     cls=Command,
     epilog="Example: lockbuild store index --store /srv/lockbuild --out /srv/pypi --key site-index.key",
 )
-@store_option
+@site_store_option
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),

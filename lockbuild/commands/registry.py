@@ -17,11 +17,12 @@ from lockbuild.clikit import (
     json_option,
     progress_of,
     setup_output,
+    site_store_option,
     threshold_option,
     trust_option,
+    wait_option,
 )
 from lockbuild.jsonio import JSON
-from lockbuild.site.clioptions import store_option, wait_option
 
 if TYPE_CHECKING:
     from lockbuild.site.oci import RegistryCredentials
@@ -148,7 +149,7 @@ def push_(
     "--store /srv/lockbuild --trust /etc/lockbuild/keys",
 )
 @click.argument("target")
-@store_option
+@site_store_option
 @trust_option
 @threshold_option
 @registry_options

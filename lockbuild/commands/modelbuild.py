@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from lockbuild.clikit import emit, progress_of
 from lockbuild.jsonio import JSON
+
+if TYPE_CHECKING:
+    from lockbuild.settings import Settings
 
 
 def build_model_cli(
@@ -17,10 +21,10 @@ def build_model_cli(
     *,
     key: Path,
     out: Path,
-    expires: Any,
+    expires: dt.datetime | None,
     threads: int | None,
     jobs: int,
-    settings: Any,
+    settings: Settings,
     self_test: bool,
     build_spec: str | None,
     allow_readable_key: bool,

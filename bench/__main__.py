@@ -26,7 +26,7 @@ from bench.suite import Results, Setup, Suite
 from bench.workload import ENGINE, ENGINE_VERSION, generate
 from lockbuild import __version__
 from lockbuild.minisign import write_keypair
-from lockbuild.uvtool import uv_binary, uv_version
+from lockbuild.proc.uvtool import uv_binary, uv_version
 
 HERE = Path(__file__).resolve().parent
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"

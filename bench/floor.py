@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.measure import Figure, Ratio, StepFailed, pairwise, run
-from lockbuild.uvtool import uv_binary
+from lockbuild.proc.uvtool import uv_binary
 
 if TYPE_CHECKING:
     from bench.suite import Suite

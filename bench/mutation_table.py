@@ -87,7 +87,7 @@ ENTRIES: list[Mutation] = [
         "SIGNATURE_FILE, 1 << 40,",
         "tests/test_kept_signatures.py -k read",
     ),
-    # --- site/registry.py: pull -------------------------------------------------------------------
+    # --- registry/artifact.py: pull -------------------------------------------------------------------
     Mutation(
         "a pulled blob is read no further than its signed size (digest.pump's bound, both its guards)",
         "lockbuild/digest.py",
@@ -98,7 +98,7 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         "a pulled blob longer than signed is refused",
-        "lockbuild/site/registry.py",
+        "lockbuild/registry/artifact.py",
         "    if have > m.size:\n        remove_at(",
         "    if False:\n        remove_at(",
         "tests/test_pull_bounds.py",
@@ -642,119 +642,124 @@ ENTRIES: list[Mutation] = [
         "not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1",
         "tests/test_install.py -k lock_file",
     ),
-    # --- site/parts.py ------------------------------------------------------------------------------
+    # --- site/partlist.py ------------------------------------------------------------------------------
     off(
         "a part list naming more than MAX_PARTS parts is refused",
-        "lockbuild/site/parts.py",
+        "lockbuild/site/partlist.py",
         "not 0 < len(parts) <= MAX_PARTS",
         PART_LIST,
     ),
     off(
         "a part's name is a plain name",
-        "lockbuild/site/parts.py",
+        "lockbuild/site/partlist.py",
         'not isinstance(name, str) or not _PART_NAME.fullmatch(name) or ".." in name',
         PARTS,
     ),
     off(
         "a part's size is a non-negative int",
-        "lockbuild/site/parts.py",
+        "lockbuild/site/partlist.py",
         "not isinstance(psize, int) or isinstance(psize, bool) or psize < 0",
         PART_LIST,
     ),
     off(
-        "the parts add up to the listed size", "lockbuild/site/parts.py", "sum(p.size for p in out) != size", PART_LIST
+        "the parts add up to the listed size",
+        "lockbuild/site/partlist.py",
+        "sum(p.size for p in out) != size",
+        PART_LIST,
     ),
-    off("a part that shrinks while it is read is refused naming it", "lockbuild/site/parts.py", "n != p.size", PARTS),
-    off("a part's sha256 is checked", "lockbuild/site/parts.py", "digest != p.sha256", PARTS),
+    off(
+        "a part that shrinks while it is read is refused naming it", "lockbuild/site/partlist.py", "n != p.size", PARTS
+    ),
+    off("a part's sha256 is checked", "lockbuild/site/partlist.py", "digest != p.sha256", PARTS),
     off(
         "the joined parts have the listed sha256",
-        "lockbuild/site/parts.py",
+        "lockbuild/site/partlist.py",
         "whole.hexdigest() != listing.sha256",
         PARTS,
     ),
-    # --- site/oci.py --------------------------------------------------------------------------------
-    off("credentials in an oci:// reference are refused", "lockbuild/site/ociref.py", '"@" in host', OCI),
+    # --- registry/api.py --------------------------------------------------------------------------------
+    off("credentials in an oci:// reference are refused", "lockbuild/registry/reference.py", '"@" in host', OCI),
     off(
         "a realm over a weaker scheme gets no credentials",
-        "lockbuild/site/ociauth.py",
+        "lockbuild/registry/auth.py",
         "_RANK[parts.scheme] < _RANK.get(registry_scheme, 1)",
         OCI,
     ),
     off(
         "plain http only to loopback unless allowed",
-        "lockbuild/site/ociclient.py",
+        "lockbuild/registry/client.py",
         'parts.scheme != "http" or not (self.plain_http or is_loopback(parts.hostname or ""))',
         "tests/test_registry_scheme.py",
     ),
     off(
         "an answer announced over its cap is refused before it is read",
-        "lockbuild/site/ociclient.py",
+        "lockbuild/registry/client.py",
         "not truncate and length.isdigit() and int(length) > limit",
         OCI + " -k token",
     ),
     off(
         "an answer is read no further than its cap",
-        "lockbuild/site/ociclient.py",
+        "lockbuild/registry/client.py",
         "len(out) > limit",
         OCI,
         after="\n                if truncate:",
     ),
     off(
         "a range answer that starts elsewhere is refused",
-        "lockbuild/site/oci.py",
+        "lockbuild/registry/api.py",
         'not r.headers.get("Content-Range", "").startswith(f"bytes {offset}-")',
         OCI + " -k range",
     ),
     off(
         "a deadline that has run out stops the transfer",
-        "lockbuild/site/ocisocket.py",
+        "lockbuild/registry/connection.py",
         "left <= 0",
         OCI + " -k 'time or deadline'",
     ),
-    # --- builder/http.py, builder/fetch.py, urls.py -------------------------------------------------
+    # --- fetch/http.py, fetch/fetcher.py, urls.py -------------------------------------------------
     off(
         "a redirect to another host or scheme is refused",
-        "lockbuild/builder/http.py",
+        "lockbuild/fetch/http.py",
         "urlsplit(target)[:2] != urlsplit(current)[:2]",
         "tests/test_http.py",
     ),
     off(
         "a body announced over its limit is refused before it is read",
-        "lockbuild/builder/http.py",
+        "lockbuild/fetch/http.py",
         "announced.isdigit() and int(announced) > limit",
         "tests/test_http.py",
     ),
     off(
         "a body is read no further than its limit",
-        "lockbuild/builder/http.py",
+        "lockbuild/fetch/http.py",
         "len(body) > limit",
         "tests/test_http.py -k 'finite_body or small_limit'",
     ),
     off(
         "a download announced larger than the lock says is refused unread",
-        "lockbuild/builder/sink.py",
+        "lockbuild/fetch/sink.py",
         "announced is not None and announced.isdigit() and self.written + int(announced) > self.limit",
         FETCH,
     ),
     off(
         "a download is read no further than the lock's size",
-        "lockbuild/builder/sink.py",
+        "lockbuild/fetch/sink.py",
         "self.written + len(chunk) > self.limit",
         FETCH,
     ),
     off(
         "a resumed download's range must start where asked",
-        "lockbuild/builder/fetch.py",
+        "lockbuild/fetch/fetcher.py",
         'not headers.get("content-range", "").startswith(f"bytes {offset}-")',
         FETCH,
     ),
     off(
         "a download shorter than the lock says is refused",
-        "lockbuild/builder/fetch.py",
+        "lockbuild/fetch/fetcher.py",
         "w.size is not None and sink.written != w.size",
         FETCH,
     ),
-    off("a download with another sha256 is refused", "lockbuild/builder/fetch.py", "got != digest_of(w.sha256)", FETCH),
+    off("a download with another sha256 is refused", "lockbuild/fetch/fetcher.py", "got != digest_of(w.sha256)", FETCH),
     off(
         "a scheme other than https and http is refused as not https",
         "lockbuild/urls.py",
@@ -806,31 +811,31 @@ ENTRIES: list[Mutation] = [
         'not _TAG_CHARS.fullmatch(value) or ".." in value or "//" in value',
         "tests/test_recipe.py",
     ),
-    # --- sandbox.py ---------------------------------------------------------------------------------
+    # --- proc/sandbox.py ---------------------------------------------------------------------------------
     Mutation(
         "the sandbox has no network unless asked",
-        "lockbuild/sandbox.py",
+        "lockbuild/proc/sandbox.py",
         '    if spec.network:\n        out.append("--share-net")',
         '    if True:\n        out.append("--share-net")',
         "tests/test_sandbox.py -k network",
     ),
     Mutation(
         "the sandbox drops every capability",
-        "lockbuild/sandbox.py",
+        "lockbuild/proc/sandbox.py",
         '"--cap-drop", "ALL", ',
         "",
         "tests/test_sandbox.py -k capabilities",
     ),
     Mutation(
         "the sandbox's root is read-only",
-        "lockbuild/sandbox.py",
+        "lockbuild/proc/sandbox.py",
         'out += ["--remount-ro", "/"]',
         "out += []",
         "tests/test_sandbox.py -k read_only",
     ),
     Mutation(
         "the sandbox starts with an empty environment",
-        "lockbuild/sandbox.py",
+        "lockbuild/proc/sandbox.py",
         'out.append("--clearenv")',
         "pass",
         "tests/test_sandbox.py -k environment",
@@ -839,14 +844,14 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         "the sandbox dies with its parent",
-        "lockbuild/sandbox.py",
+        "lockbuild/proc/sandbox.py",
         '"--die-with-parent", ',
         "",
         "tests/test_sandbox.py -k 'daemon or timeout'",
     ),
     off(
         "a sandbox environment name with '=' or NUL is refused",
-        "lockbuild/sandbox.py",
+        "lockbuild/proc/sandbox.py",
         'not k or "=" in k or "\\0" in k or "\\0" in v',
         "tests/test_sandbox.py -k bad_specs",
     ),
@@ -864,7 +869,7 @@ ENTRIES: list[Mutation] = [
         "n.host.lower() in traced_names",
         SELFTEST_PURE,
     ),
-    # --- trust/opener.py::decide, image/source.py: the one decision, for images too ----------------------
+    # --- trust/opener.py::decide, image/imagefile.py: the one decision, for images too ----------------------
     off(
         "a file no trusted statement names is refused before a byte of it is read",
         "lockbuild/trust/opener.py",
@@ -893,15 +898,15 @@ ENTRIES: list[Mutation] = [
     ),
     Mutation(
         "an image is hashed as the signed file, its digests judged (ImageFile)",
-        "lockbuild/image/source.py",
+        "lockbuild/image/imagefile.py",
         'return digest_signed_file(self.image, limits, check, prehash=False, what="image")',
         "return None  # type: ignore[return-value]",
         IMAGE,
     ),
-    # --- install/choose.py: a folder's files -----------------------------------------------------------
+    # --- choice/choose.py: a folder's files -----------------------------------------------------------
     Mutation(
         "a folder's file that fails the trust decision is skipped, named, and counts for nothing",
-        "lockbuild/install/choose.py",
+        "lockbuild/choice/choose.py",
         'skipped.append(f"{o.file}: not judged: its signatures are refused ({exc.message})")',
         "raise",
         "tests/test_choose.py -k 'folder or skipped or planted'",
@@ -921,10 +926,10 @@ ENTRIES: list[Mutation] = [
         "return escape(text)",
         "tests/test_builder_process.py -k escape",
     ),
-    # --- builder/metahook.py, builder/selfwheel.py -------------------------------------------------------
+    # --- sdist/metahook.py, builder/selfwheel.py -------------------------------------------------------
     Mutation(
         "an sdist's metadata hook runs in the sandbox with no network",
-        "lockbuild/builder/metahook.py",
+        "lockbuild/sdist/metahook.py",
         "            network=False,\n        )",
         "            network=True,\n        )",
         "tests/test_sdist_metadata.py -k 'only_the_compile or reaches_no_network'",

@@ -45,9 +45,9 @@ def raw(files_json: Path, out: Path, jobs: int) -> dict[str, object]:
 
 
 def fetch(wanted_json: Path, cache_dir: Path, jobs: int, transfer: str | None = None) -> dict[str, object]:
-    from lockbuild.builder.cache import Cache
-    from lockbuild.builder.fetch import Fetcher, Wanted
-    from lockbuild.builder.http import make_client
+    from lockbuild.fetch.cache import Cache
+    from lockbuild.fetch.fetcher import Fetcher, Wanted
+    from lockbuild.fetch.http import make_client
 
     wanted = [Wanted(w["url"], w["sha256"], w["size"], w["label"]) for w in json.loads(wanted_json.read_text())]
     started = time.perf_counter()

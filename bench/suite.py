@@ -20,7 +20,7 @@ from bench import floor as stock_floor
 from bench import push as push_phase
 from bench.index import StaticIndex
 from bench.measure import Figure, Ratio, Run, StepFailed, pairwise, run, wait_quiet
-from lockbuild.uvtool import uv_binary
+from lockbuild.proc.uvtool import uv_binary
 
 DEAD = "http://127.0.0.1:9"
 PHASES = ("lock", "fetch", "pack", "verify", "install", "install-store", "pipeline", "floor", "verify-pass", "push")

@@ -42,7 +42,7 @@ from typing import Any
 from bench.floor import minisign_key
 from bench.measure import Figure, Ratio, Run, StepFailed, run, wait_quiet
 from bench.suite import LOCKBUILD, PIP, Results, clean_env
-from lockbuild.uvtool import uv_binary
+from lockbuild.proc.uvtool import uv_binary
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "bundles" / "vllm.toml"

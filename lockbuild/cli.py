@@ -9,20 +9,20 @@ from __future__ import annotations
 import click
 
 from lockbuild import __version__
-from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
 from lockbuild.commands import (
     builder,
     doctor,
     image,
     install,
     installed,
-    keys,
     parts,
     registry,
     selftest,
+    signing,
     store,
     verify,
 )
+from lockbuild.commands.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
@@ -108,7 +108,7 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(dict)
 
 
-for _module in (builder, keys, verify, install, installed, doctor, image, store, parts, registry, selftest):
+for _module in (builder, signing, verify, install, installed, doctor, image, store, parts, registry, selftest):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 _summarise(main)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
 
-from lockbuild.channel import Cancelled, Channel, End
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import MiB
+from lockbuild.proc.channel import Cancelled, Channel, End
 
 CHUNK = MiB  # the read size of every copy and hash loop (a file, a member, a blob, a download): one place
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as lockbuild writes it: 64 lowercase hex digits (fullmatch)

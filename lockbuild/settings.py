@@ -21,8 +21,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lockbuild.errors import LockbuildError
+from lockbuild.proc.uvtool import child_environ
 from lockbuild.urls import INSECURE_ENV, check_transport, is_loopback, is_secure, origin, public, split_credentials
-from lockbuild.uvtool import child_environ
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 DEFAULT_GITHUB_API = "https://api.github.com"
@@ -53,7 +53,7 @@ class Settings:
     cache_dir: Path
     index_credentials: IndexCredentials | None = field(default=None, repr=False)
     github_token: str | None = field(default=None, repr=False)
-    hf_endpoint: str = "https://huggingface.co"  # builder/hub.py::hub_endpoint (https, or http to loopback)
+    hf_endpoint: str = "https://huggingface.co"  # fetch/hub.py::hub_endpoint (https, or http to loopback)
     hf_token: str | None = field(default=None, repr=False)
     allow_insecure_http: bool = False
     warnings: tuple[str, ...] = ()

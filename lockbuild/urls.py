@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. A URL that is recorded (lock, manifest, SBOM, --json) or printed never
 carries userinfo: ``public`` strips it, and ``split_credentials`` is how settings take it out at the
-boundary so that it travels only as an Authorization header (see ``lockbuild.builder.http``).
+boundary so that it travels only as an Authorization header (see ``lockbuild.fetch.http``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from servers import FakeHub, FakeServer, make_wheel
 
 from lockbuild.minisign import write_keypair
-from lockbuild.uvtool import uv_binary, uv_version
+from lockbuild.proc.uvtool import uv_binary, uv_version
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 PLATFORM = "x86_64-manylinux_2_28"
@@ -229,7 +229,7 @@ def install_in_sandbox(
     made by ``unshare -rn`` would show root's directories above --root as uid 65534, which the installer
     rightly refuses; inside the sandbox the directories above the binds are its own."""
     import lockbuild
-    from lockbuild import sandbox
+    from lockbuild.proc import sandbox
 
     here = [Path(sys.prefix), Path(sys.base_prefix), Path(lockbuild.__file__).resolve().parent.parent]
     binds = [sandbox.Bind(p, p) for p in dict.fromkeys(here) if not p.is_relative_to("/usr")]

@@ -10,9 +10,9 @@ from pathlib import Path
 from hubkit import REPO, tiny_model
 from servers import LFS_SUFFIXES
 
-from lockbuild.builder.hub import HubFile
 from lockbuild.builder.modelbuild import assemble_model, choose
 from lockbuild.builder.pack import Packed, sign, write
+from lockbuild.fetch.hub import HubFile
 from lockbuild.minisign import read_secret_key
 from lockbuild.recipe.modelrecipe import ModelRecipe, parse_model_recipe
 

@@ -270,7 +270,7 @@ def test_keygen_prompt_names_the_key_and_says_why_it_asks_again(
     import sys
     import types
 
-    import lockbuild.commands.keys as cli_module
+    import lockbuild.commands.signing as cli_module
 
     fake_sys = types.SimpleNamespace(**{**vars(sys), "stdin": types.SimpleNamespace(isatty=lambda: True)})
     monkeypatch.setattr(cli_module, "sys", fake_sys)

@@ -1,4 +1,4 @@
-"""Threads that hand a stream on (lockbuild.channel), the bundle's output sink (digest.HashingWriter) and its
+"""Threads that hand a stream on (lockbuild.proc.channel), the bundle's output sink (digest.HashingWriter) and its
 file (writeback.EarlyWriteback): order kept, memory bounded, a failure on any thread raised on the
 caller's, no thread left behind, every byte written."""
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from lockbuild import writeback
-from lockbuild.channel import Cancelled, Channel, End, start
 from lockbuild.digest import HashingWriter
-from lockbuild.writeback import EarlyWriteback
+from lockbuild.fsio import writeback
+from lockbuild.fsio.writeback import EarlyWriteback
+from lockbuild.proc.channel import Cancelled, Channel, End, start
 
 
 def until(condition: Callable[[], bool], wait: float = 10.0) -> bool:

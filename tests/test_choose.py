@@ -1,4 +1,4 @@
-"""The node chooses its build: the pure rule (install/ranking.py::choose), the facts it rests on,
+"""The node chooses its build: the pure rule (choice/ranking.py::choose), the facts it rests on,
 the signed manifest fields (format 3), and the choosing forms of `install` and `doctor --store`.
 
 Each rule has a test that fails without it: the example of the issue (CUDA 13 = capability 7.5+, driver
@@ -27,12 +27,12 @@ from lockbuild.bundle import manifestparse
 from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.bundle.manifest import Member
 from lockbuild.bundle.manifestparse import parse_manifest
+from lockbuild.choice.candidates import Option
+from lockbuild.choice.ranking import choose
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
-from lockbuild.install.choice import Option
 from lockbuild.install.fit import Facts, Needs
 from lockbuild.install.node import FactsError, Gpu, Node, detect
-from lockbuild.install.ranking import choose
 from lockbuild.recipe import parse_recipe
 
 CU13 = GpuNeeds((7, 5), "580")

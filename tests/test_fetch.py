@@ -21,12 +21,12 @@ from click.testing import CliRunner
 from servers import FakeServer, QuietHTTPServer, Served
 
 from lockbuild import fsio
-from lockbuild.builder.batch import Batch
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.http import make_client
 from lockbuild.cli import main
 from lockbuild.errors import FetchError, IntegrityError
+from lockbuild.fetch.batch import Batch
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified
+from lockbuild.fetch.http import make_client
 from lockbuild.progress import Progress
 
 MiB = 1 << 20
@@ -344,9 +344,9 @@ def test_sweep_removes_only_stale_temp_files(cache: Cache) -> None:
 KILLED_FETCH = """
 import sys
 from pathlib import Path
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher, Wanted
-from lockbuild.builder.http import make_client
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher, Wanted
+from lockbuild.fetch.http import make_client
 
 url, digest, size, root = sys.argv[1:]
 with make_client() as client:
@@ -561,9 +561,9 @@ def test_small_network_reads_are_gathered_into_whole_mib_writes(
 BIG_FETCH = """
 import json, resource, sys
 from pathlib import Path
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher, Wanted
-from lockbuild.builder.http import make_client
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher, Wanted
+from lockbuild.fetch.http import make_client
 
 url, digest, size, root = sys.argv[1:]
 with make_client() as client:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from servers import FakeServer
 
-from lockbuild.builder import curlget
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher, Wanted
-from lockbuild.builder.http import make_client
 from lockbuild.errors import FetchError
+from lockbuild.fetch import curlget
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher, Wanted
+from lockbuild.fetch.http import make_client
 from lockbuild.settings import Settings
 from lockbuild.urls import InsecureTransportError
 

@@ -503,7 +503,7 @@ PAGE = st.one_of(JSON, st.fixed_dictionaries({"files": st.lists(ENTRY | JSON, ma
 @FUZZ
 @given(PAGE, st.sampled_from(["1.0", "1", "2.0", "1.0+cu129"]), st.booleans())
 def test_index_page_and_file_picker_raise_only_lockbuild_errors(page: Any, version: str, one_file: bool) -> None:
-    from lockbuild.builder.index import parse_project_page
+    from lockbuild.fetch.index import parse_project_page
     from lockbuild.lock import Candidate, Pin, choose_file
     from lockbuild.target import Target
 

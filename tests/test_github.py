@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from conftest import TOY_RECIPE
 from servers import FakeServer
 
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher
-from lockbuild.builder.github import ReleaseAsset, pick_wheel, release_assets
-from lockbuild.builder.http import make_client
 from lockbuild.cli import main
 from lockbuild.errors import FetchError, IntegrityError, LockbuildError, RecipeError, RemoteError
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher
+from lockbuild.fetch.github import ReleaseAsset, pick_wheel, release_assets
+from lockbuild.fetch.http import make_client
 from lockbuild.settings import Settings
 
 TOKEN = "ghp_secret0123456789abcdefghijklmnopqrstu"

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from servers import FakeServer, QuietHTTPServer, Served
 
-from lockbuild.builder.http import MAX_JSON_BYTES, get_json, make_client
 from lockbuild.errors import RemoteError
+from lockbuild.fetch.http import MAX_JSON_BYTES, get_json, make_client
 
 MiB = 1 << 20
 
@@ -173,8 +173,8 @@ def test_a_connection_reset_once_is_asked_again_and_twice_is_an_error() -> None:
 
     import httpx as _httpx
 
-    from lockbuild.builder.http import get_json
     from lockbuild.errors import RemoteError
+    from lockbuild.fetch.http import get_json
 
     def serve(resets: int) -> tuple[str, threading.Thread]:
         lsock = socket.socket()

@@ -1,4 +1,4 @@
-"""The Hugging Face Hub client (``builder/hub.py``) against the fake Hub: what it lists and downloads, and
+"""The Hugging Face Hub client (``fetch/hub.py``) against the fake Hub: what it lists and downloads, and
 each answer it refuses (every refusal here fails when its check is removed)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from hubkit import REPO, tiny_model
 from servers import FakeHub
 
 from lockbuild import settings as settings_mod
-from lockbuild.builder import hub as hubmod
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher
-from lockbuild.builder.http import make_client
 from lockbuild.errors import IntegrityError, LockbuildError, RecipeError, RemoteError
+from lockbuild.fetch import hub as hubmod
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher
+from lockbuild.fetch.http import make_client
 from lockbuild.limits import Limits
 from lockbuild.urls import InsecureTransportError
 
@@ -389,7 +389,7 @@ def test_a_tree_page_is_read_bounded(hub: FakeHub, kit: Kit, monkeypatch: pytest
 
 
 def test_only_the_hub_client_speaks_the_hubs_api_and_only_the_settings_read_its_token() -> None:
-    """One place asks the Hub (``builder/hub.py``: its checks apply to every answer) and one place reads
+    """One place asks the Hub (``fetch/hub.py``: its checks apply to every answer) and one place reads
     ``HF_TOKEN`` and ``HF_ENDPOINT`` (both in the settings: ``settings.hub_endpoint``)."""
     import ast
 
@@ -409,8 +409,8 @@ def test_only_the_hub_client_speaks_the_hubs_api_and_only_the_settings_read_its_
                 for arg in args:
                     if isinstance(arg, ast.Constant) and arg.value in ("HF_TOKEN", "HF_ENDPOINT"):
                         speaks.setdefault(arg.value, []).append(rel)
-    assert set(speaks.get("/api/models/", [])) == {"builder/hub.py"}
-    assert set(speaks.get("/resolve/", [])) == {"builder/hub.py"}
+    assert set(speaks.get("/api/models/", [])) == {"fetch/hub.py"}
+    assert set(speaks.get("/resolve/", [])) == {"fetch/hub.py"}
     assert set(speaks.get("HF_TOKEN", [])) == {"settings.py"}
     assert set(speaks.get("HF_ENDPOINT", [])) == {"settings.py"}
 

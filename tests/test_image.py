@@ -226,8 +226,8 @@ def _resign(copy: Path, keys: Keys, record: dict[str, object] | None = None, **s
     disagreement is the one a check must catch."""
     import dataclasses
 
+    from lockbuild.image.judge import statement_of
     from lockbuild.image.record import image_marker
-    from lockbuild.image.verify import statement_of
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust import digest_signed_file, sign_statement
 
@@ -320,8 +320,8 @@ def test_a_marker_that_names_another_bundle_fails_verify_even_when_signed(
     signed: Path, keys: Keys, tmp_path: Path
 ) -> None:
     """The marker check is real: a record naming another bundle, signed as it stands, is refused."""
+    from lockbuild.image.judge import statement_of
     from lockbuild.image.record import image_marker
-    from lockbuild.image.verify import statement_of
     from lockbuild.minisign import read_secret_key
     from lockbuild.trust import digest_signed_file, sign_statement
 

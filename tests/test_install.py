@@ -447,13 +447,13 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
 ) -> None:
     """Driver version unknown, an old glibc and too little space: install refuses with every reason, and
     doctor lists the same reasons for the same bundle on the same node."""
-    import lockbuild.install.doctor as doctor
     import lockbuild.install.installer as installer
+    import lockbuild.install.survey as doctor
     from lockbuild.bundle.read import read_head
     from lockbuild.errors import InstallError
-    from lockbuild.install.doctor import CatalogueBuild
     from lockbuild.install.fit import Needs
     from lockbuild.install.node import Gpu, Node
+    from lockbuild.install.survey import CatalogueBuild
 
     node = Node("x86_64", "glibc", (2, 17), "unknown", (Gpu("Old GPU", (7, 0)),))
     monkeypatch.setattr(installer, "free_bytes", lambda _path: 1 << 20)

@@ -107,7 +107,7 @@ def offline_install(bundle: Path, root: Path, keys: Keys) -> subprocess.Complete
     unshare = shutil.which("unshare")
     if os.geteuid() == 0 and unshare is not None and subprocess.run([unshare, "-n", "true"]).returncode == 0:
         return subprocess.run([unshare, "-n", *argv], capture_output=True, text=True, env=env)
-    from lockbuild import sandbox
+    from lockbuild.proc import sandbox
 
     try:
         sandbox.check_available()

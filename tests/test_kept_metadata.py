@@ -16,8 +16,8 @@ from conftest import day
 from servers import FakeServer, make_wheel
 from test_lock_memo import entries, lock, publish_engine, recipe, uv_requests, versions
 
-from lockbuild.builder.cache import METADATA_MAGIC, Cache
 from lockbuild.errors import FetchError
+from lockbuild.fetch.cache import METADATA_MAGIC, Cache
 
 
 def kept_files(cache: Path) -> list[Path]:

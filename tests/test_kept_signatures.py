@@ -15,7 +15,7 @@ from lockbuild.errors import IntegrityError
 from lockbuild.limits import Limits
 from lockbuild.minisign import parse_signatures
 from lockbuild.minisign.sigfile import MAX_SIGNATURES, Signature
-from lockbuild.site.store import SIGNATURE_FILE, Store
+from lockbuild.site.storage import SIGNATURE_FILE, Store
 from lockbuild.site.storemodel import merge_signatures
 
 

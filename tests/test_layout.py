@@ -10,7 +10,20 @@ from pathlib import Path
 import lockbuild
 
 PACKAGE = Path(lockbuild.__file__).parent
-NETWORK = ("httpx", "pycurl", "lockbuild.builder", "urllib.request", "http.client", "socket", "requests")
+# The node's own packages: the installer, its choice among builds, and the model cache it places.
+NODE_PACKAGES = ("install", "choice", "hubcache")
+NETWORK = (
+    "httpx",
+    "pycurl",
+    "lockbuild.builder",
+    "lockbuild.fetch",
+    "lockbuild.sdist",
+    "lockbuild.registry",
+    "urllib.request",
+    "http.client",
+    "socket",
+    "requests",
+)
 
 
 def _imports(path: Path) -> set[str]:
@@ -24,7 +37,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_installer_modules_import_no_network_code() -> None:
-    for path in sorted((PACKAGE / "install").glob("*.py")):
+    for path in sorted(p for pkg in NODE_PACKAGES for p in (PACKAGE / pkg).glob("*.py")):
         bad = {n for n in _imports(path) if n.startswith(NETWORK)}
         assert not bad, f"{path.name} imports {bad}"
 
@@ -32,7 +45,7 @@ def test_installer_modules_import_no_network_code() -> None:
 def test_install_and_verify_load_no_network_module() -> None:
     code = (
         "import sys\n"
-        "import lockbuild.install.installer, lockbuild.install.doctor, lockbuild.trust, lockbuild.bundle.read\n"
+        "import lockbuild.install.installer, lockbuild.install.survey, lockbuild.trust, lockbuild.bundle.read\n"
         "from lockbuild.cli import main\n"
         "from click.testing import CliRunner\n"
         "CliRunner().invoke(main, ['install', '--help'])\n"
@@ -43,7 +56,7 @@ def test_install_and_verify_load_no_network_module() -> None:
     assert out.stdout.strip() == "[]"
 
 
-BUILDER_ONLY = ("lockbuild.recipe", "lockbuild.builder", "tomlkit")
+BUILDER_ONLY = ("lockbuild.recipe", "lockbuild.builder", "lockbuild.fetch", "lockbuild.sdist", "tomlkit")
 
 
 def _lockbuild_imports(module: str) -> set[str]:
@@ -70,7 +83,12 @@ def _is_module(name: str) -> bool:
 def test_the_node_never_imports_the_recipe_or_the_builder() -> None:
     """install/ acts on the signed manifest only: neither it nor anything it imports, transitively and
     including imports inside functions, reaches the recipe parser or the builder."""
-    start = {f"lockbuild.install.{p.stem}" for p in (PACKAGE / "install").glob("*.py") if p.stem != "__init__"}
+    start = {
+        f"lockbuild.{pkg}.{p.stem}"
+        for pkg in NODE_PACKAGES
+        for p in (PACKAGE / pkg).glob("*.py")
+        if p.stem != "__init__"
+    }
     seen: dict[str, str] = {m: m for m in start}
     todo = sorted(start)
     while todo:
@@ -100,21 +118,21 @@ PRIMITIVES = "fsio/"
 # lists and deletes through lockbuild.fsio; a new direct call fails this test.
 OS_OPEN_ALLOWED = {
     "install/places.py": "makes ROOT/ENGINE by descriptor and fchmods it (one O_DIRECTORY|O_NOFOLLOW open)",
-    "builder/cache.py": "the builder's own content-addressed cache, checked by sha256 on every read",
+    "fetch/cache.py": "the builder's own content-addressed cache, checked by sha256 on every read",
 }
 DELETE_BY_PATH_ALLOWED = {
     "install/installer.py": "its own staging directories under ROOT/ENGINE, which places.py proved this user's",
     "install/pythons.py": "its own staging under ROOT/.python, proved this user's",
     "install/swap.py": "its lock file, unlinked only when it is still the inode it locked",
-    "selftest/sandbox.py": "the self-test's private 0700 directory",
-    "builder/prebuild.py": "a private temporary directory of the builder's",
+    "selftest/workdir.py": "the self-test's private 0700 directory",
+    "sdist/prebuild.py": "a private temporary directory of the builder's",
     "builder/output.py": "the builder's own --out staging",
     "builder/pack.py": "the builder's own --out staging",
     "builder/memo.py": "the builder's own cache",
-    "builder/cache.py": "the builder's own cache",
-    "builder/fetch.py": "the builder's own cache's partial downloads",
+    "fetch/cache.py": "the builder's own cache",
+    "fetch/fetcher.py": "the builder's own cache's partial downloads",
     "site/delta.py": "the delta writer's own work directory under --out",
-    "site/parts.py": "the splitter's own temporary part files under --out",
+    "site/partlist.py": "the splitter's own temporary part files under --out",
     "trust/sign.py": "its own temporary .minisig",
     "minisign/keyfiles.py": "its own temporary key file",
 }
@@ -261,7 +279,14 @@ def test_the_allow_lists_name_only_modules_that_exist_and_need_them() -> None:
 
 # --- the wings' layers: what the installer may import, no cycles, public names -----------------------
 
-NOT_FROM_INSTALL = ("lockbuild.site", "lockbuild.builder", "lockbuild.recipe")
+NOT_FROM_INSTALL = (
+    "lockbuild.site",
+    "lockbuild.registry",
+    "lockbuild.builder",
+    "lockbuild.fetch",
+    "lockbuild.sdist",
+    "lockbuild.recipe",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -312,7 +337,7 @@ def test_the_installer_imports_nothing_of_the_site_the_builder_or_the_recipe() -
     ``install.choose.Place``, which the command layer feeds. No module of install/, nor anything it imports
     (transitively, imports inside functions included), imports site/, builder/ or recipe/."""
     modules = _modules()
-    start = sorted(m for m in modules if m.startswith("lockbuild.install."))
+    start = sorted(m for m in modules if m.startswith(tuple(f"lockbuild.{pkg}." for pkg in NODE_PACKAGES)))
     via: dict[str, str] = {m: m for m in start}
     todo = list(start)
     bad = []
@@ -325,7 +350,7 @@ def test_the_installer_imports_nothing_of_the_site_the_builder_or_the_recipe() -
                 via[name] = via[module]
                 todo.append(name)
     assert bad == []
-    assert "lockbuild.install.choose" in via and "lockbuild.trust.opener" in via
+    assert "lockbuild.choice.choose" in via and "lockbuild.trust.opener" in via
 
 
 def test_no_import_cycles_in_the_package() -> None:
@@ -414,8 +439,8 @@ def test_each_rule_is_defined_in_one_module() -> None:
 
 def test_only_the_command_layer_imports_click() -> None:
     """The command layer parses, calls the library and renders: all click code is in commands/ (one module
-    per family of commands), cli.py (the root group) and clikit.py (the shared options and output)."""
-    layer = {"cli.py", "clikit.py"}
+    per family of commands), cli.py (the root group) and commands/clikit.py (the shared options and output)."""
+    layer = {"cli.py", "commands/clikit.py"}
     found = sorted(
         rel
         for path in sorted(PACKAGE.rglob("*.py"))

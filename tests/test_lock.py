@@ -17,11 +17,11 @@ from conftest import PLATFORM, PY, TOY_RECIPE, day
 from servers import FakeServer, make_sdist, make_tar_gz, make_wheel
 
 from lockbuild.builder.cutoff import CUT_OFF_DELAY, cut_off
-from lockbuild.builder.index import Index, parse_project_page
 from lockbuild.builder.plan import choose_uv_wheel
 from lockbuild.builder.sources import read_source_requirements
 from lockbuild.cli import main
 from lockbuild.errors import RecipeError, RemoteError, ResolveError
+from lockbuild.fetch.index import Index, parse_project_page
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.lock import Candidate, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.recipe import Build, parse_recipe
@@ -952,7 +952,7 @@ def test_a_pin_sha256_for_a_package_the_lock_does_not_have_is_refused(
 def test_reading_only_a_release_keeps_exactly_the_files_the_full_parse_would() -> None:
     """The index reads a file's version from its name's version field alone when asking for one release;
     that shortcut must keep the same files as parsing every name whole (wheels, sdists, and the rest)."""
-    from lockbuild.builder.index import file_version
+    from lockbuild.fetch.index import file_version
 
     names = [
         "pkg-1.0-py3-none-any.whl",

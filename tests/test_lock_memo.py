@@ -1,5 +1,5 @@
 """uv's resolution remembered by its inputs (builder/memo.py), and index look-ups started on uv's hints
-(builder/lookahead.py, resolve.read_uv_stderr): a warm lock runs no uv, and neither changes what is locked."""
+(fetch/lookahead.py, resolve.read_uv_stderr): a warm lock runs no uv, and neither changes what is locked."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, day
 from servers import FakeServer, make_wheel
 
-from lockbuild.builder.lookahead import Lookahead
 from lockbuild.builder.memo import MAX_ENTRY_BYTES, ResolutionMemo, parse_entry, resolution_key
 from lockbuild.builder.resolve import MAX_MESSAGE_LINES, compile_lock, read_uv_stderr
 from lockbuild.cli import main
 from lockbuild.errors import RemoteError
+from lockbuild.fetch.lookahead import Lookahead
 from lockbuild.target import Target
 from lockbuild.times import iso
 
@@ -428,8 +428,8 @@ def test_a_hint_that_fails_stops_the_hints_not_the_reading() -> None:
 @pytest.mark.parametrize("attack", ["group-writable", "symlink"])
 def test_a_resolutions_directory_another_user_could_write_is_refused(tmp_path: Path, attack: str) -> None:
     """Whoever writes there could choose uv's answer (each pin is still checked, but not which pins)."""
-    from lockbuild.builder.cache import Cache
     from lockbuild.errors import FetchError
+    from lockbuild.fetch.cache import Cache
 
     root = tmp_path / "cache"
     root.mkdir(mode=0o700)
@@ -584,7 +584,7 @@ def test_a_package_taken_out_of_the_memory_is_resolved_afresh(env: FakeServer, t
 
 
 def test_the_closure_follows_markers_and_extras_for_the_target() -> None:
-    from lockbuild.builder.closure import closure_problem
+    from lockbuild.sdist.closure import closure_problem
 
     meta = {
         "eng": b"Name: eng\nVersion: 1.0\nRequires-Dist: dep>=1\nRequires-Dist: winonly; sys_platform == 'win32'\n"

@@ -21,8 +21,8 @@ from sitekit import cli, make_bundle
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.read import read_head
 from lockbuild.recipe.modelrecipe import parse_model_recipe
-from lockbuild.site import modelpack
-from lockbuild.site.oci import OCI_MANIFEST
+from lockbuild.registry import modelpack
+from lockbuild.registry.api import OCI_MANIFEST
 
 NEW_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
 CHANGED = "model-00002-of-00002.safetensors"
@@ -341,7 +341,7 @@ def test_media_types_follow_what_each_file_is() -> None:
 
 
 def test_only_the_modelpack_module_spells_the_modelpack_layout() -> None:
-    """One place for the layout: the ModelPack media types and annotation keys appear in site/modelpack.py
+    """One place for the layout: the ModelPack media types and annotation keys appear in registry/modelpack.py
     only (push and pull call it), so a second, drifting copy of the layout cannot appear."""
     package = Path(modelpack.__file__).parent.parent
     spelled = sorted(
@@ -349,4 +349,4 @@ def test_only_the_modelpack_module_spells_the_modelpack_layout() -> None:
         for p in package.rglob("*.py")
         if "application/vnd.cncf.model" in p.read_text() or "org.cncf.model" in p.read_text()
     )
-    assert spelled == ["site/modelpack.py"]
+    assert spelled == ["registry/modelpack.py"]

@@ -1,12 +1,12 @@
-"""What a registry's 401 asks, answered by the pure rule (site/ociauth.py): the Basic header, or the
+"""What a registry's 401 asks, answered by the pure rule (registry/auth.py): the Basic header, or the
 token request to a realm the credentials may go to; refusals say what was found and what to do."""
 
 from __future__ import annotations
 
 import pytest
 
-from lockbuild.site.ociauth import TokenRequest, answer_challenge, parse_auth_realm, token_of
-from lockbuild.site.ociref import OciRef, RegistryCredentials, RegistryError
+from lockbuild.registry.auth import TokenRequest, answer_challenge, parse_auth_realm, token_of
+from lockbuild.registry.reference import OciRef, RegistryCredentials, RegistryError
 
 REF = OciRef("registry.site:5000", "engines/vllm", "1.0")
 CREDS = RegistryCredentials("alice", "s3cret")

@@ -19,13 +19,13 @@ PACKAGE = Path(lockbuild.__file__).parent
 FILTERS = {"for_terminal", "dumps"}  # the terminal filter; JSON (json.dumps escapes every control character)
 NODE_TOOL_READERS = (
     "install/node.py",
-    "install/doctor.py",
-    "install/choose.py",
+    "install/survey.py",
+    "choice/choose.py",
     "install/fit.py",
-    "install/choice.py",
-    "install/ranking.py",
+    "choice/candidates.py",
+    "choice/ranking.py",
     "image/record.py",
-    "image/verify.py",
+    "image/judge.py",
 )
 
 
@@ -75,7 +75,7 @@ def test_the_rule_sees_a_raw_echo() -> None:
 
 
 def test_node_tools_output_is_read_through_the_bounded_reader() -> None:
-    """nvidia-smi and unsquashfs print what the node parses: read by lockbuild.child.run_bounded (bounded,
+    """nvidia-smi and unsquashfs print what the node parses: read by lockbuild.proc.child.run_bounded (bounded,
     the child killed past the bound), never by subprocess in these modules."""
     for rel in NODE_TOOL_READERS:
         tree = ast.parse((PACKAGE / rel).read_text())
@@ -95,9 +95,9 @@ def test_node_tools_output_is_read_through_the_bounded_reader() -> None:
 
 
 def test_the_choice_reads_nothing_of_a_bundle_before_the_trust_decision() -> None:
-    """The choosing forms take a candidate's facts from its opening only: install/choose.py reads no bundle
+    """The choosing forms take a candidate's facts from its opening only: choice/choose.py reads no bundle
     head, manifest or tar of its own (a planted file's claims would count otherwise)."""
-    tree = ast.parse((PACKAGE / "install/choose.py").read_text())
+    tree = ast.parse((PACKAGE / "choice/choose.py").read_text())
     modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in modules if m.startswith("lockbuild.bundle")}, modules
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {

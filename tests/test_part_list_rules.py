@@ -1,4 +1,4 @@
-"""A part list is parsed strictly (lockbuild.site.parts.parse_part_list): 1 to MAX_PARTS parts, each size
+"""A part list is parsed strictly (lockbuild.site.partlist.parse_part_list): 1 to MAX_PARTS parts, each size
 a plain non-negative number of bytes, and sizes that add up to the listed file's size."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lockbuild.errors import IntegrityError
-from lockbuild.site.parts import MAX_PARTS, parse_part_list
+from lockbuild.site.partlist import MAX_PARTS, parse_part_list
 
 HEX = "0" * 64
 

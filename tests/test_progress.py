@@ -185,7 +185,7 @@ def _slow_toy_index(srv, chunk: int, pause: float) -> int:  # type: ignore[no-un
     from conftest import day
     from servers import make_wheel
 
-    from lockbuild.uvtool import uv_binary, uv_version
+    from lockbuild.proc.uvtool import uv_binary, uv_version
 
     version = uv_version(uv_binary())
     name = f"uv-{version}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"

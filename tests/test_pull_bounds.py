@@ -15,8 +15,8 @@ from registry import RealRegistry, binary
 from sitekit import cli, make_bundle
 from test_registry_transport import FAST, Served, fake, serving
 
-import lockbuild.site.oci as oci
-from lockbuild.site.oci import OCI_MANIFEST
+import lockbuild.registry.api as oci
+from lockbuild.registry.api import OCI_MANIFEST
 
 needs_registry = pytest.mark.skipif(binary() is None, reason="docker-registry is not installed (scripts/test does)")
 

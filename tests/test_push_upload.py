@@ -1,4 +1,4 @@
-"""How a blob goes up (site/oci.py::Registry.upload_blob), against a small registry on 127.0.0.1 that
+"""How a blob goes up (registry/api.py::Registry.upload_blob), against a small registry on 127.0.0.1 that
 keeps what it is sent and checks each digest as a real one does: one monolithic PUT where the registry
 takes it, the same bytes in PATCH chunks where it (or a proxy in front of it) refuses a body that large."""
 
@@ -15,8 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-import lockbuild.site.oci as oci
-from lockbuild.site.oci import Registry, RegistryError, parse_ref
+import lockbuild.registry.api as oci
+from lockbuild.registry.api import Registry, RegistryError, parse_ref
 
 
 class _Handler(BaseHTTPRequestHandler):

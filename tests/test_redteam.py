@@ -519,9 +519,9 @@ def test_deeply_nested_answers_and_policies_are_lockbuild_errors(tmp_path: Path)
     too deep raised RecursionError, a raw traceback; each is now lockbuild's own error."""
     import httpx
 
-    from lockbuild.builder.http import get_json, make_client
     from lockbuild.errors import RemoteError, SignatureError
-    from lockbuild.trust.store import parse_policy
+    from lockbuild.fetch.http import get_json, make_client
+    from lockbuild.trust.truststore import parse_policy
 
     deep = b"[" * 200_000 + b"]" * 200_000
     client = make_client()

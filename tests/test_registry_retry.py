@@ -1,7 +1,7 @@
 """A busy registry, a pull-through mirror and many nodes at once, against the REAL registry (Debian's
 docker-registry) on 127.0.0.1, behind a throttling proxy of the tests' own (tests/throttle.py).
 
-- the retry policy alone (site/retry.py): Retry-After as seconds or a date, its cap, backoff with
+- the retry policy alone (registry/retry.py): Retry-After as seconds or a date, its cap, backoff with
   jitter, the budget;
 - 429 with Retry-After and 503 are asked again and the pull (and the push) succeeds;
 - a registry that refuses forever fails the command on time, with the registry's answer, a TIP, no
@@ -28,9 +28,9 @@ from registry import RealRegistry, binary
 from sitekit import cli, make_bundle
 from throttle import CUT, Refusal, Rule, Throttle
 
-from lockbuild.site.ociref import RegistryError
-from lockbuild.site.ocisocket import Clock
-from lockbuild.site.retry import (
+from lockbuild.registry.connection import Clock
+from lockbuild.registry.reference import RegistryError
+from lockbuild.registry.retry import (
     RETRY_ENV,
     Answer,
     Moment,
@@ -40,7 +40,7 @@ from lockbuild.site.retry import (
     retry_after_seconds,
     with_budget,
 )
-from lockbuild.site.store import MARK, MARK_TEXT, Store
+from lockbuild.site.storage import MARK, MARK_TEXT, Store
 
 needs_registry = pytest.mark.skipif(binary() is None, reason="docker-registry is not installed (scripts/test does)")
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_registry_transport import FAST, fake, registry
 
-from lockbuild.site.oci import RegistryError
+from lockbuild.registry.api import RegistryError
 
 
 def test_a_redirect_to_plain_http_elsewhere_is_refused_before_it_is_followed() -> None:

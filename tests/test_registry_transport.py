@@ -2,7 +2,7 @@
 what a real registry never does (drip, flood, nest, send credentials elsewhere, break), and the real
 one (Debian's docker-registry) for resuming a pull whose last blob was complete.
 
-Each test fails when the check it is named after is removed from lockbuild/site/oci.py or _fetch.
+Each test fails when the check it is named after is removed from lockbuild/registry/api.py or _fetch.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from conftest import Keys, make_keys
 from registry import RealRegistry, binary
 from sitekit import cli, files_for, make_bundle
 
-import lockbuild.site.oci as oci
-from lockbuild.site.oci import (
+import lockbuild.registry.api as oci
+from lockbuild.registry.api import (
     OCI_MANIFEST,
     Registry,
     RegistryCredentials,
@@ -37,7 +37,7 @@ from lockbuild.site.oci import (
     parse_ref,
     realm_refusal,
 )
-from lockbuild.site.store import Store
+from lockbuild.site.storage import Store
 
 needs_registry = pytest.mark.skipif(binary() is None, reason="docker-registry is not installed (scripts/test does)")
 FAST = Transport(request_seconds=2.0, blob_seconds=2.0, min_rate=1e6, io_seconds=30.0)

@@ -1,7 +1,7 @@
 """The one sandbox for other people's code: what the code inside can and cannot reach.
 
 Each test runs a real bubblewrap; each fails if the flag or restriction it names is removed from
-``lockbuild/sandbox.py``.
+``lockbuild/proc/sandbox.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from lockbuild import sandbox
-from lockbuild.sandbox import Bind, SandboxError, SandboxTimeout, Spec
+from lockbuild.proc import sandbox
+from lockbuild.proc.sandbox import Bind, SandboxError, SandboxTimeout, Spec
 
 PATH_ENV = {"PATH": "/usr/bin:/bin"}
 

@@ -19,14 +19,14 @@ from hostile import manifest as make_manifest
 from sdistkit import BACKEND, backend_wheel, sdist_needing_backend
 from servers import FakeServer, make_tar_gz, make_wheel
 
-from lockbuild.builder.buildreqs import LEGACY_REQUIRES, build_requires
 from lockbuild.bundle.buildlock import BUILD_LOCK
 from lockbuild.bundle.manifest import Member
 from lockbuild.cli import main
 from lockbuild.errors import InstallError, ResolveError
 from lockbuild.install.sdists import build_sdists
+from lockbuild.proc.uvtool import clean_env, uv_binary
 from lockbuild.progress import Progress
-from lockbuild.uvtool import clean_env, uv_binary
+from lockbuild.sdist.buildreqs import LEGACY_REQUIRES, build_requires
 
 RECIPE = build_on_node_recipe("lkbuilt")
 
@@ -199,8 +199,8 @@ def test_a_pure_python_sdist_is_built_on_the_builder_the_same_twice(
 def test_a_wheel_that_would_not_run_on_the_node_is_left_for_the_node_to_build(tmp_path: Path) -> None:
     from conftest import PLATFORM as TARGET_PLATFORM
 
-    from lockbuild.builder.cache import Cache
-    from lockbuild.builder.prebuild import prebuild
+    from lockbuild.fetch.cache import Cache
+    from lockbuild.sdist.prebuild import prebuild
     from lockbuild.target import Target
 
     name, data = sdist_needing_backend("lkwin", "1.0", tag="cp311-cp311-win_amd64")
@@ -228,8 +228,8 @@ def test_a_build_on_the_builder_has_no_network(tmp_path: Path) -> None:
 
     from conftest import PLATFORM as TARGET_PLATFORM
 
-    from lockbuild.builder.cache import Cache
-    from lockbuild.builder.prebuild import prebuild
+    from lockbuild.fetch.cache import Cache
+    from lockbuild.sdist.prebuild import prebuild
     from lockbuild.target import Target
 
     with socket.create_server(("127.0.0.1", 0)) as listener:
@@ -356,8 +356,8 @@ def test_a_hostile_build_backend_meets_the_sandbox(tmp_path: Path, monkeypatch: 
     from conftest import PLATFORM as TARGET_PLATFORM
 
     import lockbuild
-    from lockbuild.builder.cache import Cache
-    from lockbuild.builder.prebuild import prebuild
+    from lockbuild.fetch.cache import Cache
+    from lockbuild.sdist.prebuild import prebuild
     from lockbuild.target import Target
 
     monkeypatch.setenv("LOCKBUILD_KEY_PASSWORD", "canary-passphrase-23")
@@ -538,9 +538,9 @@ def test_no_sandbox_means_no_build_here_not_a_build_without_one(
     """Where bubblewrap is missing, prebuild stops with a SandboxError and its tip; nothing runs unsandboxed."""
     from conftest import PLATFORM as TARGET_PLATFORM
 
-    from lockbuild import sandbox
-    from lockbuild.builder.cache import Cache
-    from lockbuild.builder.prebuild import prebuild
+    from lockbuild.fetch.cache import Cache
+    from lockbuild.proc import sandbox
+    from lockbuild.sdist.prebuild import prebuild
     from lockbuild.target import Target
 
     monkeypatch.setattr(sandbox.shutil, "which", lambda _name: None)

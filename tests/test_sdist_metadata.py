@@ -1,6 +1,6 @@
 """Locking a build-on-node sdist whose metadata is dynamic: its build backend never has the network.
 
-The backend's hooks run only in the sandbox with no network (``builder/metahook.py``), from the sdist
+The backend's hooks run only in the sandbox with no network (``sdist/metahook.py``), from the sdist
 lockbuild checked and its hashed build dependencies; uv, which needs the network, is given the result as
 static metadata (``dependency-metadata`` in a ``uv.toml``) and runs no backend. The sandboxed compile
 gets the user's CA settings, so a private CA (or a TLS-inspecting proxy's) given by ``SSL_CERT_FILE`` works.
@@ -27,11 +27,11 @@ from sdistkit import BACKEND, backend_wheel
 from servers import FakeServer, make_tar_gz
 
 from lockbuild.builder.resolve import compile_lock
-from lockbuild.builder.sdistlock import resolve_with_sdists
-from lockbuild.builder.sdistmeta import SdistMetadata, parse_metadata, static_metadata, uv_config
 from lockbuild.cli import main
 from lockbuild.errors import ResolveError
 from lockbuild.lock import LockedFile
+from lockbuild.sdist.locking import resolve_with_sdists
+from lockbuild.sdist.metadata import SdistMetadata, parse_metadata, static_metadata, uv_config
 from lockbuild.target import Target
 
 # A backend whose hooks try to reach the network (each port given, on 127.0.0.1) and look for a secret
@@ -270,7 +270,7 @@ def test_metadata_that_cannot_be_produced_refuses_the_lock_naming_the_package(
     assert "this backend needs a compiler it cannot find" in stderr and "TIP " in stderr
     assert locked_text(out) == ""
 
-    from lockbuild.builder import metahook
+    from lockbuild.sdist import metahook
 
     monkeypatch.setattr(metahook, "find_host_python", lambda _version, _inherit: None)
     code, _, stderr, _ = lock(tmp_path / "nopy", "lkbroken")
@@ -488,7 +488,7 @@ def test_the_resolution_is_repeated_until_each_sdist_was_resolved_with_its_own_m
 
 
 def test_only_the_compile_that_runs_no_backend_keeps_the_network_in_the_sandbox() -> None:
-    """Every sandbox.Spec in lockbuild is made without network, except the one of builder/uvsandbox.py's
+    """Every sandbox.Spec in lockbuild is made without network, except the one of sdist/uvsandbox.py's
     compile, which is given every sdist's metadata and runs no backend: a new networked sandbox (for a
     build backend, an engine, a recipe's command) fails here."""
     import ast
@@ -509,4 +509,4 @@ def test_only_the_compile_that_runs_no_backend_keeps_the_network_in_the_sandbox(
                     and not (isinstance(kw.value, ast.Constant) and kw.value.value is False)
                 ):
                     networked.append(str(path.relative_to(package)))
-    assert networked == ["builder/uvsandbox.py"]
+    assert networked == ["sdist/uvsandbox.py"]

@@ -378,7 +378,7 @@ def test_the_manifest_env_round_trips_and_is_parsed_strictly() -> None:
 
 def _can_sandbox() -> bool:
     try:
-        from lockbuild import sandbox
+        from lockbuild.proc import sandbox
 
         sandbox.check_available()
     except Exception:  # any failure: this machine cannot run the sandbox
@@ -659,7 +659,7 @@ def test_an_untrusted_bundle_is_not_run(bundles: dict[str, Path], tmp_path: Path
 
 
 def test_a_killed_runs_directory_is_swept_by_the_next(tmp_path: Path) -> None:
-    from lockbuild.selftest import sandbox
+    from lockbuild.selftest import workdir as sandbox
 
     parent = sandbox.parent_dir(tmp_path)
     dead = subprocess.Popen(["true"])
@@ -677,7 +677,7 @@ def test_a_killed_runs_directory_is_swept_by_the_next(tmp_path: Path) -> None:
 
 def test_the_self_test_parent_must_be_private(tmp_path: Path) -> None:
     from lockbuild.errors import LockbuildError
-    from lockbuild.selftest import sandbox
+    from lockbuild.selftest import workdir as sandbox
 
     (tmp_path / f"lockbuild-selftest-{os.geteuid()}").mkdir(mode=0o777)
     (tmp_path / f"lockbuild-selftest-{os.geteuid()}").chmod(0o777)
@@ -855,7 +855,7 @@ def test_a_killed_test_leaves_nothing_after_the_next_run(
     import sys
     import time
 
-    from lockbuild.selftest import sandbox
+    from lockbuild.selftest import workdir as sandbox
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(

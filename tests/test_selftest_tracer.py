@@ -173,7 +173,7 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 def _can_sandbox() -> bool:
     try:
-        from lockbuild import sandbox
+        from lockbuild.proc import sandbox
 
         sandbox.check_available()
     except Exception:  # any failure: this machine cannot run the sandbox

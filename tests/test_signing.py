@@ -911,7 +911,7 @@ def test_doctor_warns_when_lockbuilds_own_installation_is_writable(
 
     import lockbuild
     from lockbuild.cli import main
-    from lockbuild.install import doctor
+    from lockbuild.install import survey as doctor
 
     script_dir = tmp_path / "bin"
     script_dir.mkdir()

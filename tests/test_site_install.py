@@ -107,12 +107,12 @@ def test_a_missing_or_damaged_blob_is_named_and_nothing_is_placed(
 def test_an_untrusted_store_build_is_refused_before_any_blob_is_read(
     built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import lockbuild.site.store
+    import lockbuild.site.storage
 
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("a blob was read before the signature policy was met")
 
-    monkeypatch.setattr(lockbuild.site.store.Store, "open_blob", boom)
+    monkeypatch.setattr(lockbuild.site.storage.Store, "open_blob", boom)
     stranger = make_keys(tmp_path / "stranger")
     code, _, err = _install(built["store-v1"], tmp_path / "engines", stranger)
     assert code == 3 and "signature policy not met" in err

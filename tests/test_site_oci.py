@@ -8,8 +8,8 @@ import json
 import pytest
 
 from lockbuild.errors import IntegrityError
-from lockbuild.site.oci import OciRef, Registry, RegistryCredentials, RegistryError, parse_ref
-from lockbuild.site.registry import ARTIFACT_TYPE, CONFIG_TYPE, oci_manifest, parse_artifact
+from lockbuild.registry.api import OciRef, Registry, RegistryCredentials, RegistryError, parse_ref
+from lockbuild.registry.artifact import ARTIFACT_TYPE, CONFIG_TYPE, oci_manifest, parse_artifact
 
 
 def test_references_and_transport_rules() -> None:
@@ -66,7 +66,7 @@ def test_the_artifact_carries_the_signed_manifest_as_its_config() -> None:
 
 
 def test_auth_realm_names_a_host_and_an_optional_port() -> None:
-    from lockbuild.site.oci import parse_auth_realm
+    from lockbuild.registry.api import parse_auth_realm
 
     assert parse_auth_realm("Auth.Site") == ("auth.site", None)
     assert parse_auth_realm("auth.site:5001") == ("auth.site", 5001)

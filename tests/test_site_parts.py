@@ -13,7 +13,7 @@ from conftest import Keys, make_keys
 from sitekit import cli, make_bundle
 
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.site.parts import parse_part_list, parse_size
+from lockbuild.site.partlist import parse_part_list, parse_size
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_a_part_that_shrinks_while_it_is_read_is_refused_naming_it(
 ) -> None:
     """A part had its listed size when it was opened, then another process cut it short: the join counts
     the bytes it read and refuses the part by name, and the store gets no build."""
-    import lockbuild.site.parts as parts_module
+    import lockbuild.site.partlist as parts_module
 
     done = _split(bundle, tmp_path / "media")
     parts = done["parts"]

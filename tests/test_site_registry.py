@@ -20,7 +20,7 @@ from conftest import Keys, make_keys
 from registry import RealRegistry, binary
 from sitekit import cli, make_bundle
 
-from lockbuild.site.oci import OCI_MANIFEST
+from lockbuild.registry.api import OCI_MANIFEST
 
 pytestmark = pytest.mark.skipif(
     binary() is None,
@@ -249,9 +249,9 @@ def test_a_registry_that_needs_a_password(tmp_path: Path, bundles: dict[str, Pat
 def test_a_large_blob_is_uploaded_in_chunks(
     tmp_path: Path, reg: RealRegistry, bundles: dict[str, Path], signer: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import lockbuild.site.oci
+    import lockbuild.registry.api
 
-    monkeypatch.setattr(lockbuild.site.oci, "CHUNK_UPLOAD", 1000)  # the members are a few KB: several PATCHes each
+    monkeypatch.setattr(lockbuild.registry.api, "CHUNK_UPLOAD", 1000)  # the members are a few KB: several PATCHes each
     target = reg.ref("site/chunked", "1.0-cpu")
     reg.mark()
     assert _push(bundles["1.0"], signer, target)["uploaded"] == 5

@@ -12,7 +12,7 @@ from conftest import Keys, make_keys
 from sitekit import cli, make_bundle, run_killed, sha
 
 from lockbuild.errors import BusyError
-from lockbuild.site.store import Store
+from lockbuild.site.storage import Store
 from lockbuild.site.storemodel import StoreError, parse_build_ref
 
 
@@ -81,10 +81,10 @@ def test_import_refuses_a_damaged_bundle(tmp_path: Path, bundles: dict[str, Path
 @pytest.mark.parametrize(
     ("module", "cls", "method", "after"),
     [
-        ("lockbuild.site.store", "Store", "adopt_at", 0),  # before the first blob lands
-        ("lockbuild.site.store", "Store", "adopt_at", 2),  # half of the blobs in place
-        ("lockbuild.site.store", "Store", "put_build", 0),  # every blob in place, no build yet
-        ("lockbuild.site.store", "Store", "_write_new", 1),  # the build's manifest staged, not its signatures
+        ("lockbuild.site.storage", "Store", "adopt_at", 0),  # before the first blob lands
+        ("lockbuild.site.storage", "Store", "adopt_at", 2),  # half of the blobs in place
+        ("lockbuild.site.storage", "Store", "put_build", 0),  # every blob in place, no build yet
+        ("lockbuild.site.storage", "Store", "_write_new", 1),  # the build's manifest staged, not its signatures
     ],
 )
 def test_a_killed_import_leaves_a_valid_store_and_the_next_import_completes_it(
@@ -317,7 +317,7 @@ def test_an_ordinary_user_is_held_to_the_same_rule(tmp_path: Path) -> None:
     try:
         base.chmod(0o755)
         code = (
-            "import sys; from pathlib import Path; from lockbuild.site.store import Store, StoreError\n"
+            "import sys; from pathlib import Path; from lockbuild.site.storage import Store, StoreError\n"
             "try:\n    Store(Path(sys.argv[1]), create=True).close(); print('made')\n"
             "except StoreError as e:\n    print(e.message)\n"
         )

@@ -28,9 +28,9 @@ from sitekit import cli, make_bundle, sha
 from lockbuild.bundle.manifest import Member
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.errors import IntegrityError
+from lockbuild.proc.uvtool import uv_binary
 from lockbuild.site import export
-from lockbuild.site.store import Store
-from lockbuild.uvtool import uv_binary
+from lockbuild.site.storage import Store
 
 UV = (UV_MEMBER, b"PK uv wheel bytes", "tool")  # the bundled uv: never listed in the index
 minisign = shutil.which("minisign")

@@ -9,7 +9,7 @@ from pathlib import Path
 import lockbuild
 
 PACKAGE = Path(lockbuild.__file__).parent
-STORE_MODULES = ("site/store.py", "site/storeread.py", "site/importer.py", "site/storecare.py")
+STORE_MODULES = ("site/storage.py", "site/storeread.py", "site/importer.py", "site/storecare.py")
 
 
 def _tree(rel: str) -> ast.AST:
@@ -28,7 +28,7 @@ def test_only_fsio_judges_whether_a_directory_above_a_place_is_safe() -> None:
 
 
 def test_root_and_stores_both_use_the_one_ancestor_rule() -> None:
-    store = {ast.unparse(n.func) for n in ast.walk(_tree("site/store.py")) if isinstance(n, ast.Call)}
+    store = {ast.unparse(n.func) for n in ast.walk(_tree("site/storage.py")) if isinstance(n, ast.Call)}
     assert "storecare.check_ancestors" in store
     for rel in ("install/places.py", "site/storecare.py"):
         calls = {ast.unparse(n.func) for n in ast.walk(_tree(rel)) if isinstance(n, ast.Call)}

@@ -43,7 +43,7 @@ from lockbuild.trust import (
     sign_statement,
     signature_path,
 )
-from lockbuild.trust.store import POLICY_FILE
+from lockbuild.trust.truststore import POLICY_FILE
 
 
 def signature_block(

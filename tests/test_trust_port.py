@@ -18,7 +18,7 @@ from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.site.delta import HEAD, DeltaHead
 from lockbuild.site.sources import StoreBuild
-from lockbuild.site.store import Store
+from lockbuild.site.storage import Store
 from lockbuild.trust import (
     Statement,
     digest_signed_file,
@@ -171,7 +171,7 @@ def test_a_fifo_where_a_file_from_outside_belongs_is_refused(
 def test_a_part_listed_forty_times_is_refused_before_it_is_joined(
     tmp_path: Path, bundles: dict[str, Path], signer: Keys
 ) -> None:
-    from lockbuild.site.parts import Part, PartList, read_part_list
+    from lockbuild.site.partlist import Part, PartList, read_part_list
 
     parts = tmp_path / "parts"
     listing_path = Path(str(_ok("split", bundles["1.0"], "--size", "100000", "--out", parts)["part_list"]))
@@ -376,14 +376,15 @@ def test_every_source_with_every_command(
 
 
 def test_no_suffix_dispatch_and_no_cli_module_calls_another() -> None:
-    """The CLI names sources only through site.sources.named_source."""
+    """The CLI names sources only through site.sources.named_source; a command module imports of the
+    other command modules only the shared helpers (``clikit``) and the model options' glue (``models``)."""
     root = Path(__file__).parent.parent / "lockbuild"
-    for path in [*(root / "commands").glob("*.py"), *(root / "site").glob("cli*.py"), root / "selftest" / "cli.py"]:
-        text = path.read_text()
+    for path in (root / "commands").glob("*.py"):
+        text = path.read_text().replace("from lockbuild.commands.clikit import", "")
+        text = text.replace("from lockbuild.commands.models import", "")
         for needle in (
             '.parts.toml")',
             '.delta.lbz")',
-            "from lockbuild.site.cli import",
             "is_part_list(",
             "is_delta(",
             "from lockbuild.commands.",

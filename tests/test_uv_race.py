@@ -20,7 +20,7 @@ import pytest
 from conftest import TOY_RECIPE, Keys
 from servers import FakeServer
 
-from lockbuild import uvtool
+from lockbuild.proc import uvtool
 
 LOCKBUILD = str(Path(sys.executable).parent / "lockbuild")
 RUNS = 5

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, canonicalize_version
 
-from lockbuild.builder.index import Index, IndexFile, Publication
 from lockbuild.errors import RemoteError, ResolveError
+from lockbuild.fetch.index import Index, IndexFile, Publication
 from lockbuild.lock import Candidate
 from lockbuild.recipe import Build, Recipe
 from lockbuild.recipe.checks import pinned_version

@@ -16,15 +16,15 @@ from typing import assert_never
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from lockbuild import __version__
-from lockbuild.builder import github
-from lockbuild.builder.cache import Cache
 from lockbuild.builder.extras import ExtraFile
-from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
 from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.selfwheel import NAME as SELF_NAME
 from lockbuild.builder.selfwheel import make_self_wheel
 from lockbuild.builder.sources import read_source_requirements
 from lockbuild.errors import IntegrityError, RecipeError, ResolveError
+from lockbuild.fetch import github
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified
 from lockbuild.lock import Candidate
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, ReleaseWheel, SelfWheel, UrlWheel

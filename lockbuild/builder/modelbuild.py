@@ -1,6 +1,6 @@
 """``lockbuild build MODEL.toml``: a Hugging Face revision as a signed model bundle.
 
-The Hub client (``builder/hub.py``) lists every file of the commit with the sizes and hashes the Hub
+The Hub client (``fetch/hub.py``) lists every file of the commit with the sizes and hashes the Hub
 states; the recipe's selection (``recipe/selection.py``) picks the files; the client downloads them
 through the shared fetcher and cache, each checked against its sha256 (LFS) or git blob sha1; here the
 manifest is made (format 4, ``bundle/modelinfo.py``) and the bundle written, weights in stored frames.
@@ -18,10 +18,6 @@ from pathlib import Path
 import zstandard
 
 from lockbuild import __version__
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import Fetcher
-from lockbuild.builder.http import make_client
-from lockbuild.builder.hub import HubFile, HubRevision, download_files, list_revision
 from lockbuild.builder.pack import UnsignedBundle, write
 from lockbuild.bundle.manifest import Manifest, Member, member_order
 from lockbuild.bundle.modelinfo import (
@@ -39,6 +35,10 @@ from lockbuild.bundle.modelinfo import (
 from lockbuild.bundle.write import Entry
 from lockbuild.digest import pump, reading_into
 from lockbuild.errors import IntegrityError, RecipeError, RemoteError
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import Fetcher
+from lockbuild.fetch.http import make_client
+from lockbuild.fetch.hub import HubFile, HubRevision, download_files, list_revision
 from lockbuild.fsio import open_regular
 from lockbuild.progress import Progress
 from lockbuild.recipe.modelrecipe import ModelRecipe

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lockbuild import fsio
+from lockbuild.builder.attestations import recorded
 from lockbuild.builder.plan import Plan
-from lockbuild.builder.provenance import recorded
 from lockbuild.digest import CHUNK
 from lockbuild.jsonio import JSON
 from lockbuild.lock import LockedFile

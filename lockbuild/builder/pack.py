@@ -15,8 +15,6 @@ from typing import BinaryIO, cast
 import zstandard
 
 from lockbuild import __version__, fsio
-from lockbuild.builder.batch import Batch
-from lockbuild.builder.fetch import Fetcher, FetchReport
 from lockbuild.builder.installtable import bootstrap_entries, install_table
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text
@@ -25,6 +23,9 @@ from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_orde
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
 from lockbuild.digest import HashedFile, HashingWriter
 from lockbuild.errors import LockbuildError, SignatureError
+from lockbuild.fetch.batch import Batch
+from lockbuild.fetch.fetcher import Fetcher, FetchReport
+from lockbuild.fsio.writeback import EarlyWriteback
 from lockbuild.lock import LockedFile
 from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
@@ -32,7 +33,6 @@ from lockbuild.provenance import Provenance
 from lockbuild.recipe import SelfWheel
 from lockbuild.times import iso
 from lockbuild.trust import FileDigests, Statement, carry_over, read_signatures, sign_statement, signature_path
-from lockbuild.writeback import EarlyWriteback
 
 
 @dataclass(frozen=True)

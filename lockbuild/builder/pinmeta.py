@@ -8,14 +8,14 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from lockbuild import fsio
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.closure import MAX_METADATA_BYTES, closure_problem, wheel_metadata
-from lockbuild.builder.extraindex import ExtraIndexes
-from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.index import Index, IndexFile
 from lockbuild.errors import IntegrityError
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.extraindex import ExtraIndexes
+from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified
+from lockbuild.fetch.index import Index, IndexFile
 from lockbuild.lock import LockedFile
 from lockbuild.recipe import Build
+from lockbuild.sdist.closure import MAX_METADATA_BYTES, closure_problem, wheel_metadata
 
 
 @dataclass(frozen=True)

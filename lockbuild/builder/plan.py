@@ -16,32 +16,32 @@ from pathlib import Path
 
 import httpx
 
-from lockbuild.builder import github
-from lockbuild.builder.cache import Cache
+from lockbuild.builder.attestations import with_provenance
 from lockbuild.builder.cutoff import cut_off, late_files_warning, release_cut_off
 from lockbuild.builder.direct import Reach, engine_wheel, interpreter, release_assets, source_archive
-from lockbuild.builder.extraindex import extra_indexes, index_label
 from lockbuild.builder.extras import ExtraFile, choose_uv_wheel
-from lockbuild.builder.fetch import Fetcher, Wanted, open_verified
-from lockbuild.builder.index import Index
-from lockbuild.builder.lookahead import Lookahead
 from lockbuild.builder.memo import ResolutionMemo
 from lockbuild.builder.pinfiles import PinSources, locked_files, primary_release
 from lockbuild.builder.pinmeta import Listings
-from lockbuild.builder.prebuild import Prebuilt
-from lockbuild.builder.provenance import with_provenance
 from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
-from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
-from lockbuild.builder.sdistmeta import SdistMetadata
-from lockbuild.builder.sdistplan import build_closure, prebuild_sdists
 from lockbuild.errors import LockbuildError, RecipeError
+from lockbuild.fetch import github
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.extraindex import extra_indexes, index_label
+from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified
+from lockbuild.fetch.index import Index
+from lockbuild.fetch.lookahead import Lookahead
 from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
+from lockbuild.proc.uvtool import uv_binary, uv_version
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe
+from lockbuild.sdist.locking import read_sdist_metadata, resolve_with_sdists
+from lockbuild.sdist.metadata import SdistMetadata
+from lockbuild.sdist.planning import build_closure, prebuild_sdists
+from lockbuild.sdist.prebuild import Prebuilt
 from lockbuild.settings import Settings
 from lockbuild.times import iso
-from lockbuild.uvtool import uv_binary, uv_version
 
 
 @dataclass(frozen=True)

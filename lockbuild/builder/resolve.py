@@ -5,10 +5,10 @@ never runs an sdist's PEP 517 backend to learn its metadata. Packages the build 
 come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds), and uv
 runs no backend for them either: it is given their metadata in a ``uv.toml`` (``--config-file``,
 ``dependency-metadata``: the metadata of each version lockbuild read, and "no dependencies" for every
-other version; ``builder/sdistmeta.py``), which lockbuild produced without network (``builder/sdistlock.py``).
-Such a resolution still runs inside the sandbox (:mod:`lockbuild.sandbox`): network kept for the index, no
+other version; ``sdist/metadata.py``), which lockbuild produced without network (``sdist/locking.py``).
+Such a resolution still runs inside the sandbox (:mod:`lockbuild.proc.sandbox`): network kept for the index, no
 files of the builder, and the CA settings of the user's environment. uv's environment is an allow-list
-(``lockbuild.uvtool``), and the index's credentials reach it only in the index URL of its environment
+(``lockbuild.proc.uvtool``), and the index's credentials reach it only in the index URL of its environment
 (``UV_INDEX_URL``), where uv keeps them to the index's origin.
 """
 
@@ -31,14 +31,14 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from lockbuild import fsio
 from lockbuild.builder.memo import ResolutionMemo, resolution_key
-from lockbuild.builder.sdistmeta import SdistMetadata, uv_config
-from lockbuild.builder.uvsandbox import sandboxed_compile
 from lockbuild.errors import ResolveError, certificate_tip
+from lockbuild.proc.uvtool import clean_env, uv_binary, uv_version
 from lockbuild.recipe import SecondIndex
+from lockbuild.sdist.metadata import SdistMetadata, uv_config
+from lockbuild.sdist.uvsandbox import sandboxed_compile
 from lockbuild.settings import IndexCredentials
 from lockbuild.target import Target
 from lockbuild.times import iso, parse_time
-from lockbuild.uvtool import clean_env, uv_binary, uv_version
 
 RESOLVE_TIMEOUT = 1800
 READER_GRACE = 5  # seconds to wait, once uv is gone, for the end of its stderr after a failure

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockbuild.builder.cache import Cache
-from lockbuild.builder.fetch import DEFAULT_JOBS, Fetcher, FetchReport
-from lockbuild.builder.http import make_client
 from lockbuild.builder.plan import LOOKUP_THREADS, Plan, Planner
+from lockbuild.fetch.cache import Cache
+from lockbuild.fetch.fetcher import DEFAULT_JOBS, Fetcher, FetchReport
+from lockbuild.fetch.http import make_client
 from lockbuild.progress import Progress
 from lockbuild.settings import Settings
 

@@ -27,10 +27,10 @@ import zstandard
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
-from lockbuild.channel import Channel, End, start
 from lockbuild.digest import CHUNK, FileIdentity, HashedFile, pump, same_file
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import open_regular
+from lockbuild.proc.channel import Channel, End, start
 from lockbuild.progress import Progress
 
 # Level -3 (a fast level: fewer match searches, literals stored): a bundle is mostly wheels, already

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from lockbuild import fsio
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     build_option,
     emit,
@@ -28,8 +28,8 @@ from lockbuild.clikit import (
     take_password,
 )
 from lockbuild.jsonio import JSON
+from lockbuild.proc.uvtool import uv_binary
 from lockbuild.times import iso
-from lockbuild.uvtool import uv_binary
 
 if TYPE_CHECKING:  # the commands import the builder only when they run
     from lockbuild.builder.pack import Packed, UnsignedBundle
@@ -49,7 +49,7 @@ fresh_lock_option = click.option(
 def _with_provenance_report(plan: Plan, out: Path) -> tuple[Plan, str | None]:
     """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT,
     and the note saying when there was none to compare with."""
-    from lockbuild.builder.provenance import report
+    from lockbuild.builder.attestations import report
 
     got = report(plan.recipe.engine.name, plan.build.id, out / plan.build.id, plan.lock.files)
     return (dataclasses.replace(plan, warnings=(*plan.warnings, *got.warnings)) if got.warnings else plan), got.note

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import Command, emit, json_option, root_option, setup_output, trust_option
+from lockbuild.commands.clikit import Command, emit, json_option, root_option, setup_output, trust_option
 from lockbuild.errors import LockbuildError
 
 if TYPE_CHECKING:
-    from lockbuild.install.doctor import CatalogueBuild
+    from lockbuild.install.survey import CatalogueBuild
 
 
 @click.command(cls=Command, epilog="Example: lockbuild doctor --root /opt/engines --catalogue bundles/ --json")
@@ -45,7 +45,7 @@ def doctor(
     engines, and which catalogue builds fit it (and why the others don't); with --store, the build it
     would take of each engine and version in the store."""
     setup_output(ctx, as_json)
-    from lockbuild.install.doctor import examine, render
+    from lockbuild.install.survey import examine, render
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     chosen: Path | None = catalogue if catalogue is not None else DEFAULT_CATALOGUE
@@ -82,9 +82,9 @@ def _catalogue(directory: Path, trust: Path) -> tuple[list[CatalogueBuild], list
     """Doctor's candidates: each build of each recipe, and each bundle's signed needs, read only once its
     signatures met the trust policy (a bundle they do not meet is a problem, named by its file name)."""
     from lockbuild.bundle.instructions import GpuNeeds
-    from lockbuild.install.choose import candidates
-    from lockbuild.install.doctor import CatalogueBuild
+    from lockbuild.choice.choose import candidates
     from lockbuild.install.fit import Needs, space_needed
+    from lockbuild.install.survey import CatalogueBuild
     from lockbuild.recipe import load_recipe
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     emit,
     gpu_check_option,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     emit,
     emit_warnings,
@@ -132,7 +132,7 @@ def _install_chosen(
     the chosen one from its opening; nothing fits: exit 1, nothing placed, every candidate's reasons."""
     import time
 
-    from lockbuild.install.choose import chosen, refusal
+    from lockbuild.choice.choose import chosen, refusal
     from lockbuild.install.node import detect
     from lockbuild.site.sources import place_for
     from lockbuild.text import for_terminal

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import Command, emit, json_option, models_option, root_option, setup_output
+from lockbuild.commands.clikit import Command, emit, json_option, models_option, root_option, setup_output
 
 
 @click.command("list", cls=Command, epilog="Example: lockbuild list --root /opt/engines --json")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import emit, progress_of
+from lockbuild.commands.clikit import emit, progress_of
 from lockbuild.jsonio import JSON
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def build_model_cli(
     is read there only) and moved into place with its signature, as an engine's."""
     from lockbuild.builder.modelbuild import build_model
     from lockbuild.builder.pack import place_signed, statement_for
-    from lockbuild.clikit import emit_warnings, take_password
+    from lockbuild.commands.clikit import emit_warnings, take_password
     from lockbuild.errors import RecipeError
     from lockbuild.recipe.modelrecipe import load_model_recipe
     from lockbuild.trust.sign import KeyFileSigner

@@ -1,6 +1,6 @@
 """The node's model options: ``install --models``, ``verify --models``, ``list --models`` (the commands'
 glue, called from ``commands/verify.py``, ``commands/install.py`` and ``commands/installed.py``; the work
-is ``install/models.py`` and ``install/modelcheck.py``)."""
+is ``hubcache/placing.py`` and ``hubcache/checking.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import emit, progress_of
+from lockbuild.commands.clikit import emit, progress_of
 
 if TYPE_CHECKING:
     from lockbuild.install.installer import Installer, InstallOptions
@@ -22,7 +22,7 @@ def install_model_cli(
 ) -> None:
     """``install BUNDLE --models DIR``: a model bundle is placed in DIR's Hub cache; an engine bundle is
     installed under --root with HF_HUB_CACHE=DIR and HF_HUB_OFFLINE=1 among its runtime settings."""
-    from lockbuild.install.models import place_model
+    from lockbuild.hubcache.placing import place_model
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
     from lockbuild.trust.opener import open_source
@@ -52,7 +52,7 @@ def verify_models_cli(
 ) -> None:
     """``verify --models DIR [ORG/NAME]``: exit 0 when every installed file matches its record, 4 naming
     the first that does not."""
-    from lockbuild.install.modelcheck import installed, verify_model
+    from lockbuild.hubcache.checking import installed, verify_model
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
@@ -72,7 +72,7 @@ def verify_models_cli(
 
 def list_models_cli(ctx: click.Context, models_dir: Path) -> None:
     """``list --models DIR``: each installed model and commit, as its kept record says (not re-hashed)."""
-    from lockbuild.install.modelcheck import describe, installed
+    from lockbuild.hubcache.checking import describe, installed
 
     rows = [describe(rec) for rec in installed(models_dir.absolute())]
     text = "\n".join(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     emit,
     json_option,
@@ -33,7 +33,7 @@ def split_(ctx: click.Context, bundle: Path, size_text: str, out: Path, as_json:
     """Cut a bundle into parts that `cat` joins into the identical file, with a part list of sha256s.
     `lockbuild import NAME.lbz.parts.toml` takes the part list directly."""
     setup_output(ctx, as_json)
-    from lockbuild.site.parts import parse_size, read_part_list, split
+    from lockbuild.site.partlist import parse_size, read_part_list, split
 
     listing_path = split(bundle, parse_size(size_text), out)
     listing = read_part_list(listing_path)

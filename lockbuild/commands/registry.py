@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     emit,
     json_option,
@@ -25,11 +25,11 @@ from lockbuild.clikit import (
 from lockbuild.jsonio import JSON
 
 if TYPE_CHECKING:
-    from lockbuild.site.oci import RegistryCredentials
+    from lockbuild.registry.api import RegistryCredentials
 
 
 def _credentials(username: str | None, password_stdin: bool) -> RegistryCredentials | None:
-    from lockbuild.site import oci
+    from lockbuild.registry import api as oci
 
     if password_stdin and not username:
         raise click.UsageError("--password-stdin needs --username.")
@@ -106,8 +106,8 @@ def push_(
     member against the signed manifest before it is uploaded; each member is one blob, by its sha256,
     uploaded once."""
     setup_output(ctx, as_json)
-    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
-    from lockbuild.site.push import push
+    from lockbuild.registry.api import RETRY_ENV, Registry, parse_ref, transport_with
+    from lockbuild.registry.push import push
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_store, open_source
     from lockbuild.trust import trust_dir as resolve_trust_dir
@@ -175,9 +175,9 @@ def pull_(
     """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
     any blob is requested; then only the blobs the store lacks are fetched, each checked as it streams."""
     setup_output(ctx, as_json)
-    from lockbuild.site.oci import RETRY_ENV, Registry, parse_ref, transport_with
-    from lockbuild.site.registry import pull
-    from lockbuild.site.store import Store
+    from lockbuild.registry.api import RETRY_ENV, Registry, parse_ref, transport_with
+    from lockbuild.registry.artifact import pull
+    from lockbuild.site.storage import Store
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     emit,
     json_option,

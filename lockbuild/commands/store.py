@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     Group,
     emit,
@@ -51,7 +51,7 @@ def import_(
     NAME.delta.lbz that `delta` wrote (the store must hold the members it leaves out)."""
     setup_output(ctx, as_json)
     from lockbuild.site.importer import import_bundle
-    from lockbuild.site.store import Store
+    from lockbuild.site.storage import Store
 
     with Store(store_dir, create=True) as store:
         done = import_bundle(
@@ -86,7 +86,7 @@ def store_group() -> None:
 def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     """The builds a store holds, with their sizes and how many of their blobs are present."""
     setup_output(ctx, as_json)
-    from lockbuild.site.store import Store
+    from lockbuild.site.storage import Store
     from lockbuild.site.storemodel import list_line, list_row
 
     rows: list[dict[str, JSON]] = []
@@ -110,7 +110,7 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
 def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damaged: bool, as_json: bool) -> None:
     """Re-hash every blob and check every build's manifest and blobs; exit 4 if anything is damaged."""
     setup_output(ctx, as_json)
-    from lockbuild.site.store import Store
+    from lockbuild.site.storage import Store
 
     with Store(store_dir) as store, store.lock(exclusive=remove_damaged, wait=wait):
         damage = store.verify(remove=remove_damaged)
@@ -145,7 +145,7 @@ def store_verify(ctx: click.Context, store_dir: Path, wait: float, remove_damage
 def store_gc(ctx: click.Context, store_dir: Path, wait: float, as_json: bool) -> None:
     """Remove blobs no build references (waits for, or refuses during, an import or pull)."""
     setup_output(ctx, as_json)
-    from lockbuild.site.store import Store
+    from lockbuild.site.storage import Store
 
     with Store(store_dir) as store, store.lock(exclusive=True, wait=wait):
         removed, freed = store.gc()

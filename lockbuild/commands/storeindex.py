@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import Command, emit, json_option, setup_output, site_store_option, wait_option
+from lockbuild.commands.clikit import Command, emit, json_option, setup_output, site_store_option, wait_option
 from lockbuild.jsonio import JSON
 from lockbuild.text import for_terminal, one_line
 
@@ -58,9 +58,9 @@ def store_index(
     index replaces OUT whole. With --key, OUT/SHA256SUMS lists every file and SHA256SUMS.minisig signs it.
     The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt."""
     setup_output(ctx, as_json)
-    from lockbuild.clikit import take_password
+    from lockbuild.commands.clikit import take_password
     from lockbuild.site.export import Signing, export_index
-    from lockbuild.site.store import Store
+    from lockbuild.site.storage import Store
 
     signing = Signing(key, take_password(), allow_readable_key) if key is not None else None
     with Store(store_dir) as store:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lockbuild.clikit import (
+from lockbuild.commands.clikit import (
     Command,
     emit,
     json_option,
@@ -59,7 +59,7 @@ def verify(
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     if store_dir is None and is_image(Path(bundle)):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
-        from lockbuild.image.verify import verify_image
+        from lockbuild.image.judge import verify_image
 
         done = verify_image(Path(bundle), load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
         emit(

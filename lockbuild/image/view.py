@@ -10,7 +10,7 @@ PREFIX, the host's other entries are bound at their own names and the next compo
 directory, so nothing on the host is hidden but what PREFIX itself covers. It has its own user, PID
 and network namespaces (no network: the install is offline by construction), a new ``/proc`` and the
 host's ``/dev`` (the GPU's device nodes for the probe). This is not lockbuild's sandbox for other
-people's code (``lockbuild.sandbox``): the verify command runs as unconfined as ``install`` runs it.
+people's code (``lockbuild.proc.sandbox``): the verify command runs as unconfined as ``install`` runs it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from lockbuild.errors import InstallError
 from lockbuild.install.runenv import run_command
 from lockbuild.install.stage import Runner
-from lockbuild.sandbox import bwrap_path
+from lockbuild.proc.sandbox import bwrap_path
 
 # PREFIX may not cover what the build runs from
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys")

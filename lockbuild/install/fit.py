@@ -5,7 +5,7 @@
 the same answer on the same node. Something that cannot be known (a driver whose version the node does
 not report, GPUs nvidia-smi does not list) counts as unmet, with a reason saying it is unknown:
 ``--gpu-check skip`` is the explicit way past GPU rules. Which of several builds a node takes rests on
-this rule: :func:`lockbuild.install.ranking.choose`.
+this rule: :func:`lockbuild.choice.ranking.choose`.
 """
 
 from __future__ import annotations

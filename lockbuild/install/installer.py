@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError, LockbuildError
+from lockbuild.hubcache.envvars import with_models_env
 from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
-from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockbuild.child import run_bounded
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import bounded_read, open_regular, read_regular
 from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
+from lockbuild.proc.child import run_bounded
 
 PROC_DRIVER = Path("/proc/driver/nvidia/version")
 SYS_DRIVER = Path("/sys/module/nvidia/version")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lockbuild.child import run_keeping_tail
 from lockbuild.errors import InstallError
+from lockbuild.proc.child import run_keeping_tail
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASSED = ("HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")

@@ -28,9 +28,9 @@ from lockbuild.install.node import Node
 from lockbuild.install.runenv import engine_env, run_command
 from lockbuild.install.sdists import build_sdists, has_build_closure
 from lockbuild.install.tools import extract_uv
+from lockbuild.proc.uvtool import clean_env
 from lockbuild.progress import Progress
 from lockbuild.times import iso
-from lockbuild.uvtool import clean_env
 
 Hook = Callable[[str], None]
 Runner = Callable[..., str]  # runenv.run_command's signature: (argv, *, env, timeout, what, cwd=None) -> output

@@ -6,7 +6,7 @@ The signatures are checked here first (the same opener as install); then whether
 bundle at all (architecture, C library, Python): if not, :class:`PlatformError` (exit 6), never a pass.
 
 The judge is outside the judged. The install and every command of the engine run in one
-:func:`lockbuild.sandbox.run`: new user, PID and network namespaces (only its own loopback), a tmpfs root
+:func:`lockbuild.proc.sandbox.run`: new user, PID and network namespaces (only its own loopback), a tmpfs root
 holding the system read-only, the bundle and its signature read-only, a copy of the trust directory
 read-only, the interpreter and lockbuild read-only, and the empty test root writable, at ``/selftest/``.
 ``strace -f`` is the sandbox's prefix: it runs outside, traces bwrap and every process in the sandbox, and
@@ -38,16 +38,16 @@ from typing import Any
 import lockbuild
 from lockbuild import fsio
 from lockbuild.errors import InstallError, LockbuildError, PlatformError
+from lockbuild.hubcache.envvars import with_models_env
 from lockbuild.install.fit import Facts, Needs, unmet
-from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import detect
 from lockbuild.install.runenv import GPU_PASSED, PASSED
 from lockbuild.install.tools import find_python
 from lockbuild.limits import MiB
+from lockbuild.proc.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
+from lockbuild.proc.sandbox import run as sandboxed
 from lockbuild.progress import Progress
-from lockbuild.sandbox import SYSTEM_DIRS, Bind, SandboxTimeout, Spec
-from lockbuild.sandbox import run as sandboxed
-from lockbuild.selftest import TIMEOUT, inner, sandbox, seccomp, trace
+from lockbuild.selftest import TIMEOUT, inner, seccomp, trace, workdir
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.site.sources import DeltaFile, PartsFile, named_source
 from lockbuild.trust import load_store, open_source, trust_dir
@@ -198,7 +198,7 @@ def self_test(
 def _place_model(options: SelfTestOptions, models: Path) -> Path:
     """``--model``: the model bundle through the one trust decision, placed as ``install --models`` places
     it (by lockbuild's own code, outside the sandbox); the engine sees it read-only."""
-    from lockbuild.install.models import place_model
+    from lockbuild.hubcache.placing import place_model
 
     with named_source(str(options.model)) as source:
         place_model(open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold), models)
@@ -259,7 +259,7 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         gpu_binds, gpu_reason = _gpu_binds(options.environ)
     binds, pythonpath = _code_binds(node_python)
     source_binds, argument, inner_store = _source_binds(source, store)
-    with sandbox.workdir(options.base) as work:
+    with workdir.workdir(options.base) as work:
         box, evidence = work / "box", work / "evidence"
         box.mkdir(mode=0o700)
         evidence.mkdir(mode=0o700)

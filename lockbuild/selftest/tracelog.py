@@ -1,7 +1,7 @@
 """Reading the self-test's authoritative record, strace's log: which calls are network attempts. Pure.
 
 The log is written by ``strace -f`` run *outside* the sandbox (:mod:`lockbuild.selftest.trace`): strace is
-the ``prefix`` of the bubblewrap command (:func:`lockbuild.sandbox.run`), so it traces bwrap and everything
+the ``prefix`` of the bubblewrap command (:func:`lockbuild.proc.sandbox.run`), so it traces bwrap and everything
 started inside, and writes its log to a FIFO in a directory the sandbox does not contain: the engine can
 neither see, truncate, replace nor link it, and cannot stop strace (it is outside the engine's PID
 namespace, and a traced process cannot detach itself or be traced by anything else).

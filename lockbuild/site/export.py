@@ -39,7 +39,7 @@ from lockbuild.site.pyindex import (
     sums_text,
     trusted_comment,
 )
-from lockbuild.site.store import Store
+from lockbuild.site.storage import Store
 from lockbuild.site.storemodel import StoredBuild
 
 KINDS = ("wheel", "sdist")

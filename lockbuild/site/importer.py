@@ -21,7 +21,7 @@ from lockbuild.bundle.manifest import Member
 from lockbuild.fsio import fd_path, open_dir, remove_at
 from lockbuild.progress import Progress
 from lockbuild.site.sources import DeltaFile, named_source
-from lockbuild.site.store import Store
+from lockbuild.site.storage import Store
 from lockbuild.trust import load_store, open_source
 from lockbuild.trust import trust_dir as default_trust_dir
 

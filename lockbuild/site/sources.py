@@ -30,14 +30,14 @@ from lockbuild.bundle.manifest import MANIFEST, Member
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.read import TarPiece, check_zstd_frame, open_tar
 from lockbuild.bundle.tar import TarReader, check_header, copy_member
+from lockbuild.choice.choose import Offered
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import create_new, open_regular, read_regular
-from lockbuild.install.choose import Offered
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 from lockbuild.site.delta import HEAD, MAX_HEAD, full_name, is_delta, parse_head
-from lockbuild.site.parts import PARTS_SUFFIX, join, read_part_list
-from lockbuild.site.store import Store
+from lockbuild.site.partlist import PARTS_SUFFIX, join, read_part_list
+from lockbuild.site.storage import Store
 from lockbuild.site.storemodel import check_name, parse_build_ref
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import TIP_AGAIN, BundleFile, SizeCheck, Source, Stream, signature_path
@@ -257,7 +257,7 @@ def named_source(arg: str | Path, *, store: Path | None = None, work: Path | Non
 @dataclass(frozen=True)
 class Choosing:
     """An argument that names candidates rather than one bundle: ``ENGINE/VERSION`` or
-    ``ENGINE`` with ``--store``, or a folder of bundles (``DIR/``). ``lockbuild.install.choose`` opens
+    ``ENGINE`` with ``--store``, or a folder of bundles (``DIR/``). ``lockbuild.choice.choose`` opens
     each through the trust decision and chooses."""
 
     engine: str | None
@@ -294,7 +294,7 @@ def choosing_form(arg: str | Path, *, store: Path | None = None) -> Choosing | N
 
 
 class StoreOffers:
-    """A store's builds as a :class:`lockbuild.install.choose.Place`: each ``ENGINE/VERSION-VARIANT`` it
+    """A store's builds as a :class:`lockbuild.choice.choose.Place`: each ``ENGINE/VERSION-VARIANT`` it
     names, as a :class:`StoreBuild` (judged by the installer's trust decision, never here)."""
 
     def __init__(self, root: Path, engine: str | None = None, version: str | None = None) -> None:
@@ -325,7 +325,7 @@ class StoreOffers:
 
 
 class FolderOffers:
-    """A folder's ``*.lbz`` files as a :class:`lockbuild.install.choose.Place`: each a :class:`BundleFile`
+    """A folder's ``*.lbz`` files as a :class:`lockbuild.choice.choose.Place`: each a :class:`BundleFile`
     named by its file name only (what it claims counts once its signatures are met); a delta is no
     candidate."""
 
@@ -354,7 +354,7 @@ class FolderOffers:
 
 
 def place_for(request: Choosing) -> StoreOffers | FolderOffers:
-    """The place a choosing form names, for :func:`lockbuild.install.choose.chosen`."""
+    """The place a choosing form names, for :func:`lockbuild.choice.choose.chosen`."""
     if request.folder is not None:
         return FolderOffers(request.folder)
     if request.store is None or request.engine is None:

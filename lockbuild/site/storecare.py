@@ -24,7 +24,7 @@ from lockbuild.fsio import (
 from lockbuild.site.storemodel import HEX, Damage, StoreError
 
 if TYPE_CHECKING:
-    from lockbuild.site.store import Store
+    from lockbuild.site.storage import Store
 
 MARK = "lockbuild-store"
 MARK_TEXT = b"lockbuild store 1\n"

@@ -1,7 +1,7 @@
 """Reading a site store: its blobs and its builds, every path walked from the store's root one component
 at a time with O_NOFOLLOW (a symbolic link anywhere inside the store is refused, never followed).
 
-:class:`StoreReader` is the reading half of :class:`lockbuild.site.store.Store`, which opens the store and
+:class:`StoreReader` is the reading half of :class:`lockbuild.site.storage.Store`, which opens the store and
 writes and looks after it; the layout is described there.
 """
 

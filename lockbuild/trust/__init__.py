@@ -43,7 +43,7 @@ from lockbuild.trust.sign import (
     sign_statement,
 )
 from lockbuild.trust.statement import Statement, format_trusted_comment, manifest_sha256, parse_trusted_comment
-from lockbuild.trust.store import POLICY_FILE, Policy, TrustStore, build_store, parse_policy
+from lockbuild.trust.truststore import POLICY_FILE, Policy, TrustStore, build_store, parse_policy
 
 __all__ = [
     "DEFAULT_TRUST_DIR",

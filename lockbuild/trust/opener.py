@@ -45,7 +45,14 @@ from lockbuild.trust.source import digest_signed_file as digest_signed_file
 from lockbuild.trust.source import read_signatures as read_signatures
 from lockbuild.trust.source import signature_path as signature_path
 from lockbuild.trust.statement import Statement
-from lockbuild.trust.store import POLICY_FILE, REVOKED_FILE, TrustStore, build_store, is_secret_key, secret_key_error
+from lockbuild.trust.truststore import (
+    POLICY_FILE,
+    REVOKED_FILE,
+    TrustStore,
+    build_store,
+    is_secret_key,
+    secret_key_error,
+)
 
 DEFAULT_TRUST_DIR = Path("/etc/lockbuild/keys")
 
@@ -272,7 +279,7 @@ def decide(
     names is refused before a byte of it is read, and its size is checked before it is hashed); the signed
     dates are checked; then, only then, the subject's bytes are read and must have the signed sha256.
     Raises SignatureError or IntegrityError. :func:`open_source` (bundles) and
-    ``lockbuild.image.verify.verify_image`` (images) are made of it."""
+    ``lockbuild.image.judge.verify_image`` (images) are made of it."""
     current = now or dt.datetime.now(dt.UTC)
     raw = source.signature_blocks(limits)
     blocks = parse_signatures(raw, source=f"the signatures of {source.label}", max_bytes=limits.max_signature_file)

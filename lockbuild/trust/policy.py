@@ -28,7 +28,7 @@ from lockbuild.minisign import PublicKey, Signature, verify_signature, verify_tr
 from lockbuild.minisign.encoding import SIG_ALG_HASHED
 from lockbuild.times import iso
 from lockbuild.trust.statement import Statement
-from lockbuild.trust.store import Policy, TrustStore
+from lockbuild.trust.truststore import Policy, TrustStore
 
 CLOCK_SKEW = dt.timedelta(minutes=10)
 _ALTERED_TIP = (

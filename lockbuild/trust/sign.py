@@ -27,7 +27,7 @@ from lockbuild.progress import Progress
 from lockbuild.trust.policy import Evaluation, FileDigests, evaluate
 from lockbuild.trust.source import digest_signed_file, read_signatures, signature_path
 from lockbuild.trust.statement import Statement
-from lockbuild.trust.store import TrustStore
+from lockbuild.trust.truststore import TrustStore
 
 # How the signing process starts: lockbuild's and cryptography's directories after the standard library.
 BOOT = "import sys; sys.path.extend(sys.argv[1:]); from lockbuild.trust.signproc import main; raise SystemExit(main())"

@@ -7,8 +7,8 @@ manifest's exact bytes, and its members as pieces in the order it holds them. It
 
 - :class:`BundleFile` here (a ``.lbz`` and its ``.minisig``);
 - ``lockbuild.site.sources``: a part list, a delta (with the store it completes), a store's build;
-- ``lockbuild.site.registry``: a registry artifact (the site wing's network side);
-- ``lockbuild.image.source``: an image ``FILE.sqfs``, whose record ``FILE.sqfs.json`` is its manifest.
+- ``lockbuild.registry.artifact``: a registry artifact (the site wing's network side);
+- ``lockbuild.image.imagefile``: an image ``FILE.sqfs``, whose record ``FILE.sqfs.json`` is its manifest.
 
 The plain reads the trust path needs are here too (:func:`read_signatures`, :func:`digest_signed_file`), so
 the opener imports this module and this module imports nothing of the opener.

@@ -1,0 +1,200 @@
+"""``verify --models DIR`` and ``list --models DIR``: the installed models against their kept records.
+
+Beside each install, ``models--ORG--NAME/.lockbuild/<commit>.toml`` is the signed manifest it came from
+(checked by the one trust decision at install) and ``<commit>.minisig`` the blocks that counted. The
+record is a source behind the one port (``trust/source.py``): its blocks, its manifest, and as members
+the installed blobs, so ``verify`` re-hashes every file through the one extraction
+(``bundle/extract.py::extract``, no destination); with ``--trust`` the record passes the one trust
+decision (``trust/opener.py::open_source``) again first. The snapshot's links and ``refs/main`` are
+checked against the record too. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from lockbuild.bundle.extract import AbsentPiece, FilePiece, Piece
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.manifestparse import parse_manifest
+from lockbuild.bundle.modelinfo import MODEL_VARIANT, ModelTable
+from lockbuild.errors import InstallError, IntegrityError, SignatureError
+from lockbuild.fsio import open_regular, read_regular
+from lockbuild.hubcache.placing import RECORDS, snapshot_link
+from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.trust.opener import open_source, recheck_kept
+from lockbuild.trust.policy import FileDigests
+from lockbuild.trust.source import SizeCheck, Stream
+from lockbuild.trust.truststore import TrustStore
+
+_TIP = "Install the model bundle again (lockbuild install MODEL.lbz --models DIR): it replaces every file whole."
+
+
+class KeptRecord:
+    """An installed model as a source: the kept blocks and manifest, and the installed blobs as members."""
+
+    def __init__(self, repo_dir: Path, commit: str) -> None:
+        self.repo_dir = repo_dir
+        self.commit = commit
+        self.record = repo_dir / RECORDS / f"{commit}.toml"
+        self.label = str(self.record)
+        self.where = f"the installed model {repo_dir.name} at {commit}"
+        self.file_name: str | None = None
+        self.expect_ref: str | None = None
+        self.subject = f"the kept manifest {self.record.name}"
+        self.absent_tip = _TIP
+        self.damage_tip = _TIP
+        self.partial = False
+
+    def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
+        return read_regular(
+            self.repo_dir / RECORDS / f"{self.commit}.minisig",
+            what="kept signature record",
+            max_size=limits.max_signature_file,
+            error=SignatureError,
+        )
+
+    def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests | None:
+        return None
+
+    def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
+        return read_regular(
+            self.record, what="kept manifest record", max_size=limits.max_manifest, error=IntegrityError
+        )
+
+    def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
+        return self._members(limits)
+
+    @contextmanager
+    def _members(self, limits: Limits) -> Iterator[Stream]:
+        yield Stream(None, self.pieces(parse_manifest(self.manifest_bytes(limits), limits)))
+
+    def pieces(self, manifest: Manifest) -> Iterator[Piece]:
+        """The installed blob of each model file (its size as found; the recipe is not kept: absent)."""
+        table = _table(manifest, self.record)
+        by_member = {f.member: f for f in table.files}
+        for m in manifest.members:
+            f = by_member.get(m.path)
+            if f is None:
+                yield AbsentPiece(m.path, m.size)
+                continue
+            blob = self.repo_dir / "blobs" / f.cache_name
+            st = _lstat(blob)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                raise IntegrityError(
+                    f"{f.repo_path} of {table.repo} at {table.commit}: its blob {blob} is "
+                    f"{'missing' if st is None else 'not a regular file'}.",
+                    tip=_TIP,
+                )
+            yield FilePiece(m.path, st.st_size, partial(_open_blob, blob, st.st_size))
+
+
+def _open_blob(blob: Path, size: int) -> BinaryIO:
+    f, _ = open_regular(blob, what="installed model file", max_size=size + 1, error=IntegrityError)
+    return f
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return path.lstat()
+    except FileNotFoundError:
+        return None
+
+
+def _table(manifest: Manifest, where: Path) -> ModelTable:
+    if manifest.model is None or manifest.variant != MODEL_VARIANT:
+        raise IntegrityError(f"{where} is not a model bundle's manifest.", tip=_TIP)
+    return manifest.model
+
+
+@dataclass(frozen=True)
+class CheckedModel:
+    repo: str
+    commit: str
+    name: str
+    files: int
+    size: int
+    current: bool  # refs/main names this commit
+    signers: tuple[str, ...]  # with --trust: the keys that counted
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "repo": self.repo,
+            "commit": self.commit,
+            "name": self.name,
+            "files": self.files,
+            "bytes": self.size,
+            "current": self.current,
+            "signers": list(self.signers),
+        }
+
+
+def installed(models: Path, repo: str | None = None) -> list[KeptRecord]:
+    """The kept records under ``models`` (of one repo ORG/NAME, when named), in order."""
+    if repo is not None:
+        folders = ["models--" + repo.replace("/", "--")]
+        if not (models / folders[0] / RECORDS).is_dir():
+            raise InstallError(
+                f"no model {repo} is installed under {models}; expected {models / folders[0]}.",
+                tip=f"lockbuild list --models {models} shows what is.",
+            )
+    else:
+        folders = sorted(p.name for p in (models.iterdir() if models.is_dir() else []) if p.name.startswith("models--"))
+    out = []
+    for folder in folders:
+        records = models / folder / RECORDS
+        if records.is_dir():
+            out += [
+                KeptRecord(models / folder, p.name[: -len(".toml")])
+                for p in sorted(records.iterdir())
+                if p.name.endswith(".toml")
+            ]
+    return out
+
+
+def describe(rec: KeptRecord, signers: tuple[str, ...] = ()) -> CheckedModel:
+    m = parse_manifest(rec.manifest_bytes())
+    table = _table(m, rec.record)
+    try:
+        ref = read_regular(rec.repo_dir / "refs" / "main", what="refs/main", max_size=64, error=IntegrityError)
+    except (OSError, IntegrityError):
+        ref = b""
+    current = ref == table.commit.encode()
+    return CheckedModel(
+        table.repo, table.commit, m.engine, len(table.files), sum(f.size for f in table.files), current, signers
+    )
+
+
+def verify_model(rec: KeptRecord, store: TrustStore | None, *, threshold: int | None = None) -> CheckedModel:
+    """Every installed file of ``rec`` against its record: the snapshot's links, then each blob's size and
+    sha256 through the one extraction (with ``store``: after the record passed the one trust decision)."""
+    if store is not None:
+        trusted = open_source(rec, store, threshold=threshold)
+        manifest, signers = trusted.manifest, trusted.signer_ids
+    else:
+        manifest, signers = parse_manifest(rec.manifest_bytes()), ()
+    table = _table(manifest, rec.record)
+    if table.commit != rec.commit:
+        raise IntegrityError(f"{rec.record} records commit {table.commit}, not {rec.commit}.", tip=_TIP)
+    snapshot = rec.repo_dir / "snapshots" / table.commit
+    for f in table.files:
+        link = snapshot / f.repo_path
+        want = snapshot_link(f.repo_path, f.cache_name)
+        try:
+            got: str | None = str(link.readlink())
+        except OSError:
+            got = None
+        if got != want:
+            raise IntegrityError(
+                f"{link} is {'not a link' if got is None else 'a link to ' + repr(got)}; its "
+                f"record says a link to {want!r}.",
+                tip=_TIP,
+            )
+    recheck_kept(rec, manifest)
+    return describe(rec, signers)

@@ -1,0 +1,137 @@
+"""A model bundle in a registry, laid out as the CNCF ModelPack specification has it (pure, no I/O).
+
+https://github.com/modelpack/model-spec: an OCI image manifest with
+
+- ``artifactType`` ``application/vnd.cncf.model.manifest.v1+json``;
+- ``config``: the ModelPack model configuration (``application/vnd.cncf.model.config.v1+json``): the
+  model's name, its commit as version and revision, where it came from, the weights' format when they
+  share one, and ``modelfs.diff_ids``, the layers' digests in order (each layer is raw, so its DiffID is
+  its digest); only keys the specification's schema allows;
+- ``layers``: one raw layer per model file, in the signed manifest's order, whose digest is the file's
+  sha256, with the ModelPack media type for what the file is (weights, weight configuration such as
+  ``config.json`` and the tokenizer, documentation, code) and the annotations ``org.cncf.model.filepath``
+  and ``org.opencontainers.image.title`` (both the file's path in the repository), so registries and tools
+  that read ModelPack (KitOps, Harbor, Dragonfly, ORAS) see the model's files as the Hub lays them out;
+- then lockbuild's own two layers, untitled so that tools which write titled layers out leave them alone:
+  the bundle's recipe member (``application/vnd.lockbuild.member.v1``) and the signed manifest
+  (``application/vnd.lockbuild.manifest.v1+toml``, its digest the manifest sha256 that every signature names);
+- ``annotations``: lockbuild's ``dev.lockbuild.signatures`` and ``dev.lockbuild.bundle``, as on an
+  engine's artifact.
+
+``pull`` reads the signature blocks from the annotation and judges them before any blob is requested, then
+fetches the signed manifest (the one layer of its media type) and every member by the sha256 the signed
+manifest gives it: the ModelPack layers and configuration are a view for other tools, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+from lockbuild.bundle.manifest import Manifest
+from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
+from lockbuild.errors import LockbuildError
+from lockbuild.registry.api import OCI_MANIFEST
+
+ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
+CONFIG_TYPE = "application/vnd.cncf.model.config.v1+json"
+WEIGHT = "application/vnd.cncf.model.weight.v1.raw"
+WEIGHT_CONFIG = "application/vnd.cncf.model.weight.config.v1.raw"
+DOC = "application/vnd.cncf.model.doc.v1.raw"
+CODE = "application/vnd.cncf.model.code.v1.raw"
+FILEPATH = "org.cncf.model.filepath"
+TITLE = "org.opencontainers.image.title"
+HUB = "https://huggingface.co/"
+_DOC_NAMES = ("readme", "license", "licence", "notice", "copying", "changelog", "citation", "model_card")
+_DOC_SUFFIXES = (".md", ".rst", ".pdf", ".html", ".gitattributes", ".gitignore")
+_CODE_SUFFIXES = (".py", ".ipynb", ".sh", ".js", ".cu", ".cpp", ".c", ".h")
+
+
+def media_type(repo_path: str) -> str:
+    """The ModelPack media type of a model file, by its name: weights (the suffixes written in stored
+    frames), code, documentation, or else weight configuration (config.json, the tokenizer, indexes)."""
+    name = repo_path.rsplit("/", 1)[-1].lower()
+    if name.endswith(WEIGHT_SUFFIXES):
+        return WEIGHT
+    if name.endswith(_CODE_SUFFIXES):
+        return CODE
+    if name.startswith(_DOC_NAMES) or name.endswith(_DOC_SUFFIXES):
+        return DOC
+    return WEIGHT_CONFIG
+
+
+_FORMATS = {
+    ".safetensors": "safetensors",
+    ".gguf": "gguf",
+    ".onnx": "onnx",
+    ".bin": "pytorch",
+    ".pt": "pytorch",
+    ".pth": "pytorch",
+    ".h5": "tensorflow",
+    ".msgpack": "flax",
+}
+
+
+def weight_format(repo_paths: list[str]) -> dict[str, str]:
+    """ModelPack's ``config.format`` where every weight file has one format (else nothing is claimed)."""
+    found = {_FORMATS.get("." + p.rsplit(".", 1)[-1].lower(), "") for p in repo_paths if media_type(p) == WEIGHT}
+    return {"format": found.pop()} if len(found) == 1 and "" not in found else {}
+
+
+def _descriptor(media: str, sha256: str, size: int, annotations: Mapping[str, str] | None = None) -> dict[str, object]:
+    out: dict[str, object] = {"mediaType": media, "digest": f"sha256:{sha256}", "size": size}
+    if annotations:
+        out["annotations"] = dict(annotations)
+    return out
+
+
+def model_artifact(
+    manifest: Manifest, manifest_bytes: bytes, annotations: Mapping[str, str], *, manifest_type: str, member_type: str
+) -> tuple[bytes, bytes]:
+    """The OCI manifest of a model bundle's artifact and its ModelPack configuration blob (both
+    deterministic: the same signed build gives the same bytes)."""
+    table = manifest.model
+    if table is None:
+        raise LockbuildError(f"internal: {manifest.bundle_name} is not a model bundle; it has no ModelPack layout.")
+    model_files = {f.member for f in table.files}
+    layers = [
+        _descriptor(media_type(f.repo_path), f.sha256, f.size, {FILEPATH: f.repo_path, TITLE: f.repo_path})
+        for f in table.files
+    ]
+    seen: set[str] = set()
+    for m in manifest.members:  # the recipe: fetched by pull as a member, untitled for other tools
+        if m.path not in model_files and m.sha256 not in seen:
+            seen.add(m.sha256)
+            layers.append(_descriptor(member_type, m.sha256, m.size))
+    layers.append(_descriptor(manifest_type, hashlib.sha256(manifest_bytes).hexdigest(), len(manifest_bytes)))
+    config = {
+        "descriptor": {
+            "name": manifest.engine,
+            "version": table.commit,
+            "revision": table.commit,
+            "sourceURL": HUB + table.repo,
+        },
+        "config": weight_format([f.repo_path for f in table.files]),
+        "modelfs": {"type": "layers", "diff_ids": [str(x["digest"]) for x in layers]},
+    }
+    config_bytes = json.dumps(config, indent=1, sort_keys=True).encode()
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": ARTIFACT_TYPE,
+        "config": _descriptor(CONFIG_TYPE, hashlib.sha256(config_bytes).hexdigest(), len(config_bytes)),
+        "layers": layers,
+        "annotations": dict(annotations),
+    }
+    return json.dumps(doc, indent=1, sort_keys=True).encode(), config_bytes
+
+
+def signed_manifest_layer(doc: Mapping[str, object], manifest_type: str) -> Mapping[str, object] | None:
+    """The one layer of a ModelPack artifact that holds lockbuild's signed manifest (None: none, several,
+    or a config that is not ModelPack's). What it names is checked against the signatures before use."""
+    config, layers = doc.get("config"), doc.get("layers")
+    if not isinstance(config, dict) or config.get("mediaType") != CONFIG_TYPE or not isinstance(layers, list):
+        return None
+    found = [x for x in layers if isinstance(x, dict) and x.get("mediaType") == manifest_type]
+    return found[0] if len(found) == 1 else None

@@ -1,0 +1,146 @@
+"""When to ask a registry again (pure): an answer, the attempt and the clock in, a decision out.
+
+A registry (or a pull-through mirror, or the load balancer in front of one) that is busy answers
+``429 Too Many Requests``, or ``502`` / ``503`` / ``504`` while a backend is restarting. Such an answer
+is asked again, politely:
+
+- the registry's ``Retry-After`` is obeyed, as seconds or as an HTTP date, capped at
+  ``max_retry_after`` (60 s), so a registry cannot park a node for a day;
+- without one, the wait grows exponentially from ``base_seconds`` up to ``max_backoff``, with jitter
+  (half fixed, half random), so that many nodes refused at once do not come back at once;
+- a blob whose answer broke off mid-body (the connection cut) is asked for the rest from the byte
+  received (``Range``), after the same backoff, at most ``max_resumes`` times (``resume``);
+- every request has ``retry_seconds`` (90 s) from its first attempt: a wait that would end past it is
+  not begun, and the request fails at once with the registry's answer. A registry that throttles
+  forever fails the command well within two minutes; it never hangs it.
+
+The transport (``registry/api.py``) applies the decision, and stops sleeping the moment another transfer
+of the same command fails. ``LOCKBUILD_REGISTRY_RETRY_SECONDS`` (read by the CLI) sets
+``retry_seconds``; 0 asks nothing again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+from dataclasses import dataclass
+
+from lockbuild.registry.reference import RegistryError
+
+RETRYABLE = frozenset({429, 502, 503, 504})
+RETRY_ENV = "LOCKBUILD_REGISTRY_RETRY_SECONDS"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    retry_seconds: float = 90.0  # the most one request spends being asked again, from its first attempt
+    max_retry_after: float = 60.0  # the longest Retry-After obeyed
+    base_seconds: float = 0.5  # the first backoff without Retry-After ...
+    max_backoff: float = 8.0  # ... doubling up to this
+    max_resumes: int = 5  # a blob whose answer broke off mid-body is asked for the rest this many times
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def with_budget(policy: RetryPolicy, value: str | None) -> RetryPolicy:
+    """``policy`` with ``retry_seconds`` from ``value`` (``LOCKBUILD_REGISTRY_RETRY_SECONDS``, read by the
+    CLI): seconds from 0 to 3600; None keeps it."""
+    if value is None:
+        return policy
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise RegistryError(
+            f"{RETRY_ENV}={value[:40]!r} is not a number of seconds from 0 to 3600.",
+            tip=f"Unset {RETRY_ENV} for the default ({policy.retry_seconds:g} s), or give e.g. 300.",
+        )
+    return dataclasses.replace(policy, retry_seconds=seconds)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the registry said: the status and its ``Retry-After`` header, if any."""
+
+    status: int
+    retry_after: str | None = None
+
+
+@dataclass(frozen=True)
+class Moment:
+    """The clock as the decision needs it: seconds since the request's first attempt, and the wall
+    clock (seconds since the epoch, for a ``Retry-After`` given as a date)."""
+
+    elapsed: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``wait`` seconds, then ask again; or, with ``wait`` None, give up (``why`` says why)."""
+
+    wait: float | None
+    why: str = ""
+
+    @property
+    def again(self) -> bool:
+        return self.wait is not None
+
+
+def retry_after_seconds(value: str | None, wall: float) -> float | None:
+    """A ``Retry-After`` header as seconds from now (a date in the past: 0), or None if absent or unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(int(text[:12]))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT; a date without a zone is read as such
+        return None
+    return max(0.0, when.timestamp() - wall)
+
+
+def backoff(attempt: int, policy: RetryPolicy, jitter: float) -> float:
+    """The wait after ``attempt`` (1: the first answer) refused answers: exponential, capped, with half of
+    it random (``jitter`` in [0, 1))."""
+    full = min(policy.max_backoff, policy.base_seconds * 2.0 ** min(max(attempt - 1, 0), 30))
+    return full / 2 + full / 2 * min(max(jitter, 0.0), 1.0)
+
+
+def decide(
+    answer: Answer, attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY, jitter: float = 0.5
+) -> Decision:
+    """Whether to ask again after the refused ``answer`` to the ``attempt``-th try, and after how long."""
+    if answer.status not in RETRYABLE:
+        return Decision(None, f"HTTP {answer.status} is not an answer to ask again")
+    asked = retry_after_seconds(answer.retry_after, moment.wall)
+    wait = min(asked, policy.max_retry_after) if asked is not None else backoff(attempt, policy, jitter)
+    left = policy.retry_seconds - moment.elapsed
+    if moment.elapsed + wait > policy.retry_seconds:
+        if asked is not None and asked > left:
+            return Decision(
+                None,
+                f"it asked to wait {asked:.0f} s (Retry-After), past the {policy.retry_seconds:g} s "
+                "this request may spend being asked again",
+            )
+        return Decision(
+            None,
+            f"it kept refusing for {moment.elapsed:.1f} s ({attempt} attempts), the most this "
+            f"request may spend being asked again is {policy.retry_seconds:g} s",
+        )
+    return Decision(wait)
+
+
+def resume(attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY, jitter: float = 0.5) -> Decision:
+    """Whether to ask for the rest of a blob whose answer broke off for the ``attempt``-th time."""
+    if attempt > policy.max_resumes:
+        return Decision(None, f"its answer broke off {attempt} times")
+    wait = backoff(attempt, policy, jitter)
+    if moment.elapsed + wait > policy.retry_seconds:
+        return Decision(None, f"its answer broke off again after {moment.elapsed:.1f} s of asking")
+    return Decision(wait)

@@ -9,16 +9,15 @@ there, by name, and is never fetched.
 
 from __future__ import annotations
 
-import lzma
 import tarfile
 import tomllib
 import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from lockbuild import wheelfile
 from lockbuild.errors import ResolveError
 from lockbuild.limits import MiB
 
@@ -115,7 +114,7 @@ def top_level_file(f: BinaryIO, filename: str, member: str) -> bytes | None:
                         return None
                     return got.read(MAX_PYPROJECT)
         return None
-    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+    except (tarfile.TarError, *wheelfile.READ_ERRORS) as exc:  # the zip readers' list, and tarfile's
         raise _bad(filename, f"it is not a readable archive ({exc})") from None
 
 

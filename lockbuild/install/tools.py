@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockbuild import wheelfile
 from lockbuild.digest import CHUNK
 from lockbuild.errors import InstallError
 from lockbuild.fsio import create_under
@@ -86,19 +86,25 @@ def find_python(want: str, explicit: Path | None) -> Path:
 
 
 def extract_uv(wheel: Path, dest_dir: Path) -> Path:
-    """The uv binary out of the bundled uv wheel (already checked against the manifest's sha256)."""
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".data/scripts/uv")]
-            if len(names) != 1:
-                raise InstallError(f"{wheel.name} has no single uv binary (found {len(names)}).")
-            info = zf.getinfo(names[0])
-            if info.file_size > MAX_UV_BINARY:
-                raise InstallError(f"{wheel.name}'s uv binary is {info.file_size} bytes; refused.")
+    """The uv binary out of the bundled uv wheel (already checked against the manifest's sha256), read by
+    ``lockbuild.wheelfile``: a wheel that cannot be read is an InstallError naming it."""
+    with wheel.open("rb") as raw, wheelfile.opened(raw, wheel.name, error=InstallError) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".data/scripts/uv")]
+        if len(names) != 1:
+            raise InstallError(f"{wheel.name} has no single uv binary (found {len(names)}).")
+        info = zf.getinfo(names[0])
+        if info.file_size > MAX_UV_BINARY:
+            raise InstallError(f"{wheel.name}'s uv binary is {info.file_size} bytes; refused.")
+        out = dest_dir / "uv"
+        try:
             dest_dir.mkdir(mode=0o700)
-            out = dest_dir / "uv"
-            with zf.open(info) as src, create_under(dest_dir, "uv", 0o755) as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
-    except zipfile.BadZipFile as exc:
-        raise InstallError(f"{wheel.name} is not a valid wheel: {exc}.") from None
+            dst = create_under(dest_dir, "uv", 0o755)
+        except OSError as exc:
+            raise InstallError(f"cannot write {out}: {exc.strerror or exc}.") from None
+        with zf.open(info) as src, dst:
+            while chunk := src.read(CHUNK):
+                try:
+                    dst.write(chunk)
+                except OSError as exc:  # the destination's failure, not the wheel's
+                    raise InstallError(f"cannot write {out}: {exc.strerror or exc}.") from None
     return out

@@ -57,7 +57,7 @@ from lockbuild.fsio.opening import (
     opened_dir,
     read_regular,
 )
-from lockbuild.fsio.owners import Unsafe, ancestor_problem, owner_problem
+from lockbuild.fsio.owners import Unsafe, ancestor_problem, owner_problem, program_problem
 from lockbuild.fsio.trees import (
     fsync_dir,
     fsync_dir_path,
@@ -103,6 +103,7 @@ __all__ = [
     "open_writable",
     "opened_dir",
     "owner_problem",
+    "program_problem",
     "read_regular",
     "remove_at",
     "remove_tree",

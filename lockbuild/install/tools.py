@@ -11,7 +11,7 @@ from pathlib import Path
 from lockbuild import wheelfile
 from lockbuild.digest import CHUNK
 from lockbuild.errors import InstallError
-from lockbuild.fsio import create_under
+from lockbuild.fsio import create_under, program_problem
 
 MAX_UV_BINARY = 256 << 20
 
@@ -71,6 +71,7 @@ def locate_python(want: str, explicit: Path | None, *, path: str | None = None) 
                     f"pass --python {elsewhere} to choose it on purpose, or install {name} system-wide."
                 ),
             )
+    check_not_swappable(found, want)  # before it runs: it runs as this user
     got = python_version(found.path)
     if got != want:
         raise InstallError(
@@ -78,6 +79,28 @@ def locate_python(want: str, explicit: Path | None, *, path: str | None = None) 
             tip=f"Pass --python pointing at a Python {want} interpreter, or use the bundle built for {got}.",
         )
     return found
+
+
+def check_not_swappable(found: FoundPython, want: str) -> None:
+    """The interpreter, as named and as each link on its way resolves, passes --root's rule
+    (``fsio.program_problem``): otherwise another user could swap it before it runs as this user (often
+    root), and the environment's ``pyvenv.cfg`` would name it for every later run."""
+    try:
+        unsafe = program_problem(found.path)
+    except OSError as exc:
+        raise InstallError(
+            f"cannot examine the interpreter {found.path} (from {found.origin}): {exc.filename}: {exc.strerror}.",
+            tip=f"Pass --python with the path of a Python {want} interpreter that exists.",
+        ) from None
+    if unsafe is None:
+        return
+    raise InstallError(
+        f"refused the interpreter {found.path} (from {found.origin}): {unsafe.directory}, on its way as named or "
+        f"as its links resolve, {unsafe.problem}, so another user could swap the interpreter for their own "
+        "before it runs as you, and the environment's pyvenv.cfg would name it.",
+        tip=f"Pass --python with an interpreter only root (or you) can change, under directories only root (or "
+        f"you) can write, such as /usr/bin/python{want}: the rule --root follows (docs/site-administrators.md).",
+    )
 
 
 def find_python(want: str, explicit: Path | None) -> Path:

@@ -22,7 +22,7 @@ from lockbuild.errors import LockbuildError
 # zlib.error (deflate), OSError (bzip2: "Invalid data stream"; a read of the file), lzma.LZMAError,
 # EOFError (a stream cut short), RuntimeError (an encrypted entry) and NotImplementedError (an unknown
 # compression), ValueError and struct.error (fields that do not parse).
-READ_ERRORS: tuple[type[BaseException], ...] = (
+READ_ERRORS: tuple[type[Exception], ...] = (
     zipfile.BadZipFile,
     zlib.error,
     lzma.LZMAError,

@@ -114,8 +114,12 @@ def top_level_file(f: BinaryIO, filename: str, member: str) -> bytes | None:
                         return None
                     return got.read(MAX_PYPROJECT)
         return None
-    except (tarfile.TarError, *wheelfile.READ_ERRORS) as exc:  # the zip readers' list, and tarfile's
+    except _READ_ERRORS as exc:
         raise _bad(filename, f"it is not a readable archive ({exc})") from None
+
+
+# What a damaged sdist raises: the zip readers' list (lockbuild.wheelfile, one place), and tarfile's own.
+_READ_ERRORS: tuple[type[Exception], ...] = (tarfile.TarError, *wheelfile.READ_ERRORS)
 
 
 def _top_level(name: str, member: str) -> bool:

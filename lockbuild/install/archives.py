@@ -40,7 +40,7 @@ def _refuse(archive: Path, name: str, why: str) -> IntegrityError:
 
 # What the archive modules and decompressors raise on damaged input (and the file system on a clash):
 # the zip readers' list (lockbuild.wheelfile, one place), and tarfile's own.
-_READ_ERRORS = (tarfile.TarError, *wheelfile.READ_ERRORS)
+_READ_ERRORS: tuple[type[Exception], ...] = (tarfile.TarError, *wheelfile.READ_ERRORS)
 
 
 def _zip_kind(mode: int) -> str | None:

@@ -15,7 +15,8 @@ once:
 - a lock waits up to a deadline and then fails (``fsio/locks.py``);
 - a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
   root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule, in
-  ``fsio/owners.py``).
+  ``fsio/owners.py``); a program of the node's that lockbuild runs (the interpreter) follows that rule as
+  named, on every link of its way and as resolved (``program_problem``).
 
 Reads are bounded; a copy hashes what it copies (``lockbuild.digest.pump``, the one read-hash loop); JSON,
 parsed with a size and a nesting bound, is ``lockbuild.jsonio``. Import the names from ``lockbuild.fsio``.

@@ -461,9 +461,10 @@ def test_a_planted_link_is_never_followed(built: Built, tmp_path: Path) -> None:
     r = cli("store", "index", "--store", built.store, "--out", out)
     assert r.exit_code != 0 and "is a symbolic link" in r.output
     out.unlink()
-    out.mkdir()
-    (out / "simple").symlink_to(victim)  # a link inside an old index: replaced, never written through
-    (out / "files").symlink_to(victim)
+    index(built.store, out)
+    for name in ("simple", "files"):  # a link inside an old index: replaced, never written through
+        shutil.rmtree(out / name)
+        (out / name).symlink_to(victim)
     index(built.store, out)
     assert [p.name for p in victim.iterdir()] == ["keep"] and (victim / "keep").read_text() == "keep"
     assert not (out / "simple").is_symlink() and (out / "simple" / "toydep" / "index.html").is_file()

@@ -11,7 +11,8 @@
 # What it does, with no network and no Python beyond the bundle's (or the one given):
 #   0. refuses an extraction (or a --python) that another user could swap: any directory above it, up to
 #      /, must be owned by root or you and writable by no one else unless sticky (the rule lockbuild
-#      holds --root to); then copies the extraction into a 0700 staging directory it makes beside
+#      holds --root to; for the interpreter, on every link of its way too, and the file itself, as the
+#      installer's --python: lockbuild/fsio/owners.py::program_problem); then copies the extraction into a 0700 staging directory it makes beside
 #      TARGET and reads nothing of DIR again: every check and every step below works on that copy;
 #   1. checks every copied member against SHA256SUMS, the signed list the builder wrote;
 #   2. unpacks the bundled interpreter (or takes --python) and the bundled uv, in a staging directory
@@ -86,6 +87,7 @@ for tool in sha256sum tar gzip mktemp mv rm find id dd sed grep readlink dirname
     "Install coreutils, tar and gzip from the node's own media."
 done
 
+# --- the ownership rules (tests/test_node_python.py runs this block on its own): begin
 uid=$(id -u)
 # The rule lockbuild holds --root to (lockbuild/fsio/owners.py::ancestor_problem): a directory is safe when root
 # or this user owns it and neither its group nor others may write it, unless it is sticky (like /tmp,
@@ -120,6 +122,49 @@ open_to_others() {
 # Nothing in a tree but plain files and directories of root's or ours that no one else may write.
 unsafe() { find "$1" -maxdepth 64 \( ! -user 0 ! -user "$uid" \) -o -perm -0020 -o -perm -0002 \
   -o ! \( -type f -o -type d \) 2>/dev/null | head -n 1; }
+# program_problem P prints the first thing on P's way that another user could swap (nothing when none): a
+# directory above P as named, above each symbolic link its resolution reads or above the file it ends at
+# that fails the rule above; such a link owned by another user; or the file itself, owned by another user
+# or writable by others. P is walked a component at a time, as the kernel resolves it. The rule lockbuild's
+# installer holds its interpreter to (lockbuild/fsio/owners.py::program_problem): --root's, on every step.
+program_problem() {
+  case $1 in /*) rest=${1#/} ;; *) rest=$(pwd -P)/$1; rest=${rest#/} ;; esac
+  here=
+  hops=0
+  while [ -n "$rest" ]; do
+    part=${rest%%/*}
+    case $rest in */*) rest=${rest#*/} ;; *) rest= ;; esac
+    case $part in
+      ''|.) continue ;;
+      ..) here=${here%/*}; continue ;;
+    esac
+    step=$here/$part
+    if [ -L "$step" ]; then
+      hops=$((hops + 1))
+      [ "$hops" -le 40 ] || { printf '%s' "$step"; return 0; }
+      odd=$(above "${here:-/}")
+      [ -z "$odd" ] || { printf '%s' "$odd"; return 0; }
+      odd=$(find "$step" -maxdepth 0 ! -user 0 ! -user "$uid" 2>/dev/null) || odd=$step
+      [ -z "$odd" ] || { printf '%s' "$odd"; return 0; }
+      link=$(readlink -- "$step") || { printf '%s' "$step"; return 0; }
+      case $link in /*) here= ;; esac
+      rest=${link#/}${rest:+/$rest}
+    elif [ -e "$step" ]; then
+      here=$step
+    else
+      printf '%s' "$step"
+      return 0
+    fi
+  done
+  odd=$(find "${here:-/}" -maxdepth 0 \( ! -user 0 ! -user "$uid" \) -o -perm -0020 -o -perm -0002 2>/dev/null) \
+    || odd=${here:-/}
+  if [ -z "$odd" ]; then
+    up=${here%/*}
+    odd=$(above "${up:-/}")
+  fi
+  printf '%s' "$odd"
+}
+# --- the ownership rules: end
 odd=$(above "$parent")
 [ -z "$odd" ] || die "$odd is writable by other users (or owned by one), so another user could replace TARGET in $parent; expected directories only root or you can write." \
   "Install under a directory such as /opt, owned by root with mode 755."
@@ -187,8 +232,7 @@ case $base in
   "$stage"/*) ;;
   *)
     real=$(readlink -f -- "$base") || die "cannot resolve the interpreter $base."
-    odd=$(shared "$real")
-    [ -n "$odd" ] || odd=$(above "${real%/*}")
+    odd=$(program_problem "$base")  # as named, every link on its way, and what it resolves to
     [ -z "$odd" ] || die "the interpreter $base (${real}) is in or under $odd, which another user can write (or owns), so they could swap it for their own before it runs as you; expected an interpreter only root or you can change." \
       "Pass --python with an interpreter under directories only root (or you) can write, such as /usr/bin/python$PYTHON_VERSION."
     # Everyone who can reach TARGET must be able to run its interpreter: one under a directory they

@@ -21,7 +21,7 @@ from lockbuild.text import for_terminal, one_line
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
     required=True,
-    help="The index directory (made, or replaced whole).",
+    help="The index directory: made, or replaced whole if empty or an earlier export; never in or around the store.",
 )
 @click.option(
     "--build",
@@ -55,7 +55,8 @@ def store_index(
 ) -> None:
     """Write a static package index (PEP 503/691/700, with PEP 658 metadata) of the store's wheels and sdists,
     for pip and uv inside the air gap: OUT/simple/ and OUT/files/, each file the store's checked blob. The new
-    index replaces OUT whole. With --key, OUT/SHA256SUMS lists every file and SHA256SUMS.minisig signs it.
+    index replaces OUT whole; an existing OUT must be empty or an earlier export (its .lockbuild-index).
+    With --key, OUT/SHA256SUMS lists every file and SHA256SUMS.minisig signs it.
     The key's passphrase comes from LOCKBUILD_KEY_PASSWORD or a prompt."""
     setup_output(ctx, as_json)
     from lockbuild.commands.clikit import take_password

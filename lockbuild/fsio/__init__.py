@@ -15,7 +15,8 @@ once:
 - a lock waits up to a deadline and then fails (``fsio/locks.py``);
 - a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
   root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule, in
-  ``fsio/owners.py``).
+  ``fsio/owners.py``); a program of the node's that lockbuild runs (the interpreter) follows that rule as
+  named, on every link of its way and as resolved (``program_problem``).
 
 Reads are bounded; a copy hashes what it copies (``lockbuild.digest.pump``, the one read-hash loop); JSON,
 parsed with a size and a nesting bound, is ``lockbuild.jsonio``. Import the names from ``lockbuild.fsio``.
@@ -31,6 +32,7 @@ from lockbuild.fsio.creating import (
     append_existing,
     create_new,
     create_under,
+    is_beside,
     open_writable,
     sweep_beside,
     sweep_stale,
@@ -44,6 +46,7 @@ from lockbuild.fsio.opening import (
     DIR_FLAGS,
     FILE_FLAGS,
     NEW_FLAGS,
+    ancestry,
     bounded_read,
     fd_path,
     kind_of,
@@ -55,7 +58,7 @@ from lockbuild.fsio.opening import (
     opened_dir,
     read_regular,
 )
-from lockbuild.fsio.owners import Unsafe, ancestor_problem, owner_problem
+from lockbuild.fsio.owners import Unsafe, ancestor_problem, owner_problem, program_problem
 from lockbuild.fsio.trees import (
     fsync_dir,
     fsync_dir_path,
@@ -65,6 +68,7 @@ from lockbuild.fsio.trees import (
     remove_at,
     remove_tree,
     rename_at,
+    sweep_dirs_beside,
     symlink_under,
 )
 
@@ -75,6 +79,7 @@ __all__ = [
     "STALE_BESIDE_SECONDS",
     "Unsafe",
     "ancestor_problem",
+    "ancestry",
     "append_existing",
     "bounded_read",
     "busy_error",
@@ -85,6 +90,7 @@ __all__ = [
     "flocked",
     "fsync_dir",
     "fsync_dir_path",
+    "is_beside",
     "kind_of",
     "link_file",
     "link_under",
@@ -98,11 +104,13 @@ __all__ = [
     "open_writable",
     "opened_dir",
     "owner_problem",
+    "program_problem",
     "read_regular",
     "remove_at",
     "remove_tree",
     "rename_at",
     "sweep_beside",
+    "sweep_dirs_beside",
     "sweep_stale",
     "symlink_under",
     "temp_beside",

@@ -73,15 +73,16 @@ def sweep_stale(directory: Path, matches: Callable[[str], bool], *, older_than: 
     return removed
 
 
+def is_beside(final: Path, name: str, what: str = "partial") -> bool:
+    """Whether ``name`` is one :func:`temp_beside` gives for ``final`` (``.NAME.<16 hex>.WHAT``)."""
+    prefix, suffix = f".{final.name}.", f".{what}"
+    token = name[len(prefix) : -len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
+    return len(token) == 16 and not token.strip("0123456789abcdef")
+
+
 def sweep_beside(final: Path, *, older_than: float = STALE_BESIDE_SECONDS, what: str = "partial") -> int:
     """Remove the files ``temp_beside(final)`` named that killed runs left (a bundle's is gigabytes)."""
-    prefix, suffix = f".{final.name}.", f".{what}"
-
-    def mine(name: str) -> bool:
-        token = name[len(prefix) : -len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
-        return len(token) == 16 and not token.strip("0123456789abcdef")
-
-    return sweep_stale(final.parent, mine, older_than=older_than)
+    return sweep_stale(final.parent, lambda name: is_beside(final, name, what), older_than=older_than)
 
 
 def open_writable(name: str, *, dir_fd: int, append: bool, mode: int = 0o644) -> BinaryIO:

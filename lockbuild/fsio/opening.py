@@ -146,6 +146,25 @@ def fd_path(dir_fd: int) -> Path:
     return Path(f"/proc/self/fd/{dir_fd}")
 
 
+def ancestry(dir_fd: int) -> list[tuple[int, int]]:
+    """(st_dev, st_ino) of the directory opened as ``dir_fd`` and of every directory above it up to the
+    root, walked by ``..`` from the descriptor (no path: a link, a bind mount or a rename cannot hide one)."""
+    ids: list[tuple[int, int]] = []
+    fd = os.dup(dir_fd)
+    try:
+        while len(ids) < 4096:
+            st = os.fstat(fd)
+            if ids and ids[-1] == (st.st_dev, st.st_ino):
+                break  # the root is its own parent
+            ids.append((st.st_dev, st.st_ino))
+            up = os.open("..", DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+    finally:
+        os.close(fd)
+    return ids
+
+
 def list_dir(dir_fd: int) -> list[str]:
     """The entries of a directory opened by descriptor, sorted."""
     return sorted(os.listdir(dir_fd))

@@ -1,8 +1,11 @@
-"""Ownership and ancestor safety: the one rule for trust directories and stores (``owner_problem``) and for
-the directories above a place lockbuild works in (``ancestor_problem``)."""
+"""Ownership and ancestor safety: the one rule for trust directories and stores (``owner_problem``), for
+the directories above a place lockbuild works in (``ancestor_problem``), and for a program of the node's
+that lockbuild runs and records, the interpreter (``program_problem``: both rules, on every link of its
+way)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ def owner_problem(st: os.stat_result, *, allow_root: bool = True) -> str | None:
 class Unsafe:
     """A directory above a place lockbuild works in that another user could use to swap that place."""
 
-    directory: Path
+    directory: Path  # for program_problem: the directory, link or file that is unsafe
     problem: str  # "is owned by uid N, ..." or "is writable by its group or by others and not sticky (...)"
     owner: bool  # True: owned by another user (no chmod helps); False: writable by others (chmod +t helps)
 
@@ -57,4 +60,58 @@ def ancestor_problem(path: Path) -> Unsafe | None:
                     f"is writable by its group or by others and not sticky (mode {stat.S_IMODE(st.st_mode):04o})",
                     owner=False,
                 )
+    return None
+
+
+MAX_LINKS = 40  # as the kernel's own bound (ELOOP)
+
+
+def resolution(path: Path) -> tuple[tuple[Path, ...], Path]:
+    """How ``path`` resolves, component by component as the kernel does: every symbolic link read on the
+    way (each named by its place, the directories before it already resolved) and the path it ends at.
+    OSError when a component is missing or the links loop."""
+    links: list[Path] = []
+    pending = [p for p in reversed(os.fspath(Path.cwd() / path).split("/")) if p not in ("", ".")]
+    here = Path("/")
+    while pending:
+        part = pending.pop()
+        if part == "..":
+            here = here.parent
+            continue
+        step = here / part
+        if not stat.S_ISLNK(os.lstat(step).st_mode):
+            here = step
+            continue
+        links.append(step)
+        if len(links) > MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+        target = os.fspath(step.readlink())
+        if target.startswith("/"):
+            here = Path("/")
+        pending += [p for p in reversed(target.split("/")) if p not in ("", ".")]
+    return tuple(links), here
+
+
+def program_problem(path: Path) -> Unsafe | None:
+    """Why a program of the node's that lockbuild runs as this user and names in what it writes (the
+    interpreter: ``pyvenv.cfg`` records it) could be swapped by another user; None when it cannot. The
+    ``--root`` rules on every step of its way: the directories above it as named, above every symbolic link
+    its resolution reads and above the file it resolves to pass ``ancestor_problem``; every such link is
+    owned by root or this user (in a sticky directory its owner may replace it); the file passes
+    ``owner_problem``. ``lockbuild/bundle/bootstrap.sh`` (its ``program_problem``) holds the same rule.
+    OSError when it cannot be examined."""
+    links, real = resolution(path)
+    for place in (Path(os.path.abspath(path)), *links, real):  # noqa: PTH100 (as named, links kept)
+        found = ancestor_problem(place)
+        if found is not None:
+            return found
+    for link in links:
+        uid = os.lstat(link).st_uid
+        if uid not in (0, os.geteuid()):
+            who = f"neither root nor this user (uid {os.geteuid()})"
+            return Unsafe(link, f"is a symbolic link owned by uid {uid}, {who}", owner=True)
+    st = real.stat()
+    problem = owner_problem(st)
+    if problem is not None:
+        return Unsafe(real, problem, owner=st.st_uid not in (0, os.geteuid()))
     return None

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from lockbuild.fsio.creating import walk_making
-from lockbuild.fsio.opening import FILE_FLAGS, lstat_at, open_dir, opened_dir
+from lockbuild.fsio.creating import is_beside, walk_making
+from lockbuild.fsio.opening import FILE_FLAGS, list_dir, lstat_at, open_dir, opened_dir
 
 
 def link_file(src_dir_fd: int, src_name: str, dst_dir_fd: int, dst_name: str) -> None:
@@ -104,6 +106,45 @@ def remove_tree(path: Path, *, missing_ok: bool = True) -> None:
         remove_at(parent, path.name)
     finally:
         os.close(parent)
+
+
+def sweep_dirs_beside(final: Path, ours: Callable[[int], bool], *, what: str = "partial") -> int:
+    """Remove the directories ``temp_beside(final)`` named that killed runs left: each a directory (not a
+    link) of this user's, that no running process holds locked (``flock``: a run holds its own for as long
+    as it works in it) and that ``ours`` recognises by its opened descriptor; removed by descriptor
+    (:func:`remove_at`). A user's own file or directory of a look-alike name is never touched. Returns how
+    many; a directory that cannot be read is left alone."""
+    removed = 0
+    try:
+        parent = open_dir(final.parent, follow=True)
+    except OSError:
+        return 0
+    try:
+        for name in list_dir(parent):
+            if not is_beside(final, name, what):
+                continue
+            try:
+                fd = open_dir(name, dir_fd=parent)
+            except OSError:
+                continue  # a link, a file, gone
+            try:
+                if os.fstat(fd).st_uid != os.geteuid() or not ours(fd):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a run is still working in it
+                st, now = os.fstat(fd), lstat_at(name, parent)
+                if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                    continue  # renamed meanwhile: judge it next time
+                with contextlib.suppress(OSError):
+                    remove_at(parent, name)
+                    removed += 1
+            finally:
+                os.close(fd)
+    finally:
+        os.close(parent)
+    return removed
 
 
 def fsync_dir(fd: int) -> None:

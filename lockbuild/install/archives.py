@@ -9,16 +9,15 @@ a file already placed by an earlier archive); refused, never rewritten. Sizes ar
 from __future__ import annotations
 
 import errno
-import lzma
 import os
 import stat
 import tarfile
 import zipfile
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from lockbuild import wheelfile
 from lockbuild.bundle.paths import check_member_path, claim, collision_key
 from lockbuild.digest import pump, reading_into
 from lockbuild.errors import IntegrityError
@@ -39,18 +38,9 @@ def _refuse(archive: Path, name: str, why: str) -> IntegrityError:
     return IntegrityError(f"{archive.name}: refused entry {name[:120]!r}: {why}.", tip=_UNSAFE)
 
 
-# What the archive modules and decompressors raise on damaged input (and the file system on a clash).
-_READ_ERRORS = (
-    OSError,
-    EOFError,
-    zlib.error,
-    lzma.LZMAError,
-    tarfile.TarError,
-    zipfile.BadZipFile,
-    NotImplementedError,
-    RuntimeError,
-    ValueError,
-)
+# What the archive modules and decompressors raise on damaged input (and the file system on a clash):
+# the zip readers' list (lockbuild.wheelfile, one place), and tarfile's own.
+_READ_ERRORS: tuple[type[Exception], ...] = (tarfile.TarError, *wheelfile.READ_ERRORS)
 
 
 def _zip_kind(mode: int) -> str | None:

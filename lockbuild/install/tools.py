@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockbuild import wheelfile
 from lockbuild.digest import CHUNK
 from lockbuild.errors import InstallError
-from lockbuild.fsio import create_under
+from lockbuild.fsio import create_under, program_problem
 
 MAX_UV_BINARY = 256 << 20
 
@@ -71,6 +71,7 @@ def locate_python(want: str, explicit: Path | None, *, path: str | None = None) 
                     f"pass --python {elsewhere} to choose it on purpose, or install {name} system-wide."
                 ),
             )
+    check_not_swappable(found, want)  # before it runs: it runs as this user
     got = python_version(found.path)
     if got != want:
         raise InstallError(
@@ -80,25 +81,53 @@ def locate_python(want: str, explicit: Path | None, *, path: str | None = None) 
     return found
 
 
+def check_not_swappable(found: FoundPython, want: str) -> None:
+    """The interpreter, as named and as each link on its way resolves, passes --root's rule
+    (``fsio.program_problem``): otherwise another user could swap it before it runs as this user (often
+    root), and the environment's ``pyvenv.cfg`` would name it for every later run."""
+    try:
+        unsafe = program_problem(found.path)
+    except OSError as exc:
+        raise InstallError(
+            f"cannot examine the interpreter {found.path} (from {found.origin}): {exc.filename}: {exc.strerror}.",
+            tip=f"Pass --python with the path of a Python {want} interpreter that exists.",
+        ) from None
+    if unsafe is None:
+        return
+    raise InstallError(
+        f"refused the interpreter {found.path} (from {found.origin}): {unsafe.directory}, on its way as named or "
+        f"as its links resolve, {unsafe.problem}, so another user could swap the interpreter for their own "
+        "before it runs as you, and the environment's pyvenv.cfg would name it.",
+        tip=f"Pass --python with an interpreter only root (or you) can change, under directories only root (or "
+        f"you) can write, such as /usr/bin/python{want}: the rule --root follows (docs/site-administrators.md).",
+    )
+
+
 def find_python(want: str, explicit: Path | None) -> Path:
     """The interpreter :func:`locate_python` chooses."""
     return locate_python(want, explicit).path
 
 
 def extract_uv(wheel: Path, dest_dir: Path) -> Path:
-    """The uv binary out of the bundled uv wheel (already checked against the manifest's sha256)."""
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".data/scripts/uv")]
-            if len(names) != 1:
-                raise InstallError(f"{wheel.name} has no single uv binary (found {len(names)}).")
-            info = zf.getinfo(names[0])
-            if info.file_size > MAX_UV_BINARY:
-                raise InstallError(f"{wheel.name}'s uv binary is {info.file_size} bytes; refused.")
+    """The uv binary out of the bundled uv wheel (already checked against the manifest's sha256), read by
+    ``lockbuild.wheelfile``: a wheel that cannot be read is an InstallError naming it."""
+    with wheel.open("rb") as raw, wheelfile.opened(raw, wheel.name, error=InstallError) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".data/scripts/uv")]
+        if len(names) != 1:
+            raise InstallError(f"{wheel.name} has no single uv binary (found {len(names)}).")
+        info = zf.getinfo(names[0])
+        if info.file_size > MAX_UV_BINARY:
+            raise InstallError(f"{wheel.name}'s uv binary is {info.file_size} bytes; refused.")
+        out = dest_dir / "uv"
+        try:
             dest_dir.mkdir(mode=0o700)
-            out = dest_dir / "uv"
-            with zf.open(info) as src, create_under(dest_dir, "uv", 0o755) as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
-    except zipfile.BadZipFile as exc:
-        raise InstallError(f"{wheel.name} is not a valid wheel: {exc}.") from None
+            dst = create_under(dest_dir, "uv", 0o755)
+        except OSError as exc:
+            raise InstallError(f"cannot write {out}: {exc.strerror or exc}.") from None
+        with zf.open(info) as src, dst:
+            while chunk := src.read(CHUNK):
+                try:
+                    dst.write(chunk)
+                except OSError as exc:  # the destination's failure, not the wheel's
+                    raise InstallError(f"cannot write {out}: {exc.strerror or exc}.") from None
     return out

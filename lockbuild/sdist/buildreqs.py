@@ -9,16 +9,15 @@ there, by name, and is never fetched.
 
 from __future__ import annotations
 
-import lzma
 import tarfile
 import tomllib
 import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from lockbuild import wheelfile
 from lockbuild.errors import ResolveError
 from lockbuild.limits import MiB
 
@@ -115,8 +114,12 @@ def top_level_file(f: BinaryIO, filename: str, member: str) -> bytes | None:
                         return None
                     return got.read(MAX_PYPROJECT)
         return None
-    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+    except _READ_ERRORS as exc:
         raise _bad(filename, f"it is not a readable archive ({exc})") from None
+
+
+# What a damaged sdist raises: the zip readers' list (lockbuild.wheelfile, one place), and tarfile's own.
+_READ_ERRORS: tuple[type[Exception], ...] = (tarfile.TarError, *wheelfile.READ_ERRORS)
 
 
 def _top_level(name: str, member: str) -> bool:

@@ -10,7 +10,6 @@ the caller (the index's PEP 658 file or the wheel's own ``METADATA``, each check
 from __future__ import annotations
 
 import io
-import zipfile
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from email.parser import BytesHeaderParser
@@ -20,30 +19,17 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, canonicalize_version
 from packaging.version import InvalidVersion
 
+from lockbuild import wheelfile
 from lockbuild.errors import IntegrityError
 
-MAX_METADATA_BYTES = 16 << 20  # a METADATA file with its long description (the largest seen are ~2 MB)
+MAX_METADATA_BYTES = wheelfile.MAX_METADATA
 MAX_DEPENDENCIES = 10_000  # edges walked over the whole closure
 
 
 def wheel_metadata(f: BinaryIO, filename: str) -> bytes:
-    """The ``*.dist-info/METADATA`` of a wheel (read from ``f``, bounded); IntegrityError when it has none."""
-    try:
-        with zipfile.ZipFile(f) as z:
-            names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if len(names) != 1:
-                raise IntegrityError(f"{filename}: expected one .dist-info/METADATA, found {len(names)}.")
-            info = z.getinfo(names[0])
-            if info.file_size > MAX_METADATA_BYTES:
-                size = info.file_size
-                raise IntegrityError(f"{filename}: its METADATA is {size} bytes; at most {MAX_METADATA_BYTES}.")
-            with z.open(info) as m:
-                data = m.read(MAX_METADATA_BYTES + 1)  # the zip's declared size was checked; this bounds the truth
-            if len(data) > MAX_METADATA_BYTES:
-                raise IntegrityError(f"{filename}: its METADATA is over {MAX_METADATA_BYTES} bytes.")
-            return data
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise IntegrityError(f"{filename}: cannot read it as a wheel ({exc.__class__.__name__}).") from None
+    """The ``*.dist-info/METADATA`` of a wheel (read from ``f``, bounded: ``lockbuild.wheelfile``, the one
+    reader of a wheel's members); IntegrityError when it has none or cannot be read."""
+    return wheelfile.metadata(f, filename, error=IntegrityError, limit=MAX_METADATA_BYTES)
 
 
 def _requires(raw: bytes, name: str, version: str) -> list[str] | str:

@@ -3,8 +3,8 @@ beside --out and swapped into place (the I/O; the pages are rendered by ``site/p
 
 - Every file is the store's blob, hard-linked where the file system allows (``fsio.link_under``), else
   copied (``digest.copy_with_hash``), and hashed as it lies in the export against the signed manifest.
-- --out and the directories above it follow the --root rule (``fsio.owner_problem``,
-  ``fsio.ancestor_problem``); nothing is written through a link (``fsio.create_under``).
+- Which --out it takes (never the store, only an empty directory or an earlier export, the --root rule)
+  is ``site/exportout.py``; nothing is written through a link (``fsio.create_under``).
 - The new tree is made in a hidden directory beside --out and put in place with ``renameat2``'s
   RENAME_EXCHANGE (``install/swap.py::swap_into_place``): a reader sees the old index or the new one.
 - With a key, SHA256SUMS is signed last, by the signing process (``trust/sign.py::sign_in_fresh_process``),
@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from lockbuild import fsio
+from lockbuild import fsio, wheelfile
 from lockbuild.digest import copy_with_hash
 from lockbuild.errors import IntegrityError
 from lockbuild.install.swap import swap_into_place
+from lockbuild.site.exportout import MARKER, MARKER_TEXT, check_out, sweep_partials
 from lockbuild.site.pyindex import (
     MAX_METADATA,
     METADATA_SUFFIX,
@@ -64,43 +63,6 @@ class Exported:
     @property
     def without_upload_time(self) -> tuple[str, ...]:
         return tuple(d.filename for d in self.dists if d.upload_time is None)
-
-
-def check_out(out: Path) -> None:
-    """--out may be absent; if present it is a directory of this user's (or root's) that no one else can
-    write, and so is every directory above it (the --root rule), or another user could swap the index."""
-    try:
-        found = fsio.ancestor_problem(out)
-    except OSError as exc:
-        raise ExportError(f"cannot examine {exc.filename}, above --out {out}: {exc.strerror or exc}.") from None
-    if found is not None:
-        fix = (
-            "Put --out under directories owned by root or by the user running lockbuild"
-            if found.owner
-            else "Put --out under directories only root (or the user running lockbuild) can write, or make the "
-            f"shared one sticky (chmod +t {found.directory})"
-        )
-        raise ExportError(
-            f"refused --out {out}: the directory {found.directory} above it {found.problem}, so another "
-            "user could swap --out for a tree of theirs while lockbuild works in it.",
-            tip=f"{fix}; see docs/site-administrators.md.",
-        )
-    try:
-        st = os.lstat(out)
-    except FileNotFoundError:
-        return
-    problem = (
-        "is a symbolic link"
-        if stat.S_ISLNK(st.st_mode)
-        else "is not a directory"
-        if not stat.S_ISDIR(st.st_mode)
-        else fsio.owner_problem(st)
-    )
-    if problem:
-        raise ExportError(
-            f"refused --out {out}: it {problem}, so another user could change the index nodes install from.",
-            tip="Give --out a directory of this user's that no one else can write (chmod go-w), or a new path.",
-        )
 
 
 def chosen_builds(store: Store, refs: Sequence[str]) -> list[StoredBuild]:
@@ -158,31 +120,14 @@ def _check(f: BinaryIO, d: Dist, ref: str) -> None:
 
 
 def _metadata(f: BinaryIO, d: Dist) -> bytes | None:
-    """A wheel's METADATA (its one top-level ``*.dist-info/METADATA``), bounded; None for an sdist."""
+    """A wheel's METADATA (its one top-level ``*.dist-info/METADATA``, bounded: ``lockbuild.wheelfile``, the
+    one reader of a wheel's members, so every way a wheel fails to read is an ExportError naming it); None
+    for an sdist."""
     if not d.filename.endswith(".whl"):
         return None
     f.seek(0)
-    try:
-        with zipfile.ZipFile(f) as z:
-            infos = [
-                i for i in z.infolist() if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/METADATA")
-            ]
-            if len(infos) != 1 or infos[0].file_size > MAX_METADATA:
-                raise ExportError(
-                    f"the wheel {d.filename} has {len(infos)} .dist-info/METADATA file(s) within "
-                    f"{MAX_METADATA} bytes; expected exactly one.",
-                    tip="Leave its build out of the index (--build), or rebuild the bundle.",
-                )
-            with z.open(infos[0]) as m:
-                data = m.read(MAX_METADATA + 1)  # the zip's own sizes may lie: bounded here
-            if len(data) > MAX_METADATA:
-                raise ExportError(f"the METADATA of {d.filename} is over {MAX_METADATA} bytes; expected a small file.")
-            return data
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        raise ExportError(
-            f"cannot read the wheel {d.filename} as a zip file ({exc}); expected a wheel.",
-            tip="Leave its build out of the index (--build), or rebuild the bundle.",
-        ) from None
+    tip = "Leave its build out of the index (--build), or rebuild the bundle."
+    return wheelfile.metadata(f, d.filename, error=ExportError, tip=tip, limit=MAX_METADATA)
 
 
 def _write(dest: Path, rel: str, data: bytes) -> None:
@@ -233,25 +178,37 @@ def _sign(dest: Path, listed: list[tuple[str, str]], signing: Signing) -> str:
 def export_index(
     store: Store, out: Path, *, refs: Sequence[str] = (), signing: Signing | None = None, wait: float = 0.0
 ) -> Exported:
-    """Write the index of ``refs`` (every build when empty) at ``out``, whole, replacing what was there."""
-    check_out(out)
+    """Write the index of ``refs`` (every build when empty) at ``out``, whole, replacing an earlier export
+    (or an empty directory) there; see ``site/exportout.py`` for which --out it takes."""
+    found = check_out(out, store.root, store.fd)
+    sweep_partials(out)  # what killed exports left beside --out
     staging = fsio.temp_beside(out)
     try:
         staging.mkdir(0o755)
         staging.chmod(0o755)  # whatever the umask: the index is served to others, read-only
+        held = fsio.open_dir(staging)
     except OSError as exc:
         raise ExportError(
             f"cannot make {staging} beside --out: {exc.strerror or exc}.",
             tip="Check that the directory above --out exists and is writable.",
         ) from None
     try:
+        fsio.flock_by(held, exclusive=True, deadline=0.0, busy=lambda: ExportError(f"{staging} is in use."))
+        _write(staging, MARKER, MARKER_TEXT)  # first: a killed run's staging is known as the export's own
         with store.lock(exclusive=False, wait=wait):  # gc waits: no blob vanishes while it is linked
             builds = chosen_builds(store, refs)
             dists, linked, listed = _fill(store, staging, _dists_of(builds))
+        listed.append((MARKER, hashlib.sha256(MARKER_TEXT).hexdigest()))
         signer = _sign(staging, listed, signing) if signing is not None else None
-        check_out(out)  # again, just before the swap
+        if check_out(out, store.root, store.fd) != found:  # again, just before the swap
+            raise ExportError(
+                f"refused --out {out}: it was replaced while the index was written.",
+                tip="Run `lockbuild store index` again once nothing else writes --out.",
+            )
         swap_into_place(staging, out)
     except BaseException:
         fsio.remove_tree(staging)
         raise
+    finally:
+        os.close(held)
     return Exported(out, tuple(b.ref for b in builds), tuple(dists), linked, signer)

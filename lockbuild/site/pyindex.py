@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
+from lockbuild import wheelfile
 from lockbuild.errors import LockbuildError
 
 API_VERSION = "1.1"  # PEP 700: versions, size, upload-time
@@ -32,7 +33,7 @@ SIMPLE = "simple"
 SUMS = "SHA256SUMS"
 SUMS_SIGNATURE = "SHA256SUMS.minisig"
 METADATA_SUFFIX = ".metadata"
-MAX_METADATA = 16 << 20  # a wheel's METADATA: PyPI's largest are a few hundred kB
+MAX_METADATA = wheelfile.MAX_METADATA  # a wheel's METADATA, read by the one reader of wheel members
 _META_TAG = f'<meta name="pypi:repository-version" content="{API_VERSION}">'
 _PROJECT = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

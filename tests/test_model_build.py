@@ -131,3 +131,25 @@ def test_the_token_is_written_nowhere(
     bundle = Path(json.loads(stdout)["bundles"][0]["bundle"])
     raw = subprocess.run(["zstd", "-dc", str(bundle)], capture_output=True, check=True).stdout
     assert token.encode() not in raw and token.encode() not in Path(str(bundle) + ".minisig").read_bytes()
+
+
+def test_include_star_leaves_out_what_is_not_a_known_safe_format_and_says_so(
+    hub: FakeHub, keys: Keys, tmp_path: Path
+) -> None:
+    files = {
+        **tiny_model(),
+        "model.ckpt": b"\x80\x04K\x01.",
+        "scaler.pickle": b"\x80\x04K\x02.",
+        "modeling_tiny.py": b"x = 1\n",
+    }
+    commit = hub.add_repo(REPO, files)
+    got = build(tmp_path, keys, commit, extra='include = ["*"]\n')
+    taken = got["files"]
+    assert isinstance(taken, list)
+    assert not {"model.ckpt", "scaler.pickle", "pytorch_model.bin"} & set(taken)
+    assert "modeling_tiny.py" in taken and "README.md" in taken and got["code"] == ["modeling_tiny.py"]
+    warnings = "\n".join(map(str, got["warnings"]))  # type: ignore[call-overload]
+    assert "model.ckpt" in warnings and "scaler.pickle" in warnings and "pickle or not a known safe format" in warnings
+    assert "modeling_tiny.py is code" in warnings
+    got = build(tmp_path, keys, commit, out="named", extra='include = ["*.json", "*.ckpt"]\n')
+    assert "model.ckpt" in got["files"] and got["pickles"] == ["model.ckpt"]  # type: ignore[operator]

@@ -24,6 +24,7 @@ from lockbuild.builder.http import make_client
 from lockbuild.builder.hub import HubFile, HubRevision, download_files, list_revision
 from lockbuild.builder.pack import UnsignedBundle, write
 from lockbuild.bundle.manifest import Manifest, Member, member_order
+from lockbuild.bundle.modelformat import CODE, UNSAFE
 from lockbuild.bundle.modelinfo import (
     MODEL_DIR,
     MODEL_FORMAT,
@@ -60,15 +61,16 @@ class ModelChoice:
     @property
     def warnings(self) -> tuple[str, ...]:
         out = [
-            f"{p} is a pickle (unpickling runs code); it is taken because the recipe names it"
+            f"{p} is a {UNSAFE} (loading it may run code); it is taken because the recipe names it"
             for p in self.selection.pickles
         ]
-        if self.selection.left_out_pickles:
-            shown = ", ".join(self.selection.left_out_pickles[:5])
+        out += [f"{p} is {CODE}: an engine told to trust remote code would run it" for p in self.selection.code]
+        left = self.selection.left_out_pickles
+        if left:
             out.append(
-                f"left out the pickle{'s' if len(self.selection.left_out_pickles) > 1 else ''} {shown}: "
-                "a pickle is taken only when a pattern names it (its path, or a pattern ending in .bin, "
-                ".pt, .pth or .pkl)"
+                f"left out {', '.join(left[:5])}{' …' if len(left) > 5 else ''}: {'each is' if len(left) > 1 else 'it is'} "
+                f"a {UNSAFE}, taken only when a pattern names it (its path, or a pattern ending in its suffix, "
+                "such as *.bin)"
             )
         return tuple(out)
 

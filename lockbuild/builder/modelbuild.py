@@ -68,7 +68,8 @@ class ModelChoice:
         left = self.selection.left_out_pickles
         if left:
             out.append(
-                f"left out {', '.join(left[:5])}{' …' if len(left) > 5 else ''}: {'each is' if len(left) > 1 else 'it is'} "
+                f"left out {', '.join(left[:5])}{' …' if len(left) > 5 else ''}: "
+                f"{'each is' if len(left) > 1 else 'it is'} "
                 f"a {UNSAFE}, taken only when a pattern names it (its path, or a pattern ending in its suffix, "
                 "such as *.bin)"
             )

@@ -53,6 +53,7 @@ from lockbuild.fsio.opening import (
     open_regular,
     open_under,
     opened_dir,
+    read_link_at,
     read_regular,
 )
 from lockbuild.fsio.owners import Unsafe, ancestor_problem, owner_problem
@@ -98,6 +99,7 @@ __all__ = [
     "open_writable",
     "opened_dir",
     "owner_problem",
+    "read_link_at",
     "read_regular",
     "remove_at",
     "remove_tree",

@@ -29,6 +29,7 @@ from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others
+from lockbuild.install.ranking import check_not_older
 from lockbuild.install.stage import Hook, Stage, View
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
 from lockbuild.install.tools import locate_python
@@ -171,11 +172,8 @@ class Installer:
             current = read_marker(target)
             if current is not None and not self.o.force and current.bundle_sha256 == opened.sha256:
                 return result("unchanged")  # the CLI says so, once
-            if current is not None and current.serial > m.serial and not self.o.allow_downgrade:
-                raise InstallError(
-                    f"{target} holds a newer build (serial {current.serial}) than this bundle ({m.serial}).",
-                    tip="Pass --allow-downgrade to roll back on purpose.",
-                )
+            if current is not None:
+                check_not_older(str(target), current.serial, m.serial, allow_downgrade=self.o.allow_downgrade)
             self._stage_and_swap(opened, python, node, target)
         p.finish()  # the CLI prints the result, once, on stdout
         return result("installed")

@@ -28,6 +28,7 @@ from lockbuild.fsio import (
     lstat_at,
     open_dir,
     open_under,
+    opened_dir,
     read_link_at,
     read_regular,
     remove_at,
@@ -130,7 +131,7 @@ def survey(repo_fd: int, tables: Sequence[ModelTable]) -> list[Stray]:
         for name in _entries(fd):
             st = lstat_at(name, fd) if fd is not None else None
             if name not in blobs:
-                strays.append(Stray(f"blobs/{name}", "is not the blob of any file in the signed records"))
+                strays.append(Stray(f"blobs/{name}", "is not in any signed record (the blob of no file)"))
             elif st is not None and not stat.S_ISREG(st.st_mode):
                 strays.append(Stray(f"blobs/{name}", f"is {kind_of(st.st_mode)}, not a regular file"))
     with _folder("refs", repo_fd, "refs", strays) as fd:
@@ -143,7 +144,7 @@ def survey(repo_fd: int, tables: Sequence[ModelTable]) -> list[Stray]:
         if fd is not None:
             for name in list_dir(fd):
                 if name not in commits:
-                    strays.append(Stray(f"snapshots/{name}", "is the snapshot of no signed record"))
+                    strays.append(Stray(f"snapshots/{name}", "is not in any signed record (no record of that commit)"))
             for commit, table in sorted(commits.items()):
                 rel = f"snapshots/{commit}"
                 with _folder(commit, fd, rel, strays) as snap:
@@ -178,7 +179,7 @@ def _walk(fd: int, top: str, under: str, links: dict[str, str], strays: list[Str
             got = read_link_at(name, fd)
             if got != links[path]:
                 st = lstat_at(name, fd)
-                what = f"a link to {got!r}" if got is not None else kind_of(st.st_mode) if st else "missing"
+                what = f"a link to {got!r}" if got is not None else _kind(st.st_mode) if st else "missing"
                 strays.append(Stray(rel, f"is {what}; its record says a link to {links[path]!r}"))
         elif name in folders:
             with _folder(name, fd, rel, strays) as sub:
@@ -189,6 +190,10 @@ def _walk(fd: int, top: str, under: str, links: dict[str, str], strays: list[Str
     for path in sorted(p for p in links if p.startswith(prefix) and "/" not in p[len(prefix) :]):
         if path[len(prefix) :] not in names:
             strays.append(Stray(f"{top}/{path}", f"is missing; its record says a link to {links[path]!r}", False))
+
+
+def _kind(mode: int) -> str:
+    return "a regular file" if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def remove_strays(repo_fd: int, strays: Sequence[Stray]) -> list[str]:
@@ -209,3 +214,20 @@ def remove_strays(repo_fd: int, strays: Sequence[Stray]) -> list[str]:
             os.close(fd)
         removed.append(s.rel)
     return removed
+
+
+def current_build(repo_fd: int) -> tuple[str, int] | None:
+    """The commit ``refs/main`` names and the signed serial its kept record holds (None when either is
+    absent or unreadable: nothing installed to compare with)."""
+    try:
+        with opened_dir("refs", dir_fd=repo_fd) as refs:
+            commit = read_regular("main", what="refs/main", max_size=64, dir_fd=refs).decode("ascii")
+        if not _RECORD.fullmatch(commit + ".toml"):
+            return None
+        with opened_dir(RECORDS, dir_fd=repo_fd) as records:
+            data = read_regular(
+                f"{commit}.toml", what="kept record", max_size=DEFAULT_LIMITS.max_manifest, dir_fd=records
+            )
+        return commit, parse_manifest(data).serial
+    except (OSError, UnicodeError, LockbuildError):
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from pathlib import Path
@@ -78,6 +79,16 @@ def test_same_recipe_same_bytes_with_a_cold_cache_and_a_dropped_connection(
     again = build(tmp_path, keys, commit, "b", env={"LOCKBUILD_CACHE_DIR": str(tmp_path / "cold")})
     assert first["sha256"] == again["sha256"]
     assert hub.cdn.files[hub.cdn_path(hashlib.sha256(files[SHARD]).hexdigest())].drop_after is None  # it dropped
+
+
+def test_the_serial_is_the_commits_date_as_the_hub_states_it(hub: FakeHub, keys: Keys, tmp_path: Path) -> None:
+    """A fact of the revision: the same recipe gives the same bytes, and a later commit a higher serial."""
+    old = hub.add_repo(REPO, tiny_model(), date="2024-03-05T06:07:08.500Z")
+    new = hub.add_repo(REPO, {**tiny_model(), "extra.txt": b"x\n"}, date="2025-06-07T08:09:10Z")
+    first = read_head(Path(str(build(tmp_path, keys, old, "a")["bundle"])))[0]
+    assert first.serial == 1709618828 and first.as_of == dt.datetime(2024, 3, 5, 6, 7, 8, tzinfo=dt.UTC)
+    assert read_head(Path(str(build(tmp_path, keys, new, "b")["bundle"])))[0].serial == 1749283750
+    assert build(tmp_path, keys, old, "c")["sha256"] == build(tmp_path, keys, old, "d")["sha256"]
 
 
 def test_weights_are_stored_uncompressed(hub: FakeHub, keys: Keys, tmp_path: Path) -> None:

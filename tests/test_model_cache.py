@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import Keys
-from hubkit import REPO, tiny_model
+from hubkit import REPO
 from modelkit import COMMIT, model_bundle, recipe_text
 
 from lockbuild.cli import main
@@ -76,7 +76,7 @@ def test_a_snapshot_folder_swapped_for_a_link_is_refused(tmp_path: Path, keys: K
     shutil.rmtree(snapshots / COMMIT)
     (snapshots / COMMIT).symlink_to(copy)
     assert (snapshots / COMMIT / "config.json").read_bytes() == EVIL  # what a loader now reads
-    message = _refused(models, f"{FOLDER}/{rel} is a symbolic link, not a folder")
+    _refused(models, f"{FOLDER}/{rel} is a symbolic link, not a folder")
     assert cli("verify", "--models", models, "--trust", keys.trust)[0] == 4
 
 

@@ -1,8 +1,9 @@
 """A client for the Hugging Face Hub: one revision's files, with the sizes and hashes the Hub states.
 
 The listing is the revision (``/api/models/{repo}/revision/{rev}?blobs=true``), whose ``sha`` must be
-the commit asked for and whose ``lastModified`` is the commit's date (the model bundle's serial), and its recursive tree (``/api/models/{repo}/tree/{rev}?recursive=true``, every
-``Link: rel="next"`` page followed, on the Hub's own origin only, a bounded number of times). Each
+the commit asked for and whose ``lastModified`` is the commit's date (the model bundle's serial), and
+its recursive tree (``/api/models/{repo}/tree/{rev}?recursive=true``, every ``Link: rel="next"`` page
+followed, on the Hub's own origin only, a bounded number of times). Each
 answer is read bounded and parsed strictly into ``HubFile``; a path that is not plain, a hash that is
 not lowercase hex, a size that is not a count, or two answers that disagree are refused.
 """

@@ -206,3 +206,13 @@ def test_verify_opens_blobs_by_descriptor_never_through_a_swapped_blobs_folder(t
     os.rename(repo / "blobs", tmp_path / "real-blobs")
     (repo / "blobs").symlink_to(copy)
     _refused(models, f"{FOLDER}/blobs is a symbolic link, not a folder")
+
+
+def test_a_missing_link_or_folder_of_the_snapshot_is_named(tmp_path: Path, keys: Keys) -> None:
+    models = _installed(tmp_path, keys, original=True)
+    snap = models / FOLDER / "snapshots" / COMMIT
+    _writable(snap)
+    shutil.rmtree(snap / "original")
+    _refused(models, f"snapshots/{COMMIT}/original is missing")
+    (snap / "config.json").unlink()
+    _refused(models, f"snapshots/{COMMIT}/config.json is missing")

@@ -190,6 +190,8 @@ def _walk(fd: int, top: str, under: str, links: dict[str, str], strays: list[Str
     for path in sorted(p for p in links if p.startswith(prefix) and "/" not in p[len(prefix) :]):
         if path[len(prefix) :] not in names:
             strays.append(Stray(f"{top}/{path}", f"is missing; its record says a link to {links[path]!r}", False))
+    for name in sorted(folders - set(names)):
+        strays.append(Stray(f"{top}/{prefix}{name}", "is missing; its record lists files in it", False))
 
 
 def _kind(mode: int) -> str:

@@ -4,6 +4,7 @@ assembly (builder/modelbuild.py), writer and signer."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from lockbuild.minisign import read_secret_key
 from lockbuild.recipe.modelrecipe import ModelRecipe, parse_model_recipe
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+COMMITTED = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)  # the commit's date, as the fake Hub states it by default
 LFS = LFS_SUFFIXES  # as the fake Hub (and a repo's .gitattributes) has it
 
 
@@ -40,6 +42,7 @@ def model_bundle(
     recipe: ModelRecipe | None = None,
     files: dict[str, bytes] | None = None,
     out: Path | None = None,
+    committed: dt.datetime = COMMITTED,
 ) -> Packed:
     """A signed bundle of the tiny model (the default selection: no pickle, original/ included)."""
     files = files if files is not None else tiny_model()
@@ -52,6 +55,6 @@ def model_bundle(
         p.write_bytes(data)
         fetched[path] = p
     chosen = choose(recipe, hub_files(files))
-    manifest, entries = assemble_model(recipe, recipe.revision, chosen.files, fetched)
+    manifest, entries = assemble_model(recipe, recipe.revision, chosen.files, fetched, committed=committed)
     written = write(manifest, entries, out or tmp / "out")
     return sign(written, key=read_secret_key(secret, lambda: ""))

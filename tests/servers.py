@@ -434,7 +434,8 @@ class HubEntry:
 class FakeHub(FakeServer):
     """A fake of the Hugging Face Hub's model endpoints, as the Hub answers them:
 
-    - ``GET /api/models/ORG/NAME/revision/REV[?blobs=true]``: ``id``, ``sha`` and ``siblings`` (with
+    - ``GET /api/models/ORG/NAME/revision/REV[?blobs=true]``: ``id``, ``sha``, ``lastModified`` (the
+      commit's date) and ``siblings`` (with
       ``blobId``, ``size`` and ``lfs`` under ``blobs=true``); an unknown revision is a 404 with
       ``X-Error-Code: RevisionNotFound``, an unknown repo a 401 with ``RepoNotFound``;
     - ``GET /api/models/ORG/NAME/tree/REV[/PATH]?recursive=true``: files and directories, ``page_size``
@@ -452,6 +453,7 @@ class FakeHub(FakeServer):
         self.cdn = cdn
         self.repos: dict[str, dict[str, list[HubEntry]]] = {}  # repo -> commit -> files
         self.refs: dict[tuple[str, str], str] = {}  # (repo, branch or tag) -> commit
+        self.dates: dict[tuple[str, str], str] = {}  # (repo, commit) -> its date, as lastModified states it
         self.page_size = 1000
         self.tamper_revision: Callable[[dict[str, object]], object] | None = None
         self.tamper_tree: Callable[[list[dict[str, object]]], object] | None = None
@@ -462,6 +464,7 @@ class FakeHub(FakeServer):
         super().reset()
         self.repos.clear()
         self.refs.clear()
+        self.dates.clear()
         self.page_size = 1000
         self.tamper_revision = self.tamper_tree = None
         self.next_link = None
@@ -482,15 +485,18 @@ class FakeHub(FakeServer):
         commit: str | None = None,
         branch: str = "main",
         lfs: Callable[[str], bool] | None = None,
+        date: str = "2025-01-01T00:00:00.000Z",
     ) -> str:
         """Publish ``files`` as a commit of ``repo`` (its id derived from the files unless given), which
-        ``branch`` then names; returns the commit. LFS: by suffix, as a repo's ``.gitattributes`` has it."""
+        ``branch`` then names; returns the commit. LFS: by suffix, as a repo's ``.gitattributes`` has it.
+        ``date``: the commit's date, which the revision's ``lastModified`` states (as the Hub's does)."""
         is_lfs = lfs or (lambda path: path.endswith(LFS_SUFFIXES))
         entries = sorted((HubEntry(p, d, is_lfs(p)) for p, d in files.items()), key=lambda e: e.path)
         if commit is None:
             commit = hashlib.sha1(repr([(e.path, e.oid) for e in entries]).encode()).hexdigest()
         self.repos.setdefault(repo, {})[commit] = entries
         self.refs[(repo, branch)] = commit
+        self.dates[(repo, commit)] = date
         for e in entries:
             headers = {"ETag": f'"{e.oid}"', "X-Repo-Commit": commit}
             if e.lfs:
@@ -563,7 +569,7 @@ class FakeHub(FakeServer):
                             "modelId": repo,
                             "author": parts[2],
                             "sha": commit,
-                            "lastModified": "2025-01-01T00:00:00.000Z",
+                            "lastModified": hub.dates[(repo, commit)],
                             "private": False,
                             "disabled": False,
                             "gated": False,

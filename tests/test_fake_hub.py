@@ -102,3 +102,23 @@ def _is_lfs(hub: FakeHub, commit: str, path: str) -> bool:
 
 def _oid(hub: FakeHub, commit: str, path: str) -> str:
     return str(_entry(hub, commit, path).oid)
+
+
+def test_the_revisions_last_modified_is_the_commits_date_as_the_real_client_reads_it(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """``HfApi.model_info(repo, revision=COMMIT).last_modified``: what a model bundle's serial is made from."""
+    import json
+
+    old = hub.add_repo(REPO, tiny_model(), date="2024-03-05T06:07:08.000Z")
+    new = hub.add_repo(REPO, {**tiny_model(), "extra.txt": b"x\n"}, date="2025-06-07T08:09:10.123Z")
+    code = (
+        "import json, sys\nfrom huggingface_hub import HfApi\n"
+        "print(json.dumps({c: HfApi().model_info(sys.argv[1], revision=c).last_modified.isoformat() "
+        "for c in sys.argv[2:]}))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "h"), "NO_PROXY": "*"}
+    env["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    done = subprocess.run([sys.executable, "-c", code, REPO, old, new], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == {old: "2024-03-05T06:07:08+00:00", new: "2025-06-07T08:09:10.123000+00:00"}

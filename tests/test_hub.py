@@ -3,6 +3,7 @@ each answer it refuses (every refusal here fails when its check is removed)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -349,6 +350,31 @@ def test_a_revision_without_its_file_list_is_refused(hub: FakeHub, kit: Kit) -> 
     hub.tamper_revision = lambda doc: {**doc, "siblings": None}
     with pytest.raises(RemoteError, match="has no list of files"):
         kit.list(commit)
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        None,
+        "",
+        "2024-03-05 06:07:08",
+        "2024-03-05T06:07:08+01:00",
+        "2024-13-05T06:07:08Z",
+        1709618828,
+        "２０２４-03-05T06:07:08Z",
+    ],
+)
+def test_a_revision_without_a_plain_commit_date_is_refused(hub: FakeHub, kit: Kit, stated: object) -> None:
+    _, commit = _published(hub)
+    hub.tamper_revision = lambda doc: {**doc, "lastModified": stated}
+    with pytest.raises(RemoteError, match="states no date for the commit"):
+        kit.list(commit)
+
+
+def test_the_commit_date_is_read_as_the_hub_states_it(hub: FakeHub, kit: Kit) -> None:
+    files = tiny_model()
+    commit = hub.add_repo(REPO, files, date="2024-03-05T06:07:08.123456789Z")
+    assert kit.list(commit).committed == dt.datetime(2024, 3, 5, 6, 7, 8, tzinfo=dt.UTC)
 
 
 def test_the_number_of_files_is_bounded(hub: FakeHub, kit: Kit) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from pathlib import Path
@@ -80,6 +81,16 @@ def test_same_recipe_same_bytes_with_a_cold_cache_and_a_dropped_connection(
     assert hub.cdn.files[hub.cdn_path(hashlib.sha256(files[SHARD]).hexdigest())].drop_after is None  # it dropped
 
 
+def test_the_serial_is_the_commits_date_as_the_hub_states_it(hub: FakeHub, keys: Keys, tmp_path: Path) -> None:
+    """A fact of the revision: the same recipe gives the same bytes, and a later commit a higher serial."""
+    old = hub.add_repo(REPO, tiny_model(), date="2024-03-05T06:07:08.500Z")
+    new = hub.add_repo(REPO, {**tiny_model(), "extra.txt": b"x\n"}, date="2025-06-07T08:09:10Z")
+    first = read_head(Path(str(build(tmp_path, keys, old, "a")["bundle"])))[0]
+    assert first.serial == 1709618828 and first.as_of == dt.datetime(2024, 3, 5, 6, 7, 8, tzinfo=dt.UTC)
+    assert read_head(Path(str(build(tmp_path, keys, new, "b")["bundle"])))[0].serial == 1749283750
+    assert build(tmp_path, keys, old, "c")["sha256"] == build(tmp_path, keys, old, "d")["sha256"]
+
+
 def test_weights_are_stored_uncompressed(hub: FakeHub, keys: Keys, tmp_path: Path) -> None:
     """Noise does not compress either way; a shard of zeros would shrink to nothing if it were compressed."""
     files = tiny_model()
@@ -131,3 +142,25 @@ def test_the_token_is_written_nowhere(
     bundle = Path(json.loads(stdout)["bundles"][0]["bundle"])
     raw = subprocess.run(["zstd", "-dc", str(bundle)], capture_output=True, check=True).stdout
     assert token.encode() not in raw and token.encode() not in Path(str(bundle) + ".minisig").read_bytes()
+
+
+def test_include_star_leaves_out_what_is_not_a_known_safe_format_and_says_so(
+    hub: FakeHub, keys: Keys, tmp_path: Path
+) -> None:
+    files = {
+        **tiny_model(),
+        "model.ckpt": b"\x80\x04K\x01.",
+        "scaler.pickle": b"\x80\x04K\x02.",
+        "modeling_tiny.py": b"x = 1\n",
+    }
+    commit = hub.add_repo(REPO, files)
+    got = build(tmp_path, keys, commit, extra='include = ["*"]\n')
+    taken = got["files"]
+    assert isinstance(taken, list)
+    assert not {"model.ckpt", "scaler.pickle", "pytorch_model.bin"} & set(taken)
+    assert "modeling_tiny.py" in taken and "README.md" in taken and got["code"] == ["modeling_tiny.py"]
+    warnings = "\n".join(map(str, got["warnings"]))  # type: ignore[call-overload]
+    assert "model.ckpt" in warnings and "scaler.pickle" in warnings and "pickle or not a known safe format" in warnings
+    assert "modeling_tiny.py is code" in warnings
+    got = build(tmp_path, keys, commit, out="named", extra='include = ["*.json", "*.ckpt"]\n')
+    assert "model.ckpt" in got["files"] and got["pickles"] == ["model.ckpt"]  # type: ignore[operator]

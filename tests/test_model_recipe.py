@@ -127,3 +127,81 @@ def test_a_pickle_named_explicitly_is_taken_and_reported() -> None:
 
 def test_matching_is_case_sensitive_like_the_hub_client_on_posix() -> None:
     assert select(("Config.JSON",), ("*.json",), ()).taken == ()
+
+
+# Pickles, and files of formats lockbuild does not know to be safe: what `include = ["*"]` must not take.
+NOT_KNOWN_SAFE = (
+    "pytorch_model.bin",
+    "w.pt",
+    "w.pth",
+    "args.pkl",
+    "model.ckpt",
+    "scaler.pickle",
+    "clf.joblib",
+    "emb.npy",
+    "arrays.npz",
+    "model.onnx",
+    "tf_model.h5",
+    "sub/Upper.CKPT",
+)
+KNOWN_SAFE = (
+    ".gitattributes",
+    "LICENSE",
+    "README",
+    "README.md",
+    "chat_template.jinja",
+    "config.json",
+    "merges.txt",
+    "model.gguf",
+    "model.safetensors",
+    "qwen.tiktoken",
+    "tokenizer.model",
+)
+
+
+def test_star_takes_no_file_that_is_not_a_known_safe_format() -> None:
+    s = select(KNOWN_SAFE + NOT_KNOWN_SAFE + ("modeling_tiny.py",), ("*",), ())
+    assert s.taken == (*KNOWN_SAFE, "modeling_tiny.py")
+    assert s.left_out_pickles == NOT_KNOWN_SAFE and s.pickles == ()
+    assert s.code == ("modeling_tiny.py",)  # code is taken like a safe file, and reported as code
+
+
+@pytest.mark.parametrize("path", NOT_KNOWN_SAFE)
+def test_a_file_not_known_safe_comes_only_when_named_by_its_path_or_its_suffix(path: str) -> None:
+    ext = "." + path.rpartition(".")[2]
+    assert select((path,), ("*", "*.json", "*.bin" if ext != ".bin" else "*.pt"), ()).taken == ()
+    assert select((path,), (path,), ()).pickles == (path,)
+    assert select((path,), ("*" + ext,), ()).pickles == (path,)  # matching is case-sensitive, as the Hub client
+
+
+def test_the_catalogue_model_takes_the_same_files() -> None:
+    """The Qwen recipe's selection over its revision's files (as the Hub lists them) is what its bundle holds."""
+    r = load_model_recipe(Path(__file__).parent.parent / "bundles/models/qwen2.5-0.5b-instruct.toml")
+    listed = (".gitattributes", "LICENSE", "README.md", "config.json", "generation_config.json", "merges.txt")
+    listed += ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json")
+    s = select(listed, r.include, r.exclude)
+    assert s.taken == listed[3:] and s.pickles == s.left_out_pickles == s.code == ()
+
+
+def test_no_other_module_defines_a_model_suffix_list() -> None:
+    """The one allow-list (bundle/modelformat.py) is the only module that names a model file's suffix."""
+    import ast
+
+    from lockbuild.bundle import modelformat
+
+    generic = {".json", ".txt", ".md", ".py"}  # suffixes other files have too (records, sources, docs)
+    model_only = (modelformat.SAFE_SUFFIXES | modelformat.WEIGHT_SUFFIXES) - generic
+    model_only |= {s.lower() for p in NOT_KNOWN_SAFE for s in ["." + p.rpartition(".")[2]]}
+    root = Path(modelformat.__file__).parent.parent
+    # Python's own .pth start-up files in an environment's site-packages, not a model's file
+    other_meaning = {("install/envfiles.py", ".pth"), ("selftest/audit.py", ".pth")}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path == Path(modelformat.__file__):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 40:
+                rel = str(path.relative_to(root))
+                if (rel, node.value) not in other_meaning and any(node.value.lower().endswith(s) for s in model_only):
+                    found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert found == [], "a model file suffix named outside bundle/modelformat.py"

@@ -4,7 +4,9 @@ The Hub client (``fetch/hub.py``) lists every file of the commit with the sizes 
 states; the recipe's selection (``recipe/selection.py``) picks the files; the client downloads them
 through the shared fetcher and cache, each checked against its sha256 (LFS) or git blob sha1; here the
 manifest is made (format 4, ``bundle/modelinfo.py``) and the bundle written, weights in stored frames.
-Same recipe, same bytes: members in path order, the time fixed (a commit's files do not change).
+Same recipe, same bytes: members in path order, the time the commit's date as the Hub states it (a fact
+of the revision, like its files): the tar's times, and the serial by which a node refuses a replayed
+older commit unless ``--allow-downgrade``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import zstandard
 from lockbuild import __version__
 from lockbuild.builder.pack import UnsignedBundle, write
 from lockbuild.bundle.manifest import Manifest, Member, member_order
+from lockbuild.bundle.modelformat import CODE, UNSAFE
 from lockbuild.bundle.modelinfo import (
     MODEL_DIR,
     MODEL_FORMAT,
@@ -45,8 +48,6 @@ from lockbuild.recipe.modelrecipe import ModelRecipe
 from lockbuild.recipe.selection import Selection, select
 from lockbuild.settings import Settings
 
-# A commit's files never change, so the bundle's time is fixed: the tar's mtimes and the serial.
-MODEL_AS_OF = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 MAX_MODEL_FILES = 10_000
 
 
@@ -60,15 +61,17 @@ class ModelChoice:
     @property
     def warnings(self) -> tuple[str, ...]:
         out = [
-            f"{p} is a pickle (unpickling runs code); it is taken because the recipe names it"
+            f"{p} is a {UNSAFE} (loading it may run code); it is taken because the recipe names it"
             for p in self.selection.pickles
         ]
-        if self.selection.left_out_pickles:
-            shown = ", ".join(self.selection.left_out_pickles[:5])
+        out += [f"{p} is {CODE}: an engine told to trust remote code would run it" for p in self.selection.code]
+        left = self.selection.left_out_pickles
+        if left:
             out.append(
-                f"left out the pickle{'s' if len(self.selection.left_out_pickles) > 1 else ''} {shown}: "
-                "a pickle is taken only when a pattern names it (its path, or a pattern ending in .bin, "
-                ".pt, .pth or .pkl)"
+                f"left out {', '.join(left[:5])}{' …' if len(left) > 5 else ''}: "
+                f"{'each is' if len(left) > 1 else 'it is'} "
+                f"a {UNSAFE}, taken only when a pattern names it (its path, or a pattern ending in its suffix, "
+                "such as *.bin)"
             )
         return tuple(out)
 
@@ -105,9 +108,15 @@ def file_sha256(path: Path, size: int) -> str:
 
 
 def assemble_model(
-    recipe: ModelRecipe, commit: str, files: Sequence[HubFile], fetched: Mapping[str, Path]
+    recipe: ModelRecipe,
+    commit: str,
+    files: Sequence[HubFile],
+    fetched: Mapping[str, Path],
+    *,
+    committed: dt.datetime,
 ) -> tuple[Manifest, list[Entry]]:
-    """The manifest and ordered entries of a model bundle; ``fetched`` maps each repo path to its verified file."""
+    """The manifest and ordered entries of a model bundle; ``fetched`` maps each repo path to its verified
+    file, ``committed`` is the commit's date (whole seconds, UTC): the bundle's time and serial."""
     if commit != recipe.revision:
         raise RemoteError(f"the Hub answered commit {commit} for {recipe.repo}; the recipe names {recipe.revision}.")
     text = recipe.text.encode()
@@ -127,8 +136,8 @@ def assemble_model(
         variant=MODEL_VARIANT,
         python=MODEL_PYTHON,
         platform=MODEL_PLATFORM,
-        as_of=MODEL_AS_OF,
-        serial=int(MODEL_AS_OF.timestamp()),
+        as_of=committed,
+        serial=int(committed.timestamp()),
         recipe_sha256=recipe_member.sha256,
         lockbuild_version=__version__,
         uv_version="none",
@@ -166,5 +175,5 @@ def build_model(
         choice = choose(recipe, revision.files)
         fetcher = Fetcher(cache, downloads, jobs=jobs, progress=progress)
         fetched = download_files(fetcher, settings.hf_endpoint, revision, choice.files)
-    manifest, entries = assemble_model(recipe, revision.commit, choice.files, fetched)
+    manifest, entries = assemble_model(recipe, revision.commit, choice.files, fetched, committed=revision.committed)
     return ModelWritten(write(manifest, entries, out, threads=threads, progress=progress), revision, choice)

@@ -24,21 +24,6 @@ MODEL_VARIANT = "hf"
 MODEL_PYTHON = "none"
 MODEL_PLATFORM = "any"
 NO_LOCK = "none"
-# Files written in stored (uncompressed) frames: weights, which do not compress.
-WEIGHT_SUFFIXES = (
-    ".safetensors",
-    ".bin",
-    ".pt",
-    ".pth",
-    ".pkl",
-    ".ckpt",
-    ".gguf",
-    ".onnx",
-    ".h5",
-    ".msgpack",
-    ".npz",
-    ".npy",
-)
 COMMIT = re.compile(r"[0-9a-f]{40}")
 BLOB_ID = COMMIT  # a git blob sha1, as the Hub's tree gives a file's "oid"
 # A Hub repo id ORG/NAME (huggingface_hub's validate_repo_id): letters, digits, '.', '_', '-', no '--' or

@@ -26,7 +26,7 @@ import zstandard
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest, Member
 from lockbuild.bundle.manifestparse import parse_manifest
-from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
+from lockbuild.bundle.modelformat import is_weight
 from lockbuild.digest import CHUNK, FileIdentity, HashedFile, pump, same_file
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import open_regular
@@ -97,7 +97,7 @@ STORED_HEADER = b"\x28\xb5\x2f\xfd\x00" + bytes([(17 - 10) << 3])
 
 def is_stored(m: Member) -> bool:
     """Whether a member is written in a stored frame: a model's weights (docs/bundle-format.md)."""
-    return m.kind == "model-file" and m.path.lower().endswith(WEIGHT_SUFFIXES)
+    return m.kind == "model-file" and is_weight(m.path)
 
 
 class _Frames:

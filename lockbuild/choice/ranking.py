@@ -15,6 +15,7 @@ from typing import Any
 
 from lockbuild.bundle.instructions import GpuNeeds, capability_range
 from lockbuild.choice.candidates import Choice, Judged, Option
+from lockbuild.errors import InstallError
 from lockbuild.install.fit import Facts, GpuCheck, unmet, version_numbers
 from lockbuild.times import iso
 
@@ -241,3 +242,14 @@ def _nothing_fits(
     if cpu_hint:
         fixes.append("or pass --allow-cpu to take the CPU build")
     return "every candidate has an unmet need", " ".join(fixes).removeprefix("or ")
+
+
+def check_not_older(where: str, installed: int, offered: int, *, allow_downgrade: bool) -> None:
+    """The downgrade rule, for engines and models alike: a bundle of a lower signed serial than what
+    ``where`` holds is refused unless ``--allow-downgrade`` (a replayed older signed build rolls nothing back
+    by accident)."""
+    if installed > offered and not allow_downgrade:
+        raise InstallError(
+            f"{where} holds a newer build (serial {installed}) than this bundle ({offered}).",
+            tip="Pass --allow-downgrade to roll back on purpose.",
+        )

@@ -71,6 +71,7 @@ def build_model_cli(
         "commit": r.revision,
         "files": [f.path for f in done.choice.files],
         "pickles": list(done.choice.selection.pickles),
+        "code": list(done.choice.selection.code),
         "warnings": list(done.choice.warnings),
     }
     emit(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lockbuild.commands.clikit import emit, progress_of
+from lockbuild.commands.clikit import emit, emit_warnings, progress_of
 
 if TYPE_CHECKING:
     from lockbuild.install.installer import Installer, InstallOptions
@@ -39,7 +39,17 @@ def install_model_cli(
             f"(models from {models_dir.absolute()})",
         )
         return
-    done = place_model(trusted, models_dir, wait=opts.wait, progress=progress_of(ctx))
+    done = place_model(
+        trusted, models_dir, wait=opts.wait, progress=progress_of(ctx), allow_downgrade=opts.allow_downgrade
+    )
+    if done.removed:
+        emit_warnings(
+            ctx,
+            [
+                f"removed {len(done.removed)} entr{'ies' if len(done.removed) > 1 else 'y'} of the model's folder "
+                f"that no signed record lists: {', '.join(done.removed[:5])}{' …' if len(done.removed) > 5 else ''}"
+            ],
+        )
     emit(
         ctx,
         {"status": "installed", **done.to_json()},

@@ -1,14 +1,16 @@
 """A client for the Hugging Face Hub: one revision's files, with the sizes and hashes the Hub states.
 
 The listing is the revision (``/api/models/{repo}/revision/{rev}?blobs=true``), whose ``sha`` must be
-the commit asked for, and its recursive tree (``/api/models/{repo}/tree/{rev}?recursive=true``, every
-``Link: rel="next"`` page followed, on the Hub's own origin only, a bounded number of times). Each
+the commit asked for and whose ``lastModified`` is the commit's date (the model bundle's serial), and
+its recursive tree (``/api/models/{repo}/tree/{rev}?recursive=true``, every ``Link: rel="next"`` page
+followed, on the Hub's own origin only, a bounded number of times). Each
 answer is read bounded and parsed strictly into ``HubFile``; a path that is not plain, a hash that is
 not lowercase hex, a size that is not a count, or two answers that disagree are refused.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ DENIED = (
     "token that may read it (sent to HF_ENDPOINT's origin only)."
 )
 _PATH_ROOM = 64  # bytes of a bundle member's path kept for the prefix the model's files go under
+# The Hub's dates, as huggingface_hub's parse_datetime reads them: UTC, fractions of a second optional.
+_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]{1,9})?Z")
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
@@ -57,6 +61,7 @@ class HubRevision:
     repo: str  # "ORG/NAME"
     commit: str  # 40 hex, the revision's sha as the Hub states it (the one asked for)
     files: tuple[HubFile, ...]  # every file of the revision, sorted by path
+    committed: dt.datetime  # the commit's date as the Hub states it (lastModified), whole seconds, UTC
 
 
 def check_repo(repo: str) -> None:
@@ -138,6 +143,20 @@ def _sibling(item: object, repo: str, commit: str, limits: Limits) -> HubFile:
     if lfs is not None:
         as_tree["lfs"] = {"oid": lfs.get("sha256"), "size": lfs.get("size")} if isinstance(lfs, dict) else lfs
     return _tree_file(as_tree, repo, commit, limits)
+
+
+def _commit_date(data: object, repo: str, commit: str) -> dt.datetime:
+    """The revision's ``lastModified``: the commit's date, to the second (a model bundle's serial)."""
+    stated = data.get("lastModified") if isinstance(data, dict) else None
+    m = _DATE.fullmatch(stated) if isinstance(stated, str) else None
+    try:
+        if m is None:
+            raise ValueError
+        year, month, day, hour, minute, second = (int(g) for g in m.groups())
+        return dt.datetime(year, month, day, hour, minute, second, tzinfo=dt.UTC)
+    except ValueError:
+        shown = stated[:80] if isinstance(stated, str) else stated
+        raise _bad(repo, commit, f"states no date for the commit (lastModified {shown!r})") from None
 
 
 def _check_commit_answer(data: object, repo: str, commit: str) -> list[object]:
@@ -241,11 +260,12 @@ def list_revision(
         denied=DENIED,
     )
     siblings = _check_commit_answer(page.data, repo, revision)
+    committed = _commit_date(page.data, repo, revision)
     if len(siblings) > limits.max_members:
         raise _bad(repo, revision, f"lists more than {limits.max_members} files")
     stated = [_sibling(s, repo, revision, limits) for s in siblings]
     tree = _tree(client, endpoint, repo, revision, limits)
-    return HubRevision(repo, revision, _one_listing(tree, stated, repo, revision))
+    return HubRevision(repo, revision, _one_listing(tree, stated, repo, revision), committed)
 
 
 def file_url(endpoint: str, revision: HubRevision, f: HubFile) -> str:

@@ -56,6 +56,7 @@ from lockbuild.fsio.opening import (
     open_regular,
     open_under,
     opened_dir,
+    read_link_at,
     read_regular,
 )
 from lockbuild.fsio.owners import Unsafe, ancestor_problem, owner_problem, program_problem
@@ -105,6 +106,7 @@ __all__ = [
     "opened_dir",
     "owner_problem",
     "program_problem",
+    "read_link_at",
     "read_regular",
     "remove_at",
     "remove_tree",

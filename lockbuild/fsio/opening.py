@@ -176,3 +176,12 @@ def lstat_at(name: str, dir_fd: int) -> os.stat_result | None:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
+
+
+def read_link_at(name: str, dir_fd: int) -> str | None:
+    """What the entry ``name`` of an opened directory points at (``readlinkat``), never following it;
+    None when it is absent or not a symbolic link."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:  # absent (ENOENT), or not a link (EINVAL)
+        return None

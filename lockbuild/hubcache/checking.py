@@ -5,8 +5,11 @@ Beside each install, ``models--ORG--NAME/.lockbuild/<commit>.toml`` is the signe
 record is a source behind the one port (``trust/source.py``): its blocks, its manifest, and as members
 the installed blobs, so ``verify`` re-hashes every file through the one extraction
 (``bundle/extract.py::extract``, no destination); with ``--trust`` the record passes the one trust
-decision (``trust/opener.py::open_source``) again first. The snapshot's links and ``refs/main`` are
-checked against the record too. Nothing here writes.
+decision (``trust/opener.py::open_source``) again first. Before a byte is hashed, the record must be
+of the repo whose folder it sits in, and the whole folder is walked by descriptor against the records
+kept there (``hubcache/cachewalk.py::survey``): a snapshot folder or link swapped, or any entry no record
+lists, fails with exit 4 naming it. The blobs are opened from the ``blobs/`` folder's descriptor, itself
+opened without following a link. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.modelinfo import MODEL_VARIANT, ModelTable
 from lockbuild.errors import InstallError, IntegrityError, SignatureError
-from lockbuild.fsio import open_regular, read_regular
-from lockbuild.hubcache.placing import RECORDS, snapshot_link
+from lockbuild.fsio import lstat_at, open_dir, open_regular, read_regular
+from lockbuild.hubcache.cachewalk import RECORDS, kept_tables, survey
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.trust.opener import open_source, recheck_kept
 from lockbuild.trust.policy import FileDigests
@@ -73,10 +76,22 @@ class KeptRecord:
 
     @contextmanager
     def _members(self, limits: Limits) -> Iterator[Stream]:
-        yield Stream(None, self.pieces(parse_manifest(self.manifest_bytes(limits), limits)))
+        manifest = parse_manifest(self.manifest_bytes(limits), limits)
+        with opened_repo(self.repo_dir) as repo_fd:
+            try:
+                blobs_fd = open_dir("blobs", dir_fd=repo_fd)
+            except OSError as exc:
+                raise IntegrityError(
+                    f"{self.repo_dir / 'blobs'} cannot be opened as a folder ({exc.strerror or exc}).", tip=_TIP
+                ) from None
+            try:
+                yield Stream(None, self.pieces(manifest, blobs_fd))
+            finally:
+                os.close(blobs_fd)
 
-    def pieces(self, manifest: Manifest) -> Iterator[Piece]:
-        """The installed blob of each model file (its size as found; the recipe is not kept: absent)."""
+    def pieces(self, manifest: Manifest, blobs_fd: int) -> Iterator[Piece]:
+        """The installed blob of each model file, opened from the descriptor of ``blobs/`` (its size as
+        found; the recipe is not kept: absent)."""
         table = _table(manifest, self.record)
         by_member = {f.member: f for f in table.files}
         for m in manifest.members:
@@ -85,26 +100,40 @@ class KeptRecord:
                 yield AbsentPiece(m.path, m.size)
                 continue
             blob = self.repo_dir / "blobs" / f.cache_name
-            st = _lstat(blob)
+            st = lstat_at(f.cache_name, blobs_fd)
             if st is None or not stat.S_ISREG(st.st_mode):
                 raise IntegrityError(
                     f"{f.repo_path} of {table.repo} at {table.commit}: its blob {blob} is "
                     f"{'missing' if st is None else 'not a regular file'}.",
                     tip=_TIP,
                 )
-            yield FilePiece(m.path, st.st_size, partial(_open_blob, blob, st.st_size))
+            yield FilePiece(m.path, st.st_size, partial(_open_blob, f.cache_name, blobs_fd, blob, st.st_size))
 
 
-def _open_blob(blob: Path, size: int) -> BinaryIO:
-    f, _ = open_regular(blob, what="installed model file", max_size=size + 1, error=IntegrityError)
+def _open_blob(name: str, blobs_fd: int, shown: Path, size: int) -> BinaryIO:
+    f, _ = open_regular(
+        name, what="installed model file", max_size=size + 1, error=IntegrityError, dir_fd=blobs_fd, shown=str(shown)
+    )
     return f
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+@contextmanager
+def opened_repo(repo_dir: Path) -> Iterator[int]:
+    """The repo's folder opened by descriptor: the models folder as named, the repo folder never through a link."""
     try:
-        return path.lstat()
-    except FileNotFoundError:
-        return None
+        models = open_dir(repo_dir.parent, follow=True)
+        try:
+            fd = open_dir(repo_dir.name, dir_fd=models)
+        finally:
+            os.close(models)
+    except OSError as exc:
+        raise IntegrityError(
+            f"{repo_dir} cannot be opened as a folder, not through a link ({exc.strerror or exc}).", tip=_TIP
+        ) from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _table(manifest: Manifest, where: Path) -> ModelTable:
@@ -172,29 +201,29 @@ def describe(rec: KeptRecord, signers: tuple[str, ...] = ()) -> CheckedModel:
 
 
 def verify_model(rec: KeptRecord, store: TrustStore | None, *, threshold: int | None = None) -> CheckedModel:
-    """Every installed file of ``rec`` against its record: the snapshot's links, then each blob's size and
-    sha256 through the one extraction (with ``store``: after the record passed the one trust decision)."""
+    """Every installed file of ``rec`` against its record: the record is of this folder's repo, the folder
+    holds exactly what its records list (links, folders, blobs, refs), then each blob's size and sha256
+    through the one extraction (with ``store``: after the record passed the one trust decision)."""
     if store is not None:
         trusted = open_source(rec, store, threshold=threshold)
         manifest, signers = trusted.manifest, trusted.signer_ids
     else:
         manifest, signers = parse_manifest(rec.manifest_bytes()), ()
     table = _table(manifest, rec.record)
+    if table.folder != rec.repo_dir.name:
+        raise IntegrityError(
+            f"{rec.record} is the record of {table.repo}, whose folder is {table.folder}; it sits in "
+            f"{rec.repo_dir.name}: another model's files in this repo's place.",
+            tip=_TIP,
+        )
     if table.commit != rec.commit:
         raise IntegrityError(f"{rec.record} records commit {table.commit}, not {rec.commit}.", tip=_TIP)
-    snapshot = rec.repo_dir / "snapshots" / table.commit
-    for f in table.files:
-        link = snapshot / f.repo_path
-        want = snapshot_link(f.repo_path, f.cache_name)
-        try:
-            got: str | None = str(link.readlink())
-        except OSError:
-            got = None
-        if got != want:
-            raise IntegrityError(
-                f"{link} is {'not a link' if got is None else 'a link to ' + repr(got)}; its "
-                f"record says a link to {want!r}.",
-                tip=_TIP,
-            )
+    with opened_repo(rec.repo_dir) as repo_fd:
+        others, strays = kept_tables(repo_fd, rec.repo_dir.name)
+        strays += survey(repo_fd, [t for t in others if t.commit != table.commit] + [table])
+    if strays:
+        shown = "; ".join(f"{rec.repo_dir / s.rel} {s.problem}" for s in strays[:5])
+        more = f" (and {len(strays) - 5} more)" if len(strays) > 5 else ""
+        raise IntegrityError(f"{rec.repo_dir.name} holds what its signed records do not: {shown}{more}.", tip=_TIP)
     recheck_kept(rec, manifest)
     return describe(rec, signers)

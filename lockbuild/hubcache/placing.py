@@ -20,13 +20,13 @@ from typing import Any
 
 from lockbuild import fsio
 from lockbuild.bundle.modelinfo import MODEL_DIR, MODEL_KIND, ModelTable
+from lockbuild.choice.ranking import check_not_older
 from lockbuild.errors import InstallError
+from lockbuild.hubcache.cachewalk import RECORDS, current_build, kept_tables, remove_strays, snapshot_link, survey
 from lockbuild.install.places import check_place, prepare
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
 from lockbuild.progress import Progress
 from lockbuild.trust.opener import TrustedBundle
-
-RECORDS = ".lockbuild"
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class InstalledModel:
     size: int
     bundle_sha256: str
     signers: tuple[str, ...]
+    removed: tuple[str, ...] = ()  # entries of the repo's folder no signed record listed, removed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,18 +51,21 @@ class InstalledModel:
             "bytes": self.size,
             "bundle_sha256": self.bundle_sha256,
             "signers": list(self.signers),
+            "removed": list(self.removed),
         }
 
 
-def snapshot_link(repo_path: str, cache_name: str) -> str:
-    """The relative link a snapshot file is: from snapshots/<commit>/<path> to blobs/<name>."""
-    return "../" * (2 + repo_path.count("/")) + "blobs/" + cache_name
-
-
 def place_model(
-    trusted: TrustedBundle, models: Path, *, wait: float = 0.0, progress: Progress | None = None
+    trusted: TrustedBundle,
+    models: Path,
+    *,
+    wait: float = 0.0,
+    progress: Progress | None = None,
+    allow_downgrade: bool = False,
 ) -> InstalledModel:
-    """Place a trusted model bundle under ``models``; the previous snapshot stays whole until the swap."""
+    """Place a trusted model bundle under ``models``; the previous snapshot stays whole until the swap. A
+    bundle of a lower signed serial (an older commit) than the one ``refs/main`` names is refused unless
+    ``allow_downgrade``; afterwards nothing the kept records do not list is left in the repo's folder."""
     m = trusted.manifest
     table = m.model
     if table is None:
@@ -76,6 +80,11 @@ def place_model(
         for sub in ("blobs", "snapshots", "refs", RECORDS):
             fsio.make_dirs_under(repo_dir, sub)
             check_place(repo_dir / sub, f"the model cache's {sub}/")
+        with fsio.opened_dir(repo_dir) as repo_fd:
+            current = current_build(repo_fd)
+        if current is not None and current[0] != table.commit:
+            where = f"{repo_dir} ({table.repo} at {current[0]})"
+            check_not_older(where, current[1], m.serial, allow_downgrade=allow_downgrade)
         staging = repo_dir / f"files-{table.commit}{STAGING_SUFFIX}"
         snapshot = repo_dir / f"snapshot-{table.commit}{STAGING_SUFFIX}"
         try:
@@ -90,6 +99,9 @@ def place_model(
             fsio.write_replacing(records / f"{table.commit}.minisig", trusted.counted_signatures(), mode=0o444)
             swap_into_place(snapshot, repo_dir / "snapshots" / table.commit)
             fsio.write_replacing(repo_dir / "refs" / "main", table.commit.encode(), mode=0o444)
+            with fsio.opened_dir(repo_dir) as repo_fd:
+                kept, strays = kept_tables(repo_fd, table.folder)
+                removed = remove_strays(repo_fd, strays + survey(repo_fd, kept))
         finally:
             fsio.remove_tree(staging)
             fsio.remove_tree(snapshot)
@@ -102,6 +114,7 @@ def place_model(
         sum(f.size for f in table.files),
         trusted.sha256,
         trusted.signer_ids,
+        tuple(removed),
     )
 
 

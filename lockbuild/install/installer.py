@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.choice.ranking import check_not_older
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.hubcache.envvars import with_models_env
 from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
@@ -171,11 +172,8 @@ class Installer:
             current = read_marker(target)
             if current is not None and not self.o.force and current.bundle_sha256 == opened.sha256:
                 return result("unchanged")  # the CLI says so, once
-            if current is not None and current.serial > m.serial and not self.o.allow_downgrade:
-                raise InstallError(
-                    f"{target} holds a newer build (serial {current.serial}) than this bundle ({m.serial}).",
-                    tip="Pass --allow-downgrade to roll back on purpose.",
-                )
+            if current is not None:
+                check_not_older(str(target), current.serial, m.serial, allow_downgrade=self.o.allow_downgrade)
             self._stage_and_swap(opened, python, node, target)
         p.finish()  # the CLI prints the result, once, on stdout
         return result("installed")

@@ -2,9 +2,10 @@
 
 Patterns match the whole repo path as huggingface_hub's ``allow_patterns`` and ``ignore_patterns`` do
 (``fnmatch``: ``*`` crosses ``/``, and a pattern ending in ``/`` means everything under it). ``exclude``
-is applied after ``include`` and wins. Pickles (``*.bin``, ``*.pt``, ``*.pth``, ``*.pkl``: unpickling runs
-code) are never taken unless a pattern names them explicitly: a pattern equal to the path, or one
-ending in a pickle suffix (``pytorch_model.bin``, ``*.bin``); ``*`` alone never brings one in.
+is applied after ``include`` and wins. A file that is a pickle or not a known safe format (the one
+allow-list: ``bundle/modelformat.py``) is never taken unless a pattern names it explicitly: a pattern
+equal to the path, or one ending in its suffix (``pytorch_model.bin``, ``*.bin``); ``*`` alone never
+brings one in. Code (``.py``) is taken like a safe file and reported.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-DEFAULT_INCLUDE = ("*.safetensors", "*.json", "tokenizer*", "*.txt", "*.model", "*.tiktoken")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+from lockbuild.bundle.modelformat import DEFAULT_INCLUDE, format_of, names
+
+__all__ = ["DEFAULT_INCLUDE", "MAX_PATTERN", "MAX_PATTERNS", "Selection", "pattern_problem", "select"]
+
 MAX_PATTERNS = 256
 MAX_PATTERN = 512
 
@@ -31,26 +34,18 @@ def pattern_problem(pattern: str) -> str | None:
     return None
 
 
-def is_pickle(path: str) -> bool:
-    return path.lower().endswith(PICKLE_SUFFIXES)
-
-
 def _matches(path: str, pattern: str) -> bool:
     if pattern.endswith("/"):
         pattern += "*"  # as huggingface_hub: a folder means everything under it
     return fnmatch.fnmatchcase(path, pattern)
 
 
-def _names_pickle(path: str, pattern: str) -> bool:
-    """A pattern that names a pickle explicitly: the path itself, or a pattern ending in a pickle suffix."""
-    return pattern == path or pattern.lower().endswith(PICKLE_SUFFIXES)
-
-
 @dataclass(frozen=True)
 class Selection:
     taken: tuple[str, ...]  # the repo paths taken, in the order given
-    pickles: tuple[str, ...]  # those of them that are pickles (named explicitly)
-    left_out_pickles: tuple[str, ...]  # pickles an include pattern matched but did not name
+    pickles: tuple[str, ...]  # those of them that are pickles or not a known safe format (named explicitly)
+    left_out_pickles: tuple[str, ...]  # such files an include pattern matched but did not name
+    code: tuple[str, ...] = ()  # those taken that are code (.py)
 
 
 def select(paths: Iterable[str], include: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
@@ -58,14 +53,18 @@ def select(paths: Iterable[str], include: tuple[str, ...], exclude: tuple[str, .
     taken: list[str] = []
     pickles: list[str] = []
     left_out: list[str] = []
+    code: list[str] = []
     for path in paths:
         hits = [p for p in include if _matches(path, p)]
         if not hits or any(_matches(path, p) for p in exclude):
             continue
-        if is_pickle(path):
-            if not any(_names_pickle(path, p) for p in hits):
+        kind = format_of(path)
+        if kind == "unsafe":
+            if not any(names(p, path) for p in hits):
                 left_out.append(path)
                 continue
             pickles.append(path)
+        elif kind == "code":
+            code.append(path)
         taken.append(path)
-    return Selection(tuple(taken), tuple(pickles), tuple(left_out))
+    return Selection(tuple(taken), tuple(pickles), tuple(left_out), tuple(code))

@@ -30,7 +30,8 @@ import json
 from collections.abc import Mapping
 
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.bundle.modelinfo import WEIGHT_SUFFIXES
+from lockbuild.bundle.modelformat import role
+from lockbuild.bundle.modelformat import weight_format as format_of_weights
 from lockbuild.errors import LockbuildError
 from lockbuild.registry.api import OCI_MANIFEST
 
@@ -43,39 +44,18 @@ CODE = "application/vnd.cncf.model.code.v1.raw"
 FILEPATH = "org.cncf.model.filepath"
 TITLE = "org.opencontainers.image.title"
 HUB = "https://huggingface.co/"
-_DOC_NAMES = ("readme", "license", "licence", "notice", "copying", "changelog", "citation", "model_card")
-_DOC_SUFFIXES = (".md", ".rst", ".pdf", ".html", ".gitattributes", ".gitignore")
-_CODE_SUFFIXES = (".py", ".ipynb", ".sh", ".js", ".cu", ".cpp", ".c", ".h")
+_MEDIA = {"weight": WEIGHT, "code": CODE, "doc": DOC, "config": WEIGHT_CONFIG}
 
 
 def media_type(repo_path: str) -> str:
     """The ModelPack media type of a model file, by its name: weights (the suffixes written in stored
     frames), code, documentation, or else weight configuration (config.json, the tokenizer, indexes)."""
-    name = repo_path.rsplit("/", 1)[-1].lower()
-    if name.endswith(WEIGHT_SUFFIXES):
-        return WEIGHT
-    if name.endswith(_CODE_SUFFIXES):
-        return CODE
-    if name.startswith(_DOC_NAMES) or name.endswith(_DOC_SUFFIXES):
-        return DOC
-    return WEIGHT_CONFIG
-
-
-_FORMATS = {
-    ".safetensors": "safetensors",
-    ".gguf": "gguf",
-    ".onnx": "onnx",
-    ".bin": "pytorch",
-    ".pt": "pytorch",
-    ".pth": "pytorch",
-    ".h5": "tensorflow",
-    ".msgpack": "flax",
-}
+    return _MEDIA[role(repo_path)]
 
 
 def weight_format(repo_paths: list[str]) -> dict[str, str]:
     """ModelPack's ``config.format`` where every weight file has one format (else nothing is claimed)."""
-    found = {_FORMATS.get("." + p.rsplit(".", 1)[-1].lower(), "") for p in repo_paths if media_type(p) == WEIGHT}
+    found = {format_of_weights(p) for p in repo_paths if role(p) == "weight"}
     return {"format": found.pop()} if len(found) == 1 and "" not in found else {}
 
 

@@ -134,6 +134,16 @@ def lookups():  # a Python look-up of an allowed name (the audit hook notes it),
     print("looked up")
 
 
+def bigmmsg():  # one sendmmsg whose strace line is over 16 MiB: 69 messages to loopback, the last one far
+    n, iovs, size = 70, 64, 1000
+    data = _buf(b"a" * size)
+    vec = (Iov * iovs)(*[Iov(data, size) for _ in range(iovs)])
+    here, far = (_buf(RESOLVER[:2] + (9).to_bytes(2, "big") + socket.inet_aton(h) + bytes(8))
+                 for h in ("127.0.0.1", "10.255.255.23"))
+    msgs = (MMsg * n)(*[MMsg(Msg(far if i == n - 1 else here, 16, vec, iovs, None, 0, 0), 0) for i in range(n)])
+    print("sendmmsg", libc.sendmmsg(libc.socket(2, 2, 0), msgs, n, 0))
+
+
 def allowed():
     try:
         socket.getaddrinfo("allowed.example", 443)
@@ -144,7 +154,7 @@ def allowed():
 
 def main():
     mode = sys.argv[1:] or ["--version"]
-    {"--notify": notify, "--filters": filters, "--lookups": lookups, "--allowed": allowed}.get(
+    {"--notify": notify, "--filters": filters, "--lookups": lookups, "--allowed": allowed, "--bigmmsg": bigmmsg}.get(
         mode[0], lambda: print("attacker 1.0"))()
 """
 
@@ -203,7 +213,7 @@ def attackers(
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCKBUILD_INDEX_URL", s.index_url())
         mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
-        for variant in ("notify", "filters", "lookups", "allowed"):
+        for variant in ("notify", "filters", "lookups", "allowed", "bigmmsg"):
             recipe = tmp / f"{variant}.toml"
             recipe.write_text(RECIPE.format(mode=f"--{variant}", variant=variant))
             code, out, err = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / variant), "--json")
@@ -282,6 +292,27 @@ def test_every_native_query_is_named_by_its_own_bytes(
     assert {a["host"] for a in attempts if a["verdict"] == "allowed"} == {"allowed.example"}
     code, data = selftest(attackers["allowed"], keys)  # the Python look-up alone is allowed
     assert code == 0 and data["self_test"][0]["verdict"] == "passed", data
+
+
+# --- the reader's bounds fail closed ---------------------------------------------------------------------
+
+
+@needs_selftest
+def test_a_sendmmsg_whose_line_is_over_the_readers_bound_fails_the_verdict(
+    attackers: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    """Its last message goes to 10.255.255.23, 18 MB into the line: the line is never read in pieces."""
+    code, data = selftest(attackers["bigmmsg"], keys)
+    assert "sendmmsg" in smoke(data), data
+    report = data["self_test"][0]
+    assert code == 1 and report["verdict"] == "failed", report
+    [unread] = [a for a in report["attempts"] if a["verdict"] == "refused"]
+    assert (unread["event"], unread["host"]) == ("sendmmsg", "an unreadable destination")
+    assert unread["why"] == "a line of the tracer's log over 16 MiB, not read"
+    assert "an unreadable destination" in data["error"]["message"]
+    code, text, _ = cli("test", str(attackers["bigmmsg"]), "--trust", str(keys.trust))
+    assert code == 1 and "refused an unreadable destination (a line of the tracer's log over 16 MiB" in text
+    assert list(private_tmp.iterdir()) == []
 
 
 # --- units: the filter, the strace lines, the DNS reader ------------------------------------------------

@@ -28,6 +28,7 @@ from registry import RealRegistry, binary
 from sitekit import cli, make_bundle
 from throttle import CUT, Refusal, Rule, Throttle
 
+from lockbuild.headers import number
 from lockbuild.registry.connection import Clock
 from lockbuild.registry.reference import RegistryError
 from lockbuild.registry.retry import (
@@ -57,6 +58,57 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert retry_after_seconds(email.utils.formatdate(now + 12, usegmt=True), now) == pytest.approx(12, abs=1)
     assert retry_after_seconds(email.utils.formatdate(now - 100, usegmt=True), now) == 0.0
     assert retry_after_seconds("soon", now) is None and retry_after_seconds(None, now) is None
+
+
+def test_retry_after_is_ascii_digits_or_an_http_date_and_anything_else_is_absent() -> None:
+    now = 1_800_000_000.0
+    for odd in ("²", "٣", "1²", "３", "-1", "1.5", "", " ", "7 s", "0x10", "Ⅻ"):
+        assert retry_after_seconds(odd, now) is None, odd  # never an internal error, never read as a number
+        assert decide(Answer(429, odd), 2, Moment(0.0, now), jitter=0.0).wait == backoff(2, POLICY, 0.0)
+    assert retry_after_seconds(" 7 ", now) == 7.0 and retry_after_seconds("0012", now) == 12.0
+    assert number("١٢") is None and number("²") is None and number("12") == 12 and number("1" * 19) is None
+
+
+def test_the_wait_is_never_below_the_backoff_whatever_retry_after_says() -> None:
+    at = Moment(0.0, 1_800_000_000.0)
+    long = RetryPolicy(retry_seconds=1000)
+    past = email.utils.formatdate(at.wall - 100, usegmt=True)
+    for attempt in range(1, 9):
+        for jitter in (0.0, 0.5, 0.99):
+            floor = backoff(attempt, long, jitter)
+            assert floor >= long.base_seconds / 2
+            for said in ("0", "00", past):  # "ask again now", as seconds or as a date already past
+                assert decide(Answer(429, said), attempt, at, long, jitter).wait == floor
+            assert decide(Answer(503, "30"), attempt, at, long, jitter).wait == max(floor, 30.0)
+            assert decide(Answer(503, "86400"), attempt, at, long, jitter).wait == max(floor, long.max_retry_after)
+
+
+def test_every_header_number_is_read_by_the_one_parser() -> None:
+    """``str.isdigit`` is true of Unicode digits (``'²'``, ``'٣'``): the clients read a header's number
+    through ``lockbuild.headers``; the few other ``isdigit`` calls in the library read ASCII only."""
+    import ast
+
+    import lockbuild
+
+    package = Path(lockbuild.__file__).parent
+    ascii_only = {
+        "bundle/tar.py": "bytes: isdigit is ASCII only",
+        "trust/statement.py": "isascii() first",
+        "builder/selfwheel.py": "decoded as ASCII, errors replaced",
+    }
+    found = {
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("isdigit", "isdecimal", "isnumeric")
+    }
+    assert found <= set(ascii_only), f"read a number from outside with lockbuild.headers.number: {found}"
+    readers = {
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        if "retry-after" in path.read_text().lower() and "def retry_after_seconds" in path.read_text()
+    }
+    assert readers == {"headers.py"}
 
 
 def test_only_busy_answers_are_asked_again() -> None:
@@ -294,6 +346,33 @@ def test_a_retry_after_past_the_budget_is_not_waited_for(
     )
     assert p.returncode == 1 and time.monotonic() - t0 < 15
     assert "asked to wait 3600 s" in json.loads(p.stdout)["error"]["message"]
+
+
+@needs_registry
+@pytest.mark.parametrize(
+    "said",
+    ["0", "²", "٣".encode().decode("latin-1")],  # the last one sent as its UTF-8 bytes
+    ids=["zero", "superscript-two", "arabic-indic-three"],
+)
+def test_a_retry_after_of_zero_or_not_ascii_waits_the_backoff_and_fails_cleanly(
+    said: str, tmp_path: Path, reg: RealRegistry, pushed: str, signer: Keys, throttle: list[Throttle]
+) -> None:
+    """``Retry-After: 0`` once made about 92 requests in 4 s; ``Retry-After: ²`` an internal error."""
+    t = _proxy(throttle, reg, lambda m, p, n: (429, {"Retry-After": said}) if _blob_get(m, p) else None)
+    p = _lockbuild(
+        "pull",
+        t.ref(pushed, "1.0-cpu"),
+        "--store",
+        tmp_path / "s",
+        "--trust",
+        signer.trust,
+        "--json",
+        env={RETRY_ENV: "3"},
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr + p.stdout, p.stdout + p.stderr
+    assert 3 <= len(t.refused) <= 8, len(t.refused)  # the backoff's pace: 0.25-0.5 s, 0.5-1 s, 1-2 s, 2-4 s
+    message = json.loads(p.stdout)["error"]["message"]
+    assert "429 Too Many Requests" in message and "kept refusing" in message, message
 
 
 # -- a pull-through mirror ----------------------------------------------------------------------------

@@ -736,7 +736,7 @@ def test_strace_lines_are_read_by_rule() -> None:
         ("sendmmsg", "AF_INET", "10.255.255.4", 10, 13, False, None, ()),
         ("clone3", "CLONE_UNTRACED", "-", None, 12, False, None, ()),  # never resumed: read at the log's end
     ]
-    assert not log.canary and len(log.notes) == 1
+    assert not log.canary and log.notes == []  # a connect's note gave its frame; Log.notes keeps look-ups only
 
 
 def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is_refused() -> None:
@@ -770,15 +770,17 @@ def test_the_query_names_a_look_up_not_the_engines_note_and_an_unread_address_is
 
 @needs_netns
 @needs_strace
-def test_more_attempts_than_the_report_keeps_is_not_checked(
+def test_more_attempts_than_the_report_keeps_fails_the_verdict(
     bundles: dict[str, Path], keys: Keys, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from lockbuild.selftest import tracelog
 
     monkeypatch.setattr(tracelog, "LIMIT", 0)
     code, data, err = selftest(bundles["serve"], keys)  # local attempts only, none of them kept
-    assert code == 6 and data["self_test"][0]["verdict"] == "not checked", (data, err)
-    assert "more distinct network attempts" in data["self_test"][0]["unchecked"]
+    assert code == 1 and data["self_test"][0]["verdict"] == "failed", (data, err)
+    [unread] = [a for a in data["self_test"][0]["attempts"] if a["verdict"] == "refused"]
+    assert unread["host"] == "an unreadable destination" and unread["why"].startswith("more than 0 distinct")
+    assert "an unreadable destination" in data["error"]["message"]
 
 
 def test_verdicts_local_allowed_and_name_look_ups() -> None:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,16 @@ def lookups():  # a Python look-up of an allowed name (the audit hook notes it),
     print("looked up")
 
 
+def bigmmsg():  # one sendmmsg whose strace line is over 16 MiB: 69 messages to loopback, the last one far
+    n, iovs, size = 70, 64, 1000
+    data = _buf(b"a" * size)
+    vec = (Iov * iovs)(*[Iov(data, size) for _ in range(iovs)])
+    here, far = (_buf(RESOLVER[:2] + (9).to_bytes(2, "big") + socket.inet_aton(h) + bytes(8))
+                 for h in ("127.0.0.1", "10.255.255.23"))
+    msgs = (MMsg * n)(*[MMsg(Msg(far if i == n - 1 else here, 16, vec, iovs, None, 0, 0), 0) for i in range(n)])
+    print("sendmmsg", libc.sendmmsg(libc.socket(2, 2, 0), msgs, n, 0))
+
+
 def allowed():
     try:
         socket.getaddrinfo("allowed.example", 443)
@@ -144,7 +155,7 @@ def allowed():
 
 def main():
     mode = sys.argv[1:] or ["--version"]
-    {"--notify": notify, "--filters": filters, "--lookups": lookups, "--allowed": allowed}.get(
+    {"--notify": notify, "--filters": filters, "--lookups": lookups, "--allowed": allowed, "--bigmmsg": bigmmsg}.get(
         mode[0], lambda: print("attacker 1.0"))()
 """
 
@@ -203,7 +214,7 @@ def attackers(
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCKBUILD_INDEX_URL", s.index_url())
         mp.setenv("LOCKBUILD_CACHE_DIR", str(tmp / "cache"))
-        for variant in ("notify", "filters", "lookups", "allowed"):
+        for variant in ("notify", "filters", "lookups", "allowed", "bigmmsg"):
             recipe = tmp / f"{variant}.toml"
             recipe.write_text(RECIPE.format(mode=f"--{variant}", variant=variant))
             code, out, err = cli("build", str(recipe), "--key", str(keys.secret), "--out", str(tmp / variant), "--json")
@@ -282,6 +293,27 @@ def test_every_native_query_is_named_by_its_own_bytes(
     assert {a["host"] for a in attempts if a["verdict"] == "allowed"} == {"allowed.example"}
     code, data = selftest(attackers["allowed"], keys)  # the Python look-up alone is allowed
     assert code == 0 and data["self_test"][0]["verdict"] == "passed", data
+
+
+# --- the reader's bounds fail closed ---------------------------------------------------------------------
+
+
+@needs_selftest
+def test_a_sendmmsg_whose_line_is_over_the_readers_bound_fails_the_verdict(
+    attackers: dict[str, Path], keys: Keys, private_tmp: Path
+) -> None:
+    """Its last message goes to 10.255.255.23, 18 MB into the line: the line is never read in pieces."""
+    code, data = selftest(attackers["bigmmsg"], keys)
+    assert "sendmmsg" in smoke(data), data
+    report = data["self_test"][0]
+    assert code == 1 and report["verdict"] == "failed", report
+    [unread] = [a for a in report["attempts"] if a["verdict"] == "refused"]
+    assert (unread["event"], unread["host"]) == ("sendmmsg", "an unreadable destination")
+    assert unread["why"] == "a line of the tracer's log over 16 MiB, not read"
+    assert "an unreadable destination" in data["error"]["message"]
+    code, text, _ = cli("test", str(attackers["bigmmsg"]), "--trust", str(keys.trust))
+    assert code == 1 and "refused an unreadable destination (a line of the tracer's log over 16 MiB" in text
+    assert list(private_tmp.iterdir()) == []
 
 
 # --- units: the filter, the strace lines, the DNS reader ------------------------------------------------
@@ -510,3 +542,150 @@ def test_the_dns_reader_is_strict_and_joins_a_stream() -> None:
     assert s.left() == [None]  # ... and never finished: its question was not sent
     assert Stream().send(framed, False) == ["tcp.example", None]  # cut short by -s: nothing after it is read
     assert Stream().left() == [None]  # a stream that sent nothing
+
+
+# --- units: every bound of the reader fails closed -------------------------------------------------------
+
+
+def _connect(fd: int, inode: int, host: bytes = b"127.0.0.1", port: int = 53, kind: str = "UDP") -> str:
+    return (
+        f"5 connect({fd}<{kind}:[{inode}]>, {{sa_family=AF_INET, sin_port=htons({port}), "
+        f'sin_addr=inet_addr("{_hex(host)}")}}, 16) = 0'
+    )
+
+
+def _unread(log: Any) -> list[tuple[str, int, str]]:
+    from lockbuild.selftest.tracelog import UNREAD
+
+    return [(t.call, t.pid, t.why) for t in log.attempts if t.host == UNREAD]
+
+
+def _read_through_fifo(tmp_path: Path, data: bytes) -> Any:
+    from lockbuild.selftest.trace import Reader
+
+    reader = Reader(tmp_path / "strace.fifo", "strace")
+    reader.start()
+    with open(tmp_path / "strace.fifo", "wb") as f:
+        f.write(data)
+    return reader.finish()
+
+
+def test_a_line_over_the_readers_bound_is_an_unreadable_destination_never_read_in_pieces(tmp_path: Path) -> None:
+    from lockbuild.selftest.report import judge
+    from lockbuild.selftest.tracelog import LINE_BOUND
+
+    far = _hex(b"10.255.255.23")
+    msg = (
+        '{{msg_hdr={{msg_name={{sa_family=AF_INET, sin_port=htons(9), sin_addr=inet_addr("{0}")}}, msg_namelen=16, '
+        'msg_iov=[{{iov_base="{1}", iov_len=1000}}], msg_iovlen=1, msg_controllen=0, msg_flags=0}}, msg_len=1000}}'
+    )
+    pad = msg.format(HOST, _hex(b"a" * 1000))
+    many = ", ".join([pad] * (LINE_BOUND // len(pad) + 1) + [msg.format(far, "")])
+    big = f"7 sendmmsg(4<UDP:[9]>, [{many}], 9999, 0) = 9999"
+    to_file = f"7 writev(1<{_hex(b'/tmp/log')}>, [{', '.join(['{iov_base=' + chr(34) + _hex(b'a' * 1000) + chr(34) + ', iov_len=1000}'] * 5000)}], 5000) = 5000000"
+    lines = [
+        big,
+        _connect(3, 8, b"10.0.0.1", 80, "TCP"),  # read as usual after the long line's end is skipped
+        "8 sendmmsg(4<UDP:[9]>,  <unfinished ...>",
+        f"8 <... sendmmsg resumed>[{many}], 9999, 0) = 9999",  # a second half over the bound
+        to_file * (LINE_BOUND // len(to_file) + 1),  # a write to a file: its first argument says so
+        _connect(5, 30),
+        to_file.replace(f"7 writev(1<{_hex(b'/tmp/log')}>", "10 writev(5<UDP:[30]>") * (LINE_BOUND // len(to_file) + 1),
+        "9 sendto(4<UDP:[9]>, ",  # the log ends inside a line
+    ]
+    assert len(big) > LINE_BOUND and len(lines[4]) > LINE_BOUND
+    log = _read_through_fifo(tmp_path, "\n".join(lines).encode())
+    too_long = "a line of the tracer's log over 16 MiB, not read"
+    assert _unread(log) == [
+        ("sendmmsg", 7, too_long),
+        ("sendmmsg", 8, too_long),
+        ("writev", 10, too_long),  # a write to a socket connected to port 53: a look-up not read
+        ("sendto", 9, "the tracer's log ended inside a line"),
+    ]
+    assert [(t.call, t.host) for t in log.attempts if not t.why] == [("connect", "10.0.0.1")]
+    assert {(a.host, a.verdict) for a in judge([], log.attempts, ["10.0.0.1", "10.255.255.23"])} == {
+        ("10.0.0.1", "allowed"),
+        ("an unreadable destination", "refused"),  # whatever the bundle allows
+    }
+
+
+def test_a_log_not_read_to_its_end_in_time_fails_the_verdict(tmp_path: Path) -> None:
+    from lockbuild.selftest.trace import Reader
+
+    reader = Reader(tmp_path / "strace.fifo", "strace")
+    stuck = threading.Event()
+    reader.parser.line = lambda line: stuck.wait(30) and None  # type: ignore[method-assign]
+    reader.start()
+    with open(tmp_path / "strace.fifo", "wb") as f:
+        f.write(b"5 socket(AF_INET, SOCK_DGRAM, IPPROTO_IP) = 3<UDP:[7]>\n")
+    log = reader.finish(timeout=0.2)
+    stuck.set()
+    assert _unread(log) == [("-", 0, "the tracer's log was not read to its end within 0 s")]
+
+
+def test_the_map_of_peers_and_of_streams_is_bounded_and_full_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockbuild.selftest import tracelog
+
+    monkeypatch.setattr(tracelog, "MAX_PEERS", 2)
+    monkeypatch.setattr(tracelog, "MAX_STREAMS", 1)
+    q = _hex(_q("evil.example"))
+    lines = [
+        _connect(3, 11),
+        _connect(4, 12),
+        _connect(5, 13, b"127.0.0.1", 8080),  # no look-up: never kept, nor counted
+        _connect(6, 14),  # a third socket to port 53: its sends could not be named
+        f'5 write(3<UDP:[11]>, "{q}", 30) = 30',  # the kept ones are read as before
+        _connect(7, 15, kind="TCP"),
+        _connect(8, 16, kind="TCP"),  # a second stream to port 53
+    ]
+    log = parse("\n".join(lines))
+    assert _unread(log) == [
+        ("connect", 5, "more than 2 sockets connected to port 53"),
+        ("connect", 5, "more than 1 streams to port 53"),
+    ]
+    assert ("write", "evil.example") in [(t.call, t.name) for t in log.attempts]
+
+
+def test_calls_not_yet_resumed_are_bounded_and_past_it_fail_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockbuild.selftest import tracelog
+
+    monkeypatch.setattr(tracelog, "PENDING_BOUND", 150)
+    msg = f'{{msg_name={{sa_family=AF_INET, sin_port=htons(9), sin_addr=inet_addr("{HOST}")}}, msg_namelen=16}}'
+    lines = [
+        f"6 sendmsg(4<UDP:[9]>, {msg}, 0 <unfinished ...>",  # kept: under the bound
+        f"7 sendmsg(4<UDP:[9]>, {msg + ' ' * 100}, 0 <unfinished ...>",  # past it
+        f'8 write(1<{_hex(b"/tmp/x")}>, "{_hex(b"y" * 100)}", 100 <unfinished ...>',  # a file: nothing to judge
+        "6 <... sendmsg resumed>) = 0",
+        "7 <... sendmsg resumed>) = 0",
+    ]
+    log = parse("\n".join(lines))
+    assert _unread(log) == [("sendmsg", 7, "calls not yet resumed over 0 MiB")]
+
+
+def test_attempts_and_look_ups_past_the_limit_fail_the_verdict() -> None:
+    import base64
+
+    from lockbuild.selftest.report import judge
+    from lockbuild.selftest.tracelog import MARKER
+
+    far = [_connect(3 + i, 20 + i, f"10.0.0.{i}".encode(), 80, "TCP") for i in range(3)]
+    log = parse("\n".join(far), limit=2)
+    assert [t.host for t in log.attempts] == ["10.0.0.0", "10.0.0.1", "an unreadable destination"]
+    assert log.overflow and _unread(log) == [
+        ("-", 0, "more than 2 distinct network attempts; the rest were not judged")
+    ]
+
+    def noted(host: str) -> str:
+        note = json.dumps({"event": "socket.getaddrinfo", "host": host, "port": 443})
+        return _hex((MARKER + base64.urlsafe_b64encode(note.encode()).decode().rstrip("=")).encode())
+
+    notes = [
+        f'5 removexattr("{noted(h)}", "{_hex(b"user.lockbuild")}") = -1 ENOENT' for h in ("a.x", "a.x", "b.x", "c.x")
+    ]
+    log = parse("\n".join(notes), limit=2)
+    assert [n.host for n in log.notes] == ["a.x", "b.x"]  # distinct ones
+    assert _unread(log) == [("-", 0, "more than 2 distinct look-ups noted; the rest were not judged")]
+    long = parse(f'5 removexattr("{noted("a" * 250 + ".allowed")}", "{_hex(b"user.lockbuild")}") = -1 ENOENT')
+    assert [(a.host, a.verdict) for a in judge(long.notes, [], ["a" * 250 + ".allowed"[:5]])] == [
+        ("an unreadable name", "refused")  # a name over 255 bytes is never cut short into an allowed one
+    ]

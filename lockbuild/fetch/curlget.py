@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from lockbuild.errors import FetchError
+from lockbuild.headers import number
 from lockbuild.limits import MiB
 
 pycurl: Any
@@ -103,7 +104,7 @@ def _one(
         text = line.decode("latin-1").rstrip("\r\n")
         if text.startswith("HTTP/"):
             parts = text.split(" ", 2)
-            state["status"] = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            state["status"] = (number(parts[1], 3) if len(parts) > 1 else None) or 0
             state["headers"] = {}
         elif ":" in text:
             name, _, value = text.partition(":")

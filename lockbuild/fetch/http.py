@@ -18,6 +18,7 @@ import httpx
 
 from lockbuild import __version__
 from lockbuild.errors import RemoteError, transport_tip
+from lockbuild.headers import number
 from lockbuild.settings import Settings
 from lockbuild.urls import check_transport, public
 
@@ -167,8 +168,8 @@ def _redirect_target(current: str, location: str, what: str) -> str:
 def _read_bounded(resp: httpx.Response, limit: int, *, what: str, url: str) -> bytearray:
     """The whole body, refused (before reading, when its length is announced) if over ``limit`` bytes."""
     too_big = RemoteError(f"{what}: {url} sent more than {limit} bytes; expected a JSON document of at most that.")
-    announced = resp.headers.get("content-length", "")
-    if announced.isdigit() and int(announced) > limit:
+    announced = number(resp.headers.get("content-length"))
+    if announced is not None and announced > limit:
         raise too_big
     body = bytearray()
     for chunk in resp.iter_bytes():

@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 from lockbuild.digest import CHUNK, Hasher
 from lockbuild.errors import IntegrityError
+from lockbuild.headers import number
 from lockbuild.progress import Progress
 
 
@@ -45,8 +46,9 @@ class Sink:
 
     def expect(self, announced: str | None) -> None:
         """Refuse, before reading it, a body whose announced length cannot fit the file."""
-        if announced is not None and announced.isdigit() and self.written + int(announced) > self.limit:
-            raise self.too_big(f"announced {self.written + int(announced)}")
+        size = number(announced)
+        if size is not None and self.written + size > self.limit:
+            raise self.too_big(f"announced {self.written + size}")
 
     def write(self, chunk: bytes) -> None:
         if self.written + len(chunk) > self.limit:

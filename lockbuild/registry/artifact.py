@@ -223,7 +223,8 @@ def _fetch(registry: Registry, store: Store, m: Member, progress: Progress) -> N
     """One blob into tmp/<sha256>.partial (resuming what is there), checked, then into blobs/.
 
     A partial that already holds the whole blob (a pull killed after it was written) is checked and
-    adopted without a request; a complete one that is wrong is deleted and fetched again. The first
+    adopted without a request; a complete one that is wrong is deleted and fetched again, and so is,
+    once, a blob resumed from bytes kept earlier (a bad mirror's) whose whole is wrong. The first
     failure stops the pull's other transfers (``Registry.stop``), so the error, and with it the
     store's lock, come back at once rather than after every running download."""
     try:
@@ -253,24 +254,37 @@ def _fetch_blob(registry: Registry, store: Store, m: Member, progress: Progress)
             return
         remove_at(store.tmp, f"{m.sha256}.partial")  # complete but wrong: fetched again from the start
         have, h = 0, hashlib.sha256()
+    have, h, whole = _download(registry, store, m, progress, have, h)
+    if have == m.size and h.hexdigest() != m.sha256 and not whole:
+        # bytes kept from an earlier answer (another registry's, a bad mirror's, or before a cut) may be
+        # the wrong ones: discarded, and the blob asked for once from its first byte before blaming the registry
+        remove_at(store.tmp, f"{m.sha256}.partial")
+        have, h, _ = _download(registry, store, m, progress, 0, hashlib.sha256())
+    _check_blob(store, m, have, h.hexdigest())
+
+
+def _download(
+    registry: Registry, store: Store, m: Member, progress: Progress, have: int, h: Hasher
+) -> tuple[int, Hasher, bool]:
+    """The blob from ``have`` into its partial, asking for the rest after a cut; and whether every byte
+    of the partial came from one answer, which began at byte 0."""
     first, cuts = time.monotonic(), 0
     while True:
         try:
-            have, h = _stream_blob(registry, store, m, progress, have, h)
-            break
+            return _stream_blob(registry, store, m, progress, have, h)
         except TransferCut as exc:  # the bytes so far are kept and counted: ask for the rest (Range)
             cuts += 1
             if not registry.resume_after_cut(cuts, first):
                 raise exc.plain() from None
             h = hashlib.sha256()
             have = _hash_partial(store, m, h)
-    _check_blob(store, m, have, h.hexdigest())
 
 
 def _stream_blob(
     registry: Registry, store: Store, m: Member, progress: Progress, have: int, h: Hasher
-) -> tuple[int, Hasher]:
-    """The blob's bytes from ``have`` appended to its partial (from 0 if the registry ignored Range)."""
+) -> tuple[int, Hasher, bool]:
+    """The blob's bytes from ``have`` appended to its partial (from 0 if the registry ignored Range); and
+    whether this answer began at byte 0."""
     with registry.get_blob(f"sha256:{m.sha256}", size=m.size, offset=have) as (chunks, start):
         if start != have:
             have, h = 0, hashlib.sha256()
@@ -280,7 +294,7 @@ def _stream_blob(
             finally:
                 out.flush()
                 os.fsync(out.fileno())
-    return have, h
+    return have, h, start == 0
 
 
 def _hash_partial(store: Store, m: Member, h: Hasher) -> int:

@@ -27,6 +27,7 @@ import httpcore
 import httpx
 
 from lockbuild.errors import LockbuildError
+from lockbuild.headers import number
 from lockbuild.jsonio import loads_json
 from lockbuild.registry.auth import TokenRequest, answer_challenge, parse_auth_realm, token_of
 from lockbuild.registry.connection import Clock, ClockedTransport
@@ -260,8 +261,8 @@ class Connection:
 
     def _read(self, r: httpx.Response, limit: int, what: str, *, truncate: bool = False) -> bytes:
         """The answer's body, at most ``limit`` bytes (``truncate``: cut there, else refuse more)."""
-        length = r.headers.get("Content-Length", "")
-        if not truncate and length.isdigit() and int(length) > limit:
+        length = number(r.headers.get("Content-Length"))
+        if not truncate and length is not None and length > limit:
             raise self._fail(
                 what,
                 f"the answer is {length} bytes, over the {limit} allowed; refused unread.",
@@ -360,8 +361,8 @@ def _close_client(client: httpx.Client) -> None:
 def _close(r: httpx.Response) -> None:
     """Close an answer; a short body left unread (a HEAD's, an upload's) is read first, within the
     exchange's deadline, so that its connection goes back to the pool instead of being dropped."""
-    length = r.headers.get("Content-Length", "")
-    if not r.is_stream_consumed and (r.request.method == "HEAD" or (length.isdigit() and int(length) <= _DRAIN)):
+    length = number(r.headers.get("Content-Length"))
+    if not r.is_stream_consumed and (r.request.method == "HEAD" or (length is not None and length <= _DRAIN)):
         with suppress(*TRANSPORT_ERRORS):
             for _ in r.iter_raw():
                 pass

@@ -4,9 +4,11 @@ A registry (or a pull-through mirror, or the load balancer in front of one) that
 ``429 Too Many Requests``, or ``502`` / ``503`` / ``504`` while a backend is restarting. Such an answer
 is asked again, politely:
 
-- the registry's ``Retry-After`` is obeyed, as seconds or as an HTTP date, capped at
-  ``max_retry_after`` (60 s), so a registry cannot park a node for a day;
-- without one, the wait grows exponentially from ``base_seconds`` up to ``max_backoff``, with jitter
+- the registry's ``Retry-After`` is obeyed, as ASCII seconds or as an HTTP date (``lockbuild.headers``;
+  anything else is read as absent), capped at ``max_retry_after`` (60 s), so a registry cannot park a
+  node for a day, and never shorter than the backoff below, so ``Retry-After: 0`` cannot make it ask
+  again at once: the wait is ``max(backoff, min(Retry-After, cap))``;
+- the backoff grows exponentially from ``base_seconds`` up to ``max_backoff``, with jitter
   (half fixed, half random), so that many nodes refused at once do not come back at once;
 - a blob whose answer broke off mid-body (the connection cut) is asked for the rest from the byte
   received (``Range``), after the same backoff, at most ``max_resumes`` times (``resume``);
@@ -22,9 +24,9 @@ of the same command fails. ``LOCKBUILD_REGISTRY_RETRY_SECONDS`` (read by the CLI
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 from dataclasses import dataclass
 
+from lockbuild.headers import retry_after_seconds
 from lockbuild.registry.reference import RegistryError
 
 RETRYABLE = frozenset({429, 502, 503, 504})
@@ -89,22 +91,6 @@ class Decision:
         return self.wait is not None
 
 
-def retry_after_seconds(value: str | None, wall: float) -> float | None:
-    """A ``Retry-After`` header as seconds from now (a date in the past: 0), or None if absent or unreadable."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(int(text[:12]))
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # an HTTP date is GMT; a date without a zone is read as such
-        return None
-    return max(0.0, when.timestamp() - wall)
-
-
 def backoff(attempt: int, policy: RetryPolicy, jitter: float) -> float:
     """The wait after ``attempt`` (1: the first answer) refused answers: exponential, capped, with half of
     it random (``jitter`` in [0, 1))."""
@@ -119,7 +105,9 @@ def decide(
     if answer.status not in RETRYABLE:
         return Decision(None, f"HTTP {answer.status} is not an answer to ask again")
     asked = retry_after_seconds(answer.retry_after, moment.wall)
-    wait = min(asked, policy.max_retry_after) if asked is not None else backoff(attempt, policy, jitter)
+    wait = backoff(attempt, policy, jitter)  # never less: "Retry-After: 0" is no licence to ask at once
+    if asked is not None:
+        wait = max(wait, min(asked, policy.max_retry_after))
     left = policy.retry_seconds - moment.elapsed
     if moment.elapsed + wait > policy.retry_seconds:
         if asked is not None and asked > left:

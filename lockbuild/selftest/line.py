@@ -37,12 +37,13 @@ DATAGRAM_KINDS = frozenset(
     {"UDP", "UDPv6", "UDPLITE", "UDPLITEv6", "RAW", "RAWv6", "PING", "PINGv6", "SCTP", "SCTPv6"}
 )  # one send, one message; anything else is read as a stream
 
+UNREADABLE_NAME = "an unreadable name"  # a look-up whose name cannot be read (bytes, or a note's host too long)
 Address = tuple[str, str, int | None]  # (family, host, port); host and port only for AF_INET/AF_INET6
 
 _HEX = r'"(?P<{0}>(?:\\x[0-9a-f]{{2}})*)"'
 _FAMILY = re.compile(r"sa_family=(?P<family>AF_[A-Z0-9_]+|0x[0-9a-f]+|\d+)")
 _V4 = re.compile(r"sa_family=AF_INET, sin_port=htons\((?P<port>\d+)\), sin_addr=inet_addr\(" + _HEX.format("a") + r"\)")
-_V6 = re.compile(r"sa_family=AF_INET6, sin6_port=htons\((?P<port>\d+)\).*?inet_pton\(AF_INET6, " + _HEX.format("a"))
+_V6 = re.compile(r"sa_family=AF_INET6, sin6_port=htons\((?P<port>\d+)\)[^}]*?inet_pton\(AF_INET6, " + _HEX.format("a"))
 _FD = re.compile(r"^\d+<(?P<kind>[A-Za-z0-9-]+):\[(?:(?P<inode>\d+)|(?P<ends>[^\]]*))\]")
 _PEER = re.compile(r"->\[?(?P<host>[0-9a-fA-F:.]+?)\]?:(?P<port>\d+)$")
 FDS = re.compile(r"\d+<([A-Za-z0-9-]+):\[(\d+)\]>")  # every socket a call names (kind, inode)
@@ -81,7 +82,7 @@ def note(pid: int, payload: str) -> Note | None:
         host = d.get("host")
         return Note(
             str(d["event"])[:64],
-            None if host is None else str(host)[:255],
+            None if host is None else str(host) if len(str(host)) <= 255 else UNREADABLE_NAME,  # never cut short
             port if isinstance(port, int | None) else str(port)[:32],
             tuple(str(x)[:300] for x in d.get("frames", [])[:8]),
             pid,

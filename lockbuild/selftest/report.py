@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lockbuild.selftest.line import INET_FAMILIES, Note
-from lockbuild.selftest.tracelog import LOOKUP_EVENTS, Traced, is_local
+from lockbuild.selftest.line import INET_FAMILIES, UNREADABLE_NAME, Note
+from lockbuild.selftest.traced import Traced, is_local
+from lockbuild.selftest.tracelog import LOOKUP_EVENTS
 
 Status = Literal["passed", "failed", "skipped", "not run"]
 Verdict = Literal["refused", "allowed", "local"]
-UNREADABLE = "an unreadable name"  # a look-up whose bytes the tracer could not read as one question
+UNREADABLE = UNREADABLE_NAME  # a look-up whose bytes the tracer could not read as one question
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Attempt:
     family: str = ""
     lookup: bool = False  # a name look-up (a query to port 53, or a look-up Python noted)
     address: str = ""  # where a look-up went (127.0.0.1:53)
+    why: str = ""  # an attempt to "an unreadable destination": the bound of the tracer's reader it met
 
     @property
     def frame(self) -> str | None:
@@ -55,11 +57,14 @@ class Attempt:
             "frames": list(self.frames),
             "pid": self.pid,
             "verdict": self.verdict,
+            "why": self.why,
         }
 
     def line(self) -> str:
         where = f" from {self.frame}" if self.frame else ""
-        if self.lookup:
+        if self.why:
+            what = f"{self.host} ({self.why})"
+        elif self.lookup:
             what = f"name look-up of {self.host}" + (f" (to {self.address})" if self.address else "")
         elif self.family and self.family not in INET_FAMILIES:
             what = f"socket family {self.host}"
@@ -89,7 +94,9 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
     attempts: list[Attempt] = []
     for t in traced:
         v: Verdict
-        if t.family == "io_uring" or t.family not in INET_FAMILIES:
+        if t.why:  # a bound of the tracer's reader: what it could not read may have gone anywhere
+            attempts.append(Attempt("strace", t.call, t.host, None, t.frames, t.pid, "refused", why=t.why))
+        elif t.family == "io_uring" or t.family not in INET_FAMILIES:
             attempts.append(Attempt("strace", t.call, t.family, None, t.frames, t.pid, "refused", t.family))
         elif t.lookup:
             name = t.name or UNREADABLE
@@ -103,7 +110,7 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
             attempts.append(Attempt("strace", t.call, t.host, t.port, t.frames, t.pid, v, t.family))
     unique: dict[tuple[Any, ...], Attempt] = {}
     for a in attempts:  # a resolver asks twice (A, AAAA) and retries: one line per distinct attempt
-        unique.setdefault((a.event, a.host, a.port, a.pid, a.verdict, a.family, a.address, a.frame), a)
+        unique.setdefault((a.event, a.host, a.port, a.pid, a.verdict, a.family, a.address, a.frame, a.why), a)
     attempts = list(unique.values())
     traced_names = {a.host.lower() for a in attempts if a.lookup}
     for n in notes:

@@ -8,6 +8,7 @@ the calls are (why the engine cannot touch the log: :mod:`lockbuild.selftest.tra
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import re
@@ -15,8 +16,8 @@ import subprocess
 import threading
 from pathlib import Path
 
-from lockbuild.limits import MiB
-from lockbuild.selftest.tracelog import CALLS, Log, Parser
+from lockbuild.selftest.traced import Log, Traced
+from lockbuild.selftest.tracelog import CALLS, HEAD, LINE_BOUND, UNREAD, Parser
 
 STRING_BYTES = 1024  # strace -s: a marker (960), and a DNS question (at most 12 + 255 + 4 bytes, 2 more on TCP)
 COVERS = (
@@ -94,7 +95,8 @@ def unusable(tracer: str) -> str | None:
 class Reader:
     """strace's log through a FIFO in the work directory's ``evidence/`` (outside the sandbox), parsed as it
     arrives: nothing of it is ever on a disk the engine could fill, so no line can be lost to ENOSPC, and
-    no log can grow too large to read. strace blocks while the reader catches up."""
+    no log can grow too large to read. strace blocks while the reader catches up. A line is handed to the
+    parser only whole: one over :data:`LINE_BOUND`, or one the log ends inside, is :meth:`Parser.cut`."""
 
     def __init__(self, fifo: Path, tracer: str, limit: int | None = None) -> None:
         self.fifo, self.tracer = fifo, tracer
@@ -111,18 +113,30 @@ class Reader:
         try:
             with open(self.fifo, "rb") as f:  # a FIFO this run made in its own 0700 directory
                 self.opened = True
-                pending = b""
+                pending, skipping = bytearray(), False  # skipping: the rest of a line already cut
+                too_long = f"a line of the tracer's log over {LINE_BOUND >> 20} MiB, not read"
                 while chunk := f.read(1 << 16):
-                    *lines, pending = (pending + chunk).split(b"\n")
+                    *lines, rest = chunk.split(b"\n")
                     for raw in lines:
-                        self.parser.line(raw.decode("utf-8", "replace"))
-                    if len(pending) > MiB:  # no strace line is this long (-s bounds every string)
-                        self.parser.line(pending.decode("utf-8", "replace"))
-                        pending = b""
+                        if not skipping:
+                            pending += raw
+                            if len(pending) > LINE_BOUND:  # a sendmmsg of many large messages
+                                self._cut(pending, too_long)
+                            else:
+                                self.parser.line(pending.decode("utf-8", "replace"))
+                        pending, skipping = bytearray(), False
+                    if not skipping:
+                        pending += rest
+                        if len(pending) > LINE_BOUND:  # never read in pieces: its end is skipped
+                            self._cut(pending, too_long)
+                            pending, skipping = bytearray(), True
                 if pending:
-                    self.parser.line(pending.decode("utf-8", "replace"))
+                    self._cut(pending, "the tracer's log ended inside a line")
         except OSError as exc:
             self.error = f"cannot read the tracer's log: {exc.strerror or exc}"
+
+    def _cut(self, line: bytearray, why: str) -> None:
+        self.parser.cut(line[:HEAD].decode("utf-8", "replace"), why)
 
     def finish(self, timeout: float = 60.0) -> Log:
         """Wait for the end of the log (strace has exited); a reader strace never opened is released."""
@@ -130,7 +144,10 @@ class Reader:
             with contextlib.suppress(OSError), open(self.fifo, "wb"):  # unblocks our own reader
                 pass
         self._thread.join(timeout)
-        if self._thread.is_alive():
-            self.error = "the tracer's log did not end"
-            return self.parser.log
+        if self._thread.is_alive():  # what was not read may hold any attempt: it fails the verdict
+            log = self.parser.log
+            why = f"the tracer's log was not read to its end within {timeout:.0f} s"
+            return dataclasses.replace(
+                log, attempts=[*log.attempts, Traced("-", "?", UNREAD, None, 0, why=why)], notes=[*log.notes]
+            )
         return self.parser.finish()

@@ -31,16 +31,24 @@ What is traced, by rule rather than by a list of the calls that happen to carry 
 - ``removexattr`` on a path under :data:`MARKER`: the audit hook's notes (the Python frame of an attempt,
   taken only from a note of the same process naming the same address or name). They only add a frame to
   what strace saw; they can never remove an attempt, nor name one.
+
+Every bound of the reader fails closed: what it cannot keep or read whole is an attempt to "an
+unreadable destination" (:data:`UNREAD`, refused whatever the bundle allows), never a line read in
+pieces nor a socket forgotten. The bounds: a line of :data:`LINE_BOUND` bytes (a longer one, which only
+a ``sendmmsg`` of many large messages makes, is judged by its first argument alone when that shows a
+write that is no look-up, else unreadable); :data:`PENDING_BOUND` bytes of calls not yet resumed;
+:data:`MAX_PEERS` sockets connected to port 53 and :data:`MAX_STREAMS` streams there; ``limit``
+distinct attempts and look-ups noted. The frames kept per process only name where an attempt came
+from, and are the one thing dropped (the oldest process's first).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from lockbuild.limits import MiB
 from lockbuild.selftest.dns import Stream, question
 from lockbuild.selftest.line import (
     DATAGRAM_KINDS,
@@ -60,6 +68,7 @@ from lockbuild.selftest.line import (
     socket_of,
     text,
 )
+from lockbuild.selftest.traced import Log, Traced, is_local, note_for
 
 MARKER_CALL = "removexattr"  # the audit hook's note: a call no engine makes on a path that cannot exist
 SEND_CALLS = ("sendto", "sendmsg", "sendmmsg")
@@ -82,7 +91,14 @@ CALLS = (
 )
 MARKER = "/.lockbuild-audit/"
 CANARY = "canary"  # the marker the inner run makes first: proof that the tracer saw inside the sandbox
-LIMIT = 10_000  # distinct attempts a report keeps; more makes the verdict "not checked"
+LIMIT = 10_000  # distinct attempts (and look-ups noted) a report keeps; more fails the verdict
+LINE_BOUND = 16 * MiB  # a strace line read whole: any -s 1024 line but a sendmmsg's of many large messages
+HEAD = 64 << 10  # what of a longer line is kept to judge it by its first argument (a -yy path: 16 KiB)
+PENDING_BOUND = 64 * MiB  # first halves of calls not yet resumed (<unfinished ...>), all processes together
+MAX_PEERS = 4096  # sockets connected to port 53 (their sends are look-ups)
+MAX_STREAMS = 256  # streams to port 53 whose bytes are joined (up to dns.MAX_STREAM each)
+MAX_FRAMES_PIDS = 4096  # processes whose recent notes are kept for their frames
+UNREAD = "an unreadable destination"  # what a bound of the reader makes of what it cannot read or keep
 LOOKUP_EVENTS = ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo")
 SEND_EVENTS = ("socket.connect", "socket.sendto", "socket.sendmsg")
 
@@ -91,91 +107,94 @@ _RESUMED = re.compile(r"^(?P<pid>\d+)\s+<\.\.\. (?P<call>[a-z_0-9]+) resumed>(?P
 UNFINISHED = " <unfinished ...>"
 
 
-@dataclass
-class Traced:
-    """One attempt strace saw: ``call`` (the system call), ``family``, and for Internet addresses
-    ``host``/``port``; for a look-up, ``name`` is the name its bytes asked for (None: they could not be read)."""
-
-    call: str
-    family: str
-    host: str
-    port: int | None
-    pid: int
-    name: str | None = None
-    frames: tuple[str, ...] = ()
-    lookup: bool = False
-
-
-@dataclass
-class Log:
-    attempts: list[Traced] = field(default_factory=list)
-    notes: list[Note] = field(default_factory=list)
-    canary: bool = False  # the inner run's first marker was seen: the tracer followed into the sandbox
-    lines: int = 0
-    overflow: bool = False  # more distinct attempts than the limit: the rest were not judged
-    seccomp: list[tuple[str, int]] = field(default_factory=list)  # (call, pid): a filter installed in the sandbox
-
-
-def is_local(host: str) -> bool:
-    """A loopback address, or a name for one."""
-    if host.lower().rstrip(".") in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def _note_for(notes: Sequence[Note], events: Sequence[str], host: str | None, port: int | None) -> Note | None:
-    """The audit note that goes with an attempt: the latest of the same process, of one of ``events``,
-    naming the same host (and port, where there is one). None rather than a guess."""
-    for n in reversed(notes):
-        same = n.host == host if host is None or n.host is None else n.host.lower().rstrip(".") == host.lower()
-        if n.event in events and same and (port is None or n.port == port):
-            return n
-    return None
-
-
 class Parser:
     """Reads strace's log line by line, as it arrives (:class:`Reader`); :meth:`finish` at its end. ``limit``
     bounds the *distinct* attempts kept (the same call to the same address, for the same name, from the
-    same process is kept once); past it, :attr:`Log.overflow` is set. A call strace shows in two halves
-    (``<unfinished ...>``, ``<... resumed>``) is read whole when it resumes (``sendmmsg``'s messages, and
-    every return value, are in the second half)."""
+    same process is kept once); past it, :attr:`Log.overflow` is set and one attempt to :data:`UNREAD`
+    fails the verdict. A call strace shows in two halves (``<unfinished ...>``, ``<... resumed>``) is read
+    whole when it resumes (``sendmmsg``'s messages, and every return value, are in the second half)."""
 
     def __init__(self, limit: int | None = None) -> None:
         self.log = Log()
         self.limit = LIMIT if limit is None else limit
         self._kept: set[tuple[object, ...]] = set()
-        self._peers: dict[str, Address] = {}  # socket inode -> the address it connected to
+        self._noted: set[Note] = set()
+        self._peers: dict[str, Address] = {}  # socket inode -> the port-53 address it connected to
         self._streams: dict[str, tuple[Stream, Traced]] = {}  # stream socket to port 53 -> its bytes, its attempt
         self._recent: dict[int, list[Note]] = {}
         self._pending: dict[int, tuple[str, str]] = {}  # pid -> (call, first half) of a call not yet resumed
+        self._pending_bytes = 0
 
     def _add(self, t: Traced) -> None:
-        key = (t.call, t.family, t.host, t.port, t.pid, t.frames, t.lookup, t.name)
+        key = (t.call, t.family, t.host, t.port, t.pid, t.frames, t.lookup, t.name, t.why)
         if key in self._kept:
             return
         if len(self._kept) >= self.limit:
-            self.log.overflow = True
+            self._overflow(f"more than {self.limit} distinct network attempts; the rest were not judged")
             return
         self._kept.add(key)
         self.log.attempts.append(t)
+
+    def _overflow(self, why: str) -> None:
+        if not self.log.overflow:  # one attempt past the limit, once
+            self.log.overflow = True
+            self.log.attempts.append(Traced("-", "?", UNREAD, None, 0, why=why))
+
+    def _unread(self, call: str, pid: int, why: str) -> None:
+        """An attempt to :data:`UNREAD`: what a bound of the reader could not read or keep."""
+        self._add(Traced(call, "?", UNREAD, None, pid, why=why))
 
     def line(self, line: str) -> None:
         self.log.lines += 1
         m = _LINE.match(line)
         if m is None:
             r = _RESUMED.match(line)
-            first = self._pending.pop(int(r["pid"]), None) if r else None
+            first = self._resume(int(r["pid"])) if r else None
             if r and first and first[0] == r["call"]:
                 self._call(int(r["pid"]), r["call"], first[1] + r["rest"])
             return  # exits and signals are not traced
         pid, call, args = int(m["pid"]), m["call"], m["args"]
         if args.endswith(UNFINISHED):
-            self._pending[pid] = (call, args[: -len(UNFINISHED)])
+            half = args[: -len(UNFINISHED)]
+            self._resume(pid)  # a first half never resumed, replaced: strace shows one call per process
+            if self._pending_bytes + len(half) > PENDING_BOUND:
+                self._judge_head(pid, call, half, f"calls not yet resumed over {PENDING_BOUND // MiB} MiB")
+                return
+            self._pending[pid] = (call, half)
+            self._pending_bytes += len(half)
             return
         self._call(pid, call, args)
+
+    def _resume(self, pid: int) -> tuple[str, str] | None:
+        first = self._pending.pop(pid, None)
+        if first is not None:
+            self._pending_bytes -= len(first[1])
+        return first
+
+    def cut(self, head: str, why: str) -> None:
+        """A line the reader could not read whole (``why``); ``head``: its first :data:`HEAD` bytes. Never
+        parsed in pieces: an attempt to :data:`UNREAD`, unless its first argument alone shows a write
+        that is no look-up (a file, a pipe, a socket not connected to port 53), as a whole line would."""
+        self.log.lines += 1
+        m, r = _LINE.match(head), _RESUMED.match(head)
+        if m is not None:
+            self._judge_head(int(m["pid"]), m["call"], m["args"], why)
+        elif r is not None:
+            first = self._resume(int(r["pid"]))
+            same = first is not None and first[0] == r["call"]
+            self._judge_head(int(r["pid"]), r["call"], first[1] if first and same else "", why)
+        else:
+            self._unread("?", 0, why)
+
+    def _judge_head(self, pid: int, call: str, head: str, why: str) -> None:
+        if call in WRITE_CALLS and not self._to_dns(*socket_of(head)):
+            return
+        self._unread(call, pid, why)
+
+    def _to_dns(self, kind: str | None, inode: str | None, shown: Address | None) -> bool:
+        """Whether a socket, as its call shows it, is an Internet socket connected to port 53."""
+        peer = shown or (self._peers.get(inode) if inode else None)
+        return kind in INET_KINDS and peer is not None and peer[2] == DNS_PORT
 
     def finish(self) -> Log:
         """The end of the log: a call that never resumed is judged on its first half; a stream to port 53
@@ -183,6 +202,7 @@ class Parser:
         for pid, (call, args) in sorted(self._pending.items()):
             self._call(pid, call, args)
         self._pending.clear()
+        self._pending_bytes = 0
         for stream, t in self._streams.values():
             for name in stream.left():
                 self._add(dataclasses.replace(t, name=name))
@@ -199,10 +219,7 @@ class Parser:
                 if got is not None and got.event == CANARY:
                     log.canary = True
                 elif got is not None:
-                    self._recent.setdefault(pid, []).append(got)
-                    del self._recent[pid][:-16]
-                    if len(log.notes) < self.limit:
-                        log.notes.append(got)
+                    self._note(pid, got)
             return
         notes = self._recent.get(pid, [])
         if call in ("seccomp", "prctl"):
@@ -219,7 +236,7 @@ class Parser:
             first = FIRST_ARG.match(args)
             fam = first["family"] if first else "?"
             if fam not in LOCAL_FAMILIES and fam not in INET_FAMILIES:
-                got = _note_for(notes, ("socket.__new__",), None, None)
+                got = note_for(notes, ("socket.__new__",), None, None)
                 self._add(Traced(call, fam, "-", None, pid, frames=got.frames if got else ()))
             return
         kind, inode, shown_peer = socket_of(args)
@@ -230,7 +247,7 @@ class Parser:
                 if k in INET_KINDS and to is not None and to[2] == DNS_PORT:
                     self._add(Traced(call, to[0], to[1], to[2], pid, lookup=True))
             return
-        if call in WRITE_CALLS and (kind not in INET_KINDS or peer is None or peer[2] != DNS_PORT):
+        if call in WRITE_CALLS and not self._to_dns(kind, inode, shown_peer):
             return  # a file, a pipe, a terminal; or a socket whose connect was the attempt
         if call == "connect":
             self._connect(pid, args, kind, inode, notes)
@@ -248,7 +265,7 @@ class Parser:
                 if fam in INET_FAMILIES and port == DNS_PORT:
                     self._query(call, (fam, host, port), pid, data, whole, kind, inode, notes)
                 elif addrs:  # a send on a connected socket: its connect was the attempt
-                    got = _note_for(notes, SEND_EVENTS, host, port)
+                    got = note_for(notes, SEND_EVENTS, host, port)
                     self._add(Traced(call, fam, host, port, pid, frames=got.frames if got else ()))
 
     def _connect(self, pid: int, args: str, kind: str | None, inode: str | None, notes: Sequence[Note]) -> None:
@@ -258,17 +275,46 @@ class Parser:
         for fam, host, port in addrs:
             if fam in LOCAL_FAMILIES or fam == "AF_UNSPEC":
                 continue
-            if inode is not None:
-                self._peers[inode] = (fam, host, port)
-            got = _note_for(notes, SEND_EVENTS, host, port)
+            got = note_for(notes, SEND_EVENTS, host, port)
             t = Traced("connect", fam, host, port, pid, frames=got.frames if got else ())
-            if fam in INET_FAMILIES and port == DNS_PORT:
+            to_dns = fam in INET_FAMILIES and port == DNS_PORT
+            if inode is not None:  # only a peer on port 53 is ever asked for (its sends are look-ups)
+                self._peers.pop(inode, None)
+                if to_dns and len(self._peers) >= MAX_PEERS:
+                    self._unread("connect", pid, f"more than {MAX_PEERS} sockets connected to port 53")
+                elif to_dns:
+                    self._peers[inode] = (fam, host, port)
+            if to_dns:
                 if kind not in DATAGRAM_KINDS:  # a stream, or a socket not known: its queries are read as sent
-                    key = inode or f"{pid} {len(self._streams)}"
-                    self._streams[key] = (Stream(), dataclasses.replace(t, lookup=True))
+                    self._stream(inode or f"{pid} {len(self._streams)}", dataclasses.replace(t, lookup=True))
                 if is_local(host):
                     continue  # the resolver's address: the queries sent there are the attempts
             self._add(t)
+
+    def _stream(self, key: str, t: Traced) -> Stream | None:
+        """A stream to port 53 whose bytes are joined into messages (a new one replaces one of the same
+        socket); None past :data:`MAX_STREAMS`, which is an attempt to :data:`UNREAD`."""
+        self._streams.pop(key, None)
+        if len(self._streams) >= MAX_STREAMS:
+            self._unread(t.call, t.pid, f"more than {MAX_STREAMS} streams to port 53")
+            return None
+        self._streams[key] = (Stream(), t)
+        return self._streams[key][0]
+
+    def _note(self, pid: int, got: Note) -> None:
+        """An audit note: kept for its frames (the last 16 of a process), and, if it is a look-up the
+        verdict reads, in :attr:`Log.notes` (distinct ones, at most ``limit``; more fails the verdict)."""
+        recent = self._recent.pop(pid, [])  # re-inserted last: the process least recently noted goes first
+        self._recent[pid] = [*recent[-15:], got]
+        while len(self._recent) > MAX_FRAMES_PIDS:
+            del self._recent[next(iter(self._recent))]
+        if got.event not in LOOKUP_EVENTS or got in self._noted:
+            return
+        if len(self._noted) >= self.limit:
+            self._overflow(f"more than {self.limit} distinct look-ups noted; the rest were not judged")
+            return
+        self._noted.add(got)
+        self.log.notes.append(got)
 
     def _query(
         self,
@@ -286,10 +332,13 @@ class Parser:
             names = [question(data)]
         else:  # a stream: the messages this send completed (a socket's own, however the sends split them)
             key = inode or f"{pid} {kind} {to}"
-            stream, _ = self._streams.setdefault(key, (Stream(), Traced("connect", *to, pid, lookup=True)))
+            kept = self._streams.get(key)
+            stream = kept[0] if kept else self._stream(key, Traced("connect", *to, pid, lookup=True))
+            if stream is None:
+                return
             names = stream.send(data, whole)
         for name in names:
-            got = _note_for(notes, LOOKUP_EVENTS, name, None) if name else None
+            got = note_for(notes, LOOKUP_EVENTS, name, None) if name else None
             self._add(Traced(call, *to, pid, name=name, frames=got.frames if got else (), lookup=True))
 
     def _seccomp(self, pid: int, call: str, args: str) -> None:
@@ -303,8 +352,8 @@ class Parser:
         if call == "seccomp" and op in ("SECCOMP_GET_ACTION_AVAIL", "SECCOMP_GET_NOTIF_SIZES"):
             return
         ret = result(args)
-        if ret is None or ret >= 0:  # installed, or never returned; a call that failed installed nothing
-            self.log.seccomp.append((call, pid))
+        if (ret is None or ret >= 0) and len(self.log.seccomp) < 16:  # one fails the verdict: 16 name enough
+            self.log.seccomp.append((call, pid))  # installed, or never returned; one that failed installed nothing
 
 
 def parse(content: str, limit: int | None = None) -> Log:

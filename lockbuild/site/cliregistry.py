@@ -22,6 +22,7 @@ from lockbuild.clikit import (
 )
 from lockbuild.jsonio import JSON
 from lockbuild.site.clioptions import store_option, wait_option
+from lockbuild.wire import credential_problem
 
 if TYPE_CHECKING:
     from lockbuild.site.oci import RegistryCredentials
@@ -35,6 +36,10 @@ def _credentials(username: str | None, password_stdin: bool) -> RegistryCredenti
     if not username:
         return None
     password = sys.stdin.readline().rstrip("\r\n") if password_stdin else ""
+    for name, value in (("--username", username), ("the password on stdin (--password-stdin)", password)):
+        why = credential_problem(name, value, as_is=False)
+        if why is not None:
+            raise oci.RegistryError(why, tip=f"Give {name} again without a line break inside it; nothing was sent.")
     return oci.RegistryCredentials(username, password)
 
 

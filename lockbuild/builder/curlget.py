@@ -7,8 +7,9 @@ follows redirects and the redirect rule allows it (``urls.py::check_redirect``),
 ``Client.max_redirects`` times, without the Authorization header when it leads to another origin. libcurl
 is told to speak http and https only, to follow nothing itself and to decode nothing. What libcurl hands
 over is given to ``on_answer`` (the status and the headers, before any byte of the body) and ``on_body``
-(the body, in the pieces libcurl delivers); whatever they raise ends the transfer and is raised here. A failed transfer is raised as the ``httpx.TransportError`` httpx would raise, so the
-caller's retry and its tips are the same for both.
+(the body, in the pieces libcurl delivers); whatever they raise ends the transfer and is raised here. A
+failed transfer is raised as the ``httpx.TransportError`` httpx would raise, so the caller's retry
+and its tips are the same for both.
 """
 
 from __future__ import annotations

@@ -110,6 +110,7 @@ class JsonPage:
     data: Any
     url: str
     next_url: str | None
+    size: int = 0  # the bytes of the answer's body, as received
 
 
 def get_json_page(
@@ -121,9 +122,10 @@ def get_json_page(
     not_found: str | None = None,
     limit: int = MAX_JSON_BYTES,
     denied: str | None = None,
+    over: str | None = None,
 ) -> JsonPage:
     """``get_json``, with the answer's next-page link (a paginated API: the Hugging Face Hub's tree);
-    ``denied``: what a 401 or 403 means to the user."""
+    ``denied``: what a 401 or 403 means to the user; ``over``: the message when the answer is over ``limit``."""
     current = url
     next_url: str | None = None
     retried = False
@@ -154,7 +156,7 @@ def get_json_page(
                 encoded = encoding_problem(resp.headers)
                 if encoded is not None:
                     raise RemoteError(f"{what}: {current}: {encoded}.", tip=ENCODING_TIP)
-                body = _read_bounded(resp, limit, what=what, url=current)
+                body = _read_bounded(resp, limit, what=what, url=current, over=over)
                 link = resp.links.get("next", {}).get("url")
                 next_url = urljoin(current, link) if link else None
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
@@ -169,7 +171,7 @@ def get_json_page(
                 f"{what}: cannot reach {current}: {failure(exc, secrets_of(client))}", tip=transport_tip(exc)
             ) from None
         try:
-            return JsonPage(json.loads(body), current, next_url)
+            return JsonPage(json.loads(body), current, next_url, len(body))
         except (ValueError, UnicodeDecodeError) as exc:
             raise RemoteError(f"{what}: {current} did not answer valid JSON ({failure(exc, ())}).") from None
         except RecursionError:  # every JSON answer (index pages, the release API): never a traceback
@@ -192,9 +194,11 @@ def _redirect_target(current: str, location: str, what: str) -> str:
     return target
 
 
-def _read_bounded(resp: httpx.Response, limit: int, *, what: str, url: str) -> bytearray:
+def _read_bounded(resp: httpx.Response, limit: int, *, what: str, url: str, over: str | None = None) -> bytearray:
     """The whole body, refused (before reading, when its length is announced) if over ``limit`` bytes."""
-    too_big = RemoteError(f"{what}: {url} sent more than {limit} bytes; expected a JSON document of at most that.")
+    too_big = RemoteError(
+        over or f"{what}: {url} sent more than {limit} bytes; expected a JSON document of at most that."
+    )
     announced = resp.headers.get("content-length", "")
     if announced.isdigit() and int(announced) > limit:
         raise too_big

@@ -19,7 +19,7 @@ import httpx
 
 from lockbuild.builder.cache import GIT_KEY
 from lockbuild.builder.fetch import Fetcher, Wanted
-from lockbuild.builder.http import get_json_page
+from lockbuild.builder.http import JsonPage, get_json_page
 from lockbuild.digest import is_git_sha1, is_sha256
 from lockbuild.errors import IntegrityError, RecipeError, RemoteError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -160,13 +160,47 @@ def _check_commit_answer(data: object, repo: str, commit: str) -> list[object]:
     return siblings
 
 
-def _tree(client: httpx.Client, endpoint: str, repo: str, commit: str, limits: Limits) -> list[HubFile]:
+class _Listing:
+    """What a revision's listing has taken so far, all its answers together: bounded as a whole
+    (``Limits.max_listing_bytes`` and ``max_listing_entries``), not only answer by answer."""
+
+    def __init__(self, client: httpx.Client, repo: str, commit: str, limits: Limits) -> None:
+        self.client, self.repo, self.commit, self.limits = client, repo, commit, limits
+        self.bytes = 0
+        self.entries = 0
+
+    def page(self, url: str, what: str) -> JsonPage:
+        room = self.limits.max_listing_bytes - self.bytes
+        over = (
+            f"the Hub's listing of {self.repo} at {self.commit} is over {self.limits.max_listing_bytes} bytes in all "
+            f"(its answers together); refused."
+        )
+        if room <= 0:
+            raise _bad(self.repo, self.commit, f"is over {self.limits.max_listing_bytes} bytes in all")
+        page = get_json_page(
+            self.client,
+            url,
+            what=what,
+            limit=min(MAX_PAGE_BYTES, room),
+            not_found=f"the Hub has no commit {self.commit} in {self.repo}.",
+            denied=DENIED,
+            over=over if room < MAX_PAGE_BYTES else None,
+        )
+        self.bytes += page.size
+        return page
+
+    def count(self, entries: int) -> None:
+        self.entries += entries
+        if self.entries > self.limits.max_listing_entries:
+            raise _bad(self.repo, self.commit, f"lists more than {self.limits.max_listing_entries} entries in all")
+
+
+def _tree(listing: _Listing, endpoint: str, repo: str, commit: str, limits: Limits) -> list[HubFile]:
     """Every file of the recursive tree, following each ``rel="next"`` page on the Hub's origin, bounded."""
     base = f"{endpoint}/api/models/{repo}/tree/{commit}"
     url: str | None = f"{base}?recursive=true"
     seen: set[str] = set()
     files: list[HubFile] = []
-    items = 0
     while url is not None:
         if url in seen:
             raise _bad(repo, commit, f"repeats a page of its tree ({redacted(url)[:200]})")
@@ -175,19 +209,10 @@ def _tree(client: httpx.Client, endpoint: str, repo: str, commit: str, limits: L
         seen.add(url)
         if origin(url) != origin(endpoint) or not urlsplit(url).path == urlsplit(base).path:
             raise _bad(repo, commit, f"names a next page elsewhere ({redacted(url)[:200]}); expected {base}")
-        page = get_json_page(
-            client,
-            url,
-            what=f"listing {repo} at {commit} on the Hub",
-            limit=MAX_PAGE_BYTES,
-            not_found=f"the Hub has no commit {commit} in {repo}.",
-            denied=DENIED,
-        )
+        page = listing.page(url, f"listing {repo} at {commit} on the Hub")
         if not isinstance(page.data, list):
             raise _bad(repo, commit, "is a tree page that is not a list")
-        items += len(page.data)
-        if items > 2 * limits.max_members:
-            raise _bad(repo, commit, f"lists more than {2 * limits.max_members} entries")
+        listing.count(len(page.data))
         for item in page.data:
             kind = item.get("type") if isinstance(item, dict) else None
             if kind == "directory" and isinstance(item, dict):
@@ -232,19 +257,15 @@ def list_revision(
     ``blobs=true`` (whose ``sha`` must be the commit asked) and the recursive tree, every page of it."""
     check_repo(repo)
     check_commit(revision)
-    page = get_json_page(
-        client,
-        f"{endpoint}/api/models/{repo}/revision/{revision}?blobs=true",
-        what=f"asking the Hub for {repo} at {revision}",
-        not_found=f"the Hub has no commit {revision} in {repo}.",
-        limit=MAX_PAGE_BYTES,
-        denied=DENIED,
+    listing = _Listing(client, repo, revision, limits)
+    page = listing.page(
+        f"{endpoint}/api/models/{repo}/revision/{revision}?blobs=true", f"asking the Hub for {repo} at {revision}"
     )
     siblings = _check_commit_answer(page.data, repo, revision)
     if len(siblings) > limits.max_members:
         raise _bad(repo, revision, f"lists more than {limits.max_members} files")
     stated = [_sibling(s, repo, revision, limits) for s in siblings]
-    tree = _tree(client, endpoint, repo, revision, limits)
+    tree = _tree(listing, endpoint, repo, revision, limits)
     return HubRevision(repo, revision, _one_listing(tree, stated, repo, revision))
 
 

@@ -21,7 +21,7 @@ from lockbuild.builder.cache import GIT_KEY
 from lockbuild.builder.fetch import Fetcher, Wanted
 from lockbuild.builder.http import JsonPage, get_json_page
 from lockbuild.digest import is_git_sha1, is_sha256
-from lockbuild.errors import IntegrityError, RecipeError, RemoteError
+from lockbuild.errors import FetchError, IntegrityError, RecipeError, RemoteError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.settings import hub_endpoint as hub_endpoint
 from lockbuild.urls import origin, redacted
@@ -279,6 +279,40 @@ def wanted(endpoint: str, revision: HubRevision, f: HubFile) -> Wanted:
     git blob id (``git-sha1:`` key: sha1 of ``blob SIZE\\0`` and the bytes) as the digest it must have."""
     key = f.sha256 if f.sha256 is not None else GIT_KEY + f.blob_id
     return Wanted(file_url(endpoint, revision, f), key, f.size, f"{revision.repo} {f.path}")
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.1f} GB"
+
+
+def check_sizes(
+    revision: HubRevision,
+    files: Sequence[HubFile],
+    *,
+    max_file: int,
+    bound: str,
+    free: int,
+    where: Path,
+    cached: frozenset[str] = frozenset(),
+) -> None:
+    """Refuse, before any download, a file whose stated size is over ``max_file`` (the recipe's ``bound``,
+    e.g. ``max-file-gb = 100``) or, unless its path is ``cached`` already, over the ``free`` bytes at
+    ``where`` (the cache it is downloaded into)."""
+    for f in files:
+        shown = f"{revision.repo} {f.path}: the Hub states a size of {f.size} bytes ({_gb(f.size)})"
+        if f.size > max_file:
+            raise FetchError(
+                f"{shown}, over the recipe's {bound} ({max_file} bytes); refused before any download.",
+                tip="If that file is meant, raise max-file-gb in the recipe's [model] table; else leave it out "
+                "with exclude.",
+            )
+        if f.size > free and f.path not in cached:
+            raise FetchError(
+                f"{shown}, more than the {free} bytes ({_gb(free)}) free at {where}, where it would be "
+                "downloaded; refused before any download.",
+                tip="Free space there, or set LOCKBUILD_CACHE_DIR to a disk with room; or leave the file out with "
+                "exclude in the recipe.",
+            )
 
 
 def download_files(fetcher: Fetcher, endpoint: str, revision: HubRevision, files: Sequence[HubFile]) -> dict[str, Path]:

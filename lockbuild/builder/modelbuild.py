@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from lockbuild import __version__
 from lockbuild.builder.cache import Cache
 from lockbuild.builder.fetch import Fetcher
 from lockbuild.builder.http import make_client
-from lockbuild.builder.hub import HubFile, HubRevision, download_files, list_revision
+from lockbuild.builder.hub import HubFile, HubRevision, check_sizes, download_files, list_revision, wanted
 from lockbuild.builder.pack import UnsignedBundle, write
 from lockbuild.bundle.manifest import Manifest, Member, member_order
 from lockbuild.bundle.modelinfo import (
@@ -168,6 +169,17 @@ def build_model(
         progress.phase(f"asking {settings.hf_endpoint} for {recipe.repo} at {recipe.revision}")
         revision = list_revision(api, settings.hf_endpoint, recipe.repo, recipe.revision)
         choice = choose(recipe, revision.files)
+        check_sizes(  # before a byte is downloaded: the recipe's bound, and the cache's free space
+            revision,
+            choice.files,
+            max_file=recipe.max_file_bytes,
+            bound=f"max-file-gb = {recipe.max_file_gb:g}",
+            free=shutil.disk_usage(cache.root).free,
+            where=cache.root,
+            cached=frozenset(
+                f.path for f in choice.files if cache.path(wanted(settings.hf_endpoint, revision, f).sha256).is_file()
+            ),
+        )
         fetcher = Fetcher(cache, downloads, jobs=jobs, progress=progress)
         fetched = download_files(fetcher, settings.hf_endpoint, revision, choice.files)
     manifest, entries = assemble_model(recipe, revision.commit, choice.files, fetched)

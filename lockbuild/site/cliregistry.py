@@ -28,6 +28,13 @@ if TYPE_CHECKING:
     from lockbuild.site.oci import RegistryCredentials
 
 
+def _first_line() -> str:
+    """stdin's first line without its line end (LF or CR LF), read as bytes: a CR inside it stays in it (and
+    is refused), where a text read would end the line there and cut the password short."""
+    raw = sys.stdin.buffer.readline() if hasattr(sys.stdin, "buffer") else sys.stdin.readline().encode()
+    return raw.decode("utf-8", "surrogateescape").removesuffix("\n").removesuffix("\r")
+
+
 def _credentials(username: str | None, password_stdin: bool) -> RegistryCredentials | None:
     from lockbuild.site import oci
 
@@ -35,7 +42,7 @@ def _credentials(username: str | None, password_stdin: bool) -> RegistryCredenti
         raise click.UsageError("--password-stdin needs --username.")
     if not username:
         return None
-    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else ""
+    password = _first_line() if password_stdin else ""
     for name, value in (("--username", username), ("the password on stdin (--password-stdin)", password)):
         why = credential_problem(name, value, as_is=False)
         if why is not None:

@@ -3,8 +3,10 @@
 The listing is the revision (``/api/models/{repo}/revision/{rev}?blobs=true``), whose ``sha`` must be
 the commit asked for, and its recursive tree (``/api/models/{repo}/tree/{rev}?recursive=true``, every
 ``Link: rel="next"`` page followed, on the Hub's own origin only, a bounded number of times). Each
-answer is read bounded and parsed strictly into ``HubFile``; a path that is not plain, a hash that is
-not lowercase hex, a size that is not a count, or two answers that disagree are refused.
+answer is read bounded, and the listing as a whole too (``Limits.max_listing_bytes`` and
+``max_listing_entries``), and parsed strictly into ``HubFile``; a path that is not plain, a hash that is
+not lowercase hex, a size that is not a count, or two answers that disagree are refused. A chosen file's
+stated size is bounded by the recipe's ``max-file-gb`` and the cache's free space (``check_sizes``).
 """
 
 from __future__ import annotations
@@ -191,8 +193,9 @@ class _Listing:
 
     def count(self, entries: int) -> None:
         self.entries += entries
-        if self.entries > self.limits.max_listing_entries:
-            raise _bad(self.repo, self.commit, f"lists more than {self.limits.max_listing_entries} entries in all")
+        most = min(self.limits.max_listing_entries, 2 * self.limits.max_members)  # files and their folders
+        if self.entries > most:
+            raise _bad(self.repo, self.commit, f"lists more than {most} entries in all")
 
 
 def _tree(listing: _Listing, endpoint: str, repo: str, commit: str, limits: Limits) -> list[HubFile]:

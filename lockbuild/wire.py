@@ -7,7 +7,8 @@
   connection (``site/ociclient.py``) all apply it.
 - **Credentials.** A token sent as it is in a header (``HF_TOKEN``, ``GITHUB_TOKEN``, a bearer token) is
   visible ASCII without spaces; no credential holds a CR or LF (``credential_problem``). Checked where each
-  is read, before any request; the message names the variable, never the value.
+  is read, before any request; the message names the variable, never the value. A registry's token
+  service's answer is held to the same rule (``header_token``, in ``site/ociauth.py::token_of``).
 
 Where a redirect may lead is ``urls.py::redirect_problem``; how a failure's text is scrubbed of every
 secret before it is shown is ``text.py::scrub``.
@@ -54,13 +55,18 @@ def _flaws(value: str, *, as_is: bool) -> list[str]:
     return found
 
 
+def header_token(value: str) -> bool:
+    """Whether ``value`` may go into a header as it is: one or more visible ASCII characters, no space."""
+    return bool(value) and all("\x21" <= c <= "\x7e" for c in value)
+
+
 def credential_problem(name: str, value: str, *, as_is: bool) -> str | None:
     """Why the credential ``name`` cannot be used, or None; the value itself is never part of the answer.
 
     ``as_is``: the value is sent as it is in a header (a bearer token), so it must be visible ASCII with no
     space; otherwise (a password sent encoded, a passphrase) only a CR or LF is refused."""
     flaws = _flaws(value, as_is=as_is)
-    if not flaws:
+    if not flaws or (as_is and header_token(value)):
         return None
     where = " at its end" if value and value[-1] in "\r\n \t" and len(flaws) == 1 else ""
     expected = (

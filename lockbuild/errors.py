@@ -53,9 +53,15 @@ class LockbuildError(Exception):
         self.tip = tip if tip is not None else type(self).default_tip
         self.details: dict[str, object] = {}  # more of the story for --json, beside "error" (e.g. the candidates)
 
-    def envelope(self) -> dict[str, object]:
-        """The one JSON object every command prints for this error under ``--json``."""
-        error = {"type": type(self).__name__, "message": self.message, "tip": self.tip, "exit_code": self.exit_code}
+    def envelope(self, *, message: str | None = None, tip: str | None = None) -> dict[str, object]:
+        """The one JSON object every command prints for this error under ``--json`` (``message`` and
+        ``tip``: the words as shown, secrets scrubbed)."""
+        error = {
+            "type": type(self).__name__,
+            "message": self.message if message is None else message,
+            "tip": self.tip if tip is None else tip,
+            "exit_code": self.exit_code,
+        }
         return {"ok": False, "error": error, **self.details}
 
     def __str__(self) -> str:

@@ -20,6 +20,8 @@ class Limits:
     max_index_files_total: int = 1_000_000  # the most files all index pages of one plan may list together
     max_image_marker: int = MiB  # an image's marker (lockbuild.json), as `unsquashfs -cat` prints it
     max_gpu_query: int = 64 << 10  # what `nvidia-smi --query-gpu` may print (64 GPUs are a few KiB)
+    max_listing_bytes: int = 256 << 20  # a Hub revision's listing, all its answers together (revision and tree pages)
+    max_listing_entries: int = 200_000  # the entries (files and folders) of a Hub revision's tree, all pages together
 
 
 DEFAULT_LIMITS = Limits()

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from lockbuild.errors import LockbuildError
 from lockbuild.proc.uvtool import child_environ
 from lockbuild.urls import INSECURE_ENV, check_transport, is_loopback, is_secure, origin, public, split_credentials
+from lockbuild.wire import credential_problem, credential_tip
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 DEFAULT_GITHUB_API = "https://api.github.com"
@@ -85,6 +86,7 @@ class Settings:
         out = [s for s in (self.github_token, self.hf_token) if s]
         if self.index_credentials is not None:
             out.append(self.index_credentials.password)
+            out.append(self.index_credentials.authorization().removeprefix("Basic "))  # the password, encoded
         return tuple(out)
 
 
@@ -107,6 +109,17 @@ def _base(environ: Mapping[str, str], name: str, default: str) -> str:
     return value.rstrip("/")
 
 
+def _credential(name: str, value: str | None, *, as_is: bool) -> str | None:
+    """``value`` (None when unset or empty), refused when it cannot travel in a header: the message names
+    ``name`` and never the value (``wire.py::credential_problem``)."""
+    if not value:
+        return None
+    why = credential_problem(name, value, as_is=as_is)
+    if why is not None:
+        raise SettingsError(why, tip=credential_tip(name))
+    return value
+
+
 def _netrc_credentials(environ: Mapping[str, str], home: Path, host: str) -> IndexCredentials | None:
     path = Path(environ["NETRC"]) if environ.get("NETRC") else home / ".netrc"
     if not path.is_file():
@@ -120,7 +133,10 @@ def _netrc_credentials(environ: Mapping[str, str], home: Path, host: str) -> Ind
         ) from None
     if entry is None or not entry[2]:
         return None
-    return IndexCredentials(entry[0] or TOKEN_USER, entry[2])
+    where = f"{path} (its entry for {host})"
+    return IndexCredentials(
+        _credential(where, entry[0], as_is=False) or TOKEN_USER, _credential(where, entry[2], as_is=False) or ""
+    )
 
 
 def load(
@@ -136,7 +152,9 @@ def load(
     github_api = public(_base(environ, "LOCKBUILD_GITHUB_API", DEFAULT_GITHUB_API))
     github_download = public(_base(environ, "LOCKBUILD_GITHUB_DOWNLOAD", DEFAULT_GITHUB_DOWNLOAD))
     insecure = allow_insecure_http or _truthy(environ.get(INSECURE_ENV))
-    token = environ.get("LOCKBUILD_INDEX_TOKEN") or None
+    token = _credential("LOCKBUILD_INDEX_TOKEN", environ.get("LOCKBUILD_INDEX_TOKEN"), as_is=False)
+    user = _credential("LOCKBUILD_INDEX_URL (its user name)", user, as_is=False)
+    password = password and _credential("LOCKBUILD_INDEX_URL (its password)", password, as_is=False)
     creds: IndexCredentials | None
     if password is not None:
         creds = IndexCredentials(user or TOKEN_USER, password)
@@ -168,9 +186,9 @@ def load(
         github_download=github_download,
         cache_dir=cache_dir,
         index_credentials=creds,
-        github_token=environ.get("GITHUB_TOKEN") or None,
+        github_token=_credential("GITHUB_TOKEN", environ.get("GITHUB_TOKEN"), as_is=True),
         hf_endpoint=hub_endpoint(environ),
-        hf_token=environ.get("HF_TOKEN") or None,
+        hf_token=_credential("HF_TOKEN", environ.get("HF_TOKEN"), as_is=True),
         allow_insecure_http=insecure,
         warnings=tuple(warnings),
         child_environ=tuple(sorted(child_environ(environ).items())),

@@ -10,6 +10,8 @@ masked by ``mask_data``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from contextlib import suppress
 from typing import Any
 
 # scheme://userinfo@ : the userinfo part of a URL (RFC 3986), wherever it appears in a text.
@@ -20,6 +22,33 @@ MASK = "***@"
 def mask_credentials(text: str) -> str:
     """``text`` with the userinfo of every URL in it replaced by ``***``."""
     return _USERINFO.sub(lambda m: m[1] + MASK, text)
+
+
+HIDDEN = "<hidden>"
+
+
+def _forms(secret: str) -> set[str]:
+    """The ways ``secret`` may appear in an error's text: as it is, trimmed, escaped as Python's repr
+    writes a str or bytes (an HTTP library quoting a header it refused), and percent-encoded."""
+    from urllib.parse import quote
+
+    forms = {secret, secret.strip(), repr(secret)[1:-1], quote(secret, safe="")}
+    with suppress(UnicodeEncodeError):
+        forms.add(repr(secret.encode("utf-8", "surrogateescape"))[2:-1])
+    return {f for f in forms if f}
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every form of every secret in ``secrets`` replaced by ``<hidden>``: the one function
+    every transport failure's text passes through before it is shown (the builder's clients, the
+    registry's connection, and the CLI's last look at an error)."""
+    forms: set[str] = set()
+    for secret in secrets:
+        if secret:
+            forms |= _forms(secret)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, HIDDEN)
+    return text
 
 
 def _escape(ch: str) -> str:

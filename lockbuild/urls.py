@@ -161,3 +161,31 @@ def check_transport(url: str, *, what: str, allow_insecure: bool) -> None:
         tip=f"Use https. If this network is trusted and there is no other way, pass {INSECURE_OPT_IN} "
         f"(or set {INSECURE_ENV}=1); lockbuild then warns on every run and never sends credentials over it.",
     )
+
+
+def redirect_problem(source: str, target: str) -> str | None:
+    """Why a redirect from ``source`` to ``target`` may not be followed, or None: a redirect goes to https,
+    or to plain http only from plain http, and to plain http on this machine only from plain http on this
+    machine (a hostile server must not send the client to a service of this machine, nor downgrade https).
+    Plain http off this machine still needs the transport rule's opt-in (``check_transport``)."""
+    to_scheme, to_host, _ = origin(target)
+    if to_scheme != "http":
+        return None  # https; any other scheme is refused by the transport rule
+    from_scheme, from_host, _ = origin(source)
+    if from_scheme != "http":
+        return f"a redirect from {from_scheme} to plain http ({redacted(target)[:200]}) would drop the encryption"
+    if is_loopback(to_host) and not is_loopback(from_host):
+        return f"a redirect from {from_host} to plain http on this machine ({redacted(target)[:200]})"
+    return None
+
+
+def check_redirect(source: str, target: str) -> None:
+    """Refuse a redirect ``redirect_problem`` finds a problem with (before anything is sent to ``target``)."""
+    why = redirect_problem(source, target)
+    if why is not None:
+        raise InsecureTransportError(
+            f"{redacted(source)[:200]} redirected the client, and {why} is refused; expected a redirect to https "
+            "(or to plain http on this machine, from plain http on this machine).",
+            tip="The server (or whatever answers in its name) sends clients where they must not go: use its https "
+            "address, and check HF_ENDPOINT, LOCKBUILD_INDEX_URL and the GitHub bases.",
+        )

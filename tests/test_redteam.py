@@ -525,7 +525,9 @@ def test_deeply_nested_answers_and_policies_are_lockbuild_errors(tmp_path: Path)
 
     deep = b"[" * 200_000 + b"]" * 200_000
     client = make_client()
-    client._transport = httpx.MockTransport(lambda _req: httpx.Response(200, content=deep))
+    # streamed as a server's answer is (a body given as bytes would count as read already, and the client
+    # reads bodies as received, iter_raw)
+    client._transport = httpx.MockTransport(lambda _req: httpx.Response(200, content=iter([deep])))
     with pytest.raises(RemoteError, match="nested too deeply"):
         get_json(client, "https://api.github.example/repos/o/r/releases/tags/v1", what="asking the release API")
     with pytest.raises(SignatureError, match="nested too deeply"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from lockbuild.errors import IntegrityError, RecipeError, RemoteError
 from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.fetcher import Fetcher
 from lockbuild.fetch.http import make_client
-from lockbuild.fetch.hub import HubFile, HubRevision, download_files, list_revision
+from lockbuild.fetch.hub import HubFile, HubRevision, check_sizes, download_files, list_revision, wanted
 from lockbuild.fsio import open_regular
 from lockbuild.progress import Progress
 from lockbuild.recipe.modelrecipe import ModelRecipe
@@ -173,6 +174,17 @@ def build_model(
         progress.phase(f"asking {settings.hf_endpoint} for {recipe.repo} at {recipe.revision}")
         revision = list_revision(api, settings.hf_endpoint, recipe.repo, recipe.revision)
         choice = choose(recipe, revision.files)
+        check_sizes(  # before a byte is downloaded: the recipe's bound, and the cache's free space
+            revision,
+            choice.files,
+            max_file=recipe.max_file_bytes,
+            bound=f"max-file-gb = {recipe.max_file_gb:g}",
+            free=shutil.disk_usage(cache.root).free,
+            where=cache.root,
+            cached=frozenset(
+                f.path for f in choice.files if cache.path(wanted(settings.hf_endpoint, revision, f).sha256).is_file()
+            ),
+        )
         fetcher = Fetcher(cache, downloads, jobs=jobs, progress=progress)
         fetched = download_files(fetcher, settings.hf_endpoint, revision, choice.files)
     manifest, entries = assemble_model(recipe, revision.commit, choice.files, fetched, committed=revision.committed)

@@ -158,16 +158,18 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except LockbuildError as exc:
-            from lockbuild.text import for_terminal, mask_data
+            from lockbuild.text import for_terminal, mask_data, scrub
 
             obj = ctx.obj or {}
+            secrets = obj.get("secrets", ())  # the settings' secrets (settings_of): never shown, whatever raised
+            message, tip = scrub(exc.message, secrets), scrub(exc.tip, secrets) if exc.tip else exc.tip
             if obj.get("verbose"):
-                click.echo(for_terminal(traceback.format_exc()), err=True, nl=False)
+                click.echo(for_terminal(scrub(traceback.format_exc(), secrets)), err=True, nl=False)
             if obj.get("json"):
-                click.echo(json.dumps(mask_data(exc.envelope())))
-            click.echo(f"ERROR {for_terminal(exc.message)}", err=True)
-            if exc.tip:
-                click.echo(f"TIP {for_terminal(exc.tip)}", err=True)
+                click.echo(json.dumps(mask_data(exc.envelope(message=message, tip=tip))))
+            click.echo(f"ERROR {for_terminal(message)}", err=True)
+            if tip:
+                click.echo(f"TIP {for_terminal(tip)}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("ERROR interrupted", err=True)
@@ -181,13 +183,14 @@ class Group(click.Group):
 def _internal(ctx: click.Context, exc: Exception) -> None:
     """An unexpected exception: one ERROR line (and a JSON object under --json) with exit 1; the
     traceback only with --verbose."""
-    from lockbuild.text import for_terminal, mask_data
+    from lockbuild.text import for_terminal, mask_data, scrub
 
     obj = ctx.obj or {}
-    message = f"internal error: {type(exc).__name__}: {exc}"
+    secrets = obj.get("secrets", ())
+    message = scrub(f"internal error: {type(exc).__name__}: {exc}", secrets)
     tip = "This is a defect of lockbuild; run the command again with --verbose and report the traceback."
     if obj.get("verbose"):
-        click.echo(for_terminal(traceback.format_exc()), err=True, nl=False)
+        click.echo(for_terminal(scrub(traceback.format_exc(), secrets)), err=True, nl=False)
     if obj.get("json"):
         error = {"type": type(exc).__name__, "kind": "internal", "message": message, "tip": tip, "exit_code": 1}
         click.echo(json.dumps({"ok": False, "error": mask_data(error), "kind": "internal"}))
@@ -237,6 +240,7 @@ def settings_of(ctx: click.Context, allow_insecure_http: bool) -> Settings:
     from lockbuild.settings import load
 
     settings = load(os.environ, home=Path.home(), allow_insecure_http=allow_insecure_http)
+    ctx.find_root().ensure_object(dict)["secrets"] = settings.secrets()  # scrubbed from any error shown (Group.invoke)
     emit_warnings(ctx, settings.warnings)
     return settings
 
@@ -252,7 +256,15 @@ insecure_option = click.option(
 def take_password() -> str | None:
     """LOCKBUILD_KEY_PASSWORD, removed from this process's environment as it is read, so that no child
     process (uv, a build backend) can inherit it."""
-    return os.environ.pop("LOCKBUILD_KEY_PASSWORD", None)
+    password = os.environ.pop("LOCKBUILD_KEY_PASSWORD", None)
+    if password:
+        from lockbuild.settings import SettingsError
+        from lockbuild.wire import credential_problem, credential_tip
+
+        why = credential_problem("LOCKBUILD_KEY_PASSWORD", password, as_is=False)
+        if why is not None:
+            raise SettingsError(why, tip=credential_tip("LOCKBUILD_KEY_PASSWORD"))
+    return password
 
 
 def password_reader(prompt: str = "Passphrase for the secret key") -> Callable[[], str]:

@@ -23,9 +23,17 @@ from lockbuild.commands.clikit import (
     wait_option,
 )
 from lockbuild.jsonio import JSON
+from lockbuild.wire import credential_problem
 
 if TYPE_CHECKING:
     from lockbuild.registry.api import RegistryCredentials
+
+
+def _first_line() -> str:
+    """stdin's first line without its line end (LF or CR LF), read as bytes: a CR inside it stays in it (and
+    is refused), where a text read would end the line there and cut the password short."""
+    raw = sys.stdin.buffer.readline() if hasattr(sys.stdin, "buffer") else sys.stdin.readline().encode()
+    return raw.decode("utf-8", "surrogateescape").removesuffix("\n").removesuffix("\r")
 
 
 def _credentials(username: str | None, password_stdin: bool) -> RegistryCredentials | None:
@@ -35,7 +43,11 @@ def _credentials(username: str | None, password_stdin: bool) -> RegistryCredenti
         raise click.UsageError("--password-stdin needs --username.")
     if not username:
         return None
-    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else ""
+    password = _first_line() if password_stdin else ""
+    for name, value in (("--username", username), ("the password on stdin (--password-stdin)", password)):
+        why = credential_problem(name, value, as_is=False)
+        if why is not None:
+            raise oci.RegistryError(why, tip=f"Give {name} again without a line break inside it; nothing was sent.")
     return oci.RegistryCredentials(username, password)
 
 

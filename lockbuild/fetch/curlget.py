@@ -3,12 +3,13 @@
 The client's rules stay the httpx client's own (``fetch/http.py::make_client``), applied to every request
 as httpx applies them: its headers and credentials (``Client.auth``) on the first request, its request hooks
 (the transport rule) on every request, redirects included, and a redirect followed only when the client
-follows redirects, at most ``Client.max_redirects`` times, without the Authorization header when it leads
-to another origin. libcurl is told to speak http and https only and to follow nothing itself. What
-libcurl hands over is given to ``on_answer`` (the status and the headers, before any byte of the body)
-and ``on_body`` (the body, in the pieces libcurl delivers); whatever they raise ends the transfer and is
-raised here. A failed transfer is raised as the ``httpx.TransportError`` httpx would raise, so the
-caller's retry and its tips are the same for both.
+follows redirects and the redirect rule allows it (``urls.py::check_redirect``), at most
+``Client.max_redirects`` times, without the Authorization header when it leads to another origin. libcurl
+is told to speak http and https only, to follow nothing itself and to decode nothing. What libcurl hands
+over is given to ``on_answer`` (the status and the headers, before any byte of the body) and ``on_body``
+(the body, in the pieces libcurl delivers); whatever they raise ends the transfer and is raised here. A
+failed transfer is raised as the ``httpx.TransportError`` httpx would raise, so the caller's retry
+and its tips are the same for both.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import httpx
 from lockbuild.errors import FetchError
 from lockbuild.headers import number
 from lockbuild.limits import MiB
+from lockbuild.urls import check_redirect
 
 pycurl: Any
 try:  # untyped (no stubs): taken as Any
@@ -81,6 +83,7 @@ def get(
         if not (client.follow_redirects and status in _REDIRECT and location):
             return
         target = request.url.join(location)
+        check_redirect(str(request.url), str(target))  # the redirect rule, before anything is sent there
         kept = httpx.Headers(request.headers)
         del kept["host"]
         if (target.scheme, target.host, target.port) != (request.url.scheme, request.url.host, request.url.port):

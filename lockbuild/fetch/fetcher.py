@@ -28,9 +28,11 @@ from lockbuild.digest import HashedFile, Hasher
 from lockbuild.errors import TLS_TIP, FetchError, IntegrityError, transport_tip
 from lockbuild.fetch import curlget
 from lockbuild.fetch.cache import GIT_KEY, Cache, digest_of, entry_hash
+from lockbuild.fetch.http import failure, secrets_of
 from lockbuild.fetch.sink import Sink
 from lockbuild.limits import MiB
 from lockbuild.progress import Progress
+from lockbuild.wire import ENCODING_TIP, RAW_BODY, encoding_problem
 
 DEFAULT_JOBS = 8
 RETRIES = 5
@@ -203,29 +205,28 @@ class Fetcher:
                 self._attempt(w, sink, cancel)
                 return
             except (_Retry, _Restart, httpx.TransportError) as exc:
+                shown = failure(exc, secrets_of(self.client))
                 if isinstance(exc, httpx.UnsupportedProtocol):
-                    raise FetchError(f"{w.label}: cannot fetch {w.url}: {exc}") from None
+                    raise FetchError(f"{w.label}: cannot fetch {w.url}: {shown}") from None
                 if transport_tip(exc) == TLS_TIP:  # a certificate that does not verify will not on a retry
-                    raise FetchError(
-                        f"{w.label}: cannot fetch {w.url}: {exc.__class__.__name__}: {exc}", tip=TLS_TIP
-                    ) from None
+                    raise FetchError(f"{w.label}: cannot fetch {w.url}: {shown}", tip=TLS_TIP) from None
                 if isinstance(exc, _Restart):
                     sink.restart()
                 failures = 1 if sink.written - before >= PROGRESS_RESETS_RETRIES else failures + 1
                 if failures > self.retries:
-                    last = str(exc) if isinstance(exc, (_Retry, _Restart)) else f"{exc.__class__.__name__}: {exc}"
+                    last = shown.partition(": ")[2] if isinstance(exc, (_Retry, _Restart)) else shown
                     raise FetchError(
                         f"{w.label}: {w.url} failed {failures} times in a row; last: {last}.",
                         tip="Check the network; a re-run resumes from the cache for files already fetched.",
                     ) from None
                 self.sleep(min(self.backoff * 2 ** (failures - 1), MAX_BACKOFF))
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                raise FetchError(f"{w.label}: {w.url}: {exc.__class__.__name__}: {exc}") from None
+                raise FetchError(f"{w.label}: {w.url}: {failure(exc, secrets_of(self.client))}") from None
 
     def _attempt(self, w: Wanted, sink: Sink, cancel: threading.Event) -> None:
         """One request: from the first byte, or from the first byte not yet received."""
         offset = sink.written
-        headers = {"Accept-Encoding": "identity", **dict(w.headers)}
+        headers = {**dict(w.headers), **RAW_BODY}  # the body as stored: the size bound counts bytes received
         if offset:
             headers["Range"] = f"bytes={offset}-"
 
@@ -261,6 +262,9 @@ def _answer(w: Wanted, sink: Sink, offset: int, status: int, headers: Mapping[st
             tip="Check that the file still exists at that address"
             + (" and that its host's token (GITHUB_TOKEN, HF_TOKEN) may read it." if status in (401, 403) else "."),
         )
+    encoded = encoding_problem(headers)
+    if encoded is not None:
+        raise FetchError(f"{w.label}: {w.url}: {encoded}.", tip=ENCODING_TIP)
     sink.expect(headers.get("content-length"))
 
 

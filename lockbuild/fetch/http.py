@@ -3,7 +3,9 @@
 Every request a client sends, redirects included, passes two checks: the transport rule (https, or
 http to loopback, or plain http under the explicit opt-in) and the credential rule (an Authorization
 header only for the host the settings say it belongs to, never over plain http off this machine;
-httpx drops it on a redirect to another origin).
+httpx drops it on a redirect to another origin). Every redirect a client follows passes the redirect
+rule (``urls.py::redirect_problem``); every body is asked for and read as stored (``wire.py``); every
+transport failure's text is scrubbed of the settings' secrets (``failure``: ``text.py::scrub``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from lockbuild import __version__
 from lockbuild.errors import RemoteError, transport_tip
 from lockbuild.headers import number
 from lockbuild.settings import Settings
-from lockbuild.urls import check_transport, public
+from lockbuild.text import scrub
+from lockbuild.urls import check_redirect, check_transport, public
+from lockbuild.wire import ENCODING_TIP, RAW_BODY, encoding_problem
 
 MAX_JSON_BYTES = 64 << 20
 MAX_REDIRECTS = 5
@@ -50,15 +54,36 @@ def make_client(*, connections: int = 16, settings: Settings | None = None) -> h
         if request.url.scheme == "http":  # httpx itself refuses schemes other than http and https
             check_transport(str(request.url), what="an HTTP request", allow_insecure=allow_insecure)
 
+    def redirect(response: httpx.Response) -> None:
+        """The redirect rule, before httpx follows a redirect (a client with ``follow_redirects``)."""
+        location = response.headers.get("location")
+        if response.is_redirect and location is not None:
+            try:
+                target = str(response.request.url.join(location))
+            except (httpx.InvalidURL, ValueError):
+                return  # httpx refuses it as it follows, and get_json_page says it is not a readable URL
+            check_redirect(str(response.request.url), target)
+
     return httpx.Client(
         timeout=httpx.Timeout(30.0, connect=15.0),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        headers={"User-Agent": USER_AGENT},
+        headers={"User-Agent": USER_AGENT, **RAW_BODY},
         follow_redirects=False,
         trust_env=True,
         auth=_HostAuth(settings) if settings is not None else None,
-        event_hooks={"request": [check]},
+        event_hooks={"request": [check], "response": [redirect]},
     )
+
+
+def secrets_of(client: httpx.Client) -> tuple[str, ...]:
+    """The secrets of the settings ``client`` carries (``make_client(settings=...)``); none otherwise."""
+    auth = client.auth
+    return auth.settings.secrets() if isinstance(auth, _HostAuth) else ()
+
+
+def failure(exc: BaseException, secrets: tuple[str, ...]) -> str:
+    """A transport failure as a message shows it: its kind and its words, scrubbed of every secret."""
+    return scrub(f"{exc.__class__.__name__}: {exc}", secrets)
 
 
 def get_json(
@@ -86,6 +111,7 @@ class JsonPage:
     data: Any
     url: str
     next_url: str | None
+    size: int = 0  # the bytes of the answer's body, as received
 
 
 def get_json_page(
@@ -97,17 +123,20 @@ def get_json_page(
     not_found: str | None = None,
     limit: int = MAX_JSON_BYTES,
     denied: str | None = None,
+    over: str | None = None,
 ) -> JsonPage:
     """``get_json``, with the answer's next-page link (a paginated API: the Hugging Face Hub's tree);
-    ``denied``: what a 401 or 403 means to the user."""
+    ``denied``: what a 401 or 403 means to the user; ``over``: the message when the answer is over ``limit``."""
     current = url
     next_url: str | None = None
     retried = False
+    asked = {**RAW_BODY, **(headers or {})}
     for _ in range(MAX_REDIRECTS + 2):
         try:
-            with client.stream("GET", current, headers=headers) as resp:
+            with client.stream("GET", current, headers=asked) as resp:
                 if resp.is_redirect:
                     target = _redirect_target(current, resp.headers.get("location", ""), what)
+                    check_redirect(current, target)
                     if urlsplit(target)[:2] != urlsplit(current)[:2]:
                         raise RemoteError(
                             f"{what}: {current} redirected to another host ({urlsplit(public(target)).netloc}); "
@@ -125,7 +154,10 @@ def get_json_page(
                         f"{what}: {current} answered HTTP {resp.status_code}; expected 200.",
                         tip="Check the address, and that the server is reachable from this machine.",
                     )
-                body = _read_bounded(resp, limit, what=what, url=current)
+                encoded = encoding_problem(resp.headers)
+                if encoded is not None:
+                    raise RemoteError(f"{what}: {current}: {encoded}.", tip=ENCODING_TIP)
+                body = _read_bounded(resp, limit, what=what, url=current, over=over)
                 link = resp.links.get("next", {}).get("url")
                 next_url = urljoin(current, link) if link else None
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
@@ -133,18 +165,16 @@ def get_json_page(
                 retried = True  # closed as it was reused) is asked again, on a new connection
                 continue
             raise RemoteError(
-                f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip=transport_tip(exc),
+                f"{what}: cannot reach {current}: {failure(exc, secrets_of(client))}", tip=transport_tip(exc)
             ) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise RemoteError(
-                f"{what}: cannot reach {current}: {exc.__class__.__name__}: {exc}",
-                tip=transport_tip(exc),
+                f"{what}: cannot reach {current}: {failure(exc, secrets_of(client))}", tip=transport_tip(exc)
             ) from None
         try:
-            return JsonPage(json.loads(body), current, next_url)
+            return JsonPage(json.loads(body), current, next_url, len(body))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise RemoteError(f"{what}: {current} did not answer valid JSON ({exc}).") from None
+            raise RemoteError(f"{what}: {current} did not answer valid JSON ({failure(exc, ())}).") from None
         except RecursionError:  # every JSON answer (index pages, the release API): never a traceback
             raise RemoteError(f"{what}: {current} answered JSON nested too deeply to be an answer.") from None
     raise RemoteError(f"{what}: {url} redirected more than {MAX_REDIRECTS} times.")
@@ -165,14 +195,16 @@ def _redirect_target(current: str, location: str, what: str) -> str:
     return target
 
 
-def _read_bounded(resp: httpx.Response, limit: int, *, what: str, url: str) -> bytearray:
+def _read_bounded(resp: httpx.Response, limit: int, *, what: str, url: str, over: str | None = None) -> bytearray:
     """The whole body, refused (before reading, when its length is announced) if over ``limit`` bytes."""
-    too_big = RemoteError(f"{what}: {url} sent more than {limit} bytes; expected a JSON document of at most that.")
+    too_big = RemoteError(
+        over or f"{what}: {url} sent more than {limit} bytes; expected a JSON document of at most that."
+    )
     announced = number(resp.headers.get("content-length"))
     if announced is not None and announced > limit:
         raise too_big
     body = bytearray()
-    for chunk in resp.iter_bytes():
+    for chunk in resp.iter_raw():  # as received: the bound counts the bytes on the wire (wire.py)
         body += chunk
         if len(body) > limit:
             raise too_big

@@ -3,9 +3,11 @@
 The listing is the revision (``/api/models/{repo}/revision/{rev}?blobs=true``), whose ``sha`` must be
 the commit asked for and whose ``lastModified`` is the commit's date (the model bundle's serial), and
 its recursive tree (``/api/models/{repo}/tree/{rev}?recursive=true``, every ``Link: rel="next"`` page
-followed, on the Hub's own origin only, a bounded number of times). Each
-answer is read bounded and parsed strictly into ``HubFile``; a path that is not plain, a hash that is
-not lowercase hex, a size that is not a count, or two answers that disagree are refused.
+followed, on the Hub's own origin only, a bounded number of times). Each answer is read bounded, and the
+listing as a whole too (``Limits.max_listing_bytes`` and ``max_listing_entries``), and parsed strictly
+into ``HubFile``; a path that is not plain, a hash that is not lowercase hex, a size that is not a count,
+or two answers that disagree are refused. A chosen file's stated size is bounded by the recipe's
+``max-file-gb`` and the cache's free space (``check_sizes``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from lockbuild.digest import is_git_sha1, is_sha256
-from lockbuild.errors import IntegrityError, RecipeError, RemoteError
+from lockbuild.errors import FetchError, IntegrityError, RecipeError, RemoteError
 from lockbuild.fetch.cache import GIT_KEY
 from lockbuild.fetch.fetcher import Fetcher, Wanted
-from lockbuild.fetch.http import get_json_page
+from lockbuild.fetch.http import JsonPage, get_json_page
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.settings import hub_endpoint as hub_endpoint
 from lockbuild.urls import origin, redacted
@@ -179,13 +181,48 @@ def _check_commit_answer(data: object, repo: str, commit: str) -> list[object]:
     return siblings
 
 
-def _tree(client: httpx.Client, endpoint: str, repo: str, commit: str, limits: Limits) -> list[HubFile]:
+class _Listing:
+    """What a revision's listing has taken so far, all its answers together: bounded as a whole
+    (``Limits.max_listing_bytes`` and ``max_listing_entries``), not only answer by answer."""
+
+    def __init__(self, client: httpx.Client, repo: str, commit: str, limits: Limits) -> None:
+        self.client, self.repo, self.commit, self.limits = client, repo, commit, limits
+        self.bytes = 0
+        self.entries = 0
+
+    def page(self, url: str, what: str) -> JsonPage:
+        room = self.limits.max_listing_bytes - self.bytes
+        over = (
+            f"the Hub's listing of {self.repo} at {self.commit} is over {self.limits.max_listing_bytes} bytes in all "
+            f"(its answers together); refused."
+        )
+        if room <= 0:
+            raise _bad(self.repo, self.commit, f"is over {self.limits.max_listing_bytes} bytes in all")
+        page = get_json_page(
+            self.client,
+            url,
+            what=what,
+            limit=min(MAX_PAGE_BYTES, room),
+            not_found=f"the Hub has no commit {self.commit} in {self.repo}.",
+            denied=DENIED,
+            over=over if room < MAX_PAGE_BYTES else None,
+        )
+        self.bytes += page.size
+        return page
+
+    def count(self, entries: int) -> None:
+        self.entries += entries
+        most = min(self.limits.max_listing_entries, 2 * self.limits.max_members)  # files and their folders
+        if self.entries > most:
+            raise _bad(self.repo, self.commit, f"lists more than {most} entries in all")
+
+
+def _tree(listing: _Listing, endpoint: str, repo: str, commit: str, limits: Limits) -> list[HubFile]:
     """Every file of the recursive tree, following each ``rel="next"`` page on the Hub's origin, bounded."""
     base = f"{endpoint}/api/models/{repo}/tree/{commit}"
     url: str | None = f"{base}?recursive=true"
     seen: set[str] = set()
     files: list[HubFile] = []
-    items = 0
     while url is not None:
         if url in seen:
             raise _bad(repo, commit, f"repeats a page of its tree ({redacted(url)[:200]})")
@@ -194,19 +231,10 @@ def _tree(client: httpx.Client, endpoint: str, repo: str, commit: str, limits: L
         seen.add(url)
         if origin(url) != origin(endpoint) or not urlsplit(url).path == urlsplit(base).path:
             raise _bad(repo, commit, f"names a next page elsewhere ({redacted(url)[:200]}); expected {base}")
-        page = get_json_page(
-            client,
-            url,
-            what=f"listing {repo} at {commit} on the Hub",
-            limit=MAX_PAGE_BYTES,
-            not_found=f"the Hub has no commit {commit} in {repo}.",
-            denied=DENIED,
-        )
+        page = listing.page(url, f"listing {repo} at {commit} on the Hub")
         if not isinstance(page.data, list):
             raise _bad(repo, commit, "is a tree page that is not a list")
-        items += len(page.data)
-        if items > 2 * limits.max_members:
-            raise _bad(repo, commit, f"lists more than {2 * limits.max_members} entries")
+        listing.count(len(page.data))
         for item in page.data:
             kind = item.get("type") if isinstance(item, dict) else None
             if kind == "directory" and isinstance(item, dict):
@@ -251,20 +279,16 @@ def list_revision(
     ``blobs=true`` (whose ``sha`` must be the commit asked) and the recursive tree, every page of it."""
     check_repo(repo)
     check_commit(revision)
-    page = get_json_page(
-        client,
-        f"{endpoint}/api/models/{repo}/revision/{revision}?blobs=true",
-        what=f"asking the Hub for {repo} at {revision}",
-        not_found=f"the Hub has no commit {revision} in {repo}.",
-        limit=MAX_PAGE_BYTES,
-        denied=DENIED,
+    listing = _Listing(client, repo, revision, limits)
+    page = listing.page(
+        f"{endpoint}/api/models/{repo}/revision/{revision}?blobs=true", f"asking the Hub for {repo} at {revision}"
     )
     siblings = _check_commit_answer(page.data, repo, revision)
     committed = _commit_date(page.data, repo, revision)
     if len(siblings) > limits.max_members:
         raise _bad(repo, revision, f"lists more than {limits.max_members} files")
     stated = [_sibling(s, repo, revision, limits) for s in siblings]
-    tree = _tree(client, endpoint, repo, revision, limits)
+    tree = _tree(listing, endpoint, repo, revision, limits)
     return HubRevision(repo, revision, _one_listing(tree, stated, repo, revision), committed)
 
 
@@ -278,6 +302,40 @@ def wanted(endpoint: str, revision: HubRevision, f: HubFile) -> Wanted:
     git blob id (``git-sha1:`` key: sha1 of ``blob SIZE\\0`` and the bytes) as the digest it must have."""
     key = f.sha256 if f.sha256 is not None else GIT_KEY + f.blob_id
     return Wanted(file_url(endpoint, revision, f), key, f.size, f"{revision.repo} {f.path}")
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.1f} GB"
+
+
+def check_sizes(
+    revision: HubRevision,
+    files: Sequence[HubFile],
+    *,
+    max_file: int,
+    bound: str,
+    free: int,
+    where: Path,
+    cached: frozenset[str] = frozenset(),
+) -> None:
+    """Refuse, before any download, a file whose stated size is over ``max_file`` (the recipe's ``bound``,
+    e.g. ``max-file-gb = 100``) or, unless its path is ``cached`` already, over the ``free`` bytes at
+    ``where`` (the cache it is downloaded into)."""
+    for f in files:
+        shown = f"{revision.repo} {f.path}: the Hub states a size of {f.size} bytes ({_gb(f.size)})"
+        if f.size > max_file:
+            raise FetchError(
+                f"{shown}, over the recipe's {bound} ({max_file} bytes); refused before any download.",
+                tip="If that file is meant, raise max-file-gb in the recipe's [model] table; else leave it out "
+                "with exclude.",
+            )
+        if f.size > free and f.path not in cached:
+            raise FetchError(
+                f"{shown}, more than the {free} bytes ({_gb(free)}) free at {where}, where it would be "
+                "downloaded; refused before any download.",
+                tip="Free space there, or set LOCKBUILD_CACHE_DIR to a disk with room; or leave the file out with "
+                "exclude in the recipe.",
+            )
 
 
 def download_files(fetcher: Fetcher, endpoint: str, revision: HubRevision, files: Sequence[HubFile]) -> dict[str, Path]:

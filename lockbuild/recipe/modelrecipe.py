@@ -8,6 +8,7 @@ moves; a commit does not). The selection of files (``include``, ``exclude``, pic
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -20,11 +21,13 @@ from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import plain_name
-from lockbuild.recipe.fields import SHOWN, Problems, Table, load_toml, read_recipe_text
+from lockbuild.recipe.fields import SHOWN, Problems, Table, describe, load_toml, read_recipe_text
 from lockbuild.recipe.selection import DEFAULT_INCLUDE, MAX_PATTERNS, pattern_problem
 
 MAX_MODEL_RECIPE_BYTES = 64 << 10
-_MODEL_KEYS = ("name", "repo", "revision", "include", "exclude")
+_MODEL_KEYS = ("name", "repo", "revision", "include", "exclude", "max-file-gb")
+DEFAULT_MAX_FILE_GB = 100
+GB = 10**9  # max-file-gb counts decimal gigabytes, as the Hub shows sizes
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class ModelRecipe:
     include: tuple[str, ...]
     exclude: tuple[str, ...]
     text: str  # the recipe as written (its sha256 is the manifest's recipe-sha256)
+    max_file_gb: float = DEFAULT_MAX_FILE_GB  # the largest file the Hub may state, in GB (10**9 bytes)
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_gb * GB)
 
     @property
     def org(self) -> str:
@@ -82,7 +90,21 @@ def _patterns(t: Table, key: str, default: tuple[str, ...] | None) -> tuple[str,
     return tuple(values)
 
 
-def _model(data: Mapping[str, Any], p: Problems) -> tuple[str, str, str, tuple[str, ...], tuple[str, ...]] | None:
+def _max_file_gb(t: Table) -> float:
+    """``max-file-gb``: a positive number of gigabytes (default 100), the largest file the Hub may state."""
+    value = t.data.get("max-file-gb", DEFAULT_MAX_FILE_GB)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        t.p.add(
+            t.key("max-file-gb"),
+            f"expected a positive number of gigabytes (default {DEFAULT_MAX_FILE_GB}), found {describe(value)}",
+        )
+        return DEFAULT_MAX_FILE_GB
+    return float(value)
+
+
+def _model(
+    data: Mapping[str, Any], p: Problems
+) -> tuple[str, str, str, tuple[str, ...], tuple[str, ...], float] | None:
     t = Table(data, "model", p, _MODEL_KEYS)
     name = t.string("name", "a lower-case name of letters, digits, '.', '_' or '-'", check=plain_name)
     repo = t.string("repo", 'a Hugging Face repo id ORG/NAME, e.g. "Qwen/Qwen2.5-0.5B-Instruct"', check=repo_id)
@@ -98,9 +120,10 @@ def _model(data: Mapping[str, Any], p: Problems) -> tuple[str, str, str, tuple[s
         revision = None
     include = _patterns(t, "include", DEFAULT_INCLUDE)
     exclude = _patterns(t, "exclude", ())
+    max_file_gb = _max_file_gb(t)
     if name is None or repo is None or revision is None:
         return None
-    return name, repo, revision, include, exclude
+    return name, repo, revision, include, exclude, max_file_gb
 
 
 def parse_model_recipe(text: str, path: str = "<recipe>") -> ModelRecipe:
@@ -113,8 +136,8 @@ def parse_model_recipe(text: str, path: str = "<recipe>") -> ModelRecipe:
     p.raise_if_any()
     if parsed is None:  # every None above recorded a problem, so raise_if_any raised
         raise RecipeError(f"{path}: the [model] table could not be read")
-    name, repo, revision, include, exclude = parsed
-    return ModelRecipe(path, name, repo, revision, include, exclude, text)
+    name, repo, revision, include, exclude, max_file_gb = parsed
+    return ModelRecipe(path, name, repo, revision, include, exclude, text, max_file_gb)
 
 
 def load_model_recipe(path: Path) -> ModelRecipe:

@@ -19,9 +19,9 @@ from urllib.parse import urlencode, urlsplit
 
 from lockbuild.registry.reference import HOST_FORM, OciRef, RegistryCredentials, RegistryError
 from lockbuild.registry.transport import FAIL_TIP
+from lockbuild.wire import header_token
 
 _RANK = {"http": 0, "https": 1}
-_TOKEN = re.compile(r"[\x21-\x7e]+")  # a token goes into a header: printable ASCII, no spaces
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def answer_challenge(
 def token_of(answer: object) -> str:
     """The token in a token service's (parsed) answer, fit to go into a header."""
     token = (answer.get("token") or answer.get("access_token")) if isinstance(answer, dict) else None
-    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+    if not isinstance(token, str) or not header_token(token):
         raise RegistryError("the token service answered without a usable token.", tip=FAIL_TIP)
     return token
 

@@ -42,8 +42,11 @@ from lockbuild.registry.transport import (
     error_text,
     phrase,
 )
-from lockbuild.urls import is_loopback
+from lockbuild.text import scrub
+from lockbuild.urls import is_loopback, redirect_problem
+from lockbuild.wire import ENCODING_TIP, RAW_BODY, encoding_problem
 
+REDIRECT_TIP = "A registry may send a client to https only (or to plain http from plain http); check the registry."
 _DRAIN = 64 << 10  # an unread answer at most this long is read to its end before it is closed
 
 
@@ -85,7 +88,7 @@ class Connection:
             transport=ClockedTransport(verify, self._clock),
             timeout=httpx.Timeout(t.io_seconds),
             follow_redirects=False,
-            headers={"User-Agent": "lockbuild", "Accept-Encoding": "identity"},
+            headers={"User-Agent": "lockbuild", **RAW_BODY},
         )
         # the pool keeps its connections open between requests: closed with the client, at the latest
         # when this object goes (a caller that never closed it leaves no socket behind)
@@ -127,8 +130,15 @@ class Connection:
         if seconds is not None and isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
             detail = f"it did not finish within its {seconds:.0f} s deadline (the registry sent too slowly or stalled)"
             return self._fail(what, f"{detail}; given up.", tip=self.limits.deadline_tip())
-        detail = (str(exc) or "no detail")[:300].rstrip(".")
-        return self._fail(what, f"{type(exc).__name__}: {detail}.")
+        detail = scrub(f"{type(exc).__name__}: {str(exc) or 'no detail'}", self.secrets())
+        return self._fail(what, f"{detail[:300].rstrip('.')}.")
+
+    def secrets(self) -> tuple[str, ...]:
+        """What must never be shown: the password, its Basic header, the token the registry gave."""
+        held = [self._auth or "", (self._auth or "").partition(" ")[2]]
+        if self._credentials is not None:
+            held += [self._credentials.password, self._credentials.basic().removeprefix("Basic ")]
+        return tuple(s for s in held if s)
 
     def _check_scheme(self, url: str) -> None:
         parts = urlsplit(url)
@@ -155,9 +165,14 @@ class Connection:
             raise self._transport_error(what, RuntimeError("stopped"))
         try:
             request = self.client.build_request(method, url, headers=headers, content=content)
-            return self.client.send(request, stream=True)
+            response = self.client.send(request, stream=True)
         except TRANSPORT_ERRORS as exc:
             raise self._transport_error(what, exc) from None
+        encoded = encoding_problem(response.headers)
+        if encoded is not None:
+            _close(response)
+            raise self._fail(what, f"{encoded}.", tip=ENCODING_TIP)
+        return response
 
     def _send(
         self,
@@ -188,6 +203,9 @@ class Connection:
         if response.status_code in (301, 302, 303, 307, 308) and redirects:
             target = self._join(url, response.headers.get("Location", ""), what)
             _close(response)
+            why = redirect_problem(url, target)
+            if why is not None:
+                raise self._fail("refused", f"the registry redirected us, and {why} is refused.", tip=REDIRECT_TIP)
             # A redirect (to blob storage) gets no credentials: they go to the registry's own origin only.
             return self._send(
                 method if response.status_code != 303 else "GET",

@@ -350,3 +350,18 @@ models_option = click.option(
     type=click.Path(path_type=Path, file_okay=False),
     help="A models folder: the Hugging Face cache model bundles are installed in.",
 )
+# install, remove and image share these: where the module files go (Lmod or Environment Modules).
+modulefiles_option = click.option(
+    "--modulefiles",
+    "modulefiles_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Write (remove: delete) the engine's module file in DIR/ENGINE and move its default "
+    "(default: $LOCKBUILD_MODULEFILES).",
+)
+modulefiles_format_option = click.option(
+    "--modulefiles-format",
+    type=click.Choice(["lua", "tcl"]),
+    default="lua",
+    show_default=True,
+    help="lua: Lmod (DIR/ENGINE/VERSION-VARIANT.lua); tcl: Environment Modules (DIR/ENGINE/VERSION-VARIANT).",
+)

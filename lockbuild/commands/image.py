@@ -79,7 +79,8 @@ def image(
     verify command and the GPU probe where a GPU is present. The environment is built for PREFIX (the
     path where the nodes mount the image), its bytecode compiled in checked-hash mode, and the tree
     packed with the bundle's cut-off as every time. FILE.sqfs appears whole or not at all, with the record
-    FILE.sqfs.json beside it (and, with --modulefiles DIR, the module file for PREFIX). Nothing is signed: `lockbuild sign FILE.sqfs --key KEY` does that.
+    FILE.sqfs.json beside it (and, with --modulefiles DIR, the module file for PREFIX). Nothing is
+    signed: `lockbuild sign FILE.sqfs --key KEY` does that.
 
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz

@@ -34,11 +34,11 @@ from lockbuild.fsio import create_new, remove_tree, temp_beside
 from lockbuild.image import bytecode, view
 from lockbuild.image.record import SUFFIX, TOOLS_TIP, Record, record_path
 from lockbuild.install.installer import Installer, InstallOptions
+from lockbuild.install.moduledir import ModuleTarget, Pending
+from lockbuild.install.modulefile import spec_of
 from lockbuild.install.node import Node, detect
 from lockbuild.install.pythons import PYTHONS, check_usable_by_others, place_interpreter
 from lockbuild.install.stage import View
-from lockbuild.install.moduledir import ModuleTarget, Pending
-from lockbuild.install.modulefile import spec_of
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress, written_of
 from lockbuild.trust import TrustedBundle, digest_signed_file, load_store, open_source, trust_dir

@@ -42,9 +42,9 @@ from lockbuild.install.modulefile import (
     ModuleSpec,
     Record,
     build_of,
-    format_of,
     default_text,
     file_name,
+    format_of,
     read_record,
     render,
 )

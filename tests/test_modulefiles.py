@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lockbuild.errors import InstallError
-from lockbuild.install.modulefile import ModuleSpec, Record, lua_string, read_record, render, tcl_string
 from lockbuild.install.moduledir import default_of
+from lockbuild.install.modulefile import ModuleSpec, Record, lua_string, read_record, render, tcl_string
 from lockbuild.install.node import Node
 
 HOSTILE = [
@@ -135,7 +135,7 @@ def test_quoting_leaves_nothing_the_languages_read_as_code() -> None:
         lua, tcl = lua_string(value)[1:-1], tcl_string(value)[1:-1]
         assert '"' not in lua.replace('\\"', "") and lua.isascii() and lua.isprintable(), lua
         assert not set(tcl) & set('"$[]{};\n\r'), tcl
-        assert all(c == "\\" or c.isalnum() or c in " _-./:,=+%@" for c in tcl)
+        assert all(c == "\\" or c.isalnum() or c in " _-./:,=+%@()" for c in tcl)
 
 
 def test_values_no_quoting_can_carry_are_refused() -> None:

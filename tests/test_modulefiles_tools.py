@@ -24,7 +24,6 @@ from lockbuild.cli import main
 REPO = Path(__file__).resolve().parent.parent
 LMOD_INIT = Path(os.environ.get("LOCKBUILD_TEST_LMOD_INIT", "/usr/share/lmod/lmod/init/bash"))
 EM_PREFIX = Path(os.environ.get("LOCKBUILD_TEST_ENVIRONMENT_MODULES", REPO / ".venv" / "environment-modules"))
-EM_CMD = "usr/lib/x86_64-linux-gnu/modulecmd.tcl"
 
 # Runtime settings a signed recipe may hold (envtable allows them) that would end a string or run code if
 # written into a module file as they are.
@@ -86,12 +85,14 @@ def tool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         if not LMOD_INIT.is_file():
             pytest.skip(f"no Lmod ({LMOD_INIT}); scripts/test installs Debian's lmod")
         return Tool("lua", LMOD_INIT)
-    cmd = EM_PREFIX / EM_CMD
-    if not cmd.is_file():
+    found = sorted(EM_PREFIX.glob("usr/lib/*/modulecmd.tcl"))
+    if not found:
         pytest.skip(f"no Environment Modules under {EM_PREFIX}; scripts/test unpacks Debian's environment-modules")
     init = tmp_path_factory.mktemp("em") / "bash"
     text = (EM_PREFIX / "usr/share/modules/init/bash").read_text()
-    init.write_text(text.replace(f"/{EM_CMD}", str(cmd)))  # the package's init script, pointed at the unpacked copy
+    packaged = "/" + str(found[0].relative_to(EM_PREFIX))
+    assert packaged in text
+    init.write_text(text.replace(packaged, str(found[0])))  # the package's init script, pointed at the unpacked copy
     return Tool("tcl", init)
 
 

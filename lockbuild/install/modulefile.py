@@ -4,7 +4,7 @@ Environment Modules (Tcl). Pure.
 Every value that comes from a bundle or the node (the engine's name, a path, a runtime setting) is written as
 one quoted string of the module language, built here and nowhere else: Lua ``"..."`` with every character
 but plain printable ASCII written as ``\\ddd`` bytes (never a long ``[[...]]`` string, which ``]]`` ends);
-Tcl ``"..."`` with every character but letters, digits and ``_-./:,=+%@`` written as ``\\uXXXX``, so no
+Tcl ``"..."`` with every character but letters, digits and ``_-./:,=+%@()`` written as ``\\uXXXX``, so no
 ``$``, ``[``, ``]``, ``\\``, ``"``, brace or newline reaches the interpreter as itself. A value no quoting can
 carry (a NUL, a character beyond U+FFFF) is refused. What the default choice reads back (``Record``) is the
 first lines' base64 JSON, inert in both languages.
@@ -32,7 +32,7 @@ LUA_DEFAULT = "default"  # Lmod: a link to the default's file
 TCL_DEFAULT = ".version"  # Environment Modules: names the default
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _LUA_PLAIN = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
-_TCL_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-./:,=+%@")
+_TCL_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-./:,=+%@()")
 
 
 def format_of(text: str) -> Format:

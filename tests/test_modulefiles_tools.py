@@ -205,7 +205,7 @@ def _sh(value: str) -> str:
 
 
 def test_a_modulefiles_folder_others_can_write_is_refused(bundles: dict[str, Path], keys: Keys, tmp_path: Path) -> None:
-    mods = tmp_path / "modules"
+    mods, elsewhere = tmp_path / "modules", tmp_path / "elsewhere"
     mods.mkdir()
     mods.chmod(0o777)
     code, _, err = install(bundles["1.0"], tmp_path / "engines", keys, mods, "lua")
@@ -213,6 +213,12 @@ def test_a_modulefiles_folder_others_can_write_is_refused(bundles: dict[str, Pat
     assert "--modulefiles" in err and "writable by its group or by others" in err
     assert not (tmp_path / "engines" / "toyengine" / "1.0-cpu").exists()
     assert list(mods.iterdir()) == []
+    mods.chmod(0o755)
+    elsewhere.mkdir()
+    (mods / "toyengine").symlink_to(elsewhere)  # DIR/ENGINE a link: never followed
+    code, _, err = install(bundles["1.0"], tmp_path / "engines", keys, mods, "lua")
+    assert code != 0 and "symbolic link" in err
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_lockbuild_modulefiles_names_the_folder(
@@ -221,9 +227,11 @@ def test_lockbuild_modulefiles_names_the_folder(
     mods = tmp_path / "modules"
     monkeypatch.setenv("LOCKBUILD_MODULEFILES", str(mods))
     root = tmp_path / "engines"
-    assert cli("install", str(bundles["1.0"]), "--root", str(root), "--trust", str(keys.trust))[0] == 0
-    assert (mods / "toyengine" / "1.0-cpu.lua").is_file()
+    for b in ("1.0", "1.1"):
+        assert cli("install", str(bundles[b]), "--root", str(root), "--trust", str(keys.trust))[0] == 0
+    assert (mods / "toyengine" / "1.0-cpu.lua").is_file() and default_of(mods, "lua") == "1.1-cpu"
     monkeypatch.delenv("LOCKBUILD_MODULEFILES")
+    shutil.rmtree(root / "toyengine" / "1.1-cpu")  # deleted by hand: its module file no longer counts
     assert cli("remove", "toyengine", "1.0-cpu", "--root", str(root))[0] == 0  # the marker's record
     assert not (mods / "toyengine" / "1.0-cpu.lua").exists()
-    assert shutil.which("true")
+    assert default_of(mods, "lua") is None

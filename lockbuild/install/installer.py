@@ -315,6 +315,8 @@ def remove(
             tip="`lockbuild list --root ROOT` shows what is installed.",
         )
     mods = _recorded_modules(marker.modulefiles, marker.modulefiles_format, modulefiles)
+    if mods is not None and not os.path.lexists(mods.dir):
+        mods = None  # the folder is gone: nothing of it to remove, and nothing made again
     engine_dir = prepare(root, engine)
     if mods is not None:
         mods.engine_dir(engine)  # checked by --root's rule before anything is removed

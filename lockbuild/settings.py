@@ -5,7 +5,8 @@ of ``LOCKBUILD_INDEX_URL`` here, at the boundary, so every URL downstream is cre
 they travel only as an Authorization header to the host they belong to (``auth_for``).
 
 Contract names (DESIGN.md §5): LOCKBUILD_INDEX_URL, LOCKBUILD_GITHUB_API, LOCKBUILD_GITHUB_DOWNLOAD,
-LOCKBUILD_CACHE_DIR; also GITHUB_TOKEN, LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, the
+LOCKBUILD_CACHE_DIR; for the node, LOCKBUILD_MODULEFILES (``modulefiles_dir``); also GITHUB_TOKEN,
+LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, the
 index host's entry in ``~/.netrc`` (or the file NETRC names), and for models HF_ENDPOINT and HF_TOKEN
 (the token goes to the Hub's own origin only: never to the CDN it redirects downloads to).
 """
@@ -32,6 +33,7 @@ TOKEN_USER = "__token__"  # noqa: S105 - the user name sent with LOCKBUILD_INDEX
 
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"  # HF_ENDPOINT unset
+MODULEFILES_ENV = "LOCKBUILD_MODULEFILES"  # install's and image's --modulefiles DIR, where the flag is not given
 
 
 @dataclass(frozen=True)
@@ -220,3 +222,18 @@ def hub_endpoint(environ: Mapping[str, str]) -> str:
         )
     check_transport(value, what="HF_ENDPOINT", allow_insecure=False)  # also refuses a scheme but http(s)
     return value.rstrip("/")
+
+
+def modulefiles_dir(given: Path | None, environ: Mapping[str, str]) -> Path | None:
+    """``--modulefiles DIR``, else ``LOCKBUILD_MODULEFILES`` (unset or empty: no module files)."""
+    if given is not None:
+        return given
+    value = environ.get(MODULEFILES_ENV) or ""
+    if not value:
+        return None
+    if _has_control_character(value):
+        raise SettingsError(
+            f"{MODULEFILES_ENV}: expected a folder path, found {value[:200]!r}.",
+            tip=f"Set {MODULEFILES_ENV} to the folder your users `module use`, or unset it.",
+        )
+    return Path(value)

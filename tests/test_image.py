@@ -53,9 +53,17 @@ def image(bundle: Path, out: Path, keys: Keys, *extra: str | Path) -> tuple[int,
 @pytest.fixture(scope="module")
 def built(bundles: dict[str, Path], keys: Keys, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("images") / "toyengine-1.0.sqfs"
-    code, _, stderr = image(bundles["toy"], out, keys, "--json")
+    code, _, stderr = image(bundles["toy"], out, keys, "--json", "--modulefiles", out.parent / "modules")
     assert code == 0, stderr
     return out
+
+
+def test_an_image_writes_the_module_file_for_its_prefix(built: Path) -> None:
+    engine_dir = built.parent / "modules" / "toyengine"
+    text = (engine_dir / "1.0-cpu.lua").read_text()
+    assert f'prepend_path("PATH", "{PREFIX}/bin")' in text and f'whatis("Installed at: {PREFIX}")' in text
+    assert os.readlink(engine_dir / "default") == "1.0-cpu.lua"
+    assert sorted(p.name for p in engine_dir.iterdir()) == ["1.0-cpu.lua", "default"]
 
 
 def test_an_image_and_its_record(built: Path, bundles: dict[str, Path]) -> None:

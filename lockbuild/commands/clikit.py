@@ -368,3 +368,18 @@ site_store_option = click.option(
 wait_option = click.option(
     "--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another import, pull or gc."
 )
+# install, remove and image share these: where the module files go (Lmod or Environment Modules).
+modulefiles_option = click.option(
+    "--modulefiles",
+    "modulefiles_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Write (remove: delete) the engine's module file in DIR/ENGINE and move its default "
+    "(default: $LOCKBUILD_MODULEFILES).",
+)
+modulefiles_format_option = click.option(
+    "--modulefiles-format",
+    type=click.Choice(["lua", "tcl"]),
+    default="lua",
+    show_default=True,
+    help="lua: Lmod (DIR/ENGINE/VERSION-VARIANT.lua); tcl: Environment Modules (DIR/ENGINE/VERSION-VARIANT).",
+)

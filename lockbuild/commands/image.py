@@ -13,6 +13,8 @@ from lockbuild.commands.clikit import (
     emit,
     gpu_check_option,
     json_option,
+    modulefiles_format_option,
+    modulefiles_option,
     progress_of,
     setup_output,
     threshold_option,
@@ -53,6 +55,8 @@ from lockbuild.commands.clikit import (
     help="Interpreter to use (default: the bundle's own, placed inside the image; else pythonX.Y on PATH).",
 )
 @gpu_check_option
+@modulefiles_option
+@modulefiles_format_option
 @json_option
 @click.pass_context
 def image(
@@ -66,6 +70,8 @@ def image(
     python: Path | None,
     gpu_check: str,
     as_json: bool,
+    modulefiles_dir: Path | None = None,
+    modulefiles_format: str = "lua",
 ) -> None:
     """Install a signed bundle for PREFIX and pack it into one reproducible squashfs image, FILE.sqfs.
 
@@ -73,7 +79,8 @@ def image(
     verify command and the GPU probe where a GPU is present. The environment is built for PREFIX (the
     path where the nodes mount the image), its bytecode compiled in checked-hash mode, and the tree
     packed with the bundle's cut-off as every time. FILE.sqfs appears whole or not at all, with the record
-    FILE.sqfs.json beside it. Nothing is signed: `lockbuild sign FILE.sqfs --key KEY` does that.
+    FILE.sqfs.json beside it (and, with --modulefiles DIR, the module file for PREFIX). Nothing is
+    signed: `lockbuild sign FILE.sqfs --key KEY` does that.
 
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
@@ -83,6 +90,7 @@ def image(
     from lockbuild.image.build import make_image
     from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import InstallOptions
+    from lockbuild.install.moduledir import module_target
     from lockbuild.site.sources import named_source
 
     opts = InstallOptions(
@@ -94,7 +102,8 @@ def image(
         environ=dict(os.environ),
     )
     with named_source(bundle, store=store_dir) as source:
-        res = make_image(source, opts, prefix, out, progress=progress_of(ctx))
+        mods = module_target(modulefiles_dir, modulefiles_format, os.environ)
+        res = make_image(source, opts, prefix, out, progress=progress_of(ctx), modules=mods)
     sign = f"lockbuild sign {shlex.quote(str(out))} --key KEY"  # the path as the user gave it, from where they are
     emit(
         ctx,

@@ -15,6 +15,8 @@ from lockbuild.commands.clikit import (
     gpu_check_option,
     json_option,
     models_option,
+    modulefiles_format_option,
+    modulefiles_option,
     progress_of,
     root_option,
     setup_output,
@@ -52,6 +54,8 @@ if TYPE_CHECKING:  # no network code below the node's commands: the installer is
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older (lower serial) than the installed one.")
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
 @models_option
+@modulefiles_option
+@modulefiles_format_option
 @json_option
 @click.pass_context
 def install(
@@ -69,6 +73,8 @@ def install(
     as_json: bool,
     allow_cpu: bool = False,
     models_dir: Path | None = None,
+    modulefiles_dir: Path | None = None,
+    modulefiles_format: str = "lua",
 ) -> None:
     """Install a signed bundle offline into ROOT/ENGINE/VERSION-VARIANT, atomically.
 
@@ -87,6 +93,7 @@ def install(
     setup_output(ctx, as_json)
     from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import Installer, InstallOptions
+    from lockbuild.install.moduledir import module_target
     from lockbuild.site.sources import choosing_form
 
     opts = InstallOptions(
@@ -100,6 +107,7 @@ def install(
         wait=wait,
         environ=dict(os.environ),  # the installer passes only allow-listed names on to uv and the engine
         models=models_dir,
+        modulefiles=module_target(modulefiles_dir, modulefiles_format, os.environ),
     )
     installer = Installer(opts, progress=progress_of(ctx))
     from lockbuild.site.sources import named_source  # no network code either

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import click
 
-from lockbuild.commands.clikit import Command, emit, json_option, models_option, root_option, setup_output
+from lockbuild.commands.clikit import (
+    Command,
+    emit,
+    json_option,
+    models_option,
+    modulefiles_format_option,
+    modulefiles_option,
+    root_option,
+    setup_output,
+)
 
 
 @click.command("list", cls=Command, epilog="Example: lockbuild list --root /opt/engines --json")
@@ -81,14 +90,30 @@ def _list_images(ctx: click.Context, folder: Path) -> None:
 @click.argument("build_id", metavar="VERSION-VARIANT")
 @root_option
 @click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait for another installer.")
+@modulefiles_option
+@modulefiles_format_option
 @json_option
 @click.pass_context
-def remove(ctx: click.Context, engine: str, build_id: str, root: Path, wait: float, as_json: bool) -> None:
-    """Remove an installed engine environment."""
+def remove(
+    ctx: click.Context,
+    engine: str,
+    build_id: str,
+    root: Path,
+    wait: float,
+    as_json: bool,
+    modulefiles_dir: Path | None = None,
+    modulefiles_format: str = "lua",
+) -> None:
+    """Remove an installed engine environment, and its module file (where the install wrote one, or in
+    --modulefiles DIR), moving the engine's default."""
     setup_output(ctx, as_json)
-    from lockbuild.install.installer import remove as do_remove
+    import os
 
-    path = do_remove(root, engine, build_id, wait=wait)
+    from lockbuild.install.installer import remove as do_remove
+    from lockbuild.install.moduledir import module_target
+
+    mods = module_target(modulefiles_dir, modulefiles_format, os.environ)
+    path = do_remove(root, engine, build_id, wait=wait, modulefiles=mods, environ=os.environ)
     emit(ctx, {"removed": str(path)}, f"removed {path}")
 
 

@@ -34,6 +34,8 @@ from lockbuild.fsio import create_new, remove_tree, temp_beside
 from lockbuild.image import bytecode, view
 from lockbuild.image.record import SUFFIX, TOOLS_TIP, Record, record_path
 from lockbuild.install.installer import Installer, InstallOptions
+from lockbuild.install.moduledir import ModuleTarget, Pending
+from lockbuild.install.modulefile import spec_of
 from lockbuild.install.node import Node, detect
 from lockbuild.install.pythons import PYTHONS, check_usable_by_others, place_interpreter
 from lockbuild.install.stage import View
@@ -93,8 +95,10 @@ def make_image(
     *,
     progress: Progress | None = None,
     node: Node | None = None,
+    modules: ModuleTarget | None = None,
 ) -> ImageResult:
-    """Check, install for ``prefix`` and pack the bundle ``source`` names into ``out`` (with its record)."""
+    """Check, install for ``prefix`` and pack the bundle ``source`` names into ``out`` (with its record);
+    with ``modules``, the module file for ``prefix`` is renamed into place once the image is."""
     started = time.monotonic()
     p = progress or Progress.quiet()
     out, tool = check_out(out), mksquashfs()
@@ -103,6 +107,10 @@ def make_image(
     trusted = open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold)
     node = node or detect(environ=options.environ)
     m = trusted.manifest
+    pending = None
+    if modules is not None:  # DIR/ENGINE checked by --root's rule before any work
+        spec = spec_of(m, trusted.sha256, trusted.signer_ids, str(prefix), "image")
+        pending = Pending(modules, modules.engine_dir(m.engine), spec)
     python = find_python(m.python, options.python) if options.python or not m.install.interpreter else None
     if python is not None:
         # outside the image, every user of every node that mounts it runs it: it must be everyone's to run
@@ -143,9 +151,15 @@ def make_image(
         try:
             installer.build_env(trusted, python, node, staged, unpacked, then=pack, view=the_view, place_python=place)
             record = _record(trusted, partial, prefix, _interpreter(staged, interpreter[0]))
+            if pending is not None:
+                pending.write()
             _place_atomically(partial, out, record)
+            if pending is not None:
+                pending.commit(node, options.gpu_check)
         finally:
             remove_tree(partial)
+            if pending is not None:
+                pending.discard()
     p.finish()
     return ImageResult(out, record, m.engine, m.version, m.variant, time.monotonic() - started)
 

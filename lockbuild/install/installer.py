@@ -27,6 +27,8 @@ from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.hubcache.envvars import with_models_env
 from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
+from lockbuild.install.moduledir import ModuleTarget, Pending, remove_module
+from lockbuild.install.modulefile import format_of, spec_of
 from lockbuild.install.node import Node, detect, free_bytes
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others
@@ -55,6 +57,7 @@ class InstallOptions:
     verify_timeout: float = VERIFY_TIMEOUT
     environ: Mapping[str, str] = field(default_factory=dict)  # the CLI's; uv and the engine get allow-lists of it
     models: Path | None = None  # --models: HF_HUB_CACHE (and HF_HUB_OFFLINE=1) among the runtime settings
+    modulefiles: ModuleTarget | None = None  # --modulefiles: the module file written with the swap
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,8 @@ class Installer:
         found = locate_python(m.python, self.o.python) if self.o.python or not m.install.interpreter else None
         engine_dir = prepare(self.o.root, m.engine)
         target = engine_dir / f"{m.version}-{m.variant}"
+        if self.o.modulefiles is not None:  # DIR/ENGINE checked by --root's rule before any work
+            self.o.modulefiles.engine_dir(m.engine)
         if found is not None and readable_by_others(engine_dir):  # who can use the environment can run its python
             check_usable_by_others(found.path, origin=found.origin, want=m.python, used_by=str(target))
         python = found.path if found is not None else None
@@ -190,16 +195,35 @@ class Installer:
     def _stage_and_swap(self, opened: TrustedBundle, python: Path | None, node: Node, target: Path) -> None:
         staged = target.with_name(target.name + STAGING_SUFFIX)
         unpacked = target.with_name(target.name + ".bundle" + STAGING_SUFFIX)
+        pending = self._module_file(opened, target)
 
         def swap() -> None:
             self.progress.phase(f"swapping {target.name} into place")
-            swap_into_place(staged, target, after_exchange=lambda: self.hook("swap"))
+            if pending is not None:  # written before the swap; renamed into place, with the default, right after it
+                pending.write()
+
+            def exchanged() -> None:
+                if pending is not None:
+                    pending.commit(node, self.o.gpu_check)
+                self.hook("swap")
+
+            swap_into_place(staged, target, after_exchange=exchanged)
 
         try:
             self.build_env(opened, python, node, staged, unpacked, then=swap)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
+            if pending is not None:
+                pending.discard()
             raise
+
+    def _module_file(self, opened: TrustedBundle, target: Path) -> Pending | None:
+        mods = self.o.modulefiles
+        if mods is None:
+            return None
+        m = with_models_env(opened.manifest, self.o.models)
+        spec = spec_of(m, opened.sha256, opened.signer_ids, str(target), "install")
+        return Pending(mods, mods.engine_dir(m.engine), spec)
 
     def build_env(
         self,
@@ -234,7 +258,9 @@ class Installer:
                 cleaner = threading.Thread(target=_remove_spent, args=(unpacked,), name="lockbuild-cleanup")
                 cleaner.start()
                 stage.verify(timeout=self.o.verify_timeout, gpu_check=self.o.gpu_check, node=node)
-                stage.write_records(opened.sha256, opened.signer_ids)
+                mods = self.o.modulefiles
+                where = (str(mods.dir.absolute()), mods.fmt) if mods is not None else ("", "")
+                stage.write_records(opened.sha256, opened.signer_ids, where)
                 cleaner.join()
                 then()
         finally:
@@ -249,6 +275,13 @@ class Installer:
         return bundled_python(self.o.root, unpacked / member.path, member.sha256, m.python, wait=self.o.wait)
 
 
+def _recorded_modules(recorded: str, fmt: str, given: ModuleTarget | None) -> ModuleTarget | None:
+    """Where the install wrote its module file (its marker's record), else ``--modulefiles``."""
+    if recorded and fmt in ("lua", "tcl"):
+        return ModuleTarget(Path(recorded), format_of(fmt))
+    return given
+
+
 SPENT = ("wheels", "sdists", ".uv-cache")  # what only uv reads: the records (lock, recipe, SBOM) stay
 
 
@@ -257,24 +290,41 @@ def _remove_spent(unpacked: Path) -> None:
         shutil.rmtree(unpacked / name, ignore_errors=True)
 
 
-def remove(root: Path, engine: str, build_id: str, *, wait: float = 0.0) -> Path:
+def remove(
+    root: Path,
+    engine: str,
+    build_id: str,
+    *,
+    wait: float = 0.0,
+    modulefiles: ModuleTarget | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Path:
     """Remove an installed environment; the removal is atomic from the outside (rename, then delete).
-    The same ownership rules as install apply; the lock file goes with the last environment."""
+    The same ownership rules as install apply; the lock file goes with the last environment. The module
+    file the install recorded (or ``modulefiles``' DIR) goes too, and the engine's default moves."""
     root = root.absolute()
     engine_dir = root / engine
     target = engine_dir / build_id
     plain = all(name and os.path.sep not in name and not name.startswith(".") for name in (engine, build_id))
-    if not plain or read_marker(target) is None:
+    marker = read_marker(target) if plain else None
+    if marker is None:
         raise InstallError(
             f"no lockbuild environment {engine} {build_id} under {root}.",
             tip="`lockbuild list --root ROOT` shows what is installed.",
         )
+    mods = _recorded_modules(marker.modulefiles, marker.modulefiles_format, modulefiles)
+    if mods is not None and not os.path.lexists(mods.dir):
+        mods = None  # the folder is gone: nothing of it to remove, and nothing made again
     engine_dir = prepare(root, engine)
+    if mods is not None:
+        mods.engine_dir(engine)  # checked by --root's rule before anything is removed
     with engine_lock(engine_dir, wait=wait):
         clean_stale(engine_dir)
         check_target(target)
         doomed = target.with_name(f"{target.name}.removing{STAGING_SUFFIX}")
         target.rename(doomed)
+        if mods is not None:  # the build is no longer installed: its file goes, the default moves
+            remove_module(mods, engine, build_id, detect(environ=environ or {}), "auto")
         shutil.rmtree(doomed, ignore_errors=True)
     with contextlib.suppress(LockbuildError):  # the environment is gone; an interpreter can go next time
         collect(root, wait=wait)  # interpreters under <root>/.python that no environment uses any more

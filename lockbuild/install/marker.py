@@ -43,6 +43,8 @@ class Installed:
     dev: int = 0  # the environment directory's st_dev and st_ino when the marker was written
     ino: int = 0
     env: tuple[tuple[str, str], ...] = ()  # the engine's runtime settings ([engine.env])
+    modulefiles: str = ""  # --modulefiles DIR the install wrote its module file into ("": none)
+    modulefiles_format: str = ""  # its format, lua or tcl
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -198,7 +198,7 @@ class Stage:
                 )
             raise InstallError(exc.message, tip=hint or "Check the driver with nvidia-smi.") from None
 
-    def write_records(self, sha256: str, signers: tuple[str, ...]) -> None:
+    def write_records(self, sha256: str, signers: tuple[str, ...], modules: tuple[str, str] = ("", "")) -> None:
         """The lock, recipe and SBOM as installed (the record of what is there), then the marker, which
         names this directory's device and inode (kept by the swap's rename)."""
         m = self.manifest
@@ -230,6 +230,8 @@ class Stage:
             dev=dev,
             ino=ino,
             env=m.install.env,
+            modulefiles=modules[0],
+            modulefiles_format=modules[1],
         )
         with create_under(self.staged, MARKER) as f:
             f.write((json.dumps(marker.to_json(), indent=2, sort_keys=True) + "\n").encode())

@@ -16,7 +16,7 @@ import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import IO
 
 from lockbuild.errors import LockbuildError
 from lockbuild.gpu.vocab import Arch, arch_of_sm
@@ -60,7 +60,7 @@ class Kernels:
 class _Reader:
     """Bounded reads of one file by absolute offset; every failure names the file."""
 
-    def __init__(self, f: BinaryIO, size: int, name: str) -> None:
+    def __init__(self, f: IO[bytes], size: int, name: str) -> None:
         self.f, self.size, self.name = f, size, name
 
     def fail(self, what: str) -> BinaryError:
@@ -165,7 +165,7 @@ def _container(r: _Reader, at: int, end: int, budget: list[int], sass: set[Arch]
     return stop
 
 
-def read_kernels(f: BinaryIO, size: int, name: str) -> Kernels:
+def read_kernels(f: IO[bytes], size: int, name: str) -> Kernels:
     """The SASS and PTX architectures of the ELF shared object ``f`` (``size`` bytes, named ``name`` in
     messages); empty for a file that is not an ELF64 object or has no ``.nv_fatbin``. A structure that
     points past the file or its section, a loop or an oversized table raises :class:`BinaryError`."""

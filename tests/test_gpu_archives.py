@@ -115,3 +115,8 @@ def test_fetching_a_wheel_with_a_damaged_library_stops(tmp_path: Path) -> None:
     bad = wheel_bytes({"evil/libx.so": fatbinkit.elf_so({".text": b"\xc3"}, shnum=60000)})
     with pytest.raises(BinaryError, match=r"evil-1\.0-py3-none-any\.whl: evil/libx\.so"):
         _commit(cache, bad, "evil-1.0-py3-none-any.whl")
+
+
+def test_a_file_that_is_no_archive_is_left_unread() -> None:
+    assert read_archive(io.BytesIO(b"not a tar"), "asset.tgz") is None
+    assert read_archive(io.BytesIO(b"not a zip"), "x-1.0-py3-none-any.whl") is None

@@ -70,7 +70,7 @@ def _collect(found: list[tuple[str, Kernels]], cudart: list[str], name: str, ker
         found.append((name, kernels))
 
 
-def read_zip(f: BinaryIO, label: str) -> Reading:
+def read_zip(f: BinaryIO, label: str) -> Reading | None:
     """The CUDA libraries of the zip (a wheel) open as ``f``; ``label`` names it in messages."""
     found: list[tuple[str, Kernels]] = []
     cudart: list[str] = []
@@ -82,8 +82,8 @@ def read_zip(f: BinaryIO, label: str) -> Reading:
                 with zf.open(info) as member:
                     kernels = read_kernels(member, info.file_size, f"{label}: {info.filename}")
                 _collect(found, cudart, info.filename, kernels)
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as e:
-        raise BinaryError(f"{label}: reading it as a zip archive failed ({e}).") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, OSError):
+        return None  # not a readable zip: left unread (whatever unpacks it refuses it), never taken as no kernels
     return Reading(tuple(sorted(found)), tuple(sorted(set(cudart))))
 
 
@@ -96,7 +96,7 @@ def _read_copied(source: IO[bytes], size: int, shown: str) -> Kernels:
         return read_kernels(copy, size, shown)
 
 
-def read_tar(f: BinaryIO, label: str) -> Reading:
+def read_tar(f: BinaryIO, label: str) -> Reading | None:
     """The CUDA libraries of the tar (plain or compressed) open as ``f``; members stream in order."""
     found: list[tuple[str, Kernels]] = []
     cudart: list[str] = []
@@ -110,14 +110,15 @@ def read_tar(f: BinaryIO, label: str) -> Reading:
                     continue
                 kernels = _read_copied(member, info.size, f"{label}: {info.name}")
                 _collect(found, cudart, info.name, kernels)
-    except (tarfile.TarError, zlib.error, EOFError, OSError, ValueError) as e:
-        raise BinaryError(f"{label}: reading it as a tar archive failed ({e}).") from None
+    except (tarfile.TarError, zlib.error, EOFError, OSError, ValueError):
+        return None  # as for a zip
     return Reading(tuple(sorted(found)), tuple(sorted(set(cudart))))
 
 
 def read_archive(f: BinaryIO, name: str, label: str | None = None) -> Reading | None:
     """The reading of the archive ``name`` (a wheel or a release archive) open as ``f``; None for a file
-    of another kind (an sdist is source: it is read once built into a wheel)."""
+    of another kind (an sdist is source: it is read once built into a wheel) or that does not open as
+    the archive its name says (left unread: never taken as a file without kernels)."""
     label = label or name
     if name.endswith((".whl", ".zip")):
         return read_zip(f, label)

@@ -147,7 +147,8 @@ class GpuFit:
         ]
 
     def line(self) -> str:
-        """``GPU fit: CUDA 13.0 (driver >= 580.65.06), kernels for 7.5-12.1 (torch, vllm); flash-attention 2: 8.0 only``"""
+        """One line per build: ``GPU fit: CUDA 13.0 (driver >= 580.65.06), kernels for 7.5-12.1 (torch, vllm);
+        flash-attention 2: 8.0 only``."""
         parts = []
         if self.cuda:
             parts.append(f"CUDA {self.cuda}" + (f" (driver >= {self.min_driver})" if self.min_driver else ""))

@@ -14,6 +14,7 @@ from lockbuild.errors import RecipeError
 from lockbuild.gpu.vocab import is_driver, parse_capability
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import (
+    PROJECT,
     PYTHON,
     SHA256,
     VERSION,
@@ -299,7 +300,7 @@ def _exclude_newer_package(
 def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirement | None:
     if data is None:
         return None
-    t = Table(data, where, p, ("min-capability", "max-capability", "min-driver"))
+    t = Table(data, where, p, ("min-capability", "max-capability", "min-driver", "kernels-from"))
     capability, highest = None, None
     for key in ("min-capability", "max-capability"):
         cap = t.string(key, 'a compute capability such as "8.0"', required=False)
@@ -321,7 +322,12 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirem
         required=False,
         check=is_driver,
     )
-    return GpuRequirement(capability, driver, highest)
+    named = t.strings("kernels-from", 'a list of package names, e.g. ["sgl-kernel"]', required=False) or ()
+    for name in named:
+        if not PROJECT.fullmatch(name):
+            p.add(f"{where}.kernels-from", f"expected package names, found {name!r}")
+    kernels_from = tuple(dict.fromkeys(canonicalize_name(n) for n in named if PROJECT.fullmatch(n)))
+    return GpuRequirement(capability, driver, highest, kernels_from)
 
 
 def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:

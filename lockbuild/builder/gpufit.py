@@ -91,8 +91,10 @@ def contradictions(stated: GpuRequirement, fit: GpuFit) -> list[str]:
     low = stated.min_capability
     if low is not None and fit.coverage(low) is None:
         have = capability_text(fit.min_capability) if fit.min_capability else "no capability"
+        lacking = fit.lacking(low)
         out.append(
-            f"min-capability {capability_text(low)}: {', '.join(fit.lacking(low))} has no kernels for "
+            f"min-capability {capability_text(low)}: {', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} "
+            f"no kernels for "
             f"{capability_text(low)} (the gated packages start at {have})"
         )
     high, top = stated.max_capability, fit.max_capability
@@ -148,6 +150,12 @@ def _filled_text(plan: Plan, gpu: GpuRequirement) -> str:
         table["min-driver"] = gpu.min_driver
     keep["gpu"] = table
     return tomlkit.dumps(doc)
+
+
+def measured_and_filled(plan: Plan, cache: Cache) -> tuple[Plan, Measured]:
+    """``fetch``: the fit of a plan whose files are all in the cache, and the plan checked and filled by it."""
+    measured = measure_plan(plan, cache, read_missing=True)
+    return (check_and_fill(plan, measured.fit) if measured.fit is not None else plan), measured
 
 
 def pack_measured(

@@ -134,7 +134,7 @@ def fetch(
     sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
     """
     setup_output(ctx, as_json)
-    from lockbuild.builder.gpufit import check_and_fill, measure_plan
+    from lockbuild.builder.gpufit import measured_and_filled
     from lockbuild.builder.output import lock_json, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
@@ -149,9 +149,7 @@ def fetch(
             plan, note = _with_provenance_report(s.planner.plan(r, b), out)
             emit_warnings(ctx, plan.warnings)
             paths, report = s.fetch(plan)
-            measured = measure_plan(plan, s.cache, read_missing=True)  # every file read as it entered the cache
-            if measured.fit is not None:
-                plan = check_and_fill(plan, measured.fit)  # a contradicted recipe: exit 2, nothing written
+            plan, measured = measured_and_filled(plan, s.cache)  # a contradicted recipe: exit 2, nothing written
             write_plan_dir(plan, out, paths)
             lines.append(
                 f"fetched {plan.recipe.engine.name} {plan.build.id}: {len(report.files)} files "
@@ -284,7 +282,6 @@ def build(
                 plans[n - 1], bundle, measured = pack_measured(plan, s.fetcher, out, threads=threads)
                 written.append(bundle)
                 fits.append(measured)
-                progress.note(measured.text())
         except BaseException:
             for w in written:
                 w.discard()

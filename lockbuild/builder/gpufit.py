@@ -130,10 +130,9 @@ def check_and_fill(plan: Plan, fit: GpuFit) -> Plan:
         stated.max_capability or (None if fit.jit_beyond else fit.max_capability),
         stated.kernels_from,
     )
-    if filled == stated:
-        return plan
+    text = plan.resolved_recipe if filled == stated else _filled_text(plan, filled)
     build = dataclasses.replace(plan.build, gpu=filled)
-    return dataclasses.replace(plan, build=build, resolved_recipe=_filled_text(plan, filled))
+    return dataclasses.replace(plan, build=build, resolved_recipe=text, gpu_fit=fit)
 
 
 def _filled_text(plan: Plan, gpu: GpuRequirement) -> str:

@@ -36,6 +36,7 @@ from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
 from lockbuild.builder.sdistmeta import SdistMetadata
 from lockbuild.builder.sdistplan import build_closure, prebuild_sdists
 from lockbuild.errors import LockbuildError, RecipeError
+from lockbuild.gpu.fit import GpuFit
 from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe
@@ -61,6 +62,7 @@ class Plan:
     build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
     prebuilt: tuple[Prebuilt, ...] = ()  # wheels built here from sdists, bundled next to them
     resolution_reused: bool = False  # uv's resolution was remembered from an earlier run (memo.py), uv not run
+    gpu_fit: GpuFit | None = None  # the measured fit (builder/gpufit.py), carried into the manifest (format 5)
 
     def wanted(self) -> list[Wanted]:
         # Credentials are added by the HTTP client, per host, from the settings (never per file).

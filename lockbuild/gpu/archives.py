@@ -17,13 +17,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO
 
+from lockbuild.digest import CHUNK
 from lockbuild.gpu.fatbin import BinaryError, Kernels, read_kernels
 from lockbuild.gpu.vocab import parse_arch
 
 SHARED_OBJECT = re.compile(r"[^/]\.so(?:\.\d{1,6})*\Z")
 CUDART = re.compile(r"(?:^|/)libcudart\.so\.(\d{1,3}(?:\.\d{1,6}){0,2})\Z")
 MAX_LIBRARIES = 100_000  # shared objects in one archive
-_COPY = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def read_zip(f: BinaryIO, label: str) -> Reading | None:
 def _read_copied(source: IO[bytes], size: int, shown: str) -> Kernels:
     """Read the archive member ``source`` from an anonymous temporary copy, inflated once."""
     with tempfile.TemporaryFile(prefix="lockbuild-so-") as copy:
-        shutil.copyfileobj(source, copy, _COPY)
+        shutil.copyfileobj(source, copy, CHUNK)
         if copy.tell() != size:
             raise BinaryError(f"{shown}: the tar member says it has {size} bytes and holds {copy.tell()}.")
         return read_kernels(copy, size, shown)

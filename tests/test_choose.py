@@ -31,8 +31,8 @@ from lockbuild.choice.candidates import Option
 from lockbuild.choice.ranking import choose
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
-from lockbuild.install.fit import Facts, Needs
 from lockbuild.install.node import FactsError, Gpu, Node, detect
+from lockbuild.install.nodecheck import Facts, Needs
 from lockbuild.recipe import parse_recipe
 
 CU13 = GpuNeeds((7, 5), "580")

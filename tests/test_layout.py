@@ -130,6 +130,7 @@ DELETE_BY_PATH_ALLOWED = {
     "builder/pack.py": "the builder's own --out staging",
     "builder/memo.py": "the builder's own cache",
     "fetch/cache.py": "the builder's own cache",
+    "fetch/kernelcache.py": "the builder's own cache's kept GPU readings and their temp files",
     "fetch/fetcher.py": "the builder's own cache's partial downloads",
     "site/delta.py": "the delta writer's own work directory under --out",
     "site/partlist.py": "the splitter's own temporary part files under --out",

@@ -21,7 +21,7 @@ NODE_TOOL_READERS = (
     "install/node.py",
     "install/survey.py",
     "choice/choose.py",
-    "install/fit.py",
+    "install/nodecheck.py",
     "choice/candidates.py",
     "choice/ranking.py",
     "image/record.py",

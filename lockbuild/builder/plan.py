@@ -32,6 +32,7 @@ from lockbuild.fetch.extraindex import extra_indexes, index_label
 from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified
 from lockbuild.fetch.index import Index
 from lockbuild.fetch.lookahead import Lookahead
+from lockbuild.gpu.fit import GpuFit
 from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
 from lockbuild.proc.uvtool import uv_binary, uv_version
 from lockbuild.progress import Progress
@@ -61,6 +62,7 @@ class Plan:
     build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
     prebuilt: tuple[Prebuilt, ...] = ()  # wheels built here from sdists, bundled next to them
     resolution_reused: bool = False  # uv's resolution was remembered from an earlier run (memo.py), uv not run
+    gpu_fit: GpuFit | None = None  # the measured fit (builder/gpufit.py), carried into the manifest (format 5)
 
     def wanted(self) -> list[Wanted]:
         # Credentials are added by the HTTP client, per host, from the settings (never per file).

@@ -12,14 +12,14 @@ import unicodedata
 from typing import Any
 
 from lockbuild import envtable
+from lockbuild.bundle.fittable import parse_fit
 from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.paths import env_reserved, path_problem
 from lockbuild.errors import IntegrityError
+from lockbuild.gpu.vocab import is_driver, parse_capability
 
 PROBES = ("torch", "none")
 _BINARY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-_CAPABILITY = re.compile(r"(\d{1,2})\.(\d{1,2})")
-_DRIVER = re.compile(r"\d{1,4}(?:\.\d{1,4}){0,3}")
 _SERVES = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _MAX_ARGS = 64
 _MAX_ARG = 4096
@@ -66,26 +66,29 @@ def _capability(data: dict[str, Any], key: str) -> tuple[int, int] | None:
     cap = data.get(key)
     if cap is None:
         return None
-    m = _CAPABILITY.fullmatch(cap) if isinstance(cap, str) else None
-    if m is None:
+    parsed = parse_capability(cap)
+    if parsed is None:
         raise _bad(f'the manifest\'s install.gpu.{key} {str(cap)[:40]!r} is not like "8.0".')
-    return (int(m[1]), int(m[2]))
+    return parsed
 
 
 def _gpu(data: Any) -> GpuNeeds:
     if not isinstance(data, dict):
         raise _bad("the manifest's install.gpu is not a table.")
-    _keys(data, ("min-capability", "min-driver", "max-capability", "variant-properties"), "install.gpu")
+    _keys(data, ("min-capability", "min-driver", "max-capability", "variant-properties", "measured"), "install.gpu")
     capability = _capability(data, "min-capability")
     highest = _capability(data, "max-capability")
     drv = data.get("min-driver")
-    if drv is not None and not (isinstance(drv, str) and _DRIVER.fullmatch(drv)):
+    if drv is not None and not is_driver(drv):
         raise _bad(f'the manifest\'s install.gpu.min-driver {str(drv)[:40]!r} is not a driver version like "580".')
     if capability is not None and highest is not None and highest < capability:
         raise _bad("the manifest's install.gpu.max-capability is below its min-capability; the bundle is malformed.")
-    needs = GpuNeeds(capability, drv, highest)
+    measured = parse_fit(data["measured"]) if "measured" in data else None
+    needs = GpuNeeds(capability, drv, highest, measured)
     props = data.get("variant-properties")
-    if (props is None) != (highest is None) or (props is not None and props != list(needs.variant_properties())):
+    if (props is None) != (highest is None and measured is None) or (
+        props is not None and props != list(needs.variant_properties())
+    ):
         raise _bad(
             "the manifest's install.gpu.variant-properties are not the ones its needs imply (written with "
             "max-capability, derived from the table); the bundle is malformed."

@@ -13,12 +13,19 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from lockbuild.bundle.fittable import fit_toml_lines
+from lockbuild.gpu.fit import GpuFit
+from lockbuild.gpu.vocab import KNOWN_CAPABILITIES, Capability, capability_text, newest_cuda_for
+
+FORMAT_5 = 5  # this wave's manifest format, engines and models alike: the measured GPU fit among what it adds
+
 
 @dataclass(frozen=True)
 class GpuNeeds:
-    min_capability: tuple[int, int] | None = None
+    min_capability: Capability | None = None
     min_driver: str | None = None
-    max_capability: tuple[int, int] | None = None  # from manifest format 3
+    max_capability: Capability | None = None  # from manifest format 3
+    measured: GpuFit | None = None  # from format 5: the architectures each package's libraries carry
 
     def variant_properties(self) -> tuple[str, ...]:
         """The same needs as wheel-variant properties (PEP 817/825, the NVIDIA provider's namespace),
@@ -60,7 +67,10 @@ class InstallTable:
 
     @property
     def needs_format(self) -> int:
-        """The manifest format these instructions need: 3 when they carry max-capability or serves."""
+        """The manifest format these instructions need: 5 with a measured GPU fit, 3 when they carry
+        max-capability or serves."""
+        if self.gpu is not None and self.gpu.measured is not None:
+            return FORMAT_5
         return 3 if self.serves or (self.gpu is not None and self.gpu.max_capability is not None) else 2
 
     def to_json(self) -> dict[str, Any]:
@@ -76,6 +86,7 @@ class InstallTable:
                 "min_driver": gpu.min_driver,
                 "max_capability": None if gpu.max_capability is None else "{}.{}".format(*gpu.max_capability),
                 "variant_properties": list(gpu.variant_properties()),
+                "measured": gpu.measured.to_json() if gpu.measured is not None else None,
             },
             "serves": list(self.serves),
             "free_gb": self.free_gb,
@@ -99,6 +110,8 @@ class InstallTable:
             lines.append(
                 f"needs GPU compute capability {capability_range(self.gpu)}, driver {self.gpu.min_driver or 'any'}+"
             )
+            if self.gpu.measured is not None:
+                lines.append(f"measured {self.gpu.measured.line()}")
         if self.serves:
             lines.append(f"serves {', '.join(self.serves)} where none of its own builds fits")
         if self.free_gb:
@@ -140,10 +153,13 @@ class InstallTable:
                 lines.append(f"min-capability = {q('{}.{}'.format(*self.gpu.min_capability))}")
             if self.gpu.min_driver is not None:
                 lines.append(f"min-driver = {q(self.gpu.min_driver)}")
-            if self.gpu.max_capability is not None:  # format 3: with the wheel-variant properties beside it
-                lines.append(f"max-capability = {q('{}.{}'.format(*self.gpu.max_capability))}")
+            if self.gpu.max_capability is not None or self.gpu.measured is not None:  # with the variant properties
+                if self.gpu.max_capability is not None:
+                    lines.append(f"max-capability = {q('{}.{}'.format(*self.gpu.max_capability))}")
                 lines.append(f"variant-properties = [{', '.join(q(v) for v in self.gpu.variant_properties())}]")
             lines.append("")
+            if self.gpu.measured is not None:
+                lines += fit_toml_lines(self.gpu.measured, q)
         if self.source is not None:
             s = self.source
             lines += ["[install.source]", f"member = {q(s.member)}", f"dir = {q(s.dir)}", f"top = {q(s.top)}", ""]
@@ -154,57 +170,21 @@ class InstallTable:
 
 def capability_range(gpu: GpuNeeds) -> str:
     """``7.5+``, ``6.0-8.9``, ``up to 8.9`` or ``any``."""
-    low = "{}.{}".format(*gpu.min_capability) if gpu.min_capability else None
-    high = "{}.{}".format(*gpu.max_capability) if gpu.max_capability else None
+    low = capability_text(gpu.min_capability) if gpu.min_capability else None
+    high = capability_text(gpu.max_capability) if gpu.max_capability else None
     if low and high:
         return f"{low}-{high}"
     return f"{low}+" if low else f"up to {high}" if high else "any"
 
 
-# Compute capabilities NVIDIA has shipped (sm_arch values of the wheel-variant provider).
-KNOWN_CAPABILITIES = (
-    (5, 0),
-    (5, 2),
-    (5, 3),
-    (6, 0),
-    (6, 1),
-    (6, 2),
-    (7, 0),
-    (7, 2),
-    (7, 5),
-    (8, 0),
-    (8, 6),
-    (8, 7),
-    (8, 9),
-    (9, 0),
-    (10, 0),
-    (10, 3),
-    (11, 0),
-    (12, 0),
-    (12, 1),
-)
-# The first Linux driver branch of each CUDA release (CUDA's release notes, "minimum required driver").
-CUDA_BY_DRIVER = (
-    (525, "12.0"),
-    (530, "12.1"),
-    (535, "12.2"),
-    (545, "12.3"),
-    (550, "12.4"),
-    (555, "12.5"),
-    (560, "12.6"),
-    (570, "12.8"),
-    (575, "12.9"),
-    (580, "13.0"),
-)
-
-
 def variant_properties(gpu: GpuNeeds) -> tuple[str, ...]:
     out = []
-    if gpu.min_driver is not None:
-        branch = int(gpu.min_driver.split(".", 1)[0])
-        cuda = [c for d, c in CUDA_BY_DRIVER if d <= branch]
-        if cuda:
-            out.append(f"nvidia :: cuda_version_lower_bound :: {cuda[-1]}")
+    cuda = newest_cuda_for(gpu.min_driver) if gpu.min_driver is not None else None
+    if cuda is not None:
+        out.append(f"nvidia :: cuda_version_lower_bound :: {cuda}")
+    if gpu.measured is not None:  # the architectures the gated packages carry, not a range
+        caps = sorted({a.capability for p in gpu.measured.gated for a in p.kernels.sass})
+        return (*out, *(f"nvidia :: sm_arch :: {a}{b}_real" for a, b in caps))
     low, high = gpu.min_capability or (0, 0), gpu.max_capability or (99, 9)
     out += [f"nvidia :: sm_arch :: {a}{b}_real" for a, b in KNOWN_CAPABILITIES if low <= (a, b) <= high]
     return tuple(out)

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from lockbuild.choice.candidates import Choice, Option
 from lockbuild.choice.ranking import choose, newest_first
 from lockbuild.errors import InstallError, LockbuildError
-from lockbuild.install.fit import Facts, GpuCheck, Needs
 from lockbuild.install.node import Node, free_bytes
+from lockbuild.install.nodecheck import Facts, GpuCheck, Needs
 from lockbuild.text import one_line
 from lockbuild.trust import TrustedBundle, TrustStore, open_source
 from lockbuild.trust.source import Source

@@ -83,7 +83,7 @@ def _catalogue(directory: Path, trust: Path) -> tuple[list[CatalogueBuild], list
     signatures met the trust policy (a bundle they do not meet is a problem, named by its file name)."""
     from lockbuild.bundle.instructions import GpuNeeds
     from lockbuild.choice.choose import candidates
-    from lockbuild.install.fit import Needs, space_needed
+    from lockbuild.install.nodecheck import Needs, space_needed
     from lockbuild.install.survey import CatalogueBuild
     from lockbuild.recipe import load_recipe
     from lockbuild.recipe.modelrecipe import is_model_recipe_file

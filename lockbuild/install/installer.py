@@ -25,11 +25,11 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.choice.ranking import check_not_older
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.hubcache.envvars import with_models_env
-from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
 from lockbuild.install.moduledir import ModuleTarget, Pending, remove_module
 from lockbuild.install.modulefile import format_of, spec_of
 from lockbuild.install.node import Node, detect, free_bytes
+from lockbuild.install.nodecheck import Facts, GpuCheck, Needs, jit_notes, unmet
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others
 from lockbuild.install.stage import Hook, Stage, View
@@ -174,6 +174,8 @@ class Installer:
                 p.note(f"removed {len(stale)} staging dir(s) left by an interrupted run")
             check_target(target)
             self.check_fit(m, node, engine_dir)
+            for note in jit_notes(Needs.of(m), node) if self.o.gpu_check != "skip" else ():
+                p.note(note)
             current = read_marker(target)
             if current is not None and not self.o.force and current.bundle_sha256 == opened.sha256:
                 return result("unchanged")  # the CLI says so, once
@@ -184,7 +186,7 @@ class Installer:
         return result("installed")
 
     def check_fit(self, m: Manifest, node: Node, where: Path) -> None:
-        """The node's fit (install/fit.py): its GPUs, driver, platform and the free space at ``where``."""
+        """The node check (install/nodecheck.py): its GPUs, driver, platform and the free space at ``where``."""
         reasons = unmet(Needs.of(m), Facts(node, frozenset({m.python}), free_bytes(where)), self.o.gpu_check)
         if reasons:
             raise InstallError(

@@ -34,7 +34,6 @@ from lockbuild.fsio import (
     sweep_beside,
     temp_beside,
 )
-from lockbuild.install.fit import Facts, GpuCheck, Needs
 from lockbuild.install.marker import read_marker
 from lockbuild.install.modulefile import (
     LUA_DEFAULT,
@@ -50,6 +49,7 @@ from lockbuild.install.modulefile import (
     render,
 )
 from lockbuild.install.node import Node
+from lockbuild.install.nodecheck import Facts, GpuCheck, Needs
 from lockbuild.install.places import prepare
 from lockbuild.limits import MiB
 from lockbuild.settings import modulefiles_dir

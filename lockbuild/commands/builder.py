@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the commands import the builder only when they run
     from lockbuild.builder.pack import Packed, UnsignedBundle
     from lockbuild.builder.plan import Plan
     from lockbuild.selftest.report import Report
+    from lockbuild.vulns.report import Summary
 
 
 REUSED_NOTE = " (uv's resolution remembered from an earlier lock; every pin checked on the index)"
@@ -82,6 +83,7 @@ def lock(
     setup_output(ctx, as_json)
     from lockbuild.builder.output import lock_json, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
+    from lockbuild.builder.vulnreport import Checks
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(settings_of(ctx, allow_insecure_http), fresh_lock=fresh_lock)
@@ -90,18 +92,21 @@ def lock(
     results: list[dict[str, JSON]] = []
     with session(settings, progress=progress_of(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
+    checks = Checks(settings, plans)  # on threads of their own, while the locks are written
     compared = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
-    for plan, note in compared:
+    vulns: list[Summary | None] = [*checks.summaries()] or [None] * len(plans)
+    for (plan, note), v in zip(compared, vulns, strict=True):
         write_plan_dir(plan, out)
         emit_warnings(ctx, plan.warnings)
-        results.append({**lock_json(plan), "provenance_note": note})
+        results.append({**lock_json(plan), "provenance_note": note, "vulnerabilities": v.to_json() if v else None})
     text = "\n".join(
         f"locked {plan.recipe.engine.name} {plan.build.id}: {len(plan.lock.files)} packages as of {iso(plan.as_of)} "
         f"-> {out / plan.build.id / plan.lock.format}"
         + (REUSED_NOTE if plan.resolution_reused else "")
         + provenance_summary(plan.lock.files)
         + (f"\n  provenance: {note}" if note else "")
-        for plan, note in compared
+        + (f"\n  {v.line()}" if v else "")
+        for (plan, note), v in zip(compared, vulns, strict=True)
     )
     emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
 
@@ -194,6 +199,11 @@ def fetch(
     is_flag=True,
     help="Use a secret key file that its group or other users can read (refused otherwise).",
 )
+@click.option(
+    "--fail-on-vulnerabilities",
+    is_flag=True,
+    help="Fail (exit 7, no bundle left) when the OSV service (LOCKBUILD_OSV_URL) knows a vulnerability in a build.",
+)
 @json_option
 @click.pass_context
 def build(
@@ -210,6 +220,7 @@ def build(
     self_test: bool,
     trust_dir: Path | None,
     allow_readable_key: bool,
+    fail_on_vulnerabilities: bool,
     as_json: bool,
 ) -> None:
     """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
@@ -225,6 +236,7 @@ def build(
     setup_output(ctx, as_json)
     from lockbuild.builder.pack import fetch_and_write, place_signed, statement_for
     from lockbuild.builder.session import session
+    from lockbuild.builder.vulnreport import Checks, place_all
     from lockbuild.recipe import load_recipe
     from lockbuild.trust.sign import check_key, sign_in_fresh_process
 
@@ -263,6 +275,7 @@ def build(
             plan = s.planner.plan(r, b)
             emit_warnings(ctx, plan.warnings)
             plans.append(plan)
+        checks = Checks(settings, plans)  # the vulnerability look-ups, beside the downloads
         written: list[UnsignedBundle] = []
         try:
             for n, plan in enumerate(plans, 1):  # fetched and packed at once, members in manifest order
@@ -276,8 +289,12 @@ def build(
     try:
         # The self-test first, in its sandbox, on the unsigned bundles: all of it has exited before the key is read.
         reports = _self_test_before_signing(ctx, written) if self_test else None
+        if fail_on_vulnerabilities:
+            checks.refuse_findings(plans)
+        vulns = checks.reports(written)  # signed in the same call as the bundles, placed after them
         statements = [statement_for(w, expires) for w in written]
         items = [(_prehash(w), st.to_comment()) for w, st in zip(written, statements, strict=True)]
+        items += [v.item for v in vulns]
         # The key is read only now, and only in a fresh process; this one never holds it.
         signer = sign_in_fresh_process(key, items, password=password, allow_readable_key=allow_readable_key)
         password = None
@@ -289,8 +306,9 @@ def build(
             )
         signed = [
             (plan, place_signed(w, st, signer=signer.key_id, block=block))
-            for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)
+            for plan, w, st, block in zip(plans, written, statements, signer.blocks[: len(written)], strict=True)
         ]
+        report_paths = place_all(vulns, signer.blocks[len(written) :], out)
     finally:
         for w in written:
             w.discard()
@@ -308,6 +326,7 @@ def build(
                 "warnings": list(plan.warnings),
                 "kept_signers": list(packed.kept_signers),
                 "dropped_signers": list(packed.dropped_signers),
+                **checks.json_for(len(results), report_paths),
             }
         )
 
@@ -326,8 +345,8 @@ def build(
         f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(packed.manifest.members) + 1} files with the "
         f"manifest)\n"
         f"  sha256 {packed.sha256}\n"
-        f"  signed by {signer.key_id_hex} -> {packed.signature}" + signatures_note(packed)
-        for _, packed in signed
+        f"  signed by {signer.key_id_hex} -> {packed.signature}" + signatures_note(packed) + checks.note(n)
+        for n, (_, packed) in enumerate(signed)
     )
     if reports is not None:  # the report follows the build's own result
         from lockbuild.selftest.cli import show_after_build

@@ -46,7 +46,8 @@ class Range:
 class Affected:
     name: str  # PEP 503 normalised
     ranges: tuple[Range, ...]
-    versions: frozenset[str]  # normalised where PEP 440 reads them, else as written
+    versions: frozenset[str]  # as written
+    parsed: frozenset[Version]  # those PEP 440 reads (2.0 is 2.0.0)
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,10 @@ class Record:
             return False
         n = canonicalize_name(name)
         v = _version(version)
-        text = _normal(version)
         for a in self.affected:
             if a.name != n:
                 continue
-            if text in a.versions:
+            if version in a.versions or (v is not None and v in a.parsed):
                 return True
             if v is not None and any(_in_range(v, r) for r in a.ranges):
                 return True
@@ -107,11 +107,6 @@ def _version(text: str) -> Version | None:
         return Version(text)
     except InvalidVersion:
         return None
-
-
-def _normal(text: str) -> str:
-    v = _version(text)
-    return str(v) if v is not None else text
 
 
 def _sort_key(text: str) -> tuple[int, Version | str]:
@@ -149,7 +144,7 @@ def _bad(where: str, expected: str, found: object) -> AdvisoryDataError:
 def _text(obj: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str:
     if key not in obj:
         if required:
-            raise AdvisoryDataError(f"{where}: the field {key!r} is missing; every OSV record has it.")
+            raise AdvisoryDataError(f"{where}: the field {key!r} is missing; expected it, as every OSV record has.")
         return ""
     value = obj[key]
     if not isinstance(value, str) or len(value) > MAX_TEXT:
@@ -194,7 +189,7 @@ def _range(obj: Mapping[str, Any], where: str, pypi: bool) -> Range:
         raise _bad(f"{where}.type", "ECOSYSTEM, SEMVER or GIT", kind)
     raw_events = _list(obj, "events", where)
     if not raw_events:
-        raise AdvisoryDataError(f"{where}.events is empty; OSV requires at least one event.")
+        raise AdvisoryDataError(f"{where}.events is empty; expected at least one event, as OSV requires.")
     events = []
     for i, e in enumerate(raw_events):
         e = _object(e, f"{where}.events[{i}]")
@@ -222,8 +217,9 @@ def _affected(obj: Mapping[str, Any], where: str) -> Affected | None:
         _range(_object(r, f"{where}.ranges[{i}]"), f"{where}.ranges[{i}]", True)
         for i, r in enumerate(_list(obj, "ranges", where))
     )
-    versions = frozenset(_normal(v) for v in _strings(obj, "versions", where, MAX_VERSIONS))
-    return Affected(canonicalize_name(name), ranges, versions)
+    versions = frozenset(_strings(obj, "versions", where, MAX_VERSIONS))
+    parsed = frozenset(v for v in map(_version, versions) if v is not None)
+    return Affected(canonicalize_name(name), ranges, versions, parsed)
 
 
 def parse_record(data: object, *, where: str) -> Record:

@@ -1,7 +1,8 @@
 """The lockbuild command line: parse, call the library, render results and errors. Nothing else.
 
 Exit codes: 0 ok, 1 failure, 2 usage, 3 signature policy not met, 4 integrity (digest, size,
-layout), 5 another installer holds the engine's lock, 6 this machine cannot run the bundle (test).
+layout), 5 another installer holds the engine's lock, 6 this machine cannot run the bundle (test),
+7 known vulnerabilities apply (audit, build --fail-on-vulnerabilities).
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ import click
 
 from lockbuild import __version__
 from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
-from lockbuild.commands import builder, doctor, image, install, installed, keys, verify
+from lockbuild.commands import audit, builder, doctor, image, install, installed, keys, verify
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
 ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test")),
-    ("Site and store (between the builder and the nodes)", ("import", "store", "delta", "split", "push", "pull")),
+    ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test", "report")),
+    (
+        "Site and store (between the builder and the nodes)",
+        ("audit", "import", "store", "delta", "split", "push", "pull"),
+    ),
     ("Node (air-gapped)", ("verify", "inspect", "install", "image", "list", "remove", "doctor")),
     ("Keys", ("keygen",)),
 )
@@ -49,6 +53,8 @@ SUMMARIES: dict[str, str] = {
     "build": "Lock, fetch, pack and sign a recipe's bundles.",
     "sign": "Add a signature to a bundle or an image.",
     "test": "Prove that a bundle runs offline, in the sandbox.",
+    "report": "Refresh a bundle's signed vulnerability report.",
+    "audit": "Check a build against known vulnerabilities, offline.",
     "import": "Check a signed bundle, then add it to a store.",
     "store": "List, re-hash and clean up a site store.",
     "store list": "List the builds a store holds, with their sizes.",
@@ -96,7 +102,7 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(dict)
 
 
-for _module in (builder, keys, verify, install, installed, doctor, image):
+for _module in (builder, keys, verify, install, installed, doctor, image, audit):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

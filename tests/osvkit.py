@@ -113,7 +113,7 @@ class FakeOSV:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 if self.path != "/v1/querybatch":
                     return self._send(404, {"message": "not found"})
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -129,9 +129,9 @@ class FakeOSV:
                     if start + kit.page_size < len(ids):
                         res["next_page_token"] = str(start + kit.page_size)
                     results.append(res)
-                self._send(200, {"results": results})
+                return self._send(200, {"results": results})
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 rid = self.path.removeprefix("/v1/vulns/")
                 kit.gets.append(rid)
                 if rid in kit.records:

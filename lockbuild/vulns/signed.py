@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from lockbuild import fsio
@@ -18,10 +19,12 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.fsio import read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.trust.opener import decide
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import SizeCheck, digest_signed_file, signature_path
 from lockbuild.trust.statement import Statement
-from lockbuild.vulns.report import MAX_REPORT, report_name
+from lockbuild.trust.store import TrustStore
+from lockbuild.vulns.report import MAX_REPORT, Report, read_report, report_name
 
 
 def report_statement(manifest: Manifest, report: bytes, *, bundle_sha256: str, queried: dt.datetime) -> Statement:
@@ -57,12 +60,13 @@ def place_report(out: Path, name: str, report: bytes, block: str) -> tuple[Path,
 
 
 class ReportFile:
-    """``NAME.lbz.vulns.cdx.json`` with its ``.minisig``: the report is the signed file and its own subject."""
+    """``NAME.lbz.vulns.cdx.json`` with its ``.minisig``: the report is the signed file and its own subject.
+    ``name``: the file name its statements must name (a store keeps it under another)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, name: str | None = None) -> None:
         self.path = path
         self.label = str(path)
-        self.file_name: str | None = path.name
+        self.file_name: str | None = name or path.name
         self.subject = f"the report {path.name}"
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
@@ -83,3 +87,33 @@ class ReportFile:
             return read_regular(self.path, what="vulnerability report", max_size=MAX_REPORT, error=IntegrityError)
         except FileNotFoundError:
             raise IntegrityError(f"the report {self.path} vanished while it was checked.") from None
+
+
+@dataclass(frozen=True)
+class CheckedReport:
+    """A report whose signatures met the policy: what it says, its exact bytes and the blocks that counted."""
+
+    report: Report
+    data: bytes
+    signatures: bytes
+
+
+def signed_report(path: Path, name: str, store: TrustStore, bundle_sha256: str) -> CheckedReport | None:
+    """The report at ``path`` after the one trust decision (``decide``) met the policy, bound to the bundle
+    whose signed sha256 is ``bundle_sha256`` and to the query time its statement signs; None when there is
+    no report there. SignatureError (exit 3) when its signatures fall short or it is another bundle's."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    d = decide(ReportFile(path, name), store)
+    if d.statement.bundle_sha256 != bundle_sha256 or d.statement.queried is None:
+        raise SignatureError(
+            f"the report {path.name} is signed for the bundle with sha256 {d.statement.bundle_sha256}; expected "
+            f"{bundle_sha256}, the bundle audited.",
+            tip="Use the report published with this bundle, or refresh it: lockbuild report BUNDLE --key K.",
+        )
+    report = read_report(d.subject_bytes, where=f"the report {path.name}")
+    if report.bundle_sha256 != bundle_sha256 or report.queried != d.statement.queried:
+        raise SignatureError(f"the report {path.name} says another bundle or query time than its signature.")
+    counted = {v.index for v in d.evaluation.verdicts if v.counts}  # what a store keeps, as for a bundle
+    kept = "".join(b.to_text() for i, b in enumerate(d.blocks, 1) if i in counted).encode("utf-8")
+    return CheckedReport(report, d.subject_bytes, kept)

@@ -212,9 +212,8 @@ class Store(StoreReader):
         """Keep a build's vulnerability report (checked by the caller) beside it, replacing an older one."""
         engine = self._dir(self.builds, check_name(manifest.engine, "engine"), False, keep=False)
         try:
-            fd = self._build_dir(
-                engine, f"{check_name(manifest.version, 'version')}-{check_name(manifest.variant, 'v')}"
-            )
+            build = f"{check_name(manifest.version, 'version')}-{check_name(manifest.variant, 'variant')}"
+            fd = self._dir(engine, build, False, keep=False)
             try:
                 self._write_new(fd, REPORT_FILE + ".minisig", signatures)
                 self._write_new(fd, REPORT_FILE, report)

@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from lockbuild.errors import AdvisoryDataError
 from lockbuild.jsonio import JSON, loads_json
 from lockbuild.limits import MiB
+from lockbuild.times import parse_time
 
 ECOSYSTEM = "PyPI"
 MAX_RECORD = 8 * MiB  # a record with a long explicit version list is a few hundred KiB
@@ -175,6 +176,13 @@ def _strings(obj: Mapping[str, Any], key: str, where: str, limit: int = MAX_LIST
     return tuple(out)
 
 
+def _timestamp(obj: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str:
+    text = _text(obj, key, where, required=required)
+    if text and (len(text) > 40 or (t := parse_time(text)) is None or t.tzinfo is None):
+        raise _bad(f"{where}.{key}", "an RFC 3339 time with a zone (2026-01-02T00:00:00Z)", text)
+    return text
+
+
 def _pep440(text: str, where: str) -> str:
     if text == "0" or _version(text) is not None:
         return text
@@ -244,9 +252,9 @@ def parse_record(data: object, *, where: str) -> Record:
             affected.append(got)
     return Record(
         id=rid,
-        modified=_text(obj, "modified", where, required=True),
-        published=_text(obj, "published", where),
-        withdrawn=_text(obj, "withdrawn", where),
+        modified=_timestamp(obj, "modified", where, required=True),
+        published=_timestamp(obj, "published", where),
+        withdrawn=_timestamp(obj, "withdrawn", where),
         aliases=_strings(obj, "aliases", where),
         summary=_text(obj, "summary", where),
         severity=tuple(severity),

@@ -104,7 +104,10 @@ def signed_report(path: Path, name: str, store: TrustStore, bundle_sha256: str) 
     no report there. SignatureError (exit 3) when its signatures fall short or it is another bundle's."""
     if not path.exists() and not path.is_symlink():
         return None
-    d = decide(ReportFile(path, name), store)
+    try:
+        d = decide(ReportFile(path, name), store)
+    except IntegrityError as exc:  # an altered or cut report: its signatures do not hold (exit 3 for audit)
+        raise SignatureError(f"the report {path.name}: {exc.message}", tip=exc.tip) from None
     if d.statement.bundle_sha256 != bundle_sha256 or d.statement.queried is None:
         raise SignatureError(
             f"the report {path.name} is signed for the bundle with sha256 {d.statement.bundle_sha256}; expected "

@@ -19,8 +19,9 @@ ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test", "report")),
     (
         "Site and store (between the builder and the nodes)",
-        ("audit", "import", "store", "delta", "split", "push", "pull"),
+        ("import", "store", "delta", "split", "push", "pull"),
     ),
+    ("Security officer (offline)", ("audit",)),
     ("Node (air-gapped)", ("verify", "inspect", "install", "image", "list", "remove", "doctor")),
     ("Keys", ("keygen",)),
 )

@@ -200,7 +200,8 @@ def test_a_hostile_zip_is_exit_2_and_writes_nothing(built: Path, keys: Keys, tmp
         zf.writestr(hostile, json.dumps(NEW))
     before = sorted(p for p in tmp_path.rglob("*"))
     code, stdout, _ = cli("audit", str(built), "--osv", str(z), "--trust", str(keys.trust), "--json")
-    assert code == 2 and "expected" in json.loads(stdout)["error"]["message"] or "not an OSV record" in stdout
+    message = json.loads(stdout)["error"]["message"]
+    assert code == 2 and ("expected" in message or "not an OSV record" in message)
     assert sorted(p for p in tmp_path.rglob("*")) == before
     assert not (tmp_path.parent / "evil.json").exists()
 
@@ -270,6 +271,12 @@ def test_import_keeps_the_report_and_a_store_build_is_audited(built: Path, keys:
     assert code == 7, stderr
     out = json.loads(stdout)
     assert out["report"]["status"] == "checked"
+    code, stdout, _ = cli("store", "list", "--store", str(store))
+    assert code == 0 and "vulnerabilities: 1 known as of " in stdout
+    code, stdout, _ = cli("inspect", str(built))
+    assert code == 0 and "vulnerabilities: 1 known as of " in stdout
+    code, stdout, _ = cli("inspect", "toyengine/1.0-cpu", "--store", str(store), "--json")
+    assert json.loads(stdout)["vulnerabilities"]["known"] == 1
     assert {f["id"]: f["in_report"] for f in out["findings"]} == {
         "GHSA-1111-2222-3333": True,
         "GHSA-9999-8888-7777": False,

@@ -69,8 +69,10 @@ class Checks:
             return {}
         return {"vulnerabilities": self.summaries()[n].to_json(), "vulnerability_report": str(reports[n])}
 
-    def refuse_findings(self, plans: Sequence[Plan]) -> None:
-        """``--fail-on-vulnerabilities``: VulnerableError (exit 7) when any build has a finding."""
+    def refuse_findings(self, plans: Sequence[Plan], *, asked: bool) -> None:
+        """``--fail-on-vulnerabilities`` (``asked``): VulnerableError (exit 7) when any build has a finding."""
+        if not asked:
+            return
         bad = [(p, s) for p, s in zip(plans, self.summaries(), strict=True) if s.findings]
         if bad:
             raise VulnerableError(

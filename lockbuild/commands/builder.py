@@ -19,6 +19,7 @@ from lockbuild.clikit import (
     emit,
     emit_warnings,
     expires_option,
+    fail_on_vulnerabilities_option,
     insecure_option,
     jobs_option,
     json_option,
@@ -199,11 +200,7 @@ def fetch(
     is_flag=True,
     help="Use a secret key file that its group or other users can read (refused otherwise).",
 )
-@click.option(
-    "--fail-on-vulnerabilities",
-    is_flag=True,
-    help="Fail (exit 7, no bundle left) when the OSV service (LOCKBUILD_OSV_URL) knows a vulnerability in a build.",
-)
+@fail_on_vulnerabilities_option
 @json_option
 @click.pass_context
 def build(
@@ -289,8 +286,7 @@ def build(
     try:
         # The self-test first, in its sandbox, on the unsigned bundles: all of it has exited before the key is read.
         reports = _self_test_before_signing(ctx, written) if self_test else None
-        if fail_on_vulnerabilities:
-            checks.refuse_findings(plans)
+        checks.refuse_findings(plans, asked=fail_on_vulnerabilities)
         vulns = checks.reports(written)  # signed in the same call as the bundles, placed after them
         statements = [statement_for(w, expires) for w in written]
         items = [(_prehash(w), st.to_comment()) for w, st in zip(written, statements, strict=True)]

@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from lockbuild import fsio
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.errors import AdvisoryDataError, IntegrityError, SignatureError
 from lockbuild.fsio import read_regular
+from lockbuild.jsonio import JSON
 from lockbuild.limits import DEFAULT_LIMITS, Limits
+from lockbuild.times import iso
 from lockbuild.trust.opener import decide
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import SizeCheck, digest_signed_file, signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.store import TrustStore
-from lockbuild.vulns.report import MAX_REPORT, Report, read_report, report_name
+from lockbuild.vulns.report import CHECKED, MAX_REPORT, NOT_CHECKED, Report, read_report, report_name
 
 
 def report_statement(manifest: Manifest, report: bytes, *, bundle_sha256: str, queried: dt.datetime) -> Statement:
@@ -120,3 +123,28 @@ def signed_report(path: Path, name: str, store: TrustStore, bundle_sha256: str) 
     counted = {v.index for v in d.evaluation.verdicts if v.counts}  # what a store keeps, as for a bundle
     kept = "".join(b.to_text() for i, b in enumerate(d.blocks, 1) if i in counted).encode("utf-8")
     return CheckedReport(report, d.subject_bytes, kept)
+
+
+def glance(path: Path | None) -> dict[str, JSON] | None:
+    """What a kept report says, its signature NOT checked (``inspect`` and ``store list`` show it; ``audit``
+    judges it): status, as-of, the number of records found; None when there is none."""
+    if path is None:
+        return None
+    try:
+        raw = read_regular(path, what="vulnerability report", max_size=MAX_REPORT, error=AdvisoryDataError)
+        r = read_report(raw, where=f"the report {path.name}")
+    except FileNotFoundError:
+        return None
+    except AdvisoryDataError as exc:
+        return {"status": "unreadable", "reason": exc.message}
+    found = len({rid for rid, _, _ in r.findings})
+    return {"status": CHECKED if r.checked else NOT_CHECKED, "queried": iso(r.queried), "known": found}
+
+
+def glance_text(g: Mapping[str, JSON] | None) -> str:
+    """One line for :func:`glance`'s answer."""
+    if g is None:
+        return "vulnerabilities: no report"
+    if g["status"] == CHECKED:
+        return f"vulnerabilities: {g['known']} known as of {g['queried']} (report not checked here: use audit)"
+    return f"vulnerabilities: {g['status']} ({g.get('reason') or 'as of ' + str(g.get('queried'))})"

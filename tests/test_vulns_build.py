@@ -162,3 +162,27 @@ def test_a_rebuild_a_day_later_gives_the_same_bundle_and_a_new_report(
     assert second["sha256"] == first["sha256"]
     assert [f["id"] for f in second["vulnerabilities"]["findings"]] == ["GHSA-1111-2222-3333"]
     assert report.read_bytes() != before and second["vulnerabilities"]["queried"] > first["vulnerabilities"]["queried"]
+
+
+def test_a_service_that_never_answers_costs_the_deadline_only(
+    env, keys: Keys, toy_recipe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from lockbuild.builder import osvquery
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections are taken by the kernel and never answered
+    monkeypatch.setenv("LOCKBUILD_OSV_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(osvquery, "DEADLINE", 2.0)
+    try:
+        started = time.monotonic()
+        code, stdout, stderr = cli("lock", str(toy_recipe), "--out", str(tmp_path / "l"), "--json")
+        took = time.monotonic() - started
+    finally:
+        silent.close()
+    assert code == 0, stderr
+    got = json.loads(stdout)["locks"][0]["vulnerabilities"]
+    assert got["status"] == "not checked" and "did not answer within 2 s" in got["reason"]
+    assert took < 25

@@ -116,7 +116,11 @@ def _lookup(settings: Settings, base: str, packages: tuple[tuple[str, str], ...]
 class PendingLookup:
     """A look-up started on its own thread; :meth:`result` waits for it until the deadline at most."""
 
-    def __init__(self, settings: Settings, packages: Sequence[tuple[str, str]], *, deadline: float = DEADLINE) -> None:
+    def __init__(
+        self, settings: Settings, packages: Sequence[tuple[str, str]], *, deadline: float | None = None
+    ) -> None:
+        deadline = DEADLINE if deadline is None else deadline
+        self.seconds = deadline
         self.packages = tuple(sorted(set(packages)))
         self.service = settings.osv_url or ""
         self.started = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -149,5 +153,5 @@ class PendingLookup:
             self._thread.join(max(0.0, self.deadline - time.monotonic()))
         got = self._result
         if got is None:
-            return self._not_checked(f"{self.service} did not answer within the deadline")
+            return self._not_checked(f"{self.service} did not answer within {self.seconds:g} s")
         return got

@@ -74,6 +74,8 @@ FITS = {
     "RegistryError": "registry",
     "ExportError": "store index",
     "TransferCut": "resumes",
+    "AdvisoryDataError": "OpenVEX",
+    "VulnerableError": "VEX",
 }
 
 

@@ -295,3 +295,11 @@ def test_report_refreshes_the_report_without_touching_the_bundle(
     assert built.read_bytes() == before
     code, stdout, _ = cli("audit", str(built), "--trust", str(keys.trust), "--json")
     assert code == 7 and all(f["in_report"] for f in json.loads(stdout)["findings"])
+
+
+@pytest.mark.parametrize("text", ["[]", '{"metadata": 1}', '{"metadata": {"properties": [1]}, "vulnerabilities": [1]}'])
+def test_inspect_shows_a_malformed_report_as_unreadable(built: Path, text: str) -> None:
+    Path(str(built) + ".vulns.cdx.json").write_text(text)
+    code, stdout, stderr = cli("inspect", str(built), "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["vulnerabilities"]["status"] == "unreadable"

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from packaging.utils import canonicalize_name
 
@@ -222,6 +222,13 @@ def _props(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def read_report(raw: bytes, *, where: str) -> Report:
     """A report lockbuild wrote, strictly: its status, query time, bundle and findings."""
+    try:
+        return _read_report(raw, where)
+    except (AttributeError, TypeError, KeyError):  # a shape lockbuild never writes
+        raise AdvisoryDataError(f"{where} is not shaped as the reports lockbuild writes.") from None
+
+
+def _read_report(raw: bytes, where: str) -> Report:
     doc = loads_json(raw, what=where, max_bytes=MAX_REPORT, error=AdvisoryDataError)
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     props = _props(meta) if isinstance(meta, dict) else {}
@@ -256,7 +263,5 @@ def read_report(raw: bytes, *, where: str) -> Report:
 
 def _name_of(fragment: str) -> str:
     """The package name in a BOM-link's fragment (``pkg%3Apypi%2FNAME%40VERSION...``)."""
-    from urllib.parse import unquote
-
     purl = unquote(fragment).removeprefix("build:")
     return canonicalize_name(purl.removeprefix("pkg:pypi/").split("@", 1)[0])

@@ -86,6 +86,7 @@ def _step(step: str, tree: Path, d: Path, recipe: Path, secret: Path, index_url:
         "LOCKBUILD_CACHE_DIR": str(d / "cache"),
         "LOCKBUILD_GITHUB_API": "http://127.0.0.1:9/api",
         "LOCKBUILD_GITHUB_DOWNLOAD": "http://127.0.0.1:9/gh",
+        "LOCKBUILD_OSV_URL": "none",
     }
     lb = [sys.executable, "-m", "lockbuild"]
     if step.startswith("lock"):

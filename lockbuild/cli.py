@@ -1,7 +1,8 @@
 """The lockbuild command line: parse, call the library, render results and errors. Nothing else.
 
 Exit codes: 0 ok, 1 failure, 2 usage, 3 signature policy not met, 4 integrity (digest, size,
-layout), 5 another installer holds the engine's lock, 6 this machine cannot run the bundle (test).
+layout), 5 another installer holds the engine's lock, 6 this machine cannot run the bundle (test),
+7 known vulnerabilities apply (audit, build --fail-on-vulnerabilities).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import click
 
 from lockbuild import __version__
 from lockbuild.commands import (
+    audit,
     builder,
     doctor,
     image,
@@ -27,8 +29,12 @@ from lockbuild.commands.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_op
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
 ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test")),
-    ("Site and store (between the builder and the nodes)", ("import", "store", "delta", "split", "push", "pull")),
+    ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test", "report")),
+    (
+        "Site and store (between the builder and the nodes)",
+        ("import", "store", "delta", "split", "push", "pull"),
+    ),
+    ("Security officer (offline)", ("audit",)),
     ("Node (air-gapped)", ("verify", "inspect", "install", "image", "list", "remove", "doctor")),
     ("Keys", ("keygen",)),
 )
@@ -61,6 +67,8 @@ SUMMARIES: dict[str, str] = {
     "build": "Lock, fetch, pack and sign a recipe's bundles.",
     "sign": "Add a signature to a bundle or an image.",
     "test": "Prove that a bundle runs offline, in the sandbox.",
+    "report": "Refresh a bundle's signed vulnerability report.",
+    "audit": "Check a build against known vulnerabilities, offline.",
     "import": "Check a signed bundle, then add it to a store.",
     "store": "List, re-hash and clean up a site store.",
     "store list": "List the builds a store holds, with their sizes.",
@@ -108,7 +116,7 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(dict)
 
 
-for _module in (builder, signing, verify, install, installed, doctor, image, store, parts, registry, selftest):
+for _module in (builder, signing, verify, install, installed, doctor, image, store, parts, registry, selftest, audit):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 _summarise(main)

@@ -147,3 +147,21 @@ class PlatformError(LockbuildError):
 
     exit_code = 6
     default_tip = "Run the self-test on a machine of the bundle's target (lockbuild inspect BUNDLE names it)."
+
+
+class AdvisoryDataError(LockbuildError):
+    """An OSV record, a vulnerability database or a VEX document is malformed or over its bounds (exit 2, like
+    any input that cannot be read)."""
+
+    exit_code = 2
+    default_tip = (
+        "Use the database as osv.dev publishes it (a directory of OSV JSON records, or PyPI/all.zip) and an "
+        "OpenVEX document; the message names what was refused."
+    )
+
+
+class VulnerableError(LockbuildError):
+    """Known vulnerabilities apply to what was built or audited (exit 7; 1 stays "failure")."""
+
+    exit_code = 7
+    default_tip = "Upgrade the packages named (a newer build), or record why they do not apply in a VEX document."

@@ -6,8 +6,8 @@ they travel only as an Authorization header to the host they belong to (``auth_f
 
 Contract names (DESIGN.md §5): LOCKBUILD_INDEX_URL, LOCKBUILD_GITHUB_API, LOCKBUILD_GITHUB_DOWNLOAD,
 LOCKBUILD_CACHE_DIR; for the node, LOCKBUILD_MODULEFILES (``modulefiles_dir``); also GITHUB_TOKEN,
-LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, the
-index host's entry in ``~/.netrc`` (or the file NETRC names), and for models HF_ENDPOINT and HF_TOKEN
+LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, the index host's entry in ``~/.netrc`` (or the file
+NETRC names), LOCKBUILD_OSV_URL (the vulnerability service; ``none``: off), and for models HF_ENDPOINT and HF_TOKEN
 (the token goes to the Hub's own origin only: never to the CDN it redirects downloads to).
 """
 
@@ -34,6 +34,7 @@ TOKEN_USER = "__token__"  # noqa: S105 - the user name sent with LOCKBUILD_INDEX
 
 DEFAULT_HUB_ENDPOINT = "https://huggingface.co"  # HF_ENDPOINT unset
 MODULEFILES_ENV = "LOCKBUILD_MODULEFILES"  # install's and image's --modulefiles DIR, where the flag is not given
+DEFAULT_OSV_URL = "https://api.osv.dev"  # LOCKBUILD_OSV_URL unset
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Settings:
     allow_insecure_http: bool = False
     warnings: tuple[str, ...] = ()
     child_environ: tuple[tuple[str, str], ...] = ()  # the allow-listed variables a child may inherit
+    osv_url: str | None = None  # LOCKBUILD_OSV_URL: the OSV service asked at build time (None: not asked)
     fresh_lock: bool = False  # --fresh-lock: run uv even when its answer for the same inputs is remembered
 
     def check(self, url: str, *, what: str) -> None:
@@ -190,6 +192,7 @@ def load(
         index_credentials=creds,
         github_token=_credential("GITHUB_TOKEN", environ.get("GITHUB_TOKEN"), as_is=True),
         hf_endpoint=hub_endpoint(environ),
+        osv_url=osv_url(environ),
         hf_token=_credential("HF_TOKEN", environ.get("HF_TOKEN"), as_is=True),
         allow_insecure_http=insecure,
         warnings=tuple(warnings),
@@ -199,6 +202,24 @@ def load(
 
 def _has_control_character(text: str) -> bool:
     return not (text.isascii() and text.isprintable()) and any(unicodedata.category(c).startswith("C") for c in text)
+
+
+def osv_url(environ: Mapping[str, str]) -> str | None:
+    """``LOCKBUILD_OSV_URL`` (default ``https://api.osv.dev``), without a trailing slash: https, or http to
+    this machine only (no opt-in: an advisory service's answer decides what a security officer reads);
+    ``none`` turns the look-up off (None)."""
+    value = environ.get("LOCKBUILD_OSV_URL") or DEFAULT_OSV_URL
+    if value.strip().lower() == "none":
+        return None
+    parts = urlsplit(value)
+    if _has_control_character(value) or " " in value or not parts.hostname or "@" in parts.netloc or parts.query:
+        raise SettingsError(
+            f"LOCKBUILD_OSV_URL: expected the base URL of an OSV service such as {DEFAULT_OSV_URL}, or none; "
+            f"found {public(value)[:200]!r}.",
+            tip="Unset LOCKBUILD_OSV_URL to ask osv.dev, set it to your mirror's base URL, or to none.",
+        )
+    check_transport(value, what="LOCKBUILD_OSV_URL", allow_insecure=False)
+    return value.rstrip("/")
 
 
 def hub_endpoint(environ: Mapping[str, str]) -> str:

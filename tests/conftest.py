@@ -158,6 +158,7 @@ def lockbuild_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("LOCKBUILD_OSV_URL", "none")  # the vulnerability tests name their fake OSV service
 
 
 @pytest.fixture

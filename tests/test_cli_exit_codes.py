@@ -34,11 +34,15 @@ def test_the_table_lists_every_code_the_cli_uses() -> None:
     from lockbuild.errors import BusyError, IntegrityError, PlatformError, PolicyError, RecipeError, SignatureError
 
     table = _table()
-    assert sorted(table) == [0, 1, 2, 3, 4, 5, 6, 130]
+    assert sorted(table) == [0, 1, 2, 3, 4, 5, 6, 7, 130]
     assert RecipeError.exit_code == PolicyError.exit_code == 2 and "recipe" in table[2] and "policy.toml" in table[2]
     assert SignatureError.exit_code == 3 and IntegrityError.exit_code == 4
     assert BusyError.exit_code == 5 and "busy" in table[5]
     assert PlatformError.exit_code == 6 and "lockbuild test" in table[6]
+    from lockbuild.errors import AdvisoryDataError, VulnerableError
+
+    assert VulnerableError.exit_code == 7 and "lockbuild audit" in table[7]
+    assert AdvisoryDataError.exit_code == 2 and "VEX" in table[2]
 
 
 def test_ok_and_failure(tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def test_the_node_never_imports_the_recipe_or_the_builder() -> None:
 
 def test_the_cli_loads_the_self_tests_machinery_only_for_lockbuild_test() -> None:
     """Every command starts by importing lockbuild.cli: the self-test's modules (namespaces, tracing, the
-    audit hook) load when `lockbuild test` runs, not with `lock` or `install` (start-up time counts)."""
+    watch hook) load when `lockbuild test` runs, not with `lock` or `install` (start-up time counts)."""
     code = "import sys, lockbuild.cli; print(sorted(m for m in sys.modules if m.startswith('lockbuild.selftest')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['lockbuild.selftest']"

@@ -76,6 +76,8 @@ FITS = {
     "RegistryError": "registry",
     "ExportError": "store index",
     "TransferCut": "resumes",
+    "AdvisoryDataError": "OpenVEX",
+    "VulnerableError": "VEX",
 }
 
 

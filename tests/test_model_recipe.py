@@ -194,7 +194,7 @@ def test_no_other_module_defines_a_model_suffix_list() -> None:
     model_only |= {s.lower() for p in NOT_KNOWN_SAFE for s in ["." + p.rpartition(".")[2]]}
     root = Path(modelformat.__file__).parent.parent
     # Python's own .pth start-up files in an environment's site-packages, not a model's file
-    other_meaning = {("install/envfiles.py", ".pth"), ("selftest/audit.py", ".pth")}
+    other_meaning = {("install/envfiles.py", ".pth"), ("selftest/watch.py", ".pth")}
     found = []
     for path in sorted(root.rglob("*.py")):
         if path == Path(modelformat.__file__):

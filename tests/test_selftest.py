@@ -80,7 +80,7 @@ def main() -> None:
     elif args == ["--sendmmsg"]:
         _sendmmsg("10.255.255.4", 10)
         print("sent")
-    elif args == ["--nosite"]:  # a child without site: the .pth with the audit hook never runs there
+    elif args == ["--nosite"]:  # a child without site: the .pth with the watch hook never runs there
         code = "import socket\\ntry: socket.create_connection(('10.255.255.6', 83), timeout=1)\\nexcept OSError: pass"
         subprocess.run([sys.executable, "-S", "-c", code], check=True)
         print("child ran")
@@ -819,7 +819,7 @@ def test_verdicts_local_allowed_and_name_look_ups() -> None:
     ]
     # a look-up only Python noted (no query reached the tracer) is an attempt too; an address is no look-up
     only = judge(notes, [], [])
-    assert [(a.source, a.host, a.verdict) for a in only] == [("audit-hook", "hub.example", "refused")]
+    assert [(a.source, a.host, a.verdict) for a in only] == [("watch-hook", "hub.example", "refused")]
 
 
 @needs_netns

@@ -112,7 +112,7 @@ def filters():  # harmless filters, one by seccomp and one by prctl: the self-te
     print("seccomp", libc.syscall(317, 1, 0, ctypes.byref(allow)), "prctl", libc.prctl(22, 2, ctypes.byref(allow), 0, 0))
 
 
-def lookups():  # a Python look-up of an allowed name (the audit hook notes it), then native queries of others
+def lookups():  # a Python look-up of an allowed name (the watch hook notes it), then native queries of others
     try:
         socket.getaddrinfo("allowed.example", 443)
     except OSError:

@@ -19,6 +19,7 @@ from lockbuild.commands.clikit import (
     emit,
     emit_warnings,
     expires_option,
+    fail_on_vulnerabilities_option,
     insecure_option,
     jobs_option,
     json_option,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # the commands import the builder only when they run
     from lockbuild.builder.pack import Packed, UnsignedBundle
     from lockbuild.builder.plan import Plan
     from lockbuild.selftest.report import Report
+    from lockbuild.vulns.report import Summary
 
 
 REUSED_NOTE = " (uv's resolution remembered from an earlier lock; every pin checked on the index)"
@@ -82,6 +84,7 @@ def lock(
     from lockbuild.builder.gpufit import measure_plan
     from lockbuild.builder.output import lock_json, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
+    from lockbuild.builder.vulnreport import Checks
     from lockbuild.recipe import load_recipe
 
     settings = dataclasses.replace(settings_of(ctx, allow_insecure_http), fresh_lock=fresh_lock)
@@ -91,11 +94,20 @@ def lock(
     with session(settings, progress=progress_of(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
         fits = [measure_plan(p, s.cache) for p in plans]  # from the kept readings only: lock downloads nothing
+    checks = Checks(settings, plans)  # on threads of their own, while the locks are written
     compared = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
-    for (plan, note), measured in zip(compared, fits, strict=True):
+    vulns: list[Summary | None] = [*checks.summaries()] or [None] * len(plans)
+    for (plan, note), measured, v in zip(compared, fits, vulns, strict=True):
         write_plan_dir(plan, out)
         emit_warnings(ctx, plan.warnings)
-        results.append({**lock_json(plan), "provenance_note": note, **measured.to_json()})
+        results.append(
+            {
+                **lock_json(plan),
+                "provenance_note": note,
+                **measured.to_json(),
+                "vulnerabilities": v.to_json() if v else None,
+            }
+        )
     text = "\n".join(
         f"locked {plan.recipe.engine.name} {plan.build.id}: {len(plan.lock.files)} packages as of {iso(plan.as_of)} "
         f"-> {out / plan.build.id / plan.lock.format}"
@@ -103,7 +115,8 @@ def lock(
         + provenance_summary(plan.lock.files)
         + (f"\n  provenance: {note}" if note else "")
         + f"\n  {measured.text()}"
-        for (plan, note), measured in zip(compared, fits, strict=True)
+        + (f"\n  {v.line()}" if v else "")
+        for (plan, note), measured, v in zip(compared, fits, vulns, strict=True)
     )
     emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
 
@@ -201,6 +214,7 @@ def fetch(
     is_flag=True,
     help="Use a secret key file that its group or other users can read (refused otherwise).",
 )
+@fail_on_vulnerabilities_option
 @json_option
 @click.pass_context
 def build(
@@ -217,6 +231,7 @@ def build(
     self_test: bool,
     trust_dir: Path | None,
     allow_readable_key: bool,
+    fail_on_vulnerabilities: bool,
     as_json: bool,
 ) -> None:
     """Lock, fetch, pack and sign: OUT/ENGINE-VERSION-VARIANT-PLATFORM.lbz and .lbz.minisig.
@@ -233,6 +248,7 @@ def build(
     from lockbuild.builder.gpufit import pack_measured
     from lockbuild.builder.pack import place_signed, statement_for
     from lockbuild.builder.session import session
+    from lockbuild.builder.vulnreport import Checks, place_all
     from lockbuild.recipe import load_recipe
     from lockbuild.trust.sign import KeyFileSigner
 
@@ -272,6 +288,7 @@ def build(
             plan = s.planner.plan(r, b)
             emit_warnings(ctx, plan.warnings)
             plans.append(plan)
+        checks = Checks(settings, plans)  # the vulnerability look-ups, beside the downloads
         written: list[UnsignedBundle] = []
         fits = []
         try:
@@ -289,14 +306,18 @@ def build(
     try:
         # The self-test first, in its sandbox, on the unsigned bundles: all of it has exited before the key is read.
         reports = _self_test_before_signing(ctx, written) if self_test else None
+        checks.refuse_findings(plans, asked=fail_on_vulnerabilities)
+        vulns = checks.reports(written)  # signed in the same call as the bundles, placed after them
         statements = [statement_for(w, expires) for w in written]
         items = [(w.digests.prehash(w.final.name), st.to_comment()) for w, st in zip(written, statements, strict=True)]
+        items += [v.item for v in vulns]
         # The key is read only now, and only in a fresh process; this one never holds it.
         signer = key_signer.sign_as_checked(items, checked)
         signed = [
             (plan, place_signed(w, st, signer=signer.key_id, block=block))
-            for plan, w, st, block in zip(plans, written, statements, signer.blocks, strict=True)
+            for plan, w, st, block in zip(plans, written, statements, signer.blocks[: len(written)], strict=True)
         ]
+        report_paths = place_all(vulns, signer.blocks[len(written) :], out)
     finally:
         for w in written:
             w.discard()
@@ -315,6 +336,7 @@ def build(
                 "kept_signers": list(packed.kept_signers),
                 "dropped_signers": list(packed.dropped_signers),
                 **measured.to_json(),
+                **checks.json_for(len(results), report_paths),
             }
         )
 
@@ -333,8 +355,11 @@ def build(
         f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(packed.manifest.members) + 1} files with the "
         f"manifest)\n"
         f"  sha256 {packed.sha256}\n"
-        f"  signed by {signer.key_id_hex} -> {packed.signature}" + signatures_note(packed) + f"\n  {measured.text()}"
-        for (_, packed), measured in zip(signed, fits, strict=True)
+        f"  signed by {signer.key_id_hex} -> {packed.signature}"
+        + signatures_note(packed)
+        + f"\n  {measured.text()}"
+        + checks.note(n)
+        for n, ((_, packed), measured) in enumerate(zip(signed, fits, strict=True))
     )
     if reports is not None:  # the report follows the build's own result
         from lockbuild.commands.selftest import show_after_build

@@ -332,6 +332,11 @@ expires_option = click.option(
 )
 
 
+fail_on_vulnerabilities_option = click.option(
+    "--fail-on-vulnerabilities",
+    is_flag=True,
+    help="Fail (exit 7, no bundle left) when the OSV service (LOCKBUILD_OSV_URL) knows a vulnerability in a build.",
+)
 trust_option = click.option(
     "--trust",
     "trust_dir",

@@ -88,14 +88,16 @@ def store_list(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     setup_output(ctx, as_json)
     from lockbuild.site.storage import Store
     from lockbuild.site.storemodel import list_line, list_row
+    from lockbuild.vulns.signed import glance, glance_text
 
     rows: list[dict[str, JSON]] = []
     lines: list[str] = []
     with Store(store_dir) as store:
         for b in store.builds_all():
             present = sum(1 for x in b.manifest.members if store.blob_size(x.sha256) is not None)
-            rows.append(list_row(b, present))
-            lines.append(list_line(b, present))
+            vulns = glance(store.report_path(b.ref))
+            rows.append({**list_row(b, present), "vulnerabilities": vulns})
+            lines.append(list_line(b, present) + ("" if vulns is None else f"  {glance_text(vulns)}"))
         blobs = store.blob_names()
     lines.append(f"{len(rows)} build(s), {len(blobs)} blob(s) in {store_dir}")
     emit(ctx, {"store": str(store_dir), "builds": rows, "blobs": len(blobs)}, "\n".join(lines))

@@ -99,10 +99,12 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
     from lockbuild.errors import SignatureError as SigErr
     from lockbuild.limits import DEFAULT_LIMITS
     from lockbuild.minisign import parse_signatures
-    from lockbuild.site.sources import named_source
+    from lockbuild.site.sources import named_source, report_place
+    from lockbuild.vulns.signed import glance, glance_text
 
     with named_source(bundle, store=store_dir) as source:
         manifest = parse_manifest(source.manifest_bytes(DEFAULT_LIMITS))
+        vulns = glance(report_place(source))
         attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time, unverified
         try:
             blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
@@ -120,6 +122,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         "builder": {"lockbuild": manifest.lockbuild_version, "uv": manifest.uv_version},
         "exclude_newer_package": {name: when or False for name, when in manifest.exclude_newer_package},
         "signatures": sigs,
+        "vulnerabilities": vulns,
         "unpacked_size": manifest.unpacked_size,
         "install": manifest.install.to_json() if manifest.model is None else None,
         **({"model": manifest.model.to_json()} if manifest.model is not None else {}),
@@ -140,6 +143,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         f"for Python {manifest.python} on {manifest.platform}",
         f"as of {data['as_of']}, built by lockbuild {manifest.lockbuild_version} with uv {manifest.uv_version}",
         f"signatures (not checked here; use verify): {', '.join(s['key_id'] for s in sigs) or 'none'}",
+        glance_text(vulns),
         *(
             f"exclude-newer-package: {name} = {when or 'false (no cut-off)'}"
             for name, when in manifest.exclude_newer_package

@@ -45,9 +45,12 @@ class _HostAuth(httpx.Auth):
         yield request
 
 
-def make_client(*, connections: int = 16, settings: Settings | None = None) -> httpx.Client:
+def make_client(
+    *, connections: int = 16, settings: Settings | None = None, timeout: float | None = None
+) -> httpx.Client:
     """A client whose every request (redirects too) obeys the transport rule; with ``settings``, it
-    also carries their credentials to the hosts they belong to."""
+    also carries their credentials to the hosts they belong to; ``timeout``: each phase's bound (a
+    service asked under a short deadline), else 30 s (15 s to connect)."""
     allow_insecure = settings.allow_insecure_http if settings is not None else False
 
     def check(request: httpx.Request) -> None:
@@ -65,7 +68,7 @@ def make_client(*, connections: int = 16, settings: Settings | None = None) -> h
             check_redirect(str(response.request.url), target)
 
     return httpx.Client(
-        timeout=httpx.Timeout(30.0, connect=15.0),
+        timeout=httpx.Timeout(30.0, connect=15.0) if timeout is None else httpx.Timeout(timeout),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         headers={"User-Agent": USER_AGENT, **RAW_BODY},
         follow_redirects=False,
@@ -178,6 +181,27 @@ def get_json_page(
         except RecursionError:  # every JSON answer (index pages, the release API): never a traceback
             raise RemoteError(f"{what}: {current} answered JSON nested too deeply to be an answer.") from None
     raise RemoteError(f"{what}: {url} redirected more than {MAX_REDIRECTS} times.")
+
+
+def post_json(client: httpx.Client, url: str, payload: Any, *, what: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """POST ``payload`` as JSON and read the JSON answer, bounded like :func:`get_json`; no redirect is
+    followed (a query is sent to the address named, and only there)."""
+    try:
+        with client.stream("POST", url, json=payload) as resp:
+            if resp.status_code != 200:
+                raise RemoteError(
+                    f"{what}: {public(url)} answered HTTP {resp.status_code}; expected 200.",
+                    tip="Check the address, and that the server is reachable from this machine.",
+                )
+            body = _read_bounded(resp, limit, what=what, url=public(url))
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise RemoteError(
+            f"{what}: cannot reach {public(url)}: {exc.__class__.__name__}: {exc}", tip=transport_tip(exc)
+        ) from None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise RemoteError(f"{what}: {public(url)} did not answer valid JSON.") from None
 
 
 def _redirect_target(current: str, location: str, what: str) -> str:

@@ -1,6 +1,6 @@
 """The part of a self-test that runs inside the sandbox: ``python -m lockbuild.selftest.inner`` (config on stdin).
 
-It installs the bundle with the ordinary installer into the test root (the audit hook placed in the new
+It installs the bundle with the ordinary installer into the test root (the watch hook placed in the new
 environment's site-packages as soon as ``uv venv`` made it, so the verify command and the probe run with
 it), then runs the smoke command and, under ``--gpu`` on a machine with a GPU, the GPU smoke command, and
 prints what happened as one line, ``RESULT <nonce> <json>``, as its last act. The outer run
@@ -32,7 +32,7 @@ from lockbuild.fsio import create_under
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.runenv import engine_env, tail
 from lockbuild.limits import MiB
-from lockbuild.selftest import audit, tracelog
+from lockbuild.selftest import tracelog, watch
 from lockbuild.site.sources import named_source
 
 PR_SET_DUMPABLE = 4
@@ -54,14 +54,14 @@ def canary() -> None:
 
 
 def _place_hook(root: Path) -> None:
-    """The audit hook into the staging environment's site-packages (the installer's "install" phase)."""
+    """The watch hook into the staging environment's site-packages (the installer's "install" phase)."""
     for sp in sorted(root.glob("*/*.partial/lib/python*/site-packages")):
-        if ".bundle." in sp.parts[-4] or (sp / audit.PTH).exists():
+        if ".bundle." in sp.parts[-4] or (sp / watch.PTH).exists():
             continue
-        with create_under(sp, f"{audit.MODULE}.py") as f:
-            f.write(audit.module_text().encode())
-        with create_under(sp, audit.PTH) as f:
-            f.write(audit.pth_line().encode())
+        with create_under(sp, f"{watch.MODULE}.py") as f:
+            f.write(watch.module_text().encode())
+        with create_under(sp, watch.PTH) as f:
+            f.write(watch.pth_line().encode())
 
 
 def shown(argv: list[str], most: int = 100) -> str:

@@ -57,7 +57,7 @@ _MMSG_UNREAD = re.compile(r"^\d+(?:<(?:[^<>]|<[^<>]*>)*>)?, 0x[0-9a-f]+,")  # se
 
 @dataclass(frozen=True)
 class Note:
-    """One note of the audit hook (the engine's own word: it adds a frame, never names or hides anything)."""
+    """One note of the watch hook (the engine's own word: it adds a frame, never names or hides anything)."""
 
     event: str
     host: str | None
@@ -75,7 +75,7 @@ def text(s: str) -> str:
 
 
 def note(pid: int, payload: str) -> Note | None:
-    """The audit hook's note carried in a marker path (base64 of its JSON), or None."""
+    """The watch hook's note carried in a marker path (base64 of its JSON), or None."""
     try:
         d = json.loads(base64.urlsafe_b64decode(payload.encode("ascii") + b"=="))
         port = d.get("port")

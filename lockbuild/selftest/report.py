@@ -28,11 +28,11 @@ class Step:
 
 @dataclass(frozen=True)
 class Attempt:
-    source: Literal["audit-hook", "strace"]  # strace: the tracer saw it; audit-hook: a look-up Python noted
-    event: str  # the system call (strace), or socket.getaddrinfo, ... (audit hook)
+    source: Literal["watch-hook", "strace"]  # strace: the tracer saw it; watch-hook: a look-up Python noted
+    event: str  # the system call (strace), or socket.getaddrinfo, ... (watch hook)
     host: str  # an address, the name a look-up asked for, or a socket family (AF_PACKET, io_uring)
     port: int | str | None
-    frames: tuple[str, ...]  # the Python frames that made it, innermost first (where the audit hook ran)
+    frames: tuple[str, ...]  # the Python frames that made it, innermost first (where the watch hook ran)
     pid: int
     verdict: Verdict
     family: str = ""
@@ -89,7 +89,7 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
     refused whatever they did; an Internet address is judged by its host; a name look-up (anything sent to
     port 53, even on loopback) is judged by the name its bytes asked for, and by where it went: allowed only
     when both the name and the address (unless loopback) are allowed; "an unreadable name" is refused. A
-    look-up the audit hook noted (a name, not an address) is an attempt too, unless the tracer saw it."""
+    look-up the watch hook noted (a name, not an address) is an attempt too, unless the tracer saw it."""
     allowed = {h.lower() for h in allow}
     attempts: list[Attempt] = []
     for t in traced:
@@ -119,7 +119,7 @@ def judge(notes: Sequence[Note], traced: Sequence[Traced], allow: Sequence[str])
         if n.host.lower() in traced_names:
             continue
         v = "allowed" if n.host.lower().rstrip(".") in allowed else "refused"
-        attempts.append(Attempt("audit-hook", n.event, n.host, n.port, n.frames, n.pid, v, "", True))
+        attempts.append(Attempt("watch-hook", n.event, n.host, n.port, n.frames, n.pid, v, "", True))
     return attempts
 
 

@@ -47,7 +47,7 @@ def is_local(host: str) -> bool:
 
 
 def note_for(notes: Sequence[Note], events: Sequence[str], host: str | None, port: int | None) -> Note | None:
-    """The audit note that goes with an attempt: the latest of the same process, of one of ``events``,
+    """The watch note that goes with an attempt: the latest of the same process, of one of ``events``,
     naming the same host (and port, where there is one). None rather than a guess."""
     for n in reversed(notes):
         same = n.host == host if host is None or n.host is None else n.host.lower().rstrip(".") == host.lower()

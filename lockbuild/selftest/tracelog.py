@@ -20,7 +20,7 @@ What is traced, by rule rather than by a list of the calls that happen to carry 
   (:mod:`lockbuild.selftest.dns`; ``-xx`` shows every byte, ``-s`` enough of them); each name is an attempt
   of its own, and a message that cannot be read is a look-up of "an unreadable name". ``sendfile`` and
   ``splice`` to such a socket, and a stream there that never sent a whole query, are look-ups whose name
-  cannot be read. A name is never taken from the engine's audit note;
+  cannot be read. A name is never taken from the engine's watch note;
 - ``io_uring_setup``: a ring can connect and send without any system call a tracer sees, so it is an
   attempt by itself;
 - ``clone``/``clone3`` with ``CLONE_UNTRACED``: a child the tracer does not follow (which could then trace
@@ -28,7 +28,7 @@ What is traced, by rule rather than by a list of the calls that happen to carry 
 - ``seccomp`` and ``prctl(PR_SET_SECCOMP)`` after the inner run began: a filter of the engine's own could
   hide calls from strace (a user-notification action outranks strace's ``SECCOMP_RET_TRACE``; the sandbox
   refuses a listener, :mod:`lockbuild.selftest.seccomp`), so any filter installed fails the verdict;
-- ``removexattr`` on a path under :data:`MARKER`: the audit hook's notes (the Python frame of an attempt,
+- ``removexattr`` on a path under :data:`MARKER`: the watch hook's notes (the Python frame of an attempt,
   taken only from a note of the same process naming the same address or name). They only add a frame to
   what strace saw; they can never remove an attempt, nor name one.
 
@@ -70,7 +70,7 @@ from lockbuild.selftest.line import (
 )
 from lockbuild.selftest.traced import Log, Traced, is_local, note_for
 
-MARKER_CALL = "removexattr"  # the audit hook's note: a call no engine makes on a path that cannot exist
+MARKER_CALL = "removexattr"  # the watch hook's note: a call no engine makes on a path that cannot exist
 SEND_CALLS = ("sendto", "sendmsg", "sendmmsg")
 WRITE_CALLS = ("write", "writev", "pwritev", "pwritev2")  # data sent to the socket's peer, shown in the line
 OPAQUE_CALLS = ("sendfile", "splice")  # data sent that the line does not show
@@ -89,7 +89,7 @@ CALLS = (
     "prctl",
     MARKER_CALL,
 )
-MARKER = "/.lockbuild-audit/"
+MARKER = "/.lockbuild-watch/"
 CANARY = "canary"  # the marker the inner run makes first: proof that the tracer saw inside the sandbox
 LIMIT = 10_000  # distinct attempts (and look-ups noted) a report keeps; more fails the verdict
 LINE_BOUND = 16 * MiB  # a strace line read whole: any -s 1024 line but a sendmmsg's of many large messages
@@ -302,7 +302,7 @@ class Parser:
         return self._streams[key][0]
 
     def _note(self, pid: int, got: Note) -> None:
-        """An audit note: kept for its frames (the last 16 of a process), and, if it is a look-up the
+        """A watch note: kept for its frames (the last 16 of a process), and, if it is a look-up the
         verdict reads, in :attr:`Log.notes` (distinct ones, at most ``limit``; more fails the verdict)."""
         recent = self._recent.pop(pid, [])  # re-inserted last: the process least recently noted goes first
         self._recent[pid] = [*recent[-15:], got]

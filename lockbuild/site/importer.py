@@ -20,10 +20,12 @@ from pathlib import Path
 from lockbuild.bundle.manifest import Member
 from lockbuild.fsio import fd_path, open_dir, remove_at
 from lockbuild.progress import Progress
-from lockbuild.site.sources import DeltaFile, named_source
+from lockbuild.site.sources import DeltaFile, StoreBuild, named_source, report_place
 from lockbuild.site.storage import Store
 from lockbuild.trust import load_store, open_source
 from lockbuild.trust import trust_dir as default_trust_dir
+from lockbuild.vulns.report import report_name
+from lockbuild.vulns.signed import signed_report
 
 MEMBERS = "members"  # the extraction's directory under the import's own work directory in tmp/
 
@@ -57,7 +59,8 @@ def import_bundle(
             # to blobs/'. A tmp/ renamed away, or a link planted in its place, redirects nothing.
             work = fd_path(wfd)
             with named_source(bundle, store=store.root, work=work) as source:
-                trusted = open_source(source, load_store(default_trust_dir(trust_dir)), threshold=threshold)
+                trust = load_store(default_trust_dir(trust_dir))
+                trusted = open_source(source, trust, threshold=threshold)
                 seen: set[str] = set()
 
                 def want(m: Member) -> bool:
@@ -69,6 +72,9 @@ def import_bundle(
                     return True
 
                 done = trusted.extract(work / MEMBERS, progress=progress, want=want, action="importing")
+                where = report_place(source) if not isinstance(source, StoreBuild) else None
+                name_ = report_name(trusted.manifest.bundle_name)
+                kept = signed_report(where, name_, trust, trusted.sha256) if where is not None else None
             added = added_bytes = 0
             shown = store.root / "tmp" / name / MEMBERS
             for m in done.written:
@@ -79,6 +85,8 @@ def import_bundle(
                     added_bytes += m.size
             store.sync()
             store.put_build(trusted.manifest, trusted.manifest_bytes, trusted.counted_signatures())
+            if kept is not None:  # the report beside the bundle, judged by the one decision like the bundle
+                store.put_report(trusted.manifest, kept.data, kept.signatures)
         finally:
             os.close(wfd)
             remove_at(store.tmp, name)  # by tmp/'s descriptor

@@ -254,6 +254,18 @@ def named_source(arg: str | Path, *, store: Path | None = None, work: Path | Non
     yield BundleFile(path)
 
 
+def report_place(source: Source) -> Path | None:
+    """Where the vulnerability report of a named source lies: beside a ``.lbz``, or kept with a store's
+    build by ``import``; None for a source that carries none (a part list, a delta)."""
+    from lockbuild.vulns.report import SUFFIX
+
+    if isinstance(source, BundleFile):
+        return source.path.with_name(source.path.name + SUFFIX)
+    if isinstance(source, StoreBuild):
+        return source.store.report_path(source.ref)
+    return None
+
+
 @dataclass(frozen=True)
 class Choosing:
     """An argument that names candidates rather than one bundle: ``ENGINE/VERSION`` or

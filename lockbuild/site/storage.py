@@ -49,7 +49,7 @@ from lockbuild.fsio import (
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.site import storecare
 from lockbuild.site.storemodel import Damage, StoreError, check_hex, check_name, merge_signatures
-from lockbuild.site.storeread import MANIFEST_FILE, SIGNATURE_FILE, StoreReader
+from lockbuild.site.storeread import MANIFEST_FILE, REPORT_FILE, SIGNATURE_FILE, StoreReader
 
 MARK, MARK_TEXT = storecare.MARK, storecare.MARK_TEXT
 
@@ -205,6 +205,20 @@ class Store(StoreReader):
             elif (merged := merge_signatures(existing[1], signatures)) != existing[1]:
                 self._write_new(self._build_dir(engine, name), SIGNATURE_FILE, merged)
             fsync_dir(engine)
+        finally:
+            os.close(engine)
+
+    def put_report(self, manifest: Manifest, report: bytes, signatures: bytes) -> None:
+        """Keep a build's vulnerability report (checked by the caller) beside it, replacing an older one."""
+        engine = self._dir(self.builds, check_name(manifest.engine, "engine"), False, keep=False)
+        try:
+            build = f"{check_name(manifest.version, 'version')}-{check_name(manifest.variant, 'variant')}"
+            fd = self._dir(engine, build, False, keep=False)
+            try:
+                self._write_new(fd, REPORT_FILE + ".minisig", signatures)
+                self._write_new(fd, REPORT_FILE, report)
+            finally:
+                os.close(fd)
         finally:
             os.close(engine)
 

@@ -25,6 +25,7 @@ from lockbuild.site.storemodel import StoredBuild, StoreError, check_hex, list_n
 
 MANIFEST_FILE = "bundle.toml"
 SIGNATURE_FILE = "bundle.toml.minisig"
+REPORT_FILE = "vulns.cdx.json"  # the build's vulnerability report, kept by import (its .minisig beside it)
 TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
 
 
@@ -165,6 +166,11 @@ class StoreReader:
         finally:
             os.close(fd)
         return manifest, sigs
+
+    def report_path(self, ref: str) -> Path:
+        """Where the build's kept vulnerability report lies (read by the one trust decision, by path)."""
+        engine, version, variant = parse_build_ref(ref)
+        return self.root / "builds" / engine / f"{version}-{variant}" / REPORT_FILE
 
     def build(self, ref: str) -> StoredBuild:
         return self._parse_build(ref, *self.build_files(ref))

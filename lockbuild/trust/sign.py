@@ -159,6 +159,16 @@ def read_unverified(
     return manifest
 
 
+def read_member_unverified(bundle: Path, member: str, work: Path) -> tuple[Manifest, FileDigests, bytes]:
+    """The signer's own pass for ``lockbuild report``: the bundle checked whole against the manifest it
+    carries (no signature judged: it serves the signer about to sign a report of it), its digests, and
+    the bytes of one member (the SBOM), written only into ``work``, the caller's empty directory."""
+    digests = digest_signed_file(bundle, prehash=False)
+    manifest = read_unverified(bundle, dest=work, expect_sha256=digests.sha256, want=lambda m: m.path == member)
+    data = fsio.read_regular(work / member, what=member, max_size=manifest.member(member).size, error=IntegrityError)
+    return manifest, digests, data
+
+
 def judge_existing(
     existing: Sequence[Signature],
     store: TrustStore | None,

@@ -31,7 +31,7 @@ _FIELD_KEY_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _FIELD_VALUE_RE = re.compile(r"(?:[A-Za-z0-9_.~-]|%[0-9A-F]{2})*")
 _TIP = "The trusted comment was not written by this lockbuild; re-sign the bundle with `lockbuild sign`."
 REQUIRED = ("file", "engine", "version", "variant", "sha256", "size", "manifest-sha256", "serial")
-OPTIONAL = ("expires",)
+OPTIONAL = ("expires", "bundle-sha256", "queried")  # the last two: a vulnerability report's statement
 
 
 def format_trusted_comment(fields: Mapping[str, str]) -> str:
@@ -102,8 +102,12 @@ class Statement:
     manifest_sha256: str
     serial: int
     expires: dt.datetime | None = None
+    bundle_sha256: str | None = None  # a vulnerability report's: the bundle it is about
+    queried: dt.datetime | None = None  # a vulnerability report's: when the service was asked
 
     def __post_init__(self) -> None:
+        if self.bundle_sha256 is not None and not is_sha256(self.bundle_sha256):
+            raise ValueError("a statement's bundle_sha256 is 64 lowercase hex digits")
         if not (is_sha256(self.sha256) and is_sha256(self.manifest_sha256)):
             raise ValueError("a statement's sha256 and manifest_sha256 are 64 lowercase hex digits")
         if self.size < 0 or self.serial < 0:
@@ -139,6 +143,8 @@ class Statement:
             self.size,
             self.manifest_sha256,
             self.serial,
+            self.bundle_sha256,
+            self.queried,
         )
 
     @property
@@ -158,6 +164,10 @@ class Statement:
         }
         if self.expires is not None:
             fields["expires"] = iso(self.expires)
+        if self.bundle_sha256 is not None:
+            fields["bundle-sha256"] = self.bundle_sha256
+        if self.queried is not None:
+            fields["queried"] = iso(self.queried)
         return format_trusted_comment(fields)
 
     @classmethod
@@ -187,11 +197,30 @@ class Statement:
         except (OverflowError, OSError, ValueError):
             raise SignatureError(f"the signed serial {f['serial']!r} is not a time.") from None
         size = _count(f["size"], "size", 16)
-        expires = None
-        if "expires" in f:
-            expires = parse_time(f["expires"])
-            if expires is None or expires.tzinfo is None:
-                raise SignatureError(f"the signed expiry {show(f['expires'][:40])} is not a time with a zone.")
+        expires = _time(f, "expires", "expiry")
+        queried = _time(f, "queried", "query time")
+        bundle = f.get("bundle-sha256")
+        if bundle is not None and not is_sha256(bundle):
+            raise SignatureError(f"the signed bundle-sha256 {show(bundle[:80])} is not a sha256.")
         return cls(
-            f["file"], f["engine"], f["version"], f["variant"], f["sha256"], size, f["manifest-sha256"], serial, expires
+            f["file"],
+            f["engine"],
+            f["version"],
+            f["variant"],
+            f["sha256"],
+            size,
+            f["manifest-sha256"],
+            serial,
+            expires,
+            bundle,
+            queried,
         )
+
+
+def _time(f: Mapping[str, str], key: str, what: str) -> dt.datetime | None:
+    if key not in f:
+        return None
+    t = parse_time(f[key])
+    if t is None or t.tzinfo is None:
+        raise SignatureError(f"the signed {what} {show(f[key][:40])} is not a time with a zone.")
+    return t

@@ -1,4 +1,4 @@
-"""The audit hook placed in the test environment: it adds the Python frame to what the tracer sees.
+"""The watch hook placed in the test environment: it adds the Python frame to what the tracer sees.
 
 The hook is a module in the environment's site-packages with a ``.pth`` file that loads it *by path* (so a
 module the engine puts in ``sys.modules`` first cannot stand in for it). For each socket event Python
@@ -20,7 +20,7 @@ MODULE = "_lockbuild_selftest"
 PTH = f"{MODULE}.pth"
 
 _TEMPLATE = '''\
-"""Written by lockbuild test: notes this process's socket events for the tracer (the self-test's audit hook)."""
+"""Written by lockbuild test: notes this process's socket events for the tracer (the self-test's watch hook)."""
 
 
 def _install():

@@ -762,20 +762,20 @@ ENTRIES: list[Mutation] = [
     off("a download with another sha256 is refused", "lockbuild/fetch/fetcher.py", "got != digest_of(w.sha256)", FETCH),
     off(
         "a scheme other than https and http is refused as not https",
-        "lockbuild/urls.py",
+        "lockbuild/wire/urls.py",
         'scheme != "http"',
         "tests/test_url_rules.py",
     ),
     Mutation(
         "a look-alike of localhost is not loopback",
-        "lockbuild/urls.py",
+        "lockbuild/wire/urls.py",
         'if scheme == "https" or (scheme == "http" and (is_loopback(host) or allow_insecure)):',
         'if scheme in ("https", "http"):',
         "tests/test_redteam.py -k plain_http",
     ),
     off(
         "user:token@ in a URL is named a credential",
-        "lockbuild/urls.py",
+        "lockbuild/wire/urls.py",
         '"@" in parts.netloc',
         "tests/test_url_rules.py",
     ),

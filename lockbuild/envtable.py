@@ -20,7 +20,7 @@ import unicodedata
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from lockbuild.urls import secret_parameter
+from lockbuild.wire.urls import secret_parameter
 
 NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 MAX_VALUE = 4096

@@ -1,6 +1,6 @@
 """PEP 740 provenance: who published a locked file, as the index states it. A report, never a gate.
 
-Pure logic, no network: the index's answer (a provenance object, read by ``builder/attestations.py``),
+Pure logic, no network: the index's answer (a provenance object, read by ``fetch/attestations.py``),
 the lock directory's record (``provenance.json``), the manifest's per-file field and the comparison
 with the previous lock all go through the checks here. Every field is bounded and plain text.
 

@@ -23,8 +23,16 @@ from urllib.parse import urlsplit
 
 from lockbuild.errors import LockbuildError
 from lockbuild.proc.uvtool import child_environ
-from lockbuild.urls import INSECURE_ENV, check_transport, is_loopback, is_secure, origin, public, split_credentials
-from lockbuild.wire import credential_problem, credential_tip
+from lockbuild.wire.rules import credential_problem, credential_tip
+from lockbuild.wire.urls import (
+    INSECURE_ENV,
+    check_transport,
+    is_loopback,
+    is_secure,
+    origin,
+    public,
+    split_credentials,
+)
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 DEFAULT_GITHUB_API = "https://api.github.com"
@@ -115,7 +123,7 @@ def _base(environ: Mapping[str, str], name: str, default: str) -> str:
 
 def _credential(name: str, value: str | None, *, as_is: bool) -> str | None:
     """``value`` (None when unset or empty), refused when it cannot travel in a header: the message names
-    ``name`` and never the value (``wire.py::credential_problem``)."""
+    ``name`` and never the value (``wire/rules.py::credential_problem``)."""
     if not value:
         return None
     why = credential_problem(name, value, as_is=as_is)

@@ -27,7 +27,7 @@ from lockbuild.progress import Progress
 from lockbuild.recipe import load_recipe
 from lockbuild.settings import Settings, load
 from lockbuild.text import for_terminal
-from lockbuild.urls import InsecureTransportError
+from lockbuild.wire.urls import InsecureTransportError
 
 SECRETS = {
     "LOCKBUILD_KEY_PASSWORD": "pw-SECRET-0a1b",

@@ -16,7 +16,7 @@ from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.fetcher import Fetcher, Wanted
 from lockbuild.fetch.http import make_client
 from lockbuild.settings import Settings
-from lockbuild.urls import InsecureTransportError
+from lockbuild.wire.urls import InsecureTransportError
 
 
 def _wanted(url: str, data: bytes, label: str = "a.tgz") -> Wanted:

@@ -19,7 +19,7 @@ from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.fetcher import Fetcher
 from lockbuild.fetch.http import make_client
 from lockbuild.limits import Limits
-from lockbuild.urls import InsecureTransportError
+from lockbuild.wire.urls import InsecureTransportError
 
 TOKEN = "hf_test_token_not_for_the_cdn"
 SHARD = "model-00001-of-00002.safetensors"

@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, TOY_RECIPE, Keys, day
 from servers import FakeServer, make_wheel
 
+from lockbuild.builder.direct import read_source_requirements
 from lockbuild.builder.resolve import second_index_project
 from lockbuild.builder.session import session
-from lockbuild.builder.sources import read_source_requirements
 from lockbuild.bundle.lockfiles import bundle_pylock, bundle_requirements
 from lockbuild.cli import main
 from lockbuild.errors import RecipeError

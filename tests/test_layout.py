@@ -420,7 +420,7 @@ def test_only_the_signing_process_reads_a_secret_key() -> None:
 
 # Each of these rules is defined once, in the module named; everyone else imports it.
 ONE_DEFINITION = {
-    "is_loopback": "urls.py",
+    "is_loopback": "wire/urls.py",
     "bundle_name": "bundle/manifest.py",
 }
 

@@ -17,8 +17,8 @@ from conftest import PLATFORM, PY, TOY_RECIPE, day
 from servers import FakeServer, make_sdist, make_tar_gz, make_wheel
 
 from lockbuild.builder.cutoff import CUT_OFF_DELAY, cut_off
+from lockbuild.builder.direct import read_source_requirements
 from lockbuild.builder.plan import choose_uv_wheel
-from lockbuild.builder.sources import read_source_requirements
 from lockbuild.cli import main
 from lockbuild.errors import RecipeError, RemoteError, ResolveError
 from lockbuild.fetch.index import Index, parse_project_page

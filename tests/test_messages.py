@@ -32,15 +32,7 @@ def test_packing_and_built_lines_count_the_same_files(
 
 # Each refusal kind gets its own tip ---------------------------------------------------------------------
 def _kinds() -> list[type[Exception]]:
-    import lockbuild.cli  # imports every command module, so every error class is defined
-    import lockbuild.fetch.fetcher
-    import lockbuild.gpu.fatbin
-    import lockbuild.install.node
-    import lockbuild.proc.sandbox
-    import lockbuild.registry.api
-    import lockbuild.settings
-    import lockbuild.site.storemodel
-    import lockbuild.urls  # noqa: F401
+
     from lockbuild.errors import LockbuildError
 
     out: list[type[Exception]] = []

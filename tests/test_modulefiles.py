@@ -11,7 +11,7 @@ import pytest
 
 from lockbuild.errors import InstallError
 from lockbuild.install.moduledir import default_of
-from lockbuild.install.modulefile import ModuleSpec, Record, lua_string, read_record, render, tcl_string
+from lockbuild.install.modulefile import ModuleRecord, ModuleSpec, lua_string, read_record, render, tcl_string
 from lockbuild.install.node import Node
 
 HOSTILE = [
@@ -70,7 +70,7 @@ foreach t $calls {
 
 
 def spec(value: str, prefix: str = "/opt/engines/toy/1.0-cpu") -> ModuleSpec:
-    record = Record("toy", "1.0", "cpu", prefix, "install", 7, 1700000000, "3.12", "x86_64-manylinux_2_28", None)
+    record = ModuleRecord("toy", "1.0", "cpu", prefix, "install", 7, 1700000000, "3.12", "x86_64-manylinux_2_28", None)
     return ModuleSpec(record, "ab" * 32, ("K1", "K2"), "2025-01-06T00:00:00Z", (("VLLM_X", value), ("HF_Y", "1")))
 
 
@@ -162,18 +162,18 @@ def test_the_record_reads_back_and_a_foreign_file_has_none() -> None:
 NO_GPU = Node("x86_64", "glibc", (2, 36), None, ())
 
 
-def rec(version: str, variant: str, serial: int, gpu: bool = False) -> Record:
+def rec(version: str, variant: str, serial: int, gpu: bool = False) -> ModuleRecord:
     g = ((8, 0), "580", None) if gpu else None
-    return Record("toy", version, variant, f"/e/{version}-{variant}", "install", serial, serial, "3.12", "x", g)
+    return ModuleRecord("toy", version, variant, f"/e/{version}-{variant}", "install", serial, serial, "3.12", "x", g)
 
 
 def test_the_default_is_the_nodes_choice_newest_version_then_serial_then_variant() -> None:
     records = [rec("1.0", "cpu", 9), rec("1.1", "cpu", 1), rec("1.1", "avx", 1), rec("1.0", "zz", 10)]
-    records = [Record(**{**r.__dict__, "platform": "x86_64-manylinux_2_28"}) for r in records]
+    records = [ModuleRecord(**{**r.__dict__, "platform": "x86_64-manylinux_2_28"}) for r in records]
     assert default_of(records, NO_GPU, "auto").build_id == "1.1-avx"  # type: ignore[union-attr]
-    newer = [*records, Record(**{**records[0].__dict__, "version": "1.1", "variant": "new", "serial": 5})]
+    newer = [*records, ModuleRecord(**{**records[0].__dict__, "version": "1.1", "variant": "new", "serial": 5})]
     assert default_of(newer, NO_GPU, "auto").build_id == "1.1-new"  # type: ignore[union-attr]
-    gpu_only = [Record(**{**rec("2.0", "cu", 1, gpu=True).__dict__, "platform": "x86_64-manylinux_2_28"})]
+    gpu_only = [ModuleRecord(**{**rec("2.0", "cu", 1, gpu=True).__dict__, "platform": "x86_64-manylinux_2_28"})]
     assert default_of(gpu_only + records, NO_GPU, "auto").build_id == "1.1-avx"  # a CPU node takes a CPU build
     assert default_of(gpu_only, NO_GPU, "auto").build_id == "2.0-cu"  # none fits: the GPU rules aside
     assert default_of([], NO_GPU, "auto") is None

@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, TOY_RECIPE, Keys, day, publish_toy
 from servers import FakeServer, github_publisher, in_toto_statement, make_wheel, provenance_doc
 
-from lockbuild.builder.attestations import NO_PREVIOUS, fetch_provenance, report, with_provenance
 from lockbuild.bundle.lockfiles import bundle_requirements
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RemoteError, ResolveError
+from lockbuild.fetch.attestations import NO_PREVIOUS, fetch_provenance, report, with_provenance
 from lockbuild.fetch.index import Index
 from lockbuild.lock import LockedFile, parse_requirements_lock
 from lockbuild.provenance import MAX_ANSWER_BYTES, MAX_RECORD_BYTES, Provenance, Publisher, Recorded, record_json

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.requirements import Requirement
 
-from lockbuild.builder.resolved import resolved_recipe
-from lockbuild.builder.sources import source_requirements
+from lockbuild.builder.direct import source_requirements
+from lockbuild.builder.plan import resolved_recipe
 from lockbuild.errors import RecipeError
 from lockbuild.recipe import (
     MAX_RECIPE_BYTES,

@@ -12,7 +12,7 @@ from lockbuild import envtable
 from lockbuild.bundle.installparse import parse_install
 from lockbuild.errors import IntegrityError, RecipeError
 from lockbuild.recipe import parse_recipe
-from lockbuild.urls import redacted, secret_parameter
+from lockbuild.wire.urls import redacted, secret_parameter
 
 ROOT = Path(__file__).resolve().parent.parent
 SHA = "ab" * 32

@@ -236,7 +236,7 @@ def test_a_trust_directory_owned_by_root_or_this_user_and_read_only_to_others_is
     ],
 )
 def test_plain_http_is_refused_to_every_look_alike_of_this_machine(url: str) -> None:
-    from lockbuild.urls import InsecureTransportError, check_transport, is_secure
+    from lockbuild.wire.urls import InsecureTransportError, check_transport, is_secure
 
     assert not is_secure(url)
     with pytest.raises(InsecureTransportError):
@@ -255,7 +255,7 @@ def test_plain_http_is_refused_to_every_look_alike_of_this_machine(url: str) -> 
     ],
 )
 def test_plain_http_to_this_machine_is_allowed(url: str) -> None:
-    from lockbuild.urls import is_secure
+    from lockbuild.wire.urls import is_secure
 
     assert is_secure(url)
 

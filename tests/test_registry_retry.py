@@ -28,7 +28,6 @@ from registry import RealRegistry, binary
 from sitekit import cli, make_bundle
 from throttle import CUT, Refusal, Rule, Throttle
 
-from lockbuild.headers import number
 from lockbuild.registry.connection import Clock
 from lockbuild.registry.reference import RegistryError
 from lockbuild.registry.retry import (
@@ -42,6 +41,7 @@ from lockbuild.registry.retry import (
     with_budget,
 )
 from lockbuild.site.storage import MARK, MARK_TEXT, Store
+from lockbuild.wire.headers import number
 
 needs_registry = pytest.mark.skipif(binary() is None, reason="docker-registry is not installed (scripts/test does)")
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def test_the_wait_is_never_below_the_backoff_whatever_retry_after_says() -> None
 
 def test_every_header_number_is_read_by_the_one_parser() -> None:
     """``str.isdigit`` is true of Unicode digits (``'²'``, ``'٣'``): the clients read a header's number
-    through ``lockbuild.headers``; the few other ``isdigit`` calls in the library read ASCII only."""
+    through ``lockbuild.wire.headers``; the few other ``isdigit`` calls in the library read ASCII only."""
     import ast
 
     import lockbuild
@@ -102,7 +102,7 @@ def test_every_header_number_is_read_by_the_one_parser() -> None:
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Attribute) and node.attr in ("isdigit", "isdecimal", "isnumeric")
     }
-    assert found <= set(ascii_only), f"read a number from outside with lockbuild.headers.number: {found}"
+    assert found <= set(ascii_only), f"read a number from outside with lockbuild.wire.headers.number: {found}"
     readers = {
         path.relative_to(package).as_posix()
         for path in package.rglob("*.py")

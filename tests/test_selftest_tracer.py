@@ -24,7 +24,7 @@ from servers import FakeServer, make_wheel
 
 from lockbuild.cli import main
 from lockbuild.selftest import seccomp
-from lockbuild.selftest.dns import Stream, question
+from lockbuild.selftest.dns import DnsStream, question
 from lockbuild.selftest.tracelog import parse
 
 ENGINE = """\
@@ -536,12 +536,12 @@ def test_the_dns_reader_is_strict_and_joins_a_stream() -> None:
     assert question(bytes.fromhex("abcd01000001000000000000") + (b"\x3f" + b"a" * 63) * 4 + b"\x00" + bytes(4)) is None
     msg = _q("tcp.example")
     framed = len(msg).to_bytes(2, "big") + msg
-    s = Stream()
+    s = DnsStream()
     assert s.send(framed[:1], True) == [] and s.send(framed[1:9], True) == []
     assert s.send(framed[9:] + framed[:5], True) == ["tcp.example"]  # the next message begun
     assert s.left() == [None]  # ... and never finished: its question was not sent
-    assert Stream().send(framed, False) == ["tcp.example", None]  # cut short by -s: nothing after it is read
-    assert Stream().left() == [None]  # a stream that sent nothing
+    assert DnsStream().send(framed, False) == ["tcp.example", None]  # cut short by -s: nothing after it is read
+    assert DnsStream().left() == [None]  # a stream that sent nothing
 
 
 # --- units: every bound of the reader fails closed -------------------------------------------------------

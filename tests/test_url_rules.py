@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lockbuild.errors import LockbuildError
-from lockbuild.urls import check_transport, secret_parameter
+from lockbuild.wire.urls import check_transport, secret_parameter
 
 
 @pytest.mark.parametrize("url", ["ftp://files.example/x.whl", "file:///etc/passwd"])

@@ -169,7 +169,7 @@ def test_a_service_that_never_answers_costs_the_deadline_only(
 ) -> None:
     import socket
 
-    from lockbuild.builder import osvquery
+    from lockbuild.fetch import osvclient as osvquery
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))

@@ -1,4 +1,4 @@
-"""What every HTTP client accepts (``lockbuild/wire.py``, ``urls.py::redirect_problem``): bodies as stored,
+"""What every HTTP client accepts (``lockbuild/wire/rules.py``, ``wire/urls.py::redirect_problem``): bodies as stored,
 never decoded (a zstd or gzip answer is refused unread, and no bound counts decoded bytes), and redirects to
 https only (or to plain http on this machine from plain http on this machine). The JSON client, downloads
 (through httpx and through libcurl) and the registry's connection are each tried against servers on 127.0.0.1.
@@ -25,7 +25,7 @@ from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.fetcher import Fetcher, Wanted
 from lockbuild.fetch.http import get_json, make_client
 from lockbuild.registry.api import Registry, RegistryError, parse_ref
-from lockbuild.urls import InsecureTransportError, redirect_problem
+from lockbuild.wire.urls import InsecureTransportError, redirect_problem
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lockbuild"
 BOMB_SIZE = 256 << 20

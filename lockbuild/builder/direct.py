@@ -8,27 +8,32 @@ archive's requirements, a URL wheel, the interpreter) are read from the descript
 from __future__ import annotations
 
 import datetime as dt
+import lzma
+import re
+import tarfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import PurePosixPath
-from typing import assert_never
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, assert_never
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from lockbuild import __version__
+from lockbuild import interpreter as standalone
 from lockbuild.builder.extras import ExtraFile
-from lockbuild.builder.pyarchive import check_interpreter_archive
 from lockbuild.builder.selfwheel import NAME as SELF_NAME
 from lockbuild.builder.selfwheel import make_self_wheel
-from lockbuild.builder.sources import read_source_requirements
 from lockbuild.errors import IntegrityError, RecipeError, ResolveError
 from lockbuild.fetch import github
 from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified
+from lockbuild.limits import MiB
 from lockbuild.lock import Candidate
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe, ReleaseWheel, SelfWheel, UrlWheel
-from lockbuild.recipe.checks import wheel_filename
+from lockbuild.recipe.checks import requirement, wheel_filename
+from lockbuild.recipe.fields import SHOWN, listing
 
 
 @dataclass(frozen=True)
@@ -167,3 +172,114 @@ def interpreter(reach: Reach, build: Build) -> ExtraFile | None:
     with open_verified(reach.fetcher, got.wanted()) as f:  # read from the descriptor that was hashed
         check_interpreter_archive(f, it.file, build.python)
     return ExtraFile(f"python/{it.file}", "interpreter", got.url, got.sha256(), got.size)
+
+
+MAX_REQUIREMENTS_FILE = MiB
+_COMMENT = re.compile(r"(^|\s)#.*$")
+
+
+def source_requirements(text: str, *, skip: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """The requirement lines of an engine's source requirements file.
+
+    Options (``-r``, ``-e``, ``--index-url``...), URLs and ``name @ url`` are refused: they would fetch
+    from elsewhere or install what the lock never saw. Lines naming an extra index's packages are skipped
+    (the build names those itself).
+    """
+    out: list[str] = []
+    problems: list[str] = []
+    skipped = {canonicalize_name(s) for s in skip}
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = _COMMENT.sub("", raw).strip()
+        if not line:
+            continue
+        shown = line[:SHOWN]
+        if line.startswith("-"):
+            problems.append(f"line {n}: options such as {line.split()[0][:SHOWN]!r} are not allowed: {shown!r}")
+            continue
+        if line.startswith((".", "/", "~")):
+            problems.append(f"line {n}: paths are not allowed in requirements: {shown!r}")
+            continue
+        got = requirement(line)
+        if isinstance(got, str):
+            problems.append(f"line {n}: {got}: {shown!r}")
+            continue
+        if canonicalize_name(got.name) in skipped:
+            continue
+        out.append(line)
+    if problems:
+        shown = listing(problems)
+        raise RecipeError(
+            f"{where}: the engine's requirements file has lines lockbuild refuses:\n{shown}",
+            problems=tuple(problems),
+            tip="Only plain requirement lines can enter a lock; name anything else in the recipe.",
+        )
+    return tuple(out)
+
+
+def read_source_requirements(archive: Path | BinaryIO, build: Build) -> tuple[str, ...]:
+    """Check the source archive's top directory and read its requirements file under the lock rules.
+
+    ``archive`` is best an open file, the one its digest was checked on (``fetch.open_verified``)."""
+    src = build.source
+    if src is None:
+        raise RecipeError(f"{build.id}: expected a [builds.source] table to read requirements from, found none")
+    where = f"{src.url} ({build.id})"
+    wanted = f"{src.top}/{src.requirements}" if src.requirements else None
+    saw_top = False
+    text: str | None = None
+    try:
+        where_from = {"name": archive} if isinstance(archive, Path) else {"fileobj": archive}
+        with tarfile.open(mode="r:*", **where_from) as tf:
+            for member in tf:
+                name = str(PurePosixPath(member.name))
+                if name == src.top or name.startswith(src.top + "/"):
+                    saw_top = True
+                if wanted is not None and name == wanted:
+                    if not member.isfile() or member.size > MAX_REQUIREMENTS_FILE:
+                        raise RecipeError(f"{where}: {wanted} is not a regular file of at most 1 MiB.")
+                    f = tf.extractfile(member)
+                    if f is None:
+                        raise RecipeError(f"{where}: {wanted} cannot be read from the archive.")
+                    text = f.read().decode("utf-8", errors="strict")
+    except (tarfile.TarError, OSError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"{where}: cannot read the source archive as a tar: {exc}") from None
+    if not saw_top:
+        raise RecipeError(
+            f"{where}: expected a top directory {src.top!r} in the source archive, found none.",
+            tip="Set source.top to the archive's top directory.",
+        )
+    if wanted is None:
+        return ()
+    if text is None:
+        raise RecipeError(f"{where}: the source archive has no {wanted}.", tip="Check source.requirements.")
+    skip = tuple(name for ix in build.extra_indexes for name in ix.packages)  # each extra index's own
+    return source_requirements(text, skip=skip, where=where)
+
+
+MAX_ENTRIES = 200_000
+
+
+def check_interpreter_archive(f: BinaryIO, name: str, want: str) -> None:
+    """``f`` (already checked against its published digest) holds ``python/bin/python<want>``, and no
+    interpreter of another X.Y; the file name, when it names a version, must agree."""
+    named = standalone.version_from_filename(name)
+    found: set[str] = set()
+    try:
+        with tarfile.open(fileobj=f, mode="r:*") as tf:
+            for i, ti in enumerate(tf):
+                if i >= MAX_ENTRIES:
+                    raise RecipeError(f"the interpreter archive {name} has more than {MAX_ENTRIES} entries; refused.")
+                if ti.isreg():
+                    found |= standalone.versions_in([ti.name])
+    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise RecipeError(
+            f"the interpreter archive {name} is not a readable tar archive: {exc}.",
+            tip="Name a python-build-standalone install_only archive (python/bin/python3.X inside).",
+        ) from None
+    if found != {want} or (named is not None and named != want):
+        shown = ", ".join(sorted(found)) or "no python/bin/python3.X at all"
+        raise RecipeError(
+            f"the interpreter {name} is not Python {want}, the build's python: expected python/bin/python{want} "
+            f"inside, found {shown}" + (f" (its name says {named})" if named and named != want else "") + ".",
+            tip=f"Name the {want} archive of the release (cpython-{want}.*-install_only.tar.gz), or change python.",
+        )

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lockbuild import fsio
-from lockbuild.builder.attestations import recorded
 from lockbuild.builder.plan import Plan
 from lockbuild.digest import CHUNK
+from lockbuild.fetch.attestations import recorded
 from lockbuild.jsonio import JSON
 from lockbuild.lock import LockedFile
 from lockbuild.provenance import RECORD, record_json

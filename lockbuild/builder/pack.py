@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
@@ -33,6 +33,7 @@ from lockbuild.provenance import Provenance
 from lockbuild.recipe import SelfWheel
 from lockbuild.times import iso
 from lockbuild.trust import FileDigests, Statement, carry_over, read_signatures, sign_statement, signature_path
+from lockbuild.trust.sign import KeyFileSigner, SignedBlocks
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,32 @@ def sign(written: UnsignedBundle, *, key: SecretKey | None, expires: dt.datetime
         written.discard()
     d = written.digests
     return Packed(written.final, None, written.manifest, d.sha256, d.size, (), ())
+
+
+def release(
+    written: Sequence[UnsignedBundle],
+    signer: KeyFileSigner,
+    checked: SignedBlocks,
+    *,
+    expires: dt.datetime | None = None,
+    extra: Sequence[tuple[bytes, str]] = (),
+) -> tuple[list[Packed], SignedBlocks]:
+    """The one sequence that signs what a build wrote, for engines and models alike: one call to the signing
+    process (the key read there only, refused unless still the key ``checked`` when the build began), each
+    bundle moved into place with its block; ``extra`` items (a report beside a bundle) are signed in the
+    same call, their blocks after the bundles'. Whatever happens, no unsigned bundle is left behind."""
+    try:
+        statements = [statement_for(w, expires) for w in written]
+        items = [(w.digests.prehash(w.final.name), st.to_comment()) for w, st in zip(written, statements, strict=True)]
+        signed = signer.sign_as_checked([*items, *extra], checked)
+        packed = [
+            place_signed(w, st, signer=signed.key_id, block=block)
+            for w, st, block in zip(written, statements, signed.blocks[: len(written)], strict=True)
+        ]
+    finally:
+        for w in written:
+            w.discard()
+    return packed, signed
 
 
 def fetch_and_write(

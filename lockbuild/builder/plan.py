@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import tomlkit
 
-from lockbuild.builder.attestations import with_provenance
 from lockbuild.builder.cutoff import cut_off, late_files_warning, release_cut_off
 from lockbuild.builder.direct import Reach, engine_wheel, interpreter, release_assets, source_archive
 from lockbuild.builder.extras import ExtraFile, choose_uv_wheel
@@ -24,9 +24,9 @@ from lockbuild.builder.memo import ResolutionMemo
 from lockbuild.builder.pinfiles import PinSources, locked_files, primary_release
 from lockbuild.builder.pinmeta import Listings
 from lockbuild.builder.resolve import Resolution, compile_lock
-from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.errors import LockbuildError, RecipeError
 from lockbuild.fetch import github
+from lockbuild.fetch.attestations import with_provenance
 from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.extraindex import extra_indexes, index_label
 from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified
@@ -285,3 +285,25 @@ class Planner:
                     reuse = False
             finally:
                 ahead.close()
+
+
+def resolved_recipe(recipe: Recipe, build: Build, as_of: dt.datetime, self_wheel: str | None = None) -> str:
+    """``recipe`` with only ``build`` in it and its ``as-of`` filled in (comments kept); for lockbuild's
+    own wheel (``wheel = { self = true }``), its sha256 too."""
+    doc = tomlkit.parse(recipe.text)
+    builds = doc["builds"]
+    keep = builds[build.position]
+    keep["as-of"] = as_of.astimezone(dt.UTC)
+    if self_wheel is not None:
+        pin = tomlkit.inline_table()
+        pin.update({"self": True, "sha256": self_wheel})
+        keep["wheel"] = pin
+    if isinstance(builds, tomlkit.items.AoT):
+        new = tomlkit.aot()
+        new.append(keep)
+        doc["builds"] = new
+    else:  # builds = [ { ... }, ... ], an inline array of tables
+        for i in range(len(builds) - 1, -1, -1):
+            if i != build.position:
+                del builds[i]
+    return tomlkit.dumps(doc)

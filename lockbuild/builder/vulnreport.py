@@ -1,6 +1,6 @@
 """The build's vulnerability look-up and report: started beside the downloads, read before signing.
 
-One :class:`Checks` per command: a look-up per plan on its own thread (``builder/osvquery.py``), the
+One :class:`Checks` per command: a look-up per plan on its own thread (``fetch/osvclient.py``), the
 one line each build prints, the refusal ``--fail-on-vulnerabilities`` asks for (before anything is
 signed), and each report with the statement the signing process signs in the same call as the bundles.
 """
@@ -11,15 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockbuild.builder.osvquery import Lookup, PendingLookup
 from lockbuild.builder.pack import UnsignedBundle, sbom
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import VulnerableError
+from lockbuild.fetch.osvclient import Lookup, PendingLookup
 from lockbuild.jsonio import JSON
 from lockbuild.settings import Settings
 from lockbuild.trust.statement import Statement
-from lockbuild.vulns.report import Finding, Sbom, Summary, make_report, read_sbom, report_name
+from lockbuild.vulns.cdx import Finding, Sbom, Summary, make_report, read_sbom, report_name
 from lockbuild.vulns.signed import prehash, report_statement
 
 

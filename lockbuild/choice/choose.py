@@ -81,7 +81,7 @@ class Place(Protocol):
 
 
 @dataclass(frozen=True)
-class Judged:
+class OpenedOption:
     option: Option
     opened: TrustedBundle | None  # None: its signatures do not meet the policy
 
@@ -116,29 +116,29 @@ def _option(opened: TrustedBundle, source: str = "") -> Option:
     return Option(m.engine, m.version, m.variant, Needs.of(m), m.install.serves, newness=newness, source=source)
 
 
-def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple[str, str, str]) -> Judged:
+def _judge(source: Source, trust: TrustStore, threshold: int | None, name: tuple[str, str, str]) -> OpenedOption:
     """A store's build through the trust decision; refused, it is listed under its store name and never
     judged on what it claims."""
     try:
         opened = open_source(source, trust, threshold=threshold)
     except LockbuildError as exc:
         unverified = Needs("", "", None, 0)
-        return Judged(
+        return OpenedOption(
             Option(*name, unverified, problem=f"not judged: its signatures are refused ({exc.message})"), None
         )
-    return Judged(_option(opened), opened)
+    return OpenedOption(_option(opened), opened)
 
 
 def candidates(
     place: Place, engine: str | None, trust: TrustStore, threshold: int | None
-) -> tuple[list[Judged], list[str]]:
+) -> tuple[list[OpenedOption], list[str]]:
     """Every candidate ``place`` offers, each opened through the one trust decision before anything of it
     is judged. A build the place names is listed under that name when refused; a file that fails the
     decision is listed by its file name with the reason, and counts for nothing (files are ordered by their
     signed file names)."""
     offered, skipped = place.offers(engine)
-    out: list[Judged] = []
-    files: list[Judged] = []
+    out: list[OpenedOption] = []
+    files: list[OpenedOption] = []
     for o in offered:
         if o.name is not None:
             out.append(_judge(o.source, trust, threshold, o.name))
@@ -148,12 +148,12 @@ def candidates(
         except LockbuildError as exc:
             skipped.append(f"{o.file}: not judged: its signatures are refused ({exc.message})")
             continue
-        files.append(Judged(_option(opened, o.file), opened))
+        files.append(OpenedOption(_option(opened, o.file), opened))
     files.sort(key=lambda c: c.opened.statement.file if c.opened else "")
     return out + files, skipped
 
 
-def _one_engine(cands: Sequence[Judged], where: str, skipped: Sequence[str] = ()) -> str:
+def _one_engine(cands: Sequence[OpenedOption], where: str, skipped: Sequence[str] = ()) -> str:
     """The one engine the signed candidates are builds of (a refused file claims nothing)."""
     engines = sorted({c.option.engine for c in cands if c.opened is not None})
     if not engines:

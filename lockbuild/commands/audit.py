@@ -22,7 +22,7 @@ from lockbuild.jsonio import JSON
 from lockbuild.times import iso
 
 if TYPE_CHECKING:
-    from lockbuild.vulns.report import Report
+    from lockbuild.vulns.cdx import VulnReport
 
 EXIT_FINDINGS = 7
 
@@ -35,7 +35,7 @@ def _installed(ref: str, root: Path) -> tuple[str, str, list[tuple[str, str]]]:
     from lockbuild.fsio import read_regular
     from lockbuild.install.marker import MARKER
     from lockbuild.jsonio import loads_json
-    from lockbuild.vulns.audit import packages_of
+    from lockbuild.vulns.findings import packages_of
 
     engine, _, build = ref.partition("/")
     record = root / engine / build / "lockbuild"
@@ -103,14 +103,14 @@ def audit(
     setup_output(ctx, as_json)
     from lockbuild.trust import load_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
-    from lockbuild.vulns.audit import audit as run_audit
-    from lockbuild.vulns.audit import packages_of, since_text
+    from lockbuild.vulns.cdx import report_name
     from lockbuild.vulns.database import load_database
-    from lockbuild.vulns.report import report_name
+    from lockbuild.vulns.findings import audit as run_audit
+    from lockbuild.vulns.findings import packages_of, since_text
     from lockbuild.vulns.signed import signed_report
     from lockbuild.vulns.vex import read_vex
 
-    report: Report | None = None
+    report: VulnReport | None = None
     if root is not None:
         name, sha256, packages = _installed(source, root)
         note = "installed engine: its signatures were checked by install; no report is installed with it"
@@ -183,11 +183,11 @@ def report(
     setup_output(ctx, as_json)
     import tempfile
 
-    from lockbuild.builder.osvquery import PendingLookup
     from lockbuild.builder.vulnreport import report_to_sign, summary_of
+    from lockbuild.fetch.osvclient import PendingLookup
     from lockbuild.settings import SettingsError
     from lockbuild.trust.sign import read_member_unverified, sign_in_fresh_process
-    from lockbuild.vulns.report import read_sbom
+    from lockbuild.vulns.cdx import read_sbom
     from lockbuild.vulns.signed import place_report
 
     settings = settings_of(ctx, allow_insecure_http)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the commands import the builder only when they run
     from lockbuild.builder.pack import Packed, UnsignedBundle
     from lockbuild.builder.plan import Plan
     from lockbuild.selftest.report import Report
-    from lockbuild.vulns.report import Summary
+    from lockbuild.vulns.cdx import Summary
 
 
 REUSED_NOTE = " (uv's resolution remembered from an earlier lock; every pin checked on the index)"
@@ -51,7 +51,7 @@ fresh_lock_option = click.option(
 def _with_provenance_report(plan: Plan, out: Path) -> tuple[Plan, str | None]:
     """The plan with the provenance warnings against the previous lock in OUT/VERSION-VARIANT,
     and the note saying when there was none to compare with."""
-    from lockbuild.builder.attestations import report
+    from lockbuild.fetch.attestations import report
 
     got = report(plan.recipe.engine.name, plan.build.id, out / plan.build.id, plan.lock.files)
     return (dataclasses.replace(plan, warnings=(*plan.warnings, *got.warnings)) if got.warnings else plan), got.note
@@ -246,7 +246,7 @@ def build(
     """
     setup_output(ctx, as_json)
     from lockbuild.builder.gpufit import pack_measured
-    from lockbuild.builder.pack import place_signed, statement_for
+    from lockbuild.builder.pack import release
     from lockbuild.builder.session import session
     from lockbuild.builder.vulnreport import Checks, place_all
     from lockbuild.recipe import load_recipe
@@ -256,8 +256,6 @@ def build(
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 
     if is_model_recipe_file(recipe):  # a [model] table: a Hugging Face revision (builder/modelbuild.py)
-        from lockbuild.commands.modelbuild import build_model_cli
-
         build_model_cli(
             ctx,
             recipe,
@@ -308,19 +306,14 @@ def build(
         reports = _self_test_before_signing(ctx, written) if self_test else None
         checks.refuse_findings(plans, asked=fail_on_vulnerabilities)
         vulns = checks.reports(written)  # signed in the same call as the bundles, placed after them
-        statements = [statement_for(w, expires) for w in written]
-        items = [(w.digests.prehash(w.final.name), st.to_comment()) for w, st in zip(written, statements, strict=True)]
-        items += [v.item for v in vulns]
-        # The key is read only now, and only in a fresh process; this one never holds it.
-        signer = key_signer.sign_as_checked(items, checked)
-        signed = [
-            (plan, place_signed(w, st, signer=signer.key_id, block=block))
-            for plan, w, st, block in zip(plans, written, statements, signer.blocks[: len(written)], strict=True)
-        ]
-        report_paths = place_all(vulns, signer.blocks[len(written) :], out)
-    finally:
+    except BaseException:
         for w in written:
             w.discard()
+        raise
+    # The key is read only now, and only in a fresh process; this one never holds it.
+    packed_all, signer = release(written, key_signer, checked, expires=expires, extra=[v.item for v in vulns])
+    signed = list(zip(plans, packed_all, strict=True))
+    report_paths = place_all(vulns, signer.blocks[len(written) :], out)
     for (plan, packed), measured in zip(signed, fits, strict=True):
         results.append(
             {
@@ -409,3 +402,69 @@ def _check_trusted(signed: Sequence[tuple[Plan, Packed]], trust_dir: Path) -> No
 
 
 COMMANDS = (lock, fetch, build)
+
+
+if TYPE_CHECKING:
+    from lockbuild.settings import Settings
+
+
+def build_model_cli(
+    ctx: click.Context,
+    recipe: Path,
+    *,
+    key: Path,
+    out: Path,
+    expires: dt.datetime | None,
+    threads: int | None,
+    jobs: int,
+    settings: Settings,
+    self_test: bool,
+    build_spec: str | None,
+    allow_readable_key: bool,
+) -> None:
+    """``build MODEL.toml``: the bundle written here, then signed in the fresh signing process (the key
+    is read there only) and moved into place with its signature, as an engine's."""
+    from lockbuild.builder.modelbuild import build_model
+    from lockbuild.builder.pack import release
+    from lockbuild.commands.clikit import emit_warnings, take_password
+    from lockbuild.errors import RecipeError
+    from lockbuild.recipe.modelrecipe import load_model_recipe
+    from lockbuild.trust.sign import KeyFileSigner
+
+    password = take_password()
+    if self_test or build_spec is not None:
+        err = RecipeError(
+            f"{recipe} is a model recipe: --self-test and --build apply to engine recipes only.",
+            tip="Test a model with an engine: lockbuild test ENGINE.lbz --model MODEL.lbz.",
+        )
+        err.exit_code = 2
+        raise err
+    r = load_model_recipe(recipe)
+    # The key opened and decrypted now, before anything is asked of the Hub, in a signing process that
+    # signs nothing and exits (as for an engine); it is read again to sign.
+    key_signer = KeyFileSigner(key, password, allow_readable_key)
+    checked = key_signer.check()
+    done = build_model(r, settings, out, jobs=jobs, threads=threads, progress=progress_of(ctx))
+    emit_warnings(ctx, done.choice.warnings)
+    w = done.written
+    (packed,), signer = release([w], key_signer, checked, expires=expires)
+    result: dict[str, JSON] = {
+        "bundle": str(packed.bundle),
+        "signature": str(packed.signature),
+        "sha256": packed.sha256,
+        "size": packed.size,
+        "members": len(packed.manifest.members),
+        "signer": signer.key_id_hex,
+        "repo": r.repo,
+        "commit": r.revision,
+        "files": [f.path for f in done.choice.files],
+        "pickles": list(done.choice.selection.pickles),
+        "code": list(done.choice.selection.code),
+        "warnings": list(done.choice.warnings),
+    }
+    emit(
+        ctx,
+        {"bundles": [result], "warnings": list(settings.warnings)},
+        f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(done.choice.files)} files of {r.repo} at "
+        f"{r.revision})\n  sha256 {packed.sha256}\n  signed by {signer.key_id_hex} -> {packed.signature}",
+    )

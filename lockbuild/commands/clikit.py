@@ -259,7 +259,7 @@ def take_password() -> str | None:
     password = os.environ.pop("LOCKBUILD_KEY_PASSWORD", None)
     if password:
         from lockbuild.settings import SettingsError
-        from lockbuild.wire import credential_problem, credential_tip
+        from lockbuild.wire.rules import credential_problem, credential_tip
 
         why = credential_problem("LOCKBUILD_KEY_PASSWORD", password, as_is=False)
         if why is not None:

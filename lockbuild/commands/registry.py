@@ -23,7 +23,7 @@ from lockbuild.commands.clikit import (
     wait_option,
 )
 from lockbuild.jsonio import JSON
-from lockbuild.wire import credential_problem
+from lockbuild.wire.rules import credential_problem
 
 if TYPE_CHECKING:
     from lockbuild.registry.api import RegistryCredentials

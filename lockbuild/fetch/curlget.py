@@ -3,7 +3,7 @@
 The client's rules stay the httpx client's own (``fetch/http.py::make_client``), applied to every request
 as httpx applies them: its headers and credentials (``Client.auth``) on the first request, its request hooks
 (the transport rule) on every request, redirects included, and a redirect followed only when the client
-follows redirects and the redirect rule allows it (``urls.py::check_redirect``), at most
+follows redirects and the redirect rule allows it (``wire/urls.py::check_redirect``), at most
 ``Client.max_redirects`` times, without the Authorization header when it leads to another origin. libcurl
 is told to speak http and https only, to follow nothing itself and to decode nothing. What libcurl hands
 over is given to ``on_answer`` (the status and the headers, before any byte of the body) and ``on_body``
@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 
 from lockbuild.errors import FetchError
-from lockbuild.headers import number
 from lockbuild.limits import MiB
-from lockbuild.urls import check_redirect
+from lockbuild.wire.headers import number
+from lockbuild.wire.urls import check_redirect
 
 pycurl: Any
 try:  # untyped (no stubs): taken as Any

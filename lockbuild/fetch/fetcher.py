@@ -32,7 +32,7 @@ from lockbuild.fetch.http import failure, secrets_of
 from lockbuild.fetch.sink import Sink
 from lockbuild.limits import MiB
 from lockbuild.progress import Progress
-from lockbuild.wire import ENCODING_TIP, RAW_BODY, encoding_problem
+from lockbuild.wire.rules import ENCODING_TIP, RAW_BODY, encoding_problem
 
 DEFAULT_JOBS = 8
 RETRIES = 5

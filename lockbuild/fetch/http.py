@@ -4,7 +4,7 @@ Every request a client sends, redirects included, passes two checks: the transpo
 http to loopback, or plain http under the explicit opt-in) and the credential rule (an Authorization
 header only for the host the settings say it belongs to, never over plain http off this machine;
 httpx drops it on a redirect to another origin). Every redirect a client follows passes the redirect
-rule (``urls.py::redirect_problem``); every body is asked for and read as stored (``wire.py``); every
+rule (``wire/urls.py::redirect_problem``); every body is asked for and read as stored (``wire/rules.py``); every
 transport failure's text is scrubbed of the settings' secrets (``failure``: ``text.py::scrub``).
 """
 
@@ -20,11 +20,11 @@ import httpx
 
 from lockbuild import __version__
 from lockbuild.errors import RemoteError, transport_tip
-from lockbuild.headers import number
 from lockbuild.settings import Settings
 from lockbuild.text import scrub
-from lockbuild.urls import check_redirect, check_transport, public
-from lockbuild.wire import ENCODING_TIP, RAW_BODY, encoding_problem
+from lockbuild.wire.headers import number
+from lockbuild.wire.rules import ENCODING_TIP, RAW_BODY, encoding_problem
+from lockbuild.wire.urls import check_redirect, check_transport, public
 
 MAX_JSON_BYTES = 64 << 20
 MAX_REDIRECTS = 5

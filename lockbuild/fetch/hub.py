@@ -28,7 +28,7 @@ from lockbuild.fetch.fetcher import Fetcher, Wanted
 from lockbuild.fetch.http import JsonPage, get_json_page
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.settings import hub_endpoint as hub_endpoint
-from lockbuild.urls import origin, redacted
+from lockbuild.wire.urls import origin, redacted
 
 MAX_PAGE_BYTES = 32 << 20  # one answer of the Hub's API (a tree page holds at most 1000 entries)
 MAX_TREE_PAGES = 1000  # pages of one revision's tree (the Hub sends 1000 entries a page)

@@ -27,7 +27,7 @@ from lockbuild.errors import RemoteError
 from lockbuild.fetch.http import get_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.lock import file_name_and_version
-from lockbuild.urls import public
+from lockbuild.wire.urls import public
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 _SHOWN = 90

@@ -13,8 +13,8 @@ from typing import BinaryIO
 
 from lockbuild.digest import CHUNK, Hasher
 from lockbuild.errors import IntegrityError
-from lockbuild.headers import number
 from lockbuild.progress import Progress
+from lockbuild.wire.headers import number
 
 
 class Sink:

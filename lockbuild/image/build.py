@@ -32,7 +32,7 @@ from lockbuild.digest import record_line
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.fsio import create_new, remove_tree, temp_beside
 from lockbuild.image import bytecode, view
-from lockbuild.image.record import SUFFIX, TOOLS_TIP, Record, record_path
+from lockbuild.image.record import SUFFIX, TOOLS_TIP, ImageRecord, record_path
 from lockbuild.install.installer import Installer, InstallOptions
 from lockbuild.install.moduledir import ModuleTarget, Pending
 from lockbuild.install.modulefile import spec_of
@@ -51,7 +51,7 @@ PACK_TIMEOUT = 7200
 @dataclass(frozen=True)
 class ImageResult:
     image: Path
-    record: Record
+    record: ImageRecord
     engine: str
     version: str
     variant: str
@@ -288,9 +288,9 @@ def _pack(tool: str, tree: Path, partial: Path, epoch: int) -> None:
         )
 
 
-def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> Record:
+def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> ImageRecord:
     digests = digest_signed_file(partial, prehash=False)
-    return Record(
+    return ImageRecord(
         digests.sha256,
         digests.size,
         trusted.sha256,
@@ -302,7 +302,7 @@ def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: st
     )
 
 
-def _place_atomically(partial: Path, out: Path, record: Record) -> None:
+def _place_atomically(partial: Path, out: Path, record: ImageRecord) -> None:
     """The record first, then the image: a FILE.sqfs is always whole and has its record beside it."""
     rec = record_path(out)
     rec_partial = temp_beside(rec)

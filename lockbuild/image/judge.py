@@ -22,7 +22,7 @@ from typing import Any
 
 from lockbuild.errors import IntegrityError
 from lockbuild.image.imagefile import ImageFile
-from lockbuild.image.record import Record, image_marker, parse_image_record, read_record, record_path
+from lockbuild.image.record import ImageRecord, image_marker, parse_image_record, read_record, record_path
 from lockbuild.install.marker import Installed
 from lockbuild.trust.opener import decide
 from lockbuild.trust.policy import FileDigests
@@ -35,7 +35,7 @@ _REBUILD = "Do not mount this image: build it again with `lockbuild image`, or c
 @dataclass(frozen=True)
 class ImageVerified:
     image: Path
-    record: Record
+    record: ImageRecord
     marker: Installed
     signers: tuple[str, ...]
 
@@ -55,8 +55,8 @@ class ImageVerified:
 def checked_contents(
     image: Path,
     digests: FileDigests,
-    read: tuple[Record, bytes] | None = None,
-) -> tuple[Record, bytes, Installed]:
+    read: tuple[ImageRecord, bytes] | None = None,
+) -> tuple[ImageRecord, bytes, Installed]:
     """The record beside ``image`` (``read``: as already read) and the marker inside it, where the record
     describes this very image and the marker names the bundle the record names (what `sign` checks
     before it signs, `verify` after the signatures)."""

@@ -41,7 +41,7 @@ TOOLS_TIP = (
 
 
 @dataclass(frozen=True)
-class Record:
+class ImageRecord:
     image_sha256: str
     image_size: int
     bundle_sha256: str
@@ -71,7 +71,7 @@ def record_path(image: Path) -> Path:
     return image.with_name(image.name + ".json")
 
 
-def parse_image_record(raw: bytes, where: Path) -> Record:
+def parse_image_record(raw: bytes, where: Path) -> ImageRecord:
     data = loads_json(raw, what=f"the image record {where}", max_bytes=MAX_RECORD, error=IntegrityError)
     if not isinstance(data, dict) or sorted(data) != sorted(KEYS):
         found = ", ".join(sorted(data)) if isinstance(data, dict) else type(data).__name__
@@ -93,7 +93,7 @@ def parse_image_record(raw: bytes, where: Path) -> Record:
             f"the image record {where} is malformed: expected sha256 digests, a size, a list of signers and strings.",
             tip="Use the record `lockbuild image` wrote beside the image.",
         )
-    return Record(
+    return ImageRecord(
         data["image_sha256"],
         data["image_size"],
         data["bundle_sha256"],
@@ -105,7 +105,7 @@ def parse_image_record(raw: bytes, where: Path) -> Record:
     )
 
 
-def read_record(image: Path) -> tuple[Record, bytes]:
+def read_record(image: Path) -> tuple[ImageRecord, bytes]:
     """The record beside ``image`` and its exact bytes (what a signature of the image signs)."""
     where = record_path(image)
     try:
@@ -168,7 +168,7 @@ def image_marker(image: Path, limits: Limits = DEFAULT_LIMITS) -> Installed:
 @dataclass(frozen=True)
 class Listed:
     image: Path
-    record: Record | None
+    record: ImageRecord | None
     marker: Installed | None
     signature_file: bool  # a FILE.sqfs.minisig lies beside it: present, never read or verified here
     problem: str = ""

@@ -39,8 +39,8 @@ from lockbuild.install.modulefile import (
     LUA_DEFAULT,
     TCL_DEFAULT,
     Format,
+    ModuleRecord,
     ModuleSpec,
-    Record,
     build_of,
     default_text,
     file_name,
@@ -116,7 +116,7 @@ class Pending:
             self.temp = ""
 
 
-def _records(fmt: Format, engine_dir: Path, engine: str, dfd: int) -> list[Record]:
+def _records(fmt: Format, engine_dir: Path, engine: str, dfd: int) -> list[ModuleRecord]:
     """The builds whose module files (ours, this format) are here; an install's only while it is installed."""
     found = []
     for name in list_dir(dfd):
@@ -136,7 +136,7 @@ def _records(fmt: Format, engine_dir: Path, engine: str, dfd: int) -> list[Recor
     return found
 
 
-def default_of(records: Sequence[Record], node: Node, gpu_check: GpuCheck) -> Record | None:
+def default_of(records: Sequence[ModuleRecord], node: Node, gpu_check: GpuCheck) -> ModuleRecord | None:
     """The build ``lockbuild install ENGINE`` would take among ``records`` (the node's own rule); where none
     fits this node's GPUs: the newest version, then the newest signed build, then the variant's name."""
     if not records:

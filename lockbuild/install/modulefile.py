@@ -6,7 +6,7 @@ one quoted string of the module language, built here and nowhere else: Lua ``"..
 but plain printable ASCII written as ``\\ddd`` bytes (never a long ``[[...]]`` string, which ``]]`` ends);
 Tcl ``"..."`` with every character but letters, digits and ``_-./:,=+%@()`` written as ``\\uXXXX``, so no
 ``$``, ``[``, ``]``, ``\\``, ``"``, brace or newline reaches the interpreter as itself. A value no quoting can
-carry (a NUL, a character beyond U+FFFF) is refused. What the default choice reads back (``Record``) is the
+carry (a NUL, a character beyond U+FFFF) is refused. What the default choice reads back (``ModuleRecord``) is the
 first lines' base64 JSON, inert in both languages.
 """
 
@@ -79,7 +79,7 @@ def tcl_string(value: str) -> str:
 
 
 @dataclass(frozen=True)
-class Record:
+class ModuleRecord:
     """What the default choice needs of one build: read back from the file's record line."""
 
     engine: str
@@ -100,7 +100,7 @@ class Record:
 
 @dataclass(frozen=True)
 class ModuleSpec:
-    record: Record
+    record: ModuleRecord
     bundle_sha256: str
     signers: tuple[str, ...]
     cutoff: str
@@ -120,7 +120,7 @@ def build_of(name: str, fmt: Format) -> str | None:
     return None if name.endswith(".lua") else name
 
 
-def _record_line(r: Record) -> str:
+def _record_line(r: ModuleRecord) -> str:
     data = {
         "engine": r.engine,
         "version": r.version,
@@ -194,7 +194,7 @@ def default_text(build_id: str) -> str:
     return f"{TCL_HEADER}\nset ModulesVersion {tcl_string(build_id)}\n"
 
 
-def read_record(text: str) -> Record | None:
+def read_record(text: str) -> ModuleRecord | None:
     """The record a file written by :func:`render` carries in its first lines (None: not one of ours)."""
     for line in text.splitlines()[:3]:
         body = line.removeprefix("#").removeprefix("--").strip()
@@ -204,7 +204,7 @@ def read_record(text: str) -> Record | None:
             raw = base64.b64decode(body.removeprefix(RECORD_TAG), validate=True)
             d = loads_json(raw, what="a module file's record", max_bytes=64 * 1024, error=InstallError)
             gpu = d["gpu"]
-            return Record(
+            return ModuleRecord(
                 engine=str(d["engine"]),
                 version=str(d["version"]),
                 variant=str(d["variant"]),
@@ -236,7 +236,7 @@ def spec_of(
     installed at ``prefix``."""
     gpu = m.install.gpu
     return ModuleSpec(
-        Record(
+        ModuleRecord(
             engine=m.engine,
             version=m.version,
             variant=m.variant,

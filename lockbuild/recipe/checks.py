@@ -17,7 +17,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from lockbuild.digest import SHA256_HEX
 from lockbuild.recipe.fields import SHOWN, Problems, describe
 from lockbuild.times import parse_time
-from lockbuild.urls import redacted, secret_parameter
+from lockbuild.wire.urls import redacted, secret_parameter
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?")

@@ -19,7 +19,7 @@ from urllib.parse import urlencode, urlsplit
 
 from lockbuild.registry.reference import HOST_FORM, OciRef, RegistryCredentials, RegistryError
 from lockbuild.registry.transport import FAIL_TIP
-from lockbuild.wire import header_token
+from lockbuild.wire.rules import header_token
 
 _RANK = {"http": 0, "https": 1}
 

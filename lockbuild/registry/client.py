@@ -27,7 +27,6 @@ import httpcore
 import httpx
 
 from lockbuild.errors import LockbuildError
-from lockbuild.headers import number
 from lockbuild.jsonio import loads_json
 from lockbuild.registry.auth import TokenRequest, answer_challenge, parse_auth_realm, token_of
 from lockbuild.registry.connection import Clock, ClockedTransport
@@ -43,8 +42,9 @@ from lockbuild.registry.transport import (
     phrase,
 )
 from lockbuild.text import scrub
-from lockbuild.urls import is_loopback, redirect_problem
-from lockbuild.wire import ENCODING_TIP, RAW_BODY, encoding_problem
+from lockbuild.wire.headers import number
+from lockbuild.wire.rules import ENCODING_TIP, RAW_BODY, encoding_problem
+from lockbuild.wire.urls import is_loopback, redirect_problem
 
 REDIRECT_TIP = "A registry may send a client to https only (or to plain http from plain http); check the registry."
 _DRAIN = 64 << 10  # an unread answer at most this long is read to its end before it is closed

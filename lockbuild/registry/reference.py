@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from lockbuild.errors import LockbuildError
-from lockbuild.urls import is_loopback
+from lockbuild.wire.urls import is_loopback
 
 _REPO = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")

@@ -4,7 +4,7 @@ A registry (or a pull-through mirror, or the load balancer in front of one) that
 ``429 Too Many Requests``, or ``502`` / ``503`` / ``504`` while a backend is restarting. Such an answer
 is asked again, politely:
 
-- the registry's ``Retry-After`` is obeyed, as ASCII seconds or as an HTTP date (``lockbuild.headers``;
+- the registry's ``Retry-After`` is obeyed, as ASCII seconds or as an HTTP date (``lockbuild.wire.headers``;
   anything else is read as absent), capped at ``max_retry_after`` (60 s), so a registry cannot park a
   node for a day, and never shorter than the backoff below, so ``Retry-After: 0`` cannot make it ask
   again at once: the wait is ``max(backoff, min(Retry-After, cap))``;
@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lockbuild.headers import retry_after_seconds
 from lockbuild.registry.reference import RegistryError
+from lockbuild.wire.headers import retry_after_seconds
 
 RETRYABLE = frozenset({429, 502, 503, 504})
 RETRY_ENV = "LOCKBUILD_REGISTRY_RETRY_SECONDS"
@@ -80,7 +80,7 @@ class Moment:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RetryDecision:
     """``wait`` seconds, then ask again; or, with ``wait`` None, give up (``why`` says why)."""
 
     wait: float | None
@@ -100,10 +100,10 @@ def backoff(attempt: int, policy: RetryPolicy, jitter: float) -> float:
 
 def decide(
     answer: Answer, attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY, jitter: float = 0.5
-) -> Decision:
+) -> RetryDecision:
     """Whether to ask again after the refused ``answer`` to the ``attempt``-th try, and after how long."""
     if answer.status not in RETRYABLE:
-        return Decision(None, f"HTTP {answer.status} is not an answer to ask again")
+        return RetryDecision(None, f"HTTP {answer.status} is not an answer to ask again")
     asked = retry_after_seconds(answer.retry_after, moment.wall)
     wait = backoff(attempt, policy, jitter)  # never less: "Retry-After: 0" is no licence to ask at once
     if asked is not None:
@@ -111,24 +111,24 @@ def decide(
     left = policy.retry_seconds - moment.elapsed
     if moment.elapsed + wait > policy.retry_seconds:
         if asked is not None and asked > left:
-            return Decision(
+            return RetryDecision(
                 None,
                 f"it asked to wait {asked:.0f} s (Retry-After), past the {policy.retry_seconds:g} s "
                 "this request may spend being asked again",
             )
-        return Decision(
+        return RetryDecision(
             None,
             f"it kept refusing for {moment.elapsed:.1f} s ({attempt} attempts), the most this "
             f"request may spend being asked again is {policy.retry_seconds:g} s",
         )
-    return Decision(wait)
+    return RetryDecision(wait)
 
 
-def resume(attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY, jitter: float = 0.5) -> Decision:
+def resume(attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY, jitter: float = 0.5) -> RetryDecision:
     """Whether to ask for the rest of a blob whose answer broke off for the ``attempt``-th time."""
     if attempt > policy.max_resumes:
-        return Decision(None, f"its answer broke off {attempt} times")
+        return RetryDecision(None, f"its answer broke off {attempt} times")
     wait = backoff(attempt, policy, jitter)
     if moment.elapsed + wait > policy.retry_seconds:
-        return Decision(None, f"its answer broke off again after {moment.elapsed:.1f} s of asking")
-    return Decision(wait)
+        return RetryDecision(None, f"its answer broke off again after {moment.elapsed:.1f} s of asking")
+    return RetryDecision(wait)

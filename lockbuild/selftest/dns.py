@@ -1,7 +1,7 @@
 """The name a DNS query asks for, read from the bytes sent (pure). What cannot be read is no name at all.
 
 A datagram (UDP) is one message; a stream (TCP) is a sequence of messages, each after a two-byte length,
-split across the sends in any way: :class:`Stream` joins them. The name is read strictly, the way a
+split across the sends in any way: :class:`DnsStream` joins them. The name is read strictly, the way a
 server would read the one question it answers: exactly one question, labels of at most 63 bytes, no
 compression pointer, at most 255 bytes in all, its type and class present. A label's own dots and
 unusual bytes are escaped as in a zone file (``\\.``, ``\\DDD``), so that no label can pass for a name of
@@ -42,7 +42,7 @@ def question(message: bytes) -> str | None:
 
 
 @dataclass
-class Stream:
+class DnsStream:
     """The bytes sent on one stream socket to port 53, cut into messages (a two-byte length each).
     ``broken``: a send was not shown whole (strace's ``-s``), so nothing after it can be read."""
 

@@ -49,7 +49,7 @@ import re
 from collections.abc import Sequence
 
 from lockbuild.limits import MiB
-from lockbuild.selftest.dns import Stream, question
+from lockbuild.selftest.dns import DnsStream, question
 from lockbuild.selftest.line import (
     DATAGRAM_KINDS,
     DNS_PORT,
@@ -120,7 +120,7 @@ class Parser:
         self._kept: set[tuple[object, ...]] = set()
         self._noted: set[Note] = set()
         self._peers: dict[str, Address] = {}  # socket inode -> the port-53 address it connected to
-        self._streams: dict[str, tuple[Stream, Traced]] = {}  # stream socket to port 53 -> its bytes, its attempt
+        self._streams: dict[str, tuple[DnsStream, Traced]] = {}  # stream socket to port 53 -> its bytes, its attempt
         self._recent: dict[int, list[Note]] = {}
         self._pending: dict[int, tuple[str, str]] = {}  # pid -> (call, first half) of a call not yet resumed
         self._pending_bytes = 0
@@ -291,14 +291,14 @@ class Parser:
                     continue  # the resolver's address: the queries sent there are the attempts
             self._add(t)
 
-    def _stream(self, key: str, t: Traced) -> Stream | None:
+    def _stream(self, key: str, t: Traced) -> DnsStream | None:
         """A stream to port 53 whose bytes are joined into messages (a new one replaces one of the same
         socket); None past :data:`MAX_STREAMS`, which is an attempt to :data:`UNREAD`."""
         self._streams.pop(key, None)
         if len(self._streams) >= MAX_STREAMS:
             self._unread(t.call, t.pid, f"more than {MAX_STREAMS} streams to port 53")
             return None
-        self._streams[key] = (Stream(), t)
+        self._streams[key] = (DnsStream(), t)
         return self._streams[key][0]
 
     def _note(self, pid: int, got: Note) -> None:

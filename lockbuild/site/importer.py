@@ -24,7 +24,7 @@ from lockbuild.site.sources import DeltaFile, StoreBuild, named_source, report_p
 from lockbuild.site.storage import Store
 from lockbuild.trust import load_store, open_source
 from lockbuild.trust import trust_dir as default_trust_dir
-from lockbuild.vulns.report import report_name
+from lockbuild.vulns.cdx import report_name
 from lockbuild.vulns.signed import signed_report
 
 MEMBERS = "members"  # the extraction's directory under the import's own work directory in tmp/

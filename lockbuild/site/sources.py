@@ -257,7 +257,7 @@ def named_source(arg: str | Path, *, store: Path | None = None, work: Path | Non
 def report_place(source: Source) -> Path | None:
     """Where the vulnerability report of a named source lies: beside a ``.lbz``, or kept with a store's
     build by ``import``; None for a source that carries none (a part list, a delta)."""
-    from lockbuild.vulns.report import SUFFIX
+    from lockbuild.vulns.cdx import SUFFIX
 
     if isinstance(source, BundleFile):
         return source.path.with_name(source.path.name + SUFFIX)

@@ -18,7 +18,7 @@ from pathlib import Path
 from lockbuild.errors import AdvisoryDataError
 from lockbuild.fsio import list_dir, open_regular, opened_dir, read_regular
 from lockbuild.limits import MiB
-from lockbuild.vulns.osv import MAX_RECORD, Record, read_record
+from lockbuild.vulns.osv import MAX_RECORD, OsvRecord, read_record
 
 MAX_RECORDS = 500_000  # osv.dev's PyPI/all.zip holds some 20 000
 MAX_TOTAL = 4096 * MiB  # all records together, decompressed
@@ -82,14 +82,14 @@ def _dir_records(path: Path) -> Iterator[tuple[str, bytes]]:
             yield shown, raw
 
 
-def load_database(path: Path) -> tuple[Record, ...]:
+def load_database(path: Path) -> tuple[OsvRecord, ...]:
     """Every record of the database at ``path`` (a directory or a zip), each read strictly."""
     try:
         st = path.lstat()
     except OSError as exc:
         raise AdvisoryDataError(f"cannot read the vulnerability database {path}: {exc.strerror}.", tip=_TIP) from None
     found = _dir_records(path) if stat.S_ISDIR(st.st_mode) else _zip_records(path)
-    records: dict[str, Record] = {}
+    records: dict[str, OsvRecord] = {}
     for where, raw in found:
         r = read_record(raw, where=where)
         if r.id in records:

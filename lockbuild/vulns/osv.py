@@ -58,7 +58,7 @@ class Severity:
 
 
 @dataclass(frozen=True)
-class Record:
+class OsvRecord:
     """One OSV record: what matching and the report need, and the record as received (``raw``)."""
 
     id: str
@@ -230,7 +230,7 @@ def _affected(obj: Mapping[str, Any], where: str) -> Affected | None:
     return Affected(canonicalize_name(name), ranges, versions, parsed)
 
 
-def parse_record(data: object, *, where: str) -> Record:
+def parse_record(data: object, *, where: str) -> OsvRecord:
     """One OSV record from its parsed JSON; AdvisoryDataError names the field that is not OSV's."""
     obj = _object(data, where)
     rid = _text(obj, "id", where, required=True)
@@ -250,7 +250,7 @@ def parse_record(data: object, *, where: str) -> Record:
         got = _affected(_object(a, f"{where}.affected[{i}]"), f"{where}.affected[{i}]")
         if got is not None:
             affected.append(got)
-    return Record(
+    return OsvRecord(
         id=rid,
         modified=_timestamp(obj, "modified", where, required=True),
         published=_timestamp(obj, "published", where),
@@ -264,17 +264,17 @@ def parse_record(data: object, *, where: str) -> Record:
     )
 
 
-def read_record(raw: bytes, *, where: str) -> Record:
+def read_record(raw: bytes, *, where: str) -> OsvRecord:
     """A record from its JSON bytes, bounded (size and depth first)."""
     return parse_record(loads_json(raw, what=where, max_bytes=MAX_RECORD, error=AdvisoryDataError), where=where)
 
 
-def record_json(record: Record) -> str:
+def record_json(record: OsvRecord) -> str:
     """The record as received, as one canonical JSON text (what the report carries)."""
     return json.dumps(record.raw, sort_keys=True, separators=(",", ":"))
 
 
-def findings_for(records: Sequence[Record], packages: Sequence[tuple[str, str]]) -> list[tuple[Record, str, str]]:
+def findings_for(records: Sequence[OsvRecord], packages: Sequence[tuple[str, str]]) -> list[tuple[OsvRecord, str, str]]:
     """Each (record, name, version) where a record applies to a package, by id then name."""
     out = [(r, n, v) for r in records for n, v in packages if r.matches(n, v)]
     return sorted(out, key=lambda t: (t[0].id, canonicalize_name(t[1]), t[2]))

@@ -27,7 +27,7 @@ from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import SizeCheck, digest_signed_file, signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.truststore import TrustStore
-from lockbuild.vulns.report import CHECKED, MAX_REPORT, NOT_CHECKED, Report, read_report, report_name
+from lockbuild.vulns.cdx import CHECKED, MAX_REPORT, NOT_CHECKED, VulnReport, read_report, report_name
 
 
 def report_statement(manifest: Manifest, report: bytes, *, bundle_sha256: str, queried: dt.datetime) -> Statement:
@@ -96,7 +96,7 @@ class ReportFile:
 class CheckedReport:
     """A report whose signatures met the policy: what it says, its exact bytes and the blocks that counted."""
 
-    report: Report
+    report: VulnReport
     data: bytes
     signatures: bytes
 

@@ -23,7 +23,7 @@ from lockbuild.errors import AdvisoryDataError
 from lockbuild.jsonio import JSON, loads_json
 from lockbuild.limits import MiB
 from lockbuild.times import iso, parse_time
-from lockbuild.vulns.osv import Record, parse_record, record_json
+from lockbuild.vulns.osv import OsvRecord, parse_record, record_json
 
 SUFFIX = ".vulns.cdx.json"
 MAX_REPORT = 64 * MiB
@@ -69,7 +69,7 @@ def read_sbom(raw: bytes) -> Sbom:
 
 @dataclass(frozen=True)
 class Finding:
-    record: Record
+    record: OsvRecord
     name: str
     version: str
 
@@ -126,7 +126,7 @@ def _prop(name: str, value: str) -> dict[str, str]:
     return {"name": f"lockbuild:{name}", "value": value}
 
 
-def _ratings(r: Record) -> list[dict[str, Any]]:
+def _ratings(r: OsvRecord) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if r.label.lower() in _LABEL:
         out.append({"source": {"name": "OSV"}, "severity": _LABEL[r.label.lower()]})
@@ -138,7 +138,7 @@ def _ratings(r: Record) -> list[dict[str, Any]]:
     return out
 
 
-def _vulnerability(record: Record, hits: Sequence[Finding], sbom: Sbom, service: str) -> dict[str, Any]:
+def _vulnerability(record: OsvRecord, hits: Sequence[Finding], sbom: Sbom, service: str) -> dict[str, Any]:
     affects: list[dict[str, Any]] = []
     props = []
     for f in hits:
@@ -200,7 +200,7 @@ def make_report(summary: Summary, sbom: Sbom, *, bundle: str, version: str, bund
 
 
 @dataclass(frozen=True)
-class Report:
+class VulnReport:
     """A report read back (after its signature met the policy): what it says was checked and found."""
 
     checked: bool
@@ -209,7 +209,7 @@ class Report:
     queried: dt.datetime
     bundle_sha256: str
     findings: tuple[tuple[str, str, str], ...]  # (record id, name, version) as the report states them
-    records: tuple[Record, ...]
+    records: tuple[OsvRecord, ...]
 
 
 def _props(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -220,7 +220,7 @@ def _props(obj: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def read_report(raw: bytes, *, where: str) -> Report:
+def read_report(raw: bytes, *, where: str) -> VulnReport:
     """A report lockbuild wrote, strictly: its status, query time, bundle and findings."""
     try:
         return _read_report(raw, where)
@@ -228,7 +228,7 @@ def read_report(raw: bytes, *, where: str) -> Report:
         raise AdvisoryDataError(f"{where} is not shaped as the reports lockbuild writes.") from None
 
 
-def _read_report(raw: bytes, where: str) -> Report:
+def _read_report(raw: bytes, where: str) -> VulnReport:
     doc = loads_json(raw, what=where, max_bytes=MAX_REPORT, error=AdvisoryDataError)
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     props = _props(meta) if isinstance(meta, dict) else {}
@@ -236,7 +236,7 @@ def _read_report(raw: bytes, where: str) -> Report:
     if props.get("status") not in (CHECKED, NOT_CHECKED) or queried is None or "bundle-sha256" not in props:
         raise AdvisoryDataError(f"{where} is not a lockbuild vulnerability report (no status, query time or bundle).")
     findings: list[tuple[str, str, str]] = []
-    records: list[Record] = []
+    records: list[OsvRecord] = []
     vulns = doc.get("vulnerabilities", [])
     for i, v in enumerate(vulns if isinstance(vulns, list) else []):
         vp = _props(v) if isinstance(v, dict) else {}
@@ -250,7 +250,7 @@ def _read_report(raw: bytes, where: str) -> Report:
                 ref = str(a.get("ref", ""))
                 name = ref.split("#", 1)[-1]
                 findings.append((record.id, _name_of(name), str(ver.get("version", ""))))
-    return Report(
+    return VulnReport(
         props["status"] == CHECKED,
         props.get("reason", ""),
         props.get("osv-service", ""),

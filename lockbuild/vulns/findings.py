@@ -21,8 +21,8 @@ from lockbuild.bundle.buildlock import KIND as BUILD_KIND
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.jsonio import JSON
 from lockbuild.times import iso
-from lockbuild.vulns.osv import Record, findings_for
-from lockbuild.vulns.report import Finding, Report
+from lockbuild.vulns.cdx import Finding, VulnReport
+from lockbuild.vulns.osv import OsvRecord, findings_for
 from lockbuild.vulns.vex import VexStatement, applicable
 
 
@@ -79,8 +79,8 @@ class AuditFinding:
 
 def audit(
     packages: Sequence[tuple[str, str]],
-    records: Sequence[Record],
-    report: Report | None,
+    records: Sequence[OsvRecord],
+    report: VulnReport | None,
     vex: Sequence[VexStatement],
 ) -> tuple[AuditFinding, ...]:
     reported = (
@@ -97,7 +97,7 @@ def audit(
     return tuple(out)
 
 
-def since_text(report: Report | None) -> str:
+def since_text(report: VulnReport | None) -> str:
     """How a finding's novelty is dated: the report's query time, or why there is none."""
     if report is None:
         return "the build (no signed report)"

@@ -10,7 +10,7 @@
   is read, before any request; the message names the variable, never the value. A registry's token
   service's answer is held to the same rule (``header_token``, in ``registry/auth.py::token_of``).
 
-Where a redirect may lead is ``urls.py::redirect_problem``; how a failure's text is scrubbed of every
+Where a redirect may lead is ``wire/urls.py::redirect_problem``; how a failure's text is scrubbed of every
 secret before it is shown is ``text.py::scrub``.
 """
 

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from lockbuild.errors import AdvisoryDataError, LockbuildError, RemoteError
 from lockbuild.fetch.http import get_json, make_client, post_json
 from lockbuild.settings import Settings
-from lockbuild.vulns.osv import ECOSYSTEM, MAX_RECORD, Record, parse_record
+from lockbuild.vulns.osv import ECOSYSTEM, MAX_RECORD, OsvRecord, parse_record
 
 DEADLINE = 8.0  # seconds for the whole look-up: a builder with no route to the service loses no more
 BATCH = 1000  # OSV's querybatch takes at most 1000 queries
@@ -38,10 +38,10 @@ class Lookup:
     packages: tuple[tuple[str, str], ...]
     checked: bool
     reason: str
-    records: tuple[Record, ...]
+    records: tuple[OsvRecord, ...]
     hits: tuple[tuple[int, str], ...]  # (package index, record id)
 
-    def findings(self) -> list[tuple[Record, str, str]]:
+    def findings(self) -> list[tuple[OsvRecord, str, str]]:
         """(record, name, version) for each hit of a record that is not withdrawn, by id then name."""
         by_id = {r.id: r for r in self.records}
         out = [(by_id[rid], *self.packages[i]) for i, rid in self.hits if rid in by_id and not by_id[rid].withdrawn]

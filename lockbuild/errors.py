@@ -82,6 +82,10 @@ class ResolveError(LockbuildError):
         "the build's cut-off (as-of)."
     )
 
+    def __init__(self, message: str, *, tip: str | None = None, needs_wheel: tuple[str, ...] = ()) -> None:
+        super().__init__(message, tip=tip)
+        self.needs_wheel = needs_wheel  # the packages uv found no wheel of for the build's platform
+
 
 class FetchError(LockbuildError):
     """A download failed after its retries."""

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+from packaging.utils import canonicalize_name
 
 from lockbuild.builder import github
 from lockbuild.builder.cache import Cache
@@ -35,7 +37,8 @@ from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
 from lockbuild.builder.sdistmeta import SdistMetadata
 from lockbuild.builder.sdistplan import build_closure, prebuild_sdists
-from lockbuild.errors import LockbuildError, RecipeError
+from lockbuild.builder.wheellevels import needs_platform_message, needs_platform_tip, wheel_elsewhere
+from lockbuild.errors import LockbuildError, RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe
@@ -215,6 +218,33 @@ class Planner:
             resolution.reused,
         )
 
+    def _compile(self, build: Build, requirements: Sequence[str], *args: Any, **kwargs: Any) -> Resolution:
+        """uv's resolution; a package with no wheel for the build's platform is named with the platform that
+        has one (a newer manylinux level, or another architecture), the alternative to building its sdist."""
+        try:
+            return compile_lock(requirements, *args, **kwargs)
+        except ResolveError as exc:
+            if not exc.needs_wheel:
+                raise
+            as_of: dt.datetime = args[1]
+            found = []
+            for name in exc.needs_wheel:
+                ix = build.index_for(canonicalize_name(name))
+                index = self.primary if ix is None else Index(ix.url, self.client, name=index_label(ix))
+                try:
+                    level = wheel_elsewhere(name, index.files(name), build.target, as_of)
+                except LockbuildError:
+                    continue  # the refusal stands as it is
+                if level is not None:
+                    found.append(level)
+            if not found:
+                raise
+            raise ResolveError(
+                exc.message + " " + needs_platform_message(found, build.target),
+                tip=needs_platform_tip(found, build.target),
+                needs_wheel=exc.needs_wheel,
+            ) from None
+
     def _resolve(
         self,
         requirements: Sequence[str],
@@ -237,7 +267,8 @@ class Planner:
             ahead = Lookahead(pool, self.primary.release, lambda n: n not in direct and build.index_for(n) is None)
             try:
                 with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
-                    resolution = compile_lock(
+                    resolution = self._compile(
+                        build,
                         requirements,
                         build.target,
                         as_of,

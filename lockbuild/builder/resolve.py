@@ -110,6 +110,7 @@ def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
         "build-on-node list: it then comes as an sdist with its build dependencies locked by hash, and is built "
         "either here, with no network, when its wheel runs on the node (pure Python, or this platform), or "
         "else by the node, offline, from those bundled build dependencies.",
+        needs_wheel=tuple(names),
     )
 
 

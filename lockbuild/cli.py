@@ -10,12 +10,12 @@ import click
 
 from lockbuild import __version__
 from lockbuild.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
-from lockbuild.commands import builder, doctor, image, install, installed, keys, verify
+from lockbuild.commands import builder, doctor, image, install, installed, keys, recipe, verify
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
 ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test")),
+    ("Release engineer (online)", ("recipe", "lock", "fetch", "build", "sign", "test")),
     ("Site and store (between the builder and the nodes)", ("import", "store", "delta", "split", "push", "pull")),
     ("Node (air-gapped)", ("verify", "inspect", "install", "image", "list", "remove", "doctor")),
     ("Keys", ("keygen",)),
@@ -44,6 +44,8 @@ class _Root(Group):
 # The line each command has in ``lockbuild --help``: a whole sentence that fits beside the name at 80
 # columns (click would otherwise cut the docstring's first sentence with "..."). tests/test_help.py holds it.
 SUMMARIES: dict[str, str] = {
+    "recipe": "Keep recipes current with the engines' releases.",
+    "recipe update": "Add the builds of an engine's new release to a recipe.",
     "lock": "Resolve a recipe's builds into hashed locks.",
     "fetch": "Lock, then download and check every file a build needs.",
     "build": "Lock, fetch, pack and sign a recipe's bundles.",
@@ -96,7 +98,7 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(dict)
 
 
-for _module in (builder, keys, verify, install, installed, doctor, image):
+for _module in (builder, recipe, keys, verify, install, installed, doctor, image):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

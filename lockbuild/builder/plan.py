@@ -37,7 +37,12 @@ from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
 from lockbuild.builder.sdistmeta import SdistMetadata
 from lockbuild.builder.sdistplan import build_closure, prebuild_sdists
-from lockbuild.builder.wheellevels import needs_platform_message, needs_platform_tip, wheel_elsewhere
+from lockbuild.builder.wheellevels import (
+    needs_platform_message,
+    needs_platform_tip,
+    raised_level,
+    wheel_elsewhere,
+)
 from lockbuild.errors import LockbuildError, RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
@@ -228,21 +233,24 @@ class Planner:
                 raise
             as_of: dt.datetime = args[1]
             found = []
-            for name in exc.needs_wheel:
+            for name, at_most in exc.needs_wheel:
                 ix = build.index_for(canonicalize_name(name))
                 index = self.primary if ix is None else Index(ix.url, self.client, name=index_label(ix))
                 try:
-                    level = wheel_elsewhere(name, index.files(name), build.target, as_of)
+                    level = wheel_elsewhere(name, index.files(name), build.target, as_of, at_most=at_most)
                 except LockbuildError:
                     continue  # the refusal stands as it is
                 if level is not None:
                     found.append(level)
             if not found:
                 raise
+            top = raised_level(found)
             raise ResolveError(
                 exc.message + " " + needs_platform_message(found, build.target),
                 tip=needs_platform_tip(found, build.target),
                 needs_wheel=exc.needs_wheel,
+                platform=top.platform if top is not None else None,
+                forced_by=f"{top.project} {top.version}" if top is not None else "",
             ) from None
 
     def _resolve(

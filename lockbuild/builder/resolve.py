@@ -94,6 +94,10 @@ def _resolve_tip(stderr: str) -> str:
 
 
 _NEEDS_BUILD = re.compile(r"Wheels are required for `([^`]+)`")
+# "llguidance==1.7.6 has no usable wheels", "llguidance{MARKERS}>=1.7.0,<=1.7.6 has no usable wheels"
+_NO_USABLE = re.compile(
+    r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\{[^}]*\})?(?:==|>=[^,\s]+,<=)([0-9][A-Za-z0-9.+!_-]*) has no usable"
+)
 
 
 def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
@@ -110,7 +114,7 @@ def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
         "build-on-node list: it then comes as an sdist with its build dependencies locked by hash, and is built "
         "either here, with no network, when its wheel runs on the node (pure Python, or this platform), or "
         "else by the node, offline, from those bundled build dependencies.",
-        needs_wheel=tuple(names),
+        needs_wheel=tuple((n, dict(_NO_USABLE.findall(stderr)).get(n, "")) for n in names),
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from lockbuild.builder.index import IndexFile
 from lockbuild.target import ARCHES, GLIBC_MINORS, Target
@@ -62,14 +62,24 @@ def _newest_first(files: Sequence[IndexFile], as_of: dt.datetime | None) -> list
     return [(str(v), by_version[v]) for v in sorted(by_version, reverse=True)]
 
 
+def _newer(a: str, b: str) -> bool:
+    try:
+        return Version(a) > Version(b)
+    except InvalidVersion:
+        return False
+
+
 def wheel_elsewhere(
-    project: str, files: Sequence[IndexFile], target: Target, as_of: dt.datetime | None
+    project: str, files: Sequence[IndexFile], target: Target, as_of: dt.datetime | None, *, at_most: str = ""
 ) -> Level | None:
     """For a package with no wheel for ``target``: the newest release (as of the cut-off) that has no wheel
     for the target but one at a higher manylinux level of the same architecture, else the newest that has
-    one for another architecture; None if neither."""
+    one for another architecture; None if neither. ``at_most``: the newest release to consider (the one uv
+    named as having no usable wheel)."""
     other: Level | None = None
     for version, names in _newest_first(files, as_of):
+        if at_most and _newer(version, at_most):
+            continue
         if any(target.wheel_rank(n) is not None for n in names):
             continue  # this release fits the target
         higher = lowest_platform(names, target)
@@ -93,11 +103,16 @@ def needs_platform_message(found: Sequence[Level], target: Target) -> str:
     return "; ".join(f.describe() for f in found) + "."
 
 
+def raised_level(found: Sequence[Level]) -> Level | None:
+    """The highest manylinux level of the build's own architecture among ``found`` (None if none is)."""
+    same = [f for f in found if f.same_arch]
+    return max(same, key=lambda f: level_of(f.platform)) if same else None
+
+
 def needs_platform_tip(found: Sequence[Level], target: Target) -> str:
     """The alternative to building the sdist: raise the build's platform (or build for the other one)."""
-    same = [f for f in found if f.same_arch]
-    if same:
-        top = max(same, key=lambda f: level_of(f.platform))
+    top = raised_level(found)
+    if top is not None:
         minor = level_of(top.platform)
         return (
             f'Raise the build\'s platform to {top.platform} (platform = "{top.platform}"): {top.project} '

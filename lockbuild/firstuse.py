@@ -9,11 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from packaging.utils import canonicalize_name
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from lockbuild.jsonio import JSON
+
+if TYPE_CHECKING:
+    from lockbuild.bundle.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -117,3 +127,26 @@ def follows(package: str) -> str | None:
     """The package whose exact version ``package`` must take (flashinfer-cubin follows flashinfer-python)."""
     name = canonicalize_name(package)
     return next((k.package for k in KNOWN if name in k.carried_by), None)
+
+
+def packages_of(paths: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, version) of each wheel or sdist among a bundle's member paths (other paths are passed over)."""
+    out: list[tuple[str, str]] = []
+    for path in paths:
+        name = path.rsplit("/", 1)[-1]
+        try:
+            if name.endswith(".whl"):
+                got = parse_wheel_filename(name)
+                out.append((str(got[0]), str(got[1])))
+            elif name.endswith((".tar.gz", ".zip")):
+                sd = parse_sdist_filename(name)
+                out.append((str(sd[0]), str(sd[1])))
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            continue
+    return out
+
+
+def bundle_first_use(manifest: Manifest) -> tuple[FirstUse, ...]:
+    """The known first-use downloads of a bundle's environment, from its wheels and sdists."""
+    paths = (m.path for m in manifest.members if m.kind in ("wheel", "sdist"))
+    return first_use(packages_of(paths), dict(manifest.install.env))

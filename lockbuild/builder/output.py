@@ -14,6 +14,7 @@ from lockbuild import fsio
 from lockbuild.builder.plan import Plan
 from lockbuild.builder.provenance import recorded
 from lockbuild.digest import CHUNK
+from lockbuild.firstuse import FirstUse, first_use
 from lockbuild.jsonio import JSON
 from lockbuild.lock import LockedFile
 from lockbuild.provenance import RECORD, record_json
@@ -108,7 +109,13 @@ def lock_json(plan: Plan) -> dict[str, JSON]:
         "exclude_newer_package": {name: when or False for name, when in plan.build.exclude_newer_package},
         "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
         "warnings": list(plan.warnings),
+        "first_use": [u.to_json() for u in plan_first_use(plan)],
     }
+
+
+def plan_first_use(plan: Plan) -> tuple[FirstUse, ...]:
+    """What the locked environment would fetch at first use (firstuse.py), from the lock's packages."""
+    return first_use([(f.name, f.version) for f in plan.lock.files], dict(plan.recipe.engine.env))
 
 
 def provenance_summary(files: Sequence[LockedFile], shown: int = 8) -> str:

@@ -80,7 +80,7 @@ def lock(
     filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
     """
     setup_output(ctx, as_json)
-    from lockbuild.builder.output import lock_json, provenance_summary, write_plan_dir
+    from lockbuild.builder.output import lock_json, plan_first_use, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
 
@@ -101,6 +101,7 @@ def lock(
         + (REUSED_NOTE if plan.resolution_reused else "")
         + provenance_summary(plan.lock.files)
         + (f"\n  provenance: {note}" if note else "")
+        + "".join(f"\n  first use: {u.line()}" for u in plan_first_use(plan))
         for plan, note in compared
     )
     emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)

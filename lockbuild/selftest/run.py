@@ -38,6 +38,7 @@ from typing import Any
 import lockbuild
 from lockbuild import fsio
 from lockbuild.errors import InstallError, LockbuildError, PlatformError
+from lockbuild.firstuse import bundle_first_use
 from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import detect
@@ -369,4 +370,5 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         env=t.env,
         problems=tuple(problems),
         unchecked=unchecked,
+        first_use=tuple(u.line() for u in bundle_first_use(m) if not u.carried),
     )

@@ -111,3 +111,36 @@ def test_a_release_that_cannot_be_resolved_names_uvs_reason_and_the_newest_that_
     assert "2.0 is the newest that can" in err and "lkmissing" in err
     assert recipe.read_text() == RECIPE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "toy.toml"]  # nothing beside it
+
+
+FOLLOWING = RECIPE.replace(
+    'requirements = ["toyengine==1.0", "toydep==1.0"]  # toydep pinned for 1.0',
+    'requirements = ["toyengine==1.0", "flashinfer-cubin==0.5.2", "flashinfer-jit-cache==0.5.2+cu128"]',
+).replace('serves = ["1.1"]', 'indexes = [{ name = "fi", url = "INDEX", packages = ["flashinfer-jit-cache"] }]')
+
+
+@pytest.mark.parametrize("cubin_published", [True, False])
+def test_flashinfers_kernels_follow_its_version_and_the_cuda_level(
+    index: FakeServer, tmp_path: Path, cubin_published: bool
+) -> None:
+    index.publish(*make_wheel("flashinfer-python", "0.7.2", deps=("nvidia-cuda-runtime",)), uploaded=day(1))
+    if cubin_published:
+        index.publish(*make_wheel("flashinfer-cubin", "0.7.2"), uploaded=day(1))
+    index.publish(*make_wheel("flashinfer-jit-cache", "0.7.2+cu130"), index="cu130")
+    for arch in ("x86_64", "aarch64"):
+        index.publish(*engine("4.0", f"py3-none-manylinux_2_28_{arch}", ("flashinfer-python",)), uploaded=day(60))
+    recipe = tmp_path / "toy.toml"
+    recipe.write_text(FOLLOWING.replace("INDEX", index.index_url("cu128")))
+    code, out, err = update(recipe, "--version", "4.0", "--platform", "x86_64-manylinux_2_28")
+    assert code == 0, err
+    cubin = '"flashinfer-cubin==0.7.2", ' if cubin_published else ""
+    assert f'+requirements = ["toyengine==4.0", {cubin}"flashinfer-jit-cache==0.7.2+cu130"]' in out
+    assert f'url = "{index.index_url("cu130")}"' in out
+    if not cubin_published:
+        assert "flashinfer-cubin left out: the package index" in out and "first-use download" in out
+    r = CliRunner().invoke(
+        main, ["--json", "lock", str(recipe), "--build", "4.0-cu130-fi", "--out", str(tmp_path / "l")]
+    )
+    assert r.exit_code == 0, r.stderr
+    (use,) = json.loads(r.stdout)["locks"][0]["first_use"]
+    assert use["carried"] is cubin_published

@@ -87,6 +87,24 @@ def release_arches(index: Index, project: str, version: str) -> list[str]:
     return [a for a in ARCHES if a in arches]
 
 
+def _relabelled(url: str, relabel: dict[str, str]) -> str:
+    """An extra index's URL with its CUDA level moved (https://flashinfer.ai/whl/cu128 -> .../cu130)."""
+    return "/".join(relabel.get(part, part) for part in url.split("/"))
+
+
+def _indexes_kept(value: object, kept: set[str], relabel: dict[str, str]) -> JSON:
+    """The template's ``index`` or ``indexes`` for the new build: an index none of whose packages the
+    build still names is left out (None when none is left), the CUDA level in a URL moved."""
+    entries = value if isinstance(value, list) else [value]
+    out: list[JSON] = []
+    for e in entries:
+        if isinstance(e, dict) and any(canonicalize_name(str(p)) in kept for p in e.get("packages", [])):
+            out.append({**e, "url": _relabelled(str(e.get("url", "")), relabel)})
+    if not out:
+        return None
+    return out if isinstance(value, list) else out[0]
+
+
 MeasureGpu = Callable[[Plan], tuple[dict[str, JSON], str] | None]
 
 
@@ -219,14 +237,18 @@ class Updater:
             return "only the primary resolution was asked for"
         locked = {f.name: f.version for f in plan.lock.files}
         requirements = list(pins.primary)
-        got = self._followers(t, pins, locked, notes)
-        if isinstance(got, str):
-            return got
-        requirements += got
+        relabel: dict[str, str] = {}
+        requirements += self._followers(t, pins, locked, notes, relabel)
         second = self._second(t, pins, locked)
         if isinstance(second, str):
             return second
         requirements += second
+        kept = {str(canonicalize_name(r.split("=")[0])) for r in requirements}
+        for key in ("index", "indexes"):
+            if key in self.tables[t.position]:
+                fields[key] = _indexes_kept(self.tables[t.position][key], kept, relabel)
+        if all(fields.get(k) is None for k in ("index", "indexes")):
+            fields["primary-packages"] = None  # it names extra indexes' packages: no extra index is left
         if requirements != list(pins.primary):
             fields["requirements"] = requirements
             plan, _ = self._raising(fields, t, notes, ())
@@ -266,8 +288,13 @@ class Updater:
                 fields["platform"] = exc.platform
         return self._lock(fields, t, drop)
 
-    def _followers(self, t: Build, pins: Pins, locked: dict[str, str], notes: list[str]) -> list[str] | str:
+    def _followers(
+        self, t: Build, pins: Pins, locked: dict[str, str], notes: list[str], relabel: dict[str, str]
+    ) -> list[str]:
+        """The followers pinned to their leader's locked version (flashinfer-cubin to flashinfer-python's),
+        a CUDA label moved to the lock's level; one that cannot be had is left out, with a note."""
         out = []
+        level = cuda_level(list(locked.items()))
         for name in pins.followers:
             leader = follows(name)
             version = locked.get(leader or "")
@@ -277,13 +304,21 @@ class Updater:
             label = next(
                 (req.partition("+")[2] for req in t.requirements if canonicalize_name(req.split("=")[0]) == name), ""
             )
+            if label.startswith("cu") and level is not None and label != level:
+                relabel[label] = level
+                label = level
             want = f"{version}+{label}" if label else version
             ix = t.index_for(name)
-            index = self.planner.primary if ix is None else Index(ix.url, self.planner.client, name=index_label(ix))
+            url = "" if ix is None else _relabelled(ix.url, relabel)
+            index = self.planner.primary if ix is None else Index(url, self.planner.client, name=index_label(ix))
             try:
                 there = index.matching(name, want)
             except LockbuildError as exc:
-                return f"{name}: {exc.message.splitlines()[0]}"
+                notes.append(
+                    f"{name} left out: {exc.message.splitlines()[0]} (it must equal {leader} {version}); the lock "
+                    "names it as a first-use download"
+                )
+                continue
             if not there:
                 notes.append(
                     f"{name} left out: {index.name} has no {name} {want} (it must equal {leader} {version}); "

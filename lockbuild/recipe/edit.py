@@ -54,10 +54,10 @@ def moved_requirements(template: Build, pypi: str, version: str, follows: Mappin
         pinned = _single_pin(req)
         if name == engine:
             primary.append(f"{req.name}{extras}=={version}{marker}")
-        elif template.index_for(name) is not None and pinned is not None:
-            second.append((name, pinned.partition("+")[2]))
         elif name in follows and pinned is not None:
             followers.append(name)
+        elif template.index_for(name) is not None and pinned is not None:
+            second.append((name, pinned.partition("+")[2]))
         elif pinned is not None:
             primary.append(f"{req.name}{extras}{marker}")  # the old release's pin, left to the resolver
         else:

@@ -43,6 +43,7 @@ from lockbuild.builder.wheellevels import (
     raised_level,
     wheel_elsewhere,
 )
+from lockbuild.bundle.instructions import extra_file_member
 from lockbuild.errors import LockbuildError, RecipeError, ResolveError
 from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
@@ -145,6 +146,9 @@ class Planner:
             requirements.insert(0, wheel.requirement)
             direct[wheel.project] = wheel.candidate
         extras += release_assets(reach, recipe, build)
+        for x in build.extra_files:  # fetched by the one fetcher, checked against the recipe's sha256
+            self.settings.check(x.url, what=f"{build.id}: extra file {x.dest}")
+            extras.append(ExtraFile(extra_file_member(x.dest), "extra-file", x.url, x.sha256, None))
         if (python := interpreter(reach, build)) is not None:
             extras.append(python)
 

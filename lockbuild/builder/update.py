@@ -7,6 +7,7 @@ is locked, at the lowest manylinux level its packages have wheels for, before an
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from lockbuild.times import iso
 
 MAX_RAISES = 6  # manylinux levels tried above the template's, per build
 MAX_OLDER = 8  # older releases tried for "the newest that can be resolved"
+COMMENT_WIDTH = 110  # the new build's comment lines, "# " aside
 
 
 @dataclass(frozen=True)
@@ -266,7 +268,7 @@ class Updater:
             f"{self.recipe.engine.name} {version} ({fields['platform']}), made from the {t.id} build by",
             f"`lockbuild recipe update --version {version}` on {self.today.isoformat()}; locked as of "
             f"{iso(plan.as_of)}: {len(plan.lock.files)} packages.",
-            *(f"- {n}" for n in notes),
+            *(line for n in notes for line in textwrap.wrap(f"- {n}", COMMENT_WIDTH, subsequent_indent="  ")),
         ]
         if gpu is not None:
             fields["gpu"], measured = gpu

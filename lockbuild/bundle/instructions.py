@@ -13,6 +13,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+EXTRA_FILES_FORMAT = 5  # the manifest format that adds install.extra-files (member kind extra-file)
+
 
 @dataclass(frozen=True)
 class GpuNeeds:
@@ -41,6 +43,19 @@ class AssetPlace:
 
 
 @dataclass(frozen=True)
+class ExtraPlace:
+    """An extra file (member kind extra-file), placed as it is at ``dest`` inside the environment."""
+
+    member: str
+    dest: str
+
+
+def extra_file_member(dest: str) -> str:
+    """Where an extra file is kept in the bundle (member kind extra-file): under extra-files/, at its dest."""
+    return f"extra-files/{dest}"
+
+
+@dataclass(frozen=True)
 class InstallTable:
     binary: str
     verify: tuple[str, ...]
@@ -57,10 +72,14 @@ class InstallTable:
     gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu)
     allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
     serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits
+    extra_files: tuple[ExtraPlace, ...] = ()  # format 5: files placed inside the environment
 
     @property
     def needs_format(self) -> int:
-        """The manifest format these instructions need: 3 when they carry max-capability or serves."""
+        """The manifest format these instructions need: 5 with extra files, 3 when they carry max-capability
+        or serves."""
+        if self.extra_files:
+            return EXTRA_FILES_FORMAT
         return 3 if self.serves or (self.gpu is not None and self.gpu.max_capability is not None) else 2
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +104,7 @@ class InstallTable:
             if self.source is None
             else {"member": self.source.member, "dir": self.source.dir, "top": self.source.top},
             "assets": [{"member": a.member, "dir": a.dir} for a in self.assets],
+            "extra_files": [{"member": x.member, "dest": x.dest} for x in self.extra_files],
             "requirements": list(self.requirements),
             "env": dict(self.env),
             "smoke": list(self.smoke),
@@ -106,6 +126,7 @@ class InstallTable:
         if self.source is not None:
             lines.append(f"source {self.source.member} -> {self.source.dir}/")
         lines += [f"asset {a.member} -> {a.dir}/" for a in self.assets]
+        lines += [f"extra file {x.member} -> {x.dest}" for x in self.extra_files]
         if self.env:
             lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env))
         if self.smoke:
@@ -149,6 +170,8 @@ class InstallTable:
             lines += ["[install.source]", f"member = {q(s.member)}", f"dir = {q(s.dir)}", f"top = {q(s.top)}", ""]
         for a in self.assets:
             lines += ["[[install.assets]]", f"member = {q(a.member)}", f"dir = {q(a.dir)}", ""]
+        for x in self.extra_files:
+            lines += ["[[install.extra-files]]", f"member = {q(x.member)}", f"dest = {q(x.dest)}", ""]
         return lines
 
 

@@ -268,7 +268,11 @@ class Updater:
             f"{self.recipe.engine.name} {version} ({fields['platform']}), made from the {t.id} build by",
             f"`lockbuild recipe update --version {version}` on {self.today.isoformat()}; locked as of "
             f"{iso(plan.as_of)}: {len(plan.lock.files)} packages.",
-            *(line for n in notes for line in textwrap.wrap(f"- {n}", COMMENT_WIDTH, subsequent_indent="  ")),
+            *(
+                line
+                for n in notes
+                for line in textwrap.wrap(f"- {n}", COMMENT_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+            ),
         ]
         if gpu is not None:
             fields["gpu"], measured = gpu

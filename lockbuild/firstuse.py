@@ -7,6 +7,7 @@ which entries apply. ``lock``, ``inspect`` and ``lockbuild test`` all show what 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -36,6 +37,7 @@ class Known:
     remedy: str  # what to do on a node without network
     carried_by: tuple[str, ...] = ()  # packages that, at exactly the package's version, carry it all
     variable: str = ""  # the environment variable that points the package at carried files, if any
+    digests_in: str = ""  # the file of its wheel that publishes the expected sha256 of each file it fetches
 
 
 KNOWN: tuple[Known, ...] = (
@@ -57,6 +59,7 @@ KNOWN: tuple[Known, ...] = (
         "carry the encodings as extra-files and set TIKTOKEN_ENCODINGS_BASE (or TIKTOKEN_CACHE_DIR) in "
         '[engine.env], e.g. TIKTOKEN_ENCODINGS_BASE = "{prefix}/share/tiktoken"',
         variable="TIKTOKEN_ENCODINGS_BASE",
+        digests_in="tiktoken_ext/openai_public.py",
     ),
     Known(
         "openai-harmony",
@@ -150,3 +153,12 @@ def bundle_first_use(manifest: Manifest) -> tuple[FirstUse, ...]:
     """The known first-use downloads of a bundle's environment, from its wheels and sdists."""
     paths = (m.path for m in manifest.members if m.kind in ("wheel", "sdist"))
     return first_use(packages_of(paths), dict(manifest.install.env))
+
+
+# tiktoken_ext/openai_public.py: load_tiktoken_bpe("https://.../o200k_base.tiktoken", expected_hash="...")
+_PUBLISHED = re.compile(r'"(?:https?://[^"\s]+/)?([^"/\s]+)",\s*expected_hash="([0-9a-f]{64})"')
+
+
+def published_digests(source: str) -> dict[str, str]:
+    """The file name -> sha256 pairs a package's source publishes for the files it fetches."""
+    return dict(_PUBLISHED.findall(source))

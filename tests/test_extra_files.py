@@ -156,3 +156,43 @@ def test_a_manifest_of_an_older_format_that_carries_extra_files_is_refused() -> 
     assert b"format = 5\n" in text and parse_manifest(text).install.extra_files == install.extra_files
     with pytest.raises(IntegrityError, match="carries what format 5 adds"):
         parse_manifest(text.replace(b"format = 5\n", b"format = 3\n"))
+
+
+def tiktoken_wheel(digest: str) -> tuple[str, bytes]:
+    from servers import make_wheel
+
+    source = (
+        "def o200k_base():\n    mergeable_ranks = load_tiktoken_bpe(\n"
+        '        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",\n'
+        f'        expected_hash="{digest}",\n    )\n'
+    )
+    return make_wheel(
+        "tiktoken", "0.14.0", modules={"tiktoken/__init__.py": "", "tiktoken_ext/openai_public.py": source}
+    )
+
+
+@pytest.mark.parametrize("agrees", [True, False])
+def test_the_lock_checks_an_encoding_against_the_digest_tiktoken_publishes(
+    files: FakeServer, tmp_path: Path, agrees: bool
+) -> None:
+    from conftest import day
+
+    other = b"another file at the same name\n"
+    files.add_file("/enc2/o200k_base.tiktoken", other)
+    files.publish(*tiktoken_wheel(SHA), uploaded=day(1))
+    url, sha = (
+        (f"{files.url}/enc/o200k_base.tiktoken", SHA)
+        if agrees
+        else (f"{files.url}/enc2/o200k_base.tiktoken", hashlib.sha256(other).hexdigest())
+    )
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(recipe_text(url, sha=sha).replace('"toyengine==1.0"]', '"toyengine==1.0", "tiktoken"]'))
+    code, out, err = cli("--json", "lock", str(recipe), "--out", str(tmp_path / "locks"))
+    if agrees:
+        assert code == 0, err
+        (use,) = json.loads(out)["locks"][0]["first_use"]
+        assert (use["package"], use["carried"]) == ("tiktoken", True)  # TIKTOKEN_ENCODINGS_BASE points at it
+    else:
+        assert code == 2
+        assert f"tiktoken 0.14.0 publishes {SHA} for o200k_base.tiktoken in tiktoken_ext/openai_public.py" in err
+        assert not (tmp_path / "locks").exists()

@@ -32,6 +32,7 @@ from lockbuild.builder.pinfiles import PinSources, locked_files, primary_release
 from lockbuild.builder.pinmeta import Listings
 from lockbuild.builder.prebuild import Prebuilt
 from lockbuild.builder.provenance import with_provenance
+from lockbuild.builder.published import check_published
 from lockbuild.builder.resolve import Resolution, compile_lock
 from lockbuild.builder.resolved import resolved_recipe
 from lockbuild.builder.sdistlock import read_sdist_metadata, resolve_with_sdists
@@ -172,6 +173,9 @@ class Planner:
             read_metadata,
         )
         files = with_provenance(self.client, files, listings.listed, pool)  # PEP 740
+        check_published(  # an extra file's sha256 against the one its package publishes, where it does
+            recipe, build, files, lambda f: open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename))
+        )
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(

@@ -73,3 +73,16 @@ def test_a_wheel_at_a_newer_manylinux_level_is_named_as_the_fix(glib_env: FakeSe
     r = CliRunner().invoke(main, ["--json", "lock", str(recipe), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["locks"][0]["build"]
+
+
+def test_a_release_with_no_wheel_for_the_platform_and_no_sdist_names_the_level(
+    glib_env: FakeServer, tmp_path: Path
+) -> None:
+    glib_env.publish(*make_wheel("lknewer", "2.0", tag="cp39-abi3-manylinux_2_34_x86_64"), uploaded=day(1))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TOY_RECIPE.replace('"toyengine==1.0"]', '"toyengine==1.0", "lknewer==2.0"]'))
+    r = CliRunner().invoke(main, ["lock", str(recipe), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 1
+    assert f"ERROR lknewer 2.0 has no wheel for Python {PY} on x86_64-manylinux_2_28." in r.stderr
+    assert "lknewer 2.0 has wheels for x86_64-manylinux_2_34." in r.stderr
+    assert "Raise the build's platform to x86_64-manylinux_2_34" in r.stderr

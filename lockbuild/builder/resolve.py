@@ -100,11 +100,25 @@ _NO_USABLE = re.compile(
 )
 
 
+_NO_PLATFORM_WHEEL = re.compile(
+    r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\{[^}]*\})?==([0-9][A-Za-z0-9.+!_-]*) has no wheels with a matching platform tag"
+)
+
+
 def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
-    """A clear refusal when uv would have had to build an sdist that the build does not allow."""
+    """A clear refusal when uv would have had to build an sdist that the build does not allow, or found
+    no wheel of a release for the build's platform at all."""
     names = sorted(set(_NEEDS_BUILD.findall(stderr)))
     if not names:
-        return None
+        found = sorted(set(_NO_PLATFORM_WHEEL.findall(stderr)))
+        if not found:
+            return None
+        shown = ", ".join(f"{n} {v}" for n, v in found)
+        return ResolveError(
+            f"{shown} has no wheel for Python {target.python} on {target.platform}.",
+            tip="Require a version that publishes a wheel for this platform, or build for a platform it has one for.",
+            needs_wheel=tuple(found),
+        )
     shown = ", ".join(names)
     return ResolveError(
         f"{shown} has no wheel for Python {target.python} on {target.platform}, only a source distribution. "

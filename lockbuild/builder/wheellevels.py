@@ -118,8 +118,8 @@ def needs_platform_tip(found: Sequence[Level], target: Target) -> str:
             f'Raise the build\'s platform to {top.platform} (platform = "{top.platform}"): {top.project} '
             f"{top.version} has no wheel below it, so the bundle then runs only on nodes with glibc 2.{minor} "
             f"or newer, and nodes older than that (RHEL 8 has glibc 2.28) need an older release of the engine. "
-            "The alternative is to build the sdist: name the package in build-on-node, or require a version "
-            "that publishes a wheel for this platform."
+            "The alternative is to require a version that publishes a wheel for this platform, or, where the "
+            "package has an sdist, to build it (name it in build-on-node)."
         )
     other = found[0]
     return (

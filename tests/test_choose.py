@@ -30,8 +30,8 @@ from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.cli import main
 from lockbuild.errors import IntegrityError, RecipeError
 from lockbuild.install.choice import Option
-from lockbuild.install.fit import Facts, Needs
 from lockbuild.install.node import FactsError, Gpu, Node, detect
+from lockbuild.install.nodecheck import Facts, Needs
 from lockbuild.install.ranking import choose
 from lockbuild.recipe import parse_recipe
 

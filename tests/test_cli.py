@@ -13,8 +13,8 @@ from conftest import PLATFORM, PY, TOY_RECIPE, Keys
 
 from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.cli import main
-from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.node import Gpu, Node
+from lockbuild.install.nodecheck import Facts, Needs, unmet
 from lockbuild.minisign import read_public_key
 
 COMMANDS = ["lock", "fetch", "build", "sign", "keygen", "verify", "inspect", "install", "list", "remove", "doctor"]

@@ -50,7 +50,7 @@ def test_the_commands_hide_no_type_behind_any() -> None:
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if "type: ignore" in line
     ]
-    assert ignored == [], "check the value instead (e.g. install.fit.gpu_check_of)"
+    assert ignored == [], "check the value instead (e.g. install.nodecheck.gpu_check_of)"
 
 
 def _is_one_mib(node: ast.AST) -> bool:

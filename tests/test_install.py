@@ -452,8 +452,8 @@ def test_install_and_doctor_give_one_answer_on_the_same_facts(
     from lockbuild.bundle.read import read_head
     from lockbuild.errors import InstallError
     from lockbuild.install.doctor import CatalogueBuild
-    from lockbuild.install.fit import Needs
     from lockbuild.install.node import Gpu, Node
+    from lockbuild.install.nodecheck import Needs
 
     node = Node("x86_64", "glibc", (2, 17), "unknown", (Gpu("Old GPU", (7, 0)),))
     monkeypatch.setattr(installer, "free_bytes", lambda _path: 1 << 20)

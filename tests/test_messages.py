@@ -34,6 +34,7 @@ def test_packing_and_built_lines_count_the_same_files(
 def _kinds() -> list[type[Exception]]:
     import lockbuild.builder.fetch
     import lockbuild.cli  # imports every command module, so every error class is defined
+    import lockbuild.gpu.fatbin
     import lockbuild.install.node
     import lockbuild.sandbox
     import lockbuild.settings
@@ -67,6 +68,7 @@ FITS = {
     "BusyError": "--wait",
     "PlatformError": "target",
     "FactsError": "LOCKBUILD_GPU_FACTS",
+    "BinaryError": "cuobjdump",
     "SettingsError": "environment",
     "SandboxError": "bubblewrap",
     "SandboxTimeout": "bubblewrap",

@@ -21,7 +21,7 @@ NODE_TOOL_READERS = (
     "install/node.py",
     "install/doctor.py",
     "install/choose.py",
-    "install/fit.py",
+    "install/nodecheck.py",
     "install/choice.py",
     "install/ranking.py",
     "image/record.py",

@@ -33,6 +33,7 @@ from typing import BinaryIO
 
 from lockbuild import fsio
 from lockbuild.builder.closure import MAX_METADATA_BYTES, wheel_metadata
+from lockbuild.builder.kernelcache import keep_reading
 from lockbuild.digest import FileIdentity, HashedFile, Hasher, git_blob_hash, is_git_sha1, is_sha256, pump
 from lockbuild.errors import FetchError, IntegrityError, LockbuildError
 
@@ -88,7 +89,8 @@ class Cache:
         """Create the cache (mode 0700) if missing; refuse one that another user could write to."""
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for d in (self.root, self.files, self.git_files, self.kept, self.tmp, self.uv_cache(), self.resolutions()):
+            dirs = (self.root, self.files, self.git_files, self.kept, self.tmp, self.uv_cache(), self.resolutions())
+            for d in (*dirs, self.root / "gpu"):
                 try:
                     st = d.lstat()
                 except FileNotFoundError:
@@ -205,9 +207,12 @@ class Cache:
     def commit(self, temp: Path, sha256: str, *, name: str | None = None) -> Path:
         """Rename the verified ``temp`` into the entry for ``sha256``. ``name``: the file's name; for a
         wheel (``*.whl``) its METADATA is taken out of ``temp`` first and kept (``keep_metadata``), so that
-        no later lock opens the wheel to read it."""
+        no later lock opens the wheel to read it; for a wheel or a release archive its GPU code is read and
+        kept (``kernelcache.keep_reading``: a damaged library in it raises ``BinaryError``)."""
         if name is not None and name.endswith(".whl") and is_sha256(sha256):
             self._keep_from(temp, sha256, name)
+        if name is not None:
+            keep_reading(self, temp, sha256, name)
         dest = self.path(sha256)
         dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temp.replace(dest)

@@ -222,7 +222,7 @@ def _keep(
     if copied != size:
         temp.unlink()
         return None, f"{name} changed while it was read"
-    cache.commit(temp, sha)
+    cache.commit(temp, sha, name=name)
     return Prebuilt(f"sdists/{name}", sdist_name, sha, size), ""
 
 

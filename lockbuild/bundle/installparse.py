@@ -15,11 +15,10 @@ from lockbuild import envtable
 from lockbuild.bundle.instructions import AssetPlace, ExtraPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.paths import env_reserved, path_problem
 from lockbuild.errors import IntegrityError
+from lockbuild.gpu.vocab import is_driver, parse_capability
 
 PROBES = ("torch", "none")
 _BINARY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-_CAPABILITY = re.compile(r"(\d{1,2})\.(\d{1,2})")
-_DRIVER = re.compile(r"\d{1,4}(?:\.\d{1,4}){0,3}")
 _SERVES = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _MAX_ARGS = 64
 _MAX_ARG = 4096
@@ -66,10 +65,10 @@ def _capability(data: dict[str, Any], key: str) -> tuple[int, int] | None:
     cap = data.get(key)
     if cap is None:
         return None
-    m = _CAPABILITY.fullmatch(cap) if isinstance(cap, str) else None
-    if m is None:
+    parsed = parse_capability(cap)
+    if parsed is None:
         raise _bad(f'the manifest\'s install.gpu.{key} {str(cap)[:40]!r} is not like "8.0".')
-    return (int(m[1]), int(m[2]))
+    return parsed
 
 
 def _gpu(data: Any) -> GpuNeeds:
@@ -79,7 +78,7 @@ def _gpu(data: Any) -> GpuNeeds:
     capability = _capability(data, "min-capability")
     highest = _capability(data, "max-capability")
     drv = data.get("min-driver")
-    if drv is not None and not (isinstance(drv, str) and _DRIVER.fullmatch(drv)):
+    if drv is not None and not is_driver(drv):
         raise _bad(f'the manifest\'s install.gpu.min-driver {str(drv)[:40]!r} is not a driver version like "580".')
     if capability is not None and highest is not None and highest < capability:
         raise _bad("the manifest's install.gpu.max-capability is below its min-capability; the bundle is malformed.")

@@ -13,14 +13,16 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from lockbuild.gpu.vocab import KNOWN_CAPABILITIES, Capability, capability_text, newest_cuda_for
+
 EXTRA_FILES_FORMAT = 5  # the manifest format that adds install.extra-files (member kind extra-file)
 
 
 @dataclass(frozen=True)
 class GpuNeeds:
-    min_capability: tuple[int, int] | None = None
+    min_capability: Capability | None = None
     min_driver: str | None = None
-    max_capability: tuple[int, int] | None = None  # from manifest format 3
+    max_capability: Capability | None = None  # from manifest format 3
 
     def variant_properties(self) -> tuple[str, ...]:
         """The same needs as wheel-variant properties (PEP 817/825, the NVIDIA provider's namespace),
@@ -177,57 +179,18 @@ class InstallTable:
 
 def capability_range(gpu: GpuNeeds) -> str:
     """``7.5+``, ``6.0-8.9``, ``up to 8.9`` or ``any``."""
-    low = "{}.{}".format(*gpu.min_capability) if gpu.min_capability else None
-    high = "{}.{}".format(*gpu.max_capability) if gpu.max_capability else None
+    low = capability_text(gpu.min_capability) if gpu.min_capability else None
+    high = capability_text(gpu.max_capability) if gpu.max_capability else None
     if low and high:
         return f"{low}-{high}"
     return f"{low}+" if low else f"up to {high}" if high else "any"
 
 
-# Compute capabilities NVIDIA has shipped (sm_arch values of the wheel-variant provider).
-KNOWN_CAPABILITIES = (
-    (5, 0),
-    (5, 2),
-    (5, 3),
-    (6, 0),
-    (6, 1),
-    (6, 2),
-    (7, 0),
-    (7, 2),
-    (7, 5),
-    (8, 0),
-    (8, 6),
-    (8, 7),
-    (8, 9),
-    (9, 0),
-    (10, 0),
-    (10, 3),
-    (11, 0),
-    (12, 0),
-    (12, 1),
-)
-# The first Linux driver branch of each CUDA release (CUDA's release notes, "minimum required driver").
-CUDA_BY_DRIVER = (
-    (525, "12.0"),
-    (530, "12.1"),
-    (535, "12.2"),
-    (545, "12.3"),
-    (550, "12.4"),
-    (555, "12.5"),
-    (560, "12.6"),
-    (570, "12.8"),
-    (575, "12.9"),
-    (580, "13.0"),
-)
-
-
 def variant_properties(gpu: GpuNeeds) -> tuple[str, ...]:
     out = []
-    if gpu.min_driver is not None:
-        branch = int(gpu.min_driver.split(".", 1)[0])
-        cuda = [c for d, c in CUDA_BY_DRIVER if d <= branch]
-        if cuda:
-            out.append(f"nvidia :: cuda_version_lower_bound :: {cuda[-1]}")
+    cuda = newest_cuda_for(gpu.min_driver) if gpu.min_driver is not None else None
+    if cuda is not None:
+        out.append(f"nvidia :: cuda_version_lower_bound :: {cuda}")
     low, high = gpu.min_capability or (0, 0), gpu.max_capability or (99, 9)
     out += [f"nvidia :: sm_arch :: {a}{b}_real" for a, b in KNOWN_CAPABILITIES if low <= (a, b) <= high]
     return tuple(out)

@@ -80,6 +80,7 @@ def lock(
     filled in. The primary index is LOCKBUILD_INDEX_URL (default PyPI).
     """
     setup_output(ctx, as_json)
+    from lockbuild.builder.gpufit import measure_plan
     from lockbuild.builder.output import lock_json, plan_first_use, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
@@ -90,19 +91,21 @@ def lock(
     results: list[dict[str, JSON]] = []
     with session(settings, progress=progress_of(ctx)) as s:
         plans = [s.planner.plan(r, b) for b in r.select(build_spec)]
+        fits = [measure_plan(p, s.cache) for p in plans]  # from the kept readings only: lock downloads nothing
     compared = [_with_provenance_report(p, out) for p in plans]  # each against the lock it replaces
-    for plan, note in compared:
+    for (plan, note), measured in zip(compared, fits, strict=True):
         write_plan_dir(plan, out)
         emit_warnings(ctx, plan.warnings)
-        results.append({**lock_json(plan), "provenance_note": note})
+        results.append({**lock_json(plan), "provenance_note": note, **measured.to_json()})
     text = "\n".join(
         f"locked {plan.recipe.engine.name} {plan.build.id}: {len(plan.lock.files)} packages as of {iso(plan.as_of)} "
         f"-> {out / plan.build.id / plan.lock.format}"
         + (REUSED_NOTE if plan.resolution_reused else "")
         + provenance_summary(plan.lock.files)
         + (f"\n  provenance: {note}" if note else "")
+        + f"\n  {measured.text()}"
         + "".join(f"\n  first use: {u.line()}" for u in plan_first_use(plan))
-        for plan, note in compared
+        for (plan, note), measured in zip(compared, fits, strict=True)
     )
     emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)
 
@@ -132,6 +135,7 @@ def fetch(
     sha256 and size. OUT/VERSION-VARIANT/ gets the lock, the recipe, wheels/, sdists/, source/, assets/, tools/.
     """
     setup_output(ctx, as_json)
+    from lockbuild.builder.gpufit import measured_and_filled
     from lockbuild.builder.output import lock_json, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
@@ -146,15 +150,19 @@ def fetch(
             plan, note = _with_provenance_report(s.planner.plan(r, b), out)
             emit_warnings(ctx, plan.warnings)
             paths, report = s.fetch(plan)
+            plan, measured = measured_and_filled(plan, s.cache)  # a contradicted recipe: exit 2, nothing written
             write_plan_dir(plan, out, paths)
             lines.append(
                 f"fetched {plan.recipe.engine.name} {plan.build.id}: {len(report.files)} files "
-                f"({report.cached} cached) -> {out / plan.build.id}" + (f"\n  provenance: {note}" if note else "")
+                f"({report.cached} cached) -> {out / plan.build.id}"
+                + (f"\n  provenance: {note}" if note else "")
+                + f"\n  {measured.text()}"
             )
             results.append(
                 {
                     **lock_json(plan),
                     "provenance_note": note,
+                    **measured.to_json(),
                     "files": len(report.files),
                     "cached": report.cached,
                     "downloaded_bytes": report.downloaded_bytes,
@@ -224,7 +232,8 @@ def build(
     passphrase is asked for then, and again to sign), so a bad key stops the build at once.
     """
     setup_output(ctx, as_json)
-    from lockbuild.builder.pack import fetch_and_write, place_signed, statement_for
+    from lockbuild.builder.gpufit import pack_measured
+    from lockbuild.builder.pack import place_signed, statement_for
     from lockbuild.builder.session import session
     from lockbuild.recipe import load_recipe
     from lockbuild.trust.sign import check_key, sign_in_fresh_process
@@ -265,11 +274,15 @@ def build(
             emit_warnings(ctx, plan.warnings)
             plans.append(plan)
         written: list[UnsignedBundle] = []
+        fits = []
         try:
             for n, plan in enumerate(plans, 1):  # fetched and packed at once, members in manifest order
                 if len(plans) > 1:  # which of the builds the packing line below is about
                     progress.note(f"build {n} of {len(plans)}: {plan.build.id} ({plan.build.platform})")
-                written.append(fetch_and_write(plan, s.fetcher, out, threads=threads)[0])
+                # the recipe's gpu checked against the binaries (exit 2) and filled in from them, before signing
+                plans[n - 1], bundle, measured = pack_measured(plan, s.fetcher, out, threads=threads)
+                written.append(bundle)
+                fits.append(measured)
         except BaseException:
             for w in written:
                 w.discard()
@@ -295,7 +308,7 @@ def build(
     finally:
         for w in written:
             w.discard()
-    for plan, packed in signed:
+    for (plan, packed), measured in zip(signed, fits, strict=True):
         results.append(
             {
                 "bundle": str(packed.bundle),
@@ -309,6 +322,7 @@ def build(
                 "warnings": list(plan.warnings),
                 "kept_signers": list(packed.kept_signers),
                 "dropped_signers": list(packed.dropped_signers),
+                **measured.to_json(),
             }
         )
 
@@ -327,8 +341,8 @@ def build(
         f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(packed.manifest.members) + 1} files with the "
         f"manifest)\n"
         f"  sha256 {packed.sha256}\n"
-        f"  signed by {signer.key_id_hex} -> {packed.signature}" + signatures_note(packed)
-        for _, packed in signed
+        f"  signed by {signer.key_id_hex} -> {packed.signature}" + signatures_note(packed) + f"\n  {measured.text()}"
+        for (_, packed), measured in zip(signed, fits, strict=True)
     )
     if reports is not None:  # the report follows the build's own result
         from lockbuild.selftest.cli import show_after_build

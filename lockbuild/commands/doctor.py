@@ -84,7 +84,7 @@ def _catalogue(directory: Path, trust: Path) -> tuple[list[CatalogueBuild], list
     from lockbuild.bundle.instructions import GpuNeeds
     from lockbuild.install.choose import candidates
     from lockbuild.install.doctor import CatalogueBuild
-    from lockbuild.install.fit import Needs, space_needed
+    from lockbuild.install.nodecheck import Needs, space_needed
     from lockbuild.recipe import load_recipe
     from lockbuild.recipe.modelrecipe import is_model_recipe_file
 

@@ -81,8 +81,8 @@ def image(
     """
     setup_output(ctx, as_json)
     from lockbuild.image.build import make_image
-    from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import InstallOptions
+    from lockbuild.install.nodecheck import gpu_check_of
     from lockbuild.site.sources import named_source
 
     opts = InstallOptions(

@@ -85,8 +85,8 @@ def install(
     capability range) and says why each other one was passed over.
     """
     setup_output(ctx, as_json)
-    from lockbuild.install.fit import gpu_check_of
     from lockbuild.install.installer import Installer, InstallOptions
+    from lockbuild.install.nodecheck import gpu_check_of
     from lockbuild.site.sources import choosing_form
 
     opts = InstallOptions(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lockbuild.install.fit import Needs
+from lockbuild.install.nodecheck import Needs
 from lockbuild.text import one_line
 
 

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.install.choice import Choice, Option
-from lockbuild.install.fit import Facts, GpuCheck, Needs
 from lockbuild.install.node import Node, free_bytes
+from lockbuild.install.nodecheck import Facts, GpuCheck, Needs
 from lockbuild.install.ranking import choose, newest_first
 from lockbuild.text import one_line
 from lockbuild.trust import TrustedBundle, TrustStore, open_source

@@ -1,6 +1,6 @@
 """lockbuild doctor: what a node has, and which candidate builds fit it (and why the others don't).
 
-Fit is decided by :func:`lockbuild.install.fit.unmet`, the rule ``install`` refuses by, on the same
+Fit is decided by :func:`lockbuild.install.nodecheck.unmet`, the rule ``install`` refuses by, on the same
 facts. Candidates come from the caller: the CLI turns catalogue recipes (and bundles' signed manifests)
 into :class:`CatalogueBuild` needs, so nothing here parses a recipe.
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 from lockbuild.errors import LockbuildError
 from lockbuild.install.choose import Place, store_choices
-from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.marker import list_installed
 from lockbuild.install.node import Node, detect, free_bytes
+from lockbuild.install.nodecheck import Facts, Needs, unmet
 from lockbuild.install.pythons import base_of, shared_python
 from lockbuild.install.tools import python_version
 from lockbuild.text import one_line

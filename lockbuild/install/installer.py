@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError, LockbuildError
-from lockbuild.install.fit import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.marker import read_marker
 from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import Node, detect, free_bytes
+from lockbuild.install.nodecheck import Facts, GpuCheck, Needs, unmet
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others
 from lockbuild.install.stage import Hook, Stage, View
@@ -181,7 +181,7 @@ class Installer:
         return result("installed")
 
     def check_fit(self, m: Manifest, node: Node, where: Path) -> None:
-        """The node's fit (install/fit.py): its GPUs, driver, platform and the free space at ``where``."""
+        """The node check (install/nodecheck.py): its GPUs, driver, platform and the free space at ``where``."""
         reasons = unmet(Needs.of(m), Facts(node, frozenset({m.python}), free_bytes(where)), self.o.gpu_check)
         if reasons:
             raise InstallError(

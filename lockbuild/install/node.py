@@ -21,6 +21,7 @@ from pathlib import Path
 from lockbuild.child import run_bounded
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import bounded_read, open_regular, read_regular
+from lockbuild.gpu.vocab import Capability, driver_in, is_driver, parse_capability
 from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 
@@ -29,14 +30,12 @@ SYS_DRIVER = Path("/sys/module/nvidia/version")
 FACTS_ENV = "LOCKBUILD_GPU_FACTS"
 MAX_FACTS = 64 << 10
 MAX_GPUS = 64
-_CAP = re.compile(r"(\d{1,2})\.(\d{1,2})")
-_DRIVER_TEXT = re.compile(r"\d{1,4}(?:\.\d{1,4}){0,3}")
 
 
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    capability: tuple[int, int]
+    capability: Capability
 
 
 @dataclass(frozen=True)
@@ -67,16 +66,15 @@ def _driver_from_sys(path: Path) -> str | None:
     text = _small_text(path)
     if text is None:
         return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)*)\s*", text)
-    return m[1] if m else "unknown"
+    found = driver_in(text, r"\A\s*", r"\s*\Z")
+    return found or "unknown"
 
 
 def _driver_from_proc(path: Path) -> str | None:
     text = _small_text(path)
     if text is None:
         return None
-    m = re.search(r"Kernel Module(?: for [^\s]+)?\s+(\d+(?:\.\d+)*)", text)
-    return m[1] if m else "unknown"
+    return driver_in(text, r"Kernel Module(?: for [^\s]+)?\s+") or "unknown"
 
 
 class FactsError(LockbuildError):
@@ -101,7 +99,7 @@ def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
     if not isinstance(data, dict) or set(data) - {"driver", "gpus"}:
         raise FactsError(f"the {FACTS_ENV} file {path} is not an object of driver and gpus only.", tip=tip)
     driver, gpus = data.get("driver"), data.get("gpus", [])
-    if driver is not None and not (isinstance(driver, str) and _DRIVER_TEXT.fullmatch(driver)):
+    if driver is not None and not is_driver(driver):
         raise FactsError(
             f'the {FACTS_ENV} file\'s driver {str(driver)[:40]!r} is not a driver version like "580.65.06".', tip=tip
         )
@@ -110,19 +108,19 @@ def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
     out = []
     for i, g in enumerate(gpus):
         name, cap = (g.get("name"), g.get("capability")) if isinstance(g, dict) else (None, None)
-        m = _CAP.fullmatch(cap) if isinstance(cap, str) else None
+        capability = parse_capability(cap)
         if (
             not isinstance(g, dict)
             or set(g) - {"name", "capability"}
             or not isinstance(name, str)
             or not 0 < len(name) <= 128
             or not name.isprintable()
-            or m is None
+            or capability is None
         ):
             raise FactsError(
                 f'the {FACTS_ENV} file\'s gpus[{i}] is not {{"name": TEXT, "capability": "X.Y"}}.', tip=tip
             )
-        out.append(Gpu(name, (int(m[1]), int(m[2]))))
+        out.append(Gpu(name, capability))
     if out and driver is None:
         raise FactsError(f"the {FACTS_ENV} file lists GPUs but no driver; state the driver the node will run.", tip=tip)
     return driver, tuple(out)
@@ -167,10 +165,10 @@ def parse_gpu_query(text: str, exe: str = "nvidia-smi") -> tuple[str | None, tup
     gpus: list[Gpu] = []
     for line in lines:
         parts = [p.strip() for p in line.split(",", 2)]
-        m = _CAP.fullmatch(parts[1]) if len(parts) == 3 else None
+        capability = parse_capability(parts[1]) if len(parts) == 3 else None
         if (
-            m is None
-            or not _DRIVER_TEXT.fullmatch(parts[0])
+            capability is None
+            or not is_driver(parts[0])
             or not 0 < len(parts[2]) <= 128
             or not parts[2].isprintable()
             or driver not in (None, parts[0])
@@ -182,7 +180,7 @@ def parse_gpu_query(text: str, exe: str = "nvidia-smi") -> tuple[str | None, tup
                 tip=SMI_TIP,
             )
         driver = parts[0]
-        gpus.append(Gpu(parts[2], (int(m[1]), int(m[2]))))
+        gpus.append(Gpu(parts[2], capability))
     return driver, tuple(gpus)
 
 

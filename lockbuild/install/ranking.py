@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from lockbuild.bundle.instructions import GpuNeeds, capability_range
+from lockbuild.gpu.vocab import driver_numbers
 from lockbuild.install.choice import Choice, Judged, Option
-from lockbuild.install.fit import Facts, GpuCheck, unmet, version_numbers
+from lockbuild.install.nodecheck import Facts, GpuCheck, unmet
 from lockbuild.times import iso
 
 
@@ -32,7 +33,7 @@ def _width(gpu: GpuNeeds | None) -> int:
 
 def _driver_of(o: Option) -> tuple[int, ...]:
     gpu = o.needs.gpu
-    return version_numbers(gpu.min_driver) if gpu is not None and gpu.min_driver else ()
+    return driver_numbers(gpu.min_driver) if gpu is not None and gpu.min_driver else ()
 
 
 def _older(o: Option) -> tuple[int, int]:

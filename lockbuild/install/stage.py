@@ -23,9 +23,9 @@ from lockbuild.envtable import expand_prefix
 from lockbuild.errors import InstallError
 from lockbuild.fsio import create_under, make_dirs_under
 from lockbuild.install import archives, envfiles
-from lockbuild.install.fit import GpuCheck
 from lockbuild.install.marker import MARKER, RECORD_DIR, Installed
 from lockbuild.install.node import Node
+from lockbuild.install.nodecheck import GpuCheck
 from lockbuild.install.runenv import engine_env, run_command
 from lockbuild.install.sdists import build_sdists, has_build_closure
 from lockbuild.install.tools import extract_uv

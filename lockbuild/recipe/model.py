@@ -29,6 +29,7 @@ class GpuRequirement:
     min_capability: tuple[int, int] | None
     min_driver: str | None
     max_capability: tuple[int, int] | None = None  # the highest capability it has kernels for
+    kernels_from: tuple[str, ...] = ()  # the packages whose kernels decide the fit (canonical names)
 
 
 @dataclass(frozen=True)

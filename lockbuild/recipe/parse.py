@@ -11,10 +11,10 @@ from packaging.utils import canonicalize_name
 
 from lockbuild import envtable
 from lockbuild.errors import RecipeError
+from lockbuild.gpu.vocab import is_driver, parse_capability
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import (
-    CAPABILITY,
-    DRIVER,
+    PROJECT,
     PYTHON,
     SHA256,
     VERSION,
@@ -304,17 +304,17 @@ def _exclude_newer_package(
 def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirement | None:
     if data is None:
         return None
-    t = Table(data, where, p, ("min-capability", "max-capability", "min-driver"))
+    t = Table(data, where, p, ("min-capability", "max-capability", "min-driver", "kernels-from"))
     capability, highest = None, None
     for key in ("min-capability", "max-capability"):
         cap = t.string(key, 'a compute capability such as "8.0"', required=False)
-        m = CAPABILITY.fullmatch(cap) if cap is not None else None
-        if cap is not None and m is None:
+        parsed = parse_capability(cap)
+        if cap is not None and parsed is None:
             p.add(f"{where}.{key}", f'expected a compute capability such as "8.0", found {cap!r}')
-        elif m is not None and key == "min-capability":
-            capability = (int(m[1]), int(m[2]))
-        elif m is not None:
-            highest = (int(m[1]), int(m[2]))
+        elif parsed is not None and key == "min-capability":
+            capability = parsed
+        elif parsed is not None:
+            highest = parsed
     if capability is not None and highest is not None and highest < capability:
         p.add(
             f"{where}.max-capability",
@@ -324,9 +324,14 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirem
         "min-driver",
         'a driver version such as "580" or "570.86"',
         required=False,
-        check=lambda v: bool(DRIVER.fullmatch(v)),
+        check=is_driver,
     )
-    return GpuRequirement(capability, driver, highest)
+    named = t.strings("kernels-from", 'a list of package names, e.g. ["sgl-kernel"]', required=False) or ()
+    for name in named:
+        if not PROJECT.fullmatch(name):
+            p.add(f"{where}.kernels-from", f"expected package names, found {name!r}")
+    kernels_from = tuple(dict.fromkeys(canonicalize_name(n) for n in named if PROJECT.fullmatch(n)))
+    return GpuRequirement(capability, driver, highest, kernels_from)
 
 
 def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:

@@ -39,9 +39,9 @@ import lockbuild
 from lockbuild import fsio
 from lockbuild.errors import InstallError, LockbuildError, PlatformError
 from lockbuild.firstuse import bundle_first_use
-from lockbuild.install.fit import Facts, Needs, unmet
 from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import detect
+from lockbuild.install.nodecheck import Facts, Needs, unmet
 from lockbuild.install.runenv import GPU_PASSED, PASSED
 from lockbuild.install.tools import find_python
 from lockbuild.limits import MiB

@@ -1,4 +1,4 @@
-"""The one fit rule: which of a bundle's requirements a node does not meet. Pure.
+"""The node check: which of a bundle's requirements a node does not meet. Pure.
 
 ``install`` refuses on any reason; ``doctor`` lists them. Both call :func:`unmet` with the same
 :class:`Needs` (from the signed manifest, or from a catalogue recipe) and :class:`Facts`, so they give
@@ -10,13 +10,13 @@ this rule: :func:`lockbuild.install.ranking.choose`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from lockbuild.bundle.instructions import GpuNeeds
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError
+from lockbuild.gpu.vocab import capability_text, driver_at_least, driver_numbers
 from lockbuild.install.node import Node
 from lockbuild.target import parse_platform
 
@@ -54,10 +54,6 @@ def space_needed(unpacked: int, free_gb: int) -> int:
     """Bytes an install needs free: the bundle's own rule (``free-gb``) or three times its unpacked size."""
     need = unpacked * 3 + HEADROOM if unpacked else 0
     return max(need, free_gb << 30)
-
-
-def version_numbers(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text))
 
 
 def _gib(n: int) -> str:
@@ -105,27 +101,27 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
         return ["needs an NVIDIA GPU; no driver found (no nvidia-smi, /sys/module/nvidia or /proc/driver/nvidia)"]
     reasons = []
     if gpu.min_driver is not None:
-        if node.driver in (None, "unknown") or not version_numbers(node.driver or ""):
+        if node.driver in (None, "unknown") or not driver_numbers(node.driver or ""):
             reasons.append(f"needs driver {gpu.min_driver}+, the node's driver version is unknown")
-        elif version_numbers(node.driver or "") < version_numbers(gpu.min_driver):
+        elif not driver_at_least(node.driver or "", gpu.min_driver):
             reasons.append(f"needs driver {gpu.min_driver}+, the node has {node.driver}")
     if gpu.min_capability is not None:
-        need = "{}.{}".format(*gpu.min_capability)
+        need = capability_text(gpu.min_capability)
         if not node.gpus:
             reasons.append(f"needs compute capability {need}+, the node's GPUs are unknown (nvidia-smi lists none)")
         low = [g for g in node.gpus if g.capability < gpu.min_capability]
         if low:
-            have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in low)
+            have = ", ".join(f"{g.name} ({capability_text(g.capability)})" for g in low)
             reasons.append(f"needs compute capability {need}+, the node has {have}")
     if gpu.max_capability is not None:
-        top = "{}.{}".format(*gpu.max_capability)
+        top = capability_text(gpu.max_capability)
         if not node.gpus:
             reasons.append(
                 f"has kernels up to compute capability {top}, the node's GPUs are unknown (nvidia-smi lists none)"
             )
         high = [g for g in node.gpus if g.capability > gpu.max_capability]
         if high:
-            have = ", ".join(f"{g.name} ({g.capability[0]}.{g.capability[1]})" for g in high)
+            have = ", ".join(f"{g.name} ({capability_text(g.capability)})" for g in high)
             reasons.append(
                 f"has kernels up to compute capability {top} only (no sm_{high[0].capability[0]}"
                 f"{high[0].capability[1]}), the node has {have}"

@@ -144,3 +144,34 @@ def test_flashinfers_kernels_follow_its_version_and_the_cuda_level(
     assert r.exit_code == 0, r.stderr
     (use,) = json.loads(r.stdout)["locks"][0]["first_use"]
     assert use["carried"] is cubin_published
+
+
+def test_the_new_builds_gpu_table_is_measured_from_its_binaries(
+    srv: FakeServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import fatbinkit
+
+    monkeypatch.setenv("LOCKBUILD_INDEX_URL", srv.index_url())
+    srv.publish(*uv_wheel(), uploaded=day(1))
+    tag = "py3-none-manylinux_2_28_x86_64"
+    for version, when in (("1.0", day(5)), ("2.0", day(30))):
+        libs = {"gfeng/_C.abi3.so": fatbinkit.cuda_so(("7.5", "8.0", "9.0", "12.0"), ("9.0",))}
+        wheel = make_wheel("gfeng", version, deps=("torch", "nvidia-cuda-runtime"), data_files=libs, tag=tag)
+        srv.publish(*wheel, uploaded=when)
+    torch = {"torch/lib/libtorch_cuda.so": fatbinkit.cuda_so(("7.5", "8.0", "9.0", "12.0"))}
+    srv.publish(*make_wheel("torch", "2.14.0", data_files=torch, tag=tag), uploaded=day(2))
+    srv.publish(*make_wheel("nvidia-cuda-runtime", "13.0.96", tag=tag), uploaded=day(2))
+    recipe = tmp_path / "gfeng.toml"
+    recipe.write_text(
+        '[engine]\nname = "gfeng"\npypi = "gfeng"\nbinary = "gfeng"\nverify = ["gfeng"]\n\n# the template\n'
+        f'[[builds]]\nversion = "1.0"\nvariant = "cu128"\npython = "{PY}"\nplatform = "x86_64-manylinux_2_28"\n'
+        'requirements = ["gfeng==1.0"]\n'
+    )
+    code, out, err = update(recipe, "--version", "2.0")
+    assert code == 0, err
+    assert '+gpu = { min-capability = "7.5", max-capability = "12.0", min-driver = "580.65.06" }' in out
+    assert (
+        "# - gpu: measured from the binaries on " in out and "by `lockbuild recipe update`: GPU fit: CUDA 13.0" in out
+    )
+    r = CliRunner().invoke(main, ["--json", "lock", str(recipe), "--build", "2.0-cu130", "--out", str(tmp_path / "l")])
+    assert r.exit_code == 0, r.stderr

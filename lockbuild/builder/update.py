@@ -107,7 +107,7 @@ def _indexes_kept(value: object, kept: set[str], relabel: dict[str, str]) -> JSO
     return out if isinstance(value, list) else out[0]
 
 
-MeasureGpu = Callable[[Plan], tuple[dict[str, JSON], str] | None]
+MeasureGpu = Callable[[Plan], tuple[dict[str, JSON] | None, str]]  # the gpu table (None: none), and how
 
 
 class Updater:
@@ -274,11 +274,8 @@ class Updater:
                 for line in textwrap.wrap(f"- {n}", COMMENT_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
             ),
         ]
-        if gpu is not None:
-            fields["gpu"], measured = gpu
-            comment.append(f"- gpu: {measured}")
-        else:
-            comment.append("- gpu: not measured (this lockbuild has no fit reader); set it from the release notes")
+        fields["gpu"], measured = gpu
+        comment += textwrap.wrap(f"- gpu: {measured}", COMMENT_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
         table = build_table(self.tables[t.position], fields)
         return Made(bid, str(fields["platform"]), tuple(notes), table, tuple(comment), plan)
 

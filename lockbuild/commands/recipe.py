@@ -15,6 +15,8 @@ from lockbuild.uvtool import uv_binary
 
 if TYPE_CHECKING:
     from lockbuild.builder.plan import Plan
+    from lockbuild.builder.session import Session
+    from lockbuild.builder.update import MeasureGpu
 
 
 @click.group("recipe", cls=Group, epilog="Example: lockbuild recipe update bundles/vllm.toml --version 0.33.0")
@@ -75,7 +77,8 @@ def update(
     r = load_recipe(recipe)
     with session(settings, progress=progress_of(ctx)) as s:
         wanted = version or final_releases(s.planner.primary, r.engine.pypi)[0]
-        updater = Updater(r, s.planner, measure_gpu=measured_gpu, today=dt.datetime.now(dt.UTC).date())
+        today = dt.datetime.now(dt.UTC).date()
+        updater = Updater(r, s.planner, measure_gpu=gpu_measurer(s, today.isoformat()), today=today)
         result = updater.make(wanted, platforms)
     changes = diff(r.text, result.text, str(recipe))
     written = bool(result.made) and not dry_run
@@ -92,10 +95,31 @@ def update(
     emit(ctx, data, text)
 
 
-def measured_gpu(plan: Plan) -> tuple[dict[str, JSON], str] | None:
-    """The build's gpu table measured from its binaries, and how it was measured; None while this
-    lockbuild has no fit reader (the one call where it is plugged in)."""
-    return None
+def gpu_measurer(s: Session, today: str) -> MeasureGpu:
+    """The GPU fit of each new build, measured from its binaries (gpu/fit.py): the readings the cache keeps,
+    else every file fetched through the cache and read. The table and the comment that says how."""
+    from lockbuild.builder.gpufit import measure_plan
+    from lockbuild.gpu.vocab import capability_text
+
+    def measure(plan: Plan) -> tuple[dict[str, JSON] | None, str]:
+        measured = measure_plan(plan, s.cache)
+        if measured.fit is None:
+            s.fetch(plan)
+            measured = measure_plan(plan, s.cache, read_missing=True)
+        fit = measured.fit
+        how = f"measured from the binaries on {today} by `lockbuild recipe update`"
+        if fit is None or not fit.gated:
+            return None, f"{how}: no GPU code it knows (no gpu table)"
+        table: dict[str, JSON] = {}
+        if fit.min_capability is not None:
+            table["min-capability"] = capability_text(fit.min_capability)
+        if fit.max_capability is not None and not fit.jit_beyond:
+            table["max-capability"] = capability_text(fit.max_capability)
+        if fit.min_driver is not None:
+            table["min-driver"] = fit.min_driver
+        return table, f"{how}: {fit.line()}"
+
+    return measure
 
 
 COMMANDS = (recipe_group,)

@@ -106,10 +106,9 @@ def build_table(
 
 
 def _item(value: object) -> tomlkit.items.Item:
-    if isinstance(value, Mapping):
-        it = tomlkit.inline_table()
-        it.update({k: _item(v) for k, v in value.items()})
-        return it
+    if isinstance(value, Mapping):  # an inline table in the recipes' spelling, { key = value, ... }
+        inner = ", ".join(f"{tomlkit.key(str(k)).as_string()} = {_item(v).as_string()}" for k, v in value.items())
+        return tomlkit.parse(f"v = {{ {inner} }}")["v"]  # type: ignore[no-any-return]
     if isinstance(value, list | tuple) and any(isinstance(v, Mapping) for v in value):
         arr = tomlkit.array()
         arr.extend(_item(v) for v in value)

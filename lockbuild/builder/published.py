@@ -11,10 +11,11 @@ from urllib.parse import urlsplit
 
 from lockbuild.errors import RecipeError
 from lockbuild.firstuse import KNOWN, published_digests
+from lockbuild.limits import MiB
 from lockbuild.lock import LockedFile
 from lockbuild.recipe import Build, Recipe
 
-MAX_SOURCE = 1 << 20  # the published file read from the wheel, at most
+MAX_SOURCE = MiB  # the published file read from the wheel, at most
 
 
 def check_published(

@@ -334,12 +334,13 @@ class Updater:
     def _second(self, t: Build, pins: Pins, locked: dict[str, str]) -> list[str] | str:
         out = []
         for name, label in pins.second:
+            ix = t.index_for(name)
+            if ix is None:  # moved_requirements puts only an extra index's packages here
+                continue
             version = locked.get(name)
             if version is None:
-                return f"{name} is pinned on {index_label(t.index_for(name))} but the new release does not take it"  # type: ignore[arg-type]
+                return f"{name} is pinned on {index_label(ix)} but the new release does not take it"
             want = f"{version.partition('+')[0]}+{label}" if label else version
-            ix = t.index_for(name)
-            assert ix is not None
             try:
                 there = Index(ix.url, self.planner.client, name=index_label(ix)).matching(name, want)
             except LockbuildError as exc:

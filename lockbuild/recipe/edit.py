@@ -15,6 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockbuild.errors import RecipeError
 from lockbuild.jsonio import JSON
 from lockbuild.recipe.model import Build
 
@@ -121,7 +122,8 @@ def with_builds(text: str, tables: Sequence[tuple[Sequence[str], tomlkit.items.T
     table's header after a blank line, everything else as it was."""
     doc = tomlkit.parse(text)
     builds = doc["builds"]
-    assert isinstance(builds, tomlkit.items.AoT)
+    if not isinstance(builds, tomlkit.items.AoT):
+        raise RecipeError("expected [[builds]] tables in the recipe, found another form of builds.")
     for comment, t in tables:
         before = builds[-1]
         if not before.as_string().endswith("\n\n"):

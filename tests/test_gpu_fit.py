@@ -90,3 +90,20 @@ def test_a_fit_round_trips_through_json() -> None:
         )
         is None
     )
+
+
+def test_the_recipe_checks_name_both_numbers_and_the_package() -> None:
+    from lockbuild.builder.gpufit import contradictions
+    from lockbuild.recipe.model import GpuRequirement
+
+    fit = measure(VLLM, VERSIONS, (), default_gate("vllm"))
+    assert contradictions(GpuRequirement((7, 5), "580.65.06", (12, 1)), fit) == []
+    assert contradictions(GpuRequirement((7, 5), "580.82.07", (12, 0)), fit) == []  # within what was measured
+    (high,) = contradictions(GpuRequirement(None, None, (13, 0)), fit)
+    assert high.startswith("max-capability 13.0: the highest SASS is 12.1 (vllm stops at 12.0)")
+    (low,) = contradictions(GpuRequirement((7, 0), None), fit)
+    assert low == "min-capability 7.0: torch, vllm have no kernels for 7.0 (the gated packages start at 7.5)"
+    (drv,) = contradictions(GpuRequirement(None, "575"), fit)
+    assert drv == "min-driver 575: the CUDA 13.0 runtime of the lock needs driver 580.65.06"
+    ptx = measure({"e": [("e/_C.so", k("8.0", "8.0"))]}, {}, (), ("e",))
+    assert contradictions(GpuRequirement(None, None, (13, 0)), ptx) == []  # later GPUs fit by JIT

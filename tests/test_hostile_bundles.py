@@ -338,9 +338,9 @@ def test_manifest_not_first(tmp_path: Path) -> None:
     [
         (
             1,
-            "format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3, 4 only, and lockbuild 0.1.x",
+            "format 1 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3, 4, 5 only, and lockbuild 0.1.x",
         ),
-        (5, "manifest is format 5 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3, 4"),
+        (6, "manifest is format 6 \\(made by lockbuild 0.1.0\\); this lockbuild \\(.*\\) reads formats 2, 3, 4, 5"),
         (0, "manifest format is 0; no lockbuild writes that format"),
     ],
     ids=["older", "newer", "never"],

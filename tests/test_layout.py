@@ -112,6 +112,7 @@ DELETE_BY_PATH_ALLOWED = {
     "builder/pack.py": "the builder's own --out staging",
     "builder/memo.py": "the builder's own cache",
     "builder/cache.py": "the builder's own cache",
+    "builder/kernelcache.py": "the builder's own cache's kept GPU readings and their temp files",
     "builder/fetch.py": "the builder's own cache's partial downloads",
     "site/delta.py": "the delta writer's own work directory under --out",
     "site/parts.py": "the splitter's own temporary part files under --out",

@@ -207,11 +207,11 @@ class Cache:
     def commit(self, temp: Path, sha256: str, *, name: str | None = None) -> Path:
         """Rename the verified ``temp`` into the entry for ``sha256``. ``name``: the file's name; for a
         wheel (``*.whl``) its METADATA is taken out of ``temp`` first and kept (``keep_metadata``), so that
-        no later lock opens the wheel to read it; for a wheel or a release archive its GPU code is read and
-        kept (``kernelcache.keep_reading``: a damaged library in it raises ``BinaryError``)."""
+        no later lock opens the wheel to read it; its GPU code is read and kept too (``kernelcache.keep_reading``:
+        a damaged library in it raises ``BinaryError``). Release assets are read when a plan's fit is measured."""
         if name is not None and name.endswith(".whl") and is_sha256(sha256):
             self._keep_from(temp, sha256, name)
-        if name is not None:
+        if name is not None and name.endswith(".whl"):
             keep_reading(self, temp, sha256, name)
         dest = self.path(sha256)
         dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -48,13 +48,13 @@ class Measured:
 
 def _files(plan: Plan) -> list[tuple[str, str, str]]:
     """(package, file name, sha256) of each file that can carry GPU code: the lock's wheels, the wheels
-    built here from its sdists, and the build's release assets (counted as the engine's)."""
+    built here from its sdists, and the build's release assets (counted as the engine's package)."""
     out: list[tuple[str, str, str]] = [
         (str(canonicalize_name(f.name)), f.filename, f.sha256) for f in plan.lock.files if f.kind == "wheel"
     ]
     by_sdist = {f.filename: str(canonicalize_name(f.name)) for f in plan.lock.files if f.kind == "sdist"}
     out += [(by_sdist.get(p.sdist, p.sdist), p.path.rsplit("/", 1)[-1], p.sha256) for p in plan.prebuilt]
-    engine = str(canonicalize_name(plan.recipe.engine.name))
+    engine = str(canonicalize_name(plan.recipe.engine.pypi))  # the gate names the engine by its package
     out += [(engine, e.path.rsplit("/", 1)[-1], e.sha256) for e in plan.extras if e.kind == "asset"]
     return out
 
@@ -130,10 +130,9 @@ def check_and_fill(plan: Plan, fit: GpuFit) -> Plan:
         stated.max_capability or (None if fit.jit_beyond else fit.max_capability),
         stated.kernels_from,
     )
-    if filled == stated:
-        return plan
+    text = plan.resolved_recipe if filled == stated else _filled_text(plan, filled)
     build = dataclasses.replace(plan.build, gpu=filled)
-    return dataclasses.replace(plan, build=build, resolved_recipe=_filled_text(plan, filled))
+    return dataclasses.replace(plan, build=build, resolved_recipe=text, gpu_fit=fit)
 
 
 def _filled_text(plan: Plan, gpu: GpuRequirement) -> str:

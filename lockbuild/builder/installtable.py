@@ -82,7 +82,7 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
             assets.append(AssetPlace(f"assets/{name}", b.assets.dir))
     gpu = None
     if b.gpu is not None:
-        gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability)
+        gpu = GpuNeeds(b.gpu.min_capability, b.gpu.min_driver, b.gpu.max_capability, plan.gpu_fit)
     return InstallTable(
         binary=engine.binary,
         verify=engine.verify,

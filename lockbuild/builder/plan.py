@@ -46,6 +46,7 @@ from lockbuild.builder.wheellevels import (
 )
 from lockbuild.bundle.instructions import extra_file_member
 from lockbuild.errors import LockbuildError, RecipeError, ResolveError
+from lockbuild.gpu.fit import GpuFit
 from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requirements_lock
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe
@@ -71,6 +72,7 @@ class Plan:
     build_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (sdist file name, its build requirements)
     prebuilt: tuple[Prebuilt, ...] = ()  # wheels built here from sdists, bundled next to them
     resolution_reused: bool = False  # uv's resolution was remembered from an earlier run (memo.py), uv not run
+    gpu_fit: GpuFit | None = None  # the measured fit (builder/gpufit.py), carried into the manifest (format 5)
 
     def wanted(self) -> list[Wanted]:
         # Credentials are added by the HTTP client, per host, from the settings (never per file).

@@ -12,6 +12,7 @@ import unicodedata
 from typing import Any
 
 from lockbuild import envtable
+from lockbuild.bundle.fittable import parse_fit
 from lockbuild.bundle.instructions import AssetPlace, ExtraPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.paths import env_reserved, path_problem
 from lockbuild.errors import IntegrityError
@@ -74,7 +75,7 @@ def _capability(data: dict[str, Any], key: str) -> tuple[int, int] | None:
 def _gpu(data: Any) -> GpuNeeds:
     if not isinstance(data, dict):
         raise _bad("the manifest's install.gpu is not a table.")
-    _keys(data, ("min-capability", "min-driver", "max-capability", "variant-properties"), "install.gpu")
+    _keys(data, ("min-capability", "min-driver", "max-capability", "variant-properties", "measured"), "install.gpu")
     capability = _capability(data, "min-capability")
     highest = _capability(data, "max-capability")
     drv = data.get("min-driver")
@@ -82,9 +83,12 @@ def _gpu(data: Any) -> GpuNeeds:
         raise _bad(f'the manifest\'s install.gpu.min-driver {str(drv)[:40]!r} is not a driver version like "580".')
     if capability is not None and highest is not None and highest < capability:
         raise _bad("the manifest's install.gpu.max-capability is below its min-capability; the bundle is malformed.")
-    needs = GpuNeeds(capability, drv, highest)
+    measured = parse_fit(data["measured"]) if "measured" in data else None
+    needs = GpuNeeds(capability, drv, highest, measured)
     props = data.get("variant-properties")
-    if (props is None) != (highest is None) or (props is not None and props != list(needs.variant_properties())):
+    if (props is None) != (highest is None and measured is None) or (
+        props is not None and props != list(needs.variant_properties())
+    ):
         raise _bad(
             "the manifest's install.gpu.variant-properties are not the ones its needs imply (written with "
             "max-capability, derived from the table); the bundle is malformed."

@@ -13,9 +13,13 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from lockbuild.bundle.fittable import fit_toml_lines
+from lockbuild.gpu.fit import GpuFit
 from lockbuild.gpu.vocab import KNOWN_CAPABILITIES, Capability, capability_text, newest_cuda_for
 
-EXTRA_FILES_FORMAT = 5  # the manifest format that adds install.extra-files (member kind extra-file)
+FORMAT_5 = (
+    5  # this wave's manifest format, engines and models alike: the measured GPU fit and extra files among what it adds
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class GpuNeeds:
     min_capability: Capability | None = None
     min_driver: str | None = None
     max_capability: Capability | None = None  # from manifest format 3
+    measured: GpuFit | None = None  # from format 5: the architectures each package's libraries carry
 
     def variant_properties(self) -> tuple[str, ...]:
         """The same needs as wheel-variant properties (PEP 817/825, the NVIDIA provider's namespace),
@@ -78,10 +83,10 @@ class InstallTable:
 
     @property
     def needs_format(self) -> int:
-        """The manifest format these instructions need: 5 with extra files, 3 when they carry max-capability
-        or serves."""
-        if self.extra_files:
-            return EXTRA_FILES_FORMAT
+        """The manifest format these instructions need: 5 with a measured GPU fit or extra files, 3 when
+        they carry max-capability or serves."""
+        if self.extra_files or (self.gpu is not None and self.gpu.measured is not None):
+            return FORMAT_5
         return 3 if self.serves or (self.gpu is not None and self.gpu.max_capability is not None) else 2
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +102,7 @@ class InstallTable:
                 "min_driver": gpu.min_driver,
                 "max_capability": None if gpu.max_capability is None else "{}.{}".format(*gpu.max_capability),
                 "variant_properties": list(gpu.variant_properties()),
+                "measured": gpu.measured.to_json() if gpu.measured is not None else None,
             },
             "serves": list(self.serves),
             "free_gb": self.free_gb,
@@ -121,6 +127,8 @@ class InstallTable:
             lines.append(
                 f"needs GPU compute capability {capability_range(self.gpu)}, driver {self.gpu.min_driver or 'any'}+"
             )
+            if self.gpu.measured is not None:
+                lines.append(f"measured {self.gpu.measured.line()}")
         if self.serves:
             lines.append(f"serves {', '.join(self.serves)} where none of its own builds fits")
         if self.free_gb:
@@ -163,10 +171,13 @@ class InstallTable:
                 lines.append(f"min-capability = {q('{}.{}'.format(*self.gpu.min_capability))}")
             if self.gpu.min_driver is not None:
                 lines.append(f"min-driver = {q(self.gpu.min_driver)}")
-            if self.gpu.max_capability is not None:  # format 3: with the wheel-variant properties beside it
-                lines.append(f"max-capability = {q('{}.{}'.format(*self.gpu.max_capability))}")
+            if self.gpu.max_capability is not None or self.gpu.measured is not None:  # with the variant properties
+                if self.gpu.max_capability is not None:
+                    lines.append(f"max-capability = {q('{}.{}'.format(*self.gpu.max_capability))}")
                 lines.append(f"variant-properties = [{', '.join(q(v) for v in self.gpu.variant_properties())}]")
             lines.append("")
+            if self.gpu.measured is not None:
+                lines += fit_toml_lines(self.gpu.measured, q)
         if self.source is not None:
             s = self.source
             lines += ["[install.source]", f"member = {q(s.member)}", f"dir = {q(s.dir)}", f"top = {q(s.top)}", ""]
@@ -191,6 +202,9 @@ def variant_properties(gpu: GpuNeeds) -> tuple[str, ...]:
     cuda = newest_cuda_for(gpu.min_driver) if gpu.min_driver is not None else None
     if cuda is not None:
         out.append(f"nvidia :: cuda_version_lower_bound :: {cuda}")
+    if gpu.measured is not None:  # the architectures the gated packages carry, not a range
+        caps = sorted({a.capability for p in gpu.measured.gated for a in p.kernels.sass})
+        return (*out, *(f"nvidia :: sm_arch :: {a}{b}_real" for a, b in caps))
     low, high = gpu.min_capability or (0, 0), gpu.max_capability or (99, 9)
     out += [f"nvidia :: sm_arch :: {a}{b}_real" for a, b in KNOWN_CAPABILITIES if low <= (a, b) <= high]
     return tuple(out)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from lockbuild import __version__
 from lockbuild.bundle.installparse import check_text
-from lockbuild.bundle.instructions import EXTRA_FILES_FORMAT
+from lockbuild.bundle.instructions import FORMAT_5
 from lockbuild.bundle.manifest import KINDS, LOCK_FORMATS, MANIFEST, NEWEST, Manifest, Member
 from lockbuild.bundle.modelinfo import MODEL_FORMAT, NO_LOCK, instructions
 from lockbuild.bundle.paths import check_member_path, collision_key
@@ -25,7 +25,7 @@ from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.provenance import Provenance, parse_recorded
 from lockbuild.times import iso, parse_time
 
-READS = (2, 3, MODEL_FORMAT, EXTRA_FILES_FORMAT)  # 4: a model bundle (bundle/modelinfo.py); 5: extra files
+READS = (2, 3, MODEL_FORMAT, FORMAT_5)  # format 4: a model bundle (bundle/modelinfo.py); 5: this wave's
 # The lockbuild releases that read each older manifest format, for the refusal message.
 READ_BY = {1: "lockbuild 0.1.x"}
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -184,18 +184,19 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     if serial < 0 or not is_sha256(recipe_sha256):
         raise _bad("the manifest's serial is negative or its recipe-sha256 is malformed.")
     lock_format = _require(data, "lock-format", str, "")
-    if lock_format not in (LOCK_FORMATS if fmt != MODEL_FORMAT else (NO_LOCK,)):
+    is_model = fmt == MODEL_FORMAT or (fmt == FORMAT_5 and "model" in data)
+    if lock_format not in (LOCK_FORMATS if not is_model else (NO_LOCK,)):
         raise _bad(f"the manifest's lock-format {lock_format[:40]!r} is not one of {', '.join(LOCK_FORMATS)}.")
     zstd = builder.get("zstd", "")
     if not isinstance(zstd, str) or (zstd and not _VERSION.fullmatch(zstd)):
         raise _bad("the manifest's builder.zstd is not a plain version string.")
     model, install = instructions(data, fmt, files, members)  # a model bundle's table, or the [install] table
-    if install.needs_format > fmt and install.needs_format == EXTRA_FILES_FORMAT:
+    if fmt != FORMAT_5 and install.needs_format == FORMAT_5:
         raise _bad(
-            f"the manifest is format {fmt}, but its [install] table carries what format {EXTRA_FILES_FORMAT} adds "
-            "(install.extra-files); the bundle is malformed."
+            f"the manifest is format {fmt}, but its [install] table carries what format 5 adds "
+            "(install.gpu.measured, install.extra-files); the bundle is malformed."
         )
-    if install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
+    if fmt != FORMAT_5 and install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
         raise _bad(
             f"the manifest is format {fmt}, but its [install] table "
             f"{'carries' if fmt < NEWEST else 'lacks'} what format {NEWEST} adds (install.gpu.max-capability, "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lockbuild.bundle.installparse import parse_install
-from lockbuild.bundle.instructions import InstallTable
+from lockbuild.bundle.instructions import FORMAT_5, InstallTable
 from lockbuild.errors import IntegrityError
 
 MODEL_FORMAT = 4
@@ -191,7 +191,7 @@ def instructions(
 ) -> tuple[ModelTable | None, InstallTable]:
     """What a manifest tells the node: a model bundle's (format 4) [model] table and no [install] table;
     any other format's [install] table, with no [model] table and no model file."""
-    if fmt == MODEL_FORMAT:
+    if fmt == MODEL_FORMAT or (fmt == FORMAT_5 and "model" in top):  # format 5: models too, by their table
         if "install" in top:
             raise _bad("the manifest is a model bundle's (format 4) but has an [install] table; it is malformed.")
         return parse_model(top, files, members), MODEL_INSTALL

@@ -1,9 +1,9 @@
 """The GPU code in a wheel (zip) or a release archive (tar, zip): each ``.so`` member read in place by
 :func:`lockbuild.gpu.fatbin.read_kernels`, without unpacking the archive or downloading it again.
 
-A zip member is read through :mod:`zipfile`'s seekable member stream (a backward seek re-inflates that
-member only); a tar member that is an ELF is copied to a temporary file first (a compressed tar's stream
-would be re-inflated from its start on every backward seek). Only the CUDA libraries are recorded.
+A stored zip member is read in place; a deflated one, and a tar member, is inflated once into an
+anonymous temporary file and read there (the section table is at the end of an ELF, the fatbin before it:
+reading in place would inflate the member again on every backward seek). Only CUDA libraries are recorded.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO
 
+from lockbuild.digest import CHUNK
 from lockbuild.gpu.fatbin import BinaryError, Kernels, read_kernels
 from lockbuild.gpu.vocab import parse_arch
 
 SHARED_OBJECT = re.compile(r"[^/]\.so(?:\.\d{1,6})*\Z")
 CUDART = re.compile(r"(?:^|/)libcudart\.so\.(\d{1,3}(?:\.\d{1,6}){0,2})\Z")
 MAX_LIBRARIES = 100_000  # shared objects in one archive
-_COPY = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,12 @@ def read_zip(f: BinaryIO, label: str) -> Reading | None:
             for info in zf.infolist():
                 if info.is_dir() or not _is_library(info.filename):
                     continue
+                shown = f"{label}: {info.filename}"
                 with zf.open(info) as member:
-                    kernels = read_kernels(member, info.file_size, f"{label}: {info.filename}")
+                    if info.compress_type == zipfile.ZIP_STORED:  # seeks are cheap: read in place
+                        kernels = read_kernels(member, info.file_size, shown)
+                    else:  # one pass of inflating, not one per backward seek
+                        kernels = _read_copied(member, info.file_size, shown)
                 _collect(found, cudart, info.filename, kernels)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, OSError):
         return None  # not a readable zip: left unread (whatever unpacks it refuses it), never taken as no kernels
@@ -88,9 +92,9 @@ def read_zip(f: BinaryIO, label: str) -> Reading | None:
 
 
 def _read_copied(source: IO[bytes], size: int, shown: str) -> Kernels:
-    """Read the tar member ``source`` from an anonymous temporary copy (a tar stream only goes forward)."""
+    """Read the archive member ``source`` from an anonymous temporary copy, inflated once."""
     with tempfile.TemporaryFile(prefix="lockbuild-so-") as copy:
-        shutil.copyfileobj(source, copy, _COPY)
+        shutil.copyfileobj(source, copy, CHUNK)
         if copy.tell() != size:
             raise BinaryError(f"{shown}: the tar member says it has {size} bytes and holds {copy.tell()}.")
         return read_kernels(copy, size, shown)

@@ -20,12 +20,13 @@ from typing import IO
 
 from lockbuild.errors import LockbuildError
 from lockbuild.gpu.vocab import Arch, arch_of_sm
+from lockbuild.limits import MiB
 
 SECTION = b".nv_fatbin"
 MAGIC = 0xBA55ED50
 KIND_PTX, KIND_SASS = 1, 2
 FLAG_ARCH_SPECIFIC, FLAG_FAMILY = 0x100000, 0x200000
-MAX_NAMES = 1 << 20  # the section-name table's largest size (names of sections: a few KiB)
+MAX_NAMES = MiB  # the section-name table's largest size (names of sections: a few KiB)
 MAX_ENTRIES = 1 << 18  # fatbin entries in one file (libcublasLt, the largest known, has ~5,400)
 MAX_HEADER = 4096  # a container's or an entry's header size
 _ELF64_LE = b"\x7fELF\x02\x01"

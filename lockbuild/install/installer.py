@@ -26,7 +26,7 @@ from lockbuild.errors import InstallError, LockbuildError
 from lockbuild.install.marker import read_marker
 from lockbuild.install.modelenv import with_models_env
 from lockbuild.install.node import Node, detect, free_bytes
-from lockbuild.install.nodecheck import Facts, GpuCheck, Needs, unmet
+from lockbuild.install.nodecheck import Facts, GpuCheck, Needs, jit_notes, unmet
 from lockbuild.install.places import check_target, prepare
 from lockbuild.install.pythons import PYTHONS, bundled_python, check_usable_by_others, collect, readable_by_others
 from lockbuild.install.stage import Hook, Stage, View
@@ -168,6 +168,8 @@ class Installer:
                 p.note(f"removed {len(stale)} staging dir(s) left by an interrupted run")
             check_target(target)
             self.check_fit(m, node, engine_dir)
+            for note in jit_notes(Needs.of(m), node) if self.o.gpu_check != "skip" else ():
+                p.note(note)
             current = read_marker(target)
             if current is not None and not self.o.force and current.bundle_sha256 == opened.sha256:
                 return result("unchanged")  # the CLI says so, once

@@ -105,6 +105,8 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
             reasons.append(f"needs driver {gpu.min_driver}+, the node's driver version is unknown")
         elif not driver_at_least(node.driver or "", gpu.min_driver):
             reasons.append(f"needs driver {gpu.min_driver}+, the node has {node.driver}")
+    if gpu.measured is not None:  # the facts from the binaries decide, GPU by GPU (never a range)
+        return reasons + _measured_reasons(gpu, node)
     if gpu.min_capability is not None:
         need = capability_text(gpu.min_capability)
         if not node.gpus:
@@ -127,3 +129,31 @@ def _gpu_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
                 f"{high[0].capability[1]}), the node has {have}"
             )
     return reasons
+
+
+def _measured_reasons(gpu: GpuNeeds, node: Node) -> list[str]:
+    fit = gpu.measured
+    if fit is None:
+        return []
+    if not node.gpus:
+        return ["needs a GPU its packages have kernels for; the node's GPUs are unknown (nvidia-smi lists none)"]
+    return [
+        f"the node's {g.name} (compute capability {capability_text(g.capability)}) has no kernels in "
+        f"{', '.join(lacking)} (neither SASS nor PTX for it)"
+        for g in node.gpus
+        if (lacking := fit.lacking(g.capability))
+    ]
+
+
+def jit_notes(needs: Needs, node: Node) -> tuple[str, ...]:
+    """For each of the node's GPUs that a bundle's measured fit reaches only by PTX: the note the install prints."""
+    fit = needs.gpu.measured if needs.gpu is not None else None
+    if fit is None:
+        return ()
+    caps = sorted({g.capability for g in node.gpus if fit.coverage(g.capability) == "jit"})
+    return tuple(f"kernels for {capability_text(c)} will be JIT-compiled at first start" for c in caps)
+
+
+def jit_only(needs: Needs, node: Node) -> bool:
+    """Whether a bundle reaches one of the node's GPUs by JIT only (the node's choice prefers SASS)."""
+    return bool(jit_notes(needs, node))

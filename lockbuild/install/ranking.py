@@ -16,7 +16,8 @@ from typing import Any
 from lockbuild.bundle.instructions import GpuNeeds, capability_range
 from lockbuild.gpu.vocab import driver_numbers
 from lockbuild.install.choice import Choice, Judged, Option
-from lockbuild.install.nodecheck import Facts, GpuCheck, unmet
+from lockbuild.install.node import Node
+from lockbuild.install.nodecheck import Facts, GpuCheck, jit_only, unmet
 from lockbuild.times import iso
 
 
@@ -116,11 +117,12 @@ def _choose_version(
     fitting_gpu = [o for o in relevant if o.is_gpu and not unmet_of[id(o)]]
     cpu_ok = [o for o in relevant if not o.is_gpu and not unmet_of[id(o)]]
 
-    def rank(o: Option) -> tuple[int, tuple[int, ...], int, tuple[int, int], int]:
-        # 1. the asked version itself; 2. the highest min-driver (the newest CUDA); 3. the narrowest range;
-        # 4. the newest signed build (serial, then build time); 5. order
+    def rank(o: Option) -> tuple[int, int, tuple[int, ...], int, tuple[int, int], int]:
+        # 1. the asked version itself; 2. SASS for the node's GPUs over JIT from PTX; 3. the highest min-driver
+        # (the newest CUDA); 4. the narrowest range; 5. the newest signed build (serial, then build time); 6. order
         return (
             0 if o.version == version else 1,
+            1 if jit_only(o.needs, facts.node) else 0,
             tuple(-x for x in _driver_of(o)),
             _width(o.needs.gpu),
             _older(o),
@@ -153,7 +155,7 @@ def _choose_version(
         elif chosen is None or o is chosen:  # chosen is None only when nothing fits, so never here
             judged.append(Judged(o, True, serves, ()))
         else:
-            judged.append(Judged(o, True, serves, (_passed_over(o, chosen, version),)))
+            judged.append(Judged(o, True, serves, (_passed_over(o, chosen, version, facts.node),)))
     if chosen is None:
         why, fix = _nothing_fits(relevant, unmet_of, facts, gpu_node and any_gpu_build and bool(cpu_ok))
         return Choice(asked, None, why, tuple(judged), fix)
@@ -179,7 +181,7 @@ def _why(o: Option, version: str, n: int, facts: Facts, past_gpu_builds: bool) -
     return "; ".join(parts)
 
 
-def _passed_over(o: Option, chosen: Option, version: str) -> str:
+def _passed_over(o: Option, chosen: Option, version: str, node: Node) -> str:
     if o.is_gpu != chosen.is_gpu:
         return f"a CPU build; {chosen.build} fits" if not o.is_gpu else f"{chosen.build} is preferred"
     if (o.version == version) != (chosen.version == version):
@@ -187,6 +189,8 @@ def _passed_over(o: Option, chosen: Option, version: str) -> str:
     mine, theirs = o.needs.gpu, chosen.needs.gpu
     if mine is None or theirs is None:  # both CPU builds (is_gpu is the same for both here)
         return _older_or_after(o, chosen)
+    if jit_only(o.needs, node) != jit_only(chosen.needs, node):
+        return f"reaches this node's GPU only by JIT from PTX; {chosen.build} has SASS for it"
     if _driver_of(o) != _driver_of(chosen):
         return (
             f"needs driver {mine.min_driver or 'any'}+; {chosen.build} needs "

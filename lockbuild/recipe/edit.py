@@ -126,8 +126,9 @@ def with_builds(text: str, tables: Sequence[tuple[Sequence[str], tomlkit.items.T
         raise RecipeError("expected [[builds]] tables in the recipe, found another form of builds.")
     for comment, t in tables:
         before = builds[-1]
-        if not before.as_string().endswith("\n\n"):
-            before.add(tomlkit.nl())
+        for _ in range(2):  # a blank line before the comment (a value parsed inline may lack its newline)
+            if not before.as_string().endswith("\n\n"):
+                before.add(tomlkit.nl())
         for line in comment:
             before.add(tomlkit.comment(line))
         builds.append(t)

@@ -175,3 +175,18 @@ def test_the_new_builds_gpu_table_is_measured_from_its_binaries(
     )
     r = CliRunner().invoke(main, ["--json", "lock", str(recipe), "--build", "2.0-cu130", "--out", str(tmp_path / "l")])
     assert r.exit_code == 0, r.stderr
+
+
+def test_a_release_that_cannot_be_resolved_after_the_recipes_own_names_the_recipes(
+    index: FakeServer, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "toy.toml"
+    recipe.write_text(
+        RECIPE.replace('"1.0"', '"2.0"').replace("toyengine==1.0", "toyengine==2.0").replace('serves = ["1.1"]\n', "")
+    )
+    before = recipe.read_text()
+    code, _, err = update(recipe, "--version", "3.0")
+    assert code == 1
+    assert "toyengine 3.0 cannot be resolved from this index" in err
+    assert "2.0 is the newest that can (the recipe has its builds)" in err
+    assert recipe.read_text() == before

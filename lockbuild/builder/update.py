@@ -177,8 +177,8 @@ class Updater:
     def _unresolvable(self, t: Build, version: str, platform: str, exc: ResolveError) -> ResolveError:
         pypi = self.recipe.engine.pypi
         older = [
-            v for v in final_releases(self.planner.primary, pypi) if Version(t.version) < Version(v) < Version(version)
-        ][:MAX_OLDER]
+            v for v in final_releases(self.planner.primary, pypi) if Version(t.version) <= Version(v) < Version(version)
+        ][:MAX_OLDER]  # down to the templates' own release
         found = None
         for v in older:
             try:
@@ -188,16 +188,18 @@ class Updater:
             found = v
             break
         newest = (
-            f"{found} is the newest that can"
+            f"{found} is the newest that can" + (" (the recipe has its builds)" if found == t.version else "")
             if found is not None
-            else f"none of the {len(older)} releases between {t.version} and {version} can either"
+            else f"none of the {len(older)} releases from {t.version} to {version} can either"
         )
+        if found is not None and found != t.version:
+            tip = f"Run `lockbuild recipe update {self.recipe.path} --version {found}`."
+        else:
+            tip = "Wait for the release's dependencies to be published; the recipe's builds stay as they are."
         return ResolveError(
             f"{pypi} {version} cannot be resolved from this index ({platform}); {newest}. uv's reason:\n"
             + "\n".join(exc.message.splitlines()[1:]),
-            tip=f"Run `lockbuild recipe update {self.recipe.path} --version {found}`"
-            if found is not None
-            else "Wait for the release's dependencies to be published, or pin an older release.",
+            tip=tip,
         )
 
     def _one(

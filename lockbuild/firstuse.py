@@ -111,9 +111,12 @@ def _same(a: str, b: str) -> bool:
         return a == b
 
 
-def first_use(packages: Iterable[tuple[str, str]], env: Mapping[str, str] | None = None) -> tuple[FirstUse, ...]:
-    """The known first-use downloads of a lock holding ``packages`` ((name, version) pairs); ``env`` is the
-    recipe's ``[engine.env]``: an entry whose variable it sets is taken as carried by the recipe's files."""
+def first_use(
+    packages: Iterable[tuple[str, str]], env: Mapping[str, str] | None = None, *, extra_files: bool = False
+) -> tuple[FirstUse, ...]:
+    """The known first-use downloads of a lock holding ``packages`` ((name, version) pairs). An entry that
+    reads a variable is carried when the recipe's ``[engine.env]`` (``env``) sets it and the build carries
+    ``extra_files`` (the files it points at)."""
     locked: dict[str, str] = {str(canonicalize_name(n)): v for n, v in packages}
     out: list[FirstUse] = []
     for k in KNOWN:
@@ -121,7 +124,7 @@ def first_use(packages: Iterable[tuple[str, str]], env: Mapping[str, str] | None
         if version is None:
             continue
         missing = tuple(c for c in k.carried_by if c not in locked or not _same(locked[c], version))
-        carried = (bool(k.carried_by) and not missing) or bool(k.variable and env and k.variable in env)
+        carried = (bool(k.carried_by) and not missing) or bool(extra_files and k.variable and env and k.variable in env)
         out.append(FirstUse(k.package, version, k.fetches, k.source, k.remedy, carried, () if carried else missing))
     return tuple(out)
 
@@ -152,7 +155,7 @@ def packages_of(paths: Iterable[str]) -> list[tuple[str, str]]:
 def bundle_first_use(manifest: Manifest) -> tuple[FirstUse, ...]:
     """The known first-use downloads of a bundle's environment, from its wheels and sdists."""
     paths = (m.path for m in manifest.members if m.kind in ("wheel", "sdist"))
-    return first_use(packages_of(paths), dict(manifest.install.env))
+    return first_use(packages_of(paths), dict(manifest.install.env), extra_files=bool(manifest.install.extra_files))
 
 
 # tiktoken_ext/openai_public.py: load_tiktoken_bpe("https://.../o200k_base.tiktoken", expected_hash="...")

@@ -36,8 +36,11 @@ def test_flashinfer_with_both_kernel_packages_of_its_version_is_carried() -> Non
 def test_tiktoken_is_carried_when_the_recipe_points_it_at_its_files() -> None:
     (bare,) = first_use([("tiktoken", "0.12.0")])
     assert not bare.carried and "TIKTOKEN_ENCODINGS_BASE" in bare.remedy
-    (set_,) = first_use([("tiktoken", "0.12.0")], {"TIKTOKEN_ENCODINGS_BASE": "{prefix}/share/tiktoken"})
+    env = {"TIKTOKEN_ENCODINGS_BASE": "{prefix}/share/tiktoken"}
+    (set_,) = first_use([("tiktoken", "0.12.0")], env, extra_files=True)
     assert set_.carried
+    (no_files,) = first_use([("tiktoken", "0.12.0")], env)  # the setting alone carries nothing
+    assert not no_files.carried
 
 
 def test_the_self_test_names_what_it_did_not_exercise_beside_its_verdict() -> None:

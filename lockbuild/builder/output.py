@@ -115,7 +115,8 @@ def lock_json(plan: Plan) -> dict[str, JSON]:
 
 def plan_first_use(plan: Plan) -> tuple[FirstUse, ...]:
     """What the locked environment would fetch at first use (firstuse.py), from the lock's packages."""
-    return first_use([(f.name, f.version) for f in plan.lock.files], dict(plan.recipe.engine.env))
+    files = [(f.name, f.version) for f in plan.lock.files]
+    return first_use(files, dict(plan.recipe.engine.env), extra_files=bool(plan.build.extra_files))
 
 
 def provenance_summary(files: Sequence[LockedFile], shown: int = 8) -> str:

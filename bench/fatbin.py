@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import random
@@ -26,7 +25,7 @@ from pathlib import Path
 from lockbuild.gpu.archives import read_archive
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import fatbinkit  # noqa: E402  (the tests' writer of ELF files with fatbins)
+import fatbinkit
 
 ARCHS = ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")
 

@@ -18,6 +18,7 @@ from lockbuild.commands import (
     install,
     installed,
     parts,
+    recipe,
     registry,
     selftest,
     signing,
@@ -29,7 +30,7 @@ from lockbuild.commands.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_op
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
 # without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
 ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Release engineer (online)", ("lock", "fetch", "build", "sign", "test", "report")),
+    ("Release engineer (online)", ("recipe", "lock", "fetch", "build", "sign", "test", "report")),
     (
         "Site and store (between the builder and the nodes)",
         ("import", "store", "delta", "split", "push", "pull"),
@@ -62,6 +63,8 @@ class _Root(Group):
 # The line each command has in ``lockbuild --help``: a whole sentence that fits beside the name at 80
 # columns (click would otherwise cut the docstring's first sentence with "..."). tests/test_help.py holds it.
 SUMMARIES: dict[str, str] = {
+    "recipe": "Keep recipes current with the engines' releases.",
+    "recipe update": "Add the builds of an engine's new release to a recipe.",
     "lock": "Resolve a recipe's builds into hashed locks.",
     "fetch": "Lock, then download and check every file a build needs.",
     "build": "Lock, fetch, pack and sign a recipe's bundles.",
@@ -116,7 +119,21 @@ def main(ctx: click.Context) -> None:
     ctx.ensure_object(dict)
 
 
-for _module in (builder, signing, verify, install, installed, doctor, image, store, parts, registry, selftest, audit):
+for _module in (
+    builder,
+    recipe,
+    signing,
+    verify,
+    install,
+    installed,
+    doctor,
+    image,
+    store,
+    parts,
+    registry,
+    selftest,
+    audit,
+):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 _summarise(main)

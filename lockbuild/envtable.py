@@ -42,6 +42,8 @@ ALLOWED_PREFIXES: dict[str, str] = {
     "TRITON_": "Triton, whose kernels vLLM and SGLang compile at first run: TRITON_CACHE_DIR (writable, offline)",
     "FLASHINFER_": "FlashInfer, which otherwise fetches kernels at first run: where its cached kernels are",
     "OMP_": "the OpenMP runtime of CPU engines: OMP_NUM_THREADS",
+    "TIKTOKEN_": "tiktoken and openai-harmony, which otherwise fetch their encodings at first use: "
+    "TIKTOKEN_ENCODINGS_BASE, TIKTOKEN_CACHE_DIR (where the bundled encodings are)",
 }
 ALLOWED_NAMES: dict[str, str] = {
     "DO_NOT_TRACK": "the cross-tool opt-out of usage statistics (consoledonottrack.com), honoured by vLLM and others",
@@ -132,3 +134,25 @@ def word_problem(value: object) -> str | None:
     if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") for c in value):
         return f"{value[:60]!r} holds a control character"
     return None
+
+
+PREFIX = "{prefix}"  # in a value: the environment's own final path, filled in by the installer
+
+
+def expand_prefix(
+    env: Sequence[tuple[str, str]], prefix: str, *, allow_network: Sequence[str]
+) -> tuple[tuple[str, str], ...]:
+    """``env`` with ``{prefix}`` in each value replaced by ``prefix`` (the environment's final path: an
+    install's directory, an image's --prefix; never a staging path), each expanded value checked by the
+    same rules again (``problem``); ValueError names the first that fails."""
+    out = []
+    for name, value in env:
+        if PREFIX not in value:
+            out.append((name, value))
+            continue
+        expanded = value.replace(PREFIX, prefix)
+        why = problem(name, expanded, allow_network=allow_network)
+        if why is not None:
+            raise ValueError(f"{name} = {value!r} with {PREFIX} as {prefix!r}: {why}")
+        out.append((name, expanded))
+    return tuple(out)

@@ -94,6 +94,21 @@ class ResolveError(LockbuildError):
         "the build's cut-off (as-of)."
     )
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        tip: str | None = None,
+        needs_wheel: tuple[tuple[str, str], ...] = (),
+        platform: str | None = None,
+        forced_by: str = "",
+    ) -> None:
+        super().__init__(message, tip=tip)
+        # (name, the newest release uv found no wheel of, or "") for each package uv needed a wheel of
+        self.needs_wheel = needs_wheel
+        self.platform = platform  # a higher manylinux level of the build's architecture that has their wheels
+        self.forced_by = forced_by  # "NAME VERSION": the release that needs that level
+
 
 class FetchError(LockbuildError):
     """A download failed after its retries."""

@@ -9,9 +9,9 @@ from functools import cached_property
 from packaging import tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-_ARCHES = ("x86_64", "aarch64")
+ARCHES = ("x86_64", "aarch64")
 # The glibc versions uv 0.13's --python-platform accepts as ARCH-manylinux_2_N.
-_GLIBC_MINORS = (17, 28, *range(31, 41))
+GLIBC_MINORS = (17, 28, *range(31, 41))
 _FORMS = (
     "ARCH-manylinux_2_N with N 17, 28 or 31 to 40 (e.g. x86_64-manylinux_2_28), ARCH-manylinux2014, "
     "ARCH-unknown-linux-gnu or ARCH-unknown-linux-musl, with ARCH x86_64 or aarch64"
@@ -57,7 +57,7 @@ def parse_platform(text: str) -> Platform:
     if rest == "unknown-linux-musl":
         return Platform(arch, "musl", (1, 2))
     mm = re.fullmatch(r"manylinux_2_(\d{1,2})", rest)
-    if mm and int(mm[1]) in _GLIBC_MINORS:
+    if mm and int(mm[1]) in GLIBC_MINORS:
         return Platform(arch, "glibc", (2, int(mm[1])))
     raise ValueError(f"expected a platform of the form {_FORMS}; found {shown!r}")
 

@@ -18,13 +18,13 @@ from click.testing import CliRunner
 from conftest import TOY_RECIPE, Keys, day
 from servers import FakeServer, make_tar_gz
 
-from lockbuild.builder.resolve import compile_lock
 from lockbuild.cli import main
 from lockbuild.errors import FetchError, RemoteError, ResolveError
 from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.http import get_json, make_client
 from lockbuild.progress import Progress
 from lockbuild.recipe import load_recipe
+from lockbuild.resolution.resolve import compile_lock
 from lockbuild.settings import Settings, load
 from lockbuild.text import for_terminal
 from lockbuild.wire.urls import InsecureTransportError

@@ -20,13 +20,13 @@ from conftest import PLATFORM, PY, TOY_RECIPE, Keys, day
 from servers import FakeServer, make_wheel
 
 from lockbuild.builder.direct import read_source_requirements
-from lockbuild.builder.resolve import second_index_project
 from lockbuild.builder.session import session
 from lockbuild.bundle.lockfiles import bundle_pylock, bundle_requirements
 from lockbuild.cli import main
 from lockbuild.errors import RecipeError
 from lockbuild.progress import Progress
 from lockbuild.recipe import SecondIndex, load_recipe, parse_recipe
+from lockbuild.resolution.resolve import second_index_project
 from lockbuild.settings import load
 
 

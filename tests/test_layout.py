@@ -18,6 +18,7 @@ NETWORK = (
     "lockbuild.builder",
     "lockbuild.fetch",
     "lockbuild.sdist",
+    "lockbuild.resolution",
     "lockbuild.registry",
     "urllib.request",
     "http.client",
@@ -56,7 +57,14 @@ def test_install_and_verify_load_no_network_module() -> None:
     assert out.stdout.strip() == "[]"
 
 
-BUILDER_ONLY = ("lockbuild.recipe", "lockbuild.builder", "lockbuild.fetch", "lockbuild.sdist", "tomlkit")
+BUILDER_ONLY = (
+    "lockbuild.recipe",
+    "lockbuild.builder",
+    "lockbuild.fetch",
+    "lockbuild.sdist",
+    "lockbuild.resolution",
+    "tomlkit",
+)
 
 
 def _lockbuild_imports(module: str) -> set[str]:
@@ -128,7 +136,7 @@ DELETE_BY_PATH_ALLOWED = {
     "sdist/prebuild.py": "a private temporary directory of the builder's",
     "builder/output.py": "the builder's own --out staging",
     "builder/pack.py": "the builder's own --out staging",
-    "builder/memo.py": "the builder's own cache",
+    "resolution/memo.py": "the builder's own cache",
     "fetch/cache.py": "the builder's own cache",
     "fetch/kernelcache.py": "the builder's own cache's kept GPU readings and their temp files",
     "fetch/fetcher.py": "the builder's own cache's partial downloads",
@@ -286,6 +294,7 @@ NOT_FROM_INSTALL = (
     "lockbuild.builder",
     "lockbuild.fetch",
     "lockbuild.sdist",
+    "lockbuild.resolution",
     "lockbuild.recipe",
 )
 

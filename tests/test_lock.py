@@ -16,7 +16,6 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, TOY_RECIPE, day
 from servers import FakeServer, make_sdist, make_tar_gz, make_wheel
 
-from lockbuild.builder.cutoff import CUT_OFF_DELAY, cut_off
 from lockbuild.builder.direct import read_source_requirements
 from lockbuild.builder.plan import choose_uv_wheel
 from lockbuild.cli import main
@@ -25,6 +24,7 @@ from lockbuild.fetch.index import Index, parse_project_page
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.lock import Candidate, Pin, choose_file, parse_pylock, parse_requirements_lock
 from lockbuild.recipe import Build, parse_recipe
+from lockbuild.resolution.cutoff import CUT_OFF_DELAY, cut_off
 from lockbuild.target import Target
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64

@@ -1,4 +1,4 @@
-"""uv's resolution remembered by its inputs (builder/memo.py), and index look-ups started on uv's hints
+"""uv's resolution remembered by its inputs (resolution/memo.py), and index look-ups started on uv's hints
 (fetch/lookahead.py, resolve.read_uv_stderr): a warm lock runs no uv, and neither changes what is locked."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from conftest import PLATFORM, PY, day
 from servers import FakeServer, make_wheel
 
-from lockbuild.builder.memo import MAX_ENTRY_BYTES, ResolutionMemo, parse_entry, resolution_key
-from lockbuild.builder.resolve import MAX_MESSAGE_LINES, compile_lock, read_uv_stderr
 from lockbuild.cli import main
 from lockbuild.errors import RemoteError
 from lockbuild.fetch.lookahead import Lookahead
+from lockbuild.resolution.memo import MAX_ENTRY_BYTES, ResolutionMemo, parse_entry, resolution_key
+from lockbuild.resolution.resolve import MAX_MESSAGE_LINES, compile_lock, read_uv_stderr
 from lockbuild.target import Target
 from lockbuild.times import iso
 
@@ -227,7 +227,7 @@ def test_the_key_is_every_input_but_paths_and_secrets() -> None:
 
 
 def test_the_oldest_memories_go_beyond_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import lockbuild.builder.memo as memo_module
+    import lockbuild.resolution.memo as memo_module
 
     monkeypatch.setattr(memo_module, "MAX_ENTRIES", 3)
     memo = ResolutionMemo(tmp_path)
@@ -353,7 +353,7 @@ def test_look_ups_hinted_but_not_started_do_not_wait_behind_the_final_ones(env: 
 def test_the_lock_is_the_same_with_and_without_hints(
     env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import lockbuild.builder.resolve as resolve_module
+    import lockbuild.resolution.resolve as resolve_module
 
     publish_engine(env, "lmsame")
     path = recipe(tmp_path, "lmsame")
@@ -485,7 +485,7 @@ def test_a_process_uv_leaves_holding_its_stderr_does_not_hang_the_lock(
 ) -> None:
     """A build backend (build-on-node) may start a process that keeps uv's stderr open after uv exits: the
     lock ends with uv's time limit, as it did before uv's stderr was read as it came, never waits for ever."""
-    import lockbuild.builder.resolve as resolve_module
+    import lockbuild.resolution.resolve as resolve_module
 
     monkeypatch.setattr(resolve_module, "RESOLVE_TIMEOUT", 1)
     monkeypatch.setattr(resolve_module, "READER_GRACE", 0.5)
@@ -512,7 +512,7 @@ def test_an_answer_holding_a_percent_encoded_credential_is_not_remembered(
 ) -> None:
     """uv is given the credentials percent-encoded in its index URL: an answer echoing that URL holds them
     even where neither the user name nor the password appears as given (say, an e-mail address)."""
-    import lockbuild.builder.resolve as resolve_module
+    import lockbuild.resolution.resolve as resolve_module
     from lockbuild.settings import IndexCredentials
 
     fake = tmp_path / "uv"

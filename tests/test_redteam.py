@@ -363,7 +363,7 @@ def test_uv_never_hands_the_index_password_to_another_port_or_scheme_of_its_host
     import json
     import threading
 
-    from lockbuild.builder.resolve import compile_lock
+    from lockbuild.resolution.resolve import compile_lock
     from lockbuild.settings import IndexCredentials
     from lockbuild.target import Target
 

@@ -19,7 +19,7 @@ from hostile import manifest as make_manifest
 from sdistkit import BACKEND, backend_wheel, sdist_needing_backend
 from servers import FakeServer, make_tar_gz, make_wheel
 
-from lockbuild.bundle.buildlock import BUILD_LOCK
+from lockbuild.bundle.lockfiles import BUILD_LOCK
 from lockbuild.bundle.manifest import Member
 from lockbuild.cli import main
 from lockbuild.errors import InstallError, ResolveError

@@ -26,10 +26,10 @@ from conftest import PLATFORM, PY, build_on_node_recipe, day, publish_toy
 from sdistkit import BACKEND, backend_wheel
 from servers import FakeServer, make_tar_gz
 
-from lockbuild.builder.resolve import compile_lock
 from lockbuild.cli import main
 from lockbuild.errors import ResolveError
 from lockbuild.lock import LockedFile
+from lockbuild.resolution.resolve import compile_lock
 from lockbuild.sdist.locking import resolve_with_sdists
 from lockbuild.sdist.metadata import SdistMetadata, parse_metadata, static_metadata, uv_config
 from lockbuild.target import Target

@@ -52,7 +52,7 @@ def test_the_node_runs_the_bundled_interpreter_and_refuses_another_python(tmp_pa
 def test_a_remembered_resolution_that_is_not_this_users_private_file_is_a_miss(tmp_path: Path, damage: str) -> None:
     """The memo's owner check: an entry writable by others (or owned by another user) could choose uv's
     answer; it is ignored, never read."""
-    from lockbuild.builder.memo import ResolutionMemo
+    from lockbuild.resolution.memo import ResolutionMemo
 
     root = tmp_path / "resolutions"
     root.mkdir(mode=0o700)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lockbuild.builder.cutoff import index_candidates, release_cut_off
 from lockbuild.errors import ResolveError
 from lockbuild.fetch.index import Index, Publication
 from lockbuild.lock import Pin, choose_file
+from lockbuild.resolution.cutoff import index_candidates, release_cut_off
 from lockbuild.target import Target
 
 

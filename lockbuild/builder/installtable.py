@@ -9,7 +9,14 @@ from pathlib import PurePosixPath
 from lockbuild.builder.plan import Plan
 from lockbuild.builder.selfwheel import make_self_wheel
 from lockbuild.bundle import bootstrap
-from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
+from lockbuild.bundle.instructions import (
+    AssetPlace,
+    ExtraPlace,
+    GpuNeeds,
+    InstallTable,
+    SourcePlace,
+    extra_file_member,
+)
 from lockbuild.bundle.manifest import Member, bundle_name
 from lockbuild.bundle.paths import env_reserved
 from lockbuild.bundle.write import Entry
@@ -92,4 +99,5 @@ def install_table(plan: Plan, members: list[Member]) -> InstallTable:
         gpu_smoke=engine.gpu_smoke,
         allow_network=engine.allow_network,
         serves=b.serves,
+        extra_files=tuple(ExtraPlace(extra_file_member(x.dest), x.dest) for x in b.extra_files),
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lockbuild import fsio
 from lockbuild.builder.plan import Plan
+from lockbuild.bundle.firstuse import FirstUse, first_use
 from lockbuild.digest import CHUNK
 from lockbuild.fetch.attestations import recorded
 from lockbuild.jsonio import JSON
@@ -108,7 +109,14 @@ def lock_json(plan: Plan) -> dict[str, JSON]:
         "exclude_newer_package": {name: when or False for name, when in plan.build.exclude_newer_package},
         "extras": [{"path": e.path, "kind": e.kind, "sha256": e.sha256, "url": e.url} for e in plan.extras],
         "warnings": list(plan.warnings),
+        "first_use": [u.to_json() for u in plan_first_use(plan)],
     }
+
+
+def plan_first_use(plan: Plan) -> tuple[FirstUse, ...]:
+    """What the locked environment would fetch at first use (firstuse.py), from the lock's packages."""
+    files = [(f.name, f.version) for f in plan.lock.files]
+    return first_use(files, dict(plan.recipe.engine.env), extra_files=bool(plan.build.extra_files))
 
 
 def provenance_summary(files: Sequence[LockedFile], shown: int = 8) -> str:

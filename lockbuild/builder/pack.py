@@ -17,8 +17,7 @@ import zstandard
 from lockbuild import __version__, fsio
 from lockbuild.builder.installtable import bootstrap_entries, install_table
 from lockbuild.builder.plan import Plan
-from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text
-from lockbuild.bundle.lockfiles import bundle_pylock, bundle_requirements
+from lockbuild.bundle.lockfiles import BUILD_DIR, BUILD_LOCK, KIND, build_lock_text, bundle_pylock, bundle_requirements
 from lockbuild.bundle.manifest import Manifest, Member, bundle_name, member_order
 from lockbuild.bundle.write import DamagedSource, Entry, write_bundle
 from lockbuild.digest import HashedFile, HashingWriter

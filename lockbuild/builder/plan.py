@@ -13,18 +13,16 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import tomlkit
+from packaging.utils import canonicalize_name
 
-from lockbuild.builder.cutoff import cut_off, late_files_warning, release_cut_off
 from lockbuild.builder.direct import Reach, engine_wheel, interpreter, release_assets, source_archive
 from lockbuild.builder.extras import ExtraFile, choose_uv_wheel
-from lockbuild.builder.memo import ResolutionMemo
-from lockbuild.builder.pinfiles import PinSources, locked_files, primary_release
-from lockbuild.builder.pinmeta import Listings
-from lockbuild.builder.resolve import Resolution, compile_lock
-from lockbuild.errors import LockbuildError, RecipeError
+from lockbuild.bundle.instructions import extra_file_member
+from lockbuild.errors import LockbuildError, RecipeError, ResolveError
 from lockbuild.fetch import github
 from lockbuild.fetch.attestations import with_provenance
 from lockbuild.fetch.cache import Cache
@@ -37,6 +35,18 @@ from lockbuild.lock import Candidate, Lock, LockedFile, parse_pylock, parse_requ
 from lockbuild.proc.uvtool import uv_binary, uv_version
 from lockbuild.progress import Progress
 from lockbuild.recipe import Build, Recipe
+from lockbuild.resolution.cutoff import cut_off, late_files_warning, release_cut_off
+from lockbuild.resolution.memo import ResolutionMemo
+from lockbuild.resolution.pinfiles import PinSources, locked_files, primary_release
+from lockbuild.resolution.pinmeta import Listings
+from lockbuild.resolution.published import check_published
+from lockbuild.resolution.resolve import Resolution, compile_lock
+from lockbuild.resolution.wheellevels import (
+    needs_platform_message,
+    needs_platform_tip,
+    raised_level,
+    wheel_elsewhere,
+)
 from lockbuild.sdist.locking import read_sdist_metadata, resolve_with_sdists
 from lockbuild.sdist.metadata import SdistMetadata
 from lockbuild.sdist.planning import build_closure, prebuild_sdists
@@ -139,6 +149,9 @@ class Planner:
             requirements.insert(0, wheel.requirement)
             direct[wheel.project] = wheel.candidate
         extras += release_assets(reach, recipe, build)
+        for x in build.extra_files:  # fetched by the one fetcher, checked against the recipe's sha256
+            self.settings.check(x.url, what=f"{build.id}: extra file {x.dest}")
+            extras.append(ExtraFile(extra_file_member(x.dest), "extra-file", x.url, x.sha256, None))
         if (python := interpreter(reach, build)) is not None:
             extras.append(python)
 
@@ -162,6 +175,9 @@ class Planner:
             read_metadata,
         )
         files = with_provenance(self.client, files, listings.listed, pool)  # PEP 740
+        check_published(  # an extra file's sha256 against the one its package publishes, where it does
+            recipe, build, files, lambda f: open_verified(self.fetcher, Wanted(f.url, f.sha256, f.size, f.filename))
+        )
         unused = sorted({name for name, _ in build.pin_sha256} - {f.name for f in files})
         if unused:
             raise RecipeError(
@@ -217,6 +233,36 @@ class Planner:
             resolution.reused,
         )
 
+    def _compile(self, build: Build, requirements: Sequence[str], *args: Any, **kwargs: Any) -> Resolution:
+        """uv's resolution; a package with no wheel for the build's platform is named with the platform that
+        has one (a newer manylinux level, or another architecture), the alternative to building its sdist."""
+        try:
+            return compile_lock(requirements, *args, **kwargs)
+        except ResolveError as exc:
+            if not exc.needs_wheel:
+                raise
+            as_of: dt.datetime = args[1]
+            found = []
+            for name, at_most in exc.needs_wheel:
+                ix = build.index_for(canonicalize_name(name))
+                index = self.primary if ix is None else Index(ix.url, self.client, name=index_label(ix))
+                try:
+                    level = wheel_elsewhere(name, index.files(name), build.target, as_of, at_most=at_most)
+                except LockbuildError:
+                    continue  # the refusal stands as it is
+                if level is not None:
+                    found.append(level)
+            if not found:
+                raise
+            top = raised_level(found)
+            raise ResolveError(
+                exc.message + " " + needs_platform_message(found, build.target),
+                tip=needs_platform_tip(found, build.target),
+                needs_wheel=exc.needs_wheel,
+                platform=top.platform if top is not None else None,
+                forced_by=f"{top.project} {top.version}" if top is not None else "",
+            ) from None
+
     def _resolve(
         self,
         requirements: Sequence[str],
@@ -239,7 +285,8 @@ class Planner:
             ahead = Lookahead(pool, self.primary.release, lambda n: n not in direct and build.index_for(n) is None)
             try:
                 with tempfile.TemporaryDirectory(prefix="lockbuild-resolve-") as tmp:
-                    resolution = compile_lock(
+                    resolution = self._compile(
+                        build,
                         requirements,
                         build.target,
                         as_of,

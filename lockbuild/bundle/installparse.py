@@ -13,7 +13,7 @@ from typing import Any
 
 from lockbuild import envtable
 from lockbuild.bundle.fittable import parse_fit
-from lockbuild.bundle.instructions import AssetPlace, GpuNeeds, InstallTable, SourcePlace
+from lockbuild.bundle.instructions import AssetPlace, ExtraPlace, GpuNeeds, InstallTable, SourcePlace
 from lockbuild.bundle.paths import env_reserved, path_problem
 from lockbuild.errors import IntegrityError
 from lockbuild.gpu.vocab import is_driver, parse_capability
@@ -133,6 +133,7 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
         "gpu-smoke",
         "allow-network",
         "serves",
+        "extra-files",
     )
     _keys(data, allowed, "install")
     binary = _get(data, "binary", str, "install.")
@@ -174,6 +175,18 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
         if clash:
             raise _bad(f"the manifest places the asset {member[:80]!r} where {clash}; refused.")
         assets.append(AssetPlace(member, dest))
+    extra = []
+    for i, x in enumerate(_get(data, "extra-files", list, "install.", [])):
+        where = f"install.extra-files[{i}]"
+        _keys(x if isinstance(x, dict) else {}, ("member", "dest"), where)
+        member = _rel(_get(x, "member", str, f"{where}."), f"{where}.member")
+        if kinds.get(member) != "extra-file":
+            raise _bad(f"the manifest's {where}.member {member[:80]!r} is not a member of kind extra-file.")
+        dest = _rel(_get(x, "dest", str, f"{where}."), f"{where}.dest")
+        clash = env_reserved(dest)
+        if clash:
+            raise _bad(f"the manifest places the extra file {member[:80]!r} where {clash}; refused.")
+        extra.append(ExtraPlace(member, dest))
     return InstallTable(
         binary=binary,
         verify=tuple(verify),
@@ -186,6 +199,7 @@ def parse_install(data: Any, kinds: dict[str, str]) -> InstallTable:
         interpreter=interpreter,
         requirements=tuple(requirements),
         serves=_serves(data),
+        extra_files=tuple(extra),
         **_runtime(data),
     )
 

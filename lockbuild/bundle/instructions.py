@@ -17,7 +17,9 @@ from lockbuild.bundle.fittable import fit_toml_lines
 from lockbuild.gpu.fit import GpuFit
 from lockbuild.gpu.vocab import KNOWN_CAPABILITIES, Capability, capability_text, newest_cuda_for
 
-FORMAT_5 = 5  # this wave's manifest format, engines and models alike: the measured GPU fit among what it adds
+FORMAT_5 = (
+    5  # this wave's manifest format, engines and models alike: the measured GPU fit and extra files among what it adds
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,19 @@ class AssetPlace:
 
 
 @dataclass(frozen=True)
+class ExtraPlace:
+    """An extra file (member kind extra-file), placed as it is at ``dest`` inside the environment."""
+
+    member: str
+    dest: str
+
+
+def extra_file_member(dest: str) -> str:
+    """Where an extra file is kept in the bundle (member kind extra-file): under extra-files/, at its dest."""
+    return f"extra-files/{dest}"
+
+
+@dataclass(frozen=True)
 class InstallTable:
     binary: str
     verify: tuple[str, ...]
@@ -64,12 +79,13 @@ class InstallTable:
     gpu_smoke: tuple[str, ...] = ()  # the self-test's GPU smoke command (lockbuild test --gpu)
     allow_network: tuple[str, ...] = ()  # hosts the self-test lets the engine try to reach
     serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits
+    extra_files: tuple[ExtraPlace, ...] = ()  # format 5: files placed inside the environment
 
     @property
     def needs_format(self) -> int:
-        """The manifest format these instructions need: 5 with a measured GPU fit, 3 when they carry
-        max-capability or serves."""
-        if self.gpu is not None and self.gpu.measured is not None:
+        """The manifest format these instructions need: 5 with a measured GPU fit or extra files, 3 when
+        they carry max-capability or serves."""
+        if self.extra_files or (self.gpu is not None and self.gpu.measured is not None):
             return FORMAT_5
         return 3 if self.serves or (self.gpu is not None and self.gpu.max_capability is not None) else 2
 
@@ -96,6 +112,7 @@ class InstallTable:
             if self.source is None
             else {"member": self.source.member, "dir": self.source.dir, "top": self.source.top},
             "assets": [{"member": a.member, "dir": a.dir} for a in self.assets],
+            "extra_files": [{"member": x.member, "dest": x.dest} for x in self.extra_files],
             "requirements": list(self.requirements),
             "env": dict(self.env),
             "smoke": list(self.smoke),
@@ -119,6 +136,7 @@ class InstallTable:
         if self.source is not None:
             lines.append(f"source {self.source.member} -> {self.source.dir}/")
         lines += [f"asset {a.member} -> {a.dir}/" for a in self.assets]
+        lines += [f"extra file {x.member} -> {x.dest}" for x in self.extra_files]
         if self.env:
             lines.append("env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env))
         if self.smoke:
@@ -165,6 +183,8 @@ class InstallTable:
             lines += ["[install.source]", f"member = {q(s.member)}", f"dir = {q(s.dir)}", f"top = {q(s.top)}", ""]
         for a in self.assets:
             lines += ["[[install.assets]]", f"member = {q(a.member)}", f"dir = {q(a.dir)}", ""]
+        for x in self.extra_files:
+            lines += ["[[install.extra-files]]", f"member = {q(x.member)}", f"dest = {q(x.dest)}", ""]
         return lines
 
 

@@ -31,6 +31,7 @@ KINDS = (
     "interpreter",
     "build-dep",
     "bootstrap",
+    "extra-file",
     MODEL_KIND,
 )
 _ORDER = {
@@ -44,6 +45,7 @@ _ORDER = {
     "source": 7,
     "assets": 8,
     "build-deps": 9,
+    "extra-files": 10,
 }
 LOCK_FORMATS = ("requirements.txt", "pylock.toml")
 

@@ -192,7 +192,10 @@ def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
         raise _bad("the manifest's builder.zstd is not a plain version string.")
     model, install = instructions(data, fmt, files, members)  # a model bundle's table, or the [install] table
     if fmt != FORMAT_5 and install.needs_format == FORMAT_5:
-        raise _bad(f"the manifest is format {fmt}, but its [install] table carries install.gpu.measured (format 5)")
+        raise _bad(
+            f"the manifest is format {fmt}, but its [install] table carries what format 5 adds "
+            "(install.gpu.measured, install.extra-files); the bundle is malformed."
+        )
     if fmt != FORMAT_5 and install.needs_format != fmt and max(fmt, install.needs_format) == NEWEST:
         raise _bad(
             f"the manifest is format {fmt}, but its [install] table "

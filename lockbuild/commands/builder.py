@@ -82,7 +82,7 @@ def lock(
     """
     setup_output(ctx, as_json)
     from lockbuild.builder.gpufit import measure_plan
-    from lockbuild.builder.output import lock_json, provenance_summary, write_plan_dir
+    from lockbuild.builder.output import lock_json, plan_first_use, provenance_summary, write_plan_dir
     from lockbuild.builder.session import session
     from lockbuild.builder.vulnreport import Checks
     from lockbuild.recipe import load_recipe
@@ -116,6 +116,7 @@ def lock(
         + (f"\n  provenance: {note}" if note else "")
         + f"\n  {measured.text()}"
         + (f"\n  {v.line()}" if v else "")
+        + "".join(f"\n  first use: {u.line()}" for u in plan_first_use(plan))
         for (plan, note), measured, v in zip(compared, fits, vulns, strict=True)
     )
     emit(ctx, {"locks": results, "warnings": list(settings.warnings)}, text)

@@ -95,6 +95,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
     from `delta`, or ENGINE/VERSION-VARIANT with --store DIR.
     """
     setup_output(ctx, as_json)
+    from lockbuild.bundle.firstuse import bundle_first_use
     from lockbuild.bundle.manifestparse import parse_manifest
     from lockbuild.errors import SignatureError as SigErr
     from lockbuild.limits import DEFAULT_LIMITS
@@ -111,7 +112,9 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
         except SigErr:
             sigs = []
+    uses = bundle_first_use(manifest)
     data: dict[str, JSON] = {
+        "first_use": [u.to_json() for u in uses],
         "engine": manifest.engine,
         "version": manifest.version,
         "variant": manifest.variant,
@@ -174,6 +177,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
             else []
         ),
         *(f"  {path.rsplit('/', 1)[-1]}: {p.describe()}" for path, p in manifest.provenance),
+        *(f"first use: {u.line()}" for u in uses),
         f"{len(manifest.members)} files, {manifest.unpacked_size / 1e6:.1f} MB unpacked:",
     ]
     lines += [f"  {m.size:>14,}  {m.kind:<7} {m.path}" for m in manifest.members]

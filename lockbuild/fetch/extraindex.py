@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import httpx
 
-from lockbuild.builder.cutoff import check_exact_pin, recipe_pin
 from lockbuild.errors import ResolveError
 from lockbuild.fetch.index import Index
 from lockbuild.lock import LockedFile
 from lockbuild.recipe import Build, SecondIndex
+from lockbuild.resolution.cutoff import check_exact_pin, recipe_pin
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,7 @@ class Installer:
             swap_into_place(staged, target, after_exchange=exchanged)
 
         try:
-            self.build_env(opened, python, node, staged, unpacked, then=swap)
+            self.build_env(opened, python, node, staged, unpacked, then=swap, final=target)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             if pending is not None:
@@ -238,6 +238,7 @@ class Installer:
         then: Callable[[], None],
         view: View | None = None,
         place_python: PlacePython | None = None,
+        final: Path | None = None,
     ) -> None:
         """Everything `install` does to make the environment in ``staged``: the one extraction into
         ``unpacked`` (removed afterwards, whatever happens), uv offline with --require-hashes, the verify
@@ -245,7 +246,7 @@ class Installer:
         interpreter still held. An image (lockbuild.image) passes its ``view`` (the prefix its nodes mount
         it at) and ``place_python`` (its interpreter goes inside the image)."""
         manifest = with_models_env(opened.manifest, self.o.models)
-        stage = Stage(unpacked, staged, manifest, self.progress, self.hook, self.o.environ, view)
+        stage = Stage(unpacked, staged, manifest, self.progress, self.hook, self.o.environ, view, final)
         cleaner: threading.Thread | None = None
         try:
             with contextlib.ExitStack() as held:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, canonicalize_version, parse_wheel_filename
 
-from lockbuild.bundle.buildlock import BUILD_DIR, BUILD_LOCK, KIND
+from lockbuild.bundle.lockfiles import BUILD_DIR, BUILD_LOCK, KIND
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.errors import InstallError
 from lockbuild.fsio import create_under

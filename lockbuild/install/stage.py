@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lockbuild import __version__
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.envtable import expand_prefix
 from lockbuild.errors import InstallError
 from lockbuild.fsio import create_under, make_dirs_under
 from lockbuild.install import archives, envfiles
@@ -68,10 +69,26 @@ class Stage:
     hook: Hook
     environ: Mapping[str, str]  # what the installer may pass on (filtered again for the engine's code)
     view: View | None = None  # None: the staging directory, as `install` builds it
+    final: Path | None = None  # where an install's environment ends up (after the swap)
 
     @property
     def at(self) -> Path:
         return self.view.at if self.view is not None else self.staged
+
+    @property
+    def settings(self) -> tuple[tuple[str, str], ...]:
+        """[engine.env] with ``{prefix}`` as the environment's final path: an image's prefix, an install's
+        directory after the swap (never the staging path), each expanded value checked again (envtable)."""
+        t = self.manifest.install
+        home = self.view.at if self.view is not None else (self.final or self.staged)
+        try:
+            return expand_prefix(t.env, str(home), allow_network=t.allow_network)
+        except ValueError as exc:
+            raise InstallError(
+                f"the bundle's runtime setting {exc}; refused.",
+                tip="Install to a directory whose path is plain text (no control characters), or rebuild the "
+                "bundle without {prefix} in that setting.",
+            ) from None
 
     @property
     def run(self) -> Runner:
@@ -138,7 +155,7 @@ class Stage:
         p.phase(f"installing {count} package(s) offline with uv {m.uv_version}")
         self.run(argv, env=env, timeout=3600, what="uv pip install")
         self._place()
-        envfiles.write(self.staged, m.python, m.install.env)  # [engine.env]: every entry point sees it
+        envfiles.write(self.staged, m.python, self.settings)  # [engine.env]: every entry point sees it
 
     def _place(self) -> None:
         t, p = self.manifest.install, self.progress
@@ -157,6 +174,9 @@ class Stage:
                 archives.unpack_archive(self.unpacked / a.member, self.staged / a.dir, within=self.staged)
             else:
                 archives.place_file(self.unpacked / a.member, self.staged, f"{a.dir}/{name}")
+        for x in t.extra_files:  # placed as they are, never unpacked
+            p.phase(f"placing {x.dest}")
+            archives.place_file(self.unpacked / x.member, self.staged, x.dest)
 
     def verify(self, *, timeout: float, gpu_check: GpuCheck, node: Node) -> None:
         t, p = self.manifest.install, self.progress
@@ -167,7 +187,7 @@ class Stage:
                 f"{t.binary!r} as the engine's binary.",
                 tip="Rebuild the bundle with engine.binary set to a console script the engine installs.",
             )
-        env = engine_env(self.at, self.environ, t.env)
+        env = engine_env(self.at, self.environ, self.settings)
         argv = list(t.verify)
         if (self.staged / "bin" / argv[0]).exists():
             argv[0] = str(self.at / "bin" / argv[0])

@@ -2,7 +2,7 @@
 
 Build backends (prebuild, and an sdist's metadata hooks while locking: both without network), the engine
 and the recipe's commands under ``build --self-test`` all run through :func:`run`; the one networked
-use, the lock's ``uv pip compile`` with sdists, runs no backend (``builder/resolve.py``). The sandbox
+use, the lock's ``uv pip compile`` with sdists, runs no backend (``resolution/resolve.py``). The sandbox
 has new user, mount, PID, IPC, UTS, cgroup and network namespaces (``--unshare-all`` plus an explicit
 ``--unshare-user``, as root too; the network is kept only for ``Spec(network=True)``), no capabilities,
 no nested user namespaces, a new ``/proc`` that shows only its own processes, a minimal ``/dev``, a

@@ -63,7 +63,7 @@ def clean_env(
     env["PIP_CONFIG_FILE"] = os.devnull
     env["NO_COLOR"] = "1"
     # No ~/.netrc: uv answers a 401 from any port or scheme of a netrc host with its password (plain
-    # http included); the index's credentials come scoped to its origin instead (builder/resolve.py).
+    # http included); the index's credentials come scoped to its origin instead (resolution/resolve.py).
     env["NETRC"] = str(netrc) if netrc is not None else os.devnull
     if offline:
         env["UV_OFFLINE"] = "1"

@@ -81,6 +81,15 @@ class SelfWheel:
 
 
 @dataclass(frozen=True)
+class ExtraFileSpec:
+    """``extra-files = [{ url, sha256, dest }]``: a file placed in the environment at ``dest``."""
+
+    url: str
+    sha256: str
+    dest: str  # relative to the environment
+
+
+@dataclass(frozen=True)
 class Assets:
     tag: str
     dir: str
@@ -117,6 +126,7 @@ class Build:
     indexes: tuple[SecondIndex, ...] = ()  # the list form, indexes = [{ name, url, packages }]
     primary_packages: tuple[str, ...] = ()  # canonical names an extra index serves too, taken from the primary
     serves: tuple[str, ...] = ()  # newer versions this build serves where none of their builds fits
+    extra_files: tuple[ExtraFileSpec, ...] = ()  # files placed inside the environment
 
     @property
     def extra_indexes(self) -> tuple[SecondIndex, ...]:

@@ -37,6 +37,7 @@ from lockbuild.recipe.model import (
 )
 from lockbuild.recipe.tables import (
     parse_assets,
+    parse_extra_files,
     parse_index,
     parse_indexes,
     parse_interpreter,
@@ -70,6 +71,7 @@ _BUILD_KEYS = (
     "indexes",
     "primary-packages",
     "serves",
+    "extra-files",
 )
 
 
@@ -189,6 +191,7 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
     python_exe = parse_interpreter(t.table("interpreter"), f"{where}.interpreter", p, python)
     on_primary = _primary_packages(t, where, p, ((index,) if index is not None else ()) + indexes)
     serves = _serves(t, where, p, version)
+    extra_files = parse_extra_files(t, where, p)
     if version is None or variant is None or target is None or reqs is None:
         return None
     return Build(
@@ -211,6 +214,7 @@ def _build(data: Mapping[str, Any], i: int, p: Problems) -> Build | None:
         indexes,
         on_primary,
         serves,
+        extra_files,
     )
 
 

@@ -11,6 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from lockbuild import interpreter
+from lockbuild.bundle.paths import claim, collision_key, env_reserved, path_problem
 from lockbuild.recipe.checks import (
     SHA256,
     TAG_EXPECTED,
@@ -28,6 +29,7 @@ from lockbuild.recipe.checks import (
 from lockbuild.recipe.fields import SHOWN, Problems, Table, describe
 from lockbuild.recipe.model import (
     Assets,
+    ExtraFileSpec,
     Interpreter,
     ReleaseWheel,
     SecondIndex,
@@ -252,3 +254,39 @@ def parse_assets(data: Mapping[str, Any] | None, where: str, p: Problems) -> Ass
     if tag is None or dest is None or files is None:
         return None
     return Assets(tag, dest, files)
+
+
+MAX_EXTRA_FILES = 64
+
+
+def parse_extra_files(t: Table, where: str, p: Problems) -> tuple[ExtraFileSpec, ...]:
+    """``extra-files = [{ url, sha256, dest }]``: files placed inside the environment at ``dest`` (a plain
+    relative path, by the archive path rules, that shadows no file of the environment itself)."""
+    items = t.get("extra-files", list, "a list of { url, sha256, dest } tables", required=False) or []
+    if len(items) > MAX_EXTRA_FILES:
+        p.add(f"{where}.extra-files", f"expected at most {MAX_EXTRA_FILES} files, found {len(items)}")
+        return ()
+    out: list[ExtraFileSpec] = []
+    seen: dict[str, str] = {}
+    for i, item in enumerate(items):
+        at = f"{where}.extra-files[{i}]"
+        if not isinstance(item, dict):
+            p.add(at, f"expected a {{ url, sha256, dest }} table, found {describe(item)}")
+            continue
+        e = Table(item, at, p, ("url", "sha256", "dest"))
+        url = _url(e, "url", "an http(s) URL of the file")
+        sha = e.string(
+            "sha256", "the file's sha256, 64 lower-case hex digits", check=lambda v: bool(SHA256.fullmatch(v))
+        )
+        dest = e.string("dest", "a relative path inside the environment, e.g. share/tiktoken/o200k_base.tiktoken")
+        if dest is not None:
+            why = path_problem(dest) or env_reserved(dest) or claim(seen, collision_key(dest), "file")
+            if why is not None:
+                p.add(
+                    f"{at}.dest",
+                    f"expected a plain relative path inside the environment, found {dest[:SHOWN]!r}: {why}",
+                )
+                dest = None
+        if url is not None and sha is not None and dest is not None:
+            out.append(ExtraFileSpec(url, sha, dest))
+    return tuple(out)

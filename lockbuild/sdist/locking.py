@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import BinaryIO, TypeVar
 
-from lockbuild.bundle.buildlock import build_lock_text
+from lockbuild.bundle.lockfiles import build_lock_text
 from lockbuild.errors import LockbuildError, ResolveError
 from lockbuild.lock import LockedFile
 from lockbuild.sdist.buildreqs import build_system, top_level_file

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 
-from lockbuild.bundle.buildlock import build_lock_text
+from lockbuild.bundle.lockfiles import build_lock_text
 from lockbuild.errors import ResolveError
 from lockbuild.fetch.cache import Cache
 from lockbuild.fetch.fetcher import Fetcher, Wanted, open_verified

@@ -136,6 +136,7 @@ class Report:
     env: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = field(default=())
     unchecked: str | None = None  # why the tracer did not judge the run: the verdict is then "not checked"
+    first_use: tuple[str, ...] = ()  # first-use downloads the bundle does not carry (firstuse.py): no GPU runs them
 
     @property
     def refused(self) -> list[Attempt]:
@@ -172,6 +173,7 @@ class Report:
             "allow_network": list(self.allow_network),
             "env": dict(self.env),
             "problems": list(self.problems),
+            "first_use": list(self.first_use),
         }
 
     def text(self) -> str:
@@ -200,4 +202,5 @@ class Report:
             )
         else:
             lines.append("PASSED: the bundle ran with no network" if self.passed else "FAILED")
+        lines += [f"not exercised without a GPU: {u}" for u in self.first_use]
         return "\n".join(lines)

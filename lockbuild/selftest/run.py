@@ -37,6 +37,7 @@ from typing import Any
 
 import lockbuild
 from lockbuild import fsio
+from lockbuild.bundle.firstuse import bundle_first_use
 from lockbuild.errors import InstallError, LockbuildError, PlatformError
 from lockbuild.hubcache.envvars import with_models_env
 from lockbuild.install.node import detect
@@ -366,4 +367,5 @@ def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Pat
         env=t.env,
         problems=tuple(problems),
         unchecked=unchecked,
+        first_use=tuple(u.line() for u in bundle_first_use(m) if not u.carried),
     )

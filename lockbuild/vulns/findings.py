@@ -17,7 +17,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from lockbuild.bundle.buildlock import KIND as BUILD_KIND
+from lockbuild.bundle.lockfiles import KIND as BUILD_KIND
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.jsonio import JSON
 from lockbuild.times import iso

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 from packaging.utils import parse_wheel_filename
 
-from lockbuild.builder.cutoff import index_candidates, package_cut_off
 from lockbuild.errors import ResolveError
 from lockbuild.fetch.extraindex import ExtraIndexes, check_names_on_one_index
 from lockbuild.fetch.index import Index, IndexFile
 from lockbuild.fetch.lookahead import Lookahead
 from lockbuild.lock import Candidate, LockedFile, Pin, choose_file
 from lockbuild.recipe import Build
+from lockbuild.resolution.cutoff import index_candidates, package_cut_off
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from typing import IO, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from lockbuild import fsio
-from lockbuild.builder.memo import ResolutionMemo, resolution_key
 from lockbuild.errors import ResolveError, certificate_tip
 from lockbuild.proc.uvtool import clean_env, uv_binary, uv_version
 from lockbuild.recipe import SecondIndex
+from lockbuild.resolution.memo import ResolutionMemo, resolution_key
 from lockbuild.sdist.metadata import SdistMetadata, uv_config
 from lockbuild.sdist.uvsandbox import sandboxed_compile
 from lockbuild.settings import IndexCredentials
@@ -94,13 +94,31 @@ def _resolve_tip(stderr: str) -> str:
 
 
 _NEEDS_BUILD = re.compile(r"Wheels are required for `([^`]+)`")
+# "llguidance==1.7.6 has no usable wheels", "llguidance{MARKERS}>=1.7.0,<=1.7.6 has no usable wheels"
+_NO_USABLE = re.compile(
+    r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\{[^}]*\})?(?:==|>=[^,\s]+,<=)([0-9][A-Za-z0-9.+!_-]*) has no usable"
+)
+
+
+_NO_PLATFORM_WHEEL = re.compile(
+    r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\{[^}]*\})?==([0-9][A-Za-z0-9.+!_-]*) has no wheels with a matching platform tag"
+)
 
 
 def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
-    """A clear refusal when uv would have had to build an sdist that the build does not allow."""
+    """A clear refusal when uv would have had to build an sdist that the build does not allow, or found
+    no wheel of a release for the build's platform at all."""
     names = sorted(set(_NEEDS_BUILD.findall(stderr)))
     if not names:
-        return None
+        found = sorted(set(_NO_PLATFORM_WHEEL.findall(stderr)))
+        if not found:
+            return None
+        shown = ", ".join(f"{n} {v}" for n, v in found)
+        return ResolveError(
+            f"{shown} has no wheel for Python {target.python} on {target.platform}.",
+            tip="Require a version that publishes a wheel for this platform, or build for a platform it has one for.",
+            needs_wheel=tuple(found),
+        )
     shown = ", ".join(names)
     return ResolveError(
         f"{shown} has no wheel for Python {target.python} on {target.platform}, only a source distribution. "
@@ -110,6 +128,7 @@ def _needs_build_error(stderr: str, target: Target) -> ResolveError | None:
         "build-on-node list: it then comes as an sdist with its build dependencies locked by hash, and is built "
         "either here, with no network, when its wheel runs on the node (pure Python, or this platform), or "
         "else by the node, offline, from those bundled build dependencies.",
+        needs_wheel=tuple((n, dict(_NO_USABLE.findall(stderr)).get(n, "")) for n in names),
     )
 
 

@@ -459,3 +459,62 @@ def test_only_the_command_layer_imports_click() -> None:
         and any(name == "click" or name.startswith("click.") for name in _imports(path))
     )
     assert found == [], f"click code outside the command layer: {found}"
+
+
+# The packages each package may import ("." is the top-level modules, the core, which any package may
+# import). docs/architecture.md's table of packages says the same; a new arrow is a decision made in both.
+ARROWS: dict[str, set[str]] = {
+    ".": {"commands", "proc", "wire"},  # cli.py is the command layer's root; settings.py applies wire's rules
+    "builder": {
+        "bundle",
+        "fetch",
+        "fsio",
+        "gpu",
+        "minisign",
+        "proc",
+        "recipe",
+        "resolution",
+        "sdist",
+        "trust",
+        "vulns",
+    },
+    "bundle": {"fsio", "gpu", "proc"},
+    "choice": {"bundle", "gpu", "install", "trust"},
+    "commands": {"*"},
+    "fetch": {"fsio", "gpu", "recipe", "resolution", "sdist", "vulns", "wire"},
+    "fsio": set(),
+    "gpu": set(),
+    "hubcache": {"bundle", "choice", "fsio", "install", "trust"},
+    "image": {"bundle", "fsio", "install", "minisign", "proc", "trust"},
+    "install": {"bundle", "choice", "fsio", "gpu", "hubcache", "proc", "trust"},
+    "minisign": {"fsio"},
+    "proc": set(),
+    "recipe": {"bundle", "fsio", "gpu", "wire"},
+    "registry": {"bundle", "fsio", "site", "trust", "wire"},
+    "resolution": {"bundle", "fetch", "fsio", "proc", "recipe", "sdist"},
+    "sdist": {"bundle", "fetch", "fsio", "proc", "recipe"},
+    "selftest": {"bundle", "fsio", "hubcache", "install", "proc", "site", "trust"},
+    "site": {"bundle", "choice", "fsio", "install", "minisign", "trust", "vulns"},
+    "trust": {"bundle", "fsio", "minisign"},
+    "vulns": {"bundle", "fsio", "trust"},
+    "wire": set(),
+}
+
+
+def test_the_arrows_between_packages() -> None:
+    """Every import between packages (deferred ones included) follows an arrow of ARROWS; every package
+    has its entry (a new package says what it may import)."""
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} | {"."}
+    assert packages - {"__pycache__"} == set(ARROWS), "give every package its arrows in ARROWS and the docs"
+    wrong = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).parts
+        src = rel[0] if len(rel) > 1 else "."
+        for name in _imports(path) | {f"{m}.x" for m in _imports(path)}:
+            parts = name.split(".")
+            if parts[0] != "lockbuild" or len(parts) < 2:
+                continue
+            dst = parts[1] if (PACKAGE / parts[1]).is_dir() else "."
+            if dst not in (src, ".") and "*" not in ARROWS[src] and dst not in ARROWS[src]:
+                wrong.add(f"{src} -> {dst} ({path.relative_to(PACKAGE)})")
+    assert sorted(wrong) == []

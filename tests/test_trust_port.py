@@ -506,3 +506,13 @@ def test_the_scan_sees_a_decision_outside_trust(tmp_path: Path) -> None:
     )
     names = {n for n, _ in _calls_and_imports(planted)}
     assert {"evaluate", "extract", "check_dates"} <= names
+
+
+def test_push_and_pull_make_their_trust_decision_in_the_registry_package() -> None:
+    """push and pull judge the signatures in the same library place (registry/push.py, registry/artifact.py),
+    never in the command: the command names the source and renders the result."""
+    root = Path(__file__).parent.parent / "lockbuild"
+    command = (root / "commands" / "registry.py").read_text()
+    assert "open_source(" not in command and "decide(" not in command
+    assert "open_source(" in (root / "registry" / "push.py").read_text()
+    assert "open_source(" in (root / "registry" / "artifact.py").read_text()

@@ -121,23 +121,21 @@ def push_(
     from lockbuild.registry.api import RETRY_ENV, Registry, parse_ref, transport_with
     from lockbuild.registry.push import push
     from lockbuild.site.sources import named_source
-    from lockbuild.trust import load_store, open_source
-    from lockbuild.trust import trust_dir as resolve_trust_dir
 
     ref = parse_ref(target)
     creds = _credentials(username, password_stdin)
-    with named_source(source, store=store_dir) as src:
-        # the same trust decision as install: nothing unchecked is uploaded
-        trusted = open_source(src, load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        with Registry(
+    with (
+        named_source(source, store=store_dir) as src,
+        Registry(
             ref,
             plain_http=plain_http,
             ca_file=ca_file,
             credentials=creds,
             auth_realms=auth_realms,
             transport=transport_with(os.environ.get(RETRY_ENV)),
-        ) as reg:
-            done = push(trusted, reg, progress=progress_of(ctx), jobs=jobs)
+        ) as reg,
+    ):
+        done = push(src, reg, trust=trust_dir, threshold=threshold, progress=progress_of(ctx), jobs=jobs)
     data: dict[str, JSON] = {
         "build": done.ref,
         "target": str(ref),

@@ -30,17 +30,27 @@ from lockbuild.progress import Progress
 from lockbuild.registry import modelpack
 from lockbuild.registry.api import Registry
 from lockbuild.registry.artifact import BUNDLE, CONFIG_TYPE, MEMBER_TYPE, SIGNATURES, Moved, distinct, oci_manifest
-from lockbuild.trust import TrustedBundle
+from lockbuild.trust import load_store, open_source, trust_dir
+from lockbuild.trust.source import Source
 
 DEFAULT_JOBS = 4
 T = TypeVar("T")
 
 
 def push(
-    trusted: TrustedBundle, registry: Registry, *, progress: Progress | None = None, jobs: int = DEFAULT_JOBS
+    source: Source,
+    registry: Registry,
+    *,
+    trust: Path | None,
+    threshold: int | None = None,
+    progress: Progress | None = None,
+    jobs: int = DEFAULT_JOBS,
 ) -> Moved:
-    """Upload the members the registry lacks (checked first), then the config and the OCI manifest."""
+    """The one trust decision (as ``pull`` makes it, and ``install``): nothing unchecked is uploaded; then
+    the members the registry lacks (each checked against the signed manifest), the config and the OCI
+    manifest. ``trust``: the trust directory (None: the default)."""
     progress = progress or Progress.quiet()
+    trusted = open_source(source, load_store(trust_dir(trust)), threshold=threshold)
     m = trusted.manifest
     members = distinct(m.members)
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="push") as pool:

@@ -1,10 +1,9 @@
 """The signature scheme as a port: what the trust path asks of a signature format, and the one in use.
 
 A scheme parses a signature file into blocks, says whether a block verifies as a trusted identity and
-what statement it carries, signs a prehashed file, and names its files. The policy counts identities;
-the store and the registry carry signature files as bytes. :data:`SCHEME` is the one adapter, minisign
-(``trust/minisignscheme.py``); only it, ``keygen`` and the signing process import ``lockbuild.minisign``.
-"""
+what statement it carries, signs, and names its files; the policy counts identities. :data:`SCHEME` is
+the one adapter, minisign (``trust/minisignscheme.py``), the only importer of ``lockbuild.minisign``
+besides ``keygen`` and the signing process."""
 
 from __future__ import annotations
 

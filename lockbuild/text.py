@@ -94,6 +94,13 @@ def mask_data(value: Any) -> Any:
     return value
 
 
+def show(text: str, limit: int = 60) -> str:
+    """A short, quoted rendering of untrusted text for an error message."""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return repr(text)
+
+
 def closest(word: str, known: tuple[str, ...]) -> str | None:
     """The known key a misspelt ``word`` most likely meant ("did you mean ...?"): a close match, or one
     with the same letters in another order; None when nothing is near."""

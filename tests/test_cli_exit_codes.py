@@ -111,10 +111,10 @@ def test_a_secret_key_among_the_pub_files_says_remove_it(keys: object, tmp_path:
 @pytest.mark.parametrize("password", [None, "pw"])
 def test_the_secret_key_test_knows_both_kinds_of_key(tmp_path: Path, password: str | None) -> None:
     from lockbuild.minisign import write_keypair
-    from lockbuild.trust.truststore import is_secret_key
+    from lockbuild.trust.scheme import SCHEME
 
     secret, public = write_keypair(tmp_path / "k", password=password)
-    assert is_secret_key(secret.read_text()) and not is_secret_key(public.read_text())
+    assert SCHEME.is_secret_key(secret.read_text()) and not SCHEME.is_secret_key(public.read_text())
 
 
 def test_signature_and_integrity_exit_3_and_4(tmp_path: Path) -> None:

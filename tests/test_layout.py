@@ -470,7 +470,6 @@ ARROWS: dict[str, set[str]] = {
         "fetch",
         "fsio",
         "gpu",
-        "minisign",
         "proc",
         "recipe",
         "resolution",
@@ -485,7 +484,7 @@ ARROWS: dict[str, set[str]] = {
     "fsio": set(),
     "gpu": set(),
     "hubcache": {"bundle", "choice", "fsio", "install", "trust"},
-    "image": {"bundle", "fsio", "install", "minisign", "proc", "trust"},
+    "image": {"bundle", "fsio", "install", "proc", "trust"},
     "install": {"bundle", "choice", "fsio", "gpu", "hubcache", "proc", "trust"},
     "minisign": {"fsio"},
     "proc": set(),
@@ -494,7 +493,7 @@ ARROWS: dict[str, set[str]] = {
     "resolution": {"bundle", "fetch", "fsio", "proc", "recipe", "sdist"},
     "sdist": {"bundle", "fetch", "fsio", "proc", "recipe"},
     "selftest": {"bundle", "fsio", "hubcache", "install", "proc", "site", "trust"},
-    "site": {"bundle", "choice", "fsio", "install", "minisign", "trust", "vulns"},
+    "site": {"bundle", "choice", "fsio", "install", "trust", "vulns"},
     "trust": {"bundle", "fsio", "minisign"},
     "vulns": {"bundle", "fsio", "trust"},
     "wire": set(),
@@ -518,3 +517,47 @@ def test_the_arrows_between_packages() -> None:
             if dst not in (src, ".") and "*" not in ARROWS[src] and dst not in ARROWS[src]:
                 wrong.add(f"{src} -> {dst} ({path.relative_to(PACKAGE)})")
     assert sorted(wrong) == []
+
+
+# The signature scheme is a port (trust/scheme.py): these alone name minisign's codec.
+MINISIGN_IMPORTERS = {
+    "trust/minisignscheme.py": "the scheme's one adapter",
+    "trust/signproc.py": "the signing process: it reads the secret key and signs, importing nothing afterwards",
+    "commands/signing.py": "keygen: writes a minisign key pair",
+}
+
+
+def _names_minisign(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(
+            a.name == "lockbuild.minisign" or a.name.startswith("lockbuild.minisign.") for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            if node.module == "lockbuild.minisign" or node.module.startswith("lockbuild.minisign."):
+                return True
+            if node.module == "lockbuild" and any(a.name == "minisign" for a in node.names):
+                return True
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("lockbuild.minisign")
+        ):
+            return True  # importlib.import_module("lockbuild.minisign...")
+    return False
+
+
+def test_only_the_scheme_adapter_keygen_and_the_signing_process_import_minisign() -> None:
+    """The policy counts identities and the store and the registry carry signature files: what a block is,
+    whom it names and what it says is the scheme's (trust/scheme.py), so a second scheme is one adapter.
+    Imports inside functions count; the minisign package itself is the codec."""
+    found = sorted(
+        rel
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not (rel := path.relative_to(PACKAGE).as_posix()).startswith("minisign/")
+        and rel not in MINISIGN_IMPORTERS
+        and _names_minisign(path)
+    )
+    assert found == [], f"these modules import lockbuild.minisign; use lockbuild.trust.scheme.SCHEME: {found}"
+    unneeded = sorted(rel for rel in MINISIGN_IMPORTERS if not _names_minisign(PACKAGE / rel))
+    assert unneeded == [], f"the allow-list names modules that no longer import lockbuild.minisign: {unneeded}"

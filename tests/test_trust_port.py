@@ -516,3 +516,80 @@ def test_push_and_pull_make_their_trust_decision_in_the_registry_package() -> No
     assert "open_source(" not in command and "decide(" not in command
     assert "open_source(" in (root / "registry" / "push.py").read_text()
     assert "open_source(" in (root / "registry" / "artifact.py").read_text()
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToyIdentity:
+    raw: bytes
+    key_id: bytes
+
+    @property
+    def key_id_hex(self) -> str:
+        return self.key_id.hex().upper()
+
+    def to_text(self) -> str:
+        return self.raw.hex()
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToyBlock:
+    key_id: bytes
+    trusted_comment: str
+    tag: bytes
+
+    @property
+    def key_id_hex(self) -> str:
+        return self.key_id.hex().upper()
+
+
+class _ToyScheme:
+    """A second scheme, as small as a scheme can be: a block is an HMAC of the statement under the identity."""
+
+    @staticmethod
+    def tag(identity: _ToyIdentity, text: str) -> bytes:
+        import hashlib
+        import hmac
+
+        return hmac.new(identity.raw, text.encode(), hashlib.sha256).digest()
+
+    def refusal(self, block: object) -> str | None:
+        return None
+
+    def verify(self, block: _ToyBlock, identity: _ToyIdentity, *, file_blake2b: bytes | None) -> None:
+        if block.tag != self.tag(identity, block.trusted_comment):
+            raise SignatureError("the toy tag does not verify")
+
+
+def test_the_policy_counts_identities_through_the_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy asks the scheme whom a block verifies as and counts identities: a scheme that is not
+    minisign is judged by the same rules (one identity counts once; a trusted identity's bad block is a
+    hard failure), so a second scheme is one adapter."""
+    import datetime as dt
+
+    from lockbuild.trust import build_store, policy
+
+    toy = _ToyScheme()
+    monkeypatch.setattr(policy, "SCHEME", toy)
+    a, b = _ToyIdentity(b"a" * 32, b"A" * 8), _ToyIdentity(b"b" * 32, b"B" * 8)
+    store = build_store([("a.pub", a), ("b.pub", b)], source="toy", policy="threshold = 2")
+    text = Statement("x.lbz", "e", "1", "cpu", "0" * 64, 1, "1" * 64, 1).to_comment()
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+    def block(who: _ToyIdentity) -> _ToyBlock:
+        return _ToyBlock(who.key_id, text, toy.tag(who, text))
+
+    twice = evaluate([block(a), block(a)], store, name="x.lbz", now=now)
+    assert not twice.met and [v.kind for v in twice.verdicts] == ["", "repeated"]
+    both = evaluate([block(a), block(b)], store, name="x.lbz", now=now)
+    assert both.met and [k.key_id for k in both.signers] == [a.key_id, b.key_id]
+    forged = _ToyBlock(b.key_id, text, toy.tag(a, text))  # names b, made by a
+    with pytest.raises(SignatureError, match="does not verify: the toy tag does not verify"):
+        evaluate([block(a), forged], store, name="x.lbz", now=now)
+
+
+def test_the_minisign_adapter_refuses_another_schemes_block() -> None:
+    """A block or identity the adapter did not make is refused, never read as a minisign one."""
+    from lockbuild.trust.scheme import SCHEME
+
+    with pytest.raises(SignatureError, match="expected a minisign signature block, found _ToyBlock"):
+        SCHEME.refusal(_ToyBlock(b"A" * 8, "lockbuild", b""))

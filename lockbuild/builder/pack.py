@@ -26,12 +26,12 @@ from lockbuild.fetch.batch import Batch
 from lockbuild.fetch.fetcher import Fetcher, FetchReport
 from lockbuild.fsio.writeback import EarlyWriteback
 from lockbuild.lock import LockedFile
-from lockbuild.minisign import SecretKey, Signature
 from lockbuild.progress import Progress
 from lockbuild.provenance import Provenance
 from lockbuild.recipe import SelfWheel
 from lockbuild.times import iso
 from lockbuild.trust import FileDigests, Statement, carry_over, read_signatures, sign_statement, signature_path
+from lockbuild.trust.scheme import SCHEME, Block, SigningKey
 from lockbuild.trust.sign import KeyFileSigner, SignedBlocks
 
 
@@ -268,7 +268,7 @@ def place_signed(written: UnsignedBundle, statement: Statement, *, signer: bytes
     tmp_sig = fsio.temp_beside(sig_final)
     try:
         kept, dropped = carry_over(_existing_signatures(sig_final), statement, signer)
-        fsio.write_new(tmp_sig, (block + "".join(s.to_text() for s in kept)).encode("utf-8"))
+        fsio.write_new(tmp_sig, SCHEME.join([*SCHEME.parse(block.encode("utf-8"), source="the new signature"), *kept]))
         written.tmp.replace(final)
         tmp_sig.replace(sig_final)
     finally:
@@ -285,7 +285,7 @@ def place_signed(written: UnsignedBundle, statement: Statement, *, signer: bytes
     )
 
 
-def sign(written: UnsignedBundle, *, key: SecretKey | None, expires: dt.datetime | None = None) -> Packed:
+def sign(written: UnsignedBundle, *, key: SigningKey | None, expires: dt.datetime | None = None) -> Packed:
     """Sign a written bundle in this process (the benchmarks' in-process path; ``lockbuild build`` signs in
     its own signing process) and move both into place; ``key=None``: the bundle alone."""
     if key is not None:
@@ -388,7 +388,7 @@ def fetch_and_write(
         fetcher.hash_hits, fetcher.progress = True, shown
 
 
-def _existing_signatures(path: Path) -> tuple[Signature, ...]:
+def _existing_signatures(path: Path) -> tuple[Block, ...]:
     """The blocks already beside the bundle being rebuilt (none if absent or unreadable: they are replaced)."""
     if not (path.exists() or path.is_symlink()):
         return ()

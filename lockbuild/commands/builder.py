@@ -373,11 +373,11 @@ def _self_test_before_signing(ctx: click.Context, written: list[UnsignedBundle])
     trusted only by this run (a private directory beside OUT, removed afterwards); the bundle file tested
     is the one then signed (a hard link to it, read-only in the sandbox)."""
     from lockbuild.builder.pack import statement_for
-    from lockbuild.minisign import generate_secret_key
     from lockbuild.selftest.run import SelfTestOptions, self_test
+    from lockbuild.trust.scheme import SCHEME, signature_path
     from lockbuild.trust.sign import sign_statement
 
-    throwaway = generate_secret_key()
+    throwaway = SCHEME.generate_key()
     reports = []
     with tempfile.TemporaryDirectory(prefix=".lockbuild-selftest-", dir=written[0].final.parent) as tmp:
         t = Path(tmp)
@@ -387,7 +387,7 @@ def _self_test_before_signing(ctx: click.Context, written: list[UnsignedBundle])
             tested = t / w.final.name
             tested.hardlink_to(w.tmp)
             block = sign_statement(throwaway, statement_for(w, None), w.digests.prehash(w.final.name))
-            fsio.write_new(t / f"{w.final.name}.minisig", block.encode("utf-8"))
+            fsio.write_new(signature_path(t / w.final.name), block.encode("utf-8"))
             opts = SelfTestOptions(trust_dir=t / "trust", environ=dict(os.environ))
             reports.append(self_test(tested, opts, progress_of(ctx)))
     return reports

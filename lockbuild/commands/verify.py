@@ -99,8 +99,8 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
     from lockbuild.bundle.manifestparse import parse_manifest
     from lockbuild.errors import SignatureError as SigErr
     from lockbuild.limits import DEFAULT_LIMITS
-    from lockbuild.minisign import parse_signatures
     from lockbuild.site.sources import named_source, report_place
+    from lockbuild.trust.scheme import SCHEME
     from lockbuild.vulns.signed import glance, glance_text
 
     with named_source(bundle, store=store_dir) as source:
@@ -108,7 +108,7 @@ def inspect(ctx: click.Context, bundle: str, store_dir: Path | None, as_json: bo
         vulns = glance(report_place(source))
         attested = dict(manifest.provenance)  # PEP 740 publishers recorded at lock time, unverified
         try:
-            blocks = parse_signatures(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
+            blocks = SCHEME.parse(source.signature_blocks(DEFAULT_LIMITS), source=source.label)
             sigs = [{"key_id": s.key_id_hex, "trusted_comment": s.trusted_comment} for s in blocks]
         except SigErr:
             sigs = []

@@ -35,10 +35,11 @@ from lockbuild.fsio import (
 )
 from lockbuild.install.swap import LOCK_NAME, STAGING_SUFFIX
 from lockbuild.limits import DEFAULT_LIMITS
+from lockbuild.trust.scheme import SCHEME
 
 RECORDS = ".lockbuild"
 _TOP = frozenset(("blobs", "snapshots", "refs", RECORDS, LOCK_NAME))
-_RECORD = re.compile(r"([0-9a-f]{40})\.(toml|minisig)")
+_RECORD = re.compile(rf"([0-9a-f]{{40}})(\.toml|{re.escape(SCHEME.suffix)})")
 
 
 def snapshot_link(repo_path: str, cache_name: str) -> str:
@@ -93,7 +94,7 @@ def kept_tables(repo_fd: int, folder: str) -> tuple[list[ModelTable], list[Stray
             m = _RECORD.fullmatch(name)
             if m is None:
                 strays.append(Stray(rel, "is not in any signed record"))
-            elif m.group(2) == "toml" and records is not None:
+            elif m.group(2) == ".toml" and records is not None:
                 why = _record_problem(name, m.group(1), records, folder, tables)
                 if why:
                     strays.append(Stray(rel, why))

@@ -33,6 +33,7 @@ from lockbuild.hubcache.cachewalk import RECORDS, kept_tables, survey
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.trust.opener import open_source, recheck_kept
 from lockbuild.trust.policy import FileDigests
+from lockbuild.trust.scheme import signature_path
 from lockbuild.trust.source import SizeCheck, Stream
 from lockbuild.trust.truststore import TrustStore
 
@@ -57,7 +58,7 @@ class KeptRecord:
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         return read_regular(
-            self.repo_dir / RECORDS / f"{self.commit}.minisig",
+            signature_path(self.repo_dir / RECORDS / self.commit),
             what="kept signature record",
             max_size=limits.max_signature_file,
             error=SignatureError,

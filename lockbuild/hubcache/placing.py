@@ -27,6 +27,7 @@ from lockbuild.install.places import check_place, prepare
 from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swap_into_place
 from lockbuild.progress import Progress
 from lockbuild.trust.opener import TrustedBundle
+from lockbuild.trust.scheme import signature_path
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def place_model(
                 fsio.symlink_under(snapshot, f.repo_path, snapshot_link(f.repo_path, f.cache_name))
             records = repo_dir / RECORDS
             fsio.write_replacing(records / f"{table.commit}.toml", trusted.manifest_bytes, mode=0o444)
-            fsio.write_replacing(records / f"{table.commit}.minisig", trusted.counted_signatures(), mode=0o444)
+            fsio.write_replacing(signature_path(records / table.commit), trusted.counted_signatures(), mode=0o444)
             swap_into_place(snapshot, repo_dir / "snapshots" / table.commit)
             fsio.write_replacing(repo_dir / "refs" / "main", table.commit.encode(), mode=0o444)
             with fsio.opened_dir(repo_dir) as repo_fd:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.image.judge import checked_contents, statement_of
-from lockbuild.minisign import Signature
 from lockbuild.trust.policy import Evaluation
+from lockbuild.trust.scheme import Block
 from lockbuild.trust.sign import KeyFileSigner, judge_existing, write_with_block
 from lockbuild.trust.source import digest_signed_file, read_signatures, signature_path
 from lockbuild.trust.truststore import TrustStore
@@ -47,7 +47,7 @@ def sign_image(
     store: TrustStore | None = None,
 ) -> ImageSigned:
     sig_path = signature_path(image)
-    existing: tuple[Signature, ...] = ()
+    existing: tuple[Block, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
         existing = read_signatures(sig_path)
     digests = digest_signed_file(image)  # with minisign's prehash: the ED block signs the image's bytes

@@ -20,6 +20,7 @@ from lockbuild.install.marker import MARKER, Installed
 from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 from lockbuild.proc.child import run_bounded
+from lockbuild.trust.scheme import signature_path
 
 KEYS = (
     "image_sha256",
@@ -203,7 +204,7 @@ def list_images(folder: Path) -> list[Listed]:
         if not is_image(image):
             out.append(Listed(image, None, None, False, "not a squashfs image"))
             continue
-        beside = image.with_name(image.name + ".minisig").is_file()
+        beside = signature_path(image).is_file()
         try:
             record, _ = read_record(image)
             out.append(Listed(image, record, image_marker(image), beside))

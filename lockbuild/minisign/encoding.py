@@ -20,6 +20,7 @@ import binascii
 import re
 
 from lockbuild.errors import SignatureError
+from lockbuild.text import show
 
 KEY_ID_LEN = 8
 PUBLIC_KEY_LEN = 32
@@ -71,13 +72,6 @@ _KEY_ID_HEX_RE = re.compile(r"[0-9A-Fa-f]{16}")
 
 # --------------------------------------------------------------------------------------------
 # Small helpers
-
-
-def show(text: str, limit: int = 60) -> str:
-    """A short, quoted rendering of untrusted text for an error message."""
-    if len(text) > limit:
-        text = text[:limit] + "..."
-    return repr(text)
 
 
 def b64encode(data: bytes) -> str:

@@ -38,8 +38,8 @@ from lockbuild.minisign.encoding import (
     b64encode,
     check_comment,
     format_key_id,
-    show,
 )
+from lockbuild.text import show
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from lockbuild.minisign.encoding import (
     b64encode,
     check_comment,
     format_key_id,
-    show,
 )
 from lockbuild.minisign.keys import PublicKey, SecretKey
+from lockbuild.text import show
 
 
 @dataclass(frozen=True)

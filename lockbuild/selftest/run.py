@@ -52,7 +52,7 @@ from lockbuild.selftest import TIMEOUT, inner, seccomp, trace, workdir
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.site.sources import DeltaFile, PartsFile, named_source
 from lockbuild.trust import load_store, open_source, trust_dir
-from lockbuild.trust.source import BundleFile, Source
+from lockbuild.trust.source import BundleFile, Source, signature_path
 
 NO_TRACER = "strace is not installed"
 BOX = Path("/selftest")  # where the sandbox sees the test's files
@@ -213,7 +213,7 @@ def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, 
         sig = source.signatures if isinstance(source, BundleFile) else source.signature_file
         binds = [Bind(path.absolute(), BOX / "bundle" / path.name)]
         if sig.exists():
-            binds.append(Bind(sig.absolute(), BOX / "bundle" / (path.name + ".minisig")))
+            binds.append(Bind(sig.absolute(), signature_path(BOX / "bundle" / path.name)))
         return binds, str(BOX / "bundle" / path.name), None
     if store is None and not isinstance(source, DeltaFile):
         raise InstallError(
@@ -223,7 +223,7 @@ def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, 
     binds = [Bind(store.absolute(), BOX / "store")] if store is not None else []
     inner_store = str(BOX / "store") if store is not None else None
     if isinstance(source, DeltaFile):
-        sig = source.delta.with_name(source.delta.name + ".minisig")
+        sig = signature_path(source.delta)
         binds += [Bind(source.delta.absolute(), BOX / "bundle" / source.delta.name)]
         if sig.exists():
             binds.append(Bind(sig.absolute(), BOX / "bundle" / sig.name))

@@ -42,7 +42,8 @@ from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 from lockbuild.trust import TrustStore, open_source
-from lockbuild.trust.source import BundleFile
+from lockbuild.trust.scheme import SCHEME
+from lockbuild.trust.source import BundleFile, signature_path
 
 SUFFIX = ".delta.lbz"
 HEAD = "delta.toml"
@@ -146,7 +147,7 @@ def write_delta(
     base_manifest = open_source(BundleFile(base), trust, threshold=threshold, limits=limits).manifest
     have = {m.sha256 for m in base_manifest.members}
     trusted = open_source(BundleFile(new), trust, threshold=threshold, limits=limits)
-    blocks = "".join(s.to_text() for s in trusted.blocks).encode()  # every block NEW carries, as judged
+    blocks = SCHEME.join(trusted.blocks)  # every block NEW carries, as judged
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".delta-", dir=out_dir))  # this run's own (0700, an unguessable name)
     try:
@@ -174,9 +175,9 @@ def write_delta(
             z.close()  # type: ignore[no-untyped-call]
             raw.flush()
             os.fsync(raw.fileno())
-        fsio.write_new(work / (name + ".minisig"), blocks)  # the blocks that were checked, not a second read
+        fsio.write_new(signature_path(work / name), blocks)  # the blocks that were checked, not a second read
         tmp.replace(out_dir / name)
-        (work / (name + ".minisig")).replace(out_dir / (name + ".minisig"))
+        signature_path(work / name).replace(signature_path(out_dir / name))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     final = out_dir / name

@@ -26,12 +26,13 @@ from packaging.version import InvalidVersion, Version
 
 from lockbuild import wheelfile
 from lockbuild.errors import LockbuildError
+from lockbuild.trust.scheme import SCHEME
 
 API_VERSION = "1.1"  # PEP 700: versions, size, upload-time
 FILES = "files"
 SIMPLE = "simple"
 SUMS = "SHA256SUMS"
-SUMS_SIGNATURE = "SHA256SUMS.minisig"
+SUMS_SIGNATURE = "SHA256SUMS" + SCHEME.suffix
 METADATA_SUFFIX = ".metadata"
 MAX_METADATA = wheelfile.MAX_METADATA  # a wheel's METADATA, read by the one reader of wheel members
 _META_TAG = f'<meta name="pypi:repository-version" content="{API_VERSION}">'

@@ -66,7 +66,7 @@ class PartsFile:
         self.where, self.subject = self.label, "the bundle's manifest"
         self.absent_tip, self.damage_tip, self.partial = TIP_AGAIN, TIP, False
         self.joined = work / self.listing.file
-        self.signature_file = part_list.parent / (self.listing.file + ".minisig")
+        self.signature_file = signature_path(part_list.parent / self.listing.file)
         self._bundle = BundleFile(self.joined, signatures=self.signature_file)
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:

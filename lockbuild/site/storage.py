@@ -49,7 +49,7 @@ from lockbuild.fsio import (
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.site import storecare
 from lockbuild.site.storemodel import Damage, StoreError, check_hex, check_name, merge_signatures
-from lockbuild.site.storeread import MANIFEST_FILE, REPORT_FILE, SIGNATURE_FILE, StoreReader
+from lockbuild.site.storeread import MANIFEST_FILE, REPORT_FILE, REPORT_SIGNATURE_FILE, SIGNATURE_FILE, StoreReader
 
 MARK, MARK_TEXT = storecare.MARK, storecare.MARK_TEXT
 
@@ -215,7 +215,7 @@ class Store(StoreReader):
             build = f"{check_name(manifest.version, 'version')}-{check_name(manifest.variant, 'variant')}"
             fd = self._dir(engine, build, False, keep=False)
             try:
-                self._write_new(fd, REPORT_FILE + ".minisig", signatures)
+                self._write_new(fd, REPORT_SIGNATURE_FILE, signatures)
                 self._write_new(fd, REPORT_FILE, report)
             finally:
                 os.close(fd)

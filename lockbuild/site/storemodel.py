@@ -12,8 +12,7 @@ from lockbuild.errors import LockbuildError
 from lockbuild.fsio import list_dir
 from lockbuild.jsonio import JSON
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.minisign import parse_signatures
-from lockbuild.minisign.sigfile import MAX_SIGNATURES
+from lockbuild.trust.scheme import SCHEME, Block
 
 HEX = re.compile(SHA256_HEX)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -55,20 +54,18 @@ def merge_signatures(old: bytes, new: bytes, limits: Limits = DEFAULT_LIMITS) ->
     counted under the importer's trust store (``TrustedBundle.counted_signatures``). One block per key:
     a key's newer block replaces its older one, a key seen only in ``old`` stays (a co-signature is
     never removed by a later import with fewer signatures). The result is bounded by the readers' own
-    limits (``MAX_SIGNATURES`` blocks, ``limits.max_signature_file`` bytes), so no sequence of
-    accepted imports can make the store's signatures unreadable."""
-    fresh = parse_signatures(new, source="the new signatures")
+    limits (the scheme's ``max_blocks``, ``limits.max_signature_file`` bytes), so no sequence of
+    accepted imports can make the store's signatures unreadable. The blocks are the signature scheme's
+    (``trust/scheme.py``): the store knows whom each names, not their format."""
+    fresh = SCHEME.parse(new, source="the new signatures")
     keys = {b.key_id for b in fresh}
-    kept = [b for b in parse_signatures(old, source="the stored signatures") if b.key_id not in keys]
-    out: list[str] = []
-    size = 0
+    kept = [b for b in SCHEME.parse(old, source="the stored signatures") if b.key_id not in keys]
+    out: list[Block] = []
     for b in (*fresh, *kept):
-        text = b.to_text()
-        if len(out) == MAX_SIGNATURES or size + len(text.encode()) > limits.max_signature_file:
+        if len(out) == SCHEME.max_blocks or len(SCHEME.join([*out, b])) > limits.max_signature_file:
             break
-        out.append(text)
-        size += len(text.encode())
-    return "".join(out).encode()
+        out.append(b)
+    return SCHEME.join(out)
 
 
 @dataclass(frozen=True)

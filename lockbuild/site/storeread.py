@@ -22,10 +22,12 @@ from lockbuild.fsio import open_dir, open_regular, read_regular
 from lockbuild.limits import Limits
 from lockbuild.site import storecare
 from lockbuild.site.storemodel import StoredBuild, StoreError, check_hex, list_names, parse_build_ref
+from lockbuild.trust.scheme import SCHEME
 
 MANIFEST_FILE = "bundle.toml"
-SIGNATURE_FILE = "bundle.toml.minisig"
-REPORT_FILE = "vulns.cdx.json"  # the build's vulnerability report, kept by import (its .minisig beside it)
+SIGNATURE_FILE = MANIFEST_FILE + SCHEME.suffix  # bundle.toml.minisig: the blocks that counted, as bytes
+REPORT_FILE = "vulns.cdx.json"  # the build's vulnerability report, kept by import (its signature file beside it)
+REPORT_SIGNATURE_FILE = REPORT_FILE + SCHEME.suffix
 TIP_DAMAGE = "Run `lockbuild store verify --store DIR` to list the damage, then import or pull the build again."
 
 

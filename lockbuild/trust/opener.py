@@ -27,8 +27,6 @@ from lockbuild.bundle.manifest import Manifest, Member
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.fsio import bounded_read, list_dir, open_dir, open_regular, owner_problem
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.minisign import PublicKey, Signature, parse_public_key, parse_signatures
-from lockbuild.minisign.encoding import MAX_KEY_FILE_BYTES
 from lockbuild.progress import Progress
 from lockbuild.trust.policy import (
     Evaluation,
@@ -40,6 +38,7 @@ from lockbuild.trust.policy import (
     signed_manifest,
     signed_sizes,
 )
+from lockbuild.trust.scheme import SCHEME, Block, Identity
 from lockbuild.trust.source import TIP_AGAIN, BundleFile, Signed, Source
 from lockbuild.trust.source import digest_signed_file as digest_signed_file
 from lockbuild.trust.source import read_signatures as read_signatures
@@ -50,7 +49,6 @@ from lockbuild.trust.truststore import (
     REVOKED_FILE,
     TrustStore,
     build_store,
-    is_secret_key,
     secret_key_error,
 )
 
@@ -113,20 +111,20 @@ def load_store(directory: Path) -> TrustStore:
             names = [n for n in list_dir(dfd) if n.endswith(".pub")]
         except OSError as exc:
             raise SignatureError(f"cannot list trust directory {directory}: {exc.strerror or exc}", tip=tip) from None
-        keys: list[tuple[str, PublicKey]] = []
+        keys: list[tuple[str, Identity]] = []
         for name in names:
             text: str | None = None
             try:
-                text = _read_in(dfd, directory, name, "public key", MAX_KEY_FILE_BYTES)
+                text = _read_in(dfd, directory, name, "public key", SCHEME.key_file_bytes)
                 if text is None:  # listed, then gone
                     raise SignatureError(f"public key {directory / name} vanished while it was read")
-                keys.append((name, parse_public_key(text, source=str(directory / name))))
+                keys.append((name, SCHEME.parse_identity(text, source=str(directory / name))))
             except SignatureError as exc:
-                if text is not None and is_secret_key(text):  # a secret key dropped in as .pub
+                if text is not None and SCHEME.is_secret_key(text):  # a secret key dropped in as .pub
                     raise secret_key_error(str(directory / name)) from None
                 raise SignatureError(f"malformed public key in trust directory: {exc.message}", tip=tip) from None
-        revoked = _read_in(dfd, directory, REVOKED_FILE, "revocation list", MAX_KEY_FILE_BYTES)
-        policy = _read_in(dfd, directory, POLICY_FILE, "policy", MAX_KEY_FILE_BYTES)
+        revoked = _read_in(dfd, directory, REVOKED_FILE, "revocation list", SCHEME.key_file_bytes)
+        policy = _read_in(dfd, directory, POLICY_FILE, "policy", SCHEME.key_file_bytes)
     finally:
         os.close(dfd)
     return build_store(keys, source=str(directory), revoked=revoked or "", policy=policy)
@@ -162,7 +160,7 @@ class TrustedBundle:
     statement: Statement
     manifest: Manifest
     manifest_bytes: bytes  # exactly as the source carries them: the bytes the signed manifest-sha256 covers
-    blocks: tuple[Signature, ...]  # every block the source carried
+    blocks: tuple[Block, ...]  # every block the source carried
     limits: Limits = DEFAULT_LIMITS
 
     @property
@@ -175,7 +173,7 @@ class TrustedBundle:
         return self.statement.sha256
 
     @property
-    def signers(self) -> tuple[PublicKey, ...]:
+    def signers(self) -> tuple[Identity, ...]:
         return self.evaluation.signers
 
     @property
@@ -190,8 +188,7 @@ class TrustedBundle:
     def counted_signatures(self) -> bytes:
         """The blocks that counted under this trust store, as text: what a store or a registry keeps
         (bounded by the readers' limits, since at most that many can count)."""
-        counted = {v.index for v in self.evaluation.verdicts if v.counts}
-        return "".join(b.to_text() for i, b in enumerate(self.blocks, 1) if i in counted).encode()
+        return counted_blocks(self.evaluation, self.blocks)
 
     def extract(
         self,
@@ -243,7 +240,13 @@ class TrustedBundle:
         return done
 
 
-def _names_in(blocks: tuple[Signature, ...]) -> list[str]:
+def counted_blocks(evaluation: Evaluation, blocks: tuple[Block, ...]) -> bytes:
+    """The signature file of the blocks that counted in ``evaluation``, in the order they came."""
+    counted = {v.index for v in evaluation.verdicts if v.counts}
+    return SCHEME.join([b for i, b in enumerate(blocks, 1) if i in counted])
+
+
+def _names_in(blocks: tuple[Block, ...]) -> list[str]:
     names = set()
     for b in blocks:
         try:
@@ -263,7 +266,7 @@ class Decision:
     evaluation: Evaluation
     statement: Statement
     subject_bytes: bytes
-    blocks: tuple[Signature, ...]
+    blocks: tuple[Block, ...]
 
 
 def decide(
@@ -282,7 +285,7 @@ def decide(
     ``lockbuild.image.judge.verify_image`` (images) are made of it."""
     current = now or dt.datetime.now(dt.UTC)
     raw = source.signature_blocks(limits)
-    blocks = parse_signatures(raw, source=f"the signatures of {source.label}", max_bytes=limits.max_signature_file)
+    blocks = SCHEME.parse(raw, source=f"the signatures of {source.label}", max_bytes=limits.max_signature_file)
     name = source.file_name
     digests = None
     if name is not None:

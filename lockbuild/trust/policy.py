@@ -24,9 +24,8 @@ from lockbuild.bundle.manifest import Manifest
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.minisign import PublicKey, Signature, verify_signature, verify_trusted_comment
-from lockbuild.minisign.encoding import SIG_ALG_HASHED
 from lockbuild.times import iso
+from lockbuild.trust.scheme import SCHEME, Block, Identity
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.truststore import Policy, TrustStore
 
@@ -63,7 +62,7 @@ class Verdict:
     key_id: str
     counts: bool
     reason: str = ""
-    signer: PublicKey | None = None
+    signer: Identity | None = None
     statement: Statement | None = None
     kind: str = ""  # why it does not count, as a word: the key of REFUSAL_TIPS
 
@@ -87,7 +86,7 @@ class Evaluation:
         return tuple(v for v in self.verdicts if v.counts)
 
     @property
-    def signers(self) -> tuple[PublicKey, ...]:
+    def signers(self) -> tuple[Identity, ...]:
         return tuple(v.signer for v in self.counted if v.signer is not None)
 
     @property
@@ -169,7 +168,7 @@ def refusal_tip(verdicts: Sequence[Verdict], threshold: int) -> str:
 
 
 def _judge(
-    index: int, sig: Signature, store: TrustStore, *, name: str | None, file: FileDigests | None, now: dt.datetime
+    index: int, sig: Block, store: TrustStore, *, name: str | None, file: FileDigests | None, now: dt.datetime
 ) -> Verdict:
     kid = sig.key_id_hex
     key = store.find(sig.key_id)
@@ -177,10 +176,9 @@ def _judge(
         return Verdict(index, kid, False, f"is from key id {kid}, which is not in the trust store", kind="untrusted")
     if store.is_revoked(key):
         return Verdict(index, kid, False, "is from a revoked key", key, kind="revoked")
-    if sig.algorithm != SIG_ALG_HASHED:
-        return Verdict(
-            index, kid, False, "uses the legacy non-prehashed 'Ed' algorithm, which is not accepted", key, kind="legacy"
-        )
+    refused = SCHEME.refusal(sig)
+    if refused is not None:
+        return Verdict(index, kid, False, refused, key, kind="legacy")
 
     def altered(why: str) -> SignatureError:
         return SignatureError(
@@ -190,10 +188,7 @@ def _judge(
         )
 
     try:  # cryptography: a trusted key's signature that fails is a hard failure
-        if file is not None and file.blake2b is not None:
-            verify_signature(sig, key, file_blake2b=file.blake2b)  # the ED file signature, then the global one
-        else:
-            verify_trusted_comment(sig, key)  # the global signature: the statement is the key's
+        SCHEME.verify(sig, key, file_blake2b=file.blake2b if file is not None else None)
     except SignatureError as exc:
         raise altered(exc.message) from None
     try:  # meaning: a statement that is not lockbuild's, or not about this file, does not count
@@ -212,7 +207,7 @@ def _judge(
 
 
 def evaluate(
-    signatures: Sequence[Signature],
+    signatures: Sequence[Block],
     store: TrustStore,
     *,
     name: str | None,
@@ -227,7 +222,7 @@ def evaluate(
         raise ValueError(f"a signature threshold is at least 1, found {threshold}")
     needed = max(threshold or 1, store.policy.threshold)
     verdicts = [_judge(i, s, store, name=name, file=file, now=now) for i, s in enumerate(signatures, 1)]
-    # One key counts once, whatever its key id (the store holds each raw key once).
+    # One identity counts once, whatever a block calls it (the store holds each identity once).
     seen: set[bytes] = set()
     for i, v in enumerate(verdicts):
         if v.counts and v.signer is not None:
@@ -266,14 +261,14 @@ def evaluate(
     return Evaluation(tuple(verdicts), needed, store.source, chosen)
 
 
-def check_complete(signatures: Sequence[Signature], store: TrustStore, *, name: str, size: int) -> None:
+def check_complete(signatures: Sequence[Block], store: TrustStore, *, name: str, size: int) -> None:
     """Before hashing: a file shorter than every size a trusted key signed for it is an incomplete copy
     (IntegrityError), not tampering. Only statements whose global signature verifies are believed."""
     signed = signed_sizes(signatures, store, name=name)
     _check_not_short(signed, name=name, size=size)
 
 
-def check_not_larger(signatures: Sequence[Signature], store: TrustStore, *, name: str, size: int) -> None:
+def check_not_larger(signatures: Sequence[Block], store: TrustStore, *, name: str, size: int) -> None:
     """Before a file is assembled (a part list joined): one larger than every size a trusted key signed
     for it is not the signed file, and is refused before a byte of it is written (a part list can claim
     any size, and would fill the disk first)."""
@@ -286,15 +281,15 @@ def check_not_larger(signatures: Sequence[Signature], store: TrustStore, *, name
         )
 
 
-def signed_sizes(signatures: Sequence[Signature], store: TrustStore, *, name: str) -> set[int]:
+def signed_sizes(signatures: Sequence[Block], store: TrustStore, *, name: str) -> set[int]:
     """The sizes that trusted, non-revoked keys signed for the file ``name`` (global signatures checked)."""
     signed: set[int] = set()
     for sig in signatures:
         key = store.find(sig.key_id)
-        if key is None or store.is_revoked(key) or sig.algorithm != SIG_ALG_HASHED:
+        if key is None or store.is_revoked(key) or SCHEME.refusal(sig) is not None:
             continue
         try:
-            verify_trusted_comment(sig, key)
+            SCHEME.verify(sig, key, file_blake2b=None)
             st = Statement.from_comment(sig.trusted_comment)
         except SignatureError:
             continue  # judged (and reported, or refused) by evaluate()

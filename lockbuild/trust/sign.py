@@ -21,10 +21,9 @@ from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_ma
 from lockbuild.bundle.zstdframe import TIP, Hashing
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.minisign import SecretKey, Signature, sign_prehashed
-from lockbuild.minisign.sigfile import MAX_SIGNATURES
 from lockbuild.progress import Progress
 from lockbuild.trust.policy import Evaluation, FileDigests, evaluate
+from lockbuild.trust.scheme import SCHEME, Block, SigningKey
 from lockbuild.trust.source import digest_signed_file, read_signatures, signature_path
 from lockbuild.trust.statement import Statement
 from lockbuild.trust.truststore import TrustStore
@@ -34,20 +33,20 @@ BOOT = "import sys; sys.path.extend(sys.argv[1:]); from lockbuild.trust.signproc
 SIGN_TIMEOUT = 600  # the signing process: scrypt, a typed passphrase, one ED block per bundle
 
 
-def sign_statement(key: SecretKey, statement: Statement, file_blake2b: bytes) -> str:
-    """One minisign ED block over the file with BLAKE2b-512 ``file_blake2b``, carrying ``statement``.
+def sign_statement(key: SigningKey, statement: Statement, file_blake2b: bytes) -> str:
+    """One block over the file with BLAKE2b-512 ``file_blake2b``, carrying ``statement``.
     ``file_blake2b`` is ``FileDigests.prehash``."""
     return InMemorySigner(key).sign([(file_blake2b, statement.to_comment())]).blocks[0]
 
 
 def carry_over(
-    existing: Sequence[Signature], statement: Statement, signer: bytes
-) -> tuple[tuple[Signature, ...], tuple[Signature, ...]]:
+    existing: Sequence[Block], statement: Statement, signer: bytes
+) -> tuple[tuple[Block, ...], tuple[Block, ...]]:
     """(kept, dropped): of the other signers' blocks already beside a rebuilt bundle, those whose statement
     says exactly what the new one says (so the bundle is byte-identical: same sha256, size and manifest)
     are kept; the others would describe another file and are dropped. ``signer``'s own block is replaced."""
-    kept: list[Signature] = []
-    dropped: list[Signature] = []
+    kept: list[Block] = []
+    dropped: list[Block] = []
     for sig in existing:
         if sig.key_id == signer:
             continue
@@ -81,10 +80,10 @@ class SignResult:
         }
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, data: bytes) -> None:
     tmp = fsio.temp_beside(path)
     try:
-        fsio.write_new(tmp, text.encode("utf-8"), sync=True)
+        fsio.write_new(tmp, data, sync=True)
         tmp.replace(path)
     except OSError as exc:
         raise SignatureError(
@@ -94,22 +93,23 @@ def _write_atomically(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_with_block(sig_path: Path, existing: Sequence[Signature], key_id: bytes, block: str) -> bool:
+def write_with_block(sig_path: Path, existing: Sequence[Block], key_id: bytes, block: str) -> bool:
     """Write ``sig_path`` with ``block`` in place of ``key_id``'s earlier block (or added after the others),
     atomically, and only within what every reader accepts; True when a block was replaced."""
+    new = SCHEME.parse(block.encode("utf-8"), source="the new signature")
     replaced = any(s.key_id == key_id for s in existing)
-    blocks = [block if s.key_id == key_id else s.to_text() for s in existing]
+    blocks = [b for s in existing for b in (new if s.key_id == key_id else (s,))]
     if not replaced:
-        blocks.append(block)
-    text = "".join(blocks)
-    if len(blocks) > MAX_SIGNATURES or len(text.encode()) > DEFAULT_LIMITS.max_signature_file:
+        blocks.extend(new)
+    data = SCHEME.join(blocks)
+    if len(blocks) > SCHEME.max_blocks or len(data) > DEFAULT_LIMITS.max_signature_file:
         raise SignatureError(
-            f"{sig_path} would hold {len(blocks)} signature blocks ({len(text.encode())} bytes); every reader "
-            f"refuses more than {MAX_SIGNATURES} blocks or {DEFAULT_LIMITS.max_signature_file} bytes, so this "
+            f"{sig_path} would hold {len(blocks)} signature blocks ({len(data)} bytes); every reader "
+            f"refuses more than {SCHEME.max_blocks} blocks or {DEFAULT_LIMITS.max_signature_file} bytes, so this "
             "signature would make the file unverifiable everywhere; nothing was written.",
             tip="Remove the blocks of signers the sites do not trust from the .minisig, then sign again.",
         )
-    _write_atomically(sig_path, text)
+    _write_atomically(sig_path, data)
     return replaced
 
 
@@ -170,7 +170,7 @@ def read_member_unverified(bundle: Path, member: str, work: Path) -> tuple[Manif
 
 
 def judge_existing(
-    existing: Sequence[Signature],
+    existing: Sequence[Block],
     store: TrustStore | None,
     *,
     name: str,
@@ -196,7 +196,7 @@ def sign_bundle(
 ) -> SignResult:
     """Check the bundle in full, then add (or renew) ``signer``'s signature in ``BUNDLE.minisig``."""
     sig_path = signature_path(bundle)
-    existing: tuple[Signature, ...] = ()
+    existing: tuple[Block, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
         existing = read_signatures(sig_path)
     digests = digest_signed_file(bundle)
@@ -272,11 +272,11 @@ class InMemorySigner:
     """A secret key already in this process's memory: the self-test's throw-away key, and tests. A user's key file is
     never read this way (:class:`KeyFileSigner`)."""
 
-    key: SecretKey
+    key: SigningKey
 
     def sign(self, items: Sequence[tuple[bytes, str]]) -> SignedBlocks:
-        untrusted = f"lockbuild signature {self.key.key_id_hex}"
-        blocks = tuple(sign_prehashed(self.key, b, c, untrusted_comment=untrusted) for b, c in items)
+        note = f"lockbuild signature {self.key.key_id_hex}"
+        blocks = tuple(SCHEME.sign(self.key, b, c, note=note) for b, c in items)
         return SignedBlocks(self.key.key_id, self.key.key_id_hex, self.key.public_key().to_text(), blocks)
 
 

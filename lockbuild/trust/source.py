@@ -28,14 +28,11 @@ from lockbuild.digest import digest_exactly
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.fsio import open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
-from lockbuild.minisign import Signature, parse_signatures
 from lockbuild.trust.policy import FileDigests
+from lockbuild.trust.scheme import SCHEME, Block
+from lockbuild.trust.scheme import signature_path as signature_path
 
 TIP_AGAIN = "Fetch the bundle again from its publisher (or import or pull it again), then retry."
-
-
-def signature_path(bundle: Path) -> Path:
-    return bundle.with_name(bundle.name + ".minisig")
 
 
 class SizeCheck(Protocol):
@@ -64,7 +61,8 @@ class Signed(Protocol):
         ...
 
     def signature_blocks(self, limits: Limits) -> bytes:
-        """The ``.minisig`` blocks, bounded by ``limits.max_signature_file``."""
+        """The signature file's bytes (``.minisig``), bounded by ``limits.max_signature_file``; the scheme
+        (``trust/scheme.py``) parses them."""
         ...
 
     def file_digests(self, check: SizeCheck, limits: Limits) -> FileDigests | None:
@@ -182,7 +180,7 @@ class _TarMembers:
         self.f.close()
 
 
-def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signature, ...]:
+def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Block, ...]:
     """The blocks of a ``.minisig`` (a regular file of at most ``limits.max_signature_file`` bytes)."""
     try:
         raw = read_regular(path, what="signature file", max_size=limits.max_signature_file, error=SignatureError)
@@ -191,7 +189,7 @@ def read_signatures(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Signat
             f"no signature file {path}; expected the bundle's .minisig beside it.",
             tip="Copy the .lbz.minisig that was published with the bundle next to it.",
         ) from None
-    return parse_signatures(raw, source=str(path), max_bytes=limits.max_signature_file)
+    return SCHEME.parse(raw, source=str(path), max_bytes=limits.max_signature_file)
 
 
 def digest_signed_file(

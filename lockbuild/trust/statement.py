@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.digest import is_sha256
 from lockbuild.errors import SignatureError
-from lockbuild.minisign.encoding import MAX_TRUSTED_COMMENT_BYTES, check_comment, show
+from lockbuild.text import show
 from lockbuild.times import iso, parse_time
+from lockbuild.trust.scheme import SCHEME
 
 TAG = "lockbuild"
 _FIELD_KEY_RE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -42,7 +43,7 @@ def format_trusted_comment(fields: Mapping[str, str]) -> str:
             raise ValueError(f"trusted comment field names must match [A-Za-z0-9_.-]+, found {key!r}")
         parts.append(f"{key}={urllib.parse.quote(value, safe='')}")
     text = " ".join(parts)
-    check_comment(text, what="trusted comment", max_bytes=MAX_TRUSTED_COMMENT_BYTES)
+    SCHEME.check_statement(text)
     return text
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockbuild.errors import PolicyError, SignatureError
-from lockbuild.minisign import PublicKey, parse_key_id, parse_public_key
 from lockbuild.text import closest
 from lockbuild.times import iso, parse_time
+from lockbuild.trust.scheme import SCHEME, Identity
 
 POLICY_FILE = "policy.toml"
 REVOKED_FILE = "revoked.txt"
@@ -40,19 +40,19 @@ class Policy:
 class TrustStore:
     """The public keys an installer trusts (each raw key once), the keys it revoked, and its policy."""
 
-    keys: tuple[PublicKey, ...]
+    keys: tuple[Identity, ...]
     revoked: frozenset[bytes]  # key ids named in revoked.txt (as written)
     source: str
     revoked_keys: frozenset[bytes] = frozenset()  # raw keys: what a revocation really covers
     policy: Policy = Policy()
 
-    def find(self, key_id: bytes) -> PublicKey | None:
+    def find(self, key_id: bytes) -> Identity | None:
         for key in self.keys:
             if key.key_id == key_id:
                 return key
         return None
 
-    def is_revoked(self, key: PublicKey) -> bool:
+    def is_revoked(self, key: Identity) -> bool:
         return key.raw in self.revoked_keys or key.key_id in self.revoked
 
 
@@ -128,28 +128,9 @@ def parse_revocations(text: str, *, source: str = REVOKED_FILE) -> tuple[frozens
         line = raw_line.split("#", 1)[0].strip()
         if not line:
             continue
-        where = f"{source} line {number}"
-        if len(line) > 16 and line.startswith("RW"):
-            raws.add(parse_public_key(line, source=where).raw)
-        else:
-            ids.add(parse_key_id(line, source=where))
+        kind, value = SCHEME.parse_revocation(line, source=f"{source} line {number}")
+        (raws if kind == "key" else ids).add(value)
     return frozenset(ids), frozenset(raws)
-
-
-def is_secret_key(text: str) -> bool:
-    """Whether a file put in a trust directory as a ``.pub`` is a minisign secret key (its key line decodes
-    to the 158-byte secret key structure): the error must say to remove it, not that its length is wrong."""
-    import base64
-    import binascii
-
-    from lockbuild.minisign.encoding import SECRET_KEY_STRUCT_LEN
-
-    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("untrusted comment:")]
-    try:
-        data = base64.b64decode(lines[0], validate=True) if len(lines) == 1 else b""
-    except (binascii.Error, ValueError):
-        return False
-    return len(data) == SECRET_KEY_STRUCT_LEN and data[:2] == b"Ed"
 
 
 def secret_key_error(path: str) -> SignatureError:
@@ -161,7 +142,7 @@ def secret_key_error(path: str) -> SignatureError:
 
 
 def build_store(
-    keys: Sequence[tuple[str, PublicKey]], *, source: str, revoked: str = "", policy: str | None = None
+    keys: Sequence[tuple[str, Identity]], *, source: str, revoked: str = "", policy: str | None = None
 ) -> TrustStore:
     """A store from (file name, key) pairs and the texts of revoked.txt and policy.toml (None: absent)."""
     tip = (
@@ -174,8 +155,8 @@ def build_store(
             tip=f"Put the publishers' minisign .pub files in {source}.",
         )
     by_raw: dict[bytes, str] = {}
-    by_id: dict[bytes, tuple[str, PublicKey]] = {}
-    kept: list[PublicKey] = []
+    by_id: dict[bytes, tuple[str, Identity]] = {}
+    kept: list[Identity] = []
     for name, key in keys:
         if key.raw in by_raw:
             raise SignatureError(

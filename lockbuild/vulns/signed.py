@@ -22,7 +22,7 @@ from lockbuild.fsio import read_regular
 from lockbuild.jsonio import JSON
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.times import iso
-from lockbuild.trust.opener import decide
+from lockbuild.trust.opener import counted_blocks, decide
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import SizeCheck, digest_signed_file, signature_path
 from lockbuild.trust.statement import Statement
@@ -120,9 +120,8 @@ def signed_report(path: Path, name: str, store: TrustStore, bundle_sha256: str) 
     report = read_report(d.subject_bytes, where=f"the report {path.name}")
     if report.bundle_sha256 != bundle_sha256 or report.queried != d.statement.queried:
         raise SignatureError(f"the report {path.name} says another bundle or query time than its signature.")
-    counted = {v.index for v in d.evaluation.verdicts if v.counts}  # what a store keeps, as for a bundle
-    kept = "".join(b.to_text() for i, b in enumerate(d.blocks, 1) if i in counted).encode("utf-8")
-    return CheckedReport(report, d.subject_bytes, kept)
+    # what a store keeps: the blocks that counted, as for a bundle
+    return CheckedReport(report, d.subject_bytes, counted_blocks(d.evaluation, d.blocks))
 
 
 def glance(path: Path | None) -> dict[str, JSON] | None:

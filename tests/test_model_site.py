@@ -82,8 +82,9 @@ def test_two_revisions_keep_each_shared_file_once_and_list_one_row_per_commit(
     for commit in (COMMIT, NEW_COMMIT):
         row = rows[f"tiny-llama/{commit}-hf"]
         assert row["commit"] == commit and row["repo"] == REPO and row["kind"] == "model" and row["complete"]
-    engine_row = rows["toyengine/1.0-cpu"]  # an engine's row is as it was: no model fields
+    engine_row = rows["toyengine/1.0-cpu"]  # an engine's row: no model fields (its vulnerability report's counts)
     assert set(engine_row) == {
+        "vulnerabilities",
         "build",
         "engine",
         "version",

@@ -132,6 +132,9 @@ ZIP_READERS_ALLOWED = {
     "lockbuild/install/archives.py": "a release asset's .zip, unpacked whole; its errors are wheelfile.READ_ERRORS",
     "lockbuild/sdist/buildreqs.py": "an sdist's .zip (pyproject.toml); its errors are wheelfile.READ_ERRORS",
     "lockbuild/builder/selfwheel.py": "lockbuild's own wheel, made in memory by the same module",
+    "lockbuild/gpu/sharedobjects.py": "a wheel's .so members streamed to the fatbin reader; every read failure is "
+    "its BinaryError naming the wheel",
+    "lockbuild/vulns/database.py": "osv.dev's database zip (not a wheel), bounded; every failure is a database error",
 }
 
 

@@ -187,16 +187,19 @@ def post_json(client: httpx.Client, url: str, payload: Any, *, what: str, limit:
     """POST ``payload`` as JSON and read the JSON answer, bounded like :func:`get_json`; no redirect is
     followed (a query is sent to the address named, and only there)."""
     try:
-        with client.stream("POST", url, json=payload) as resp:
+        with client.stream("POST", url, json=payload, headers=RAW_BODY) as resp:
             if resp.status_code != 200:
                 raise RemoteError(
                     f"{what}: {public(url)} answered HTTP {resp.status_code}; expected 200.",
                     tip="Check the address, and that the server is reachable from this machine.",
                 )
+            encoded = encoding_problem(resp.headers)
+            if encoded is not None:
+                raise RemoteError(f"{what}: {public(url)}: {encoded}.", tip=ENCODING_TIP)
             body = _read_bounded(resp, limit, what=what, url=public(url))
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise RemoteError(
-            f"{what}: cannot reach {public(url)}: {exc.__class__.__name__}: {exc}", tip=transport_tip(exc)
+            f"{what}: cannot reach {public(url)}: {failure(exc, secrets_of(client))}", tip=transport_tip(exc)
         ) from None
     try:
         return json.loads(body)

@@ -186,7 +186,7 @@ def cuda_of(versions: Mapping[str, str], cudart: Iterable[str]) -> str | None:
             return release
     found = []
     for v in cudart:
-        release = cuda_release(v) or (cuda_release(f"{v}.0") if v.isdigit() else None)
+        release = cuda_release(v) or (cuda_release(f"{v}.0") if v.isascii() and v.isdigit() else None)
         if release is not None:
             found.append(tuple(int(x) for x in release.split(".")))
     return "{}.{}".format(*max(found)) if found else None

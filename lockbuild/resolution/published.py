@@ -4,11 +4,11 @@ which packages do and where)."""
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
+from lockbuild import wheelfile
 from lockbuild.bundle.firstuse import KNOWN, published_digests
 from lockbuild.errors import RecipeError
 from lockbuild.limits import MiB
@@ -28,7 +28,7 @@ def check_published(
         wheel = next((f for f in files if f.name == known.package and f.filename.endswith(".whl")), None)
         if wheel is None:
             continue
-        with open_file(wheel) as raw, zipfile.ZipFile(raw) as z:
+        with open_file(wheel) as raw, wheelfile.opened(raw, wheel.filename, error=RecipeError) as z:
             try:
                 info = z.getinfo(known.digests_in)
             except KeyError:

@@ -20,7 +20,7 @@ def _boom(*_a: object, **_k: object) -> None:
 def broken(monkeypatch: pytest.MonkeyPatch) -> None:
     import lockbuild.trust as trust
 
-    monkeypatch.setattr(trust, "load_store", _boom)  # any command that opens a trust store meets a defect
+    monkeypatch.setattr(trust, "load_trust_store", _boom)  # any command that opens a trust store meets a defect
 
 
 def test_an_unexpected_exception_under_json_is_a_json_object(broken: None, tmp_path: Path) -> None:

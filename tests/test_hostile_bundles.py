@@ -54,7 +54,7 @@ from lockbuild.errors import InstallError, IntegrityError, LockbuildError
 from lockbuild.install import archives
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.minisign import read_secret_key, write_keypair
-from lockbuild.trust import Statement, digest_signed_file, load_store, open_bundle, sign_statement, signature_path
+from lockbuild.trust import Statement, digest_signed_file, load_trust_store, open_bundle, sign_statement, signature_path
 from lockbuild.trust.sign import read_unverified
 
 NAME = "toyengine-1.0-cpu-x86_64-manylinux_2_28.lbz"
@@ -727,7 +727,7 @@ def test_bundle_swapped_after_its_signature_was_checked(
     signed manifest-sha256) and every member (name, order, size, sha256 against that manifest), is
     checked as it is read, so any change to what the bundle carries is refused."""
     bundle, trust = signed_bundle(tmp_path, good_bundle())
-    trusted = open_bundle(bundle, load_store(trust))
+    trusted = open_bundle(bundle, load_trust_store(trust))
     write(tmp_path / "other.lbz", swapped_in()).replace(bundle)
     dest = tmp_path / "dest"
     with pytest.raises(IntegrityError, match=match):
@@ -738,7 +738,7 @@ def test_a_swapped_file_that_carries_the_same_contents_is_the_signed_bundle(tmp_
     """Other compressed bytes (another zstd level, the content size in the frame header) for the same manifest and
     members: the node uses exactly the signed manifest and members, so this is what was signed."""
     bundle, trust = signed_bundle(tmp_path, good_bundle())
-    trusted = open_bundle(bundle, load_store(trust))
+    trusted = open_bundle(bundle, load_trust_store(trust))
     other = zstandard.ZstdCompressor(level=19, write_checksum=True).compress(bundle_tar())
     assert other != bundle.read_bytes()
     write(tmp_path / "other.lbz", other).replace(bundle)

@@ -176,13 +176,13 @@ def test_a_trust_directory_another_user_could_write_is_refused(
     anything. Checked on the opened directory's descriptor (so a link to it is judged by what it points
     to) and on each opened file: refused, fail closed."""
     from lockbuild.errors import SignatureError
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
 
     which, change = TRUST_ATTACKS[attack]
     if change in ("owner", "link", "hard link") and os.geteuid() != 0:
         pytest.skip("changing a file's owner needs root")
     trust = trust_dir(tmp_path, people["alice"], policy="threshold = 1\n", revoked="")
-    assert load_store(trust).policy.threshold == 1
+    assert load_trust_store(trust).policy.threshold == 1
     target = {
         "dir": trust,
         "pub": trust / people["alice"].pub.name,
@@ -204,19 +204,19 @@ def test_a_trust_directory_another_user_could_write_is_refused(
     else:
         target.chmod(target.stat().st_mode | (0o002 if change == "o+w" else 0o020))
     with pytest.raises(SignatureError, match=r"refused .* (owned by uid 54321|writable by its group or by others)"):
-        load_store(named)
+        load_trust_store(named)
 
 
 def test_a_trust_directory_owned_by_root_or_this_user_and_read_only_to_others_is_accepted(
     tmp_path: Path, people: dict[str, Signer]
 ) -> None:
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
 
     trust = trust_dir(tmp_path, people["alice"], people["bob"], policy="threshold = 2\n")
     trust.chmod(0o755)
     link = tmp_path / "keys-link"
     link.symlink_to(trust)  # a link the administrator made to a directory they own is followed
-    assert load_store(link).policy.threshold == 2
+    assert load_trust_store(link).policy.threshold == 2
 
 
 # --- plain http: only this machine, named in a way no resolver sends to DNS ---------------------

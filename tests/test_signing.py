@@ -36,7 +36,7 @@ from lockbuild.minisign import (
     write_keypair,
 )
 from lockbuild.trust import FileDigests, Statement, TrustStore, evaluate, format_trusted_comment, parse_trusted_comment
-from lockbuild.trust import load_store as load_trust_dir
+from lockbuild.trust import load_trust_store as load_trust_dir
 
 MINISIGN = shutil.which("minisign")
 needs_minisign = pytest.mark.skipif(

@@ -36,7 +36,7 @@ from lockbuild.trust import (
     digest_signed_file,
     evaluate,
     format_trusted_comment,
-    load_store,
+    load_trust_store,
     open_bundle,
     parse_policy,
     read_signatures,
@@ -105,7 +105,7 @@ def trust_dir(base: Path, *keys: Signer, policy: str | None = None, revoked: str
 
 
 def verify(bundle: Path, trust: Path, *, now: dt.datetime = NOW, threshold: int | None = None) -> TrustedBundle:
-    return open_bundle(bundle, load_store(trust), threshold=threshold, now=now)
+    return open_bundle(bundle, load_trust_store(trust), threshold=threshold, now=now)
 
 
 def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) -> None:
@@ -134,14 +134,14 @@ def test_empty_trust_dir_fails_closed(tmp_path: Path, signers: dict[str, Signer]
 
 def test_missing_trust_dir_fails_closed(tmp_path: Path) -> None:
     with pytest.raises(SignatureError, match="does not exist"):
-        load_store(tmp_path / "nowhere")
+        load_trust_store(tmp_path / "nowhere")
 
 
 def test_malformed_key_in_the_trust_dir_fails_closed(tmp_path: Path, signers: dict[str, Signer]) -> None:
     trust = trust_dir(tmp_path, signers["alice"])
     (trust / "broken.pub").write_text("untrusted comment: x\nnot base64\n")
     with pytest.raises(SignatureError, match="malformed public key in trust directory"):
-        load_store(trust)
+        load_trust_store(trust)
 
 
 @pytest.mark.parametrize(
@@ -159,7 +159,7 @@ def test_malformed_key_in_the_trust_dir_fails_closed(tmp_path: Path, signers: di
 def test_malformed_policy_fails_closed(tmp_path: Path, signers: dict[str, Signer], policy: str, why: str) -> None:
     trust = trust_dir(tmp_path, signers["alice"], policy=policy)
     with pytest.raises(SignatureError, match=why) as exc:
-        load_store(trust)
+        load_trust_store(trust)
     assert exc.value.tip and "policy.toml takes" in exc.value.tip
 
 
@@ -230,7 +230,7 @@ def test_revoking_one_of_two_keys_leaves_the_other(tmp_path: Path, signers: dict
 def test_malformed_revocation_list_fails_closed(tmp_path: Path, signers: dict[str, Signer]) -> None:
     trust = trust_dir(tmp_path, signers["alice"], revoked="not-a-key-id\n")
     with pytest.raises(SignatureError, match=r"revoked\.txt line 1"):
-        load_store(trust)
+        load_trust_store(trust)
 
 
 # --- dates ----------------------------------------------------------------------------------------
@@ -422,7 +422,7 @@ def test_a_statement_for_this_file_with_other_digests_does_not_verify(
     with pytest.raises(SignatureError, match="does not verify") as exc:
         verify(bundle, trust)
     assert why in exc.value.message and "altered" in (exc.value.tip or ""), exc.value
-    store = load_store(trust)
+    store = load_trust_store(trust)
     blocks = read_signatures(signature_path(bundle))
     with pytest.raises(SignatureError, match="does not verify"):  # the same with the prehash known
         evaluate(blocks, store, name=bundle.name, now=NOW, file=digest_signed_file(bundle, prehash=True))
@@ -461,7 +461,7 @@ def test_a_signature_block_alone_proves_the_manifest(tmp_path: Path, signers: di
     sign(bundle, m, signers["alice"])
     blocks = parse_signatures(signature_path(bundle).read_bytes())
     bundle.unlink()
-    store = load_store(trust_dir(tmp_path, signers["alice"]))
+    store = load_trust_store(trust_dir(tmp_path, signers["alice"]))
     statement = evaluate(blocks, store, name=None, now=NOW).require()
     assert signed_manifest(statement, m.to_toml()) == m
     assert statement.manifest_sha256 == hashlib.sha256(m.to_toml()).hexdigest()
@@ -535,11 +535,11 @@ def test_the_same_key_twice_in_the_trust_dir_is_refused(tmp_path: Path, signers:
     trust = trust_dir(tmp_path / "a", signers["alice"])
     (trust / "copy.pub").write_text(alice.to_text())
     with pytest.raises(SignatureError, match="holds the same public key as"):
-        load_store(trust)
+        load_trust_store(trust)
     trust = trust_dir(tmp_path / "b", signers["alice"])
     (trust / "other-id.pub").write_text(PublicKey(b"\x01" * 8, alice.raw).to_text())
     with pytest.raises(SignatureError, match="a signer is its key, whatever its key id"):
-        load_store(trust)
+        load_trust_store(trust)
 
 
 def test_revoking_a_key_by_its_public_key_covers_it_under_any_id(tmp_path: Path, signers: dict[str, Signer]) -> None:
@@ -558,7 +558,7 @@ def test_revoking_a_key_by_its_public_key_covers_it_under_any_id(tmp_path: Path,
 def test_a_policy_that_cannot_be_read_fails_closed(tmp_path: Path, signers: dict[str, Signer], kind: str) -> None:
     """Only a truly absent policy.toml means the defaults."""
     trust = trust_dir(tmp_path, signers["alice"])
-    assert load_store(trust).policy == Policy()
+    assert load_trust_store(trust).policy == Policy()
     target = trust / POLICY_FILE
     if kind == "dangling-symlink":
         target.symlink_to(tmp_path / "nowhere.toml")
@@ -570,7 +570,7 @@ def test_a_policy_that_cannot_be_read_fails_closed(tmp_path: Path, signers: dict
     else:
         os.mkfifo(target)
     with pytest.raises(SignatureError, match="the trust store fails closed"):
-        load_store(trust)
+        load_trust_store(trust)
 
 
 def test_policy_errors_show_what_was_written_not_python(tmp_path: Path) -> None:
@@ -588,7 +588,7 @@ def test_the_bundle_must_be_a_bounded_regular_file(tmp_path: Path, signers: dict
 
     bundle, m = make_bundle(tmp_path / "real")
     sign(bundle, m, signers["alice"])
-    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    trust = load_trust_store(trust_dir(tmp_path, signers["alice"]))
     target = tmp_path / "dist" / bundle.name
     target.parent.mkdir()
     shutil.copyfile(signature_path(bundle), signature_path(target))
@@ -614,7 +614,7 @@ def test_the_signature_file_must_be_a_bounded_regular_file(tmp_path: Path, signe
     from lockbuild.limits import Limits
 
     bundle, m = make_bundle(tmp_path / "dist")
-    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    trust = load_trust_store(trust_dir(tmp_path, signers["alice"]))
     os.mkfifo(signature_path(bundle))
     with pytest.raises(SignatureError, match="is a FIFO"):
         open_bundle(bundle, trust, now=NOW)
@@ -643,7 +643,7 @@ def test_sign_checks_the_bundle_and_the_existing_signatures(tmp_path: Path, sign
 
     bundle, m = make_bundle(tmp_path / "dist", payload=os.urandom(50_000))
     sign(bundle, m, signers["alice"])
-    store = load_store(trust_dir(tmp_path, signers["alice"], signers["bob"]))
+    store = load_trust_store(trust_dir(tmp_path, signers["alice"], signers["bob"]))
     res = sign_bundle(bundle, InMemorySigner(signers["bob"].key), store=store, now=NOW)
     assert res.to_json()["existing"]["signatures"][0]["counts"] and not res.replaced
     assert len(verify(bundle, tmp_path / "trust", threshold=2).signers) == 2

@@ -23,7 +23,7 @@ from lockbuild.trust import (
     Statement,
     digest_signed_file,
     evaluate,
-    load_store,
+    load_trust_store,
     open_source,
     sign_statement,
     signature_path,
@@ -245,7 +245,7 @@ def test_a_store_name_holding_another_signed_build_is_refused(
         (builds / "1.0-cpu" / name).chmod(0o644)
         (builds / "1.0-cpu" / name).write_bytes((builds / "1.1-cpu" / name).read_bytes())
     with Store(store_dir) as store, pytest.raises(IntegrityError, match=r"another build \(toyengine/1.1-cpu\)"):
-        open_source(StoreBuild(store, "toyengine/1.0-cpu"), load_store(signer.trust))
+        open_source(StoreBuild(store, "toyengine/1.0-cpu"), load_trust_store(signer.trust))
     r = cli("install", "toyengine/1.0-cpu", "--store", store_dir, "--trust", signer.trust, "--root", tmp_path / "r")
     assert r.exit_code == 4 and "holds the signed manifest of another build" in r.output
     assert not (tmp_path / "r" / "toyengine" / "1.0-cpu").exists()
@@ -321,7 +321,7 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(
         read_secret_key(other.secret, lambda: ""), odd, d.blake2b
     )
     signature_path(bundle).write_text(blocks)
-    store = load_store(trust)
+    store = load_trust_store(trust)
     with pytest.raises(SignatureError, match="signs other facts than the counted signatures"):
         open_source(BundleFile(bundle), store, threshold=2)
     from lockbuild.minisign import parse_signatures

@@ -12,7 +12,7 @@ from test_trust import signers as signers  # the fixture: alice, bob and mallory
 
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import Limits
-from lockbuild.trust import load_store, open_bundle, read_signatures, signature_path
+from lockbuild.trust import load_trust_store, open_bundle, read_signatures, signature_path
 
 
 def test_a_bundle_over_max_bundle_is_refused_by_its_size_before_it_is_read(
@@ -22,7 +22,7 @@ def test_a_bundle_over_max_bundle_is_refused_by_its_size_before_it_is_read(
     its size, not hashed and then refused as altered."""
     bundle, m = make_bundle(tmp_path / "dist")
     sign(bundle, m, signers["alice"])
-    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    trust = load_trust_store(trust_dir(tmp_path, signers["alice"]))
     size = bundle.stat().st_size
     assert size < m.unpacked_size  # so the limit below is the file's own bound, not the unpacked size's
     assert open_bundle(bundle, trust, now=NOW, limits=Limits(max_bundle=m.unpacked_size)).manifest == m
@@ -40,7 +40,7 @@ def test_a_signature_file_over_its_bound_is_refused_by_its_size_naming_it(
 ) -> None:
     bundle, m = make_bundle(tmp_path / "dist")
     sign(bundle, m, signers["alice"])
-    trust = load_store(trust_dir(tmp_path, signers["alice"]))
+    trust = load_trust_store(trust_dir(tmp_path, signers["alice"]))
     sig = signature_path(bundle)
     size = sig.stat().st_size
     with pytest.raises(SignatureError, match=rf"the signature file {sig} is {size} bytes: expected at most 100\."):

@@ -101,7 +101,7 @@ def audit(
     checked. Exit 0: nothing applies; 7: findings; 2: a bad database or VEX document; 3: signatures.
     """
     setup_output(ctx, as_json)
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
     from lockbuild.vulns.cdx import report_name
     from lockbuild.vulns.database import load_database
@@ -118,7 +118,7 @@ def audit(
         from lockbuild.site.sources import named_source, report_place
         from lockbuild.trust import open_source
 
-        trust = load_store(resolve_trust_dir(trust_dir))
+        trust = load_trust_store(resolve_trust_dir(trust_dir))
         with named_source(source, store=store_dir) as src:
             trusted = open_source(src, trust)
             name, sha256 = trusted.manifest.bundle_name, trusted.sha256

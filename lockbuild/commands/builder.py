@@ -395,9 +395,9 @@ def _self_test_before_signing(ctx: click.Context, written: list[UnsignedBundle])
 
 def _check_trusted(signed: Sequence[tuple[Plan, Packed]], trust_dir: Path) -> None:
     """``--trust`` with ``--self-test``: the new signatures must meet that trust directory's policy."""
-    from lockbuild.trust.opener import load_store, open_bundle
+    from lockbuild.trust.opener import load_trust_store, open_bundle
 
-    store = load_store(trust_dir)
+    store = load_trust_store(trust_dir)
     for _, packed in signed:
         open_bundle(packed.bundle, store)
 

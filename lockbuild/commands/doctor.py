@@ -108,10 +108,10 @@ def _catalogue(directory: Path, trust: Path) -> tuple[list[CatalogueBuild], list
     if not bundles:
         return out, problems
     from lockbuild.site.sources import FolderOffers  # the folder's bundles, fed to the one trust decision
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
 
     try:
-        store = load_store(trust)
+        store = load_trust_store(trust)
     except LockbuildError as exc:
         problems.extend(f"{p.name}: not judged: {exc.message}" for p in bundles)
         return out, problems

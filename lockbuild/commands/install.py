@@ -144,12 +144,12 @@ def _install_chosen(
     from lockbuild.install.node import detect
     from lockbuild.site.sources import place_for
     from lockbuild.text import for_terminal
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     started = time.monotonic()
     node = detect(environ=os.environ)
-    trust = load_store(resolve_trust_dir(opts.trust_dir))
+    trust = load_trust_store(resolve_trust_dir(opts.trust_dir))
     with chosen(
         place_for(request),
         trust=trust,

@@ -23,12 +23,12 @@ def install_model_cli(
     """``install BUNDLE --models DIR``: a model bundle is placed in DIR's Hub cache; an engine bundle is
     installed under --root with HF_HUB_CACHE=DIR and HF_HUB_OFFLINE=1 among its runtime settings."""
     from lockbuild.hubcache.placing import place_model
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
     from lockbuild.trust.opener import open_source
 
     started = time.monotonic()
-    trusted = open_source(source, load_store(resolve_trust_dir(opts.trust_dir)), threshold=opts.threshold)
+    trusted = open_source(source, load_trust_store(resolve_trust_dir(opts.trust_dir)), threshold=opts.threshold)
     if trusted.manifest.model is None:
         result = installer.install_opened(trusted, started)
         verb = "installed" if result.status == "installed" else "already installed"
@@ -63,10 +63,10 @@ def verify_models_cli(
     """``verify --models DIR [ORG/NAME]``: exit 0 when every installed file matches its record, 4 naming
     the first that does not."""
     from lockbuild.hubcache.checking import installed, verify_model
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    store = load_store(resolve_trust_dir(trust_dir)) if trust_dir is not None else None
+    store = load_trust_store(resolve_trust_dir(trust_dir)) if trust_dir is not None else None
     checked = [verify_model(rec, store, threshold=threshold) for rec in installed(models_dir.absolute(), repo)]
     text = "\n".join(
         f"OK {c.repo} at {c.commit}: {c.files} files match the signed record"

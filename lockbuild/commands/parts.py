@@ -76,11 +76,16 @@ def delta_(
     delta in a store that holds BASE's members."""
     setup_output(ctx, as_json)
     from lockbuild.site.delta import write_delta
-    from lockbuild.trust import load_store
+    from lockbuild.trust import load_trust_store
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     done = write_delta(
-        new, base, out, trust=load_store(resolve_trust_dir(trust_dir)), threshold=threshold, progress=progress_of(ctx)
+        new,
+        base,
+        out,
+        trust=load_trust_store(resolve_trust_dir(trust_dir)),
+        threshold=threshold,
+        progress=progress_of(ctx),
     )
     size = done.path.stat().st_size
     data: dict[str, JSON] = {

@@ -59,9 +59,9 @@ def sign(
     """
     setup_output(ctx, as_json)
     from lockbuild.image.record import is_image
-    from lockbuild.trust import KeyFileSigner, load_store, sign_bundle
+    from lockbuild.trust import KeyFileSigner, load_trust_store, sign_bundle
 
-    store = load_store(trust_dir) if trust_dir is not None else None
+    store = load_trust_store(trust_dir) if trust_dir is not None else None
     if is_image(bundle):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
         from lockbuild.image.imagesign import sign_image
 

@@ -55,13 +55,13 @@ def verify(
         raise click.UsageError("expected BUNDLE (or --models DIR).")
     from lockbuild.image.record import is_image
     from lockbuild.site.sources import named_source
-    from lockbuild.trust import load_store, verify_source
+    from lockbuild.trust import load_trust_store, verify_source
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
     if store_dir is None and is_image(Path(bundle)):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
         from lockbuild.image.judge import verify_image
 
-        done = verify_image(Path(bundle), load_store(resolve_trust_dir(trust_dir)), threshold=threshold)
+        done = verify_image(Path(bundle), load_trust_store(resolve_trust_dir(trust_dir)), threshold=threshold)
         emit(
             ctx,
             done.to_json(),
@@ -70,7 +70,7 @@ def verify(
         )
         return
     with named_source(bundle, store=store_dir) as source:
-        store = load_store(resolve_trust_dir(trust_dir))
+        store = load_trust_store(resolve_trust_dir(trust_dir))
         res = verify_source(source, store, threshold=threshold, progress=progress_of(ctx))
     left = f"; {len(res.absent)} left to a store (pass --store to check them too)" if res.absent else ""
     checked = res.members - len(res.absent)

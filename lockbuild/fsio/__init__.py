@@ -12,7 +12,7 @@ once:
 - a directory is opened without following a link, and what is inside it is linked, renamed and
   deleted *relative to that descriptor* (``linkat``/``renameat``/``unlinkat``), never through a path
   built after a check (``fsio/trees.py``); a directory is fsynced after a rename into it;
-- a lock waits up to a deadline and then fails (``fsio/locks.py``);
+- a lock waits up to a deadline and then fails (``fsio/filelocks.py``);
 - a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
   root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule, in
   ``fsio/owners.py``); a program of the node's that lockbuild runs (the interpreter) follows that rule as
@@ -41,7 +41,7 @@ from lockbuild.fsio.creating import (
     write_new,
     write_replacing,
 )
-from lockbuild.fsio.locks import busy_error, flock_by, flocked, open_lockfile
+from lockbuild.fsio.filelocks import busy_error, flock_by, flocked, open_lockfile
 from lockbuild.fsio.opening import (
     DIR_FLAGS,
     FILE_FLAGS,

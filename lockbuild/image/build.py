@@ -41,7 +41,7 @@ from lockbuild.install.pythons import PYTHONS, check_usable_by_others, place_int
 from lockbuild.install.stage import View
 from lockbuild.install.tools import find_python
 from lockbuild.progress import Progress, written_of
-from lockbuild.trust import TrustedBundle, digest_signed_file, load_store, open_source, trust_dir
+from lockbuild.trust import TrustedBundle, digest_signed_file, load_trust_store, open_source, trust_dir
 from lockbuild.trust.source import Source
 
 COMPRESSION = ("-comp", "zstd", "-Xcompression-level", "15", "-b", "1M")
@@ -104,7 +104,7 @@ def make_image(
     out, tool = check_out(out), mksquashfs()
     view.check_prefix(prefix, [out.parent])
     p.phase(f"checking the signatures of {Path(source.label).name}")
-    trusted = open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold)
+    trusted = open_source(source, load_trust_store(trust_dir(options.trust_dir)), threshold=options.threshold)
     node = node or detect(environ=options.environ)
     m = trusted.manifest
     pending = None

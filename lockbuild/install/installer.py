@@ -37,7 +37,7 @@ from lockbuild.install.swap import STAGING_SUFFIX, clean_stale, engine_lock, swa
 from lockbuild.install.tools import locate_python
 from lockbuild.interpreter import executable
 from lockbuild.progress import Progress
-from lockbuild.trust import TrustedBundle, load_store, open_source, trust_dir
+from lockbuild.trust import TrustedBundle, load_trust_store, open_source, trust_dir
 from lockbuild.trust.source import BundleFile, Source
 
 VERIFY_TIMEOUT = 600.0
@@ -123,7 +123,7 @@ class Installer:
             # the node's facts (nvidia-smi can take a second) are gathered while the bundle is hashed
             facts = pool.submit(detect, environ=self.o.environ) if self.node is None else None
             self.progress.phase(f"checking the signatures of {Path(source.label).name}")
-            trusted = open_source(source, load_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
+            trusted = open_source(source, load_trust_store(trust_dir(self.o.trust_dir)), threshold=self.o.threshold)
             node = facts.result() if facts is not None else self.node
         # the signed manifest, read only after the signature policy is met; extract checks every member against it
         return self.install_opened(trusted, started, node)

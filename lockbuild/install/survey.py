@@ -25,7 +25,7 @@ from lockbuild.install.pythons import base_of, shared_python
 from lockbuild.install.tools import python_version
 from lockbuild.text import one_line
 from lockbuild.times import iso
-from lockbuild.trust import TrustStore, load_store
+from lockbuild.trust import TrustStore, load_trust_store
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _interpreter(root: Path, env: Path) -> dict[str, Any]:
 
 def _trust_report(directory: Path) -> dict[str, Any]:
     try:
-        store: TrustStore = load_store(directory)
+        store: TrustStore = load_trust_store(directory)
     except LockbuildError as exc:
         return {"dir": str(directory), "ok": False, "error": exc.message, "keys": []}
     keys = [{"key_id": k.key_id_hex, "revoked": store.is_revoked(k)} for k in store.keys]
@@ -162,7 +162,7 @@ def self_install_report(path0: str | None = None) -> dict[str, Any]:
 def _store_report(store: Place, trust: Path, node: Node, root: Path) -> dict[str, Any]:
     """doctor --store: each engine and version in the store, and the build this node would take."""
     try:
-        entries = store_choices(store, trust=load_store(trust), node=node, root=root)
+        entries = store_choices(store, trust=load_trust_store(trust), node=node, root=root)
     except LockbuildError as exc:
         return {"path": str(store.path), "ok": False, "error": exc.message, "entries": []}
     return {"path": str(store.path), "ok": True, "entries": entries}

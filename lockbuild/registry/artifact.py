@@ -45,7 +45,7 @@ from lockbuild.registry import modelpack
 from lockbuild.registry.api import MAX_OCI_MANIFEST, OCI_MANIFEST, Registry, RegistryError, TransferCut
 from lockbuild.site.storage import Store
 from lockbuild.site.storemodel import StoreError
-from lockbuild.trust import load_store, open_source, trust_dir
+from lockbuild.trust import load_trust_store, open_source, trust_dir
 from lockbuild.trust.source import TIP_AGAIN, SizeCheck, Stream
 
 ARTIFACT_TYPE = "application/vnd.lockbuild.bundle.v1"
@@ -190,7 +190,7 @@ def pull(
     progress = progress or Progress.quiet()
     artifact = parse_artifact(registry.get_manifest(registry.ref.tag), str(registry.ref))
     # The one trust decision, from the signature blocks alone, before any member blob is requested.
-    trusted = open_source(RegistryArtifact(registry, artifact), load_store(trust_dir(trust)), threshold=threshold)
+    trusted = open_source(RegistryArtifact(registry, artifact), load_trust_store(trust_dir(trust)), threshold=threshold)
     manifest, manifest_bytes, ref = trusted.manifest, trusted.manifest_bytes, trusted.ref
     if ref in store.refs() and store.build_files(ref)[0] != manifest_bytes:
         raise IntegrityError(

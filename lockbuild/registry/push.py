@@ -30,7 +30,7 @@ from lockbuild.progress import Progress
 from lockbuild.registry import modelpack
 from lockbuild.registry.api import Registry
 from lockbuild.registry.artifact import BUNDLE, CONFIG_TYPE, MEMBER_TYPE, SIGNATURES, Moved, distinct, oci_manifest
-from lockbuild.trust import load_store, open_source, trust_dir
+from lockbuild.trust import load_trust_store, open_source, trust_dir
 from lockbuild.trust.source import Source
 
 DEFAULT_JOBS = 4
@@ -50,7 +50,7 @@ def push(
     the members the registry lacks (each checked against the signed manifest), the config and the OCI
     manifest. ``trust``: the trust directory (None: the default)."""
     progress = progress or Progress.quiet()
-    trusted = open_source(source, load_store(trust_dir(trust)), threshold=threshold)
+    trusted = open_source(source, load_trust_store(trust_dir(trust)), threshold=threshold)
     m = trusted.manifest
     members = distinct(m.members)
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="push") as pool:

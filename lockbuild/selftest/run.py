@@ -51,7 +51,7 @@ from lockbuild.progress import Progress
 from lockbuild.selftest import TIMEOUT, inner, seccomp, trace, workdir
 from lockbuild.selftest.report import Report, Step, judge
 from lockbuild.site.sources import DeltaFile, PartsFile, named_source
-from lockbuild.trust import load_store, open_source, trust_dir
+from lockbuild.trust import load_trust_store, open_source, trust_dir
 from lockbuild.trust.source import BundleFile, Source, signature_path
 
 NO_TRACER = "strace is not installed"
@@ -202,7 +202,9 @@ def _place_model(options: SelfTestOptions, models: Path) -> Path:
     from lockbuild.hubcache.placing import place_model
 
     with named_source(str(options.model)) as source:
-        place_model(open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold), models)
+        place_model(
+            open_source(source, load_trust_store(trust_dir(options.trust_dir)), threshold=options.threshold), models
+        )
     return models
 
 
@@ -233,7 +235,7 @@ def _source_binds(source: Source, store: Path | None) -> tuple[list[Bind], str, 
 
 def _self_test(source: Source, options: SelfTestOptions, p: Progress, store: Path | None) -> Report:
     p.phase(f"checking the signatures of {Path(source.label).name}")
-    trusted = open_source(source, load_store(trust_dir(options.trust_dir)), threshold=options.threshold)
+    trusted = open_source(source, load_trust_store(trust_dir(options.trust_dir)), threshold=options.threshold)
     m = trusted.manifest
     t = m.install
     build = f"{m.version}-{m.variant}"

@@ -22,7 +22,7 @@ from lockbuild.fsio import fd_path, open_dir, remove_at
 from lockbuild.progress import Progress
 from lockbuild.site.sources import DeltaFile, StoreBuild, named_source, report_place
 from lockbuild.site.storage import Store
-from lockbuild.trust import load_store, open_source
+from lockbuild.trust import load_trust_store, open_source
 from lockbuild.trust import trust_dir as default_trust_dir
 from lockbuild.vulns.cdx import report_name
 from lockbuild.vulns.signed import signed_report
@@ -59,7 +59,7 @@ def import_bundle(
             # to blobs/'. A tmp/ renamed away, or a link planted in its place, redirects nothing.
             work = fd_path(wfd)
             with named_source(bundle, store=store.root, work=work) as source:
-                trust = load_store(default_trust_dir(trust_dir))
+                trust = load_trust_store(default_trust_dir(trust_dir))
                 trusted = open_source(source, trust, threshold=threshold)
                 seen: set[str] = set()
 

@@ -1,6 +1,6 @@
 """The one opener: the trust directory read by descriptor, and the one trust decision.
 
-:func:`load_store` reads the trust directory (owned by this user or root, writable by no one else).
+:func:`load_trust_store` reads the trust directory (owned by this user or root, writable by no one else).
 :func:`open_source` makes the one decision for every source behind the port (``trust/source.py``: the
 adapters do the source's I/O, this module asks for it in order): the signature blocks, the signed file's
 size checked before a byte of it is hashed, its digests, the pure policy (``trust/policy.py``), the
@@ -88,7 +88,7 @@ def _read_in(dfd: int, directory: Path, name: str, what: str, limit: int) -> str
         raise SignatureError(f"{what} {path} is not UTF-8 text; the trust store fails closed.") from None
 
 
-def load_store(directory: Path) -> TrustStore:
+def load_trust_store(directory: Path) -> TrustStore:
     """Every ``*.pub`` in ``directory``, ``revoked.txt`` and ``policy.toml``; anything malformed fails closed.
     The directory is opened once and checked on its descriptor (owned by this user or root, writable by
     no one else); its files are opened relative to it, never through a link."""

@@ -56,8 +56,9 @@ class Cache:
     """The cache under ROOT: sha256/AB/ABCD… (the entries), git-sha1/AB/ABCD… (files known only by their
     git blob id, keyed ``git-sha1:ID``), metadata/AB/ABCD… (a wheel entry's METADATA: ``keep_metadata``),
     tmp/*.part (transfers in progress, never read as entries), gpu/ (kept GPU readings: ``kernelcache.py``),
-    uv/ (uv's own cache) and resolutions/ (uv's answers by their inputs: ``memo.py``). Only ``commit`` puts a file under sha256/, after the
-    fetcher has checked it, and ``lookup`` re-hashes an entry before handing it out."""
+    uv/ (uv's own cache) and resolutions/ (uv's answers by their inputs: ``memo.py``). Only ``commit``
+    puts a file under sha256/, after the fetcher has checked it, and ``lookup`` re-hashes an entry before
+    handing it out."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -76,8 +77,8 @@ class Cache:
 
     def check_owner(self) -> None:
         """Create the cache (mode 0700) if missing; refuse one that another user could write to: a root (or
-        one of its directories) that is a symlink, owned by another user or
-        writable by group or others, since whoever can write there chooses what uv and the bundle read."""
+        one of its directories) that is a symlink, owned by another user or writable by group or others,
+        since whoever can write there chooses what uv and the bundle read."""
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             dirs = (self.root, self.files, self.git_files, self.kept, self.tmp, self.uv_cache(), self.resolutions())

@@ -228,10 +228,10 @@ class Registry(Connection):
 
 @dataclass(frozen=True)
 class _Body:
-    """``size`` bytes of ``src`` from ``offset``, as a request body of ``CHUNK`` pieces (memory stays
-    flat: httpx keeps a streamed request in a reference cycle until the garbage collector runs, so a bytes
-    body per PATCH chunk would stay resident; a 900 MB blob held ~900 MB). Iterable again: a request sent anew (after a 401, or to a redirect's target) seeks back and
-    sends the same bytes; a source that ends early fails the request instead of sending less."""
+    """``size`` bytes of ``src`` from ``offset``, as a request body of ``CHUNK`` pieces (memory stays flat: httpx keeps
+    a streamed request in a reference cycle until the garbage collector runs, so a bytes body per PATCH chunk would
+    stay resident; a 900 MB blob held ~900 MB). Iterable again: a request sent anew (after a 401, or to a redirect's
+    target) seeks back and sends the same bytes; a source that ends early fails the request instead of sending less."""
 
     src: BinaryIO
     offset: int

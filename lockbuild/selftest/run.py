@@ -175,14 +175,15 @@ def _result(out: bytes, nonce: str) -> dict[str, Any] | None:
 def self_test(
     bundle: Path | str, options: SelfTestOptions, progress: Progress | None = None, *, store: Path | None = None
 ) -> Report:
-    """The self-test of ``bundle``: signatures first (the opener install uses), then the platform
-    (:class:`PlatformError`, exit 6, never a pass), then the install and every command in one sandbox
-    (own user, PID and network namespaces; the system, bundle, trust copy, interpreter and lockbuild
-    read-only; the empty test root writable at ``/selftest/``) under ``strace -f``, which runs outside and
-    logs into ``WORK/evidence``, out of the sandbox's reach. The work directory lies under
-    ``$TMPDIR/lockbuild-selftest-<uid>/run-<pid>-*``: removed at the end, a killed run's swept by the next."""
     """Any source, named as every command names it (``site.sources.named_source``): a ``.lbz``, a part
-    list, a delta (completed by ``store``), or ENGINE/VERSION-VARIANT in ``store``."""
+    list, a delta (completed by ``store``), or ENGINE/VERSION-VARIANT in ``store``.
+
+    Signatures first (the opener install uses), then the platform (:class:`PlatformError`, exit 6, never
+    a pass), then the install and every command in one sandbox (own user, PID and network namespaces; the
+    system, bundle, trust copy, interpreter and lockbuild read-only; the empty test root writable at
+    ``/selftest/``) under ``strace -f``, which runs outside and logs into ``WORK/evidence``, out of the
+    sandbox's reach. The work directory lies under ``$TMPDIR/lockbuild-selftest-<uid>/run-<pid>-*``:
+    removed at the end, a killed run's swept by the next."""
     with named_source(bundle, store=store) as source:
         return _self_test(source, options, progress or Progress.quiet(), store)
 

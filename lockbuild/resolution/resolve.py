@@ -1,8 +1,8 @@
 """The only place that runs ``uv pip compile``: requirements in, a hashed lock's text out.
 
 Resolution runs no code from the index: wheels only (``--only-binary :all:``); a ``build-on-node`` sdist's
-metadata is given in a ``uv.toml`` (``sdist/metadata.py``). It runs in the sandbox with the network, in uv's
-allow-listed environment; the index's credentials reach uv only in ``UV_INDEX_URL``."""
+metadata is given in a ``uv.toml`` (``sdist/metadata.py``), and such a resolution runs in the sandbox all the
+same. uv's environment is an allow-list; the index's credentials reach uv only in ``UV_INDEX_URL``."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
 """``[engine.env]``: the engine's runtime settings (e.g. ``HF_HUB_OFFLINE = "1"``). Pure rules, shared by the
 recipe (builder) and the signed manifest's [install] table (node), so both refuse the same things: each
-calls ``problem`` and holds no rule of its own.
-
-A name is allowed only if it is in the allow-list: one of ``ALLOWED_PREFIXES`` or ``ALLOWED_NAMES``, each
-read by one engine library and nothing else (a setting is exported by ``bin/activate`` too, so it reaches
-every program the operator runs in that shell: ``PROMPT_COMMAND``, ``GIT_SSH_COMMAND``, ``PERL5OPT``,
-``NODE_OPTIONS``, ``SSL_CERT_FILE`` or ``HTTPS_PROXY`` would steer programs that are not the engine).
-Within the list, a name that holds a secret (``HF_TOKEN``, ``VLLM_API_KEY``) is refused: a recipe is
-signed into every bundle. A value is plain printable text (no newline, NUL, escape or other
-control/format character). A value that names a network address (a name ending in ``_ENDPOINT``,
-``_PROXY``, ``_URL`` or ``_HOST``, or any value with ``://``) must name a host that ``allow-network``
-names, and carry no credential. ``docs/release-engineers.md`` lists each prefix with its reason.
-"""
+calls ``problem`` and holds no rule of its own. A name is allowed only if the allow-list names it;
+``docs/release-engineers.md`` lists each prefix with its reason."""
 
 from __future__ import annotations
 
@@ -76,7 +66,13 @@ def _address_host(value: str) -> str:
 
 def problem(name: object, value: object, *, allow_network: Sequence[str]) -> str | None:
     """Why ``name = value`` is not a valid runtime setting, or None. ``allow_network``: the hosts the
-    recipe's ``allow-network`` names (the only hosts a value may name)."""
+    recipe's ``allow-network`` names (the only hosts a value may name).
+
+    A name must be in ``ALLOWED_PREFIXES`` or ``ALLOWED_NAMES`` (``bin/activate`` exports it to every program
+    in the operator's shell, so ``PROMPT_COMMAND`` or ``HTTPS_PROXY`` would steer more than the engine), and
+    not hold a secret (``HF_TOKEN``, ``VLLM_API_KEY``): a recipe is signed into every bundle. A value is plain
+    printable text; one that names a network address (a name ending in ``_ENDPOINT``, ``_PROXY``, ``_URL`` or
+    ``_HOST``, or a value with ``://``) names a host in ``allow_network`` and carries no credential."""
     if not isinstance(name, str) or not NAME.fullmatch(name):
         return f"expected a name like HF_HUB_OFFLINE (A-Z, 0-9, _; not starting with a digit), found {str(name)[:60]!r}"
     if not isinstance(value, str):

@@ -1,11 +1,8 @@
 """The one exception family lockbuild raises.
 
-Every error carries a message for a person: what was expected, what was found, and
-(in ``tip``) what to do about it. The CLI prints ``ERROR <message>`` and ``TIP <tip>``
-and exits with the class's ``exit_code``; library code never prints or exits. An error
-raised without a tip of its own carries its kind's ``default_tip``, one that fits the kind
-(``tests/test_messages.py`` holds each).
-"""
+Every error says what was expected, what was found and (in ``tip``, else its kind's ``default_tip``) what to
+do. The CLI prints ``ERROR <message>`` and ``TIP <tip>`` and exits with the class's ``exit_code``; library
+code never prints or exits."""
 
 from __future__ import annotations
 

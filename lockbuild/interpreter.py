@@ -1,10 +1,8 @@
 """A standalone interpreter carried in a bundle (a python-build-standalone ``install_only`` archive):
 the pure rules the builder and the installer share. No I/O here.
 
-The archive holds one tree ``python/`` with ``python/bin/python3.X`` and ``python/lib/python3.X/``.
-Its major.minor must be the build's ``python``: the builder reads it from the file name and from the
-archive's entries, and the installer runs the extracted executable to check it again.
-"""
+Its major.minor must be the build's ``python``: the builder reads it from the file name and the archive's
+entries (``python/bin/python3.X``), and the installer runs the extracted executable to check it again."""
 
 from __future__ import annotations
 

@@ -1,22 +1,8 @@
 """Progress for long work: a live bar on a terminal, plain lines with a heartbeat elsewhere, nothing under --json.
 
-On a terminal, a phase that counts bytes draws a bar with its rate and ETA, and a phase that cannot count
-(resolving, uv installing) shows how long it has run. Elsewhere (CI logs, pipes, ``nohup``) every phase
-prints one line when it starts and, while it runs, a line every ``heartbeat`` seconds with the same fields
-as the bar (what it is doing, bytes done of total, rate, ETA, files), so a long step is never silent:
-``lockbuild: packing: 20 s, 65/146 files, 228.7 MB of 4.9 GB at 11.4 MB/s, ETA 6:50``, or for a step that
-cannot count, ``lockbuild: installing packages with uv: 61 s, still working``.
-
-Two counts can run at once: a cold build downloads and packs together (builder/pack.py), so the fetcher
-reports into ``alongside("downloading", "downloaded")`` and the bundle writer into the main count. The line
-then reads ``downloading and packing: ..., downloaded 1.2 GB of 4.9 GB at 52.0 MB/s, packed ...``, and the
-ETA follows the download while it runs (packing waits on it), then the packing: neither stalls while
-gigabytes arrive for a member further down the manifest.
-
-Every text shown passes through ``lockbuild.text.for_terminal`` (names and URLs come from outside).
-Written here rather than with rich or tqdm: two counts in one line, a heartbeat line instead of a bar
-off a terminal, and silence under --json are a few dozen lines, and neither library does the heartbeat.
-"""
+A long step is never silent: off a terminal, each phase prints a line when it starts and one every
+``heartbeat`` seconds. Two counts can share a line (``alongside``: downloading while packing). Every text
+shown passes through ``lockbuild.text.for_terminal`` (names and URLs come from outside)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """PEP 740 provenance: who published a locked file, as the index states it. A report, never a gate.
 
-Pure logic, no network: the index's answer (a provenance object, read by ``fetch/attestations.py``),
-the lock directory's record (``provenance.json``), the manifest's per-file field and the comparison
-with the previous lock all go through the checks here. Every field is bounded and plain text.
-
-The attestations are recorded, not verified (``verified`` is always false): checking them soundly needs
-Sigstore's current trust root, which is fetched over the network through TUF; see
-docs/release-engineers.md, "Provenance".
-"""
+Pure logic, no network: the index's answer, ``provenance.json``, the manifest's per-file field and the
+comparison with the previous lock all go through the checks here; every field is bounded plain text. The
+attestations are recorded, not verified (``verified`` is always false); see docs/release-engineers.md."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """The builder's settings: read once, in the CLI, from flags and the environment, then passed down.
 
-No library module reads ``os.environ``; it receives a frozen ``Settings``. IndexCredentials are parsed out
-of ``LOCKBUILD_INDEX_URL`` here, at the boundary, so every URL downstream is credential-free, and
-they travel only as an Authorization header to the host they belong to (``auth_for``).
-
-Contract names (DESIGN.md §5): LOCKBUILD_INDEX_URL, LOCKBUILD_GITHUB_API, LOCKBUILD_GITHUB_DOWNLOAD,
-LOCKBUILD_CACHE_DIR; for the node, LOCKBUILD_MODULEFILES (``modulefiles_dir``); also GITHUB_TOKEN,
-LOCKBUILD_INDEX_TOKEN, LOCKBUILD_ALLOW_INSECURE_HTTP, the index host's entry in ``~/.netrc`` (or the file
-NETRC names), LOCKBUILD_OSV_URL (the vulnerability service; ``none``: off), and for models HF_ENDPOINT and HF_TOKEN
-(the token goes to the Hub's own origin only: never to the CDN it redirects downloads to).
-"""
+No library module reads ``os.environ``; it receives a frozen ``Settings``. IndexCredentials are parsed out of
+``LOCKBUILD_INDEX_URL`` here, so every URL downstream is credential-free; they travel only as an
+Authorization header to their own host (``auth_for``). The variables are DESIGN.md §5's contract names."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Text for a person's terminal: every non-printable character escaped, credentials in URLs masked.
 
-Anything lockbuild prints may carry text from outside (an index answer, a release API, a recipe, an
-archive, a bundle's manifest). A terminal obeys escape sequences, so such text could fake a line,
-retitle the window or hide what follows. ``for_terminal`` is the one function the CLI and the progress
-reporter pass every human-readable line through; ``--json`` output is escaped by the JSON encoder and
-masked by ``mask_data``.
-"""
+Text from outside (an index answer, a recipe, a manifest) could fake a line or hide what follows on a
+terminal. ``for_terminal`` is the one function the CLI and the progress reporter pass every human-readable
+line through; ``--json`` output is escaped by the JSON encoder and masked by ``mask_data``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Reading a wheel's members: the one place that opens a wheel as a zip and reads what is inside.
 
-A wheel is someone else's archive. However it is damaged (no zip at all, a central directory that lies, a
-deflate, bzip2 or lzma stream that does not decode, a CRC that does not match, an encrypted entry, a
-compression zipfile does not know, a truncated file), reading it raises the caller's error naming the
-wheel, never zlib's or zipfile's own exception: ``READ_ERRORS`` is every way the standard library fails.
-"""
+However a wheel is damaged (no zip, a lying central directory, a stream that does not decode, a bad CRC,
+an encrypted entry, a truncated file), reading it raises the caller's error naming the wheel, never zlib's
+or zipfile's own exception: ``READ_ERRORS`` is every way the standard library fails."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """A plan's measured GPU fit, from the readings kept in the cache, and the recipe's ``gpu`` checked
-against it or filled in from it.
-
-``lock`` reads only what is kept (it downloads nothing: a file not read yet is named in ``unread``);
-``fetch`` and ``build`` have every file in the cache, and read any kept without a reading (a cache hit
-from before readings were kept) from its cache entry, never downloading it again.
-"""
+against it or filled in from it. ``lock`` reads only what is kept (a file not read yet is named in
+``unread``); ``fetch`` and ``build`` read any file kept without a reading from its cache entry, never
+downloading it again."""
 
 from __future__ import annotations
 

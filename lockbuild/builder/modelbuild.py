@@ -1,13 +1,8 @@
 """``lockbuild build MODEL.toml``: a Hugging Face revision as a signed model bundle.
 
-The Hub client (``fetch/hub.py``) lists every file of the commit with the sizes and hashes the Hub
-states; the recipe's selection (``recipe/selection.py``) picks the files; the client downloads them
-through the shared fetcher and cache, each checked against its sha256 (LFS) or git blob sha1; here the
-manifest is made (format 4, ``bundle/modelinfo.py``) and the bundle written, weights in stored frames.
-Same recipe, same bytes: members in path order, the time the commit's date as the Hub states it (a fact
-of the revision, like its files): the tar's times, and the serial by which a node refuses a replayed
-older commit unless ``--allow-downgrade``.
-"""
+The Hub client lists the commit's files, the recipe's selection picks them, the shared fetcher downloads
+them against their stated hashes; here the manifest is made and the bundle written. Same recipe, same
+bytes: members in path order, every time the commit's date as the Hub states it (also the serial)."""
 
 from __future__ import annotations
 

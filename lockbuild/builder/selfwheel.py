@@ -1,21 +1,8 @@
-"""lockbuild's own wheel, made by the running lockbuild from its own files.
+"""lockbuild's own wheel, made by the running lockbuild from its own files, pinned in the self-bundle's lock.
 
-The self-bundle carries lockbuild like any engine carries its packages: a wheel pinned in the lock by
-its sha256. No build backend runs (lockbuild is pure Python), so nothing from outside runs on the
-builder, and the wheel is the same bytes for the same files and cut-off:
-
-- from a checkout, the files are the blobs of the commit checked out (``git ls-tree -r HEAD``, then
-  ``git cat-file --batch`` by blob id, each blob hashed again against its id), never the work tree nor
-  anything git would apply on the way out (``git archive`` runs the checkout's own attributes: a
-  ``filter.*.smudge`` command or ``export-subst`` from ``.git/info/attributes`` rewrote a module while
-  HEAD and ``git status`` stayed clean). An uncommitted edit or a stray file (an editor's backup, a
-  ``.rej``) is not shipped, and the bundle is rebuilt from the commit alone. The metadata is that
-  commit's ``pyproject.toml``'s. The bundle's ``bootstrap.sh`` is read out of this wheel
-  (:meth:`MadeWheel.read`), so it comes from the same commit too;
-- from an installed lockbuild (no checkout), the files its distribution's RECORD lists, and its metadata;
-- entries in sorted order, all dated at the cut-off, mode 0644 (0755 for a ``.sh``), stored without
-  compression (the bundle is compressed as a whole; a zlib build would change deflated bytes).
-"""
+No build backend runs (lockbuild is pure Python), so nothing from outside runs on the builder, and the wheel
+is the same bytes for the same files and cut-off: from a checkout, the blobs of the commit checked out
+(``from_checkout``); else the files the installed distribution's RECORD lists (``from_installed``)."""
 
 from __future__ import annotations
 
@@ -227,7 +214,11 @@ def _read_blobs(root: Path, commit: str, blobs: list[_Blob]) -> dict[str, bytes]
 
 def from_checkout(root: Path) -> Contents:
     """The package files and the metadata of the commit checked out at ``root``, each read as the blob the
-    commit names (never through the work tree, attributes, filters or git's configuration)."""
+    commit names (never through the work tree, attributes, filters or git's configuration).
+
+    Not ``git archive``: it runs the checkout's own attributes, so a ``filter.*.smudge`` command or
+    ``export-subst`` could rewrite a module while HEAD and ``git status`` stay clean. An uncommitted edit
+    or a stray file (an editor's backup, a ``.rej``) is not shipped."""
     commit = _git(root, "rev-parse", "--verify", "HEAD^{commit}", limit=100).decode().strip()
     blobs = _tree(root, commit)
     data = _read_blobs(root, commit, blobs)
@@ -309,7 +300,9 @@ def own_contents() -> Contents:
 
 
 def make_self_wheel(when: dt.datetime, contents: Contents | None = None) -> MadeWheel:
-    """The wheel of the running lockbuild (or of ``contents``), every entry dated ``when`` (the cut-off)."""
+    """The wheel of the running lockbuild (or of ``contents``), every entry dated ``when`` (the cut-off):
+    entries in sorted order, mode 0644 (0755 for a ``.sh``), stored without compression (the bundle is
+    compressed as a whole; a zlib build would change deflated bytes)."""
     got = contents if contents is not None else own_contents()
     stamp = max(when.astimezone(dt.UTC), ZIP_EPOCH)
     date_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second - stamp.second % 2)

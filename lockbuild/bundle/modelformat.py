@@ -1,14 +1,7 @@
 """The one allow-list of a model's file formats: which files a broad pattern may take, which are code, and
 which are written in stored frames. No other module names a model file's suffix
-(``tests/test_model_recipe.py::test_no_other_module_defines_a_model_suffix_list``).
-
-Known safe (data a loader parses, never runs): ``.safetensors``, ``.gguf``, ``.json``, ``.txt``, ``.md``,
-``.model``, ``.tiktoken``, ``.jinja``, and a file with no suffix (``LICENSE``, ``README``). ``.py`` is
-code a loader may import (``trust_remote_code``): taken like a safe file, and reported as code. Anything
-else (``.bin``, ``.pt``, ``.pth``, ``.pkl``, ``.ckpt``, ``.pickle``, ``.joblib``, ``.npy``, ``.npz``,
-``.onnx``, …) is a pickle or not a known safe format: taken only when a pattern names it, by its path or
-by a pattern ending in its suffix (``*.bin``).
-"""
+(``tests/test_model_recipe.py::test_no_other_module_defines_a_model_suffix_list``). A pickle or unknown
+format (``.bin``, ``.pt``, ``.onnx``, …) is taken only when a pattern names it; ``.py`` is reported as code."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """A model bundle's part of the manifest: the ``[model]`` table (the Hub repo and commit) and, for every
 file of kind ``model-file``, its repo path, git blob id and whether it is an LFS file.
 
-A model bundle is a bundle like any other (one trust decision, one extraction, the store): its manifest
-says format 4, names the model as its engine and the commit as its version, variant ``hf``, target
-``none``/``any``, no lock and no ``[install]`` table. docs/bundle-format.md describes it.
-"""
+A model bundle is a bundle like any other (one trust decision, one extraction, the store), format 4;
+docs/bundle-format.md describes it."""
 
 from __future__ import annotations
 

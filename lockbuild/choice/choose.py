@@ -1,21 +1,8 @@
 """The node chooses its build: the I/O around the pure rule :func:`lockbuild.choice.ranking.choose`.
 
-``install ENGINE/VERSION --store DIR``, ``install ENGINE --store DIR`` and ``install DIR/`` name no
-single bundle: the candidates are the store's builds of ENGINE, or the signed bundles in a folder. Each
-candidate goes through the one trust decision (:func:`lockbuild.trust.open_source`) *before* it is
-judged, so the GPU table and ``serves`` a choice rests on are signed ones; a candidate whose signatures
-do not meet the policy is listed with that reason and never chosen. In a folder nothing of a bundle is
-decompressed or parsed before its signatures meet the policy: a refused file is named by its file name,
-with its reason, and counts towards no rule (not even which engine the folder holds). This hashes every
-bundle once (the price of judging only what is signed); the chosen one is installed from that opening.
-Among builds that fit equally, the newest signed one wins (the signed serial, then the signed build
-time), so an older signed bundle planted beside a newer one is passed over, whatever its file name.
-
-The installer knows no store and no folder layout: the candidates come through a :class:`Place` (the
-command layer feeds one: ``lockbuild.site.sources.place_for`` gives a store's builds of an engine, or a
-folder's bundles), each an :class:`Offered` source with the name its place gives it. Which form an
-argument is: :func:`lockbuild.site.sources.choosing_form`, beside ``named_source``.
-"""
+Each candidate (a store's builds of ENGINE, or a folder's bundles, offered by a :class:`Place`) goes through
+the one trust decision *before* it is judged, so the GPU table and ``serves`` a choice rests on are signed;
+a refused one is listed with its reason and never chosen. The installer knows no store and no folder layout."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The choice: which of several builds a node takes. Pure, on the one fit rule (:func:`unmet`).
 
-Among the builds of the asked version (or serving it) that fit, the newest CUDA the node runs wins, then
-the narrowest capability range, then the newest signed build (the signed serial, then the signed build
-time), then the candidates' order; a file name never ranks. A CPU build on a GPU node is taken only for a
-CPU-only engine, or with ``--allow-cpu``. Every candidate is judged, and the :class:`Choice` says why each
-was passed over.
-"""
+Among the fitting builds of the asked version: the newest CUDA the node runs wins, then the narrowest
+capability range, then the newest signed build, then the candidates' order; a file name never ranks. The
+:class:`Choice` says why each candidate was passed over."""
 
 from __future__ import annotations
 

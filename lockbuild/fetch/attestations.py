@@ -1,13 +1,8 @@
 """PEP 740 provenance at lock time: each locked file's, from the URL its index page names, and the
 comparison with the previous lock of the same build (``OUT/VERSION-VARIANT/provenance.json``).
 
-An index offers provenance by the ``provenance`` key of its PEP 691 file entries (PyPI's points at its
-integrity API, ``/integrity/<project>/<version>/<filename>/provenance``): a URL is asked, with a 404
-meaning no attestations; null means none; an index whose pages have no such key offers nothing, and
-nothing is asked or recorded. An answer is read bounded (size and nesting) and strictly typed; one
-lockbuild cannot read is refused, as an index page would be. What is recorded is the publisher the
-index states, unverified (``lockbuild/provenance.py``).
-"""
+A 404 or null means no attestations; an index whose pages have no ``provenance`` key offers nothing. An
+answer is read bounded and strictly typed; what is recorded is the index's word, unverified."""
 
 from __future__ import annotations
 

@@ -1,25 +1,8 @@
 """A content-addressed file cache: entries named by sha256, written under a temporary name, renamed once verified.
 
-Layout: ROOT/sha256/AB/ABCD… (the entries), ROOT/git-sha1/AB/ABCD… (files known only by their git
-blob id, such as a Hugging Face repo's small files: their key is ``git-sha1:`` and the id),
-ROOT/metadata/AB/ABCD… (a wheel entry's METADATA, taken out once as the entry is committed:
-``keep_metadata``), ROOT/tmp/*.part (transfers in progress, never read as
-entries), ROOT/uv (uv's own cache), ROOT/resolutions (uv's answers by their inputs: ``memo.py``). Only
-``commit`` puts a file under sha256/, after the fetcher has checked it, and ``lookup`` re-hashes an entry
-before handing it out.
-
-The cache is trusted only as far as its owner: ``check_owner`` refuses a root (or its sha256/, tmp/,
-metadata/, uv/ and resolutions/ directories) that is a symlink, is owned by another user, or is writable by group
-or others, since whoever can write there chooses what uv and the bundle read. Entries are opened without
-following symlinks, and a caller that reads an entry reads it from the descriptor that was hashed.
-
-A kept METADATA (``metadata``) is what ``closure.wheel_metadata`` gives for the entry's bytes, so a
-rebuild's lock (the remembered resolution's check) reads it instead of opening and hashing the wheel. It
-is trusted exactly as far as the cache is: a regular file (never a link) owned by this user and writable by
-no one else, in the private metadata/ directory, written only by ``keep_metadata``. Its first line names the
-wheel's sha256 (the key) and the METADATA's own sha256, so a damaged, truncated or misplaced file (one copied
-from another wheel's place) is a miss, removed, and the METADATA is read from the wheel again.
-"""
+The cache is trusted only as far as its owner (``check_owner``). Entries are opened without following
+symlinks, and a caller that reads an entry reads it from the descriptor that was hashed. A kept METADATA
+or GPU reading is trusted exactly as far as the cache is, and names the entry it belongs to."""
 
 from __future__ import annotations
 
@@ -70,6 +53,13 @@ def digest_of(key: str) -> str:
 
 
 class Cache:
+    """The cache under ROOT: sha256/AB/ABCD… (the entries), git-sha1/AB/ABCD… (files known only by their
+    git blob id, keyed ``git-sha1:ID``), metadata/AB/ABCD… (a wheel entry's METADATA: ``keep_metadata``),
+    tmp/*.part (transfers in progress, never read as entries), gpu/ (kept GPU readings: ``kernelcache.py``),
+    uv/ (uv's own cache) and resolutions/ (uv's answers by their inputs: ``memo.py``). Only ``commit``
+    puts a file under sha256/, after the fetcher has checked it, and ``lookup`` re-hashes an entry before
+    handing it out."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.files = root / "sha256"
@@ -86,7 +76,9 @@ class Cache:
         return self.files / sha256[:2] / sha256
 
     def check_owner(self) -> None:
-        """Create the cache (mode 0700) if missing; refuse one that another user could write to."""
+        """Create the cache (mode 0700) if missing; refuse one that another user could write to: a root (or
+        one of its directories) that is a symlink, owned by another user or writable by group or others,
+        since whoever can write there chooses what uv and the bundle read."""
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             dirs = (self.root, self.files, self.git_files, self.kept, self.tmp, self.uv_cache(), self.resolutions())
@@ -259,7 +251,10 @@ class Cache:
     def metadata(self, sha256: str) -> bytes | None:
         """The kept METADATA of the wheel entry ``sha256``, or None: absent, a link, not a regular file,
         owned by another user or writable by others, too large, or not what ``keep_metadata`` wrote for
-        this wheel (then removed). Read without opening the wheel."""
+        this wheel (then removed). Read without opening the wheel.
+
+        Its first line names the wheel's sha256 and the METADATA's own, so a damaged, truncated or misplaced
+        file (copied from another wheel's place) is a miss, and the METADATA is read from the wheel again."""
         p = self._metadata_path(sha256)
         try:
             f, size = fsio.open_regular(p, what="kept METADATA", max_size=_METADATA_HEAD + MAX_METADATA_BYTES)

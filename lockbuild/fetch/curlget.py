@@ -1,16 +1,8 @@
 """A download's GET through libcurl (``pycurl``): the bytes are received, decrypted and parsed in C, off the GIL.
 
 The client's rules stay the httpx client's own (``fetch/http.py::make_client``), applied to every request
-as httpx applies them: its headers and credentials (``Client.auth``) on the first request, its request hooks
-(the transport rule) on every request, redirects included, and a redirect followed only when the client
-follows redirects and the redirect rule allows it (``wire/urls.py::check_redirect``), at most
-``Client.max_redirects`` times, without the Authorization header when it leads to another origin. libcurl
-is told to speak http and https only, to follow nothing itself and to decode nothing. What libcurl hands
-over is given to ``on_answer`` (the status and the headers, before any byte of the body) and ``on_body``
-(the body, in the pieces libcurl delivers); whatever they raise ends the transfer and is raised here. A
-failed transfer is raised as the ``httpx.TransportError`` httpx would raise, so the caller's retry
-and its tips are the same for both.
-"""
+as httpx applies them (:func:`get`). libcurl is told to speak http and https only, to follow nothing
+itself and to decode nothing, so the caller's retry and its tips are the same as with httpx."""
 
 from __future__ import annotations
 
@@ -71,6 +63,11 @@ def get(
     on_answer: Callable[[int, Mapping[str, str]], None],
     on_body: Callable[[bytes], None],
 ) -> None:
+    """GET ``url`` under ``client``'s rules as httpx applies them: its headers and credentials on the first
+    request, its request hooks (the transport rule) on every request, a redirect followed only as the client
+    and ``check_redirect`` allow, at most ``max_redirects`` times, without Authorization to another origin.
+    ``on_answer`` gets the status and headers before any byte of the body, ``on_body`` the body's pieces;
+    whatever they raise ends the transfer and is raised here. A failed transfer raises what httpx would."""
     request = client.build_request("GET", url, headers=headers)
     auth = client.auth
     if auth is not None:  # the credential rule: the settings' header for this URL, none otherwise

@@ -1,13 +1,8 @@
 """Downloads: bounded concurrency, streaming sha256 and size checks, retries, Range resume, a content cache.
 
-A file is accepted only when its bytes hash to the sha256 it was promised; it is written under a
-temporary name and renamed into the cache only once verified, so a killed fetch leaves no bad entry.
-Bodies are streamed as they arrive (received by libcurl, ``fetch/curlget.py``, or httpx's ``iter_raw``):
-memory stays flat whatever the file size, and every byte received before a broken transfer is kept, so the
-next attempt resumes exactly there with Range.
-The bytes are gathered, hashed and written by ``fetch/sink.py::Sink``; ``fetch/batch.py::Batch``
-hands a build's downloads to the packer a window at a time.
-"""
+A file is accepted only when its bytes hash to the sha256 it was promised; it is renamed into the cache
+only once verified, so a killed fetch leaves no bad entry. Bodies are streamed (memory stays flat), and
+every byte received before a broken transfer is kept, so the next attempt resumes there with Range."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """The one place the builder makes HTTP clients and reads bounded JSON answers.
 
-Every request a client sends, redirects included, passes two checks: the transport rule (https, or
-http to loopback, or plain http under the explicit opt-in) and the credential rule (an Authorization
-header only for the host the settings say it belongs to, never over plain http off this machine;
-httpx drops it on a redirect to another origin). Every redirect a client follows passes the redirect
-rule (``wire/urls.py::redirect_problem``); every body is asked for and read as stored (``wire/rules.py``); every
-transport failure's text is scrubbed of the settings' secrets (``failure``: ``text.py::scrub``).
-"""
+Every request, redirects included, passes the transport rule (https, or http to loopback or under the
+opt-in) and the credential rule (Authorization only for its own host, never over plain http off this
+machine); every redirect the redirect rule; every transport failure's text is scrubbed of secrets."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """A client for the Hugging Face Hub: one revision's files, with the sizes and hashes the Hub states.
 
-The listing is the revision (``/api/models/{repo}/revision/{rev}?blobs=true``), whose ``sha`` must be
-the commit asked for and whose ``lastModified`` is the commit's date (the model bundle's serial), and
-its recursive tree (``/api/models/{repo}/tree/{rev}?recursive=true``, every ``Link: rel="next"`` page
-followed, on the Hub's own origin only, a bounded number of times). Each answer is read bounded, and the
-listing as a whole too (``Limits.max_listing_bytes`` and ``max_listing_entries``), and parsed strictly
-into ``HubFile``; a path that is not plain, a hash that is not lowercase hex, a size that is not a count,
-or two answers that disagree are refused. A chosen file's stated size is bounded by the recipe's
-``max-file-gb`` and the cache's free space (``check_sizes``).
-"""
+The revision's ``sha`` must be the commit asked for (its ``lastModified`` is the model bundle's serial); its
+tree's pages are followed on the Hub's own origin only. Every answer and the whole listing are read bounded
+and parsed strictly into ``HubFile``; a path not plain, a bad hash or size, or answers that disagree are refused."""
 
 from __future__ import annotations
 

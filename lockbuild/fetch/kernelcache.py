@@ -1,11 +1,8 @@
 """The GPU code of each cached file, read once as the file enters the cache and kept beside it.
 
-``Cache.commit`` calls :func:`keep_reading` for a wheel (``builder/gpufit.py`` for a release archive, from
-its cache entry, when a plan's fit is measured): its CUDA libraries are read
-(:func:`lockbuild.gpu.sharedobjects.read_archive`) and the reading kept as ROOT/gpu/AB/SHA256, under a first
-line naming the file's sha256 and the reading's own, like a kept METADATA. ``lock`` and ``build`` take
-readings from here (:func:`kept_reading`), so no file is read twice and ``lock`` downloads nothing.
-"""
+The reading is kept as ROOT/gpu/AB/SHA256, under a first line naming the file's sha256 and the reading's
+own, like a kept METADATA. ``lock`` and ``build`` take readings from here (:func:`kept_reading`), so no file
+is read twice and ``lock`` downloads nothing."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Index look-ups started on uv's hints, while uv still resolves.
 
-uv's log names each version it chooses before its lock is written. Each hint starts the look-up of that
-release's files in the planner's look-up pool; once uv is done, a final pin whose (name, version) was
-hinted takes that look-up's result (or its error), and any other pin is looked up then. A hint that the
-final lock does not use is never waited for: its result and its error are dropped. So a hint changes
-when a page is read, never what is chosen: the same rules run on the same answers.
-"""
+Each version uv's log names starts the look-up of that release's files; a final pin that was hinted takes
+that look-up's result (or its error), any other is looked up then, and an unused hint is never waited for.
+A hint changes when a page is read, never what is chosen: the same rules run on the same answers."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Asking an OSV service about every locked package version, under one short deadline.
 
-``POST /v1/querybatch`` (pages followed by each result's ``next_page_token``), then ``GET /v1/vulns/{id}``
-for each id found, through the one JSON client (``fetch/http.py``) with its bounds. The look-up runs on
-a thread of its own beside the downloads; whoever waits for it waits at most the deadline. A service that
-cannot be reached in time gives a :class:`Lookup` that says so ("not checked"), never an empty answer.
-"""
+``POST /v1/querybatch``, then ``GET /v1/vulns/{id}`` for each id found, through the one JSON client with
+its bounds, on a thread beside the downloads. A service that cannot be reached in time gives a
+:class:`Lookup` that says so ("not checked"), never an empty answer."""
 
 from __future__ import annotations
 

@@ -1,29 +1,8 @@
 """The file primitives: the one package of lockbuild that opens, lists, locks and deletes files.
 
-Everything lockbuild reads from outside (a bundle, a signature file, a key, a store's blob, a part, a
-delta, a registry answer) and every tree it deletes goes through these functions, so each rule lives
-once:
-
-- a file from outside is opened with ``O_NOFOLLOW | O_NONBLOCK`` and judged on its descriptor
-  (``fstat``): a regular file of bounded size, never a link, FIFO, device or directory
-  (``fsio/opening.py``);
-- a new file is created ``O_CREAT|O_EXCL|O_NOFOLLOW``, a temporary one beside its result under an
-  unguessable name, and what killed runs left is swept by descriptor (``fsio/creating.py``);
-- a directory is opened without following a link, and what is inside it is linked, renamed and
-  deleted *relative to that descriptor* (``linkat``/``renameat``/``unlinkat``), never through a path
-  built after a check (``fsio/trees.py``); a directory is fsynced after a rename into it;
-- a lock waits up to a deadline and then fails (``fsio/filelocks.py``);
-- a place lockbuild works in (``--root``, a store) is safe only when every directory above it is owned by
-  root or this user and writable by no one else unless sticky (``ancestor_problem``, the one rule, in
-  ``fsio/owners.py``); a program of the node's that lockbuild runs (the interpreter) follows that rule as
-  named, on every link of its way and as resolved (``program_problem``).
-
-Reads are bounded; a copy hashes what it copies (``lockbuild.digest.pump``, the one read-hash loop); JSON,
-parsed with a size and a nesting bound, is ``lockbuild.jsonio``. Import the names from ``lockbuild.fsio``.
-
-``tests/test_layout.py`` fails when library code outside this package calls ``os.open`` (or deletes a
-tree by path) outside a short allow-list, each entry with its reason.
-"""
+A file from outside is judged on its descriptor; a directory's contents are linked, renamed and deleted
+relative to its descriptor, never through a path built after a check; a place lockbuild works in is safe
+only under ``ancestor_problem``. Import the names from ``lockbuild.fsio``; ``tests/test_layout.py`` pins it."""
 
 from __future__ import annotations
 

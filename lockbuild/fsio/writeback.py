@@ -1,11 +1,8 @@
 """A file that reaches the disk while it is still being written.
 
-The bundle is written at hundreds of MB/s and fsynced at the end (all or nothing). Left alone, the kernel
-holds gigabytes of it in the page cache and the final fsync waits for all of them. ``EarlyWriteback``
-asks the kernel to start writing each finished stretch (``sync_file_range`` with SYNC_FILE_RANGE_WRITE,
-which does not wait), so the fsync waits for the last stretch only. It changes no byte and no check; where
-the call is missing (not Linux) it is a plain file.
-"""
+``EarlyWriteback`` asks the kernel to start writing each finished stretch (``sync_file_range``, which does
+not wait), so the bundle's final fsync waits for the last stretch only, not gigabytes of page cache. It
+changes no byte and no check; where the call is missing (not Linux) it is a plain file."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """What GPU code an ELF shared object carries: the SASS architectures and PTX versions in its
-``.nv_fatbin`` section. Reads only the ELF header, the section table, the section names and the
-fatbin's container and entry headers (payloads are skipped), from any seekable binary file. Bounded:
-every offset is checked against the file's size before it is followed, every step moves forward.
-
-The layout (read by NVIDIA's ``cuobjdump``; checked against it in the tests): a ``.nv_fatbin`` section
-holds containers, each a 16-byte header (magic 0xBA55ED50, version 1, header size, size of its entries)
-then entries, each a header (kind: 1 PTX, 2 ELF/SASS; header size; payload size; ``sm_NN`` at byte 28;
-flags at byte 40: 0x100000 arch-specific ``a``, 0x200000 family ``f``) and its payload.
-"""
+``.nv_fatbin`` section. Reads only the headers and tables (payloads are skipped), from any seekable
+binary file. Bounded: every offset is checked against the file's size before it is followed, every step
+moves forward."""
 
 from __future__ import annotations
 
@@ -169,7 +163,12 @@ def _container(r: _Reader, at: int, end: int, budget: list[int], sass: set[Arch]
 def read_kernels(f: IO[bytes], size: int, name: str) -> Kernels:
     """The SASS and PTX architectures of the ELF shared object ``f`` (``size`` bytes, named ``name`` in
     messages); empty for a file that is not an ELF64 object or has no ``.nv_fatbin``. A structure that
-    points past the file or its section, a loop or an oversized table raises :class:`BinaryError`."""
+    points past the file or its section, a loop or an oversized table raises :class:`BinaryError`.
+
+    The layout (as NVIDIA's ``cuobjdump`` reads it): a ``.nv_fatbin`` section holds containers, each a 16-byte
+    header (magic 0xBA55ED50, version 1, header size, size of its entries) then entries, each a header (kind:
+    1 PTX, 2 ELF/SASS; header size; payload size; ``sm_NN`` at byte 28; flags at byte 40: 0x100000
+    arch-specific ``a``, 0x200000 family ``f``) and its payload, which is skipped."""
     r = _Reader(f, size, name)
     sass: set[Arch] = set()
     ptx: set[Arch] = set()

@@ -1,11 +1,8 @@
 """The fit of a build: which GPUs its binaries have kernels for, measured from its packages' fatbins. Pure.
 
-A GPU of capability X.Y fits a package when one of its libraries has plain or ``f`` SASS of the same
-major at or below X.Y, ``a`` SASS for exactly X.Y, or PTX at or below X.Y (then JIT-compiled at first
-start). A build fits a GPU when every gated package does: by default the engine's own package and torch,
-or the packages a recipe names in ``gpu = { kernels-from = [...] }``. The node decides with the
-per-package lists and its GPU's capability, never with a range (7.5-12.1 has no 11.x kernels).
-"""
+A GPU of capability X.Y fits a package when a library has plain or ``f`` SASS of the same major at or below
+X.Y, ``a`` SASS for exactly X.Y, or PTX at or below X.Y; a build fits when every gated package does. The
+node decides with the per-package lists, never with a range (7.5-12.1 has no 11.x kernels)."""
 
 from __future__ import annotations
 

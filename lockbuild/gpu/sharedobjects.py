@@ -1,10 +1,7 @@
 """The GPU code in a wheel (zip) or a release archive (tar, zip): each ``.so`` member read in place by
-:func:`lockbuild.gpu.fatbin.read_kernels`, without unpacking the archive or downloading it again.
-
-A stored zip member is read in place; a deflated one, and a tar member, is inflated once into an
-anonymous temporary file and read there (the section table is at the end of an ELF, the fatbin before it:
-reading in place would inflate the member again on every backward seek). Only CUDA libraries are recorded.
-"""
+:func:`lockbuild.gpu.fatbin.read_kernels`, without unpacking the archive or downloading it again. A
+deflated zip member or a tar member is inflated once into an anonymous temporary file (an ELF is read
+backwards). Only CUDA libraries are recorded."""
 
 from __future__ import annotations
 

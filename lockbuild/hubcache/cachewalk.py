@@ -1,14 +1,8 @@
 """One repo's folder of the Hugging Face cache against its signed records, walked by descriptor.
 
-``models--ORG--NAME`` holds what huggingface_hub reads (``blobs/``, ``snapshots/<commit>/``, ``refs/``,
-and a ``.no_exist/`` marker when there is one) and lockbuild's records (``.lockbuild/<commit>.toml`` and
-``.minisig``). Every folder is opened ``O_NOFOLLOW`` from its parent's descriptor and every link read by
-``readlinkat`` from its folder's descriptor, never through a path: a snapshot folder swapped for a link,
-a link to anything but the blob its record names, and any entry no record lists (a planted
-``pytorch_model.bin``, a ``refs/`` branch, a ``.no_exist/`` marker, another repo's record) is a
-``Stray``. ``verify --models`` fails on the first (``hubcache/checking.py``); ``install`` removes
-them, so neither leaves one (``hubcache/cachewalk.py``).
-"""
+Every folder is opened ``O_NOFOLLOW`` from its parent's descriptor and every link read by ``readlinkat``:
+a folder swapped for a link, a link to anything but the blob its record names, and any entry no record
+lists (a planted ``pytorch_model.bin``, a ``refs/`` branch) is a ``Stray``."""
 
 from __future__ import annotations
 

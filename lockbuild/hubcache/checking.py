@@ -1,16 +1,8 @@
 """``verify --models DIR`` and ``list --models DIR``: the installed models against their kept records.
 
-Beside each install, ``models--ORG--NAME/.lockbuild/<commit>.toml`` is the signed manifest it came from
-(checked by the one trust decision at install) and ``<commit>.minisig`` the blocks that counted. The
-record is a source behind the one port (``trust/source.py``): its blocks, its manifest, and as members
-the installed blobs, so ``verify`` re-hashes every file through the one extraction
-(``bundle/extract.py::extract``, no destination); with ``--trust`` the record passes the one trust
-decision (``trust/opener.py::open_source``) again first. Before a byte is hashed, the record must be
-of the repo whose folder it sits in, and the whole folder is walked by descriptor against the records
-kept there (``hubcache/cachewalk.py::survey``): a snapshot folder or link swapped, or any entry no record
-lists, fails with exit 4 naming it. The blobs are opened from the ``blobs/`` folder's descriptor, itself
-opened without following a link. Nothing here writes.
-"""
+Each kept record is a source behind the one port: ``verify`` re-hashes every blob through the one
+extraction (with ``--trust``, after the one trust decision), once the record is of its folder's repo and the
+folder has been walked by descriptor (a stray fails with exit 4). Nothing here writes."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """``install MODEL.lbz --models DIR``: a signed model bundle placed as the Hugging Face cache holds it.
 
-``DIR/models--ORG--NAME/blobs/<sha256 for LFS files, git sha1 for others>`` (read-only files),
-``snapshots/<commit>/<path>`` (relative links to ``../../blobs/<name>``, one more ``../`` per folder)
-and ``refs/main`` (the commit, no newline): what ``huggingface_hub.snapshot_download`` writes, so
-``HF_HUB_OFFLINE=1 HF_HUB_CACHE=DIR`` finds it. The bundle passes the one trust decision
-(``trust/opener.py::open_source``) and the one extraction (``bundle/extract.py::extract``) into a
-staging folder of this install; the snapshot is made beside it and swapped in whole
-(``install/swap.py::swap_into_place``), so a kill leaves the previous snapshot as it was. The signed
-manifest and the blocks that counted are kept in ``.lockbuild/<commit>.toml`` and ``.minisig`` for
-``verify --models`` (``hubcache/checking.py``).
-"""
+The bundle passes the one trust decision and the one extraction into a staging folder; the snapshot is made
+beside it and swapped in whole (``install/swap.py::swap_into_place``), so a kill leaves the previous
+snapshot as it was, and ``HF_HUB_OFFLINE=1 HF_HUB_CACHE=DIR`` finds it."""
 
 from __future__ import annotations
 
@@ -66,7 +59,12 @@ def place_model(
 ) -> InstalledModel:
     """Place a trusted model bundle under ``models``; the previous snapshot stays whole until the swap. A
     bundle of a lower signed serial (an older commit) than the one ``refs/main`` names is refused unless
-    ``allow_downgrade``; afterwards nothing the kept records do not list is left in the repo's folder."""
+    ``allow_downgrade``; afterwards nothing the kept records do not list is left in the repo's folder.
+
+    The layout is what ``huggingface_hub.snapshot_download`` writes: ``models--ORG--NAME/blobs/<sha256 for
+    LFS files, git sha1 for others>`` (read-only), ``snapshots/<commit>/<path>`` (relative links to the
+    blobs) and ``refs/main`` (the commit, no newline); the signed manifest and the blocks that counted are
+    kept in ``.lockbuild/<commit>.toml`` and ``.minisig`` for ``verify --models``."""
     m = trusted.manifest
     table = m.model
     if table is None:

@@ -1,14 +1,8 @@
 """``lockbuild image``: the install, built for PREFIX, packed into one reproducible squashfs file.
 
-The install is ``install``'s own (:meth:`lockbuild.install.installer.Installer.build_env`): the one
-trust decision, the node's fit, the one extraction, uv offline with ``--require-hashes``, the verify
-command, the GPU probe where a GPU is present, and the marker; it runs in the prefix view
-(:mod:`lockbuild.image.view`). Then the bytecode is compiled (:mod:`lockbuild.image.bytecode`), modes
-normalised, and ``mksquashfs`` packs the tree with every time the bundle's cut-off, every owner root, no
-extended attributes, a fixed compressor and block size. The image is written to a temporary file beside
-``--out`` and renamed into place after its record: ``FILE.sqfs`` is whole or absent. The work directory
-(beside ``--out`` too, on the same file system) and a temporary image are removed whatever happens.
-"""
+The install is ``install``'s own (``Installer.build_env``), run in the prefix view; then deterministic
+bytecode, normalised modes and ``mksquashfs`` with fixed times, owners and settings. ``FILE.sqfs`` is
+renamed into place after its record, so it is whole or absent; the work directory is removed whatever happens."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Deterministic bytecode for an image: every ``.py`` under PREFIX compiled in checked-hash mode.
 
-A checked-hash ``.pyc`` records a hash of its source (importlib's source_hash), not its mtime, so the same source
-always gives the same bytes, whatever time squashfs gives the files, and the first import from a
-read-only mount finds it valid: nothing is compiled or written there. It runs in the prefix view with
-the image's own interpreter, so the file names inside the code objects (tracebacks) are PREFIX's.
-``force`` replaces what the verify command left (timestamp ``.pyc`` files of the modules it imported).
-Files are compiled in parallel (one process per CPU, the same seed): each .pyc depends on its source only.
-A file that does not compile (test data with Python 2 syntax, say) is left without one, as pip and uv
-leave it: importing it fails on the node just as it does anywhere.
-"""
+A checked-hash ``.pyc`` records its source's hash, not its mtime: the same bytes whatever time squashfs
+gives, valid on first import from a read-only mount. It runs in the prefix view, so code objects name
+PREFIX's paths. A file that does not compile is left without one, as pip and uv leave it."""
 
 from __future__ import annotations
 

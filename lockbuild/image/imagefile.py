@@ -1,10 +1,7 @@
 """An image behind the one trust port: ``FILE.sqfs`` is the signed file, its record ``FILE.sqfs.json``
-the statement's subject (where a bundle's statement binds its manifest).
-
-Plain I/O, no decision (a :class:`lockbuild.trust.source.Signed`): the ``.minisig`` blocks, the image's
-size (handed to the decision's check before a byte is read) and sha256, and the record's exact bytes,
-asked for only after the blocks met the policy. :func:`lockbuild.trust.opener.decide` judges them.
-"""
+the statement's subject (where a bundle's statement binds its manifest). Plain I/O, no decision: the
+blocks, the image's size and sha256, and the record's bytes, asked for only after the blocks met the
+policy. :func:`lockbuild.trust.opener.decide` judges them."""
 
 from __future__ import annotations
 

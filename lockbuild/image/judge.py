@@ -1,16 +1,6 @@
 """Verifying an image: the one trust decision (``lockbuild.trust.opener.decide``, through the image's
-adapter ``lockbuild.image.imagefile.ImageFile``), then what only an image has: its record and its marker.
-
-An image's signature is a lockbuild statement like a bundle's (``lockbuild.trust.statement``): the
-file is ``FILE.sqfs``, its sha256 and size are the image's, ``manifest-sha256`` is the sha256 of the
-record ``FILE.sqfs.json`` (the image's manifest), and engine, version, variant and serial are those of
-the marker at the image's root. So one signature covers the image and its record, and stock
-``minisign -Vm FILE.sqfs`` checks the image's bytes. Order (the decision's): the signature blocks are
-parsed, an image no trusted statement names is refused before a byte of it is read, its size is checked
-against the signed sizes before it is hashed, it is hashed once, the policy is evaluated, the site's dates
-applied, and the record must have the signed sha256; then here, the record must describe this image and,
-only once the image is the signed one, its marker (unsquashfs) must name the signed build.
-"""
+adapter ``lockbuild.image.imagefile.ImageFile``), then what only an image has: its record and its marker
+(:func:`verify_image`)."""
 
 from __future__ import annotations
 
@@ -96,6 +86,13 @@ def statement_of(
 def verify_image(
     image: Path, store: TrustStore, *, threshold: int | None = None, now: dt.datetime | None = None
 ) -> ImageVerified:
+    """The image passed through the one trust decision, then its record and its marker checked.
+
+    An image's statement names ``FILE.sqfs`` with the image's sha256 and size, ``manifest-sha256`` is the
+    record's sha256, and engine, version, variant and serial are the marker's: one signature covers the
+    image and its record, and stock ``minisign -Vm FILE.sqfs`` checks the image's bytes. After the decision
+    (an image no trusted statement names is refused before a byte of it is read), the record must describe
+    this image and, only once the image is the signed one, its marker (unsquashfs) must name the signed build."""
     decided = decide(ImageFile(image), store, threshold=threshold, now=now)
     statement, digests = decided.statement, decided.digests
     if digests is None:

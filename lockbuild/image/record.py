@@ -1,10 +1,8 @@
 """``FILE.sqfs.json``, the record beside an image, and what the image itself says (its marker).
 
-The record's keys are exactly :data:`KEYS`. It holds no time and nothing of the machine that made it
-beyond the interpreter path, so the same bundle gives the same record. A signature of the image
-(``lockbuild sign FILE.sqfs``) signs the record's sha256 where a bundle's signs its manifest's: the
-record is the image's manifest.
-"""
+The record's keys are exactly :data:`KEYS`; it holds no time and nothing of the machine beyond the
+interpreter path, so the same bundle gives the same record. It is the image's manifest: a signature of
+the image signs the record's sha256."""
 
 from __future__ import annotations
 

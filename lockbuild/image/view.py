@@ -1,17 +1,8 @@
 """The prefix view: the image's staging directory shown at PREFIX, in a mount namespace (bubblewrap).
 
-The environment of an image is built *for* PREFIX, the path where the nodes mount the image: uv, the
-verify command, the probe and the bytecode compiler run in a namespace where PREFIX is the staging
-directory, so every path they write (pyvenv.cfg's ``home``, scripts, ``.pyc`` file names) is PREFIX.
-PREFIX need not exist on this machine, and nothing is made at PREFIX on it.
-
-The namespace shows the host's file system as it is, except along PREFIX's path: at each level down to
-PREFIX, the host's other entries are bound at their own names and the next component is a new
-directory, so nothing on the host is hidden but what PREFIX itself covers. It has its own user, PID
-and network namespaces (no network: the install is offline by construction), a new ``/proc`` and the
-host's ``/dev`` (the GPU's device nodes for the probe). This is not lockbuild's sandbox for other
-people's code (``lockbuild.proc.sandbox``): the verify command runs as unconfined as ``install`` runs it.
-"""
+uv, the verify command, the probe and the compiler run where PREFIX is the staging directory, so every path
+they write is PREFIX's; nothing is made at PREFIX on this machine. Own user, PID and network namespaces. Not
+the sandbox for other people's code: the verify command runs as unconfined as ``install`` runs it."""
 
 from __future__ import annotations
 
@@ -59,7 +50,11 @@ def _kind(path: Path) -> str | None:
 
 
 def mounts(staged: Path, prefix: Path) -> list[str]:
-    """bwrap's arguments for the view: the host's entries beside PREFIX's path, then staged at PREFIX."""
+    """bwrap's arguments for the view: the host's entries beside PREFIX's path, then staged at PREFIX.
+
+    At each level down to PREFIX, the host's other entries are bound at their own names and the next
+    component is a new directory, so nothing on the host is hidden but what PREFIX itself covers; a new
+    ``/proc`` and the host's ``/dev`` (the GPU's device nodes for the probe)."""
     out = ["--proc", "/proc", "--dev-bind", "/dev", "/dev"]
     here = Path("/")
     for name in prefix.parts[1:]:

@@ -1,10 +1,8 @@
 """Safe extraction of an engine's source archive and release assets (tar.gz, tar.xz, zip).
 
-The same rules as the bundle reader: regular files and directories only, relative normalised paths,
-no setuid bits, no collisions (two entries of one name, a file where another entry needs a directory,
-a file already placed by an earlier archive); refused, never rewritten. Sizes are bounded by
-``Limits``. Any failure of the decompressors or the archive formats is an IntegrityError.
-"""
+The bundle reader's rules: regular files and directories only, relative normalised paths, no setuid bits,
+no collisions; refused, never rewritten. Sizes are bounded by ``Limits``. Any failure of the
+decompressors or the archive formats is an IntegrityError."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""``[engine.env]`` written into an environment so that every entry point sees it.
-
-Two mechanisms (docs/site-administrators.md, "Runtime settings"):
-
-- ``site-packages/_lockbuild_env.pth`` imports ``_lockbuild_env``, which sets each variable with
-  ``os.environ.setdefault`` when any interpreter of the environment starts: the console scripts started
-  directly (no activation), ``bin/python``, and every process they spawn (``os.environ`` calls putenv).
-- ``bin/activate`` and ``bin/activate.fish`` export the same values for non-Python programs of the
-  environment started from an activated shell.
-
-Either way a value the operator already set wins (setdefault; ``${NAME+x}``), so a setting can be
-overridden for one run (``HF_HUB_OFFLINE=0 vllm ...``). The values were checked by :mod:`lockbuild.envtable`
-when the signed manifest was parsed; they are written as Python literals and single-quoted shell words.
-"""
+"""``[engine.env]`` written into an environment so that every entry point sees it (:func:`write`;
+docs/site-administrators.md, "Runtime settings"). The values were checked by :mod:`lockbuild.envtable`
+when the signed manifest was parsed; they are written as Python literals and single-quoted shell words."""
 
 from __future__ import annotations
 
@@ -66,7 +55,12 @@ def _append(path: Path, text: str) -> None:
 
 
 def write(env_dir: Path, python: str, env: Sequence[tuple[str, str]]) -> None:
-    """Place the runtime settings in the (staging) environment; nothing when there are none."""
+    """Place the runtime settings in the (staging) environment; nothing when there are none.
+
+    ``site-packages/_lockbuild_env.pth`` imports ``_lockbuild_env``, which sets each variable with
+    ``os.environ.setdefault`` when any interpreter of the environment starts (console scripts, ``bin/python``
+    and what they spawn); ``bin/activate`` and ``bin/activate.fish`` export the same values for non-Python
+    programs. Either way a value the operator already set wins (``HF_HUB_OFFLINE=0 vllm ...``)."""
     if not env:
         return
     rel = site_packages(env_dir, python)

@@ -1,11 +1,8 @@
 """The offline installer: verify, unpack, install with the bundled uv, verify, probe, swap into place.
 
-Promises (docs/site-administrators.md): nothing is decompressed before the signature policy is met;
-every member is checked against the signed manifest; the signed manifest is the node's only
-instructions (the recipe is never parsed here); no network is used; the target path holds the
-complete old environment or the complete new one at every instant; a failure or a kill leaves the
-old environment working and is cleaned up by the next run.
-"""
+Nothing is decompressed before the signature policy is met; every member is checked against the signed
+manifest, the node's only instructions; no network; the target holds the complete old or new environment
+at every instant, and a failure or kill leaves the old one working (docs/site-administrators.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """lockbuild.json: the marker in every installed environment, and listing what is installed.
 
 A marker is trusted only in the directory it was written into: it records that directory's device and
-inode, which a rename (the installer's swap) keeps and a copy does not. A directory someone else made
-and filled with a copy of a real environment's marker is therefore not "installed" (and the installer
-refuses it as a target it did not make).
-"""
+inode, which the installer's swap keeps and a copy does not, so a look-alike filled with a copied marker
+is not "installed"."""
 
 from __future__ import annotations
 

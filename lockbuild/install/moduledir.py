@@ -1,13 +1,8 @@
 """Module files on disk (``--modulefiles DIR``): ``DIR/ENGINE/VERSION-VARIANT[.lua]`` and the engine's default,
 written with the install's swap and removed with ``remove``.
 
-``DIR`` follows ``--root``'s rule (``install/places.py::prepare``: owned by this user, no other writer up to
-``/``). Every file is created ``O_EXCL|O_NOFOLLOW`` under an unguessable name in ``DIR/ENGINE`` (by the
-directory's descriptor), made ``0644`` whatever the umask, synced, and renamed into place; until that rename
-the previous file and default are exactly as they were. The default (Lmod's ``default`` link, Environment
-Modules' ``.version``) names the build the node's own choice (``choice/ranking.py::choose``) takes among the
-builds whose module files are here and still installed.
-"""
+``DIR`` follows ``--root``'s rule. Every file is created ``O_EXCL|O_NOFOLLOW`` by descriptor, made ``0644``,
+synced and renamed into place; the default names the build the node's own choice takes (:func:`default_of`)."""
 
 from __future__ import annotations
 

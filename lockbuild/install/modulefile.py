@@ -1,14 +1,8 @@
 """A module file for an installed engine (``install``/``image --modulefiles``): its text for Lmod (Lua) or
 Environment Modules (Tcl). Pure.
 
-Every value that comes from a bundle or the node (the engine's name, a path, a runtime setting) is written as
-one quoted string of the module language, built here and nowhere else: Lua ``"..."`` with every character
-but plain printable ASCII written as ``\\ddd`` bytes (never a long ``[[...]]`` string, which ``]]`` ends);
-Tcl ``"..."`` with every character but letters, digits and ``_-./:,=+%@()`` written as ``\\uXXXX``, so no
-``$``, ``[``, ``]``, ``\\``, ``"``, brace or newline reaches the interpreter as itself. A value no quoting can
-carry (a NUL, a character beyond U+FFFF) is refused. What the default choice reads back (``ModuleRecord``) is the
-first lines' base64 JSON, inert in both languages.
-"""
+Every value from a bundle or the node is written as one quoted string of the module language, built here
+only (:func:`lua_string`, :func:`tcl_string`); a value no quoting can carry is refused."""
 
 from __future__ import annotations
 
@@ -54,7 +48,9 @@ def _unquotable(value: str, why: str) -> InstallError:
 
 
 def lua_string(value: str) -> str:
-    """``value`` as a Lua string literal that evaluates to exactly ``value`` and nothing else."""
+    """``value`` as a Lua string literal that evaluates to exactly ``value`` and nothing else: ``"..."`` with
+    every character but plain printable ASCII written as ``\\ddd`` bytes (never a long ``[[...]]`` string,
+    which ``]]`` ends)."""
     if "\0" in value:
         raise _unquotable(value, "it holds a NUL, which no environment variable can carry")
     out = []
@@ -64,7 +60,9 @@ def lua_string(value: str) -> str:
 
 
 def tcl_string(value: str) -> str:
-    """``value`` as a Tcl word that evaluates to exactly ``value``: no substitution, no command, one word."""
+    """``value`` as a Tcl word that evaluates to exactly ``value``: no substitution, no command, one word.
+    ``"..."`` with every character but letters, digits and ``_-./:,=+%@()`` written as ``\\uXXXX``, so no
+    ``$``, ``[``, ``]``, ``\\``, ``"``, brace or newline reaches the interpreter as itself."""
     if "\0" in value:
         raise _unquotable(value, "it holds a NUL, which no environment variable can carry")
     out = []

@@ -1,12 +1,7 @@
 """Facts about the node: architecture, C library, NVIDIA driver and GPUs, free space.
 
-The driver and GPUs come, in this order, from ``LOCKBUILD_GPU_FACTS=FILE`` (an operator's statement
-for a node prepared before its GPUs or driver are in: ``{"driver": "580.65.06", "gpus": [{"name":
-"NVIDIA A100-SXM4-80GB", "capability": "8.0"}]}``; every output marks such facts as stated), else
-``nvidia-smi --query-gpu=driver_version,compute_cap,name``, else the driver version alone from
-``/sys/module/nvidia/version``, then ``/proc/driver/nvidia/version`` (as uv's ``--torch-backend=auto``
-reads it); then the GPUs, and so their capabilities, are unknown.
-"""
+The driver and GPUs are stated (``LOCKBUILD_GPU_FACTS=FILE``) or detected (:func:`detect`); where neither
+is possible they are unknown."""
 
 from __future__ import annotations
 
@@ -84,7 +79,9 @@ class FactsError(LockbuildError):
 
 
 def stated_facts(path: Path) -> tuple[str | None, tuple[Gpu, ...]]:
-    """The driver and GPUs an operator states in ``path`` (JSON; see the module's docstring), strictly."""
+    """The driver and GPUs an operator states in ``path``, strictly: JSON such as ``{"driver": "580.65.06",
+    "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "capability": "8.0"}]}``, for a node prepared before its
+    GPUs or driver are in."""
     tip = (
         f'Write {path} as {{"driver": "580.65.06", "gpus": [{{"name": "NVIDIA A100-SXM4-80GB", "capability": '
         f'"8.0"}}]}} ("driver": null and "gpus": [] for a node without a GPU), or unset {FACTS_ENV}.'
@@ -188,7 +185,11 @@ def detect(
     proc_driver: Path = PROC_DRIVER, sys_driver: Path = SYS_DRIVER, environ: Mapping[str, str] | None = None
 ) -> Node:
     """The node's facts. ``environ``: the CLI's environment (the library reads none), where
-    ``LOCKBUILD_GPU_FACTS`` may name a statement of the GPU facts."""
+    ``LOCKBUILD_GPU_FACTS`` may name a statement of the GPU facts.
+
+    The driver and GPUs come, in this order, from that statement (every output marks such facts as stated),
+    else ``nvidia-smi --query-gpu=driver_version,compute_cap,name``, else the driver version alone from
+    ``/sys/module/nvidia/version``, then ``/proc/driver/nvidia/version``; then the GPUs are unknown."""
     libc, version = platform.libc_ver()
     parsed: tuple[int, int] | None = None
     m = re.fullmatch(r"(\d+)\.(\d+).*", version or "")

@@ -1,12 +1,8 @@
 """The node check: which of a bundle's requirements a node does not meet. Pure.
 
-``install`` refuses on any reason; ``doctor`` lists them. Both call :func:`unmet` with the same
-:class:`Needs` (from the signed manifest, or from a catalogue recipe) and :class:`Facts`, so they give
-the same answer on the same node. Something that cannot be known (a driver whose version the node does
-not report, GPUs nvidia-smi does not list) counts as unmet, with a reason saying it is unknown:
-``--gpu-check skip`` is the explicit way past GPU rules. Which of several builds a node takes rests on
-this rule: :func:`lockbuild.choice.ranking.choose`.
-"""
+``install`` refuses on any reason and ``doctor`` lists them, both through :func:`unmet`, so they agree.
+Something that cannot be known (an unreported driver version, GPUs nvidia-smi does not list) counts as
+unmet, saying it is unknown: ``--gpu-check skip`` is the explicit way past GPU rules."""
 
 from __future__ import annotations
 

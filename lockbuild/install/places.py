@@ -1,12 +1,7 @@
 """Where the installer may write: --root, the engine directory and the target must belong to the
-installing user alone.
-
-A root another user can write to lets that user plant a link or a look-alike environment where the
-installer (often root) will write, so each of the three is refused if it is a symbolic link, is not a
-directory, is owned by anyone but the installing user, or is writable by its group or by others. There
-is no group-shared mode: a team shares a root by installing as one service account
-(docs/site-administrators.md).
-"""
+installing user alone: each is refused if it is a symbolic link, not a directory, owned by anyone else,
+or writable by its group or others (else that user could plant a link where root will write). A team
+shares a root by installing as one service account (docs/site-administrators.md)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
 """The interpreter a bundle carries, placed once per root: ``<root>/.python/<sha256>/``.
 
-A venv records its base interpreter by absolute path, so the interpreter may not live in the staging
-directory that is renamed into place. It is unpacked (the safe extraction of assets) into a temporary
-directory under ``<root>/.python``, checked to be the bundle's Python X.Y, and renamed to the sha256
-of its archive: every engine whose bundle carries the same file shares it, and a directory of that
-name is always complete.
-
-Locks: placing and collecting hold ``<root>/.python/.lockbuild.lock``. An installer also holds a
-shared lock on ``<sha256>.use`` from placing the interpreter until its environment is in place, so
-``remove`` never collects an interpreter that an install in flight is about to use; ``remove``
-collects one only when no installed environment's ``pyvenv.cfg`` names it and nobody holds that lock.
-"""
+A venv records its base interpreter by absolute path, so it may not live in the staging directory that is
+renamed into place. Every engine whose bundle carries the same archive shares it; ``remove`` collects one
+only when no environment and no install in flight uses it (:func:`bundled_python`, :func:`collect`)."""
 
 from __future__ import annotations
 
@@ -40,7 +32,11 @@ _SHA = SHA256_HEX  # one definition: lockbuild.digest
 @contextlib.contextmanager
 def bundled_python(root: Path, archive: Path, sha256: str, want: str, *, wait: float = 0.0) -> Iterator[Path]:
     """The executable of the bundle's interpreter under ``root``, placed if absent; it stays protected
-    from ``remove``'s collection while the context is held."""
+    from ``remove``'s collection while the context is held (a shared lock on ``<sha256>.use``).
+
+    It is unpacked (the safe extraction of assets) into a temporary directory under ``<root>/.python``,
+    checked to be the bundle's Python X.Y and renamed to the archive's sha256, under
+    ``<root>/.python/.lockbuild.lock``: a directory of that name is always complete."""
     if not _SHA.fullmatch(sha256):
         raise InstallError(f"internal: {sha256[:80]!r} is not a sha256.")
     pydir = prepare(root, PYTHONS)
@@ -133,7 +129,8 @@ def shared_python(root: Path, env_dir: Path) -> str | None:
 
 def collect(root: Path, *, wait: float = 0.0) -> list[str]:
     """Remove the interpreters under ``<root>/.python`` that no installed environment uses and no
-    install in flight holds; returns their sha256s."""
+    install in flight holds (no ``pyvenv.cfg`` names it, nobody holds its ``.use`` lock), under
+    ``<root>/.python/.lockbuild.lock``; returns their sha256s."""
     root = root.absolute()
     pydir = root / PYTHONS
     if not os.path.lexists(pydir):

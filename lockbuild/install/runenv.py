@@ -1,10 +1,8 @@
 """Running the engine's own code (the verify command, the GPU probe) in a minimal, explicit environment.
 
-The child inherits nothing by default: PATH is the new environment's bin/ and the system's, HOME,
-TMPDIR and the locale are passed through, and of the GPU settings only device selection and driver
-capabilities (CUDA_VISIBLE_DEVICES and NVIDIA_* device variables). No proxy, no credential, no
-*_TOKEN, no LD_PRELOAD, no PYTHON* variable reaches the engine, whatever the installer was given.
-"""
+The child inherits nothing by default: PATH, HOME, TMPDIR, the locale, and of the GPU settings only device
+selection and driver capabilities. No proxy, no credential, no *_TOKEN, no LD_PRELOAD, no PYTHON* variable
+reaches the engine, whatever the installer was given."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Building a bundle's sdists on the node from their hashed build closure only.
 
-Each sdist is built by ``uv build --wheel`` in its own isolated build environment, offline, with no
-index: its build dependencies can come only from the bundle's ``build-deps/``, and uv takes one only
-when its sha256 is the one ``lock/build-requirements.txt`` (signed with the manifest) gives
-(``--build-constraints ... --require-hashes``). A requirement the lock does not name, or a file with
-another digest, stops the install; nothing is fetched. The wheels built are then installed with
-``--no-deps``, and the rest of the lock without them.
-"""
+``uv build --wheel`` runs offline, isolated, with no index: a build dependency comes only from the
+bundle's ``build-deps/`` with the sha256 the signed ``lock/build-requirements.txt`` gives; anything else
+stops the install. The built wheels are installed with ``--no-deps``, then the rest of the lock."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Building an environment from an unpacked bundle, as its signed manifest says: uv venv, the offline
 uv install, the source and assets placed, the verify command and the GPU probe, the records.
 
-Everything here acts on the manifest's [install] table only (never the recipe). Every file placed is
-created O_CREAT|O_EXCL|O_NOFOLLOW under the staging directory this installer made, so a name that
-already exists in the environment (bin/python, a console script) is refused, never written through.
-"""
+Only the manifest's [install] table is read, never the recipe. Every file is created O_CREAT|O_EXCL|O_NOFOLLOW
+in the staging directory, so an existing name (bin/python, a script) is refused, never written through."""
 
 from __future__ import annotations
 

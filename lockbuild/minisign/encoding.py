@@ -1,17 +1,6 @@
 """minisign's formats, shared by keys and signature files: sizes, algorithm tags, comment lines,
-strict base64 and key ids. Pure: text or bytes in, a value or a SignatureError out.
-
-Formats (as written and read by minisign 0.8+):
-
-* public key: ``untrusted comment: ...`` then base64 of ``b"Ed" + key_id(8) + ed25519_pk(32)``;
-* secret key: ``untrusted comment: ...`` then base64 of ``b"Ed" + kdf_alg(2) + b"B2" + salt(32) +
-  opslimit(8, LE) + memlimit(8, LE) + keynum_sk(104)`` where ``keynum_sk = key_id(8) +
-  seed(32) + pk(32) + blake2b-256 checksum(32)``, XORed with scrypt output when ``kdf_alg`` is
-  ``b"Sc"`` and stored in clear when it is ``b"\\0\\0"`` (``minisign -G -W``);
-* signature: ``untrusted comment: ...``, base64 of ``alg(2) + key_id(8) + sig(64)``,
-  ``trusted comment: ...``, base64 of the global signature over ``sig + trusted comment``.
-  ``alg`` ``b"ED"`` signs the BLAKE2b-512 of the file, legacy ``b"Ed"`` signs the raw file.
-"""
+strict base64 and key ids. Pure: text or bytes in, a value or a SignatureError out. Each format (minisign
+0.8+) is described where it is parsed: ``parse_public_key``, ``decode_secret_key``, ``parse_signatures``."""
 
 from __future__ import annotations
 

@@ -77,7 +77,8 @@ class PublicKey:
 
 
 def parse_public_key(text: str, *, source: str = "public key") -> PublicKey:
-    """Parse a minisign public key file, or its bare base64 line."""
+    """Parse a minisign public key file, or its bare base64 line: ``untrusted comment: ...`` then base64
+    of ``b"Ed" + key_id(8) + ed25519_pk(32)``."""
     tip = (
         "A minisign public key file has two lines: 'untrusted comment: ...' and a base64 line"
         " starting with 'RW'. Re-copy it from the publisher."
@@ -246,7 +247,12 @@ def encode_secret_key(
 
 
 def decode_secret_key(text: str, password: Callable[[], str], *, source: str = "secret key") -> SecretKey:
-    """Parse (and decrypt) a minisign secret key file. ``password()`` is called only if it is encrypted."""
+    """Parse (and decrypt) a minisign secret key file. ``password()`` is called only if it is encrypted.
+
+    ``untrusted comment: ...`` then base64 of ``b"Ed" + kdf_alg(2) + b"B2" + salt(32) + opslimit(8, LE) +
+    memlimit(8, LE) + keynum_sk(104)``, where ``keynum_sk = key_id(8) + seed(32) + pk(32) + blake2b-256
+    checksum(32)``, XORed with scrypt output when ``kdf_alg`` is ``b"Sc"``, in clear when it is
+    ``b"\\0\\0"`` (``minisign -G -W``)."""
     tip = "A minisign secret key file has two lines: 'untrusted comment: ...' and one base64 line."
     lines = [line.strip() for line in text.strip().split("\n")]
     if len(lines) != 2 or not lines[0].startswith("untrusted comment:"):

@@ -1,10 +1,8 @@
 """minisign signature files: one or more 4-line blocks, each an Ed25519 signature over the file's
 BLAKE2b-512 (``ED``) and a global signature over that signature and the trusted comment.
 
-A ``.minisig`` file written by lockbuild may hold several blocks one after the other, one per
-signing key. Stock ``minisign -V`` reads only the first block, so the first block verifies with
-plain minisign and the others are checked by lockbuild. Pure: bytes in, values or a SignatureError out.
-"""
+One block per signing key; stock ``minisign -V`` reads only the first, so the first verifies with plain
+minisign and lockbuild checks the others. Pure: bytes in, values or a SignatureError out."""
 
 from __future__ import annotations
 
@@ -76,7 +74,10 @@ def parse_signatures(
     max_signatures: int = MAX_SIGNATURES,
     max_bytes: int = DEFAULT_LIMITS.max_signature_file,
 ) -> tuple[Signature, ...]:
-    """Parse one or more consecutive 4-line minisign signature blocks, strictly."""
+    """Parse one or more consecutive 4-line minisign signature blocks, strictly: ``untrusted comment:
+    ...``, base64 of ``alg(2) + key_id(8) + sig(64)``, ``trusted comment: ...``, base64 of the global
+    signature over ``sig + trusted comment``. ``alg`` ``ED`` signs the file's BLAKE2b-512, legacy ``Ed``
+    the raw file."""
     tip = (
         "A minisign signature is 4 lines per signing key: 'untrusted comment: ...', base64,"
         " 'trusted comment: ...', base64. Re-download the .minisig file from the publisher."

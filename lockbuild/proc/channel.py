@@ -1,11 +1,8 @@
 """Bounded hand-offs between threads, for streams that several stages work on at once.
 
-A ``Channel`` is a FIFO of at most ``depth`` items: a producer that runs ahead waits, so memory stays
-bounded. Either side can ``stop`` it, which wakes the other (``Cancelled``). A producer's failure
-travels down the channel in order (``fail``): the consumer raises that exception, the same object, when
-it reaches it, after every item sent before it. ``start`` runs a function on its own thread and turns
-its exception into such a failure.
-"""
+A ``Channel`` is a FIFO of at most ``depth`` items: a producer that runs ahead waits. Either side can
+``stop`` it (``Cancelled``); a producer's failure (``fail``) reaches the consumer in order, the same
+exception object. ``start`` runs a function on its own thread and turns its exception into such a failure."""
 
 from __future__ import annotations
 

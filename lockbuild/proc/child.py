@@ -1,12 +1,8 @@
 """A child's output, read as it comes: what a node tool prints for lockbuild to parse (bounded), and what an
 engine's command prints (its tail kept), through one reading loop.
 
-``nvidia-smi`` and ``unsquashfs -cat`` print text lockbuild parses; neither's output is bounded by
-anything but the tool (a hostile ``nvidia-smi`` on PATH, an image whose marker is a sparse file of many
-gigabytes). :func:`run_bounded` reads the pipe as it comes, at most ``limit`` bytes: past the bound, or
-past the deadline, the child and everything it started are killed, and the result says which. The
-caller decides what that means (an error, or a fact that is unknown); nothing here decodes or parses.
-"""
+:func:`run_bounded` reads at most ``limit`` bytes (a hostile ``nvidia-smi``, a sparse marker): past the
+bound or the deadline, the child and all it started are killed, and the result says which."""
 
 from __future__ import annotations
 

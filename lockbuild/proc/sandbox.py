@@ -1,24 +1,8 @@
 """The one sandbox for other people's code on the builder: bubblewrap.
 
-Build backends (prebuild, and an sdist's metadata hooks while locking: both without network), the engine
-and the recipe's commands under ``build --self-test`` all run through :func:`run`; the one networked
-use, the lock's ``uv pip compile`` with sdists, runs no backend (``resolution/resolve.py``). The sandbox
-has new user, mount, PID, IPC, UTS, cgroup and network namespaces (``--unshare-all`` plus an explicit
-``--unshare-user``, as root too; the network is kept only for ``Spec(network=True)``), no capabilities,
-no nested user namespaces, a new ``/proc`` that shows only its own processes, a minimal ``/dev``, a
-tmpfs ``/tmp`` and ``HOME``, and a read-only view of the system's programs and libraries plus a short
-list of ``/etc`` files. Nothing else of the host is there: no ``/run``, no host ``/tmp``, no home
-directory, no sockets. Only the binds a :class:`Spec` names are added, read-only unless marked writable.
-
-When the command exits, bwrap exits and the PID namespace's init dies, so the kernel kills whatever the
-command left behind (a double-forked daemon included); ``--die-with-parent`` does the same if lockbuild
-itself dies, and a timeout kills bwrap's whole process group. bwrap itself starts with an environment
-of ``PATH`` alone, so nothing of lockbuild's environment is readable in the sandbox's ``/proc/1/environ``;
-the command's environment is exactly ``Spec.env`` (``--clearenv`` and one ``--setenv`` each).
-
-Where bubblewrap is missing or cannot create its namespaces, every caller gets a :class:`SandboxError`
-with a tip: nothing runs unsandboxed instead.
-"""
+Build backends, the engine and the recipe's commands under ``build --self-test`` all run through
+:func:`run` (namespaces and binds: :func:`argv`). Where bubblewrap is missing or cannot create its
+namespaces, every caller gets a :class:`SandboxError` with a tip: nothing runs unsandboxed instead."""
 
 from __future__ import annotations
 
@@ -118,7 +102,13 @@ def _system_args() -> list[str]:
 
 def argv(spec: Spec, command: Sequence[str], *, seccomp_fd: int | None = None) -> list[str]:
     """The full bwrap command line that runs ``command`` as ``spec`` says (bwrap found on PATH); with
-    ``seccomp_fd``, bwrap reads a seccomp filter program from that descriptor and installs it in the sandbox."""
+    ``seccomp_fd``, bwrap reads a seccomp filter program from that descriptor and installs it in the sandbox.
+
+    New user, mount, PID, IPC, UTS, cgroup and network namespaces (``--unshare-all`` and ``--unshare-user``,
+    as root too; the network kept only for ``Spec(network=True)``), no capabilities, no nested user
+    namespaces, a new ``/proc``, a minimal ``/dev``, a tmpfs ``/tmp`` and ``HOME``, a read-only view of the
+    system's programs and libraries and a few ``/etc`` files: no ``/run``, host ``/tmp``, home or sockets.
+    The command's environment is exactly ``Spec.env`` (``--clearenv`` and one ``--setenv`` each)."""
     if not command:
         raise SandboxError("expected a command to run in the sandbox; found an empty one.")
     out = [str(bwrap_path()), "--unshare-all", "--unshare-user", "--disable-userns"]
@@ -165,7 +155,11 @@ def run(
     ``prefix`` goes before bwrap (a tracer such as ``strace -f -o FILE``), so it runs outside. Raises
     SandboxTimeout after ``timeout`` seconds, with bwrap's process group killed, and SandboxError when
     the sandbox cannot start; a command's own failure is its return code. ``seccomp``: a classic BPF program
-    (``struct sock_filter`` bytes) that bwrap installs for everything in the sandbox."""
+    (``struct sock_filter`` bytes) that bwrap installs for everything in the sandbox.
+
+    When the command exits, the PID namespace's init dies, so the kernel kills whatever it left behind (a
+    double-forked daemon included); ``--die-with-parent`` does the same if lockbuild dies. bwrap starts
+    with ``PATH`` alone, so nothing of lockbuild's environment is in the sandbox's ``/proc/1/environ``."""
     check_available()
     fd = _program_fd(seccomp)
     try:

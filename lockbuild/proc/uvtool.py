@@ -1,10 +1,8 @@
 """How lockbuild runs uv: which binary, and an environment no user or system configuration reaches.
 
-uv's environment is an allow-list, never the parent's environment minus a few names: locking can run
-code from the index (an sdist's build backend), and the installer runs uv on a node, so a child sees
-only what it needs to find programs, write temporary files and reach the network through the site's
-proxy: never LOCKBUILD_KEY_PASSWORD, GITHUB_TOKEN, LOCKBUILD_INDEX_TOKEN or any other secret.
-"""
+uv's environment is an allow-list, never the parent's minus a few names (locking can run an sdist's build
+backend; the installer runs uv on a node): a child sees only what it needs to find programs, write temporary
+files and reach the site's proxy, never LOCKBUILD_KEY_PASSWORD, GITHUB_TOKEN or any other secret."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Recipes: one TOML file per engine, parsed and validated once into frozen dataclasses.
 
-Every problem in a recipe is collected and reported together, each naming the file, the key,
-what was expected and what was found. Unknown keys get a "did you mean".
-
-``model`` holds the records, ``fields`` the collecting table reader, ``checks`` the single-value
-checks, ``tables`` the readers of tables that name files from outside the index, ``parse`` the recipe
-reader. What only the builder needs (the resolved recipe, the engine's
-source requirements) lives in ``lockbuild.builder``.
-"""
+Every problem in a recipe is collected and reported together, each naming the file, the key, what was
+expected and what was found; unknown keys get a "did you mean". What only the builder needs (the resolved
+recipe, the engine's source requirements) lives in ``lockbuild.builder``."""
 
 from lockbuild.recipe.fields import MAX_LIST, MAX_STRING
 from lockbuild.recipe.model import (

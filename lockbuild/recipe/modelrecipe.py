@@ -1,10 +1,7 @@
 """The model recipe: a ``[model]`` table naming a Hugging Face repository at one commit.
 
-Parsed as strictly as an engine recipe (``recipe/parse.py``): every problem collected and reported
-once, unknown keys with a "did you mean", a branch or tag name where a commit belongs refused (a name
-moves; a commit does not). The selection of files (``include``, ``exclude``, pickles) is
-``recipe/selection.py``'s.
-"""
+Parsed as strictly as an engine recipe; a branch or tag name where a commit belongs is refused (a name
+moves; a commit does not). The selection of files is ``recipe/selection.py``'s."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Which files of a Hub revision a model bundle takes: pure rules over repo paths.
 
-Patterns match the whole repo path as huggingface_hub's ``allow_patterns`` and ``ignore_patterns`` do
-(``fnmatch``: ``*`` crosses ``/``, and a pattern ending in ``/`` means everything under it). ``exclude``
-is applied after ``include`` and wins. A file that is a pickle or not a known safe format (the one
-allow-list: ``bundle/modelformat.py``) is never taken unless a pattern names it explicitly: a pattern
-equal to the path, or one ending in its suffix (``pytorch_model.bin``, ``*.bin``); ``*`` alone never
-brings one in. Code (``.py``) is taken like a safe file and reported.
-"""
+Patterns match the whole path as huggingface_hub's do (``*`` crosses ``/``; a trailing ``/`` means all under
+it); ``exclude`` wins. A pickle or unknown format (``bundle/modelformat.py``) is taken only when a pattern
+names it (its path, or ``*.bin``): ``*`` alone never brings one in. Code (``.py``) is taken and reported."""
 
 from __future__ import annotations
 

@@ -1,46 +1,8 @@
 """A small client for the OCI distribution spec (v1.1): blobs and manifests, with token or basic auth.
 
-- References are ``oci://HOST[:PORT]/REPO:TAG``. https always, except plain http for a loopback host
-  (127.0.0.1, ::1, localhost) or with ``plain_http`` (as ORAS's --plain-http), which says so loudly.
-- Credentials (``--username`` / ``--password-stdin``) are sent only as the registry asks
-  (``WWW-Authenticate``: Basic, or Bearer from its token realm), never in a URL, never printed, never
-  stored; a reference with user:password@ in it is refused without echoing it.
-- **Where credentials go.** Basic credentials, and the Bearer token, go to the registry's own origin
-  only (same scheme, host and port; never to a redirect's target). The password goes to a Bearer
-  token realm only when the realm is on the registry's own host and port over the same or a stronger
-  scheme (an https registry: https only; an http loopback registry: http or https), or on a host the
-  user named with ``auth_realms`` (``--auth-realm HOST[:PORT]``; a weaker scheme is refused even
-  then). Any other realm gets no request at all, and the error says so, with the ``--auth-realm`` tip.
-- **Time bounds** (``Transport``, named settings; the tests shorten them). Every exchange has an
-  overall deadline, enforced at every socket read, write and connect (so a registry that sends one
-  byte every 2 s fails on time, where a per-read timeout never trips):
-
-  - a small request (a manifest, a token, a HEAD, an upload's start): ``request_seconds`` = 60 s;
-  - a blob (down or up) of ``n`` bytes: ``blob_seconds`` + ``n`` / ``min_rate`` = 60 s + n / (1 MB/s);
-  - no single read, write or connect waits more than ``io_seconds`` = 30 s.
-
-  When one blob of a pull fails, ``stop`` makes every other transfer of that command fail at its next
-  read, so the error (and the store's lock) is not held up by the transfers still running.
-- **Size bounds.** Every answer is read as a stream with a cap, and a ``Content-Length`` over the cap
-  is refused unread: a manifest ``max_manifest`` (64 MiB), a token answer ``max_token`` (1 MiB), an
-  error body ``max_error`` (16 KiB, truncated for the message), a blob the size the caller knows. JSON
-  answers are parsed with :func:`lockbuild.jsonio.loads_json` (size and nesting depth checked first).
-  Bodies are read raw (``Accept-Encoding: identity``), so nothing is decompressed past a cap.
-- **Memory stays flat.** A blob goes up as a stream of ``CHUNK`` (1 MiB) pieces read from its file
-  (``_Body``, with its ``Content-Length``), never as one bytes object: httpx keeps a streamed request in
-  a reference cycle until the garbage collector runs, so a bytes body of each PATCH chunk would stay
-  resident (a 900 MB blob held ~900 MB).
-- **A busy registry** (429, 502, 503, 504) is asked again: after its ``Retry-After`` (seconds or a date,
-  at most 60 s) or an exponential backoff with jitter, each request within ``retry.retry_seconds``
-  (90 s, ``LOCKBUILD_REGISTRY_RETRY_SECONDS``) from its first attempt; a blob whose answer breaks off
-  is asked for the rest from the byte received (``Range``). The policy is pure (``registry/retry.py``).
-- Where the pieces are: references, ``registry/reference.py`` (pure); where credentials may go and what a
-  challenge asks, ``registry/auth.py`` (pure); the bounds, ``registry/transport.py``; the deadlines at the
-  socket, ``registry/connection.py``; requests, auth and retries, ``registry/client.py``; the manifests and
-  blobs, here.
-- No third-party exception leaves this module: transport failures (httpx, ssl, socket) become
-  ``RegistryError`` with the registry, the request and what to do.
-"""
+Credentials go only where ``registry/auth.py`` lets them; every exchange is bounded in time and size
+(``registry/transport.py::Transport``); a busy registry is asked again (``registry/retry.py``); a blob streams
+up with flat memory. No third-party exception leaves: failures become ``RegistryError`` with what to do."""
 
 from __future__ import annotations
 
@@ -266,9 +228,10 @@ class Registry(Connection):
 
 @dataclass(frozen=True)
 class _Body:
-    """``size`` bytes of ``src`` from ``offset``, as a request body of ``CHUNK`` pieces (memory stays
-    flat). Iterable again: a request sent anew (after a 401, or to a redirect's target) seeks back and
-    sends the same bytes; a source that ends early fails the request instead of sending less."""
+    """``size`` bytes of ``src`` from ``offset``, as a request body of ``CHUNK`` pieces (memory stays flat: httpx keeps
+    a streamed request in a reference cycle until the garbage collector runs, so a bytes body per PATCH chunk would
+    stay resident; a 900 MB blob held ~900 MB). Iterable again: a request sent anew (after a 401, or to a redirect's
+    target) seeks back and sends the same bytes; a source that ends early fails the request instead of sending less."""
 
     src: BinaryIO
     offset: int

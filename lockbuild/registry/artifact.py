@@ -1,25 +1,8 @@
 """The artifact a build is in a registry, and pull into a store, checking trust first (push: ``registry/push.py``).
 
-The artifact (docs/site-administrators.md, "Many nodes"): one OCI image manifest per build, with
-
-- ``artifactType`` ``application/vnd.lockbuild.bundle.v1``;
-- ``config``: the signed manifest (``bundle.toml``), media type ``application/vnd.lockbuild.manifest.v1+toml``,
-  so its OCI digest is the manifest's sha256 that every signature names;
-- ``layers``: one blob per distinct member, whose OCI digest is the member's sha256 (so versions share
-  blobs and nothing is uploaded twice), titled with the member's path;
-- ``annotations``: ``dev.lockbuild.signatures``, the ``.minisig`` blocks, and ``dev.lockbuild.bundle``,
-  the bundle's file name. A co-signature added later is pushed by pushing the build again: only the
-  OCI manifest changes.
-
-A model bundle's artifact is laid out as the CNCF ModelPack specification has it (``registry/modelpack.py``):
-ModelPack's artifactType, configuration and one raw layer per model file, with the signed manifest as
-a layer of the type above and the same annotations.
-
-``pull`` reads the OCI manifest, judges the signature blocks it carries against the trust directory,
-and only then requests a blob: first the config (whose digest must be the signed manifest sha256),
-then the members the store lacks, each sha256-checked as it streams into the store's tmp/, resumed
-from where an interrupted pull stopped.
-"""
+One OCI manifest per build (docs/site-administrators.md, "Many nodes"): its config is the signed manifest,
+one layer per distinct member by sha256, the signatures in an annotation. ``pull`` judges the blocks before
+any blob is requested, then checks the config and every member against the signed sha256s."""
 
 from __future__ import annotations
 

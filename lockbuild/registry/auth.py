@@ -1,14 +1,7 @@
 """Where a registry's credentials may go, and what its challenge asks (pure): the rules ``registry/client.py``
-applies when a registry answers 401.
-
-- Basic credentials, and the Bearer token, go to the registry's own origin only (the connection sends
-  them). The password goes to a Bearer token realm only when the realm is on the registry's own host
-  and port over the same or a stronger scheme, or on a host the user named with
-  ``--auth-realm HOST[:PORT]`` (a weaker scheme is refused even then): ``realm_refusal``.
-- ``answer_challenge`` turns a ``WWW-Authenticate`` header into what to do: the Basic header to send,
-  or the token request to make (``TokenRequest``); ``token_of`` takes the token from the token
-  service's answer. Each refusal is a ``RegistryError`` saying what was found and what to do.
-"""
+applies when a registry answers 401. Basic credentials and the Bearer token go to the registry's own origin
+only; the password goes to a token realm only on the registry's own host and port over no weaker scheme, or
+on a host named with ``--auth-realm`` (``realm_refusal``). ``answer_challenge`` says what to send."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """The connection under ``registry/api.py``'s Registry: requests with deadlines, bounded answers, credentials
 where ``registry/auth.py`` lets them go, and asking a busy registry again (bounds: ``registry/transport.py``).
 
-``Connection`` sends every request (``_send``: credentials to the registry's own origin only, redirects
-without them), each attempt within its deadline (``ocisocket.Clock``), answers read with a cap
-(``_read``); a 429 / 502 / 503 / 504 is asked again as the pure policy ``registry/retry.py`` decides
-(``_attempts``), the wait cut short when another transfer of the command fails (``stop``). A body that
-breaks off is a ``TransferCut``, so a blob can be asked for the rest (``resume_after_cut``). No
-third-party exception leaves it: transport failures become ``RegistryError`` with the registry, the
-request and what to do.
-"""
+A body that breaks off is a ``TransferCut``, so a blob can be asked for the rest (``resume_after_cut``). No
+third-party exception leaves it: transport failures become ``RegistryError`` with what to do."""
 
 from __future__ import annotations
 

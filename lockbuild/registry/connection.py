@@ -1,10 +1,8 @@
 """Deadlines at the socket: an httpx transport whose every read, write and connect asks a clock.
 
-``Clock`` holds the deadline of the exchange each thread is in (``within``) and a stop shared by every
-thread of a command; ``ClockedTransport`` is httpx's transport over an httpcore pool whose sockets
-answer to it, so a registry that sends one byte every 2 s fails on time, where a per-read timeout
-never trips. ``Clock.pause`` is the one sleep of a retry: it ends early when the command is stopped.
-"""
+``Clock`` holds each thread's exchange deadline (``within``) and a stop shared by a command's threads; so a
+registry that sends one byte every 2 s fails on time. ``Clock.pause`` is the one sleep of a retry: it ends
+early when the command is stopped."""
 
 from __future__ import annotations
 

@@ -1,27 +1,8 @@
 """A model bundle in a registry, laid out as the CNCF ModelPack specification has it (pure, no I/O).
 
-https://github.com/modelpack/model-spec: an OCI image manifest with
-
-- ``artifactType`` ``application/vnd.cncf.model.manifest.v1+json``;
-- ``config``: the ModelPack model configuration (``application/vnd.cncf.model.config.v1+json``): the
-  model's name, its commit as version and revision, where it came from, the weights' format when they
-  share one, and ``modelfs.diff_ids``, the layers' digests in order (each layer is raw, so its DiffID is
-  its digest); only keys the specification's schema allows;
-- ``layers``: one raw layer per model file, in the signed manifest's order, whose digest is the file's
-  sha256, with the ModelPack media type for what the file is (weights, weight configuration such as
-  ``config.json`` and the tokenizer, documentation, code) and the annotations ``org.cncf.model.filepath``
-  and ``org.opencontainers.image.title`` (both the file's path in the repository), so registries and tools
-  that read ModelPack (KitOps, Harbor, Dragonfly, ORAS) see the model's files as the Hub lays them out;
-- then lockbuild's own two layers, untitled so that tools which write titled layers out leave them alone:
-  the bundle's recipe member (``application/vnd.lockbuild.member.v1``) and the signed manifest
-  (``application/vnd.lockbuild.manifest.v1+toml``, its digest the manifest sha256 that every signature names);
-- ``annotations``: lockbuild's ``dev.lockbuild.signatures`` and ``dev.lockbuild.bundle``, as on an
-  engine's artifact.
-
-``pull`` reads the signature blocks from the annotation and judges them before any blob is requested, then
-fetches the signed manifest (the one layer of its media type) and every member by the sha256 the signed
-manifest gives it: the ModelPack layers and configuration are a view for other tools, never trusted.
-"""
+One raw layer per model file and a ModelPack configuration (docs/site-administrators.md), plus lockbuild's
+recipe member and signed manifest as untitled layers. ``pull`` trusts only the signed manifest: the ModelPack
+layers and configuration are a view for other tools (KitOps, Harbor, ORAS), never trusted."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Registry references and credentials (pure): what ``registry/api.py`` is pointed at and with what.
-
-- References are ``oci://HOST[:PORT]/REPO:TAG``; a reference with user:password@ in it is refused
-  without echoing it.
-- Credentials are never shown (``RegistryCredentials.__repr__``); where they may go is
-  ``registry/auth.py``'s rule.
-"""
+References are ``oci://HOST[:PORT]/REPO:TAG`` (one with user:password@ is refused without echoing it);
+credentials are never shown, and where they may go is ``registry/auth.py``'s rule."""
 
 from __future__ import annotations
 

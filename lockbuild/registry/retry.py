@@ -1,25 +1,8 @@
 """When to ask a registry again (pure): an answer, the attempt and the clock in, a decision out.
 
-A registry (or a pull-through mirror, or the load balancer in front of one) that is busy answers
-``429 Too Many Requests``, or ``502`` / ``503`` / ``504`` while a backend is restarting. Such an answer
-is asked again, politely:
-
-- the registry's ``Retry-After`` is obeyed, as ASCII seconds or as an HTTP date (``lockbuild.wire.headers``;
-  anything else is read as absent), capped at ``max_retry_after`` (60 s), so a registry cannot park a
-  node for a day, and never shorter than the backoff below, so ``Retry-After: 0`` cannot make it ask
-  again at once: the wait is ``max(backoff, min(Retry-After, cap))``;
-- the backoff grows exponentially from ``base_seconds`` up to ``max_backoff``, with jitter
-  (half fixed, half random), so that many nodes refused at once do not come back at once;
-- a blob whose answer broke off mid-body (the connection cut) is asked for the rest from the byte
-  received (``Range``), after the same backoff, at most ``max_resumes`` times (``resume``);
-- every request has ``retry_seconds`` (90 s) from its first attempt: a wait that would end past it is
-  not begun, and the request fails at once with the registry's answer. A registry that throttles
-  forever fails the command well within two minutes; it never hangs it.
-
-The transport (``registry/api.py``) applies the decision, and stops sleeping the moment another transfer
-of the same command fails. ``LOCKBUILD_REGISTRY_RETRY_SECONDS`` (read by the CLI) sets
-``retry_seconds``; 0 asks nothing again.
-"""
+A busy registry (429, 502, 503, 504) is asked again after its ``Retry-After`` or a jittered backoff
+(:func:`decide`); a cut blob is asked for the rest (:func:`resume`); every request stops after
+``retry_seconds`` (``LOCKBUILD_REGISTRY_RETRY_SECONDS``; 0 asks nothing again), never hanging a command."""
 
 from __future__ import annotations
 
@@ -101,7 +84,12 @@ def backoff(attempt: int, policy: RetryPolicy, jitter: float) -> float:
 def decide(
     answer: Answer, attempt: int, moment: Moment, policy: RetryPolicy = DEFAULT_RETRY, jitter: float = 0.5
 ) -> RetryDecision:
-    """Whether to ask again after the refused ``answer`` to the ``attempt``-th try, and after how long."""
+    """Whether to ask again after the refused ``answer`` to the ``attempt``-th try, and after how long.
+
+    Only 429, 502, 503 and 504 are asked again. The wait is ``max(backoff, min(Retry-After, cap))``: the
+    registry's ``Retry-After`` (seconds or an HTTP date) is obeyed up to ``max_retry_after``, never shorter
+    than the backoff, so ``Retry-After: 0`` cannot make it ask at once; a wait that would end past
+    ``retry_seconds`` from the first attempt is not begun, so a throttling registry never hangs a command."""
     if answer.status not in RETRYABLE:
         return RetryDecision(None, f"HTTP {answer.status} is not an answer to ask again")
     asked = retry_after_seconds(answer.retry_after, moment.wall)

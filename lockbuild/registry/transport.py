@@ -1,11 +1,8 @@
 """The bounds of every exchange with a registry, what its transport may raise, and how a failed answer reads.
 
-``Transport`` holds the named time and size bounds (``registry/api.py``'s docstring says each; the tests
-shorten them); ``TRANSPORT_ERRORS`` is every exception httpx and the socket may raise, each turned into
-a ``RegistryError`` by ``registry/client.py``; ``TransferCut`` is a body that broke off mid-answer (a
-blob is then asked for the rest). ``error_text`` and ``phrase`` put a registry's error answer into one
-short line of the message, never more than its first 300 characters.
-"""
+``Transport`` holds the named bounds; ``TRANSPORT_ERRORS`` is every exception httpx and the socket may raise,
+each turned into a ``RegistryError`` by ``registry/client.py``; ``TransferCut`` is a body that broke off.
+``error_text`` puts a registry's error answer into one short line (its first 300 characters at most)."""
 
 from __future__ import annotations
 
@@ -55,7 +52,13 @@ class TransferCut(RegistryError):
 
 @dataclass(frozen=True)
 class Transport:
-    """The time and size bounds of every exchange with a registry (see ``registry/api.py``'s docstring)."""
+    """The time and size bounds of every exchange with a registry (named settings; the tests shorten them).
+
+    Every exchange has an overall deadline, enforced at every socket read, write and connect (so a registry
+    that sends one byte every 2 s fails on time): a small request ``request_seconds``, a blob of ``n`` bytes
+    ``blob_seconds + n / min_rate``, no one read, write or connect more than ``io_seconds``. Every answer is
+    read as a stream with a cap (a ``Content-Length`` over it is refused unread), raw, so nothing is
+    decompressed past a cap."""
 
     request_seconds: float = 60.0  # a small request, whole: connect, send, headers and body
     blob_seconds: float = 60.0  # a blob's fixed allowance ...

@@ -1,22 +1,8 @@
 """uv's resolutions, remembered: the same inputs give the same answer, so a warm lock need not run uv again.
 
-``uv pip compile`` is a function of its argv (less the output and work-directory paths), its stdin or
-project file, uv's version, and the index's history up to the cut-off, which on an index that stamps
-upload times itself (PyPI) only loses files (yanks, deletions) and never gains any before the cut-off.
-The key is the sha256 of those inputs in a canonical form; the value is uv's lock text, nothing else.
-
-What makes a reused resolution as safe as a fresh one is the planner, not this module: every pin is still
-looked up on the live index (yanks, digests, the per-file cut-off, pin-sha256), and if any of those
-look-ups fails the entry is discarded and uv resolves afresh, so a newly yanked or deleted pin ends as a
-fresh lock would. And a remembered answer is only a hint: the planner uses it only if its pins are exactly
-the closure of the requirements on the target (``closure.py``), so an entry rewritten to add or drop a
-package is discarded too. The index's credentials are never part of the key or of an entry (the key has the
-index URL without them), and an entry whose text holds a credential is not written.
-
-Entries live in CACHE/resolutions/<key>, written to a temporary file and renamed; they are read like the
-cache's other entries (no symlink followed, a bounded regular file owned by this user and not writable
-by others). An entry that cannot be read, or is not exactly what ``put`` writes, is a miss: never an error.
-"""
+The key is the sha256 of uv's inputs (argv, stdin or project, uv's version, the index without credentials);
+the value is uv's lock text only. A remembered answer is a hint: the planner still looks up every pin live
+and checks the closure, else uv resolves afresh. An entry that is not exactly what ``put`` writes is a miss."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Each locked pin's file, chosen by where the pin comes from; each kind of pin chooses its own file:
-
-- a project the recipe names directly (its engine wheel: at a URL, in a release, lockbuild's own): the one
-  candidate the recipe gave (:func:`from_recipe`);
-- a project one of the build's extra indexes serves: from that index only, the ``==`` pin holding it, and
-  its cut-off where that index has upload times (:func:`from_own_index`);
-- every other project: the primary index, at the project's cut-off (:func:`from_primary`).
-"""
+"""Each locked pin's file, chosen by where the pin comes from: a project the recipe names directly, the one
+candidate it gave (:func:`from_recipe`); one an extra index serves, from that index only
+(:func:`from_own_index`); every other, the primary index at its cut-off (:func:`from_primary`)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
 """The only place that runs ``uv pip compile``: requirements in, a hashed lock's text out.
 
-Resolution runs no code from the index: uv is told to take wheels only (``--only-binary :all:``), so it
-never runs an sdist's PEP 517 backend to learn its metadata. Packages the build names as allowed to
-come as sdists are the only exceptions (``--no-binary NAME``: the sdist, which the node builds), and uv
-runs no backend for them either: it is given their metadata in a ``uv.toml`` (``--config-file``,
-``dependency-metadata``: the metadata of each version lockbuild read, and "no dependencies" for every
-other version; ``sdist/metadata.py``), which lockbuild produced without network (``sdist/locking.py``).
-Such a resolution still runs inside the sandbox (:mod:`lockbuild.proc.sandbox`): network kept for the index, no
-files of the builder, and the CA settings of the user's environment. uv's environment is an allow-list
-(``lockbuild.proc.uvtool``), and the index's credentials reach it only in the index URL of its environment
-(``UV_INDEX_URL``), where uv keeps them to the index's origin.
-"""
+Resolution runs no code from the index: wheels only (``--only-binary :all:``); a ``build-on-node`` sdist's
+metadata is given in a ``uv.toml`` (``sdist/metadata.py``), and such a resolution runs in the sandbox all the
+same. uv's environment is an allow-list; the index's credentials reach uv only in ``UV_INDEX_URL``."""
 
 from __future__ import annotations
 

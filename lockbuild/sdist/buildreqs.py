@@ -1,11 +1,7 @@
 """An sdist's build system, read without running it: PEP 517/518 ``build-system.requires``,
 ``build-backend`` and ``backend-path`` from the ``pyproject.toml`` at the top of the sdist, or
-setuptools' legacy default when it names none.
-
-What a backend adds at build time (``get_requires_for_build_wheel``) cannot be known without running
-it; the node builds with uv's ``--require-hashes``, so a requirement missing here fails the build
-there, by name, and is never fetched.
-"""
+setuptools' legacy default when it names none. A requirement a backend adds at build time fails the
+node's ``--require-hashes`` build by name; it is never fetched."""
 
 from __future__ import annotations
 

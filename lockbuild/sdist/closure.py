@@ -1,11 +1,8 @@
-"""Whether a set of pins is exactly what some requirements need on one target.
+"""Whether a set of pins is exactly what some requirements need on one target. Pure.
 
-A remembered resolution (``memo.py``) is only a hint: its pins are used only if they answer the
-requirements and every pin is reached from them through the pinned wheels' ``Requires-Dist`` (with
-markers evaluated for the target, extras followed). A pin nothing reaches is a package someone added;
-a requirement no pin satisfies is a package someone took out or swapped. Pure: the metadata comes from
-the caller (the index's PEP 658 file or the wheel's own ``METADATA``, each checked by its digest).
-"""
+A remembered resolution's pins are used only if they answer the requirements and every pin is reached
+from them through the wheels' ``Requires-Dist`` (markers for the target, extras followed): a pin nothing
+reaches was added, a requirement no pin satisfies was taken out. The caller gives the checked metadata."""
 
 from __future__ import annotations
 

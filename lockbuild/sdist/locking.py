@@ -1,12 +1,8 @@
 """Locking with ``build-on-node`` sdists, and no build backend run with the network.
 
-uv resolves with the network but is given every such sdist's metadata (``sdistmeta.py``), so it runs no
-backend. The metadata of the versions uv chooses is read here: from the sdist lockbuild fetched and
-checked by its digest, statically when its PKG-INFO allows, else by its backend in the sandbox with no
-network (``metahook.py``), from build dependencies locked at the cut-off (wheels only, hashed) and
-fetched like any locked file. The resolution is repeated with what was read until every sdist in the lock
-was resolved with its own metadata (a handful of rounds: each adds the versions uv newly chose).
-"""
+uv is given every such sdist's metadata, so it runs no backend; the metadata of the versions it chooses is
+read here (statically from PKG-INFO, else by the backend in the sandbox with no network), and the
+resolution repeated until every sdist in the lock was resolved with its own metadata."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
 """An sdist's dependency metadata as uv is given it: so that locking runs no build backend with the network.
 
-A ``build-on-node`` package comes as an sdist. uv learns an sdist's dependencies from its static
-metadata, or else by running its build backend's hooks (``get_requires_for_build_wheel``,
-``prepare_metadata_for_build_wheel``), which, in the compile, would run with the builder's network. So
-uv is never left to do either: ``uv pip compile`` gets a ``uv.toml`` (``--config-file``) whose
-``dependency-metadata`` entries state the metadata of every version of every such package. For each
-version lockbuild has read, the entry is that version's metadata: PKG-INFO's when it is static (Metadata
-2.2+ with none of the dependency fields dynamic), else what the backend produced in the sandbox with no
-network (``sdist/metahook.py``). For any other version, one entry without a version says "no
-dependencies", so uv has nothing to build; a version chosen that way is read and the lock is resolved
-again (``sdist/locking.py``) until every sdist of the lock was resolved with its own metadata.
-
-Pure: parsing and rendering only.
-"""
+``uv pip compile`` gets a ``uv.toml`` whose ``dependency-metadata`` states every version of every
+``build-on-node`` package: the metadata read (:func:`static_metadata`, else ``sdist/metahook.py``), or "no
+dependencies" for the rest (:func:`uv_config`). Pure: parsing and rendering only."""
 
 from __future__ import annotations
 

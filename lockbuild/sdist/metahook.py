@@ -1,17 +1,7 @@
 """An sdist's dynamic metadata, produced by its build backend in the sandbox with no network.
 
-The sandbox (:mod:`lockbuild.proc.sandbox`, ``network=False``: a new network namespace with only its own
-loopback) sees, read-only, the sdist lockbuild downloaded and checked by its digest, the hashed wheels
-of its build dependencies (locked at the cut-off, each checked by digest as fetched) with their
-requirements file, lockbuild's uv and the Python X.Y the build targets; it may write only its output
-directory. In it, uv makes a throw-away environment and installs exactly those wheels offline
-(``--offline --no-index --require-hashes``); then :data:`HOOKS` calls the backend's
-``get_requires_for_build_wheel`` and ``prepare_metadata_for_build_wheel`` (PEP 517; ``build_wheel`` where
-the backend has no metadata hook) and copies the METADATA out. The backend gets no credentials, no
-network and none of the builder's files; what it wrote is read back by descriptor, bounded, and must
-name the sdist's own project and version (``sdistmeta.parse_metadata``). Anything else refuses the lock,
-naming the package.
-"""
+The backend gets no credentials, no network and none of the builder's files (:func:`produce_metadata`);
+anything but its own project's METADATA refuses the lock, naming the package."""
 
 from __future__ import annotations
 
@@ -109,7 +99,12 @@ def produce_metadata(
     inherit: Mapping[str, str],
 ) -> SdistMetadata:
     """The metadata of ``project`` ``version`` from its sdist (already checked by ``sha256``), made by its
-    backend in the sandbox without network; a ResolveError naming the package when it cannot be made."""
+    backend in the sandbox without network; a ResolveError naming the package when it cannot be made.
+
+    The sandbox sees, read-only, the sdist, its hashed build dependencies' wheels with their requirements
+    file, lockbuild's uv and the target Python, and may write only its output directory. uv installs the
+    wheels offline (``--offline --no-index --require-hashes``), :data:`HOOKS` calls the PEP 517 hooks, and
+    the METADATA is read back by descriptor, bounded, and must name the sdist's own project and version."""
     sandbox.check_available()
     python = find_host_python(target.python, inherit)
     if python is None:

@@ -1,17 +1,8 @@
-"""Building an sdist on the builder when the wheel can run on the node, in the sandbox.
+"""Building an sdist on the builder when the wheel can run on the node, in the sandbox (:func:`prebuild`).
 
-The build runs ``uv build --wheel`` offline, with no index, inside the one sandbox
-(:mod:`lockbuild.proc.sandbox`: bubblewrap with new user, PID and network namespaces, no host files but the
-system's programs). The sandbox sees, read-only, the sdist, its hashed build dependencies and their
-constraints file, lockbuild's uv binary and the Python X.Y the build needs, and may write only its
-output directory; HOME and /tmp are throw-away, so the backend can touch neither lockbuild's own
-installation nor ``~/.local/share/uv/python`` nor anything it would find later. ``SOURCE_DATE_EPOCH`` is
-the cut-off. Build dependencies can come only from the hashed closure locked for the node
-(``--build-constraints ... --require-hashes``). The wheel is read back without following a link and
-kept only when it is a wheel of that sdist's name and version whose tags the node's Python and platform
-accept; otherwise (or when this builder has no Python X.Y, or the backend fails) the node builds the
-sdist. Where the sandbox cannot start, the build stops with a tip: nothing runs unsandboxed.
-"""
+Build dependencies come only from the hashed closure locked for the node. When this builder has no
+Python X.Y, the backend fails or the wheel does not fit, the node builds the sdist; where the sandbox
+cannot start, the build stops with a tip: nothing runs unsandboxed."""
 
 from __future__ import annotations
 
@@ -124,7 +115,12 @@ def prebuild(
     inherit: Mapping[str, str],
 ) -> tuple[Prebuilt | None, str]:
     """(the wheel, "") when it was built and runs on the node; else (None, why not). Raises SandboxError
-    when the sandbox cannot start here (the build stops: nothing runs unsandboxed)."""
+    when the sandbox cannot start here (the build stops: nothing runs unsandboxed).
+
+    ``uv build --wheel`` offline, no index, in the sandbox: read-only the sdist, its hashed build closure
+    (``--build-constraints ... --require-hashes``), uv and Python X.Y; writable only its output directory;
+    HOME and /tmp throw-away; ``SOURCE_DATE_EPOCH`` the cut-off. The wheel is read back without following a
+    link and kept only when it is that sdist's name and version with tags the node accepts."""
     sandbox.check_available()
     python = find_host_python(target.python, inherit)
     if python is None:

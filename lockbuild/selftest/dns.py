@@ -1,12 +1,8 @@
 """The name a DNS query asks for, read from the bytes sent (pure). What cannot be read is no name at all.
 
-A datagram (UDP) is one message; a stream (TCP) is a sequence of messages, each after a two-byte length,
-split across the sends in any way: :class:`DnsStream` joins them. The name is read strictly, the way a
-server would read the one question it answers: exactly one question, labels of at most 63 bytes, no
-compression pointer, at most 255 bytes in all, its type and class present. A label's own dots and
-unusual bytes are escaped as in a zone file (``\\.``, ``\\DDD``), so that no label can pass for a name of
-several (``hub.example`` as one label is ``hub\\.example``, not ``hub.example``).
-"""
+The name is read strictly, as a server reads its one question (one question, no compression, bounded
+labels); a label's own dots and odd bytes are escaped as in a zone file (``\\.``, ``\\DDD``), so no label
+passes for a name of several. :class:`DnsStream` joins a TCP stream's messages."""
 
 from __future__ import annotations
 

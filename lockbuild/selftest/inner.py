@@ -1,17 +1,8 @@
 """The part of a self-test that runs inside the sandbox: ``python -m lockbuild.selftest.inner`` (config on stdin).
 
-It installs the bundle with the ordinary installer into the test root (the watch hook placed in the new
-environment's site-packages as soon as ``uv venv`` made it, so the verify command and the probe run with
-it), then runs the smoke command and, under ``--gpu`` on a machine with a GPU, the GPU smoke command, and
-prints what happened as one line, ``RESULT <nonce> <json>``, as its last act. The outer run
-(:mod:`lockbuild.selftest.run`) takes the steps from that line only, and the network attempts from the
-tracer's log, never from here.
-
-The engine runs as this process's children, as the same user: so this process first makes itself not
-dumpable (no ``/proc/PID/mem``, ``/proc/PID/fd`` or ptrace for a process without capabilities, which the
-sandbox drops), and the nonce, read from stdin before any engine code runs, is in no file and no
-environment: an engine cannot write a line the outer run would take for this one.
-"""
+It installs the bundle, runs the smoke commands and prints one nonce-marked result line (:func:`main`). The
+outer run (:mod:`lockbuild.selftest.run`) takes the steps from that line only, and the network attempts
+from the tracer's log, never from here."""
 
 from __future__ import annotations
 
@@ -165,6 +156,10 @@ def run_inside(cfg: dict[str, Any], result: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    """Install with the ordinary installer (the watch hook placed as soon as ``uv venv`` made the
+    environment), run the smoke commands, print ``RESULT <nonce> <json>`` as the last act. The process is
+    made not dumpable first, and the nonce is read from stdin before any engine code runs and kept in no
+    file or environment, so an engine (a child, the same user) cannot forge the line."""
     cfg = json.loads(sys.stdin.buffer.read(MiB))
     nonce = str(cfg["nonce"])
     result: dict[str, Any] = {"steps": [], "dumpable": not not_dumpable()}

@@ -1,10 +1,8 @@
 """Reading the arguments of one strace line (``-yy -xx``): addresses, sockets, the bytes a call sends. Pure.
 
-With ``-xx`` every string strace prints is hex escapes (``"\\x68\\x75\\x62"``), so no text inside one can
-pass for strace's own decoding (``sa_family=``, ``{msg_hdr=``, ``iov_base=``); a string cut short by ``-s``
-ends in ``"..."...``. With ``-yy`` a socket is shown as ``3<UDP:[12345]>`` (its inode), or with its
-addresses (``3<UDP:[127.0.0.1:40000->127.0.0.1:53]>``) where strace can see them.
-"""
+With ``-xx`` every string is hex escapes, so no text inside one can pass for strace's own decoding; a
+string cut short by ``-s`` ends in ``"..."...``. With ``-yy`` a socket shows its inode
+(``3<UDP:[12345]>``) or its addresses (``3<UDP:[127.0.0.1:40000->127.0.0.1:53]>``)."""
 
 from __future__ import annotations
 

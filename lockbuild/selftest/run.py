@@ -1,23 +1,8 @@
 """``lockbuild test``: install a signed bundle into a throw-away root inside the bubblewrap sandbox, run its
-verify command, GPU probe, smoke command (and under ``--gpu`` its GPU smoke command), and judge every
-network attempt from a tracer that runs outside the sandbox.
+commands, and judge every network attempt from a tracer that runs outside the sandbox (:func:`self_test`).
 
-The signatures are checked here first (the same opener as install); then whether this machine can run the
-bundle at all (architecture, C library, Python): if not, :class:`PlatformError` (exit 6), never a pass.
-
-The judge is outside the judged. The install and every command of the engine run in one
-:func:`lockbuild.proc.sandbox.run`: new user, PID and network namespaces (only its own loopback), a tmpfs root
-holding the system read-only, the bundle and its signature read-only, a copy of the trust directory
-read-only, the interpreter and lockbuild read-only, and the empty test root writable, at ``/selftest/``.
-``strace -f`` is the sandbox's prefix: it runs outside, traces bwrap and every process in the sandbox, and
-writes its log into ``WORK/evidence``, which the sandbox does not contain. The steps come from the inner
-run's nonce-marked result line; the attempts come from that log only. A tracer that is missing, cannot
-ptrace here, or did not see inside the sandbox (no canary) makes the verdict "not checked", never "passed".
-When the sandbox's first process ends, the kernel kills everything left in its PID namespace.
-
-The work directory lies under ``$TMPDIR/lockbuild-selftest-<uid>/run-<pid>-*``: removed at the end, and a
-run killed on the way is swept by the next one.
-"""
+The judge is outside the judged: the steps come from the inner run's result line, the attempts from the
+tracer's log only. A tracer missing, unable to ptrace, or blind inside (no canary) gives "not checked"."""
 
 from __future__ import annotations
 
@@ -191,7 +176,14 @@ def self_test(
     bundle: Path | str, options: SelfTestOptions, progress: Progress | None = None, *, store: Path | None = None
 ) -> Report:
     """Any source, named as every command names it (``site.sources.named_source``): a ``.lbz``, a part
-    list, a delta (completed by ``store``), or ENGINE/VERSION-VARIANT in ``store``."""
+    list, a delta (completed by ``store``), or ENGINE/VERSION-VARIANT in ``store``.
+
+    Signatures first (the opener install uses), then the platform (:class:`PlatformError`, exit 6, never
+    a pass), then the install and every command in one sandbox (own user, PID and network namespaces; the
+    system, bundle, trust copy, interpreter and lockbuild read-only; the empty test root writable at
+    ``/selftest/``) under ``strace -f``, which runs outside and logs into ``WORK/evidence``, out of the
+    sandbox's reach. The work directory lies under ``$TMPDIR/lockbuild-selftest-<uid>/run-<pid>-*``:
+    removed at the end, a killed run's swept by the next."""
     with named_source(bundle, store=store) as source:
         return _self_test(source, options, progress or Progress.quiet(), store)
 

@@ -1,18 +1,8 @@
 """The self-test sandbox's own seccomp filter: no process in it may install a filter with a listener.
 
-A filter whose action is a user notification (``SECCOMP_RET_USER_NOTIF``, answered by a thread of the
-engine's own through the listener fd that ``SECCOMP_FILTER_FLAG_NEW_LISTENER`` returns) outranks the
-tracer's ``SECCOMP_RET_TRACE``: strace ``--seccomp-bpf`` would never stop at a call the engine chose, and
-the engine could let that call run (``SECCOMP_USER_NOTIF_FLAG_CONTINUE``) unseen. This program, which
-bubblewrap installs in the sandbox before the inner run starts (``--seccomp FD``), makes
-``seccomp(SECCOMP_SET_MODE_FILTER, flags with SECCOMP_FILTER_FLAG_NEW_LISTENER, ...)`` fail with ``EPERM``,
-under every system-call ABI of the machine (x86-64, x32 and i386; AArch64 and 32-bit ARM). Everything
-else is allowed here: a filter the engine installs without a listener is the tracer's business
-(:mod:`lockbuild.selftest.tracelog` fails the verdict on it).
-
-A classic BPF program, written out here (no libseccomp): each instruction is ``struct sock_filter``
-(``u16 code, u8 jt, u8 jf, u32 k``) in the machine's byte order, which is what ``--seccomp`` reads.
-"""
+A user-notification filter outranks strace's ``SECCOMP_RET_TRACE``, so an engine could let a call run
+unseen; bubblewrap installs this classic BPF program (``--seccomp FD``), which makes such a ``seccomp`` call
+fail with ``EPERM`` under every ABI of the machine. Any other filter is the tracer's business."""
 
 from __future__ import annotations
 

@@ -1,46 +1,8 @@
 """Reading the self-test's authoritative record, strace's log: which calls are network attempts. Pure.
 
-The log is written by ``strace -f`` run *outside* the sandbox (:mod:`lockbuild.selftest.trace`): strace is
-the ``prefix`` of the bubblewrap command (:func:`lockbuild.proc.sandbox.run`), so it traces bwrap and everything
-started inside, and writes its log to a FIFO in a directory the sandbox does not contain: the engine can
-neither see, truncate, replace nor link it, and cannot stop strace (it is outside the engine's PID
-namespace, and a traced process cannot detach itself or be traced by anything else).
-
-What is traced, by rule rather than by a list of the calls that happen to carry addresses today:
-
-- ``socket`` and ``socketpair``: a socket of any family but ``AF_UNIX``/``AF_NETLINK``/``AF_INET``/``AF_INET6``
-  (``AF_PACKET``, ``AF_VSOCK``, ``AF_BLUETOOTH``, a number strace cannot name...) is an attempt by itself;
-- ``connect``, ``bind``, ``sendto``, ``sendmsg``, ``sendmmsg``: every address they carry, whatever the
-  family; an Internet address that is not loopback is an attempt, any family other than the local ones
-  is too; a send with no address is judged by the address its socket connected to (sockets are known
-  by inode, so a thread or child that inherited the descriptor counts as well);
-- a name look-up: every message sent to port 53 (the sandbox has no ``/etc/resolv.conf``, so a resolver
-  asks ``127.0.0.1:53``), by ``sendto``, ``sendmsg``, ``sendmmsg`` or ``write``/``writev``/``pwritev``/
-  ``pwritev2`` on a socket connected there, is a look-up of the name its bytes ask for
-  (:mod:`lockbuild.selftest.dns`; ``-xx`` shows every byte, ``-s`` enough of them); each name is an attempt
-  of its own, and a message that cannot be read is a look-up of "an unreadable name". ``sendfile`` and
-  ``splice`` to such a socket, and a stream there that never sent a whole query, are look-ups whose name
-  cannot be read. A name is never taken from the engine's watch note;
-- ``io_uring_setup``: a ring can connect and send without any system call a tracer sees, so it is an
-  attempt by itself;
-- ``clone``/``clone3`` with ``CLONE_UNTRACED``: a child the tracer does not follow (which could then trace
-  its own children and let their calls through strace's seccomp filter), an attempt by itself;
-- ``seccomp`` and ``prctl(PR_SET_SECCOMP)`` after the inner run began: a filter of the engine's own could
-  hide calls from strace (a user-notification action outranks strace's ``SECCOMP_RET_TRACE``; the sandbox
-  refuses a listener, :mod:`lockbuild.selftest.seccomp`), so any filter installed fails the verdict;
-- ``removexattr`` on a path under :data:`MARKER`: the watch hook's notes (the Python frame of an attempt,
-  taken only from a note of the same process naming the same address or name). They only add a frame to
-  what strace saw; they can never remove an attempt, nor name one.
-
-Every bound of the reader fails closed: what it cannot keep or read whole is an attempt to "an
-unreadable destination" (:data:`UNREAD`, refused whatever the bundle allows), never a line read in
-pieces nor a socket forgotten. The bounds: a line of :data:`LINE_BOUND` bytes (a longer one, which only
-a ``sendmmsg`` of many large messages makes, is judged by its first argument alone when that shows a
-write that is no look-up, else unreadable); :data:`PENDING_BOUND` bytes of calls not yet resumed;
-:data:`MAX_PEERS` sockets connected to port 53 and :data:`MAX_STREAMS` streams there; ``limit``
-distinct attempts and look-ups noted. The frames kept per process only name where an attempt came
-from, and are the one thing dropped (the oldest process's first).
-"""
+strace runs outside the sandbox and writes to a FIFO the sandbox does not contain: the engine can neither
+touch the log nor stop strace. What is traced goes by rule, not by a list of calls (:class:`Parser`), and
+every bound fails closed."""
 
 from __future__ import annotations
 
@@ -112,7 +74,17 @@ class Parser:
     bounds the *distinct* attempts kept (the same call to the same address, for the same name, from the
     same process is kept once); past it, :attr:`Log.overflow` is set and one attempt to :data:`UNREAD`
     fails the verdict. A call strace shows in two halves (``<unfinished ...>``, ``<... resumed>``) is read
-    whole when it resumes (``sendmmsg``'s messages, and every return value, are in the second half)."""
+    whole when it resumes (``sendmmsg``'s messages, and every return value, are in the second half).
+
+    An attempt, by rule: a ``socket``/``socketpair`` of a family other than unix, netlink, inet and inet6;
+    a non-loopback Internet address (or a non-local family) in ``connect``, ``bind``, ``sendto``,
+    ``sendmsg``, ``sendmmsg``, a send with no address judged by its socket's peer (sockets known by inode);
+    every message to port 53, a look-up of the name its bytes ask for (:mod:`lockbuild.selftest.dns`;
+    unreadable: "an unreadable name"); ``io_uring_setup``; ``clone``/``clone3`` with ``CLONE_UNTRACED``;
+    ``seccomp`` or ``prctl(PR_SET_SECCOMP)`` after the inner run began. ``removexattr`` under :data:`MARKER`
+    is the watch hook's note: it adds a frame to what strace saw, never removes or names an attempt.
+    Every bound (:data:`LINE_BOUND`, :data:`PENDING_BOUND`, :data:`MAX_PEERS`, :data:`MAX_STREAMS`,
+    ``limit``) fails closed: what cannot be kept or read whole is an attempt to :data:`UNREAD`."""
 
     def __init__(self, limit: int | None = None) -> None:
         self.log = Log()

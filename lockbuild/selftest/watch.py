@@ -1,16 +1,8 @@
 """The watch hook placed in the test environment: it adds the Python frame to what the tracer sees.
 
-The hook is a module in the environment's site-packages with a ``.pth`` file that loads it *by path* (so a
-module the engine puts in ``sys.modules`` first cannot stand in for it). For each socket event Python
-raises (``socket.__new__``, ``socket.connect``, ``socket.sendto``, ``socket.sendmsg``, ``socket.bind``,
-``socket.getaddrinfo``, ``socket.gethostbyname``, ``socket.gethostbyaddr``, ``socket.getnameinfo``) it
-makes one harmless system call, ``removexattr`` on a path under :data:`tracelog.MARKER` carrying the event, the
-address and the Python frames; the tracer outside the sandbox logs that call with the process's real id,
-just before the attempt itself, and :func:`tracelog.parse` joins the two.
-
-The hook writes no file and decides nothing: the engine can silence it (``python -S``, a ``.pth`` that
-patches ``sys.addaudithook``), and then an attempt is reported without its frame, never not reported.
-"""
+Loaded *by path* from a ``.pth``, it turns each socket audit event into a harmless ``removexattr`` under
+:data:`tracelog.MARKER` that the tracer logs; :func:`tracelog.parse` joins the two. It decides nothing: an
+engine that silences it loses only the frame, never the attempt's report."""
 
 from __future__ import annotations
 

@@ -1,27 +1,8 @@
-"""Delta bundles: the new build's signed manifest and only the members an older build lacks.
+"""Delta bundles: the new build's signed manifest and only the members an older build lacks (:func:`write_delta`).
 
-``NAME.delta.lbz`` (NAME.lbz being the full bundle's name) is a zstd-compressed POSIX tar written
-like a bundle (fixed metadata, one frame, a checksum), holding:
-
-1. ``delta.toml``: what it is and what it needs (``format``, ``bundle`` = NAME.lbz, ``base`` =
-   ENGINE/VERSION-VARIANT it was cut against, ``omitted`` = how many members it leaves out). It is a
-   hint for people and early errors, not trusted.
-2. ``bundle.toml``: the new bundle's manifest, byte for byte; its sha256 is what the signatures sign.
-3. the members the base lacks, in the manifest's order.
-
-Beside it, ``NAME.delta.lbz.minisig`` is the full bundle's ``.minisig`` as published: its signed
-statements name NAME.lbz and the manifest's sha256, so no signing key is needed to cut a delta, and
-a node trusts a delta exactly as far as the signatures prove its manifest. Importing a delta checks
-the signature blocks against the trust directory before decompressing anything, the manifest against
-them, each member against the manifest while streaming; every member the delta leaves out must
-already be in the store, or the import fails naming them.
-
-Cutting a delta reads nothing unsigned either. ``delta`` runs wherever the published bundles are (a
-site's import host as much as the builder), on files that came from outside like any other, so NEW
-and BASE go through the one trust decision (``lockbuild.trust.open_source``, ``--trust``) before a byte
-of them is decompressed, and NEW's members reach the delta only through ``TrustedBundle.extract``.
-A delta cut from a bundle whose signatures do not meet the policy is refused, not written.
-"""
+A delta carries the full bundle's signatures, so no key is needed to cut one and a node trusts it exactly
+as far as they prove its manifest. Cutting and importing both pass the one trust decision before a byte is
+decompressed; a member the delta leaves out must already be in the store, or the import fails naming it."""
 
 from __future__ import annotations
 
@@ -143,7 +124,12 @@ def write_delta(
 ) -> WrittenDelta:
     """Cut NEW against BASE into OUT/NAME.delta.lbz (+ .minisig). Both are opened through the one trust
     decision first; NEW is then extracted in full (every member against its signed manifest), BASE is
-    used only for its signed manifest. No key is needed: the delta carries NEW's signature blocks."""
+    used only for its signed manifest. No key is needed: the delta carries NEW's signature blocks.
+
+    The delta is a zstd-compressed POSIX tar written like a bundle, holding ``delta.toml`` (a hint for
+    people and early errors, not trusted: ``bundle``, ``base``, ``omitted``), ``bundle.toml`` (NEW's
+    manifest, byte for byte) and the members BASE lacks, in the manifest's order; beside it,
+    ``NAME.delta.lbz.minisig`` is NEW's ``.minisig`` as published."""
     base_manifest = open_source(BundleFile(base), trust, threshold=threshold, limits=limits).manifest
     have = {m.sha256 for m in base_manifest.members}
     trusted = open_source(BundleFile(new), trust, threshold=threshold, limits=limits)

@@ -1,15 +1,8 @@
 """``lockbuild store index``: a static package index of the store's wheels and sdists, written whole
 beside --out and swapped into place (the I/O; the pages are rendered by ``site/pyindex.py``).
 
-- Every file is the store's blob, hard-linked where the file system allows (``fsio.link_under``), else
-  copied (``digest.copy_with_hash``), and hashed as it lies in the export against the signed manifest.
-- Which --out it takes (never the store, only an empty directory or an earlier export, the --root rule)
-  is ``site/exportout.py``; nothing is written through a link (``fsio.create_under``).
-- The new tree is made in a hidden directory beside --out and put in place with ``renameat2``'s
-  RENAME_EXCHANGE (``install/swap.py::swap_into_place``): a reader sees the old index or the new one.
-- With a key, SHA256SUMS is signed last, by the signing process (``trust/sign.py::sign_in_fresh_process``),
-  which alone reads the key; the trusted comment holds no time, so two exports are byte-identical.
-"""
+Every file is checked against the signed manifest where it lies, nothing is written through a link, and a
+reader sees the old index or the new one (:func:`export_index`)."""
 
 from __future__ import annotations
 
@@ -179,7 +172,12 @@ def export_index(
     store: Store, out: Path, *, refs: Sequence[str] = (), signing: Signing | None = None, wait: float = 0.0
 ) -> Exported:
     """Write the index of ``refs`` (every build when empty) at ``out``, whole, replacing an earlier export
-    (or an empty directory) there; see ``site/exportout.py`` for which --out it takes."""
+    (or an empty directory) there; see ``site/exportout.py`` for which --out it takes.
+
+    Every file is the store's blob, hard-linked where possible, else copied, and hashed where it lies
+    against the signed manifest. The tree is made in a hidden directory beside --out and swapped in
+    (``RENAME_EXCHANGE``). With a key, SHA256SUMS is signed last by the signing process, which alone reads
+    the key; the trusted comment holds no time, so two exports are byte-identical."""
     found = check_out(out, store.root, store.fd)
     sweep_partials(out)  # what killed exports left beside --out
     staging = fsio.temp_beside(out)

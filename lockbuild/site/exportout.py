@@ -1,14 +1,7 @@
 """Where ``store index`` may write: which --out it takes, how it recognises an index of its own, and what
-a killed export left beside --out.
-
-- --out and the directories above it follow the --root rule (``fsio.owner_problem``, ``fsio.ancestor_problem``).
-- --out is never the store, a directory that holds it, or one inside it: compared as named, as resolved, and
-  by device and inode walking up from the opened directories (a link or a bind mount hides no path).
-- An existing --out is replaced only when it is empty or an earlier export: one whose ``MARKER`` (a file
-  every export writes first) is there, read by descriptor; anything else is refused, never emptied.
-- A killed export's ``.OUT.<hex>.partial`` is removed by the next run: only a directory of this user's,
-  that holds the marker and that no running export holds locked (``fsio.sweep_dirs_beside``).
-"""
+a killed export left beside --out. --out follows the --root rule, is never the store or near it
+(:func:`check_not_the_store`), and is replaced only when empty or marked as an earlier export
+(:func:`is_marked`): anything else is refused, never emptied."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
-"""Media parts: a bundle cut into pieces that `cat` joins back into the identical file.
+"""Media parts: a bundle cut into pieces that `cat` joins back into the identical file (:func:`split`).
 
-``split`` writes ``NAME.lbz.part000``, ``NAME.lbz.part001``, … (each ``size`` bytes, the last one
-shorter; wider numbers past 1000 parts, so the names always sort in order), a copy of
-``NAME.lbz.minisig``, and the part list ``NAME.lbz.parts.toml``::
-
-    format = 1
-    file = "NAME.lbz"
-    size = 12345
-    sha256 = "…"          # of the whole file
-
-    [[parts]]
-    name = "NAME.lbz.part000"
-    size = 4000000000
-    sha256 = "…"
-
-The part list is not signed: the signatures cover the joined file. It lets a damaged part be named
-as soon as it is read, instead of a bundle failing as a whole after gigabytes.
-"""
+The part list ``NAME.lbz.parts.toml`` is not signed: the signatures cover the joined file. It lets a
+damaged part be named as soon as it is read, instead of a bundle failing as a whole after gigabytes."""
 
 from __future__ import annotations
 
@@ -98,7 +83,12 @@ class PartList:
 
 
 def split(bundle: Path, size: int, out: Path) -> Path:
-    """Write the parts, the signature copy and the part list into ``out``; returns the part list."""
+    """Write the parts, the signature copy and the part list into ``out``; returns the part list.
+
+    ``NAME.lbz.part000``, ``part001``, … (each ``size`` bytes, the last shorter; wider numbers past 1000
+    parts, so the names sort in order), ``NAME.lbz.minisig``, and ``NAME.lbz.parts.toml``: ``format``,
+    ``file``, ``size``, ``sha256`` of the whole file, and a ``[[parts]]`` table (``name``, ``size``,
+    ``sha256``) per part."""
     out.mkdir(parents=True, exist_ok=True)
     whole = hashlib.sha256()
     parts: list[Part] = []

@@ -1,16 +1,8 @@
 """A static package index of a store's wheels and sdists, rendered (pure: names and records in, bytes out).
 
-The layout (docs/site-administrators.md, "A package index for pip and uv")::
-
-    simple/index.html, simple/index.json          every project (PEP 503 / PEP 691)
-    simple/<project>/index.html, index.json       every file of the project, PEP 691 with PEP 700's fields
-    files/<filename>                              the file itself, byte for byte the store's blob
-    files/<filename>.metadata                     a wheel's METADATA (PEP 658 / PEP 714)
-    SHA256SUMS, SHA256SUMS.minisig                with --key: every file above, signed
-
-Every address is relative, so the tree works from any URL and from ``file://``. Every text that came from
-a manifest or a wheel (a file name, Requires-Python) is escaped for HTML and written by ``json`` for JSON.
-"""
+The layout is docs/site-administrators.md's, "A package index for pip and uv" (PEP 503, 691, 700, 658).
+Every address is relative, so the tree works from any URL and from ``file://``; every text from a manifest
+or a wheel is escaped for HTML and written by ``json`` for JSON."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
-"""The site wing's sources behind the one trust port (``lockbuild.trust.source``): plain I/O, no
-decision. Each hands over signature blocks, the manifest's exact bytes and member pieces; the trust
-decision is :func:`lockbuild.trust.open_source`'s and the checks of every member
-:func:`lockbuild.bundle.extract.extract`'s.
+"""The site wing's sources behind the one trust port (``lockbuild.trust.source``): plain I/O, no decision.
 
-- :class:`PartsFile`: ``NAME.lbz.parts.toml`` from ``split``: the parts are joined (each checked
-  against the part list as it streams) into a work directory, and only up to the size the trusted
-  signatures sign, checked before a byte is joined; then it is the joined ``.lbz``.
-- :class:`DeltaFile`: ``NAME.delta.lbz`` from ``delta``, with the store it completes: the members it
-  carries come from it, those it leaves out from the store's blobs.
-- :class:`StoreBuild`: ``ENGINE/VERSION-VARIANT`` in a store: its kept signature blocks, manifest and
-  blobs.
-
-No network code: a node reads these from local or shared disk.
-"""
+:class:`PartsFile` (joined, never past the size the trusted signatures sign), :class:`DeltaFile` (its
+members, the rest from the store) and :class:`StoreBuild` (a store's build) hand over blocks, the
+manifest's bytes and member pieces. No network code: a node reads these from local or shared disk."""
 
 from __future__ import annotations
 

@@ -1,26 +1,7 @@
-"""The site store: a directory that keeps every member once, by sha256, and per build the signed
-manifest and its signature blocks.
-
-Layout (docs/site-administrators.md, "Many nodes")::
-
-    STORE/lockbuild-store                        marks the directory as a store (format 1)
-    STORE/lock                                   flock: imports and gc exclusive, verify shared
-    STORE/blobs/sha256/<hex>                     one file per distinct member, named by its sha256
-    STORE/builds/<engine>/<version>-<variant>/   bundle.toml (the signed manifest) and bundle.toml.minisig
-    STORE/tmp/                                   partial blobs and staging; never read as content
-
-Every write lands under a temporary name in tmp/, is fsynced, checked, then renamed into place; a
-build's directory appears last, after all its blobs. A killed import therefore leaves blobs that are
-whole (or nothing) and no build naming missing blobs; the next import completes it.
-
-Every path is walked from the store's root one component at a time with O_NOFOLLOW: a symbolic link
-anywhere inside the store (a directory, a blob, a manifest) is refused, never followed. The store, and the
-directories above it, follow --root's rules (``storecare.check_owner``, ``storecare.check_ancestors``);
-files move only between directories the store holds open (``os.rename`` by ``src_dir_fd``/``dst_dir_fd``).
-
-This module opens the store and writes to it; its reads are :class:`lockbuild.site.storeread.StoreReader`,
-its care (verify, gc, tmp/) :mod:`lockbuild.site.storecare`.
-"""
+"""The site store: every member once, by sha256, and per build the signed manifest and its signature blocks
+(layout: docs/site-administrators.md, "Many nodes"). Every write lands in tmp/, is fsynced, checked and
+renamed, a build's directory last, so a killed import leaves no build naming missing blobs. Every path is
+walked with O_NOFOLLOW: a link inside the store is refused. Reads: ``storeread``; care: ``storecare``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """The trust path: one signed statement per signature, a trust store, a pure policy, one opener.
 
-``scheme`` (the signature scheme as a port; ``minisignscheme``, its one adapter), ``statement`` (the
-signed fields), ``truststore`` (identities, revocations, policy; an identity by its raw key),
-``policy`` (pure: who counts and why), ``source`` (the one port: ``Signed``, what the decision reads,
-and ``Source``, a bundle's source with its members), ``opener`` (the one trust decision: ``decide`` for
-every signed thing; ``open_source`` returns a :class:`TrustedBundle`), ``sign`` (adding a checked
-co-signature; ``read_unverified``, the signer's own pass).
-"""
+``scheme`` (the signature scheme as a port), ``statement``, ``truststore``, ``policy`` (pure: who counts and
+why), ``source`` (the one port), ``opener`` (the one trust decision: ``decide``; ``open_source`` returns a
+:class:`TrustedBundle`), ``sign`` (adding a checked co-signature)."""
 
 from lockbuild.trust.opener import (
     DEFAULT_TRUST_DIR,

@@ -1,16 +1,8 @@
-"""Who counts, and why: the pure evaluation of a bundle's signatures against a trust store.
+"""Who counts, and why: the pure evaluation of a bundle's signatures against a trust store. No I/O.
 
-Inputs: the signature blocks, the store (keys, revocations, policy), the bundle's name, what is known
-of the file (its size, and once hashed its digests; nothing at all for a signature block checked on its
-own), and the time. Output: an :class:`Evaluation` in which each signature either counts or says why
-not. The rule: a signature from a trusted key that fails cryptographically is a hard failure (someone
-altered the file or the signature), and so is its statement naming this file with another sha256 or
-size: minisign's global signature covers the statement, so the statement's sha256 is what binds the
-file (the ``ED`` file signature over the BLAKE2b-512 prehash is checked too where that digest is known,
-and is there for stock ``minisign -V``). Anything else (unknown or revoked key, legacy algorithm,
-expired, a trusted comment that is not a lockbuild statement, a statement for another file name) only
-stops that signature from counting, and never vetoes the others. No I/O.
-"""
+Inputs: the signature blocks, the store, the bundle's name, its size and digests where known, and the
+time; output: an :class:`Evaluation` in which each signature counts or says why not. A trusted key's bad
+signature is a hard failure; anything else only stops that signature from counting (:func:`evaluate`)."""
 
 from __future__ import annotations
 
@@ -217,7 +209,12 @@ def evaluate(
 ) -> Evaluation:
     """Judge every signature. ``file=None`` checks the signature blocks alone (global signatures only):
     what the counted statements assert, the manifest digest included, is then proven without the file.
-    ``threshold`` can only raise the store's policy. Raises only for a trusted key's bad signature."""
+    ``threshold`` can only raise the store's policy. Raises only for a trusted key's bad signature.
+
+    A trusted key's signature that fails cryptographically, or whose statement names this file with
+    another sha256 or size, is a hard failure (the statement's sha256 binds the file). Anything else
+    (unknown or revoked key, legacy algorithm, expired, not a lockbuild statement, another file name)
+    only stops that signature from counting, and never vetoes the others."""
     if threshold is not None and threshold < 1:
         raise ValueError(f"a signature threshold is at least 1, found {threshold}")
     needed = max(threshold or 1, store.policy.threshold)

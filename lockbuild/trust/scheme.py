@@ -1,9 +1,8 @@
 """The signature scheme as a port: what the trust path asks of a signature format, and the one in use.
 
-A scheme parses a signature file into blocks, says whether a block verifies as a trusted identity and
-what statement it carries, signs, and names its files; the policy counts identities. :data:`SCHEME` is
-the one adapter, minisign (``trust/minisignscheme.py``), the only importer of ``lockbuild.minisign``
-besides ``keygen`` and the signing process."""
+A scheme parses a signature file into blocks, verifies a block as a trusted identity, signs, and names its
+files. :data:`SCHEME` is the one adapter, minisign (``trust/minisignscheme.py``), the only importer of
+``lockbuild.minisign`` besides ``keygen`` and the signing process."""
 
 from __future__ import annotations
 

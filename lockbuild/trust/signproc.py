@@ -1,19 +1,8 @@
-"""The signing process: the only process that reads a secret key or asks for its passphrase.
+"""The signing process: the only process that reads a secret key or asks for its passphrase (:func:`main`).
 
-``lockbuild build`` runs everything else first (lock, fetch, prebuild and self-test, the other people's
-code among it sandboxed and exited), then starts this module in a fresh interpreter,
-``python -I -S``: isolated mode (no script directory, no user site, no ``PYTHON*`` variables) and no
-``site`` (so no ``.pth`` file of any installation runs), with lockbuild's and cryptography's directories
-appended *after* the standard library (a ``getpass.py`` planted beside them cannot shadow the real one).
-Every module it needs is imported before the key is read; it reports what was imported after, and the
-parent refuses a signature if anything was.
-
-Protocol: one JSON request on stdin (the key's path, the passphrase when it came from
-LOCKBUILD_KEY_PASSWORD, whether a group/other-readable key is allowed, and for each bundle the BLAKE2b-512
-prehash and the trusted comment to sign); one JSON answer on stdout (the signer's key id and public key
-and one minisign block per bundle, or the error). A passphrase that must be typed is read from
-``/dev/tty`` here, never through the parent.
-"""
+Started last, in ``python -I -S`` (no user site, no ``PYTHON*``, no ``.pth``), with lockbuild's and
+cryptography's directories *after* the standard library; every module is imported before the key is
+read, and the parent refuses a signature if anything was imported after."""
 
 from __future__ import annotations
 
@@ -73,6 +62,10 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
+    """One JSON request on stdin (the key's path, the passphrase when it came from LOCKBUILD_KEY_PASSWORD,
+    whether a group/other-readable key is allowed, and per bundle the BLAKE2b-512 prehash and trusted
+    comment); one JSON answer on stdout (the key id, public key and one block per bundle, or the error). A
+    passphrase that must be typed is read from ``/dev/tty`` here, never through the parent."""
     try:
         request = json.loads(sys.stdin.buffer.read(MAX_REQUEST))
         result = answer(request)

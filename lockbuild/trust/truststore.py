@@ -1,11 +1,8 @@
 """The trust store: the keys a site trusts, the keys it revoked, and its policy (``policy.toml``).
 
-A signer's identity is its raw Ed25519 public key, never its key id: the key id is not covered by
-any signature, so one key published under two ids would otherwise count twice, and revoking one id
-would leave the other. A store that holds one raw key twice is refused; a revocation names a key id
-or a public key, and covers that key under any id. Pure: the files' contents in, a store out
-(reading the directory is the opener's job).
-"""
+A signer's identity is its raw Ed25519 public key, never its key id (unsigned: one key under two ids
+would count twice); a store holding one raw key twice is refused, and a revocation covers its key under
+any id. Pure: the files' contents in, a store out."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The vulnerability report beside a bundle: a standalone CycloneDX BOM (pure: written and read here).
 
-``NAME.lbz.vulns.cdx.json``: the service asked, the query time, the bundle's sha256, and one entry per OSV
-record found, its ``affects`` pointing at the bundle's own SBOM components by BOM-link
-(``urn:cdx:SERIAL/VERSION#bom-ref``), the record as received in a property. A look-up that did not happen
-says "not checked" with its reason, never an empty list of findings.
-"""
+``NAME.lbz.vulns.cdx.json``: the service, the query time, the bundle's sha256, one entry per OSV record
+pointing at the bundle's SBOM components by BOM-link. A look-up that did not happen says "not checked"
+with its reason, never an empty list of findings."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """The offline vulnerability database an audit reads: a directory of OSV JSON records, or the zip
-osv.dev publishes for an ecosystem (``PyPI/all.zip``), bounded and strict.
-
-Nothing is ever written: a zip's members are read into memory one at a time, each bounded by the bytes
-actually decompressed (never by what its header claims), their names plain ``NAME.json`` (a member named
-with a directory, ``..``, or a drive is refused, not skipped), their count and total bounded. A directory's
-records are regular files opened by descriptor, links refused. Any malformed record is an error (exit 2).
-"""
+osv.dev publishes for an ecosystem (``PyPI/all.zip``), bounded and strict. Nothing is written: members
+are bounded by the bytes actually decompressed, named plainly ``NAME.json``; a directory's records are
+opened by descriptor, links refused. Any malformed record is an error (exit 2)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """OSV records, parsed once and strictly into frozen dataclasses, and OSV's matching rule (pure).
 
-A record is refused (AdvisoryDataError) when its shape is not OSV's or it is over a bound; what it says of
-other ecosystems is kept unparsed. Matching follows OSV's own: ``affected[]`` entries of ecosystem PyPI
-whose name is the package's (PEP 503 normalised), ``ranges`` of type ECOSYSTEM or SEMVER read with PEP 440
-ordering (``introduced``/``fixed``/``last_affected``/``limit``, as the OSV schema's evaluation describes),
-and the explicit ``versions`` list; a withdrawn record matches nothing.
-"""
+A record is refused (AdvisoryDataError) when its shape is not OSV's or it is over a bound. Matching follows
+OSV's own: PyPI ``affected[]`` entries for the PEP 503 name, ECOSYSTEM or SEMVER ranges with PEP 440
+ordering, and the explicit ``versions``; a withdrawn record matches nothing."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The report's signature: its statement, and the report as a signed thing behind the one trust port.
 
-The statement is a bundle statement's shape (``trust/statement.py``) about the report file: ``file`` the
-report's name, ``sha256``/``size``/``manifest-sha256`` the report's own (the report is its own subject),
-the bundle's engine, version, variant and serial, and two fields that bind it to its bundle and its
-time: ``bundle-sha256`` and ``queried``. :class:`ReportFile` is plain I/O for
-``trust/opener.py::decide``, which alone judges it.
-"""
+The statement has a bundle statement's shape about the report file (its own subject), plus
+``bundle-sha256`` and ``queried``, which bind it to its bundle and its time. :class:`ReportFile` is plain
+I/O for ``trust/opener.py::decide``, which alone judges it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """OpenVEX documents: what a site states about a vulnerability in a product, read strictly.
 
-A statement ``not_affected`` (with a justification or an impact statement, as OpenVEX requires) or
-``fixed`` hides a finding and says so; ``under_investigation`` and ``affected`` keep it. A statement
-applies to a finding when its vulnerability names the finding's id or one of its aliases and one of its
-products is the package's purl ``pkg:pypi/NAME@VERSION`` (name PEP 503 normalised, version PEP 440
-equal; qualifiers ignored). Of several statements about the same finding, the last one read counts.
-"""
+``not_affected`` (justified) or ``fixed`` hides a finding and says so; ``under_investigation`` and
+``affected`` keep it. A statement applies by the finding's id or alias and the purl ``pkg:pypi/NAME@VERSION``
+(PEP 503 name, PEP 440 equal version); of several about one finding, the last read counts."""
 
 from __future__ import annotations
 

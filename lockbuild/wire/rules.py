@@ -1,18 +1,8 @@
 """What every HTTP client of lockbuild asks for, accepts and may put in a header (pure rules, no I/O).
 
-- **Raw bodies.** Every request asks for the body as stored (``RAW_BODY``: ``Accept-Encoding: identity``),
-  and an answer with any other ``Content-Encoding`` is refused (``encoding_problem``) before a byte of its
-  body is read, so every size bound counts the bytes received and nothing is decompressed past one.
-  The builder's JSON client and downloads (``fetch/http.py``, ``fetch/fetcher.py``) and the registry's
-  connection (``registry/client.py``) all apply it.
-- **Credentials.** A token sent as it is in a header (``HF_TOKEN``, ``GITHUB_TOKEN``, a bearer token) is
-  visible ASCII without spaces; no credential holds a CR or LF (``credential_problem``). Checked where each
-  is read, before any request; the message names the variable, never the value. A registry's token
-  service's answer is held to the same rule (``header_token``, in ``registry/auth.py::token_of``).
-
-Where a redirect may lead is ``wire/urls.py::redirect_problem``; how a failure's text is scrubbed of every
-secret before it is shown is ``text.py::scrub``.
-"""
+Every request asks for raw bodies (``RAW_BODY``), and another ``Content-Encoding`` is refused before its
+body is read (``encoding_problem``). A header credential is visible ASCII without spaces, never CR or LF
+(``credential_problem``, ``header_token``), checked where read; the message names the variable, never the value."""
 
 from __future__ import annotations
 

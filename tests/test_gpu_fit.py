@@ -107,3 +107,25 @@ def test_the_recipe_checks_name_both_numbers_and_the_package() -> None:
     assert drv == "min-driver 575: the CUDA 13.0 runtime of the lock needs driver 580.65.06"
     ptx = measure({"e": [("e/_C.so", k("8.0", "8.0"))]}, {}, (), ("e",))
     assert contradictions(GpuRequirement(None, None, (13, 0)), ptx) == []  # later GPUs fit by JIT
+
+
+def test_a_packages_deciding_libraries_set_its_floor() -> None:
+    """vLLM 0.11.0 as measured: torch's linalg library carries sm_50 and vllm/_C sm_52, but libtorch_cuda.so
+    starts at 7.0: the build's floor is 7.0 (a Pascal GPU would fail at its first kernel), never 5.2; and a
+    library only some GPUs use (FlashAttention 3, FlashMLA) does not narrow vLLM's fit."""
+    libs = {
+        "torch": [
+            ("torch/lib/libtorch_cuda.so", k("7.0 7.5 8.0 8.6 9.0 10.0 12.0")),
+            ("torch/lib/libtorch_cuda_linalg.so", k("5.0 6.0 7.0 7.5 8.0 8.6 9.0 10.0 12.0")),
+        ],
+        "vllm": [
+            ("vllm/_C.abi3.so", k("5.2 6.0 7.0 7.5 8.0 8.6 8.9 9.0 10.0 12.0", "12.0")),
+            ("vllm/_flashmla_C.abi3.so", k("9.0a 10.0f")),
+            ("vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", k("9.0a")),
+        ],
+    }
+    fit = measure(libs, {"nvidia-cuda-runtime-cu12": "12.8.90"}, (), default_gate("vllm"))
+    assert fit.to_json()["min_capability"] == "7.0"
+    assert fit.coverage((6, 1)) is None and fit.lacking((6, 1)) == ("torch",)
+    assert fit.coverage((8, 9)) == "sass"  # FlashMLA and FA3 lack 8.9: reported, not gated
+    assert not fit.jit_beyond  # libtorch_cuda.so carries no PTX

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from lockbuild.gpu.fatbin import Kernels
@@ -26,6 +27,13 @@ DEFAULT_GATE = ("torch",)  # besides the engine's own package
 CUDA_RUNTIME_PREFIX = "nvidia-cuda-runtime"
 # Friendlier names of well-known libraries, for the text line.
 KNOWN_LIBRARIES = {"_vllm_fa2_C": "flash-attention 2", "_vllm_fa3_C": "flash-attention 3"}
+# The libraries that decide whether a package runs on a GPU, for packages that also ship libraries only some
+# GPUs use (a backend chosen at run time by capability: FlashAttention, FlashMLA) or helpers with older
+# kernels (torch's linalg): every deciding library must fit. A package not listed fits when any library does.
+DECIDING_LIBRARIES: Mapping[str, tuple[str, ...]] = {
+    "torch": ("torch/lib/libtorch_cuda.so",),
+    "vllm": ("vllm/_C*.so", "vllm/_moe_C*.so"),
+}
 
 
 def _ptx_runs_on(arch: Arch, cap: Capability) -> bool:
@@ -64,8 +72,23 @@ class PackageFit:
         ptx = {a for lib in self.libraries for a in lib.kernels.ptx}
         return Kernels(tuple(sorted(sass)), tuple(sorted(ptx)))
 
+    def deciding(self) -> tuple[Library, ...]:
+        """The libraries that decide (``DECIDING_LIBRARIES``), where the package has any of them."""
+        patterns = DECIDING_LIBRARIES.get(self.name, ())
+        return tuple(lib for lib in self.libraries if any(fnmatchcase(lib.file, p) for p in patterns))
+
+    def has_ptx(self) -> bool:
+        """Whether later GPUs still run the package by JIT: every deciding library (else any) has PTX."""
+        deciding = self.deciding()
+        return all(lib.kernels.ptx for lib in deciding) if deciding else bool(self.kernels.ptx)
+
     def coverage(self, cap: Capability) -> Coverage | None:
-        """A package fits when one of its libraries does (each library a different set of kernels)."""
+        """A package fits when every deciding library does; without deciding libraries, when one of its
+        libraries does (each library a different set of kernels)."""
+        deciding = self.deciding()
+        if deciding:
+            each = [coverage(lib.kernels, cap) for lib in deciding]
+            return None if None in each else "jit" if "jit" in each else "sass"
         found = [c for lib in self.libraries if (c := coverage(lib.kernels, cap)) is not None]
         return "sass" if "sass" in found else "jit" if found else None
 
@@ -111,7 +134,7 @@ class GpuFit:
 
     @property
     def jit_beyond(self) -> bool:
-        return bool(self.gated) and all(p.kernels.ptx for p in self.gated)
+        return bool(self.gated) and all(p.has_ptx() for p in self.gated)
 
     @property
     def min_driver(self) -> str | None:

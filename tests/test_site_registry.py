@@ -157,13 +157,19 @@ def test_a_blob_corrupted_in_the_registry_is_refused(
     damaged[7] ^= 1
     blob.write_bytes(bytes(damaged))
     store = tmp_path / "store"
-    r = cli("pull", target, "--store", store, "--trust", signer.trust)
-    assert r.exit_code == 4 and f"the registry's blob for {path} is damaged" in r.output
-    assert cli("store", "list", "--store", store, "--json").stdout.count('"build"') == 0
-    assert list((store / "tmp").iterdir()) == []
-    blob.write_bytes(data)  # repaired in the registry: the next pull completes, fetching only what is missing
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        r = cli("pull", target, "--store", store, "--trust", signer.trust)
+        assert r.exit_code == 4 and f"the registry's blob for {path} is damaged" in r.output
+        assert cli("store", "list", "--store", store, "--json").stdout.count('"build"') == 0
+        # the damaged blob leaves no partial; another blob's, stopped by the failure, may stay to resume
+        assert not (store / "tmp" / f"{digest}.partial").exists()
+        assert not (store / "blobs" / "sha256" / digest).exists()
+    finally:
+        blob.write_bytes(data)  # repaired in the registry (the module's other tests share it)
+    # the next pull completes, fetching only what is missing
     pulled = _ok("pull", target, "--store", store, "--trust", signer.trust)
-    assert pulled["fetched"] == 1
+    assert pulled["fetched"] >= 1
     assert cli("store", "verify", "--store", store).exit_code == 0
 
 

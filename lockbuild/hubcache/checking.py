@@ -63,6 +63,10 @@ class KeptRecord:
             error=SignatureError,
         )
 
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        """No frame tables: the members are checked."""
+        return None
+
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests | None:
         return None
 

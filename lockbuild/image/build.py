@@ -291,7 +291,7 @@ def _pack(tool: str, tree: Path, partial: Path, epoch: int) -> None:
 def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> Record:
     digests = digest_signed_file(partial, prehash=False)
     return Record(
-        digests.sha256,
+        digests.whole,
         digests.size,
         trusted.sha256,
         trusted.statement.manifest_sha256,

@@ -58,4 +58,4 @@ def sign_image(
         [(digests.prehash(image.name), statement.to_comment())]
     )
     replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
-    return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.sha256, evaluation)
+    return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.whole, evaluation)

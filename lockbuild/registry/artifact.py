@@ -157,6 +157,10 @@ class RegistryArtifact:
             )
         return self.artifact.signatures
 
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        """No frame tables: the members are checked."""
+        return None
+
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None
 

@@ -1,0 +1,152 @@
+"""Frames on a pool of threads, in order, a fixed number in flight (memory flat in the bundle's size):
+the writer compresses the tar stream's fixed-size pieces, each into a frame of its own, so its bytes
+never depend on the thread count; the reader hashes each frame as it was read and compares it with the
+table before a byte of it is decompressed. zstd and sha256 release the GIL, so the threads run at once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import BinaryIO, Protocol
+
+import zstandard
+
+from lockbuild.errors import IntegrityError
+from lockbuild.frames.seektable import FRAME_SIZE, TIP, Frame, FrameTable, encode_tables
+from lockbuild.limits import Limits
+
+LEVEL = -3  # the level of the unframed writer (bundle/write.py says why)
+
+
+def workers(threads: int | None) -> int:
+    return max(1, threads if threads is not None else (os.cpu_count() or 1))
+
+
+class FramedWriter:
+    """Cuts what is written into FRAME_SIZE pieces, compresses each on the pool into an independent frame
+    (content size and checksum in it), writes them in order, and ends with the tables."""
+
+    def __init__(self, out: BinaryIO, threads: int | None = None) -> None:
+        self.out = out
+        self.n = workers(threads)
+        self.pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="lockbuild-zstd")
+        self.local = threading.local()
+        self.buf = bytearray()
+        self.flight: deque[Future[tuple[bytes, int, bytes]]] = deque()
+        self.sizes: list[tuple[int, int]] = []
+        self.digests: list[bytes] = []
+
+    def _compress(self, piece: bytes) -> tuple[bytes, int, bytes]:
+        cctx = getattr(self.local, "cctx", None)
+        if cctx is None:
+            cctx = self.local.cctx = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True, write_content_size=True)
+        frame = cctx.compress(piece)
+        return frame, len(piece), hashlib.sha256(frame).digest()
+
+    def _submit(self, piece: bytes) -> None:
+        self.flight.append(self.pool.submit(self._compress, piece))
+        while len(self.flight) > 2 * self.n:
+            self._drain_one()
+
+    def _drain_one(self) -> None:
+        frame, content, digest = self.flight.popleft().result()
+        self.out.write(frame)
+        self.sizes.append((len(frame), content))
+        self.digests.append(digest)
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.buf += data
+        if len(self.buf) >= FRAME_SIZE:
+            done = 0
+            while len(self.buf) - done >= FRAME_SIZE:
+                self._submit(bytes(self.buf[done : done + FRAME_SIZE]))
+                done += FRAME_SIZE
+            del self.buf[:done]
+
+    def begin_stored(self) -> None:
+        """A model's weights need no frame of their own here: every frame is at most FRAME_SIZE."""
+
+    def end_stored(self) -> None:
+        """See :meth:`begin_stored`."""
+
+    def close(self) -> str:
+        """Write the last frame and the tables; the sha256 of the tables (a statement's frames-sha256)."""
+        try:
+            if self.buf:
+                self._submit(bytes(self.buf))
+                self.buf = bytearray()
+            while self.flight:
+                self._drain_one()
+        finally:
+            self.pool.shutdown(cancel_futures=True)
+        tables = encode_tables(self.sizes, self.digests)
+        self.out.write(tables)
+        return hashlib.sha256(tables).hexdigest()
+
+
+def _check(frame: Frame, index: int, data: bytes, decompress: bool, limits: Limits) -> bytes | None:
+    """One frame: its bytes hashed and compared with the table, and only then, with ``decompress``, its
+    header checked (no dictionary, a bounded window, the table's content size, a checksum) and decompressed."""
+    if len(data) != frame.size:
+        raise IntegrityError(f"the bundle is truncated: it ends inside frame {index}.", tip=TIP)
+    if hashlib.sha256(data).digest() != frame.sha256:
+        raise IntegrityError(
+            f"the bundle's frame {index} (bytes {frame.offset} to {frame.offset + frame.size}) does not have the "
+            "sha256 its signed frame table lists; it was not decompressed.",
+            tip=TIP,
+        )
+    if not decompress:
+        return None
+    try:
+        params = zstandard.get_frame_parameters(data)
+        if params.dict_id or not params.has_checksum or params.content_size != frame.content:
+            raise IntegrityError(
+                f"the bundle's frame {index} header does not match the table (content {params.content_size}, "
+                f"expected {frame.content}; lockbuild writes a checksum and no dictionary).",
+                tip=TIP,
+            )
+        if params.window_size > limits.zstd_window:
+            raise IntegrityError(f"the bundle's frame {index} window is over {limits.zstd_window} bytes.", tip=TIP)
+        dobj = zstandard.ZstdDecompressor(max_window_size=limits.zstd_window).decompressobj()
+        out = dobj.decompress(data)
+    except zstandard.ZstdError as exc:
+        raise IntegrityError(f"the bundle's frame {index} is corrupt: {exc}.", tip=TIP) from None
+    if not dobj.eof or dobj.unused_data or len(out) != frame.content:
+        raise IntegrityError(f"the bundle's frame {index} is not one zstd frame of {frame.content} bytes.", tip=TIP)
+    return out
+
+
+class Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def checked_frames(
+    f: Readable, table: FrameTable, limits: Limits, *, decompress: bool = True, threads: int | None = None
+) -> Iterator[bytes]:
+    """Every frame in order, read once from ``f`` (at the file's start), each checked against ``table`` on the pool
+    (at most twice the workers' number in flight); yields each frame's content (or b"" without
+    ``decompress``)."""
+    n = workers(threads)
+    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockbuild-frames")
+    flight: deque[Future[bytes | None]] = deque()
+    try:
+        for i, frame in enumerate(table.frames):
+            flight.append(pool.submit(_check, frame, i, f.read(frame.size), decompress, limits))
+            if len(flight) >= 2 * n:
+                yield flight.popleft().result() or b""
+        while flight:
+            yield flight.popleft().result() or b""
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def count_frames(f: BinaryIO, table: FrameTable, limits: Limits, threads: int | None = None) -> int:
+    """Hash every frame against ``table`` without decompressing: the whole file is then the signed one."""
+    n = 0
+    for _ in checked_frames(f, table, limits, decompress=False, threads=threads):
+        n += 1
+    return n

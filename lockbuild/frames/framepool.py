@@ -26,6 +26,12 @@ def workers(threads: int | None) -> int:
     return max(1, threads if threads is not None else (os.cpu_count() or 1))
 
 
+def in_flight(threads: int | None) -> int:
+    """Frames handed to the pool and not yet written or yielded: one a worker, and two waiting (memory
+    is about three FRAME_SIZE pieces a worker, whatever the bundle's size)."""
+    return workers(threads) + 2
+
+
 class FramedWriter:
     """Cuts what is written into FRAME_SIZE pieces, compresses each on the pool into an independent frame
     (content size and checksum in it), writes them in order, and ends with the tables."""
@@ -49,7 +55,7 @@ class FramedWriter:
 
     def _submit(self, piece: bytes) -> None:
         self.flight.append(self.pool.submit(self._compress, piece))
-        while len(self.flight) > 2 * self.n:
+        while len(self.flight) > in_flight(self.n):
             self._drain_one()
 
     def _drain_one(self) -> None:
@@ -62,9 +68,10 @@ class FramedWriter:
         self.buf += data
         if len(self.buf) >= FRAME_SIZE:
             done = 0
-            while len(self.buf) - done >= FRAME_SIZE:
-                self._submit(bytes(self.buf[done : done + FRAME_SIZE]))
-                done += FRAME_SIZE
+            with memoryview(self.buf) as view:  # one copy of each piece, released before the buffer moves
+                while len(view) - done >= FRAME_SIZE:
+                    self._submit(bytes(view[done : done + FRAME_SIZE]))
+                    done += FRAME_SIZE
             del self.buf[:done]
 
     def begin_stored(self) -> None:
@@ -128,7 +135,7 @@ def checked_frames(
     f: Readable, table: FrameTable, limits: Limits, *, decompress: bool = True, threads: int | None = None
 ) -> Iterator[bytes]:
     """Every frame in order, read once from ``f`` (at the file's start), each checked against ``table`` on the pool
-    (at most twice the workers' number in flight); yields each frame's content (or b"" without
+    (``in_flight`` at once); yields each frame's content (or b"" without
     ``decompress``)."""
     n = workers(threads)
     pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockbuild-frames")
@@ -136,7 +143,7 @@ def checked_frames(
     try:
         for i, frame in enumerate(table.frames):
             flight.append(pool.submit(_check, frame, i, f.read(frame.size), decompress, limits))
-            if len(flight) >= 2 * n:
+            if len(flight) >= in_flight(n):
                 yield flight.popleft().result() or b""
         while flight:
             yield flight.popleft().result() or b""

@@ -18,7 +18,7 @@ from typing import BinaryIO
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import MiB, Limits
 
-FRAME_SIZE = 4 * MiB  # every frame's decompressed size, the last one's at most
+FRAME_SIZE = 2 * MiB  # every frame's decompressed size, the last one's at most
 SKIPPABLE_SEEK = 0x184D2A5E
 SKIPPABLE_HASHES = 0x184D2A5D
 SEEKABLE_MAGIC = 0x8F92EAB1

@@ -699,7 +699,8 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
     bundle, m = make_bundle(tmp_path / "dist")
     d = digest_signed_file(bundle)
     other = dataclasses.replace(
-        Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None, frames_sha256=d.frames_sha256), manifest_sha256="0" * 64
+        Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None, frames_sha256=d.frames_sha256),
+        manifest_sha256="0" * 64,
     )
     signature_path(bundle).write_text(sign_statement(signers["alice"].key, other, d.blake2b))
     with pytest.raises(IntegrityError, match=r"the bundle's manifest has sha256 .* the signatures sign 0000"):

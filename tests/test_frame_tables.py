@@ -153,7 +153,7 @@ def test_a_frame_that_does_not_match_is_refused_before_it_is_decompressed(tmp_pa
     raw = bytearray(bundle.read_bytes())
     raw[100] ^= 1  # inside frame 0
     bundle.write_bytes(bytes(raw))
-    with pytest.raises(IntegrityError, match="frame 0 .* does not have the sha256 its signed frame table lists"):
+    with pytest.raises(IntegrityError, match=r"frame 0 .* does not have the sha256 its signed frame table lists"):
         open_bundle(bundle, load_store(trust), now=AS_OF)
 
 

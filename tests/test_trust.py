@@ -357,7 +357,7 @@ def test_flipped_byte_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> 
     data[len(data) // 4] ^= 1
     bundle.write_bytes(bytes(data))
     trust = trust_dir(tmp_path, signers["alice"])
-    with pytest.raises(IntegrityError, match="frame 0 .* does not have the sha256 its signed frame table lists"):
+    with pytest.raises(IntegrityError, match=r"frame 0 .* does not have the sha256 its signed frame table lists"):
         verify(bundle, trust)
     data = bytearray(good)
     data[-30] ^= 1  # in the seek table's entries

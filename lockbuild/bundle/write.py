@@ -146,7 +146,7 @@ class _Frames:
     def close(self) -> None:
         self.end_stored()
         self._end_compressed()
-        return None
+        return
 
 
 class _TarWriter:

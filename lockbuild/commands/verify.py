@@ -27,9 +27,7 @@ from lockbuild.times import iso
 @trust_option
 @threshold_option
 @models_option
-@click.option(
-    "--members", "check_members", is_flag=True, help="Also decompress a framed bundle and check each member."
-)
+@click.option("--members", "check_members", is_flag=True, help="Also decompress a framed bundle and check each member.")
 @json_option
 @click.pass_context
 def verify(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from lockbuild.errors import IntegrityError
-from lockbuild.limits import MiB, Limits
+from lockbuild.limits import Limits, MiB
 
 FRAME_SIZE = 2 * MiB  # every frame's decompressed size, the last one's at most
 SKIPPABLE_SEEK = 0x184D2A5E

@@ -159,7 +159,7 @@ class RegistryArtifact:
 
     def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
         """No frame tables: the members are checked."""
-        return None
+        return
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None

@@ -117,7 +117,7 @@ class DeltaFile:
 
     def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
         """No frame tables: the members are checked."""
-        return None
+        return
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None  # the signatures name the full bundle; a delta proves its manifest, not a file
@@ -218,7 +218,7 @@ class StoreBuild:
 
     def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
         """No frame tables: the members are checked."""
-        return None
+        return
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None

@@ -304,7 +304,7 @@ def test_tampered_bundle_is_refused_and_old_env_kept(
         f.seek(-1, 1)
         f.write(bytes([byte[0] ^ 1]))
     code, _, stderr = install(bad, installed, keys)
-    assert code == 3 and "does not verify" in stderr
+    assert code == 4 and "does not have the sha256 its signed frame table lists" in stderr, stderr
     assert toy_version(installed / "toyengine" / "1.0-cpu") == "1.0"
     assert listing(installed) == ["toyengine/1.0-cpu"]
 

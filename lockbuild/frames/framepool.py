@@ -23,7 +23,8 @@ LEVEL = -3  # the level of the unframed writer (bundle/write.py says why)
 
 
 def workers(threads: int | None) -> int:
-    return max(1, threads if threads is not None else (os.cpu_count() or 1))
+    """``threads``, or the cores this process may run on (its affinity: ``taskset`` and cpusets count)."""
+    return max(1, threads if threads is not None else len(os.sched_getaffinity(0)))
 
 
 def in_flight(threads: int | None) -> int:

@@ -19,14 +19,14 @@ import io
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, cast
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
 from lockbuild.bundle.zstdframe import TIP, Decompressed, Hashing, check_zstd_frame, decompressed
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.frames.framepool import checked_frames
+from lockbuild.frames.framepool import Readable, checked_frames
 from lockbuild.frames.seektable import FrameTable, is_framed, read_tables
 from lockbuild.fsio import open_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -80,7 +80,7 @@ def open_stream(
             table = read_tables(raw, size, limits)
     raw.seek(0)
     if table is not None:
-        return TarReader(Decompressed(checked_frames(via or raw, table, limits), table.content_size))
+        return TarReader(Decompressed(checked_frames(cast(Readable, via or raw), table, limits), table.content_size))
     check_zstd_frame(raw, limits)
     return open_tar(via or raw, limits)
 

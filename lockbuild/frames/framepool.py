@@ -11,7 +11,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, cast
 
 import zstandard
 
@@ -96,7 +96,7 @@ class FramedWriter:
         return hashlib.sha256(tables).hexdigest()
 
 
-def _check(frame: Frame, index: int, data: bytes, decompress: bool, limits: Limits) -> bytes | None:
+def _check(frame: Frame, index: int, data: memoryview, decompress: bool, limits: Limits) -> bytes | None:
     """One frame: its bytes hashed and compared with the table, and only then, with ``decompress``, its
     header checked (no dictionary, a bounded window, the table's content size, a checksum) and decompressed."""
     if len(data) != frame.size:
@@ -129,21 +129,33 @@ def _check(frame: Frame, index: int, data: bytes, decompress: bool, limits: Limi
 
 
 class Readable(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
+    def readinto(self, b: bytearray | memoryview, /) -> int: ...
+
+
+def _read_exactly(f: Readable, view: memoryview) -> memoryview:
+    """``view`` filled from ``f``, or the part a file that ended filled (the frame's check says so)."""
+    got = 0
+    while got < len(view) and (n := f.readinto(view[got:])):
+        got += n
+    return view[:got]
 
 
 def checked_frames(
     f: Readable, table: FrameTable, limits: Limits, *, decompress: bool = True, threads: int | None = None
 ) -> Iterator[bytes]:
-    """Every frame in order, read once from ``f`` (at the file's start), each checked against ``table`` on the pool
-    (``in_flight`` at once); yields each frame's content (or b"" without
-    ``decompress``)."""
+    """Every frame in order, read once from ``f`` (at the file's start) into a ring of reused buffers (no
+    fresh memory a frame), each checked against ``table`` on the pool, ``in_flight`` at once; yields each
+    frame's content (or b"" without ``decompress``). A buffer is read into again only once the frame it
+    held has been checked (its future's result taken: the ring is one longer than the frames in flight)."""
     n = workers(threads)
     pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="lockbuild-frames")
     flight: deque[Future[bytes | None]] = deque()
+    largest = max(fr.size for fr in table.frames)  # at most MAX_COMPRESSED (seektable.read_tables)
+    ring = [bytearray(largest) for _ in range(in_flight(n) + 1)]
     try:
         for i, frame in enumerate(table.frames):
-            flight.append(pool.submit(_check, frame, i, f.read(frame.size), decompress, limits))
+            data = _read_exactly(f, memoryview(ring[i % len(ring)])[: frame.size])
+            flight.append(pool.submit(_check, frame, i, data, decompress, limits))
             if len(flight) >= in_flight(n):
                 yield flight.popleft().result() or b""
         while flight:
@@ -155,6 +167,6 @@ def checked_frames(
 def count_frames(f: BinaryIO, table: FrameTable, limits: Limits, threads: int | None = None) -> int:
     """Hash every frame against ``table`` without decompressing: the whole file is then the signed one."""
     n = 0
-    for _ in checked_frames(f, table, limits, decompress=False, threads=threads):
+    for _ in checked_frames(cast(Readable, f), table, limits, decompress=False, threads=threads):
         n += 1
     return n

@@ -79,10 +79,16 @@ def make(work: Path, size: int) -> tuple[Path, Path, Path]:
     return made[0], made[1], trust
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, from wait4) and peak RSS in MB of one command."""
     t = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{argv} exited {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -106,21 +112,23 @@ def main() -> None:
     }
     for argv in variants.values():  # warm the page cache and the imports
         timed(argv)
-    runs: dict[str, list[float]] = {k: [] for k in variants}
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in variants}
     for _ in range(args.repeat):
         for k, argv in variants.items():
             runs[k].append(timed(argv))
-    base = runs["openssl dgst -sha256 (framed file)"]
+    base = [w for w, _, _ in runs["openssl dgst -sha256 (framed file)"]]
     size = framed.stat().st_size
     print(
         f"{size / 1e6:.0f} MB framed bundle ({old.stat().st_size / 1e6:.0f} MB in the old layout), "
         f"{len(os.sched_getaffinity(0))} cores, medians of {args.repeat}\n"
     )
-    print("| command | seconds | × openssl |")
-    print("|---|---|---|")
+    print("| command | wall s | × openssl (range) | CPU s | peak RSS MB |")
+    print("|---|---:|---:|---:|---:|")
     for k, ts in runs.items():
-        ratio = statistics.median(t / b for t, b in zip(ts, base, strict=True))
-        print(f"| {k} | {statistics.median(ts):.2f} | {ratio:.2f} |")
+        ratios = [w / b for (w, _, _), b in zip(ts, base, strict=True)]
+        wall, cpu, rss = (statistics.median(x[i] for x in ts) for i in range(3))
+        span = f"{min(ratios):.2f}–{max(ratios):.2f}"
+        print(f"| {k} | {wall:.2f} | {statistics.median(ratios):.2f} ({span}) | {cpu:.2f} | {rss:.0f} |")
 
 
 if __name__ == "__main__":

@@ -80,15 +80,17 @@ def make(work: Path, size: int) -> tuple[Path, Path, Path]:
 
 
 def timed(argv: list[str]) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds (user + system, from wait4) and peak RSS in MB of one command."""
+    """Wall seconds, CPU seconds (user + system, from wait4) and peak RSS in MB of one command (from
+    ``/usr/bin/time -f %M``: a child's own ru_maxrss starts at this process's high-water mark)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"{argv} exited {proc.returncode}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{argv} failed: {err.decode(errors='replace')}")
+    return wall, usage.ru_utime + usage.ru_stime, int(err.split()[-1]) / 1024
 
 
 def main() -> None:

@@ -289,7 +289,7 @@ def _pack(tool: str, tree: Path, partial: Path, epoch: int) -> None:
 
 
 def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> Record:
-    digests = digest_signed_file(partial, prehash=False)
+    digests = digest_signed_file(partial, prehash=False, what="image")
     return Record(
         digests.whole,
         digests.size,

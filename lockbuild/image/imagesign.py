@@ -50,7 +50,7 @@ def sign_image(
     existing: tuple[Signature, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
         existing = read_signatures(sig_path)
-    digests = digest_signed_file(image)  # with minisign's prehash: the ED block signs the image's bytes
+    digests = digest_signed_file(image, what="image")  # with minisign's prehash: the ED block signs the image's bytes
     _, raw, marker = checked_contents(image, digests)
     evaluation = judge_existing(existing, store, name=image.name, digests=digests)
     statement = statement_of(image, digests, raw, marker, expires)

@@ -223,8 +223,8 @@ def digest_signed_file(
 ) -> FileDigests:
     """Open the signed file (a regular file, bounded), run ``check(size)`` before reading a byte, then hash
     it in one pass: sha256, and with ``prehash`` BLAKE2b-512 beside it (minisign's prehash, needed to sign
-    the file; the node's check needs only the sha256 and size, see trust/policy.py); a framed bundle's
-    frame tables, checked, and their sha256 too."""
+    the file; the node's check needs only the sha256 and size, see trust/policy.py); for a bundle (``what``),
+    a framed one's frame tables, checked, and their sha256 too (an image or a report has none)."""
     return _digests(path, limits, check, prehash=prehash, whole=True, what=what)[0]
 
 

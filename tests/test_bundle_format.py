@@ -38,7 +38,7 @@ UV = Entry(member(UV_MEMBER, b"PK uv", "tool"), b"PK uv")  # every format-2 mani
 
 def no_thread_left() -> bool:
     deadline = time.monotonic() + 10
-    while any(t.name == "lockbuild-read" for t in threading.enumerate()):
+    while any(t.name == "lockbuild-read" or t.name.startswith("lockbuild-zstd") for t in threading.enumerate()):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)

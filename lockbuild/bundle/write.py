@@ -216,8 +216,8 @@ def write_bundle(
     progress.start("packing", total_bytes=manifest.unpacked_size, files=len(entries) + 1)
     sources: Channel[bytes | _Verified] = Channel(READ_AHEAD)
     reader = start("lockbuild-read", lambda out: _read_sources(entries, out), sources)
+    frames: _Frames | FramedWriter = FramedWriter(out, threads) if framed else _Frames(out, threads)
     try:
-        frames: _Frames | FramedWriter = FramedWriter(out, threads) if framed else _Frames(out, threads)
         tar = _TarWriter(frames, progress)
         tar.add_bytes(MANIFEST, head, mtime)
         for e in entries:
@@ -231,6 +231,10 @@ def write_bundle(
             progress.file_done()
         tar.close()
         tables = frames.close()  # ends the last frame (and writes the tables); ``out`` stays open
+    except BaseException:
+        if isinstance(frames, FramedWriter):
+            frames.discard()  # the frames being compressed are dropped, the pool's threads end
+        raise
     finally:
         sources.stop()  # after a failure, the reader ends at its next hand-off (it is not waited for)
     reader.join()

@@ -81,6 +81,11 @@ class FramedWriter:
     def end_stored(self) -> None:
         """See :meth:`begin_stored`."""
 
+    def discard(self) -> None:
+        """After a failure: nothing more is written; the frames not yet compressed are dropped."""
+        self.pool.shutdown(cancel_futures=True)
+        self.flight.clear()
+
     def close(self) -> str:
         """Write the last frame and the tables; the sha256 of the tables (a statement's frames-sha256)."""
         try:

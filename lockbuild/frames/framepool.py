@@ -15,11 +15,24 @@ from typing import BinaryIO, Protocol, cast
 
 import zstandard
 
+from lockbuild.bundle.zstdframe import STORED_BLOCK
 from lockbuild.errors import IntegrityError
 from lockbuild.frames.seektable import FRAME_SIZE, TIP, Frame, FrameTable, encode_tables
 from lockbuild.limits import Limits
 
 LEVEL = -3  # the level of the unframed writer (bundle/write.py says why)
+
+
+def stored_frame(piece: bytes) -> bytes:
+    """``piece`` as a zstd frame of raw blocks: magic, a descriptor of 0xA0 (a single segment, a 4-byte
+    content size, no checksum: the frame's sha256 in the signed table covers its bytes), the content size,
+    then blocks of 128 KiB, the last one shorter and flagged last."""
+    parts = [b"\x28\xb5\x2f\xfd\xa0", len(piece).to_bytes(4, "little")]
+    for at in range(0, len(piece), STORED_BLOCK):
+        block = piece[at : at + STORED_BLOCK]
+        last = at + STORED_BLOCK >= len(piece)
+        parts += [((len(block) << 3) | int(last)).to_bytes(3, "little"), block]
+    return b"".join(parts)
 
 
 def workers(threads: int | None) -> int:
@@ -35,7 +48,9 @@ def in_flight(threads: int | None) -> int:
 
 class FramedWriter:
     """Cuts what is written into FRAME_SIZE pieces, compresses each on the pool into an independent frame
-    (content size and checksum in it), writes them in order, and ends with the tables."""
+    (content size and checksum in it), writes them in order, and ends with the tables. A piece that lies
+    wholly inside a model's weights (between ``begin_stored`` and ``end_stored``) is not compressed: its
+    frame holds raw blocks (a *stored* frame), since weights do not compress."""
 
     def __init__(self, out: BinaryIO, threads: int | None = None) -> None:
         self.out = out
@@ -43,19 +58,32 @@ class FramedWriter:
         self.pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="lockbuild-zstd")
         self.local = threading.local()
         self.buf = bytearray()
+        self.cut = 0  # the bytes handed to the pool so far: where the buffer starts in the tar stream
+        self.stored: list[tuple[int, int | None]] = []  # (start, end or None while open): the weights' ranges
         self.flight: deque[Future[tuple[bytes, int, bytes]]] = deque()
         self.sizes: list[tuple[int, int]] = []
         self.digests: list[bytes] = []
 
-    def _compress(self, piece: bytes) -> tuple[bytes, int, bytes]:
-        cctx = getattr(self.local, "cctx", None)
-        if cctx is None:
-            cctx = self.local.cctx = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True, write_content_size=True)
-        frame = cctx.compress(piece)
+    def _compress(self, piece: bytes, stored: bool) -> tuple[bytes, int, bytes]:
+        if stored:
+            frame = stored_frame(piece)
+        else:
+            cctx = getattr(self.local, "cctx", None)
+            if cctx is None:
+                cctx = self.local.cctx = zstandard.ZstdCompressor(
+                    level=LEVEL, write_checksum=True, write_content_size=True
+                )
+            frame = cctx.compress(piece)
         return frame, len(piece), hashlib.sha256(frame).digest()
 
+    def _inside_weights(self, start: int, end: int) -> bool:
+        self.stored = [r for r in self.stored if r[1] is None or r[1] > start]  # ranges behind the cut go
+        return any(s <= start and (e is None or e >= end) for s, e in self.stored)
+
     def _submit(self, piece: bytes) -> None:
-        self.flight.append(self.pool.submit(self._compress, piece))
+        stored = self._inside_weights(self.cut, self.cut + len(piece))
+        self.cut += len(piece)
+        self.flight.append(self.pool.submit(self._compress, piece, stored))
         while len(self.flight) > in_flight(self.n):
             self._drain_one()
 
@@ -76,10 +104,12 @@ class FramedWriter:
             del self.buf[:done]
 
     def begin_stored(self) -> None:
-        """A model's weights need no frame of their own here: every frame is at most FRAME_SIZE."""
+        """A model's weights begin (their tar header first): the pieces wholly inside them are stored."""
+        self.stored.append((self.cut + len(self.buf), None))
 
     def end_stored(self) -> None:
-        """See :meth:`begin_stored`."""
+        """The weights (and their padding) end here."""
+        self.stored[-1] = (self.stored[-1][0], self.cut + len(self.buf))
 
     def discard(self) -> None:
         """After a failure: nothing more is written; the frames not yet compressed are dropped."""
@@ -103,7 +133,8 @@ class FramedWriter:
 
 def _check(frame: Frame, index: int, data: memoryview, decompress: bool, limits: Limits) -> bytes | None:
     """One frame: its bytes hashed and compared with the table, and only then, with ``decompress``, its
-    header checked (no dictionary, a bounded window, the table's content size, a checksum) and decompressed."""
+    header checked (no dictionary, a bounded window, the table's content size) and decompressed. A content
+    checksum is not required: a stored frame has none, and the signed sha256 covers every frame's bytes."""
     if len(data) != frame.size:
         raise IntegrityError(f"the bundle is truncated: it ends inside frame {index}.", tip=TIP)
     if hashlib.sha256(data).digest() != frame.sha256:
@@ -116,10 +147,10 @@ def _check(frame: Frame, index: int, data: memoryview, decompress: bool, limits:
         return None
     try:
         params = zstandard.get_frame_parameters(data)
-        if params.dict_id or not params.has_checksum or params.content_size != frame.content:
+        if params.dict_id or params.content_size != frame.content:
             raise IntegrityError(
                 f"the bundle's frame {index} header does not match the table (content {params.content_size}, "
-                f"expected {frame.content}; lockbuild writes a checksum and no dictionary).",
+                f"expected {frame.content}; lockbuild writes no dictionary).",
                 tip=TIP,
             )
         if params.window_size > limits.zstd_window:

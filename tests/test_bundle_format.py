@@ -25,6 +25,8 @@ from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.read import check_zstd_frame, read_head
 from lockbuild.bundle.write import JOB_SIZE, READ_AHEAD, READ_SIZE, ZSTD_LEVEL, DamagedSource, Entry, write_bundle
 from lockbuild.errors import IntegrityError
+from lockbuild.frames.framepool import in_flight
+from lockbuild.frames.seektable import FRAME_SIZE, read_file_tables
 from lockbuild.limits import DEFAULT_LIMITS
 from lockbuild.trust.sign import read_unverified
 
@@ -36,7 +38,7 @@ UV = Entry(member(UV_MEMBER, b"PK uv", "tool"), b"PK uv")  # every format-2 mani
 
 def no_thread_left() -> bool:
     deadline = time.monotonic() + 10
-    while any(t.name == "lockbuild-read" for t in threading.enumerate()):
+    while any(t.name == "lockbuild-read" or t.name.startswith("lockbuild-zstd") for t in threading.enumerate()):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
@@ -60,9 +62,9 @@ def sample(tmp_path: Path) -> tuple[Manifest, list[Entry]]:
     return manifest([e.member for e in entries]), entries
 
 
-def pack(m: Manifest, entries: list[Entry], threads: int | None = 1) -> bytes:
+def pack(m: Manifest, entries: list[Entry], threads: int | None = 1, *, framed: bool = True) -> bytes:
     out = io.BytesIO()
-    write_bundle(out, m, entries, threads=threads)
+    write_bundle(out, m, entries, threads=threads, framed=framed)
     return out.getvalue()
 
 
@@ -98,10 +100,35 @@ def test_members_in_manifest_order_with_fixed_metadata(tmp_path: Path) -> None:
     assert raw[-1024:] == bytes(1024)
 
 
+def test_framed_layout(tmp_path: Path) -> None:
+    """Independent frames of FRAME_SIZE (the last one shorter), each with its content size and a checksum
+    and no dictionary, then the frame hash table and zstd's seek table, which end the file."""
+    data = mixed(5)
+    m = manifest([member("assets/big.bin", data), UV.member])
+    bundle = tmp_path / m.bundle_name
+    bundle.write_bytes(pack(m, [Entry(m.members[0], data), UV], threads=2))
+    with bundle.open("rb") as f:
+        table = read_file_tables(f, DEFAULT_LIMITS)
+    raw = bundle.read_bytes()
+    assert [fr.content for fr in table.frames] == [FRAME_SIZE, FRAME_SIZE, len(untar(raw)) - 2 * FRAME_SIZE]
+    for fr in table.frames:
+        piece = raw[fr.offset : fr.offset + fr.size]
+        params = zstandard.get_frame_parameters(piece)
+        assert (params.has_checksum, params.content_size, params.dict_id) == (True, fr.content, 0)
+        assert hashlib.sha256(piece).digest() == fr.sha256
+    tail = raw[table.tables_at :]
+    assert tail[:4] == (0x184D2A5D).to_bytes(4, "little") and tail[-4:] == (0x8F92EAB1).to_bytes(4, "little")
+    seek = tail[16 + 32 * 3 :]
+    assert seek[:4] == (0x184D2A5E).to_bytes(4, "little")  # zstd's seekable format: the last frame
+    assert seek[-9:-4] == (3).to_bytes(4, "little") + b"\x00"  # three frames, no checksums
+    assert table.sha256 == hashlib.sha256(tail).hexdigest()
+
+
 def test_zstd_frame_parameters(tmp_path: Path) -> None:
-    """One frame, a content checksum, no content size, no dictionary, a window within the reader's cap."""
+    """The layout of the bundles made before frames, which the readers still take: one frame, a content
+    checksum, no content size, no dictionary, a window within the reader's cap."""
     m, entries = sample(tmp_path)
-    data = pack(m, entries, threads=2)
+    data = pack(m, entries, threads=2, framed=False)
     params = zstandard.get_frame_parameters(data)
     assert params.has_checksum
     assert params.content_size == zstandard.CONTENTSIZE_UNKNOWN
@@ -123,15 +150,18 @@ def mixed(n_mib: int) -> bytes:
 
 
 def test_output_does_not_depend_on_the_thread_count() -> None:
-    """zstd's multi-threaded mode (1 or more workers) writes the same bytes whatever the worker count.
-    threads=0 is zstd's single-threaded mode, which cuts blocks differently: its output differs, which is
-    why the writer always asks for at least one worker (``compressor`` turns 0 into 1)."""
+    """A framed bundle's frames are compressed independently, so 1, 2 or 4 threads write the same bytes.
+    The layout made before frames: zstd's multi-threaded mode (1 or more workers) writes the same bytes
+    whatever the worker count; threads=0 is zstd's single-threaded mode, which cuts blocks differently:
+    its output differs, which is why that writer always asks for at least one worker."""
     data = mixed(24)
     m = manifest([member("assets/big.bin", data), UV.member])
     entries = [Entry(m.members[0], data), UV]
-    outputs = {threads: hashlib.sha256(pack(m, entries, threads=threads)).hexdigest() for threads in (1, 2, 4)}
+    framed = {threads: hashlib.sha256(pack(m, entries, threads=threads)).hexdigest() for threads in (1, 2, 4)}
+    assert len(set(framed.values())) == 1, framed
+    outputs = {t: hashlib.sha256(pack(m, entries, threads=t, framed=False)).hexdigest() for t in (1, 2, 4)}
     assert len(set(outputs.values())) == 1, outputs
-    assert pack(m, entries, threads=0) == pack(m, entries, threads=1), "write_bundle never runs zstd with 0 workers"
+    assert pack(m, entries, threads=0, framed=False) == pack(m, entries, threads=1, framed=False)
     single = io.BytesIO()
     cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=0, write_checksum=True, write_content_size=False)
     with cctx.stream_writer(single, closefd=False) as w:
@@ -356,10 +386,12 @@ def test_writing_and_reading_stream_a_large_file(tmp_path: Path) -> None:
         _, read_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    # the writer's own buffers (~6 MB), and the reader's pieces: at most READ_AHEAD queued, one it is reading
-    # and hashing, one being compressed
-    assert write_peak < (8 << 20) + (READ_AHEAD + 2) * READ_SIZE, f"writing held {write_peak} bytes"
-    assert read_peak < 8 << 20, f"reading held {read_peak} bytes"
+    # the writer's frames (in flight, the one being filled, its copy), and the reader's pieces: at most
+    # READ_AHEAD queued, one it is reading and hashing, one being compressed; the reader's frames in flight
+    # and the one being read
+    frames = (in_flight(1) + 2) * FRAME_SIZE
+    assert write_peak < frames + (READ_AHEAD + 2) * READ_SIZE, f"writing held {write_peak} bytes"
+    assert read_peak < (in_flight(None) + 3) * FRAME_SIZE, f"reading held {read_peak} bytes"
     assert bundle.stat().st_size < 1 << 20
 
 

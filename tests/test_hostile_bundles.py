@@ -683,7 +683,13 @@ def signed_bundle(tmp_path: Path, data: bytes) -> tuple[Path, Path]:
     secret, public = write_keypair(tmp_path / "keys" / "k", password=None)
     d, head = digest_signed_file(bundle), read_head_raw(bundle)
     st = Statement.of(
-        head.manifest, name=NAME, sha256=d.sha256, size=d.size, expires=None, manifest_bytes=head.manifest_bytes
+        head.manifest,
+        name=NAME,
+        sha256=d.whole,
+        size=d.size,
+        expires=None,
+        manifest_bytes=head.manifest_bytes,
+        frames_sha256=d.frames_sha256,
     )
     signature_path(bundle).write_text(sign_statement(read_secret_key(secret, lambda: ""), st, d.blake2b))
     trust = tmp_path / "trust"

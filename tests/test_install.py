@@ -304,7 +304,7 @@ def test_tampered_bundle_is_refused_and_old_env_kept(
         f.seek(-1, 1)
         f.write(bytes([byte[0] ^ 1]))
     code, _, stderr = install(bad, installed, keys)
-    assert code == 3 and "does not verify" in stderr
+    assert code == 4 and "does not have the sha256 its signed frame table lists" in stderr, stderr
     assert toy_version(installed / "toyengine" / "1.0-cpu") == "1.0"
     assert listing(installed) == ["toyengine/1.0-cpu"]
 
@@ -356,9 +356,17 @@ def test_wrong_architecture_is_refused(server: FakeServer, keys: Keys, tmp_path:
 # --- the node acts on the signed manifest only -----------------------------------------
 
 
-def repack(bundle: Path, out_dir: Path, keys: Keys, change: Callable[[Manifest, dict[str, bytes]], Manifest]) -> Path:
+def repack(
+    bundle: Path,
+    out_dir: Path,
+    keys: Keys,
+    change: Callable[[Manifest, dict[str, bytes]], Manifest],
+    *,
+    framed: bool = True,
+) -> Path:
     """The bundle with ``change`` applied to its manifest and member bytes (sizes, digests and the recipe's
-    digest recomputed), written and signed again with the test key: valid in every way a signature checks."""
+    digest recomputed), written (``framed=False``: in the layout made before frames) and signed again with
+    the test key: valid in every way a signature checks."""
     from lockbuild.bundle.write import Entry, write_bundle
     from lockbuild.trust.sign import read_unverified
 
@@ -374,10 +382,25 @@ def repack(bundle: Path, out_dir: Path, keys: Keys, change: Callable[[Manifest, 
     new = dataclasses.replace(new, members=members, recipe_sha256=hashlib.sha256(files["recipe.toml"]).hexdigest())
     out = out_dir / new.bundle_name
     with out.open("wb") as f:
-        write_bundle(f, new, [Entry(m, files[m.path]) for m in members], threads=1)
+        write_bundle(f, new, [Entry(m, files[m.path]) for m in members], threads=1, framed=framed)
     code, _, stderr = cli("sign", str(out), "--key", str(keys.secret))
     assert code == 0, stderr
     return out
+
+
+def test_a_bundle_made_before_frames_verifies_and_installs_as_before(
+    bundles: dict[str, Path], keys: Keys, tmp_path: Path
+) -> None:
+    """A bundle in the single-frame layout (every bundle before frames): its statement signs the whole
+    file's sha256 and no frame table; verify checks every member, install installs it."""
+    old = repack(bundles["v1"], tmp_path / "old", keys, lambda m, _files: m, framed=False)
+    framed = repack(bundles["v1"], tmp_path / "new", keys, lambda m, _files: m)
+    assert old.read_bytes()[-4:] != framed.read_bytes()[-4:] == bytes.fromhex("b1ea928f")  # the seek table's magic
+    code, out, stderr = cli("verify", str(old), "--trust", str(keys.trust), "--json")
+    assert code == 0 and json.loads(out)["frames"] is None and json.loads(out)["members"] > 2, stderr
+    code, _, stderr = install(old, tmp_path / "engines", keys)
+    assert code == 0, stderr
+    assert toy_version(tmp_path / "engines" / "toyengine" / "1.0-cpu") == "1.0"
 
 
 def test_an_edited_recipe_in_a_signed_bundle_does_not_steer_the_node(

@@ -477,7 +477,8 @@ ARROWS: dict[str, set[str]] = {
         "trust",
         "vulns",
     },
-    "bundle": {"fsio", "gpu", "proc"},
+    "bundle": {"frames", "fsio", "gpu", "proc"},
+    "frames": {"bundle"},
     "choice": {"bundle", "gpu", "install", "trust"},
     "commands": {"*"},
     "fetch": {"fsio", "gpu", "recipe", "resolution", "sdist", "vulns", "wire"},
@@ -494,7 +495,7 @@ ARROWS: dict[str, set[str]] = {
     "sdist": {"bundle", "fetch", "fsio", "proc", "recipe"},
     "selftest": {"bundle", "fsio", "hubcache", "install", "proc", "site", "trust"},
     "site": {"bundle", "choice", "fsio", "install", "trust", "vulns"},
-    "trust": {"bundle", "fsio", "minisign"},
+    "trust": {"bundle", "frames", "fsio", "minisign"},
     "vulns": {"bundle", "fsio", "trust"},
     "wire": set(),
 }

@@ -479,7 +479,7 @@ def test_sign_never_writes_a_signature_file_every_reader_refuses(tmp_path: Path)
 
     bundle, m = make_bundle(tmp_path / "dist")
     d = digest_signed_file(bundle)
-    st = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
+    st = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None, frames_sha256=d.frames_sha256)
     blocks = "".join(sign_statement(generate_secret_key(), st, d.blake2b) for _ in range(64))
     signature_path(bundle).write_text(blocks)
     with pytest.raises(SignatureError, match="would hold 65 signature blocks"):
@@ -546,7 +546,9 @@ def test_a_statement_with_a_field_twice_never_counts(tmp_path: Path, people: dic
 
     bundle, m = make_bundle(tmp_path / "dist")
     d = digest_signed_file(bundle)
-    comment = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None).to_comment()
+    comment = Statement.of(
+        m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None, frames_sha256=d.frames_sha256
+    ).to_comment()
     twice = comment.replace(f" sha256={d.sha256}", f" sha256={'0' * 64} sha256={d.sha256}")
     assert twice != comment
     block = sign_prehashed(people["alice"].key, d.blake2b, twice, untrusted_comment="x")

@@ -92,7 +92,7 @@ def test_an_untrusted_delta_is_refused_before_decompressing(
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("decompressed before the signature policy was met")
 
-    monkeypatch.setattr(lockbuild.site.sources, "open_tar", boom)
+    monkeypatch.setattr(lockbuild.site.sources, "open_stream", boom)
     r = cli("import", delta, "--trust", stranger.trust, "--store", tmp_path / "store")
     assert r.exit_code == 3 and "signature policy not met" in r.output
 

@@ -74,7 +74,7 @@ def test_import_refuses_a_damaged_bundle(tmp_path: Path, bundles: dict[str, Path
     bad.write_bytes(bytes(data))
     (tmp_path / (bad.name + ".minisig")).write_bytes(Path(str(bundles["1.0"]) + ".minisig").read_bytes())
     r = cli("import", bad, "--trust", signer.trust, "--store", tmp_path / "store")
-    assert r.exit_code == 3 and "does not verify" in r.output
+    assert r.exit_code == 4 and "does not have the sha256 its signed frame table lists" in r.output
     assert list((tmp_path / "store" / "blobs" / "sha256").iterdir()) == []
 
 

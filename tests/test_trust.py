@@ -50,7 +50,9 @@ def signature_block(
     key: SecretKey, name: str, digests: FileDigests, m: Manifest, *, expires: dt.datetime | None = None
 ) -> str:
     """One signature block over bundle ``name``, as ``lockbuild build`` and ``sign`` make it (the signed statement)."""
-    statement = Statement.of(m, name=name, sha256=digests.sha256, size=digests.size, expires=expires)
+    statement = Statement.of(
+        m, name=name, sha256=digests.whole, size=digests.size, expires=expires, frames_sha256=digests.frames_sha256
+    )
     return sign_statement(key, statement, digests.blake2b)
 
 
@@ -75,13 +77,14 @@ def signers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Signer]:
     return {name: signer(base, name) for name in ("alice", "bob", "mallory")}
 
 
-def make_bundle(directory: Path, payload: bytes = b"weights") -> tuple[Path, Manifest]:
+def make_bundle(directory: Path, payload: bytes = b"weights", *, framed: bool = True) -> tuple[Path, Manifest]:
     files = [(p, payload if k == "asset" else d, k) for p, d, k in GOOD_FILES]
     m = manifest([member(p, d, k) for p, d, k in files])
     directory.mkdir(parents=True, exist_ok=True)
     bundle = directory / m.bundle_name
     out = io.BytesIO()
-    write_bundle(out, m, [Entry(mm, d) for mm, (_, d, _) in zip(m.members, files, strict=True)], threads=1)
+    entries = [Entry(mm, d) for mm, (_, d, _) in zip(m.members, files, strict=True)]
+    write_bundle(out, m, entries, threads=1, framed=framed)
     bundle.write_bytes(out.getvalue())
     return bundle, m
 
@@ -115,8 +118,17 @@ def test_a_signed_bundle_verifies(tmp_path: Path, signers: dict[str, Signer]) ->
     assert [k.key_id for k in got.signers] == [signers["alice"].key.key_id]
     d = digest_signed_file(bundle)
     assert got.statement == Statement(
-        m.bundle_name, "toyengine", "1.0", "cpu", d.sha256, d.size, hashlib.sha256(m.to_toml()).hexdigest(), m.serial
+        m.bundle_name,
+        "toyengine",
+        "1.0",
+        "cpu",
+        d.whole,
+        d.size,
+        hashlib.sha256(m.to_toml()).hexdigest(),
+        m.serial,
+        frames_sha256=d.frames_sha256,
     )
+    assert got.digests is not None and got.digests.sha256 is None, "the node does not hash a framed file whole"
     assert got.digests.size == bundle.stat().st_size
     assert got.manifest == m
     assert got.extract().manifest == m
@@ -336,13 +348,22 @@ def test_signature_for_another_bundle_is_refused(tmp_path: Path, signers: dict[s
 
 
 def test_flipped_byte_is_refused(tmp_path: Path, signers: dict[str, Signer]) -> None:
+    """A byte of a frame: its sha256 is not the signed table's, refused before it is decompressed; a byte of
+    the frame tables: they are not the signed ones, so no signature counts."""
     bundle, m = make_bundle(tmp_path / "dist")
     sign(bundle, m, signers["alice"])
-    data = bytearray(bundle.read_bytes())
-    data[len(data) // 2] ^= 1
+    good = bundle.read_bytes()
+    data = bytearray(good)
+    data[len(data) // 4] ^= 1
     bundle.write_bytes(bytes(data))
-    with pytest.raises(SignatureError, match="does not verify"):
-        verify(bundle, trust_dir(tmp_path, signers["alice"]))
+    trust = trust_dir(tmp_path, signers["alice"])
+    with pytest.raises(IntegrityError, match=r"frame 0 .* does not have the sha256 its signed frame table lists"):
+        verify(bundle, trust)
+    data = bytearray(good)
+    data[-30] ^= 1  # in the seek table's entries
+    bundle.write_bytes(bytes(data))
+    with pytest.raises(SignatureError, match="does not verify: it signs frame tables of sha256"):
+        verify(bundle, trust)
 
 
 def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
@@ -358,6 +379,7 @@ def custom_signature(bundle: Path, key: SecretKey, **fields: str) -> None:
         "size": str(d.size),
         "manifest-sha256": hashlib.sha256(m.to_toml()).hexdigest(),
         "serial": str(int(AS_OF.timestamp())),
+        "frames-sha256": d.frames_sha256 or "-",
     }
     base.update(fields)
     comment = format_trusted_comment({k: v for k, v in base.items() if v != "-"})
@@ -406,17 +428,24 @@ def test_signed_fields_that_do_not_hold(
 
 
 @pytest.mark.parametrize(
-    ("fields", "why"),
-    [({"sha256": "0" * 64}, "it signs sha256 0000"), ({"size": "12"}, "it signs a file of 12 bytes; this one has")],
-    ids=["sha256", "size"],
+    ("fields", "framed", "why"),
+    [
+        ({"sha256": "0" * 64}, False, "it signs sha256 0000"),
+        ({"size": "12"}, True, "it signs a file of 12 bytes; this one has"),
+        ({"frames-sha256": "0" * 64}, True, "it signs frame tables of sha256 0000"),
+        ({"frames-sha256": "-"}, True, "it signs no frame table; this file carries one"),
+        ({"frames-sha256": "0" * 64}, False, "it signs a framed bundle; this file has no frame table"),
+    ],
+    ids=["sha256", "size", "frames-sha256", "no-frames-sha256", "not-framed"],
 )
 def test_a_statement_for_this_file_with_other_digests_does_not_verify(
-    tmp_path: Path, signers: dict[str, Signer], fields: dict[str, str], why: str
+    tmp_path: Path, signers: dict[str, Signer], fields: dict[str, str], framed: bool, why: str
 ) -> None:
-    """The statement's sha256 and size are what bind the file (the node does not compute minisign's
-    BLAKE2b prehash): a trusted statement that names this file with another digest or size is the same
-    hard failure as a bad file signature, even where the ED file signature itself holds."""
-    bundle, _ = make_bundle(tmp_path / "dist")
+    """The statement's sha256 (a bundle made before frames) or its frame tables' sha256 (a framed one), and
+    its size, are what bind the file (the node does not compute minisign's BLAKE2b prehash): a trusted
+    statement that names this file with another digest or size is the same hard failure as a bad file
+    signature, even where the ED file signature itself holds."""
+    bundle, _ = make_bundle(tmp_path / "dist", framed=framed)
     custom_signature(bundle, signers["alice"].key, **fields)
     trust = trust_dir(tmp_path, signers["alice"])
     with pytest.raises(SignatureError, match="does not verify") as exc:
@@ -429,8 +458,9 @@ def test_a_statement_for_this_file_with_other_digests_does_not_verify(
 
 
 def test_the_node_binds_the_file_by_the_signed_sha256_alone(tmp_path: Path, signers: dict[str, Signer]) -> None:
-    """open_bundle hashes the file with sha256 only; the statement under the global signature binds it."""
-    bundle, m = make_bundle(tmp_path / "dist")
+    """open_bundle hashes a file made before frames with sha256 only; the statement under the global
+    signature binds it (a framed one: its frame tables, test_flipped_byte_is_refused)."""
+    bundle, m = make_bundle(tmp_path / "dist", framed=False)
     sign(bundle, m, signers["alice"])
     d = digest_signed_file(bundle, prehash=False)
     assert d.blake2b is None and d == dataclasses.replace(digest_signed_file(bundle), blake2b=None)
@@ -480,7 +510,7 @@ def test_signed_metadata_must_match_the_manifest(tmp_path: Path, signers: dict[s
 
     bundle, m = make_bundle(tmp_path / "dist")
     d = digest_signed_file(bundle)
-    good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
+    good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None, frames_sha256=d.frames_sha256)
     for field, value in (("engine", "other"), ("version", "2.0"), ("variant", "gpu"), ("serial", m.serial + 1)):
         bad = dataclasses.replace(good, **{field: value})
         with pytest.raises(SignatureError, match=f"the signature says {field}="):
@@ -669,7 +699,8 @@ def test_a_statement_for_another_manifest_is_refused(tmp_path: Path, signers: di
     bundle, m = make_bundle(tmp_path / "dist")
     d = digest_signed_file(bundle)
     other = dataclasses.replace(
-        Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None), manifest_sha256="0" * 64
+        Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None, frames_sha256=d.frames_sha256),
+        manifest_sha256="0" * 64,
     )
     signature_path(bundle).write_text(sign_statement(signers["alice"].key, other, d.blake2b))
     with pytest.raises(IntegrityError, match=r"the bundle's manifest has sha256 .* the signatures sign 0000"):

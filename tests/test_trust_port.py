@@ -315,7 +315,7 @@ def test_a_signature_of_another_statement_does_not_count_towards_the_threshold(
         (trust / k.public.name).write_bytes(k.public.read_bytes())
     d = digest_signed_file(bundle)
     m = read_head_raw(bundle).manifest
-    good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None)
+    good = Statement.of(m, name=bundle.name, sha256=d.sha256, size=d.size, expires=None, frames_sha256=d.frames_sha256)
     odd = dataclasses.replace(good, serial=good.serial + 1)  # the same file, other facts
     blocks = sign_statement(read_secret_key(signer.secret, lambda: ""), good, d.blake2b) + sign_statement(
         read_secret_key(other.secret, lambda: ""), odd, d.blake2b

@@ -234,8 +234,8 @@ def write(
         with fsio.create_new(tmp) as raw:
             out = HashingWriter(EarlyWriteback(raw))  # written and hashed on threads of their own, never read back
             try:
-                write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
-                digests = FileDigests(*out.finish())
+                tables = write_bundle(cast(BinaryIO, out), manifest, entries, threads=threads, progress=progress)
+                digests = FileDigests(*out.finish(), frames_sha256=tables)
             finally:
                 out.abort()
             raw.flush()
@@ -256,7 +256,12 @@ def statement_for(written: UnsignedBundle, expires: dt.datetime | None) -> State
     """What a signature over a written bundle says: the signing process signs exactly this."""
     digests = written.digests
     return Statement.of(
-        written.manifest, name=written.final.name, sha256=digests.sha256, size=digests.size, expires=expires
+        written.manifest,
+        name=written.final.name,
+        sha256=digests.whole,
+        size=digests.size,
+        expires=expires,
+        frames_sha256=digests.frames_sha256,
     )
 
 
@@ -278,7 +283,7 @@ def place_signed(written: UnsignedBundle, statement: Statement, *, signer: bytes
         final,
         sig_final,
         manifest,
-        digests.sha256,
+        digests.whole,
         digests.size,
         tuple(s.key_id_hex for s in kept),
         tuple(s.key_id_hex for s in dropped),
@@ -297,7 +302,7 @@ def sign(written: UnsignedBundle, *, key: SigningKey | None, expires: dt.datetim
     finally:
         written.discard()
     d = written.digests
-    return Packed(written.final, None, written.manifest, d.sha256, d.size, (), ())
+    return Packed(written.final, None, written.manifest, d.whole, d.size, (), ())
 
 
 def release(

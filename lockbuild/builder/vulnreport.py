@@ -87,7 +87,7 @@ class Checks:
         if not self.on:
             return []
         return [
-            report_to_sign(s, b, w.manifest, w.digests.sha256)
+            report_to_sign(s, b, w.manifest, w.digests.whole)
             for s, b, w in zip(self.summaries(), self.boms, written, strict=True)
         ]
 

@@ -16,15 +16,18 @@ the family's root, LockbuildError. docs/bundle-format.md describes the format.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, cast
 
 from lockbuild.bundle.manifest import MANIFEST, Manifest
 from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.tar import MAX_TRAILER, TarHeader, TarReader, check_header, copy_member, stream_member
-from lockbuild.bundle.zstdframe import TIP, Hashing, check_zstd_frame, decompressed
+from lockbuild.bundle.zstdframe import TIP, Decompressed, Hashing, check_zstd_frame, decompressed
 from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.frames.framepool import Readable, checked_frames
+from lockbuild.frames.seektable import FrameTable, is_framed, read_tables
 from lockbuild.fsio import open_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
@@ -36,6 +39,7 @@ __all__ = [
     "TarReader",
     "check_zstd_frame",
     "open_file",
+    "open_stream",
     "open_tar",
     "read_head",
     "read_head_raw",
@@ -60,6 +64,25 @@ def _bad(message: str) -> IntegrityError:
 def open_tar(f: BinaryIO | Hashing, limits: Limits) -> TarReader:
     """The decompressed tar stream, as a strict tar reader."""
     return TarReader(decompressed(f, limits))
+
+
+def open_stream(
+    raw: BinaryIO, limits: Limits, *, table: FrameTable | None = None, via: Hashing | None = None
+) -> TarReader:
+    """The tar stream of a bundle, whatever its layout, read forwards once from ``raw``'s start (through
+    ``via`` where the raw bytes are hashed on the way). A framed bundle: ``table`` (the signed one, from the
+    trust decision) or else the tables the file ends with, checked before any frame is read, then every
+    frame hashed against it before it is decompressed (lockbuild/frames/). A bundle made before frames: its
+    zstd frames walked, then decompressed (bundle/zstdframe.py)."""
+    if table is None:
+        size = os.fstat(raw.fileno()).st_size
+        if is_framed(raw, size):
+            table = read_tables(raw, size, limits)
+    raw.seek(0)
+    if table is not None:
+        return TarReader(Decompressed(checked_frames(cast(Readable, via or raw), table, limits), table.content_size))
+    check_zstd_frame(raw, limits)
+    return open_tar(via or raw, limits)
 
 
 def open_file(path: Path, limits: Limits) -> BinaryIO:
@@ -138,8 +161,7 @@ def read_head(path: Path, limits: Limits = DEFAULT_LIMITS) -> tuple[Manifest, by
 def read_head_raw(path: Path, limits: Limits = DEFAULT_LIMITS) -> Head:
     """As :func:`read_head`, with the manifest's exact bytes."""
     with open_file(path, limits) as f:
-        check_zstd_frame(f, limits)
-        tar = open_tar(f, limits)
+        tar = open_stream(f, limits)
         manifest, manifest_bytes = read_manifest(tar, limits)
         if not manifest.members or manifest.members[0].path != "recipe.toml":
             raise _bad("the manifest does not list recipe.toml first.")

@@ -29,6 +29,7 @@ from lockbuild.bundle.manifestparse import parse_manifest
 from lockbuild.bundle.modelformat import is_weight
 from lockbuild.digest import CHUNK, FileIdentity, HashedFile, pump, same_file
 from lockbuild.errors import IntegrityError, LockbuildError
+from lockbuild.frames.framepool import FramedWriter
 from lockbuild.fsio import open_regular
 from lockbuild.proc.channel import Channel, End, start
 from lockbuild.progress import Progress
@@ -145,12 +146,13 @@ class _Frames:
     def close(self) -> None:
         self.end_stored()
         self._end_compressed()
+        return
 
 
 class _TarWriter:
     """Writes tar blocks to the frames and keeps count, so the end can be padded to a record."""
 
-    def __init__(self, out: _Frames, progress: Progress) -> None:
+    def __init__(self, out: _Frames | FramedWriter, progress: Progress) -> None:
         self.out = out
         self.offset = 0
         self.progress = progress
@@ -199,8 +201,12 @@ def write_bundle(
     *,
     threads: int | None = None,
     progress: Progress | None = None,
-) -> None:
-    """Stream the bundle to ``out``; every entry must match its manifest member byte for byte."""
+    framed: bool = True,
+) -> str | None:
+    """Stream the bundle to ``out``; every entry must match its manifest member byte for byte. ``framed``
+    (every bundle this lockbuild makes): independent frames of a fixed size, compressed on ``threads``
+    threads, and the frame tables at the end (lockbuild/frames/); returns the tables' sha256, which the
+    statement signs. ``framed=False``: the single-stream layout of the bundles made before (None)."""
     progress = progress or Progress.quiet()
     if [e.member for e in entries] != list(manifest.members):
         raise IntegrityError("internal: the entries do not follow the manifest's order.")
@@ -210,8 +216,8 @@ def write_bundle(
     progress.start("packing", total_bytes=manifest.unpacked_size, files=len(entries) + 1)
     sources: Channel[bytes | _Verified] = Channel(READ_AHEAD)
     reader = start("lockbuild-read", lambda out: _read_sources(entries, out), sources)
+    frames: _Frames | FramedWriter = FramedWriter(out, threads) if framed else _Frames(out, threads)
     try:
-        frames = _Frames(out, threads)
         tar = _TarWriter(frames, progress)
         tar.add_bytes(MANIFEST, head, mtime)
         for e in entries:
@@ -224,11 +230,16 @@ def write_bundle(
                 tar.add_file(m, sources, mtime)
             progress.file_done()
         tar.close()
-        frames.close()  # ends the last frame; ``out`` stays open
+        tables = frames.close()  # ends the last frame (and writes the tables); ``out`` stays open
+    except BaseException:
+        if isinstance(frames, FramedWriter):
+            frames.discard()  # the frames being compressed are dropped, the pool's threads end
+        raise
     finally:
         sources.stop()  # after a failure, the reader ends at its next hand-off (it is not waited for)
     reader.join()
     progress.finish()
+    return tables
 
 
 class _Verified:

@@ -198,7 +198,7 @@ def report(
         manifest, digests, sbom = read_member_unverified(bundle, "sbom.cdx.json", Path(work))
     bom = read_sbom(sbom)
     summary = summary_of(PendingLookup(settings, bom.packages).result())
-    made = report_to_sign(summary, bom, manifest, digests.sha256)
+    made = report_to_sign(summary, bom, manifest, digests.whole)
     signed = sign_in_fresh_process(key, [made.item], password=password, allow_readable_key=allow_readable_key)
     path, sig = place_report(bundle.parent, made.name, made.data, signed.blocks[0])
     emit(

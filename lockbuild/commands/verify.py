@@ -27,6 +27,7 @@ from lockbuild.times import iso
 @trust_option
 @threshold_option
 @models_option
+@click.option("--members", "check_members", is_flag=True, help="Also decompress a framed bundle and check each member.")
 @json_option
 @click.pass_context
 def verify(
@@ -37,8 +38,11 @@ def verify(
     threshold: int | None,
     as_json: bool,
     models_dir: Path | None = None,
+    check_members: bool = False,
 ) -> None:
-    """Check a bundle's signatures, then every member against its manifest. Exit 0 only if all hold.
+    """Check a bundle's signatures, then every frame of a framed .lbz against the signed frame table (every
+    byte of the file), or every member against its manifest (--members, and every other source). Exit 0
+    only if all hold.
 
     \b
     BUNDLE is a .lbz (its .minisig beside it), a NAME.lbz.parts.toml from `split`, a NAME.delta.lbz
@@ -71,15 +75,13 @@ def verify(
         return
     with named_source(bundle, store=store_dir) as source:
         store = load_trust_store(resolve_trust_dir(trust_dir))
-        res = verify_source(source, store, threshold=threshold, progress=progress_of(ctx))
+        res = verify_source(source, store, threshold=threshold, progress=progress_of(ctx), members=check_members)
     left = f"; {len(res.absent)} left to a store (pass --store to check them too)" if res.absent else ""
     checked = res.members - len(res.absent)
-    emit(
-        ctx,
-        res.to_json(),
-        f"OK {Path(bundle).name}: signed by {', '.join(res.signers)}; {checked} members match "
-        f"the signed manifest{left}",
-    )
+    said = f"{checked} members match the signed manifest{left}"
+    if res.frames is not None and not check_members:
+        said = f"{res.frames:,} frames match the signed table"
+    emit(ctx, res.to_json(), f"OK {Path(bundle).name}: signed by {', '.join(res.signers)}; {said}")
 
 
 @click.command(cls=Command, epilog="Example: lockbuild inspect demo.lbz --json")

@@ -56,6 +56,10 @@ class KeptRecord:
             error=SignatureError,
         )
 
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        """No frame tables: the members are checked."""
+        return
+
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests | None:
         return None
 

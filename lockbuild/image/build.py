@@ -283,9 +283,9 @@ def _pack(tool: str, tree: Path, partial: Path, epoch: int) -> None:
 
 
 def _record(trusted: TrustedBundle, partial: Path, prefix: Path, interpreter: str) -> ImageRecord:
-    digests = digest_signed_file(partial, prehash=False)
+    digests = digest_signed_file(partial, prehash=False, what="image")
     return ImageRecord(
-        digests.sha256,
+        digests.whole,
         digests.size,
         trusted.sha256,
         trusted.statement.manifest_sha256,

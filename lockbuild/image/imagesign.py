@@ -50,7 +50,7 @@ def sign_image(
     existing: tuple[Block, ...] = ()
     if sig_path.exists() or sig_path.is_symlink():
         existing = read_signatures(sig_path)
-    digests = digest_signed_file(image)  # with minisign's prehash: the ED block signs the image's bytes
+    digests = digest_signed_file(image, what="image")  # with minisign's prehash: the ED block signs the image's bytes
     _, raw, marker = checked_contents(image, digests)
     evaluation = judge_existing(existing, store, name=image.name, digests=digests)
     statement = statement_of(image, digests, raw, marker, expires)
@@ -58,4 +58,4 @@ def sign_image(
         [(digests.prehash(image.name), statement.to_comment())]
     )
     replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
-    return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.sha256, evaluation)
+    return ImageSigned(image, sig_path, signed.key_id_hex, replaced, digests.whole, evaluation)

@@ -75,7 +75,7 @@ def statement_of(
         marker.engine,
         marker.version,
         marker.variant,
-        digests.sha256,
+        digests.whole,
         digests.size,
         hashlib.sha256(raw_record).hexdigest(),
         marker.serial,

@@ -140,6 +140,10 @@ class RegistryArtifact:
             )
         return self.artifact.signatures
 
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        """No frame tables: the members are checked."""
+        return
+
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None
 

@@ -18,7 +18,7 @@ from typing import BinaryIO
 from lockbuild.bundle.extract import TIP, AbsentPiece, FilePiece, Piece
 from lockbuild.bundle.manifest import MANIFEST, Member
 from lockbuild.bundle.manifestparse import parse_manifest
-from lockbuild.bundle.read import TarPiece, check_zstd_frame, open_tar
+from lockbuild.bundle.read import TarPiece, open_stream
 from lockbuild.bundle.tar import TarReader, check_header, copy_member
 from lockbuild.choice.choose import Offered
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
@@ -83,6 +83,9 @@ class PartsFile:
     def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
         return self._bundle.members(limits)
 
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> int | None:
+        return self._bundle.check_frames(limits)
+
 
 class DeltaFile:
     """A delta and (optionally) the store it completes. Without a store, the members it leaves out are
@@ -102,6 +105,10 @@ class DeltaFile:
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         return _blocks(signature_path(self.delta), limits)
 
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        """No frame tables: the members are checked."""
+        return
+
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None  # the signatures name the full bundle; a delta proves its manifest, not a file
 
@@ -116,8 +123,7 @@ class DeltaFile:
         except FileNotFoundError:
             raise IntegrityError(f"the delta {self.delta} does not exist.", tip="Check the path.") from None
         with f:
-            check_zstd_frame(f, limits)
-            tar = open_tar(f, limits)
+            tar = open_stream(f, limits)
             head = parse_head(_small(tar, HEAD, MAX_HEAD, limits))  # a hint for messages, not trusted
             self.absent_tip = (
                 f"Import the base it was cut against ({head.base}) or the full bundle first, then this delta."
@@ -199,6 +205,10 @@ class StoreBuild:
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         return self._build()[1]
+
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        """No frame tables: the members are checked."""
+        return
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> None:
         return None

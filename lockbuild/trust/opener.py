@@ -360,6 +360,7 @@ class VerifyResult:
     evaluation: Evaluation
     absent: tuple[str, ...] = ()  # members a delta leaves to a store (verified without one)
     build: str = ""
+    frames: int | None = None  # a framed bundle's frames, each checked against the signed table
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -370,6 +371,7 @@ class VerifyResult:
             "signers": list(self.signers),
             "members": self.members,
             "absent": list(self.absent),
+            "frames": self.frames,
             "policy": self.evaluation.to_json(),
         }
 
@@ -381,10 +383,26 @@ def verify_source(
     threshold: int | None = None,
     now: dt.datetime | None = None,
     progress: Progress | None = None,
+    members: bool = False,
 ) -> VerifyResult:
-    """``lockbuild verify``: the signatures, then every member against the signed manifest, whatever the
-    source. Only a delta verified without its store may lack members; they are reported, not hidden."""
+    """``lockbuild verify``: the signatures, then, for a framed bundle, every frame against the signed frame
+    table (which covers every byte of the file: nothing is decompressed), else, or with ``members``, every
+    member against the signed manifest, whatever the source. Only a delta verified without its store may
+    lack members; they are reported, not hidden."""
     trusted = open_source(source, store, threshold=threshold, now=now)
+    frames = trusted.digests.frames if trusted.digests is not None else None
+    if not members and (checked := source.check_frames(trusted.limits)) is not None:
+        return VerifyResult(
+            Path(source.label),
+            trusted.sha256,
+            trusted.statement.size,
+            trusted.signer_ids,
+            len(trusted.manifest.members),
+            trusted.evaluation,
+            (),
+            trusted.ref,
+            checked,
+        )
     done = trusted.extract(progress=progress, allow_absent=source.partial)
     return VerifyResult(
         Path(source.label),
@@ -395,6 +413,7 @@ def verify_source(
         trusted.evaluation,
         tuple(m.path for m in done.absent),
         trusted.ref,
+        frames,
     )
 
 

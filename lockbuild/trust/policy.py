@@ -36,8 +36,17 @@ class FileDigests:
     node does not compute it: stock ``minisign -V`` checks the file signature, lockbuild the statement."""
 
     size: int
-    sha256: str
+    sha256: str | None  # None: a framed file read by the node, bound by its frame tables instead
     blake2b: bytes | None = None
+    frames_sha256: str | None = None  # a framed file's: the sha256 of its frame tables
+    frames: int | None = None  # and how many frames they list
+
+    @property
+    def whole(self) -> str:
+        """The whole file's sha256, where it was hashed whole (to sign it, an image, a report's bundle)."""
+        if self.sha256 is None:
+            raise SignatureError("internal: the file was checked by its frames, not hashed whole.")
+        return self.sha256
 
     def prehash(self, what: str) -> bytes:
         """The BLAKE2b-512 a minisign ``ED`` block signs; ``what`` (the file) was hashed with ``prehash``."""
@@ -107,8 +116,17 @@ def file_mismatch(st: Statement, file: FileDigests) -> str | None:
     """Why the file is not the one ``st`` signs (None: its size and sha256 are the signed ones)."""
     if st.size != file.size:
         return f"it signs a file of {st.size} bytes; this one has {file.size}"
-    if st.sha256 != file.sha256:
+    if st.frames_sha256 is not None or file.frames_sha256 is not None:
+        if file.frames_sha256 is None:
+            return "it signs a framed bundle; this file has no frame table"
+        if st.frames_sha256 is None:
+            return "it signs no frame table; this file carries one (re-sign it with this lockbuild)"
+        if st.frames_sha256 != file.frames_sha256:
+            return f"it signs frame tables of sha256 {st.frames_sha256}; this file's have {file.frames_sha256}"
+    if file.sha256 is not None and st.sha256 != file.sha256:
         return f"it signs sha256 {st.sha256}; this file has sha256 {file.sha256}"
+    if file.sha256 is None and file.frames_sha256 is None:
+        return "internal: the file was not hashed"
     return None
 
 

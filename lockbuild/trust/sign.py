@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from lockbuild import fsio
 from lockbuild.bundle.extract import extract, make_dest
 from lockbuild.bundle.manifest import Manifest, Member
-from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_manifest, tar_pieces
+from lockbuild.bundle.read import open_file, open_stream, read_manifest, tar_pieces
 from lockbuild.bundle.zstdframe import TIP, Hashing
 from lockbuild.errors import IntegrityError, SignatureError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
@@ -140,9 +140,8 @@ def read_unverified(
     progress = progress or Progress.quiet()
     make_dest(dest)
     with open_file(path, limits) as raw_file:
-        check_zstd_frame(raw_file, limits)
         f = Hashing(raw_file) if expect_sha256 is not None else None
-        tar = open_tar(f or raw_file, limits)
+        tar = open_stream(raw_file, limits, via=f)
         manifest, manifest_bytes = read_manifest(tar, limits)
         if on_manifest is not None:
             on_manifest(manifest, manifest_bytes)
@@ -214,11 +213,17 @@ def sign_bundle(
         )
     evaluation = judge_existing(existing, store, name=bundle.name, digests=digests, now=now)
     statement = Statement.of(
-        manifest, name=bundle.name, sha256=digests.sha256, size=digests.size, expires=expires, manifest_bytes=carried[0]
+        manifest,
+        name=bundle.name,
+        sha256=digests.whole,
+        size=digests.size,
+        expires=expires,
+        manifest_bytes=carried[0],
+        frames_sha256=digests.frames_sha256,
     )
     signed = signer.sign([(digests.prehash(bundle.name), statement.to_comment())])
     replaced = write_with_block(sig_path, existing, signed.key_id, signed.blocks[0])
-    return SignResult(bundle, sig_path, signed.key_id_hex, replaced, digests.sha256, len(manifest.members), evaluation)
+    return SignResult(bundle, sig_path, signed.key_id_hex, replaced, digests.whole, len(manifest.members), evaluation)
 
 
 @dataclass(frozen=True)

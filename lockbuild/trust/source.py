@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Protocol
 
 from lockbuild.bundle.extract import TIP, Piece
-from lockbuild.bundle.read import check_zstd_frame, open_file, open_tar, read_head_raw, read_manifest, tar_pieces
+from lockbuild.bundle.read import open_file, open_stream, read_head_raw, read_manifest, tar_pieces
 from lockbuild.digest import digest_exactly
 from lockbuild.errors import IntegrityError, SignatureError
+from lockbuild.frames.framepool import count_frames
+from lockbuild.frames.seektable import FrameTable, is_framed, read_tables
 from lockbuild.fsio import open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.trust.policy import FileDigests
@@ -112,6 +114,11 @@ class Source(Signed, Protocol):
         """The members after the manifest, as pieces, in the order the source holds them."""
         ...
 
+    def check_frames(self, limits: Limits) -> int | None:
+        """For a framed file whose frame tables the decision bound (``file_digests``): every frame hashed
+        against them, none decompressed; how many. None: no frame tables (then the members are checked)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Stream:
@@ -136,6 +143,7 @@ class BundleFile:
         self.absent_tip = TIP_AGAIN
         self.damage_tip = TIP
         self.partial = False
+        self._table: FrameTable | None = None  # the frame tables whose sha256 file_digests handed over
 
     def signature_blocks(self, limits: Limits = DEFAULT_LIMITS) -> bytes:
         try:
@@ -149,27 +157,38 @@ class BundleFile:
             ) from None
 
     def file_digests(self, check: SizeCheck, limits: Limits = DEFAULT_LIMITS) -> FileDigests:
-        return digest_signed_file(self.path, limits, check, prehash=False)
+        """A framed file: its size and its frame tables' sha256 (the file is read once, later, frame by frame
+        against these tables); a file made before frames: its size and sha256."""
+        digests, self._table = _digests(self.path, limits, check, prehash=False, whole=False, what="bundle")
+        return digests
 
     def manifest_bytes(self, limits: Limits = DEFAULT_LIMITS, signed_sha256: str | None = None) -> bytes:
-        return read_head_raw(self.path, limits).manifest_bytes
+        if self._table is None:
+            return read_head_raw(self.path, limits).manifest_bytes
+        with _TarMembers(self.path, limits, self._table) as stream:
+            return stream.manifest_bytes or b""
 
     def members(self, limits: Limits = DEFAULT_LIMITS) -> AbstractContextManager[Stream]:
-        return _TarMembers(self.path, limits)
+        return _TarMembers(self.path, limits, self._table)
+
+    def check_frames(self, limits: Limits = DEFAULT_LIMITS) -> int | None:
+        if self._table is None:
+            return None
+        with open_file(self.path, limits) as f:
+            return count_frames(f, self._table, limits)
 
 
 class _TarMembers:
     """The tar stream of a ``.lbz`` after its manifest (the manifest is read again and must be the same
     bytes the trust decision bound: the extraction's caller compares them)."""
 
-    def __init__(self, path: Path, limits: Limits) -> None:
-        self.path, self.limits = path, limits
+    def __init__(self, path: Path, limits: Limits, table: FrameTable | None = None) -> None:
+        self.path, self.limits, self.table = path, limits, table
 
     def __enter__(self) -> Stream:
         self.f = open_file(self.path, self.limits)
         try:
-            check_zstd_frame(self.f, self.limits)
-            tar = open_tar(self.f, self.limits)
+            tar = open_stream(self.f, self.limits, table=self.table)
             _, again = read_manifest(tar, self.limits)
         except BaseException:
             self.f.close()
@@ -202,7 +221,16 @@ def digest_signed_file(
 ) -> FileDigests:
     """Open the signed file (a regular file, bounded), run ``check(size)`` before reading a byte, then hash
     it in one pass: sha256, and with ``prehash`` BLAKE2b-512 beside it (minisign's prehash, needed to sign
-    the file; the node's check needs only the sha256 and size, see trust/policy.py)."""
+    the file; the node's check needs only the sha256 and size, see trust/policy.py); for a bundle (``what``),
+    a framed one's frame tables, checked, and their sha256 too (an image or a report has none)."""
+    return _digests(path, limits, check, prehash=prehash, whole=True, what=what)[0]
+
+
+def _digests(
+    path: Path, limits: Limits, check: Callable[[int], None] | None, *, prehash: bool, whole: bool, what: str
+) -> tuple[FileDigests, FrameTable | None]:
+    """As :func:`digest_signed_file`; without ``whole``, a framed file is not hashed whole: its tables alone
+    are read (and checked) before any frame."""
     try:
         f, size = open_regular(path, what=what, max_size=limits.max_bundle, error=IntegrityError)
     except FileNotFoundError:
@@ -210,4 +238,9 @@ def digest_signed_file(
     with f:
         if check is not None:
             check(size)
-        return FileDigests(size, *digest_exactly(f, size, what=f"the {what} {path}", blake2b=prehash))
+        table = read_tables(f, size, limits) if what == "bundle" and is_framed(f, size) else None
+        frames = (table.sha256, len(table.frames)) if table is not None else (None, None)
+        if table is not None and not whole:
+            return FileDigests(size, None, None, *frames), table
+        f.seek(0)
+        return FileDigests(size, *digest_exactly(f, size, what=f"the {what} {path}", blake2b=prehash), *frames), table

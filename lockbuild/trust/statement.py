@@ -3,12 +3,15 @@
 One definition, written by ``pack``/``sign`` and read by ``verify``/``install``::
 
     lockbuild file=NAME.lbz engine=E version=V variant=X sha256=HEX size=N manifest-sha256=HEX serial=S [expires=T]
+              [frames-sha256=HEX]
 
 ``sha256`` and ``size`` describe the ``.lbz`` file, ``manifest-sha256`` is the sha256 of its ``bundle.toml``
 member, ``serial`` is the as-of time in Unix seconds. minisign's global signature covers the trusted
 comment, so a verified block proves all of it, the manifest digest included, without the bundle file.
 Values are percent-encoded, so the comment stays one line of ``key=value`` tokens that stock
-``minisign -V`` prints as it is. Pure: no I/O.
+``minisign -V`` prints as it is. ``frames-sha256``, on a framed bundle (every bundle this lockbuild makes),
+is the sha256 of its frame tables (lockbuild/frames/seektable.py): the node checks the tables, then
+every frame against them, instead of hashing the whole file first. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ _FIELD_KEY_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _FIELD_VALUE_RE = re.compile(r"(?:[A-Za-z0-9_.~-]|%[0-9A-F]{2})*")
 _TIP = "The trusted comment was not written by this lockbuild; re-sign the bundle with `lockbuild sign`."
 REQUIRED = ("file", "engine", "version", "variant", "sha256", "size", "manifest-sha256", "serial")
-OPTIONAL = ("expires", "bundle-sha256", "queried")  # the last two: a vulnerability report's statement
+OPTIONAL = ("expires", "bundle-sha256", "queried", "frames-sha256")  # the last two: a vulnerability report's statement
 
 
 def format_trusted_comment(fields: Mapping[str, str]) -> str:
@@ -105,8 +108,11 @@ class Statement:
     expires: dt.datetime | None = None
     bundle_sha256: str | None = None  # a vulnerability report's: the bundle it is about
     queried: dt.datetime | None = None  # a vulnerability report's: when the service was asked
+    frames_sha256: str | None = None  # a framed bundle's: the sha256 of its frame tables
 
     def __post_init__(self) -> None:
+        if self.frames_sha256 is not None and not is_sha256(self.frames_sha256):
+            raise ValueError("a statement's frames_sha256 is 64 lowercase hex digits")
         if self.bundle_sha256 is not None and not is_sha256(self.bundle_sha256):
             raise ValueError("a statement's bundle_sha256 is 64 lowercase hex digits")
         if not (is_sha256(self.sha256) and is_sha256(self.manifest_sha256)):
@@ -124,12 +130,22 @@ class Statement:
         size: int,
         expires: dt.datetime | None,
         manifest_bytes: bytes | None = None,
+        frames_sha256: str | None = None,
     ) -> Statement:
         """The statement for a bundle with ``manifest``; ``manifest_bytes``: the bytes the bundle carries
         (a co-signer signs those), else the builder's own serialisation."""
         digest = manifest_sha256(manifest) if manifest_bytes is None else hashlib.sha256(manifest_bytes).hexdigest()
         return cls(
-            name, manifest.engine, manifest.version, manifest.variant, sha256, size, digest, manifest.serial, expires
+            name,
+            manifest.engine,
+            manifest.version,
+            manifest.variant,
+            sha256,
+            size,
+            digest,
+            manifest.serial,
+            expires,
+            frames_sha256=frames_sha256,
         )
 
     @property
@@ -146,6 +162,7 @@ class Statement:
             self.serial,
             self.bundle_sha256,
             self.queried,
+            self.frames_sha256,
         )
 
     @property
@@ -169,6 +186,8 @@ class Statement:
             fields["bundle-sha256"] = self.bundle_sha256
         if self.queried is not None:
             fields["queried"] = iso(self.queried)
+        if self.frames_sha256 is not None:
+            fields["frames-sha256"] = self.frames_sha256
         return format_trusted_comment(fields)
 
     @classmethod
@@ -189,8 +208,8 @@ class Statement:
                 + (": it was made by an older lockbuild, which did not sign the manifest." if older else "."),
                 tip="Re-sign the bundle with `lockbuild sign` (or rebuild it) with this lockbuild.",
             )
-        for key in ("sha256", "manifest-sha256"):
-            if not is_sha256(f[key]):
+        for key in ("sha256", "manifest-sha256", "frames-sha256"):
+            if key in f and not is_sha256(f[key]):
                 raise SignatureError(f"the signed {key} {show(f[key][:80])} is not a sha256 (64 lowercase hex digits).")
         serial = _count(f["serial"], "serial", 12)
         try:
@@ -215,6 +234,7 @@ class Statement:
             expires,
             bundle,
             queried,
+            f.get("frames-sha256"),
         )
 
 

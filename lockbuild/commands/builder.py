@@ -318,12 +318,7 @@ def build(
     for (plan, packed), measured in zip(signed, fits, strict=True):
         results.append(
             {
-                "bundle": str(packed.bundle),
-                "signature": str(packed.signature),
-                "sha256": packed.sha256,
-                "size": packed.size,
-                "members": len(packed.manifest.members),
-                "signer": signer.key_id_hex,
+                **_signed_json(packed, signer.key_id_hex),
                 "as_of": iso(plan.as_of),
                 "resolution_reused": plan.resolution_reused,
                 "warnings": list(plan.warnings),
@@ -450,12 +445,7 @@ def build_model_cli(
     w = done.written
     (packed,), signer = release([w], key_signer, checked, expires=expires)
     result: dict[str, JSON] = {
-        "bundle": str(packed.bundle),
-        "signature": str(packed.signature),
-        "sha256": packed.sha256,
-        "size": packed.size,
-        "members": len(packed.manifest.members),
-        "signer": signer.key_id_hex,
+        **_signed_json(packed, signer.key_id_hex),
         "repo": r.repo,
         "commit": r.revision,
         "files": [f.path for f in done.choice.files],
@@ -469,3 +459,15 @@ def build_model_cli(
         f"built {packed.bundle} ({packed.size / 1e6:.1f} MB, {len(done.choice.files)} files of {r.repo} at "
         f"{r.revision})\n  sha256 {packed.sha256}\n  signed by {signer.key_id_hex} -> {packed.signature}",
     )
+
+
+def _signed_json(packed: Packed, signer: str) -> dict[str, JSON]:
+    """What every build's JSON says of a bundle it signed and placed, engine or model."""
+    return {
+        "bundle": str(packed.bundle),
+        "signature": str(packed.signature),
+        "sha256": packed.sha256,
+        "size": packed.size,
+        "members": len(packed.manifest.members),
+        "signer": signer,
+    }

@@ -26,7 +26,8 @@ from lockbuild.jsonio import JSON
 from lockbuild.wire.rules import credential_problem
 
 if TYPE_CHECKING:
-    from lockbuild.registry.api import RegistryCredentials
+    from lockbuild.registry.api import Registry, RegistryCredentials
+    from lockbuild.registry.reference import OciRef
 
 
 def _first_line() -> str:
@@ -34,6 +35,18 @@ def _first_line() -> str:
     is refused), where a text read would end the line there and cut the password short."""
     raw = sys.stdin.buffer.readline() if hasattr(sys.stdin, "buffer") else sys.stdin.readline().encode()
     return raw.decode("utf-8", "surrogateescape").removesuffix("\n").removesuffix("\r")
+
+
+def _registry(
+    ref: OciRef, plain_http: bool, ca_file: Path | None, creds: RegistryCredentials | None, auth_realms: tuple[str, ...]
+) -> Registry:
+    """The registry client push and pull talk through, with the retry budget of LOCKBUILD_REGISTRY_RETRY_SECONDS."""
+    from lockbuild.registry.api import RETRY_ENV, Registry, transport_with
+
+    transport = transport_with(os.environ.get(RETRY_ENV))
+    return Registry(
+        ref, plain_http=plain_http, ca_file=ca_file, credentials=creds, auth_realms=auth_realms, transport=transport
+    )
 
 
 def _credentials(username: str | None, password_stdin: bool) -> RegistryCredentials | None:
@@ -118,7 +131,7 @@ def push_(
     member against the signed manifest before it is uploaded; each member is one blob, by its sha256,
     uploaded once."""
     setup_output(ctx, as_json)
-    from lockbuild.registry.api import RETRY_ENV, Registry, parse_ref, transport_with
+    from lockbuild.registry.api import parse_ref
     from lockbuild.registry.push import push
     from lockbuild.site.sources import named_source
 
@@ -126,14 +139,7 @@ def push_(
     creds = _credentials(username, password_stdin)
     with (
         named_source(source, store=store_dir) as src,
-        Registry(
-            ref,
-            plain_http=plain_http,
-            ca_file=ca_file,
-            credentials=creds,
-            auth_realms=auth_realms,
-            transport=transport_with(os.environ.get(RETRY_ENV)),
-        ) as reg,
+        _registry(ref, plain_http, ca_file, creds, auth_realms) as reg,
     ):
         done = push(src, reg, trust=trust_dir, threshold=threshold, progress=progress_of(ctx), jobs=jobs)
     data: dict[str, JSON] = {
@@ -185,7 +191,7 @@ def pull_(
     """Pull a build from an OCI registry into a store: its signatures are checked against --trust before
     any blob is requested; then only the blobs the store lacks are fetched, each checked as it streams."""
     setup_output(ctx, as_json)
-    from lockbuild.registry.api import RETRY_ENV, Registry, parse_ref, transport_with
+    from lockbuild.registry.api import parse_ref
     from lockbuild.registry.artifact import pull
     from lockbuild.site.storage import Store
 
@@ -196,14 +202,7 @@ def pull_(
     try:
         with (
             Store(store_dir, create=True) as store,
-            Registry(
-                ref,
-                plain_http=plain_http,
-                ca_file=ca_file,
-                credentials=creds,
-                auth_realms=auth_realms,
-                transport=transport_with(os.environ.get(RETRY_ENV)),
-            ) as reg,
+            _registry(ref, plain_http, ca_file, creds, auth_realms) as reg,
         ):
             done = pull(
                 reg, store, trust=trust_dir, threshold=threshold, progress=progress_of(ctx), wait=wait, jobs=jobs

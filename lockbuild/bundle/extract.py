@@ -1,20 +1,8 @@
 """The one extraction: every member of a signed manifest, from any source, checked the same way.
 
-A source (a ``.lbz``'s tar stream, a delta with the store it completes, a store's blobs) hands over
-its members as :class:`Piece` objects in the order it holds them; :func:`extract` walks the signed
-manifest and demands, for each listed member in turn, a piece of exactly that name and size whose
-bytes have exactly its sha256. Unlisted, missing, repeated and reordered members, a size that
-differs, a digest that differs, and anything after the last listed member are refused, whatever the
-source: no adapter can relax a rule, because no adapter checks one. Members are written only through
-:func:`lockbuild.fsio.create_under` (``O_EXCL|O_NOFOLLOW``, directories walked by descriptor).
-
-A piece that is already a whole file on disk (a store's blob) may offer itself for a hard link
-(:class:`Linkable`): the member is then linked into ``dest`` by :func:`lockbuild.fsio.link_under`
-instead of copied, and the file as linked (the inode, through the name it will be used by) is hashed,
-on a pool of threads across the cores, and checked here like any other member before :func:`extract`
-returns. Where the link cannot be made (another file system, another owner), the member is copied and
-hashed as it is copied.
-"""
+For each listed member in turn, a piece of exactly that name and size whose bytes have exactly its sha256;
+unlisted, missing, repeated, reordered, longer or shorter members are refused, whatever the source. Files
+are made only through ``fsio`` (a store's blob hard-linked where it can be, and hashed as linked)."""
 
 from __future__ import annotations
 

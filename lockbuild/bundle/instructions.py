@@ -1,11 +1,8 @@
-"""The manifest's [install] table (format 2): everything the node does with a bundle, signed.
+"""The manifest's [install] table: everything the node does with a bundle, signed.
 
-binary, verify command, GPU probe, GPU requirements, free space, where the source and assets go, which
-member is the uv wheel and which the interpreter. The node acts on this table only; the builder's
-recipe travels in the bundle as provenance and is never parsed on the node. This module is the table
-and what it derives (its summary, its TOML, a GPU's wheel-variant properties); the strict reading of a
-manifest's table is :mod:`lockbuild.bundle.installparse`.
-"""
+Binary, verify command, GPU probe and requirements, free space, where the source and assets go, the uv
+wheel and the interpreter; the node acts on this table only. This module is the table and what it derives
+(summary, TOML, a GPU's wheel-variant properties); ``bundle/installparse.py`` reads one strictly."""
 
 from __future__ import annotations
 

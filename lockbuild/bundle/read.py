@@ -1,17 +1,8 @@
 """The safe streaming bundle reader: the pieces every reader of a ``.lbz`` is made of.
 
-It judges no signature and has no member loop of its own: the trust path (``trust/source.py``'s
-``BundleFile``, judged by ``trust/opener.py``) hands its pieces to the one extraction, and the signer's
-own pass is ``trust/sign.py::read_unverified``.
-
-Before anything is decompressed, the zstd frame's structure is walked (bundle/zstdframe.py). Then the
-tar stream is read member by member by the strict reader (bundle/tar.py): each member must be a regular
-file named exactly as the manifest's next entry, of the listed size and sha256. Links, devices, FIFOs,
-directories, unlisted, missing, duplicate, reordered or oversized members, damaged headers, non-zero
-padding and data after the archive's end fail the whole read; paths are refused, never rewritten
-(bundle/paths.py). Format problems raise IntegrityError; a destination that cannot be written raises
-the family's root, LockbuildError. docs/bundle-format.md describes the format.
-"""
+It judges no signature and has no member loop of its own (the trust path hands its pieces to the one
+extraction). Before anything is decompressed the zstd layer is walked; the strict tar reader then refuses
+links, devices, unlisted or reordered members, damaged headers and trailing data (docs/bundle-format.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The strict tar reader of a bundle: exactly what the writer writes, checked header by header.
 
-POSIX ustar headers and pax 'x' headers for long or non-ASCII names; every header checksummed, every
-byte of padding zero, the archive closed by two zero blocks followed by at most MAX_TRAILER zero bytes.
-Python's tarfile is not used: it treats a damaged header after the first as the end of the archive and
-never looks at what follows it, which would let bytes hide in a signed bundle.
-"""
+ustar headers and pax 'x' headers for long or non-ASCII names, every checksum and byte of padding checked,
+two zero blocks and at most MAX_TRAILER zero bytes at the end. Python's tarfile is not used: it takes a
+damaged header after the first as the end of the archive, which would let bytes hide in a signed bundle."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """The deterministic bundle writer: a POSIX tar with fixed metadata, streamed through zstd.
 
-Members come in the manifest's order, each with mtime = the serial (the as-of time), uid/gid 0,
-empty owner names and mode 0644; a pax header (path only) where a name is long or not ASCII. The
-archive ends with two zero blocks, padded to a whole 10240-byte record, as tarfile writes it.
-zstd runs in its multi-threaded mode with at least one worker, whose output does not depend on the
-worker count (threads=0, the single-threaded mode, gives different bytes), at a fixed level, with a
-content checksum and no content size. Sources are streamed in pieces, never held whole: a reader thread
-reads and hashes them a few pieces ahead of the compressor (bounded), in the manifest's order. A source
-downloaded in this build (``digest.HashedFile``: hashed as it arrived) is not hashed again when its open
-descriptor shows it is the very file that was hashed, unchanged, before and after it is read.
-"""
+Members in the manifest's order with mtime = the serial, uid/gid 0 and mode 0644; the stream framed in
+fixed-size zstd frames compressed in parallel (the bytes do not depend on the thread count); sources
+streamed a few pieces ahead and, where already hashed as downloaded and unchanged since, not hashed again."""
 
 from __future__ import annotations
 

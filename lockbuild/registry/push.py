@@ -1,15 +1,8 @@
 """Push a build that the one trust decision accepted to an OCI registry: what it lacks, checked, in parallel.
 
-1. The registry is asked which member blobs it has (``HEAD``, ``jobs`` at a time).
-2. The members it lacks go through the one extraction (``TrustedBundle.extract``: each checked against
-   the signed manifest) into a private staging directory; nothing unchecked is uploaded.
-3. Each is uploaded from there as soon as it has been checked, while the check goes on with the rest,
-   ``jobs`` at a time (``Registry.upload_blob``: one monolithic ``PUT``,
-   chunks where the registry refuses one); the first failure stops the other transfers
-   (``Registry.stop``), so the error comes back at once.
-4. The config (the signed manifest), and for a model the ModelPack configuration, then the OCI manifest
-   carrying the signature blocks that counted, last: the tag names only an artifact whose blobs are all there.
-"""
+The registry is asked which member blobs it has; the members it lacks go through the one extraction into
+a private staging directory and are uploaded ``jobs`` at a time as each is checked (the first failure stops
+the rest); the config, then the OCI manifest carrying the blocks that counted, last."""
 
 from __future__ import annotations
 

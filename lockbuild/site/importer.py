@@ -1,15 +1,8 @@
 """`lockbuild import`: a signed bundle, from any source, into a store.
 
-The source (a ``.lbz``, the part list of its media parts, a delta completed by this store) is named
-the one way every command names it (``site.sources.named_source``), judged by the one trust decision
-(``trust.open_source``: the signature policy before anything is decompressed) and read by the one
-extraction (every member against the signed manifest while streaming) into a staging directory under
-the store's tmp/, made, opened and written through descriptors. Each member the extraction wrote is
-fsynced and renamed from its directory's descriptor into blobs/ under its sha256, replacing a damaged copy
-if one was there; the build's manifest and the signature blocks that counted
-are recorded last. The whole import holds the store's lock, so a gc cannot remove a blob the import is
-about to reference.
-"""
+The source is named the one way (``site.sources.named_source``), judged by the one trust decision and read
+by the one extraction into the store's tmp/; each member is renamed into blobs/ under its sha256, and the
+manifest and the blocks that counted are recorded last, all under the store's lock (no gc in between)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """The one opener: the trust directory read by descriptor, and the one trust decision.
 
-:func:`load_trust_store` reads the trust directory (owned by this user or root, writable by no one else).
-:func:`open_source` makes the one decision for every source behind the port (``trust/source.py``: the
-adapters do the source's I/O, this module asks for it in order): the signature blocks, the signed file's
-size checked before a byte of it is hashed, its digests, the pure policy (``trust/policy.py``), the
-site's dates, and only then the manifest bytes, which must be the signed ones. What it returns, a
-:class:`TrustedBundle`, is the only way to the members a user trusts: its ``extract`` checks every member
-against the signed manifest (the signer's own reader, ``bundle.read.read_unverified``, judges no
-signature and serves only ``trust/sign.py``). ``verify``, ``install``, ``import``, ``push``, ``pull``,
-``delta``, ``image`` and an image's ``verify`` all start here.
-"""
+:func:`open_source` decides for every source behind the port: the signature blocks, the signed file's size
+before a byte is hashed, its digests (or its frame tables), the pure policy, the site's dates, and only then
+the manifest's bytes, which must be the signed ones. Its :class:`TrustedBundle` is the only way to members."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
 """The one port: what every source of a signed bundle must be able to hand over, and nothing more.
 
-A source is plain I/O (the model is pypa/installer's ``WheelSource``): its signature blocks, its
-manifest's exact bytes, and its members as pieces in the order it holds them. It decides nothing:
-:func:`lockbuild.trust.opener.open_source` makes the one trust decision from what it hands over, and
-:func:`lockbuild.bundle.extract.extract` the one extraction. Adapters:
-
-- :class:`BundleFile` here (a ``.lbz`` and its ``.minisig``);
-- ``lockbuild.site.sources``: a part list, a delta (with the store it completes), a store's build;
-- ``lockbuild.registry.artifact``: a registry artifact (the site wing's network side);
-- ``lockbuild.image.imagefile``: an image ``FILE.sqfs``, whose record ``FILE.sqfs.json`` is its manifest.
-
-The plain reads the trust path needs are here too (:func:`read_signatures`, :func:`digest_signed_file`), so
-the opener imports this module and this module imports nothing of the opener.
-"""
+A source is plain I/O (as pypa/installer's ``WheelSource``): its signature file, its manifest's exact bytes,
+its frames or members in order. It decides nothing. :class:`BundleFile` is here; the other adapters are in
+``site/sources.py``, ``registry/artifact.py`` and ``image/imagefile.py`` (docs/architecture.md)."""
 
 from __future__ import annotations
 

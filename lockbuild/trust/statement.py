@@ -1,18 +1,8 @@
-"""The signed statement: what a signer asserts about one bundle, carried in minisign's trusted comment.
+"""The signed statement: what a signer asserts about one bundle, carried in the signature's trusted comment.
 
-One definition, written by ``pack``/``sign`` and read by ``verify``/``install``::
-
-    lockbuild file=NAME.lbz engine=E version=V variant=X sha256=HEX size=N manifest-sha256=HEX serial=S [expires=T]
-              [frames-sha256=HEX]
-
-``sha256`` and ``size`` describe the ``.lbz`` file, ``manifest-sha256`` is the sha256 of its ``bundle.toml``
-member, ``serial`` is the as-of time in Unix seconds. minisign's global signature covers the trusted
-comment, so a verified block proves all of it, the manifest digest included, without the bundle file.
-Values are percent-encoded, so the comment stays one line of ``key=value`` tokens that stock
-``minisign -V`` prints as it is. ``frames-sha256``, on a framed bundle (every bundle this lockbuild makes),
-is the sha256 of its frame tables (lockbuild/frames/seektable.py): the node checks the tables, then
-every frame against them, instead of hashing the whole file first. Pure: no I/O.
-"""
+``lockbuild file=NAME.lbz engine=E version=V variant=X sha256=HEX size=N manifest-sha256=HEX serial=S
+[expires=T] [frames-sha256=HEX]``, values percent-encoded so it stays one line; the global signature covers
+it, so a verified block proves the manifest digest (and the frame tables') without the file. Pure."""
 
 from __future__ import annotations
 

@@ -181,7 +181,7 @@ class Parser:
         self._streams.clear()
         return self.log
 
-    def _call(self, pid: int, call: str, args: str) -> None:  # one rule per branch, as the module's docstring
+    def _call(self, pid: int, call: str, args: str) -> None:  # one rule per branch, as Parser says
         log = self.log
         if call == MARKER_CALL:
             s = STRING.match(args)

@@ -143,10 +143,10 @@ def test_no_client_reads_a_decoded_body_and_every_client_asks_for_identity() -> 
 @pytest.mark.parametrize(
     ("source", "target", "allowed"),
     [
-        ("https://huggingface.co/o/m/resolve/x/a", "https://cdn-lfs.hf.co/a", True),
-        ("https://huggingface.co/o/m/resolve/x/a", "http://127.0.0.1:8080/admin", False),
-        ("https://huggingface.co/a", "http://localhost/admin", False),
-        ("https://huggingface.co/a", "http://cdn.example/a", False),
+        ("https://hub.invalid/o/m/resolve/x/a", "https://cdn-lfs.invalid/a", True),
+        ("https://hub.invalid/o/m/resolve/x/a", "http://127.0.0.1:8080/admin", False),
+        ("https://hub.invalid/a", "http://localhost/admin", False),
+        ("https://hub.invalid/a", "http://cdn.example/a", False),
         ("https://127.0.0.1:4443/a", "http://127.0.0.1:8080/a", False),  # an https origin, even on loopback
         ("http://127.0.0.1:9000/a", "http://127.0.0.1:9001/a", True),  # a test's fake Hub and its CDN
         ("http://index.corp/a", "http://127.0.0.1/a", False),  # plain http elsewhere, sent to this machine

@@ -141,7 +141,7 @@ def test_a_transport_error_quoting_a_secret_is_scrubbed_by_the_json_client(tmp_p
     s = _settings(tmp_path)
     with make_client(settings=s) as client, pytest.raises(RemoteError) as err:
         client._transport = _leaky(f"Illegal header value b'Bearer {SECRET}' ghp_GITHUBSECRET INDEXSECRET")
-        get_json(client, "https://huggingface.co/api/models/o/m", what="asking the Hub")
+        get_json(client, "https://hub.invalid/api/models/o/m", what="asking the Hub")
     assert "cannot reach" in err.value.message and "<hidden>" in err.value.message
     assert all(secret not in err.value.message for secret in s.secrets())
 
@@ -151,7 +151,7 @@ def test_a_transport_error_quoting_a_secret_is_scrubbed_by_downloads(tmp_path: P
     with make_client(settings=s) as client, pytest.raises(FetchError) as err:
         client._transport = _leaky(f"header {SECRET!r} refused; {s.secrets()[-1]}")
         fetcher = Fetcher(Cache(tmp_path / "c"), client, sleep=lambda _: None, retries=0, transfer="httpx")
-        fetcher.fetch_all([Wanted("https://huggingface.co/o/m/resolve/x/a", "0" * 64, 3, "a")])
+        fetcher.fetch_all([Wanted("https://hub.invalid/o/m/resolve/x/a", "0" * 64, 3, "a")])
     assert "<hidden>" in err.value.message
     assert all(secret not in err.value.message for secret in s.secrets())
 

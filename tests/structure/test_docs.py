@@ -1,0 +1,194 @@
+"""Every test the threat model names exists, so the document cannot drift from the suite."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+ROOT = REPO
+
+
+def test_threat_model_names_only_tests_that_exist() -> None:
+    text = (ROOT / "docs" / "threat-model.md").read_text()
+    refs = re.findall(r"`(test_[a-z_]+\.py)(?:::(test_[a-z0-9_]+)(?:\[[^\]]+\])?)?`", text)
+    assert len(refs) >= 60
+    missing = []
+    for file, name in refs:
+        path = ROOT / "tests" / file
+        if not path.exists() or (name and not re.search(rf"def {name}\(", path.read_text())):
+            missing.append(f"{file}::{name}")
+    assert missing == []
+
+
+def test_readme_links_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for page in (
+        "docs/threat-model.md",
+        "docs/bundle-format.md",
+        "docs/release-engineers.md",
+        "docs/site-administrators.md",
+    ):
+        assert page in readme
+        assert (ROOT / page).exists(), page
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
+
+
+def test_the_readme_is_a_front_page() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    setup = _blocks(_section(readme, "## Set up (a fresh Debian machine)"), "sh")
+    commands = [line.split("#")[0].strip() for block in setup for line in block.splitlines() if line.strip()]
+    assert commands == ["./scripts/demo", "./scripts/test"]  # exactly two set-up commands
+    assert "\n## Models\n" in readme and "about 10 minutes" in readme
+    for guide in ("release-engineers", "site-administrators", "architecture", "bundle-format", "threat-model"):
+        assert f"](docs/{guide}.md)" in readme, guide
+    for line in readme.splitlines():  # the store's index is another page's: mentioned only beside its link
+        if "store index" in line:
+            assert "docs/site-administrators.md" in line or "docs/site-administrators.md" in readme.split(line)[1][:200]
+
+
+def test_every_lockbuild_command_in_the_readme_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ``lockbuild ...`` line of the README's shell blocks, parsed by click as the shell hands it over
+    (the command's body replaced by one that records it): no stale option, no missing argument."""
+    import shlex
+
+    import click
+
+    from lockbuild.cli import main
+
+    mp = pytest.MonkeyPatch()
+    called: list[str] = []
+
+    def walk(group: click.Group) -> list[click.Command]:
+        out: list[click.Command] = []
+        for c in group.commands.values():
+            out.append(c)
+            if isinstance(c, click.Group):
+                out += walk(c)
+        return out
+
+    try:
+        for each in walk(main):
+            mp.setattr(each, "callback", lambda each=each, **kw: called.append(str(each.name)))
+        readme = (ROOT / "README.md").read_text()
+        lines = [x for b in _blocks(readme, "sh") for x in b.splitlines() if x.startswith("lockbuild ")]
+        assert len(lines) >= 15
+        monkeypatch.chdir(tmp_path)
+        for line in lines:
+            argv = shlex.split(line, comments=True)
+            for arg in argv[1:]:  # the files a line names (a parameter may demand that they exist)
+                if not arg.startswith(("-", "/", "~")) and "://" not in arg and arg.endswith((".lbz", ".key", ".toml")):
+                    (tmp_path / arg).parent.mkdir(parents=True, exist_ok=True)
+                    (tmp_path / arg).touch()
+            before = len(called)
+            main.main(argv[1:], prog_name="lockbuild", standalone_mode=False)
+            assert len(called) > before, line
+    finally:
+        mp.undo()
+
+
+def _shape(line: str) -> str:
+    """A progress or result line's first two words, before any engine name: what a real run must say alike
+    (its indent kept: a result's detail line)."""
+    head = re.split(r"onnxruntime|toyengine", line, maxsplit=1)[0]
+    return line[: len(line) - len(line.lstrip())] + " ".join(head.split()[:2])
+
+
+@pytest.fixture
+def bundles_for_docs(env: object, keys: object, toy_recipe: Path, tmp_path: Path) -> Path:
+    import json
+
+    from click.testing import CliRunner
+
+    from lockbuild.cli import main
+
+    toy_recipe.write_text(toy_recipe.read_text().replace('gpu-probe = "torch"', 'gpu-probe = "none"'))  # a CPU build
+    r = CliRunner().invoke(
+        main,
+        [
+            "build",
+            str(toy_recipe),
+            "--key",
+            str(keys.secret),  # type: ignore[attr-defined]
+            "--out",
+            str(tmp_path / "dist"),
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.stderr
+    return Path(json.loads(r.stdout)["bundles"][0]["bundle"])
+
+
+def test_the_install_example_is_what_an_install_prints(bundles_for_docs: Path, tmp_path: Path, keys: object) -> None:
+    from click.testing import CliRunner
+
+    from lockbuild.cli import main
+
+    guide = (ROOT / "docs" / "site-administrators.md").read_text()
+    block = _section(guide, "## Installing").split("```text\n", 1)[1].split("```", 1)[0]
+    r = CliRunner().invoke(
+        main, ["install", str(bundles_for_docs), "--root", str(tmp_path / "engines"), "--trust", str(keys.trust)]
+    )  # type: ignore[attr-defined]
+    assert r.exit_code == 0, r.output
+    real = [_shape(x) for x in (r.stderr + r.stdout).splitlines()]
+    assert [_shape(x) for x in block.splitlines()] == real, (block, r.stderr + r.stdout)
+
+
+def test_no_issue_numbers_in_code_docs_or_tests() -> None:
+    """Code, comments and docs speak of the project to its users: what a thing is, never a tracker's number."""
+    found = []
+    for top in ("lockbuild", "docs", "bench", "tests", "scripts", "bundles"):
+        for path in sorted((ROOT / top).rglob("*")):
+            skip = {"__pycache__", "work", "results"} & set(path.relative_to(ROOT).parts)  # bench's scratch and data
+            if path.is_file() and path.suffix in (".py", ".md", ".sh", ".toml", "") and not skip:
+                text = path.read_text(errors="replace")
+                found += [f"{path.relative_to(ROOT)}: {m[0]}" for m in re.finditer(r"[Ii]ssues? [0-9][0-9.]*", text)]
+    readme = (ROOT / "README.md").read_text()
+    found += [f"README.md: {m[0]}" for m in re.finditer(r"[Ii]ssues? [0-9][0-9.]*", readme)]
+    assert found == []
+
+
+def _defined(path: Path) -> set[str]:
+    """Top-level names of a module, and Class.member for every member of its classes."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(f"{node.name}.{sub.name}")
+                elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
+                    names.add(f"{node.name}.{sub.target.id}")
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_every_file_and_function_the_docs_name_exists() -> None:
+    """The map a newcomer reads first names ``dir/module.py::function``: each must be there."""
+    missing = []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        for rel, name in re.findall(r"`([a-z_/]+\.py)::([A-Za-z_][A-Za-z0-9_.]*)", doc.read_text()):
+            if rel.startswith("test"):
+                continue
+            path = ROOT / "lockbuild" / rel
+            if not path.is_file():
+                missing.append(f"{doc.name}: {rel} (no such module)")
+            elif name not in _defined(path):
+                missing.append(f"{doc.name}: {rel}::{name}")
+    assert missing == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent  # the repository's root, for a test that reads docs/, scripts/, bundles/ or lockbuild/
+REPO_ROOT = TESTS.parent  # the repository's root, for a test that reads docs/, scripts/, bundles/ or lockbuild/
 # The kits (servers.py, hubkit.py, ...) sit here; each test sits one folder down, in the folder of the package
 # it tests (tests/structure/test_test_layout.py holds the rule). Each folder is on sys.path as well, so a test
 # imports another's helpers by its module name, unique across tests/ (``from test_gpu_fit import VLLM``).

@@ -9,11 +9,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import REPO
+from conftest import REPO_ROOT
 
 from lockbuild.target import Target
 
-SCRIPT = REPO / "scripts" / "wheelhouse"
+SCRIPT = REPO_ROOT / "scripts" / "wheelhouse"
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO
+from conftest import REPO_ROOT
 
 from lockbuild.cli import main
 
-DOCS = REPO / "docs" / "site-administrators.md"
+DOCS = REPO_ROOT / "docs" / "site-administrators.md"
 
 
 def _table() -> dict[int, str]:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, TOY_RECIPE, Keys
+from conftest import REPO_ROOT, TOY_RECIPE, Keys
 from servers import FakeServer
 
 from lockbuild.cli import main
 
 LMOD_INIT = Path(os.environ.get("LOCKBUILD_TEST_LMOD_INIT", "/usr/share/lmod/lmod/init/bash"))
-EM_PREFIX = Path(os.environ.get("LOCKBUILD_TEST_ENVIRONMENT_MODULES", REPO / ".venv" / "environment-modules"))
+EM_PREFIX = Path(os.environ.get("LOCKBUILD_TEST_ENVIRONMENT_MODULES", REPO_ROOT / ".venv" / "environment-modules"))
 
 # Runtime settings a signed recipe may hold (envtable allows them) that would end a string or run code if
 # written into a module file as they are.

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PLATFORM, PY, REPO, TOY_RECIPE
+from conftest import PLATFORM, PY, REPO_ROOT, TOY_RECIPE
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from servers import FakeServer
@@ -19,7 +19,7 @@ from servers import FakeServer
 from lockbuild import __version__
 from lockbuild.recipe import Build, Recipe, ReleaseWheel, SelfWheel, load_recipe
 
-ROOT = REPO
+ROOT = REPO_ROOT
 BUNDLES = ROOT / "bundles"
 CHECK = ROOT / "scripts" / "check-catalogue"
 RECIPE_FILES = sorted(BUNDLES.glob("*.toml"))

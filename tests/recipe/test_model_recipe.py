@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO_ROOT
 
 from lockbuild.errors import RecipeError
 from lockbuild.recipe.modelrecipe import is_model_recipe, load_model_recipe, parse_model_recipe
@@ -40,7 +40,7 @@ def test_a_good_recipe_parses_with_the_default_selection() -> None:
 
 
 def test_the_catalogue_recipe_parses() -> None:
-    r = load_model_recipe(REPO / "bundles/models/qwen2.5-0.5b-instruct.toml")
+    r = load_model_recipe(REPO_ROOT / "bundles/models/qwen2.5-0.5b-instruct.toml")
     assert r.repo == "Qwen/Qwen2.5-0.5B-Instruct" and r.revision == COMMIT
 
 
@@ -177,7 +177,7 @@ def test_a_file_not_known_safe_comes_only_when_named_by_its_path_or_its_suffix(p
 
 def test_the_catalogue_model_takes_the_same_files() -> None:
     """The Qwen recipe's selection over its revision's files (as the Hub lists them) is what its bundle holds."""
-    r = load_model_recipe(REPO / "bundles/models/qwen2.5-0.5b-instruct.toml")
+    r = load_model_recipe(REPO_ROOT / "bundles/models/qwen2.5-0.5b-instruct.toml")
     listed = (".gitattributes", "LICENSE", "README.md", "config.json", "generation_config.json", "merges.txt")
     listed += ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json")
     s = select(listed, r.include, r.exclude)

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO_ROOT
 
 from lockbuild import envtable
 from lockbuild.bundle.installparse import parse_install
@@ -15,7 +15,7 @@ from lockbuild.errors import IntegrityError, RecipeError
 from lockbuild.recipe import parse_recipe
 from lockbuild.wire.urls import redacted, secret_parameter
 
-ROOT = REPO
+ROOT = REPO_ROOT
 SHA = "ab" * 32
 SECRET = "s3cr3tVALUE42"
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Keys, make_keys
+from conftest import REPO_ROOT, Keys, make_keys
 from registrykit import RealRegistry, binary
 from sitekit import cli, make_bundle
 from throttle import CUT, Refusal, Rule, Throttle
@@ -44,7 +44,7 @@ from lockbuild.site.storage import MARK, MARK_TEXT, Store
 from lockbuild.wire.headers import number
 
 needs_registry = pytest.mark.skipif(binary() is None, reason="docker-registry is not installed (scripts/test does)")
-ROOT = REPO
+ROOT = REPO_ROOT
 POLICY = RetryPolicy()
 BUSY = {"Retry-After": "1"}
 

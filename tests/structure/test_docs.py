@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO_ROOT
 
-ROOT = REPO
+ROOT = REPO_ROOT
 
 
 def test_threat_model_names_only_tests_that_exist() -> None:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Keys, make_keys
+from conftest import REPO_ROOT, Keys, make_keys
 from sitekit import cli, make_bundle
 
 from lockbuild.bundle.manifest import MANIFEST
@@ -379,7 +379,7 @@ def test_no_suffix_dispatch_and_no_cli_module_calls_another() -> None:
     """The CLI names sources only through site.sources.named_source; a command module imports of the
     other command modules only the shared helpers (``clikit``), the model options' glue (``models``) and the
     self-test's rendering (``selftest``, which ``build --self-test`` shows)."""
-    root = REPO / "lockbuild"
+    root = REPO_ROOT / "lockbuild"
     for path in (root / "commands").glob("*.py"):
         text = path.read_text().replace("from lockbuild.commands.clikit import", "")
         text = text.replace("from lockbuild.commands.models import", "")
@@ -396,7 +396,7 @@ def test_no_suffix_dispatch_and_no_cli_module_calls_another() -> None:
 
 def test_only_the_one_trust_decision_exists() -> None:
     """One TrustedBundle, one extraction loop, and no trust decision in site/ (no policy call there)."""
-    root = REPO / "lockbuild"
+    root = REPO_ROOT / "lockbuild"
     defs = [p for p in root.rglob("*.py") if "class TrustedBundle" in p.read_text()]
     assert [p.relative_to(root).as_posix() for p in defs] == ["trust/opener.py"]
     loops = [p for p in root.rglob("*.py") if "def extract(\n    manifest: Manifest," in p.read_text()]
@@ -467,7 +467,7 @@ def _calls_and_imports(path: Path) -> list[tuple[str, int]]:
 
 
 def test_the_trust_decision_and_the_member_loop_are_called_from_trust_only() -> None:
-    root = REPO / "lockbuild"
+    root = REPO_ROOT / "lockbuild"
     bad = []
     for p in sorted(root.rglob("*.py")):
         rel = p.relative_to(root).as_posix()
@@ -490,7 +490,7 @@ def test_the_trust_decision_and_the_member_loop_are_called_from_trust_only() -> 
 def test_the_port_declares_everything_the_opener_reads() -> None:
     """The opener reads a source only through what ``Source``/``Signed`` declare (no ``getattr`` with a
     default that a new adapter would silently fall back to)."""
-    root = REPO / "lockbuild" / "trust"
+    root = REPO_ROOT / "lockbuild" / "trust"
     for p in root.glob("*.py"):
         for n, line in enumerate(p.read_text().splitlines(), 1):
             assert "getattr(source" not in line and "getattr(self.source" not in line, f"trust/{p.name}:{n}"
@@ -511,7 +511,7 @@ def test_the_scan_sees_a_decision_outside_trust(tmp_path: Path) -> None:
 def test_push_and_pull_make_their_trust_decision_in_the_registry_package() -> None:
     """push and pull judge the signatures in the same library place (registry/push.py, registry/artifact.py),
     never in the command: the command names the source and renders the result."""
-    root = REPO / "lockbuild"
+    root = REPO_ROOT / "lockbuild"
     command = (root / "commands" / "registry.py").read_text()
     assert "open_source(" not in command and "decide(" not in command
     assert "open_source(" in (root / "registry" / "push.py").read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, Keys
+from conftest import REPO_ROOT, Keys
 from hubkit import REPO, tiny_model
 from servers import FakeHub
 
@@ -26,7 +26,7 @@ from lockbuild.registry.api import Registry, RegistryCredentials, RegistryError,
 from lockbuild.settings import SettingsError
 from lockbuild.text import scrub
 
-PACKAGE = REPO / "lockbuild"
+PACKAGE = REPO_ROOT / "lockbuild"
 SECRET = "hf_0123456789abcdefSECRET"
 
 

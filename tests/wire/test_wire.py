@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import zstandard
-from conftest import REPO
+from conftest import REPO_ROOT
 from servers import FakeServer
 from test_registry_transport import FAST, _Handler, fake, registry
 
@@ -28,7 +28,7 @@ from lockbuild.fetch.http import get_json, make_client
 from lockbuild.registry.api import Registry, RegistryError, parse_ref
 from lockbuild.wire.urls import InsecureTransportError, redirect_problem
 
-PACKAGE = REPO / "lockbuild"
+PACKAGE = REPO_ROOT / "lockbuild"
 BOMB_SIZE = 256 << 20
 
 

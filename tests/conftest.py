@@ -18,7 +18,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 REPO_ROOT = TESTS.parent  # the repository's root, for a test that reads docs/, scripts/, bundles/ or lockbuild/
 # The kits (servers.py, hubkit.py, ...) sit here; each test sits one folder down, in the folder of the package
-# it tests (tests/structure/test_test_layout.py holds the rule). Each folder is on sys.path as well, so a test
+# it tests (tests/structure/test_suite_layout.py holds the rule). Each folder is on sys.path as well, so a test
 # imports another's helpers by its module name, unique across tests/ (``from test_gpu_fit import VLLM``).
 sys.path[:0] = [str(TESTS), *sorted(str(d) for d in TESTS.iterdir() if d.is_dir() and any(d.glob("test_*.py")))]
 

@@ -11,16 +11,71 @@ from conftest import REPO_ROOT
 ROOT = REPO_ROOT
 
 
-def test_threat_model_names_only_tests_that_exist() -> None:
-    text = (ROOT / "docs" / "threat-model.md").read_text()
-    refs = re.findall(r"`(test_[a-z_]+\.py)(?:::(test_[a-z0-9_]+)(?:\[[^\]]+\])?)?`", text)
-    assert len(refs) >= 60
-    missing = []
+TEST_FILE = r"(?<![\w/.-])((?:tests/)?(?:[a-z_]+/)?test_[a-z0-9_]+\.py)"
+NAMED = re.compile(rf"{TEST_FILE}(?:::(test_[a-z0-9_]+))?|(?<![\w.])::(test_[a-z0-9_]+)")
+
+
+def named_tests(text: str) -> list[tuple[str, str]]:
+    """Each test file a text names (``tests/gpu/test_gpu_fit.py``), with the test named after ``::`` if any;
+    a bare ``::test_name`` is in the file named last before it on its line."""
+    refs = []
+    for line in text.splitlines():
+        last = ""
+        for m in NAMED.finditer(line):
+            if m[1]:
+                last = m[1]
+                refs.append((last, m[2] or ""))
+            elif last:
+                refs.append((last, m[3]))
+    return refs
+
+
+def ref_problems(refs: list[tuple[str, str]], root: Path) -> list[str]:
+    problems = []
     for file, name in refs:
-        path = ROOT / "tests" / file
-        if not path.exists() or (name and not re.search(rf"def {name}\(", path.read_text())):
-            missing.append(f"{file}::{name}")
-    assert missing == []
+        path = root / file
+        if not re.fullmatch(r"tests/[a-z_]+/test_[a-z0-9_]+\.py", file):
+            problems.append(f"{file}: name a test by its path, tests/<package>/test_x.py")
+        elif not path.is_file():
+            problems.append(f"{file}: no such file")
+        elif name and not re.search(rf"^\s*(?:async )?def {name}\(", path.read_text(), re.M):
+            problems.append(f"{file}::{name}: no such test")
+    return problems
+
+
+def test_threat_model_names_only_tests_that_exist() -> None:
+    refs = named_tests((ROOT / "docs" / "threat-model.md").read_text())
+    assert len(refs) >= 60
+    assert ref_problems(refs, ROOT) == []
+
+
+def test_every_test_the_docs_and_the_code_name_exists() -> None:
+    """The guides, the READMEs, the code's comments and the scripts name tests by path, as the threat model does."""
+    texts = [ROOT / "README.md", ROOT / "pyproject.toml", ROOT / ".ci" / "run", *sorted((ROOT / "docs").glob("*.md"))]
+    texts += [*sorted((ROOT / "bench").glob("*.py")), ROOT / "bench" / "README.md"]
+    texts += sorted((ROOT / "lockbuild").rglob("*.py")) + sorted((ROOT / "lockbuild").rglob("*.sh"))
+    texts += sorted(p for p in (ROOT / "scripts").iterdir() if p.is_file())
+    problems = [
+        f"{path.relative_to(ROOT)}: {p}" for path in texts for p in ref_problems(named_tests(path.read_text()), ROOT)
+    ]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("`test_trust.py::test_expired_signature`", "name a test by its path"),
+        ("`tests/test_trust.py::test_expired_signature`", "name a test by its path"),
+        ("`tests/gpu/test_trust.py::test_expired_signature`", "no such file"),
+        ("`tests/trust/test_trust.py::test_no_such_thing`", "no such test"),
+        ("`tests/trust/test_trust.py::test_expired_signature`, `::test_no_such_thing`", "no such test"),
+    ],
+)
+def test_a_stale_test_reference_is_found(line: str, said: str) -> None:
+    good = "`tests/trust/test_trust.py::test_expired_signature`, `::test_node_clock_before_the_bundle_time`"
+    assert ref_problems(named_tests(good), ROOT) == []
+    problems = ref_problems(named_tests(line), ROOT)
+    assert len(problems) == 1 and said in problems[0], problems
 
 
 def test_readme_links_the_docs() -> None:

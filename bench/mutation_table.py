@@ -46,10 +46,13 @@ OCI = "tests/registry/test_site_oci.py tests/registry/test_registry_transport.py
 FETCH = "tests/fetch/test_fetch.py -k 'not two_gigabyte and not progress and not command'"
 DNS = "tests/selftest/test_selftest_tracer.py -k 'dns_reader or captured'"
 IMAGE = (
-    "tests/image/test_image.py -k 'untrusted_image or edited_record or sites_dates or flipped_byte or signed_image_verifies'"
+    "tests/image/test_image.py"
+    " -k 'untrusted_image or edited_record or sites_dates or flipped_byte or signed_image_verifies'"
 )
 TERMINAL = "tests/builder/test_builder_process.py -k 'escape' tests/choice/test_choose.py -k 'planted or escape'"
-SELFTEST_PURE = "tests/selftest/test_selftest.py -k 'strace_lines or query_names or verdicts_local or bad_env or env_round'"
+SELFTEST_PURE = (
+    "tests/selftest/test_selftest.py -k 'strace_lines or query_names or verdicts_local or bad_env or env_round'"
+)
 
 ENTRIES: list[Mutation] = [
     # --- site/sources.py: DeltaFile -----------------------------------------------------------------
@@ -193,7 +196,12 @@ ENTRIES: list[Mutation] = [
         "asked is not None and got != asked",
         "tests/trust/test_trust_port.py -k another_signed_build",
     ),
-    off("a bundle that grows while hashed is refused", "lockbuild/digest.py", "f.read(1)", "tests/trust/test_trust_votes.py"),
+    off(
+        "a bundle that grows while hashed is refused",
+        "lockbuild/digest.py",
+        "f.read(1)",
+        "tests/trust/test_trust_votes.py",
+    ),
     off(
         "a bundle that shrinks while hashed is refused",
         "lockbuild/digest.py",

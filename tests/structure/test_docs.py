@@ -35,7 +35,8 @@ def ref_problems(refs: list[tuple[str, str]], root: Path) -> list[str]:
     for file, name in refs:
         path = root / file
         if not re.fullmatch(r"tests/[a-z_]+/test_[a-z0-9_]+\.py", file):
-            problems.append(f"{file}: name a test by its path, tests/<package>/test_x.py")
+            where = [str(q.relative_to(root)) for q in sorted((root / "tests").glob(f"*/{Path(file).name}"))]
+            problems.append(f"{file}: name a test by its path, tests/<package>/test_x.py ({', '.join(where) or '?'})")
         elif not path.is_file():
             problems.append(f"{file}: no such file")
         elif name and not re.search(rf"^\s*(?:async )?def {name}\(", path.read_text(), re.M):
@@ -64,7 +65,10 @@ def test_every_test_the_docs_and_the_code_name_exists() -> None:
 @pytest.mark.parametrize(
     ("line", "said"),
     [
-        ("`test_trust.py::test_expired_signature`", "name a test by its path"),
+        (
+            "`test_trust.py::test_expired_signature`",
+            "by its path, tests/<package>/test_x.py (tests/trust/test_trust.py)",
+        ),
         ("`tests/test_trust.py::test_expired_signature`", "name a test by its path"),
         ("`tests/gpu/test_trust.py::test_expired_signature`", "no such file"),
         ("`tests/trust/test_trust.py::test_no_such_thing`", "no such test"),

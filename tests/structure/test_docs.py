@@ -65,14 +65,17 @@ def test_every_test_the_docs_and_the_code_name_exists() -> None:
 @pytest.mark.parametrize(
     ("line", "said"),
     [
-        (
+        pytest.param(
             "`test_trust.py::test_expired_signature`",
             "by its path, tests/<package>/test_x.py (tests/trust/test_trust.py)",
+            id="bare",
         ),
-        ("`tests/test_trust.py::test_expired_signature`", "name a test by its path"),
-        ("`tests/gpu/test_trust.py::test_expired_signature`", "no such file"),
-        ("`tests/trust/test_trust.py::test_no_such_thing`", "no such test"),
-        ("`tests/trust/test_trust.py::test_expired_signature`, `::test_no_such_thing`", "no such test"),
+        pytest.param("`tests/test_trust.py::test_expired_signature`", "name a test by its path", id="root"),
+        pytest.param("`tests/gpu/test_trust.py::test_expired_signature`", "no such file", id="file"),
+        pytest.param("`tests/trust/test_trust.py::test_no_such_thing`", "no such test", id="test"),
+        pytest.param(
+            "`tests/trust/test_trust.py::test_expired_signature`, `::test_no_such`", "no such test", id="then"
+        ),
     ],
 )
 def test_a_stale_test_reference_is_found(line: str, said: str) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from registry import RealRegistry  # noqa: E402
+from registrykit import RealRegistry  # noqa: E402
 from sitekit import make_bundle  # noqa: E402
 from throttle import Refusal, Throttle  # noqa: E402
 

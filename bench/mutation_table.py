@@ -31,25 +31,28 @@ _SIGNED_TIP = (
     ' the signatures sign {statement.manifest_sha256}.",\n'
     '            tip="The manifest is not the signed one: do not '
 )
-BUNDLE = "tests/test_hostile_bundles.py"
-TRUST = "tests/test_trust.py tests/test_trust_votes.py tests/test_trust_reads.py"
-PAX = "tests/test_pax_records.py tests/test_hostile_bundles.py"
+BUNDLE = "tests/bundle/test_hostile_bundles.py"
+TRUST = "tests/trust/test_trust.py tests/trust/test_trust_votes.py tests/trust/test_trust_reads.py"
+PAX = "tests/bundle/test_pax_records.py tests/bundle/test_hostile_bundles.py"
 SIGNING = (
-    "tests/test_signing.py -k 'not minisign_ and not process and not self_test and not doctor"
+    "tests/minisign/test_signing.py -k 'not minisign_ and not process and not self_test and not doctor"
     " and not lockbuild_sign and not appended and not build_reads'"
 )
-STORE = "tests/test_site_store.py tests/test_trust_port.py"
-INSTALL_ROOT = "tests/test_install.py -k 'root or symlink or lock_file or staging or copied'"
-PARTS = "tests/test_site_parts.py tests/test_trust_port.py -k 'part or parts'"
-PART_LIST = "tests/test_part_list_rules.py"
-OCI = "tests/test_site_oci.py tests/test_registry_transport.py"
-FETCH = "tests/test_fetch.py -k 'not two_gigabyte and not progress and not command'"
-DNS = "tests/test_selftest_tracer.py -k 'dns_reader or captured'"
+STORE = "tests/site/test_site_store.py tests/trust/test_trust_port.py"
+INSTALL_ROOT = "tests/install/test_install.py -k 'root or symlink or lock_file or staging or copied'"
+PARTS = "tests/site/test_site_parts.py tests/trust/test_trust_port.py -k 'part or parts'"
+PART_LIST = "tests/site/test_part_list_rules.py"
+OCI = "tests/registry/test_site_oci.py tests/registry/test_registry_transport.py"
+FETCH = "tests/fetch/test_fetch.py -k 'not two_gigabyte and not progress and not command'"
+DNS = "tests/selftest/test_selftest_tracer.py -k 'dns_reader or captured'"
 IMAGE = (
-    "tests/test_image.py -k 'untrusted_image or edited_record or sites_dates or flipped_byte or signed_image_verifies'"
+    "tests/image/test_image.py"
+    " -k 'untrusted_image or edited_record or sites_dates or flipped_byte or signed_image_verifies'"
 )
-TERMINAL = "tests/test_builder_process.py -k 'escape' tests/test_choose.py -k 'planted or escape'"
-SELFTEST_PURE = "tests/test_selftest.py -k 'strace_lines or query_names or verdicts_local or bad_env or env_round'"
+TERMINAL = "tests/builder/test_builder_process.py -k 'escape' tests/choice/test_choose.py -k 'planted or escape'"
+SELFTEST_PURE = (
+    "tests/selftest/test_selftest.py -k 'strace_lines or query_names or verdicts_local or bad_env or env_round'"
+)
 
 ENTRIES: list[Mutation] = [
     # --- site/sources.py: DeltaFile -----------------------------------------------------------------
@@ -57,13 +60,13 @@ ENTRIES: list[Mutation] = [
         "a delta's head and manifest are bounded before they are read",
         "lockbuild/site/sources.py",
         "h.size > limit",
-        "tests/test_delta_bounds.py",
+        "tests/site/test_delta_bounds.py",
     ),
     off(
         "a delta's manifest is bounded before it is read (bundle.toml)",
         "lockbuild/site/sources.py",
         "h.size > limit",
-        "tests/test_delta_bounds.py -k manifest",
+        "tests/site/test_delta_bounds.py -k manifest",
     ),
     # --- site/storemodel.py, site/storeread.py: kept signatures --------------------------------------
     Mutation(
@@ -71,21 +74,21 @@ ENTRIES: list[Mutation] = [
         "lockbuild/site/storemodel.py",
         "len(out) == MAX_SIGNATURES or ",
         "",
-        "tests/test_kept_signatures.py",
+        "tests/site/test_kept_signatures.py",
     ),
     Mutation(
         "kept signatures: at most max_signature_file bytes",
         "lockbuild/site/storemodel.py",
         " or size + len(text.encode()) > limits.max_signature_file",
         "",
-        "tests/test_kept_signatures.py",
+        "tests/site/test_kept_signatures.py",
     ),
     Mutation(
         "the store's kept blocks are bounded on read",
         "lockbuild/site/storeread.py",
         "SIGNATURE_FILE, self.limits.max_signature_file,",
         "SIGNATURE_FILE, 1 << 40,",
-        "tests/test_kept_signatures.py -k read",
+        "tests/site/test_kept_signatures.py -k read",
     ),
     # --- registry/artifact.py: pull -------------------------------------------------------------------
     Mutation(
@@ -94,14 +97,14 @@ ENTRIES: list[Mutation] = [
         "if want <= 0:\n            break\n        chunk = read(want)\n        if not chunk:\n            break\n"
         "        total += len(chunk)\n        if limit is not None and total > limit:\n            break",
         "chunk = read(max(want, 1))\n        if not chunk:\n            break\n        total += len(chunk)",
-        "tests/test_pull_bounds.py",
+        "tests/registry/test_pull_bounds.py",
     ),
     Mutation(
         "a pulled blob longer than signed is refused",
         "lockbuild/registry/artifact.py",
         "    if have > m.size:\n        remove_at(",
         "    if False:\n        remove_at(",
-        "tests/test_pull_bounds.py",
+        "tests/registry/test_pull_bounds.py",
     ),
     # --- bundle/bootstrap.sh ----------------------------------------------------------------------
     Mutation(
@@ -109,7 +112,7 @@ ENTRIES: list[Mutation] = [
         "lockbuild/bundle/bootstrap.sh",
         "--no-index --require-hashes --no-build",
         "--no-index --no-build",
-        "tests/test_bootstrap_hashes.py -k refuses",
+        "tests/builder/test_bootstrap_hashes.py -k refuses",
     ),
     # --- trust/policy.py ----------------------------------------------------------------------------
     off(
@@ -150,7 +153,7 @@ ENTRIES: list[Mutation] = [
         "a file larger than every signed size is refused before it is read",
         "lockbuild/trust/policy.py",
         "signed and size > max(signed)",
-        "tests/test_site_parts.py tests/test_trust_port.py tests/test_trust.py",
+        "tests/site/test_site_parts.py tests/trust/test_trust_port.py tests/trust/test_trust.py",
     ),
     Mutation(
         "a file shorter than every signed size is reported as incomplete",
@@ -175,7 +178,7 @@ ENTRIES: list[Mutation] = [
         "a manifest from a store, delta or registry is the signed one (signed_manifest)",
         "lockbuild/trust/policy.py",
         "digest != statement.manifest_sha256",
-        "tests/test_trust.py tests/test_site_delta.py -k 'swapped or block_alone'",
+        "tests/trust/test_trust.py tests/site/test_site_delta.py -k 'swapped or block_alone'",
         after=_SIGNED_TIP + "use it",
     ),
     off("the manifest's fields say what the statement says", "lockbuild/trust/policy.py", "signed != value", TRUST),
@@ -185,48 +188,53 @@ ENTRIES: list[Mutation] = [
         "lockbuild/trust/opener.py",
         "    problem = owner_problem(st)\n    if problem:",
         "    problem = owner_problem(st)\n    if False:",
-        "tests/test_redteam.py -k trust_directory",
+        "tests/trust/test_redteam.py -k trust_directory",
     ),
     off(
         "a signed manifest of another build than the one named is refused",
         "lockbuild/trust/opener.py",
         "asked is not None and got != asked",
-        "tests/test_trust_port.py -k another_signed_build",
+        "tests/trust/test_trust_port.py -k another_signed_build",
     ),
-    off("a bundle that grows while hashed is refused", "lockbuild/digest.py", "f.read(1)", "tests/test_trust_votes.py"),
+    off(
+        "a bundle that grows while hashed is refused",
+        "lockbuild/digest.py",
+        "f.read(1)",
+        "tests/trust/test_trust_votes.py",
+    ),
     off(
         "a bundle that shrinks while hashed is refused",
         "lockbuild/digest.py",
         "not n",
-        "tests/test_trust_votes.py tests/test_trust.py",
+        "tests/trust/test_trust_votes.py tests/trust/test_trust.py",
         after='\n                raise IntegrityError(f"{what} shrank while',
     ),
     off(
         "the manifest read again must be the signed one",
         "lockbuild/trust/opener.py",
         "again is not None and again != self.manifest_bytes",
-        "tests/test_trust_reads.py",
+        "tests/trust/test_trust_reads.py",
     ),
     Mutation(
         "the bundle is opened bounded by max_bundle",
         "lockbuild/trust/source.py",
         "what=what, max_size=limits.max_bundle,",
         "what=what, max_size=1 << 60,",
-        "tests/test_trust_reads.py",
+        "tests/trust/test_trust_reads.py",
     ),
     Mutation(
         "the signature file is read bounded (read_signatures)",
         "lockbuild/trust/source.py",
         'raw = read_regular(path, what="signature file", max_size=limits.max_signature_file, error=',
         'raw = read_regular(path, what="signature file", max_size=1 << 40, error=',
-        "tests/test_trust_reads.py",
+        "tests/trust/test_trust_reads.py",
     ),
     Mutation(
         "a bundle's .minisig is read bounded (BundleFile)",
         "lockbuild/trust/source.py",
         'self.signatures, what="signature file", max_size=limits.max_signature_file, error=SignatureError',
         'self.signatures, what="signature file", max_size=1 << 40, error=SignatureError',
-        "tests/test_trust_reads.py",
+        "tests/trust/test_trust_reads.py",
     ),
     # --- bundle/extract.py --------------------------------------------------------------------------
     off(
@@ -257,7 +265,7 @@ ENTRIES: list[Mutation] = [
         "a member's bytes are exactly its signed size",
         "lockbuild/bundle/extract.py",
         "n != member.size",
-        BUNDLE + " tests/test_store_link.py -k longer",
+        BUNDLE + " tests/site/test_store_link.py -k longer",
     ),
     off(
         "a member's bytes have exactly its signed sha256",
@@ -269,7 +277,7 @@ ENTRIES: list[Mutation] = [
         "members a store lacks are refused unless allowed",
         "lockbuild/bundle/extract.py",
         "absent and not allow_absent",
-        "tests/test_site_delta.py -k without_its_base",
+        "tests/site/test_site_delta.py -k without_its_base",
     ),
     Mutation(
         "an existing file at a member's path is never overwritten",
@@ -348,7 +356,7 @@ ENTRIES: list[Mutation] = [
         "a member cut short is refused",
         "lockbuild/bundle/tar.py",
         "pump(tar.f.take, *sinks, limit=h.size, peek=False, advance=progress.advance) < h.size",
-        "tests/test_tar_truncation.py",
+        "tests/bundle/test_tar_truncation.py",
     ),
     # --- bundle/zstdframe.py ------------------------------------------------------------------------
     off("a zstd header cut short is refused", "lockbuild/bundle/zstdframe.py", "len(data) != n", BUNDLE),
@@ -377,13 +385,13 @@ ENTRIES: list[Mutation] = [
         "a zstd block over the stored block size is refused",
         "lockbuild/bundle/zstdframe.py",
         "size > STORED_BLOCK",
-        "tests/test_zstd_frames.py",
+        "tests/bundle/test_zstd_frames.py",
     ),
     off(
         "the count of zstd frames is bounded",
         "lockbuild/bundle/zstdframe.py",
         "frames > MAX_FRAMES",
-        "tests/test_zstd_frames.py",
+        "tests/bundle/test_zstd_frames.py",
     ),
     off("a reserved zstd block type is refused", "lockbuild/bundle/zstdframe.py", "kind == 3", BUNDLE),
     off(
@@ -402,7 +410,7 @@ ENTRIES: list[Mutation] = [
         "decompressed bytes are bounded by max_bundle",
         "lockbuild/bundle/zstdframe.py",
         "self.total > self.limit",
-        "tests/test_unpack_bounds.py",
+        "tests/bundle/test_unpack_bounds.py",
     ),
     # --- bundle/paths.py ----------------------------------------------------------------------------
     off(
@@ -462,13 +470,13 @@ ENTRIES: list[Mutation] = [
         "an origin with credentials is refused",
         "lockbuild/bundle/manifestparse.py",
         '"@" in parts.netloc',
-        "tests/test_redteam.py -k origin",
+        "tests/trust/test_redteam.py -k origin",
     ),
     off(
         "a manifest over max_manifest is refused",
         "lockbuild/bundle/manifestparse.py",
         "len(raw) > limits.max_manifest",
-        "tests/test_unpack_bounds.py",
+        "tests/bundle/test_unpack_bounds.py",
     ),
     off("unknown manifest keys are refused", "lockbuild/bundle/manifestparse.py", "unknown", BUNDLE),
     off(
@@ -481,7 +489,7 @@ ENTRIES: list[Mutation] = [
         "a manifest whose members add up past max_bundle is refused",
         "lockbuild/bundle/manifestparse.py",
         "total > limits.max_bundle",
-        "tests/test_unpack_bounds.py",
+        "tests/bundle/test_unpack_bounds.py",
     ),
     off(
         "an unknown lock format is refused",
@@ -543,77 +551,77 @@ ENTRIES: list[Mutation] = [
         "a secret key readable by others is refused",
         "lockbuild/minisign/keyfiles.py",
         "mode & 0o077 and not allow_readable",
-        "tests/test_signing.py -k readable",
+        "tests/minisign/test_signing.py -k readable",
     ),
     # --- fsio/ ----------------------------------------------------------------------------------------
     off(
         "a file from outside must be a regular file",
         "lockbuild/fsio/opening.py",
         "not stat.S_ISREG(st.st_mode)",
-        "tests/test_trust.py -k bounded tests/test_redteam.py -k regular",
+        "tests/trust/test_trust.py -k bounded tests/trust/test_redteam.py -k regular",
         after='\n            raise error(f"the {what} {where} is {kind_of',
     ),
     off(
         "a file from outside is bounded before it is read",
         "lockbuild/fsio/opening.py",
         "st.st_size > max_size",
-        "tests/test_trust.py -k bounded",
+        "tests/trust/test_trust.py -k bounded",
     ),
     off(
         "a bounded read refuses more than its limit",
         "lockbuild/fsio/opening.py",
         "len(data) > limit",
-        "tests/test_fsio_bounds.py",
+        "tests/fsio/test_fsio_bounds.py",
     ),
     off(
         "a trust directory or store owned by another user is refused",
         "lockbuild/fsio/owners.py",
         "st.st_uid not in owners",
-        "tests/test_redteam.py -k trust_directory",
+        "tests/trust/test_redteam.py -k trust_directory",
     ),
     off(
         "a trust directory or store writable by group or others is refused",
         "lockbuild/fsio/owners.py",
         "st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)",
-        "tests/test_redteam.py -k trust_directory " + STORE,
+        "tests/trust/test_redteam.py -k trust_directory " + STORE,
     ),
     off(
         "an ancestor that is a link is judged by what it points to",
         "lockbuild/fsio/owners.py",
         "stat.S_ISLNK(st.st_mode)",
-        "tests/test_redteam.py -k root_below",
+        "tests/trust/test_redteam.py -k root_below",
     ),
     off(
         "an ancestor owned by another user is refused",
         "lockbuild/fsio/owners.py",
         "st.st_uid not in (0, os.geteuid())",
-        "tests/test_redteam.py -k root_below",
+        "tests/trust/test_redteam.py -k root_below",
     ),
     off(
         "an ancestor others can write (not sticky) is refused",
         "lockbuild/fsio/owners.py",
         "st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX",
-        "tests/test_redteam.py -k root_below",
+        "tests/trust/test_redteam.py -k root_below",
     ),
     off(
         "a deeply nested JSON answer is refused",
         "lockbuild/jsonio.py",
         "depth > max_depth",
-        "tests/test_fsio_bounds.py",
+        "tests/fsio/test_fsio_bounds.py",
     ),
     Mutation(
         "new files are created O_EXCL (never through what exists)",
         "lockbuild/fsio/opening.py",
         "NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC",
         "NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC",
-        BUNDLE + " tests/test_site_parts.py",
+        BUNDLE + " tests/site/test_site_parts.py",
     ),
     Mutation(
         "files from outside are opened O_NOFOLLOW",
         "lockbuild/fsio/opening.py",
         "FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC",
         "FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC",
-        "tests/test_trust.py -k bounded tests/test_redteam.py -k regular",
+        "tests/trust/test_trust.py -k bounded tests/trust/test_redteam.py -k regular",
     ),
     # --- install/places.py, install/stage.py, install/swap.py ------------------------------------
     off("a root that is a link is refused", "lockbuild/install/places.py", "stat.S_ISLNK(st.st_mode)", INSTALL_ROOT),
@@ -634,13 +642,13 @@ ENTRIES: list[Mutation] = [
         "lockbuild/install/stage.py",
         '"--require-hashes"',
         '"--no-build-isolation"',
-        "tests/test_install.py -k without_hashes",
+        "tests/install/test_install.py -k without_hashes",
     ),
     off(
         "the lock file is a plain file of this user with one link",
         "lockbuild/install/swap.py",
         "not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1",
-        "tests/test_install.py -k lock_file",
+        "tests/install/test_install.py -k lock_file",
     ),
     # --- site/partlist.py ------------------------------------------------------------------------------
     off(
@@ -689,7 +697,7 @@ ENTRIES: list[Mutation] = [
         "plain http only to loopback unless allowed",
         "lockbuild/registry/client.py",
         'parts.scheme != "http" or not (self.plain_http or is_loopback(parts.hostname or ""))',
-        "tests/test_registry_scheme.py",
+        "tests/registry/test_registry_scheme.py",
     ),
     off(
         "an answer announced over its cap is refused before it is read",
@@ -721,19 +729,19 @@ ENTRIES: list[Mutation] = [
         "a redirect to another host or scheme is refused",
         "lockbuild/fetch/http.py",
         "urlsplit(target)[:2] != urlsplit(current)[:2]",
-        "tests/test_http.py",
+        "tests/fetch/test_http.py",
     ),
     off(
         "a body announced over its limit is refused before it is read",
         "lockbuild/fetch/http.py",
         "announced.isdigit() and int(announced) > limit",
-        "tests/test_http.py",
+        "tests/fetch/test_http.py",
     ),
     off(
         "a body is read no further than its limit",
         "lockbuild/fetch/http.py",
         "len(body) > limit",
-        "tests/test_http.py -k 'finite_body or small_limit'",
+        "tests/fetch/test_http.py -k 'finite_body or small_limit'",
     ),
     off(
         "a download announced larger than the lock says is refused unread",
@@ -764,52 +772,52 @@ ENTRIES: list[Mutation] = [
         "a scheme other than https and http is refused as not https",
         "lockbuild/wire/urls.py",
         'scheme != "http"',
-        "tests/test_url_rules.py",
+        "tests/wire/test_url_rules.py",
     ),
     Mutation(
         "a look-alike of localhost is not loopback",
         "lockbuild/wire/urls.py",
         'if scheme == "https" or (scheme == "http" and (is_loopback(host) or allow_insecure)):',
         'if scheme in ("https", "http"):',
-        "tests/test_redteam.py -k plain_http",
+        "tests/trust/test_redteam.py -k plain_http",
     ),
     off(
         "user:token@ in a URL is named a credential",
         "lockbuild/wire/urls.py",
         '"@" in parts.netloc',
-        "tests/test_url_rules.py",
+        "tests/wire/test_url_rules.py",
     ),
     # --- recipe/checks.py ---------------------------------------------------------------------------
     off(
         "a recipe URL that carries a credential is refused",
         "lockbuild/recipe/checks.py",
         "secret is not None",
-        "tests/test_recipe_rules.py",
+        "tests/recipe/test_recipe_rules.py",
     ),
     off(
         "a control character in a requirement is refused (one requirement on one line)",
         "lockbuild/recipe/checks.py",
         'any(ord(c) < 32 and c != "\\t" for c in value)',
-        "tests/test_recipe.py -k reach_outside",
+        "tests/recipe/test_recipe.py -k reach_outside",
     ),
     off(
         "a control character in a recipe command is refused",
         "lockbuild/recipe/parse.py",
         "why is not None",
-        "tests/test_recipe_rules.py -k control",
+        "tests/recipe/test_recipe_rules.py -k control",
         after='\n            t.p.add(t.key(key), f"word {i}: {why}',
     ),
     off(
         "a URL requirement is refused",
         "lockbuild/recipe/checks.py",
         '"://" in value or value.strip().lower().startswith(("git+", "hg+", "svn+", "bzr+"))',
-        "tests/test_recipe_rules.py tests/test_recipe.py",
+        "tests/recipe/test_recipe_rules.py tests/recipe/test_recipe.py",
     ),
     off(
         "a tag with '..' or '//' is refused",
         "lockbuild/recipe/checks.py",
         'not _TAG_CHARS.fullmatch(value) or ".." in value or "//" in value',
-        "tests/test_recipe.py",
+        "tests/recipe/test_recipe.py",
     ),
     # --- proc/sandbox.py ---------------------------------------------------------------------------------
     Mutation(
@@ -817,28 +825,28 @@ ENTRIES: list[Mutation] = [
         "lockbuild/proc/sandbox.py",
         '    if spec.network:\n        out.append("--share-net")',
         '    if True:\n        out.append("--share-net")',
-        "tests/test_sandbox.py -k network",
+        "tests/proc/test_sandbox.py -k network",
     ),
     Mutation(
         "the sandbox drops every capability",
         "lockbuild/proc/sandbox.py",
         '"--cap-drop", "ALL", ',
         "",
-        "tests/test_sandbox.py -k capabilities",
+        "tests/proc/test_sandbox.py -k capabilities",
     ),
     Mutation(
         "the sandbox's root is read-only",
         "lockbuild/proc/sandbox.py",
         'out += ["--remount-ro", "/"]',
         "out += []",
-        "tests/test_sandbox.py -k read_only",
+        "tests/proc/test_sandbox.py -k read_only",
     ),
     Mutation(
         "the sandbox starts with an empty environment",
         "lockbuild/proc/sandbox.py",
         'out.append("--clearenv")',
         "pass",
-        "tests/test_sandbox.py -k environment",
+        "tests/proc/test_sandbox.py -k environment",
         equivalent="bwrap itself is started with env={'PATH': BWRAP_PATH} and the Spec's --setenv PATH "
         "replaces that one variable, so the environment inside is the Spec's either way (defence in depth)",
     ),
@@ -847,13 +855,13 @@ ENTRIES: list[Mutation] = [
         "lockbuild/proc/sandbox.py",
         '"--die-with-parent", ',
         "",
-        "tests/test_sandbox.py -k 'daemon or timeout'",
+        "tests/proc/test_sandbox.py -k 'daemon or timeout'",
     ),
     off(
         "a sandbox environment name with '=' or NUL is refused",
         "lockbuild/proc/sandbox.py",
         'not k or "=" in k or "\\0" in k or "\\0" in v',
-        "tests/test_sandbox.py -k bad_specs",
+        "tests/proc/test_sandbox.py -k bad_specs",
     ),
     # --- selftest/ ----------------------------------------------------------------------------------
     Mutation(
@@ -909,7 +917,7 @@ ENTRIES: list[Mutation] = [
         "lockbuild/choice/choose.py",
         'skipped.append(f"{o.file}: not judged: its signatures are refused ({exc.message})")',
         "raise",
-        "tests/test_choose.py -k 'folder or skipped or planted'",
+        "tests/choice/test_choose.py -k 'folder or skipped or planted'",
     ),
     # --- text.py: what reaches the terminal ----------------------------------------------------------
     Mutation(
@@ -924,7 +932,7 @@ ENTRIES: list[Mutation] = [
         "lockbuild/text.py",
         "return escape(mask_credentials(text))",
         "return escape(text)",
-        "tests/test_builder_process.py -k escape",
+        "tests/builder/test_builder_process.py -k escape",
     ),
     # --- sdist/metahook.py, builder/selfwheel.py -------------------------------------------------------
     Mutation(
@@ -932,13 +940,13 @@ ENTRIES: list[Mutation] = [
         "lockbuild/sdist/metahook.py",
         "            network=False,\n        )",
         "            network=True,\n        )",
-        "tests/test_sdist_metadata.py -k 'only_the_compile or reaches_no_network'",
+        "tests/sdist/test_sdist_metadata.py -k 'only_the_compile or reaches_no_network'",
     ),
     off(
         "the self wheel's blobs are hashed again against their ids",
         "lockbuild/builder/selfwheel.py",
         'not algorithm or hashlib.new(algorithm, b"blob %d\\0" % len(data) + data).hexdigest() != b.oid',
-        "tests/test_selfbundle.py -k hash_to_its_id",
+        "tests/builder/test_selfbundle.py -k hash_to_its_id",
     ),
     # --- selftest/seccomp.py, selftest/dns.py ----------------------------------------------------------
     Mutation(
@@ -946,7 +954,7 @@ ENTRIES: list[Mutation] = [
         "lockbuild/selftest/seccomp.py",
         '_Ins(_JSET, FLAG_NEW_LISTENER, jt="refuse"),',
         '_Ins(_JSET, FLAG_NEW_LISTENER, jt="allow"),',
-        "tests/test_selftest_tracer.py -k filter_refuses_a_listener",
+        "tests/selftest/test_selftest_tracer.py -k filter_refuses_a_listener",
     ),
     Mutation(
         "a DNS query names one question only",

@@ -60,7 +60,7 @@ def measure(
 ) -> dict[str, Any]:
     """Every round of the phase; the facts (blobs, bytes) for the results."""
     sys.path.insert(0, str(TESTS))
-    from registry import RealRegistry, binary  # type: ignore[import-not-found, unused-ignore]
+    from registrykit import RealRegistry, binary  # type: ignore[import-not-found, unused-ignore]
 
     if binary() is None:
         raise StepFailed("the push phase needs docker-registry (CNCF distribution) on PATH; scripts/test installs it.")

@@ -527,7 +527,7 @@ class LiveSuite:
 
     def phase_push_pull(self) -> None:
         sys.path.insert(0, str(HERE.parent / "tests"))
-        from registry import RealRegistry, binary  # type: ignore[import-not-found, unused-ignore]
+        from registrykit import RealRegistry, binary  # type: ignore[import-not-found, unused-ignore]
 
         if binary() is None:
             raise StepFailed("push-pull needs docker-registry (CNCF distribution) on PATH; scripts/test installs it.")

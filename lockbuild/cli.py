@@ -28,7 +28,7 @@ from lockbuild.commands import (
 from lockbuild.commands.clikit import EPILOG_EXIT, PROG_NAME, Group, anywhere_options
 
 # ``lockbuild --help`` lists the commands by who runs them, in the order they are run. A command added
-# without a role still shows, under "Other commands" (and tests/test_help.py fails until it has one).
+# without a role still shows, under "Other commands" (and tests/structure/test_help.py fails until it has one).
 ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Release engineer (online)", ("recipe", "lock", "fetch", "build", "sign", "test", "report")),
     (
@@ -61,7 +61,7 @@ class _Root(Group):
 
 
 # The line each command has in ``lockbuild --help``: a whole sentence that fits beside the name at 80
-# columns (click would otherwise cut the docstring's first sentence with "..."). tests/test_help.py holds it.
+# columns (click would otherwise cut the docstring's first sentence with "..."). tests/structure/test_help.py holds it.
 SUMMARIES: dict[str, str] = {
     "recipe": "Keep recipes current with the engines' releases.",
     "recipe update": "Add the builds of an engine's new release to a recipe.",

@@ -15,13 +15,18 @@ from pathlib import Path
 
 import pytest
 
+# The kits (servers.py, hubkit.py, ...) sit here; each test sits one folder down, in the folder of the package
+# it tests (tests/structure/test_suite_layout.py holds the rule). Each folder is on sys.path as well, so a test
+# imports another's helpers by its module name, unique across tests/ (``from test_gpu_fit import VLLM``).
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.extend(sorted(str(d) for d in Path(__file__).parent.iterdir() if d.is_dir() and any(d.glob("test_*.py"))))
 
 from servers import FakeHub, FakeServer, make_wheel
 
 from lockbuild.minisign import write_keypair
 from lockbuild.proc.uvtool import uv_binary, uv_version
 
+REPO_ROOT = Path(__file__).resolve().parent.parent  # for a test that reads docs/, scripts/, bundles/, lockbuild/
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 PLATFORM = "x86_64-manylinux_2_28"
 

@@ -1,6 +1,6 @@
 """A small writer of ELF shared objects with a ``.nv_fatbin`` section of chosen architectures, for the
 tests (no NVIDIA binary is kept in the repository): the layout NVIDIA's nvcc writes, which the real
-``cuobjdump`` lists (``tests/test_fatbin.py`` compares)."""
+``cuobjdump`` lists (``tests/gpu/test_fatbin.py`` compares)."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ for tool in sha256sum tar gzip mktemp mv rm find id dd sed grep readlink dirname
     "Install coreutils, tar and gzip from the node's own media."
 done
 
-# --- the ownership rules (tests/test_node_python.py runs this block on its own): begin
+# --- the ownership rules (tests/install/test_node_python.py runs this block on its own): begin
 uid=$(id -u)
 # The rule lockbuild holds --root to (lockbuild/fsio/owners.py::ancestor_problem): a directory is safe when root
 # or this user owns it and neither its group nor others may write it, unless it is sticky (like /tmp,

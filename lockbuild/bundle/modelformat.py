@@ -1,6 +1,6 @@
 """The one allow-list of a model's file formats: which files a broad pattern may take, which are code, and
 which are written in stored frames. No other module names a model file's suffix
-(``tests/test_model_recipe.py::test_no_other_module_defines_a_model_suffix_list``). A pickle or unknown
+(``tests/recipe/test_model_recipe.py::test_no_other_module_defines_a_model_suffix_list``). A pickle or unknown
 format (``.bin``, ``.pt``, ``.onnx``, …) is taken only when a pattern names it; ``.py`` is reported as code."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A file from outside is judged on its descriptor; a directory's contents are linked, renamed and deleted
 relative to its descriptor, never through a path built after a check; a place lockbuild works in is safe
-only under ``ancestor_problem``. Import the names from ``lockbuild.fsio``; ``tests/test_layout.py`` pins it."""
+only under ``ancestor_problem``. Import from ``lockbuild.fsio``; ``tests/structure/test_layout.py`` pins it."""
 
 from __future__ import annotations
 

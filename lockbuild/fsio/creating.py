@@ -18,7 +18,7 @@ from lockbuild.fsio.opening import DIR_FLAGS, NEW_FLAGS, kind_of, list_dir, lsta
 
 def create_new(name: Path | str, *, dir_fd: int | None = None, mode: int = 0o644) -> BinaryIO:
     """A new file, created ``O_EXCL|O_NOFOLLOW`` (nothing that exists, link or file, is written through).
-    The one way lockbuild creates a file (``tests/test_layout.py`` holds every module to it)."""
+    The one way lockbuild creates a file (``tests/structure/test_layout.py`` holds every module to it)."""
     return os.fdopen(os.open(name, NEW_FLAGS, mode, dir_fd=dir_fd), "wb")
 
 

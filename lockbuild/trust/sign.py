@@ -128,7 +128,7 @@ def read_unverified(
     carries* (the one member loop, :func:`lockbuild.bundle.extract.extract`, by the strict reader's rules);
     with ``dest``, written there. No signature is judged: this serves :func:`sign_bundle` (a bundle about
     to be signed, or co-signed) and nothing a user trusts. Every other way to members is the one trust
-    decision (``open_source``, ``TrustedBundle.extract``); ``tests/test_trust_port.py`` fails when the
+    decision (``open_source``, ``TrustedBundle.extract``); ``tests/trust/test_trust_port.py`` fails when the
     package calls this anywhere but here.
 
     ``on_manifest`` runs once the manifest is read, before any other member, with the parsed manifest and

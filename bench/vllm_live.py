@@ -281,23 +281,8 @@ class LiveSuite:
                 ),
             )
             self.lock_doc = doc
-            # A rebuild's lock: the kept cache remembers uv's resolution (an untimed call fills it if needed).
-            relock = [
-                *LOCKBUILD,
-                "lock",
-                str(self.recipe),
-                "--build",
-                self.target.build,
-                "--out",
-                str(self.work / "relock"),
-                "--json",
-            ]
-            self.fresh("relock")
-            self.run(relock, env=self.lb_env(self.cache))
-            self.fresh("relock")
-            r = self.timed("lock", LB_RELOCK, self.run(relock, env=self.lb_env(self.cache)))
-            if not json.loads(r.stdout)["locks"][0].get("resolution_reused"):
-                self.log("  (the warm lock did not reuse the remembered resolution)")
+            if (self.cache / "sha256").is_dir():  # a rebuild's lock needs the kept cache of a build
+                self._relock()
         shutil.rmtree(self.work / "relock", ignore_errors=True)
         shutil.rmtree(self.work / "lock-cache", ignore_errors=True)
         shutil.rmtree(self.work / "uv-cache", ignore_errors=True)
@@ -309,6 +294,26 @@ class LiveSuite:
                 "fetch_bytes": self.wanted_bytes(),
             }
         )
+
+    def _relock(self) -> None:
+        """A rebuild's lock: the kept cache of a build remembers uv's resolution and holds the wheels (each
+        pin's METADATA is at hand); an untimed call fills the memory if needed."""
+        relock = [
+            *LOCKBUILD,
+            "lock",
+            str(self.recipe),
+            "--build",
+            self.target.build,
+            "--out",
+            str(self.work / "relock"),
+            "--json",
+        ]
+        self.fresh("relock")
+        self.run(relock, env=self.lb_env(self.cache))
+        self.fresh("relock")
+        r = self.timed("lock", LB_RELOCK, self.run(relock, env=self.lb_env(self.cache)))
+        if not json.loads(r.stdout)["locks"][0].get("resolution_reused"):
+            self.log("  (the warm lock did not reuse the remembered resolution)")
 
     def phase_fetch(self) -> None:
         urls = [(p["url"], p["file"]) for p in self.lock_doc["packages"]]
@@ -361,6 +366,10 @@ class LiveSuite:
                 shutil.rmtree(self.cache, ignore_errors=True)
                 self.cache.parent.mkdir(parents=True, exist_ok=True)
                 cache.rename(self.cache)
+                if not self.r.get("lock", LB_RELOCK):
+                    for _ in range(self.repeat):
+                        self._relock()
+                    shutil.rmtree(self.work / "relock", ignore_errors=True)
             else:
                 shutil.rmtree(cache, ignore_errors=True)
 

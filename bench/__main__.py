@@ -195,7 +195,12 @@ def main(argv: list[str]) -> int:
         "--workload",
         choices=("small", "vllm-shape", "live", "vllm-live"),
         default="small",
-        help="vllm-live: bundles/vllm.toml cu128 from the real PyPI (4.9 GB; needs ~25 GB free disk)",
+        help="vllm-live: bundles/vllm.toml's vLLM build from the real PyPI (needs ~25 GB free disk)",
+    )
+    ap.add_argument(
+        "--live-version",
+        default=None,
+        help="vllm-live: the vLLM release measured: 0.33.0 (CUDA 13, 4.3 GB; the default) or 0.11.0 (cu128, 4.9 GB)",
     )
     ap.add_argument("--repeat", type=int, default=None, help="runs of every variant (default 3; vllm-live 1)")
     ap.add_argument(

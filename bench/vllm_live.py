@@ -1,6 +1,6 @@
-"""``bench/run --workload vllm-live``: the real workload. ``bundles/vllm.toml``, build cu128 (vLLM
-0.11.0: 141 packages, 4.9 GB of wheels, a 9 GB environment), locked, built and installed from the real PyPI,
-next to its floors and the classic path, in the same run:
+"""``bench/run --workload vllm-live [--live-version V]``: the real workload. ``bundles/vllm.toml``'s build of
+vLLM V (default 0.33.0, CUDA 13: 199 packages, 4.3 GB; 0.11.0 cu128: 141 packages, 4.9 GB), locked, built and
+installed from the real PyPI, next to its floors and the classic path, in the same run:
 
     lock         lockbuild lock                        | uv pip compile with the same flags (cold caches)
                  lockbuild lock, warm cache (uv's resolution reused; every pin still checked on the index)
@@ -19,11 +19,13 @@ next to its floors and the classic path, in the same run:
     install-store lockbuild install ENGINE/VERSION-VARIANT --store | the same bare-uv floor as install
     classic      pip download + tar czf + pip install --no-index (skipped with --quick)
 
-The site path (import, push-pull, install-store) needs docker-registry (CNCF distribution) for
-push-pull; the store install links the store's blobs (the store and the root share this disk).
+The builds carry a measured `gpu` table, so every install states the node's GPU facts (an H100 on driver 580,
+through LOCKBUILD_GPU_FACTS; the GPU probe is skipped: this machine has no GPU). The site path (import,
+push-pull, install-store) needs docker-registry (CNCF distribution) for push-pull; the store install links the
+store's blobs (the store and the root share this disk).
 
 It needs about 25 GB of free disk under bench/work/ (the cache, the bundles, two environments of 9 GB):
-it checks first and refuses to start with less. The lockbuild cache is kept in bench/work/vllm-live/cache
+it checks first and refuses to start with less. The lockbuild cache is kept in bench/work/vllm-live-V/cache
 between runs (``--phases`` without ``build-cold`` then reuses it; the cold build always starts empty).
 """
 
@@ -36,24 +38,78 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.floor import minisign_key
-from bench.measure import Figure, Ratio, Run, StepFailed, run, wait_quiet
+from bench.liveratios import (
+    B2SUM,
+    CL_DL,
+    CL_INST,
+    CL_TGZ,
+    COLD,
+    IMPORT,
+    IMPORT_FLOOR,
+    INSTALL,
+    INSTALL_STORE,
+    LB_LOCK,
+    LB_RELOCK,
+    OPENSSL,
+    PULL,
+    PUSH,
+    RAW,
+    RAW_PULL,
+    SHA256SUM,
+    ST_CURL,
+    ST_SIGN,
+    ST_SUM,
+    ST_UV,
+    ST_ZSTD,
+    STOCK,
+    TRANSFER,
+    UV_BARE,
+    UV_INSTALL,
+    UV_LOCK,
+    VERIFY,
+    WARM,
+    ZSTD,
+    ratios,
+)
+from bench.measure import Run, StepFailed, run, wait_quiet
 from bench.suite import LOCKBUILD, PIP, Results, clean_env
 from lockbuild.proc.uvtool import uv_binary
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "bundles" / "vllm.toml"
-# vLLM 0.11.0's `vllm --version` builds its argument defaults, which infer the device and fail on a machine
+# vLLM's `vllm --version` builds its argument defaults, which infer the device and fail on a machine
 # without a GPU ("Failed to infer device type"): the recipe verifies by importing the engine (torch and
 # vllm), which a machine without a GPU can run. The bench refuses a recipe whose verify command would not.
 VERIFY_NEEDS_NO_GPU = 'verify = ["python", "-c", "import vllm'
-BUILD = "cu128"
 VERIFY_CODE = "import vllm; print('vllm', vllm.__version__)"  # the recipe's verify command (checked below)
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-REQUIREMENT = "vllm==0.11.0"
+
+
+@dataclass(frozen=True)
+class LiveTarget:
+    """One vLLM release of the catalogue the workload measures: its version and the recipe's build."""
+
+    version: str
+    build: str  # the recipe's variant (`lockbuild lock --build`)
+
+    @property
+    def requirement(self) -> str:
+        return f"vllm=={self.version}"
+
+    @property
+    def name(self) -> str:
+        return f"vllm-live-{self.version}-{self.build}"
+
+
+TARGETS = {t.version: t for t in (LiveTarget("0.33.0", "cu130-flashinfer"), LiveTarget("0.11.0", "cu128"))}
+DEFAULT_VERSION = "0.33.0"
+# The node the installs state (LOCKBUILD_GPU_FACTS): an H100 on driver 580, which both builds fit.
+GPU_FACTS = {"driver": "580.65.06", "gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}]}
 INDEX = "https://pypi.org/simple"
 NEEDS_GB = 25
 PHASES = (
@@ -70,29 +126,6 @@ PHASES = (
     "classic",
 )
 
-# the variants, named once (the ratios and the README refer to them)
-LB_LOCK, UV_LOCK = "lockbuild lock", "uv pip compile (same flags)"
-LB_RELOCK = "lockbuild lock, warm cache (uv's resolution reused, every pin checked on the index)"
-RAW = "raw parallel download (curl --parallel, 8)"
-COLD, WARM = "lockbuild build, cold cache", "lockbuild build, warm cache"
-ZSTD = "tar cf - | zstd -T0 -3 (same files)"
-# The cold build's floors, run after each cold build on the same files: the transfer floor (resolve, then
-# download, nothing else) and the same work done by stock tools one after another (the stock pipeline).
-ST_UV, ST_CURL = "stock: uv pip compile (cold uv cache)", "stock: curl --parallel of every file"
-ST_SUM, ST_ZSTD, ST_SIGN = "stock: sha256sum -c of each", "stock: tar cf - | zstd -T0 -3", "stock: minisign -S"
-TRANSFER = "transfer floor: uv pip compile + curl --parallel"
-STOCK = "stock pipeline: uv pip compile + curl + sha256sum + tar | zstd + minisign -S"
-VERIFY, B2SUM, SHA256SUM = "lockbuild verify (signature + every digest)", "b2sum (BLAKE2b-512)", "sha256sum"
-OPENSSL = "openssl dgst -sha256 (one sha256 pass, SHA-NI)"
-INSTALL = "lockbuild install (offline)"
-UV_INSTALL = "uv venv + uv pip install --offline + the verify command (floor)"
-UV_BARE = "uv venv + uv pip install --offline, no hashes, no verify command (bare)"
-INSTALL_STORE = "lockbuild install --store (offline, blobs linked)"
-IMPORT, IMPORT_FLOOR = "lockbuild import (a new store)", "one sha256 pass + a copy (openssl dgst; cp)"
-PUSH, PULL = "lockbuild push (local registry, empty)", "lockbuild pull (a new store)"
-RAW_PULL = "raw parallel fetch of the same blobs (curl --parallel 8) + openssl sha256"
-CL_DL, CL_TGZ, CL_INST = "classic: pip download", "classic: tar czf", "classic: venv + pip install --no-index"
-
 
 def free_gb(path: Path) -> float:
     path.mkdir(parents=True, exist_ok=True)
@@ -100,7 +133,7 @@ def free_gb(path: Path) -> float:
 
 
 def python312() -> str:
-    """The node's interpreter for the cu128 build (Python 3.12)."""
+    """The node's interpreter for the measured builds (Python 3.12)."""
     for cand in ("python3.12", "/root/.pyenv/versions/3.12.1/bin/python3.12", "/usr/bin/python3.12"):
         found = shutil.which(cand)
         if found:
@@ -123,13 +156,15 @@ class LiveSuite:
         phases: tuple[str, ...],
         quiet_wait: float,
         log: Callable[[str], None],
+        target: LiveTarget,
     ) -> None:
         self.work = work  # scratch of this run (removed at the end)
-        self.keep = HERE / "work" / "vllm-live"  # the warm cache, kept between runs
+        self.target = target
+        self.keep = HERE / "work" / f"vllm-live-{target.version}"  # the warm cache, kept between runs
         self.cache = self.keep / "cache"
         self.secret, self.trust = keys
         self.repeat, self.quick, self.phases, self.quiet_wait, self.log = repeat, quick, phases, quiet_wait, log
-        self.r = Results("vllm-live-cu128")
+        self.r = Results(target.name)
         self.env = clean_env()
         self.python = python312()
         text = SOURCE.read_text(encoding="utf-8")
@@ -141,9 +176,16 @@ class LiveSuite:
         work.chmod(0o700)
         self.recipe = work / "vllm.toml"
         self.recipe.write_text(text, encoding="utf-8")
+        self.facts = work / "gpu-facts.json"
+        self.facts.write_text(json.dumps(GPU_FACTS), encoding="utf-8")
+        self.env = {**self.env, "LOCKBUILD_GPU_FACTS": str(self.facts)}
         self.lock_doc: dict[str, Any] = {}
         self.bundle: Path | None = None
         self.files: Path | None = None  # the lock's files, as `lockbuild fetch --out` lays them out
+
+    @property
+    def tag(self) -> str:
+        return f"{self.target.version}-{self.target.build}"
 
     # helpers -----------------------------------------------------------------------------------
     def lb_env(self, cache: Path) -> dict[str, str]:
@@ -223,7 +265,7 @@ class LiveSuite:
                 "lock",
                 LB_LOCK,
                 self.run(
-                    [*LOCKBUILD, "lock", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
+                    [*LOCKBUILD, "lock", str(self.recipe), "--build", self.target.build, "--out", str(out), "--json"],
                     env=self.lb_env(self.fresh("lock-cache")),
                 ),
             )
@@ -232,26 +274,15 @@ class LiveSuite:
             self.timed(
                 "lock",
                 UV_LOCK,
-                self.run(argv, env={**self.env, "UV_CACHE_DIR": str(self.fresh("uv-cache"))}, stdin=REQUIREMENT + "\n"),
+                self.run(
+                    argv,
+                    env={**self.env, "UV_CACHE_DIR": str(self.fresh("uv-cache"))},
+                    stdin=self.target.requirement + "\n",
+                ),
             )
             self.lock_doc = doc
-            # A rebuild's lock: the kept cache remembers uv's resolution (an untimed call fills it if needed).
-            relock = [
-                *LOCKBUILD,
-                "lock",
-                str(self.recipe),
-                "--build",
-                BUILD,
-                "--out",
-                str(self.work / "relock"),
-                "--json",
-            ]
-            self.fresh("relock")
-            self.run(relock, env=self.lb_env(self.cache))
-            self.fresh("relock")
-            r = self.timed("lock", LB_RELOCK, self.run(relock, env=self.lb_env(self.cache)))
-            if not json.loads(r.stdout)["locks"][0].get("resolution_reused"):
-                self.log("  (the warm lock did not reuse the remembered resolution)")
+            if (self.cache / "sha256").is_dir():  # a rebuild's lock needs the kept cache of a build
+                self._relock()
         shutil.rmtree(self.work / "relock", ignore_errors=True)
         shutil.rmtree(self.work / "lock-cache", ignore_errors=True)
         shutil.rmtree(self.work / "uv-cache", ignore_errors=True)
@@ -263,6 +294,26 @@ class LiveSuite:
                 "fetch_bytes": self.wanted_bytes(),
             }
         )
+
+    def _relock(self) -> None:
+        """A rebuild's lock: the kept cache of a build remembers uv's resolution and holds the wheels (each
+        pin's METADATA is at hand); an untimed call fills the memory if needed."""
+        relock = [
+            *LOCKBUILD,
+            "lock",
+            str(self.recipe),
+            "--build",
+            self.target.build,
+            "--out",
+            str(self.work / "relock"),
+            "--json",
+        ]
+        self.fresh("relock")
+        self.run(relock, env=self.lb_env(self.cache))
+        self.fresh("relock")
+        r = self.timed("lock", LB_RELOCK, self.run(relock, env=self.lb_env(self.cache)))
+        if not json.loads(r.stdout)["locks"][0].get("resolution_reused"):
+            self.log("  (the warm lock did not reuse the remembered resolution)")
 
     def phase_fetch(self) -> None:
         urls = [(p["url"], p["file"]) for p in self.lock_doc["packages"]]
@@ -290,7 +341,7 @@ class LiveSuite:
                 "build",
                 str(self.recipe),
                 "--build",
-                BUILD,
+                self.target.build,
                 "--key",
                 str(self.secret),
                 "--out",
@@ -315,6 +366,10 @@ class LiveSuite:
                 shutil.rmtree(self.cache, ignore_errors=True)
                 self.cache.parent.mkdir(parents=True, exist_ok=True)
                 cache.rename(self.cache)
+                if not self.r.get("lock", LB_RELOCK):
+                    for _ in range(self.repeat):
+                        self._relock()
+                    shutil.rmtree(self.work / "relock", ignore_errors=True)
             else:
                 shutil.rmtree(cache, ignore_errors=True)
 
@@ -336,7 +391,9 @@ class LiveSuite:
             (
                 ST_UV,
                 self.run(
-                    self.uv_compile(self.lock_doc, self.work / "stock-uv.txt"), env=uv_env, stdin=REQUIREMENT + "\n"
+                    self.uv_compile(self.lock_doc, self.work / "stock-uv.txt"),
+                    env=uv_env,
+                    stdin=self.target.requirement + "\n",
                 ),
             ),
             (ST_CURL, self.run(["curl", "--parallel", "--parallel-max", "8", "--fail", "-sS", "-L", "-K", str(cfg)])),
@@ -366,7 +423,7 @@ class LiveSuite:
         if self.files is None:
             out = self.fresh("fetched")
             r = run(
-                [*LOCKBUILD, "fetch", str(self.recipe), "--build", BUILD, "--out", str(out), "--json"],
+                [*LOCKBUILD, "fetch", str(self.recipe), "--build", self.target.build, "--out", str(out), "--json"],
                 env=self.lb_env(self.cache),
             )
             self.files = out / json.loads(r.stdout)["fetches"][0]["build"]
@@ -536,7 +593,7 @@ class LiveSuite:
         for _ in range(self.repeat):
             reg = RealRegistry(self.fresh("registry"))
             try:
-                ref = reg.ref("engines/vllm", "0.11.0-cu128")
+                ref = reg.ref("engines/vllm", self.tag)
                 self.timed(
                     "push-pull",
                     PUSH,
@@ -554,7 +611,7 @@ class LiveSuite:
                 raw = self.fresh("raw-pull")
                 raw.mkdir()
                 cfg = self.work / "curl-pull.cfg"
-                digests = _layer_digests(reg.host, "engines/vllm", "0.11.0-cu128")
+                digests = _layer_digests(reg.host, "engines/vllm", self.tag)
                 cfg.write_text(
                     "".join(
                         f'url = "http://{reg.host}/v2/engines/vllm/blobs/{d}"\noutput = "{raw / d.split(":", 1)[1]}"\n'
@@ -588,7 +645,7 @@ class LiveSuite:
         store = self._store()
         files = self._files()
         size = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
-        ref = "vllm/0.11.0-" + BUILD
+        ref = "vllm/" + self.tag
         for _ in range(self.repeat):
             root = self.fresh("root-store")
             self.timed(
@@ -623,8 +680,9 @@ class LiveSuite:
         dl, tgz, venv = self.fresh("classic-dl"), self.fresh("classic-tgz"), self.fresh("classic-venv")
         tgz.mkdir()
         reqs = next((self.work / "lock").glob("*/requirements.txt"))
-        # pip takes a wheel only for a platform named exactly: every manylinux tag glibc 2.28 runs
-        platforms = [f"manylinux_2_{i}_x86_64" for i in range(28, 4, -1)]
+        # pip takes a wheel only for a platform named exactly: every manylinux tag the build's glibc runs
+        level = int(re.search(r"manylinux_2_(\d+)", self.lock_doc["platform"]).group(1))  # type: ignore[union-attr]
+        platforms = [f"manylinux_2_{i}_x86_64" for i in range(level, 4, -1)]
         platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
         self.timed(
             "classic",
@@ -675,100 +733,6 @@ def _layer_digests(host: str, repo: str, tag: str) -> list[str]:
     return [layer["digest"] for layer in doc["layers"]] + [doc["config"]["digest"]]
 
 
-# targets ------------------------------------------------------------------------------
-def ratios(r: Results) -> list[Ratio]:
-    out: list[Ratio] = []
-
-    def med(phase: str, variant: str) -> Figure | None:
-        return r.get(phase, variant)
-
-    def add(name: str, values: tuple[float, ...], target: str, ok: Callable[[float], bool]) -> None:
-        if values:
-            out.append(Ratio(name, values, target, ok(sorted(values)[len(values) // 2])))
-
-    lb, uv = med("lock", LB_LOCK), med("lock", UV_LOCK)
-    if lb and uv:
-        add(
-            "lock / uv pip compile",
-            tuple(a / b for a, b in zip(lb.seconds, uv.seconds, strict=False)),
-            "<= 1.3",
-            lambda v: v <= 1.3,
-        )
-
-    def pair(name: str, a: Figure | None, b: Figure | None, target: float | None, cpu: bool = False) -> None:
-        """a / b, run i against run i; with a target, whether the median meets it."""
-        if a and b:
-            xs, ys = (a.cpu_s, b.cpu_s) if cpu else (a.seconds, b.seconds)
-            add(
-                name + (" (CPU-s)" if cpu else ""),
-                tuple(x / max(y, 1e-9) for x, y in zip(xs, ys, strict=False)),
-                f"<= {target}" if target is not None else "(none)",
-                (lambda v: v <= target) if target is not None else (lambda v: True),
-            )
-
-    pair("lock, warm cache (a rebuild's lock) / uv pip compile (cold)", med("lock", LB_RELOCK), uv, 1.0)
-    cold, raw, zstd, warm = med("build", COLD), med("fetch", RAW), med("build", ZSTD), med("build", WARM)
-    transfer, stock = med("build", TRANSFER), med("build", STOCK)
-    pair("build cold / transfer floor (uv pip compile + curl --parallel)", cold, transfer, 1.25)
-    pair("build cold / transfer floor (uv pip compile + curl --parallel)", cold, transfer, None, cpu=True)
-    pair("build cold / stock pipeline (uv + curl + sha256sum + tar|zstd + minisign)", cold, stock, 0.8)
-    pair("build cold / stock pipeline (uv + curl + sha256sum + tar|zstd + minisign)", cold, stock, None, cpu=True)
-    if cold:
-        add("build, cold cache: seconds", tuple(cold.seconds), "(none)", lambda v: True)
-        if raw and zstd:
-            floor = max(raw.median, zstd.median)
-            add(
-                "build cold / max(raw download, tar|zstd)",
-                tuple(s / floor for s in cold.seconds),
-                "(none)",
-                lambda v: True,
-            )
-    if warm:
-        add("build, warm cache: seconds", tuple(warm.seconds), "(none)", lambda v: True)
-        pair("build warm / tar|zstd", warm, zstd, None)
-    v = med("verify", VERIFY)
-    if v:
-        add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), "(none)", lambda x: True)
-    pair("verify / one sha256 pass (openssl dgst -sha256)", v, med("verify", OPENSSL), 1.15)
-    inst, floor_i, bare = med("install", INSTALL), med("install", UV_INSTALL), med("install", UV_BARE)
-    if inst:
-        add("install (offline): seconds", tuple(inst.seconds), "(none)", lambda x: True)
-    pair(
-        "install / uv alone (uv venv + uv pip install --offline of the hashed lock + the verify command)",
-        inst,
-        floor_i,
-        1.1,
-    )
-    pair("install / bare uv (no hashes, no verify command)", inst, bare, None)
-    st, floor_s = med("install-store", INSTALL_STORE), med("install-store", UV_INSTALL)
-    pair("install --store / uv alone (the same floor)", st, floor_s, 1.0)
-    for phase, mine, base, name in (
-        ("import", IMPORT, IMPORT_FLOOR, "import / (one sha256 pass + a copy)"),
-        ("push-pull", PUSH, RAW_PULL, "push / raw parallel fetch + sha256"),
-        ("push-pull", PULL, RAW_PULL, "pull / raw parallel fetch + sha256"),
-    ):
-        a, b = med(phase, mine), med(phase, base)
-        if a and b:
-            add(name, tuple(x / y for x, y in zip(a.seconds, b.seconds, strict=False)), "(none)", lambda x: True)
-    classic = [med("classic", v) for v in (CL_DL, CL_TGZ, CL_INST)]
-    if cold and inst and all(classic):
-        ours = cold.median + inst.median
-        theirs = sum(f.median for f in classic if f is not None)
-        add(
-            "classic / lockbuild, index -> installed (pip download + tar czf + pip install vs build + install)",
-            (theirs / ours,),
-            "(none)",
-            lambda x: True,
-        )
-    own = [f.self_rss_mb for f in r.figures.values() if f.self_rss_kb and f.variant.startswith("lockbuild")]
-    if own:
-        add("lockbuild's own peak RSS, MB (largest step)", (max(own),), "<= 150", lambda x: x <= 150)
-    from bench import push as push_phase
-
-    out += push_phase.ratios(r.get)
-    return out
-
-
 def main(args: Any, work: Path, keys: tuple[Path, Path], log: Callable[[str], None]) -> Results:
     have = free_gb(HERE / "work")
     if have < NEEDS_GB:
@@ -780,8 +744,18 @@ def main(args: Any, work: Path, keys: tuple[Path, Path], log: Callable[[str], No
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         raise SystemExit(f"unknown phase(s) {unknown}; expected some of {', '.join(PHASES)}.")
+    version = getattr(args, "live_version", None) or DEFAULT_VERSION
+    if version not in TARGETS:
+        raise SystemExit(f"--live-version {version}: expected one of {', '.join(TARGETS)} (bench/vllm_live.py).")
     suite = LiveSuite(
-        work, keys, repeat=args.repeat, quick=args.quick, phases=phases, quiet_wait=args.quiet_wait, log=log
+        work,
+        keys,
+        repeat=args.repeat,
+        quick=args.quick,
+        phases=phases,
+        quiet_wait=args.quiet_wait,
+        log=log,
+        target=TARGETS[version],
     )
     try:
         return suite.run_all()

@@ -38,7 +38,7 @@ from lockbuild.recipe import Build, Recipe
 from lockbuild.resolution.cutoff import cut_off, late_files_warning, release_cut_off
 from lockbuild.resolution.memo import ResolutionMemo
 from lockbuild.resolution.pinfiles import PinSources, locked_files, primary_release
-from lockbuild.resolution.pinmeta import Listings
+from lockbuild.resolution.pinmeta import CHECK_DOWNLOAD_BUDGET, Listings
 from lockbuild.resolution.published import check_published
 from lockbuild.resolution.resolve import Resolution, compile_lock
 from lockbuild.resolution.wheellevels import (
@@ -311,6 +311,15 @@ class Planner:
                         pins = parse_requirements_lock(resolution.text)
                     sources = PinSources(build, direct, as_of, listings.extra, primary_release(self.primary, ahead))
                     files = locked_files(pins, sources, pool, index_url=self.index_url)
+                    if resolution.reused and (heavy := listings.to_download(files)) > CHECK_DOWNLOAD_BUDGET:
+                        # checking the remembered answer would download more than uv needs to resolve afresh
+                        # (an index without PEP 658 files, a cache without the wheels): ask uv, keep the memory
+                        self.progress.phase(
+                            f"{build.id}: checking the remembered resolution would download {heavy / 1e6:,.0f} MB "
+                            "of wheels (the index publishes no METADATA files for them); resolving afresh"
+                        )
+                        reuse = False
+                        continue
                     why = listings.not_the_closure(requirements, files, build, pool) if resolution.reused else None
                     if why is None:
                         return resolution, files

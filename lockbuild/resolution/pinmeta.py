@@ -17,6 +17,11 @@ from lockbuild.lock import LockedFile
 from lockbuild.recipe import Build
 from lockbuild.sdist.closure import MAX_METADATA_BYTES, closure_problem, wheel_metadata
 
+# A remembered resolution is checked against the requirements' closure from each pin's METADATA. Where that
+# means downloading wheels beyond this many bytes (an index without PEP 658 files, a cache without the
+# wheels: vLLM's torch alone is 0.9 GB), resolving afresh with uv costs less, and the lock is the same.
+CHECK_DOWNLOAD_BUDGET = 64 << 20
+
 
 @dataclass(frozen=True)
 class Listings:
@@ -35,6 +40,19 @@ class Listings:
         if f.origin == "second" and f.index in self.extra.clients:
             return self.extra.clients[f.index].release(f.name, f.version)
         return ()
+
+    def to_download(self, files: Sequence[LockedFile]) -> int:
+        """The bytes of the wheels that checking these pins' closure would download: those whose METADATA
+        is neither published by the index (PEP 658) nor kept, nor in the cache."""
+        return sum(f.size or 0 for f in files if not self._at_hand(f))
+
+    def _at_hand(self, f: LockedFile) -> bool:
+        entry = next((x for x in self.listed(f) if x.filename == f.filename and x.sha256 == f.sha256), None)
+        if entry is not None and entry.metadata_sha256 is not None:
+            return True
+        return (
+            self.cache.metadata(f.sha256) is not None or self.cache.lookup(f.sha256, f.size, hashed=False) is not None
+        )
 
     def metadata(self, f: LockedFile) -> bytes:
         """A locked wheel's METADATA: the index's PEP 658 file (by its listed sha256), or the wheel's own."""

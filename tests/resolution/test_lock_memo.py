@@ -647,3 +647,28 @@ def test_the_closure_reads_pep_658_metadata_where_the_index_publishes_it(
     assert not any(p.endswith(".whl") for p in asked), "the wheels themselves were not needed"
     first.pop("resolution_reused")
     assert first == second
+
+
+def test_a_remembered_resolution_is_not_checked_by_downloading_wheels_beyond_the_budget(
+    env: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the index publishes no METADATA files and the cache lacks the wheels, checking a remembered
+    answer means downloading the wheels (vLLM's: 4 GB); beyond the budget uv resolves afresh, downloading
+    none, and the lock is the same. Once the wheels are in the cache (a rebuild), the memory is used."""
+    import lockbuild.builder.plan as plan
+
+    monkeypatch.setattr(plan, "CHECK_DOWNLOAD_BUDGET", 0)
+    publish_engine(env, "lmbudget")
+    path = recipe(tmp_path, "lmbudget")
+    first = lock(path, tmp_path / "a")
+    before = len(env.request_headers)
+    second = lock(path, tmp_path / "b")
+    assert second.pop("resolution_reused") is False and uv_requests(env, before)
+    ours = [p for p, h in env.request_headers[before:] if not h.get("user-agent", "").startswith("uv/")]
+    assert not any(p.endswith(".whl") for p in ours), f"lockbuild downloaded no wheel to check it: {ours}"
+    first.pop("resolution_reused")
+    assert first == second
+    r = CliRunner().invoke(main, ["fetch", str(path), "--out", str(tmp_path / "f")], catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    middle = len(env.request_headers)
+    assert lock(path, tmp_path / "c")["resolution_reused"] is True and uv_requests(env, middle) == []

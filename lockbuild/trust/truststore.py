@@ -7,17 +7,17 @@ any id. Pure: the files' contents in, a store out."""
 from __future__ import annotations
 
 import datetime as dt
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from lockbuild.errors import PolicyError, SignatureError
+from lockbuild.jsonio import TomlRefusal, loads_toml
 from lockbuild.text import closest
 from lockbuild.times import iso, parse_time
 from lockbuild.trust.scheme import SCHEME, Identity
 
 POLICY_FILE = "policy.toml"
+MAX_POLICY_TEXT = 1 << 20  # a policy given as text; read from a trust directory it is bounded as a key file
 REVOKED_FILE = "revoked.txt"
 POLICY_KEYS = ("threshold", "not-before", "not-after")
 _POLICY_TIP = (
@@ -91,14 +91,15 @@ def _time(value: object, key: str, source: str) -> dt.datetime:
 
 def parse_policy(text: str, *, source: str = POLICY_FILE) -> Policy:
     """The site's policy: threshold, not-before, not-after; anything else is refused."""
-    try:
-        data: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(
-            f"{source} is not valid TOML ({exc}); the trust store fails closed.", tip=_POLICY_TIP
-        ) from None
-    except RecursionError:
-        raise PolicyError(f"{source} is nested too deeply; the trust store fails closed.", tip=_POLICY_TIP) from None
+
+    def refuse(why: TomlRefusal) -> PolicyError:
+        if why.kind == "size":
+            return PolicyError(f"{source} is {why.detail}; the trust store fails closed.", tip=_POLICY_TIP)
+        if why.kind == "depth":
+            return PolicyError(f"{source} is nested too deeply; the trust store fails closed.", tip=_POLICY_TIP)
+        return PolicyError(f"{source} is not valid TOML ({why.detail}); the trust store fails closed.", tip=_POLICY_TIP)
+
+    data = loads_toml(text, max_bytes=MAX_POLICY_TEXT, refuse=refuse)
     unknown = sorted(set(data) - set(POLICY_KEYS))
     if unknown:
         meant = [(k, closest(k, POLICY_KEYS)) for k in unknown]

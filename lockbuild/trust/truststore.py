@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 from lockbuild.errors import PolicyError, SignatureError
 from lockbuild.jsonio import TomlRefusal, loads_toml
+from lockbuild.limits import MiB
 from lockbuild.text import closest
 from lockbuild.times import iso, parse_time
 from lockbuild.trust.scheme import SCHEME, Identity
 
 POLICY_FILE = "policy.toml"
-MAX_POLICY_TEXT = 1 << 20  # a policy given as text; read from a trust directory it is bounded as a key file
+MAX_POLICY_TEXT = MiB  # a policy given as text; read from a trust directory it is bounded as a key file
 REVOKED_FILE = "revoked.txt"
 POLICY_KEYS = ("threshold", "not-before", "not-after")
 _POLICY_TIP = (

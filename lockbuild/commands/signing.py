@@ -82,9 +82,10 @@ def sign(
             f"{verb} the image {bundle.name} and its record with key {done.signer} -> {done.signature}",
         )
         return
-    signer = KeyFileSigner(key, take_password(), allow_readable_key)
-    signer.check()  # a bad key or passphrase stops here, before the bundle is read (in the signing process)
-    res = sign_bundle(signed.path, signer, expires=expires, store=store, progress=progress_of(ctx))
+    # the signing process reads the key now (a typed passphrase asked once): a bad key or passphrase stops
+    # here, before the bundle is read; the same process signs once the bundle has been checked
+    with KeyFileSigner(key, take_password(), allow_readable_key).session() as signer:
+        res = sign_bundle(signed.path, signer, expires=expires, store=store, progress=progress_of(ctx))
     verb = "re-signed" if res.replaced else "signed"
     lines = [
         f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",

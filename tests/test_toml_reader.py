@@ -141,3 +141,16 @@ def test_problems_in_first_mode_raises_at_the_first() -> None:
     p = Problems("r.toml", error=_error, first=True)
     with pytest.raises(RecipeError, match=r"^1: a: bad"):
         p.add("a", "bad")
+
+
+def test_a_policy_is_refused_at_its_first_problem() -> None:
+    """The trust store fails closed at the first problem (Problems' first mode): the message says that one."""
+    with pytest.raises(PolicyError) as got:
+        parse_policy("thresold = 2\nthreshold = 0\nnot-after = 2026-01-01\n", source="trust/policy.toml")
+    assert got.value.message == (
+        "trust/policy.toml: unknown keys ['thresold']; expected only threshold, not-before, not-after."
+        " 'thresold': did you mean 'threshold'?"
+    )
+    with pytest.raises(PolicyError) as got:
+        parse_policy("threshold = 0\nnot-after = 2026-01-01\n", source="p.toml")
+    assert got.value.message == "p.toml: threshold must be a whole number of at least 1, found the number 0."

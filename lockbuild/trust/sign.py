@@ -394,6 +394,12 @@ class SigningSession:
             )
         except OSError as exc:
             raise SignatureError(f"cannot start the signing process ({sys.executable}): {exc.strerror}") from None
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        if stdin is None or stdout is None:  # never: both are pipes
+            self.proc.kill()
+            self.proc.wait()
+            raise SignatureError("internal: the signing process started without its pipes.")
+        self.stdin, self.stdout = stdin, stdout
         try:
             self._send({**request, "items": [], "session": True})
             line = self._line(time.monotonic() + SIGN_TIMEOUT)
@@ -403,17 +409,15 @@ class SigningSession:
             raise
 
     def _send(self, request: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
+            self.stdin.write(json.dumps(request).encode() + b"\n")
+            self.stdin.flush()
         except BrokenPipeError:
             pass  # it has ended: its answer (or its exit status) says why
 
     def _line(self, deadline: float) -> bytes:
         """The process's next answer line (up to EOF when it ends without one), within the deadline."""
-        assert self.proc.stdout is not None
-        fd, got = self.proc.stdout.fileno(), b""
+        fd, got = self.stdout.fileno(), b""
         while not got.endswith(b"\n"):
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -438,13 +442,12 @@ class SigningSession:
 
     def close(self) -> None:
         """End the process: its input closed (it signs nothing more and exits), killed if it lingers."""
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
+        if not self.stdin.closed:
             with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+                self.stdin.close()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self.stdout.close()

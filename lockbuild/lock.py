@@ -27,8 +27,8 @@ from packaging.utils import (
 from packaging.version import InvalidVersion
 
 from lockbuild.digest import is_sha256
+from lockbuild.documents import loads_toml
 from lockbuild.errors import ResolveError
-from lockbuild.jsonio import loads_toml
 from lockbuild.provenance import Provenance
 from lockbuild.target import Target
 

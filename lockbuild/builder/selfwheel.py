@@ -23,8 +23,8 @@ from typing import Any
 import lockbuild
 from lockbuild import __version__, fsio
 from lockbuild.digest import record_line
+from lockbuild.documents import loads_toml
 from lockbuild.errors import RecipeError
-from lockbuild.jsonio import loads_toml
 
 NAME = "lockbuild"
 TAG = "py3-none-any"

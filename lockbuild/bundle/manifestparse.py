@@ -19,8 +19,8 @@ from lockbuild.bundle.manifest import KINDS, LOCK_FORMATS, MANIFEST, NEWEST, Man
 from lockbuild.bundle.modelinfo import MODEL_FORMAT, NO_LOCK, instructions
 from lockbuild.bundle.paths import check_member_path, collision_key
 from lockbuild.digest import is_sha256
+from lockbuild.documents import TomlRefusal, loads_toml
 from lockbuild.errors import IntegrityError
-from lockbuild.jsonio import TomlRefusal, loads_toml
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.provenance import Provenance, parse_recorded
 from lockbuild.times import iso, parse_time

@@ -17,7 +17,7 @@ from lockbuild.commands.clikit import (
     threshold_option,
     trust_option,
 )
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.times import iso
 
 

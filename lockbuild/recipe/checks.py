@@ -15,7 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from lockbuild.digest import SHA256_HEX
-from lockbuild.jsonio import Problems
+from lockbuild.documents import Problems
 from lockbuild.recipe.fields import SHOWN, describe
 from lockbuild.times import parse_time
 from lockbuild.wire.urls import redacted, secret_parameter

@@ -1,5 +1,5 @@
 """Reading a recipe's TOML tables with typed getters that collect every problem, then raise once (the
-strict reader and its two modes are ``lockbuild.jsonio``'s)."""
+strict reader and its two modes are ``lockbuild.documents``'s)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lockbuild.documents import Problems, TomlRefusal, loads_toml
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
-from lockbuild.jsonio import Problems, TomlRefusal, loads_toml
 from lockbuild.text import closest
 
 MAX_STRING = 4096

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.bundle.modelinfo import COMMIT, repo_id
+from lockbuild.documents import Problems
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
-from lockbuild.jsonio import Problems
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import plain_name
 from lockbuild.recipe.fields import SHOWN, Table, describe, load_toml, read_recipe_text, recipe_problems

@@ -10,9 +10,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from lockbuild import envtable
+from lockbuild.documents import Problems
 from lockbuild.errors import RecipeError
 from lockbuild.gpu.vocab import is_driver, parse_capability
-from lockbuild.jsonio import Problems
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import (
     PROJECT,

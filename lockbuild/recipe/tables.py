@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 
 from lockbuild import interpreter
 from lockbuild.bundle.paths import claim, collision_key, env_reserved, path_problem
-from lockbuild.jsonio import Problems
+from lockbuild.documents import Problems
 from lockbuild.recipe.checks import (
     SHA256,
     TAG_EXPECTED,

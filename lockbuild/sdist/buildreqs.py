@@ -13,8 +13,8 @@ from typing import BinaryIO
 from packaging.requirements import InvalidRequirement, Requirement
 
 from lockbuild import wheelfile
+from lockbuild.documents import TomlRefusal, loads_toml
 from lockbuild.errors import ResolveError
-from lockbuild.jsonio import TomlRefusal, loads_toml
 from lockbuild.limits import MiB
 
 # pip's default for an sdist without build-system.requires (PEP 517's legacy path). setuptools' backend

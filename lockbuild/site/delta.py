@@ -18,8 +18,8 @@ from lockbuild import fsio
 from lockbuild.bundle.manifest import MANIFEST, toml_string
 from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
 from lockbuild.digest import CHUNK
+from lockbuild.documents import loads_toml
 from lockbuild.errors import IntegrityError, LockbuildError
-from lockbuild.jsonio import loads_toml
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 from lockbuild.trust import TrustStore, open_source

@@ -15,9 +15,9 @@ from typing import BinaryIO
 from lockbuild import fsio
 from lockbuild.bundle.manifest import toml_string
 from lockbuild.digest import pump
+from lockbuild.documents import loads_toml
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import open_regular, read_regular
-from lockbuild.jsonio import loads_toml
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 from lockbuild.trust import signature_path
 

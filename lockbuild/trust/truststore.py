@@ -10,8 +10,8 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lockbuild.documents import Problems, TomlRefusal, loads_toml
 from lockbuild.errors import PolicyError, SignatureError
-from lockbuild.jsonio import Problems, TomlRefusal, loads_toml
 from lockbuild.limits import MiB
 from lockbuild.text import closest
 from lockbuild.times import iso, parse_time

@@ -1,4 +1,4 @@
-"""One strict TOML reader (lockbuild/jsonio.py::loads_toml) for every TOML file lockbuild reads, and one
+"""One strict TOML reader (lockbuild/documents.py::loads_toml) for every TOML file lockbuild reads, and one
 Problems with two modes: every problem collected (a recipe), or the first raised."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import lockbuild
+from lockbuild.documents import Problems, TomlRefusal, loads_toml
 from lockbuild.errors import IntegrityError, PolicyError, RecipeError, ResolveError
-from lockbuild.jsonio import Problems, TomlRefusal, loads_toml
 from lockbuild.lock import parse_pylock
 from lockbuild.site.delta import parse_head
 from lockbuild.site.partlist import parse_part_list
@@ -18,7 +18,7 @@ from lockbuild.target import Target
 from lockbuild.trust.truststore import parse_policy
 
 PACKAGE = Path(lockbuild.__file__).parent
-READER = "jsonio.py"
+READER = "documents.py"
 # Modules that import tomlkit to rewrite a recipe keeping its comments; each rewrites text the recipe
 # parser has already read strictly (recipe/parse.py, through the reader), and none decides on a value.
 TOMLKIT_REWRITERS = {
@@ -62,7 +62,7 @@ def test_only_the_reader_parses_toml() -> None:
     """Every TOML document is read by loads_toml (bounded, UTF-8, no key twice, no traceback when nested
     too deeply); a module importing a TOML parser itself bypasses that. Deferred imports count."""
     assert "tomllib" in _toml_imports(PACKAGE / READER)
-    assert _offenders() == {}, "read TOML through lockbuild.jsonio.loads_toml"
+    assert _offenders() == {}, "read TOML through lockbuild.documents.loads_toml"
     unneeded = sorted(rel for rel in TOMLKIT_REWRITERS if "tomlkit" not in _toml_imports(PACKAGE / rel))
     assert unneeded == [], f"the allow-list names modules that no longer import tomlkit: {unneeded}"
 

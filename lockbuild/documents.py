@@ -2,7 +2,7 @@
 
 :func:`loads_json` checks a JSON text's size and depth before parsing; :func:`loads_toml` bounds, decodes
 and parses every TOML file lockbuild reads (duplicate keys refused); :class:`Problems` reports a document's
-problems in two modes: every one collected, or the first raised (tests/test_toml_reader.py)."""
+problems in two modes: every one collected, or the first raised (tests/core/test_toml_reader.py)."""
 
 from __future__ import annotations
 

@@ -605,7 +605,7 @@ ENTRIES: list[Mutation] = [
     ),
     off(
         "a deeply nested JSON answer is refused",
-        "lockbuild/jsonio.py",
+        "lockbuild/documents.py",
         "depth > max_depth",
         "tests/fsio/test_fsio_bounds.py",
     ),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import tomllib
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion
 
 from lockbuild.digest import is_sha256
+from lockbuild.documents import loads_toml
 from lockbuild.errors import ResolveError
 from lockbuild.provenance import Provenance
 from lockbuild.target import Target
@@ -38,6 +38,7 @@ Origin = Literal["primary", "second", "direct"]  # "second": any extra index (``
 # recipe's == pin and the lock's hash hold instead; exclude-newer-package = false; a wheel the recipe pins
 # by URL and sha256).
 TimeFrom = Literal["upload-time", "exemption"]
+MAX_PYLOCK = 64 << 20  # uv's pylock.toml (a large environment's is well under 1 MiB)
 _COMMENT = re.compile(r"(^|\s)#.*$")
 
 
@@ -319,10 +320,8 @@ def _name_of(entry: Mapping[str, Any], what: str) -> str:
 
 def parse_pylock(text: str, target: Target) -> tuple[Pin, ...]:
     """The pins of a PEP 751 lock that apply to the target: each package's version and allowed hashes."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ResolveError(f"uv wrote a pylock.toml lockbuild cannot read: {exc}") from None
+    refused = "uv wrote a pylock.toml lockbuild cannot read"
+    data = loads_toml(text, max_bytes=MAX_PYLOCK, refuse=lambda why: ResolveError(f"{refused}: {why.detail}"))
     packages = data.get("packages")
     if not isinstance(packages, list):
         raise ResolveError("the pylock.toml has no [[packages]].")

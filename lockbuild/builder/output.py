@@ -14,8 +14,8 @@ from lockbuild import fsio
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle.firstuse import FirstUse, first_use
 from lockbuild.digest import CHUNK
+from lockbuild.documents import JSON
 from lockbuild.fetch.attestations import recorded
-from lockbuild.jsonio import JSON
 from lockbuild.lock import LockedFile
 from lockbuild.provenance import RECORD, record_json
 from lockbuild.times import iso

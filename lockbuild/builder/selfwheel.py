@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import tomllib
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 import lockbuild
 from lockbuild import __version__, fsio
 from lockbuild.digest import record_line
+from lockbuild.documents import loads_toml
 from lockbuild.errors import RecipeError
 
 NAME = "lockbuild"
@@ -226,10 +226,10 @@ def from_checkout(root: Path) -> Contents:
     pyproject = data.get("pyproject.toml")
     project: Mapping[str, Any] = {}
     if pyproject is not None:
-        try:
-            project = tomllib.loads(pyproject.decode("utf-8")).get("project", {})
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise RecipeError(f"pyproject.toml of commit {commit[:12]} in {root} cannot be read: {exc}.") from None
+        refused = f"pyproject.toml of commit {commit[:12]} in {root} cannot be read"
+        project = loads_toml(  # bounded by the blob's size, which git read
+            pyproject, max_bytes=len(pyproject), refuse=lambda why: RecipeError(f"{refused}: {why.detail}.")
+        ).get("project", {})
     if len(files) > MAX_FILES or not files:
         raise RecipeError(
             f"commit {commit[:12]} of {root} holds {len(files)} files under {NAME}/; expected "

@@ -23,10 +23,10 @@ from packaging.version import Version
 
 from lockbuild.builder.plan import Plan, Planner
 from lockbuild.bundle.firstuse import follows
+from lockbuild.documents import JSON
 from lockbuild.errors import LockbuildError, RemoteError, ResolveError
 from lockbuild.fetch.extraindex import index_label
 from lockbuild.fetch.index import Index
-from lockbuild.jsonio import JSON
 from lockbuild.recipe import Build, Recipe, ReleaseWheel, parse_recipe
 from lockbuild.recipe.edit import Pins, build_table, cuda_level, moved_requirements, template_tables, variant_name
 from lockbuild.target import ARCHES, parse_platform

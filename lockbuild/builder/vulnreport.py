@@ -14,9 +14,9 @@ from pathlib import Path
 from lockbuild.builder.pack import UnsignedBundle, sbom
 from lockbuild.builder.plan import Plan
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.documents import JSON
 from lockbuild.errors import VulnerableError
 from lockbuild.fetch.osvclient import Lookup, PendingLookup
-from lockbuild.jsonio import JSON
 from lockbuild.settings import Settings
 from lockbuild.trust.statement import Statement
 from lockbuild.vulns.cdx import Finding, Sbom, Summary, make_report, read_sbom, report_name

@@ -21,7 +21,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 
 if TYPE_CHECKING:
     from lockbuild.bundle.manifest import Manifest

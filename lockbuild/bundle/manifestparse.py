@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import tomllib
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +19,7 @@ from lockbuild.bundle.manifest import KINDS, LOCK_FORMATS, MANIFEST, NEWEST, Man
 from lockbuild.bundle.modelinfo import MODEL_FORMAT, NO_LOCK, instructions
 from lockbuild.bundle.paths import check_member_path, collision_key
 from lockbuild.digest import is_sha256
+from lockbuild.documents import TomlRefusal, loads_toml
 from lockbuild.errors import IntegrityError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.provenance import Provenance, parse_recorded
@@ -158,12 +158,13 @@ def _check_format(data: dict[str, Any]) -> int:
 
 def parse_manifest(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     """Read bundle.toml strictly: every field typed, every path plain, no duplicates or collisions."""
-    if len(raw) > limits.max_manifest:
-        raise _bad(f"the manifest is {len(raw)} bytes; expected at most {limits.max_manifest}.")
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
-        raise _bad(f"the manifest is not valid TOML: {exc}; the bundle is malformed.") from None
+
+    def refuse(why: TomlRefusal) -> IntegrityError:
+        if why.kind == "size":
+            return _bad(f"the manifest is {why.size} bytes; expected at most {limits.max_manifest}.")
+        return _bad(f"the manifest is not valid TOML: {why.detail}; the bundle is malformed.")
+
+    data = loads_toml(raw, max_bytes=limits.max_manifest, refuse=refuse)
     fmt = _check_format(data)
     unknown = sorted(set(data) - set(_TOP_KEYS))
     if unknown:

@@ -18,7 +18,7 @@ from lockbuild.commands.clikit import (
     take_password,
     trust_option,
 )
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.times import iso
 
 if TYPE_CHECKING:
@@ -31,10 +31,10 @@ def _installed(ref: str, root: Path) -> tuple[str, str, list[tuple[str, str]]]:
     """An installed engine's kept manifest (the install checked its signatures): its name, sha256 and
     packages."""
     from lockbuild.bundle.manifestparse import parse_manifest
+    from lockbuild.documents import loads_json
     from lockbuild.errors import LockbuildError
     from lockbuild.fsio import read_regular
     from lockbuild.install.marker import MARKER
-    from lockbuild.jsonio import loads_json
     from lockbuild.vulns.findings import packages_of
 
     engine, _, build = ref.partition("/")

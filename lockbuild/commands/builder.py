@@ -28,7 +28,7 @@ from lockbuild.commands.clikit import (
     setup_output,
     take_password,
 )
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.proc.uvtool import uv_binary
 from lockbuild.times import iso
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from lockbuild.documents import JSON
 from lockbuild.errors import LockbuildError, SignatureError
-from lockbuild.jsonio import JSON
 from lockbuild.times import parse_time
 
 if TYPE_CHECKING:  # imported when a command runs, not when the CLI starts

@@ -16,7 +16,7 @@ from lockbuild.commands.clikit import (
     threshold_option,
     trust_option,
 )
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 
 
 @click.command(

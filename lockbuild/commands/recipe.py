@@ -10,7 +10,7 @@ import click
 
 from lockbuild import fsio
 from lockbuild.commands.clikit import Group, emit, insecure_option, json_option, progress_of, settings_of, setup_output
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.proc.uvtool import uv_binary
 
 if TYPE_CHECKING:

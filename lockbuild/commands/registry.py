@@ -22,7 +22,7 @@ from lockbuild.commands.clikit import (
     trust_option,
     wait_option,
 )
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.wire.rules import credential_problem
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from lockbuild.commands.clikit import (
     threshold_option,
     trust_option,
 )
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.selftest import TIMEOUT
 from lockbuild.text import for_terminal
 

@@ -58,15 +58,22 @@ def sign(
     FILE.sqfs.json and the marker inside it; one signature covers the image and its record.
     """
     setup_output(ctx, as_json)
-    from lockbuild.image.record import is_image
+    from lockbuild.image.imagefile import ImageFile
+    from lockbuild.site.sources import signed_file
     from lockbuild.trust import KeyFileSigner, load_trust_store, sign_bundle
 
     store = load_trust_store(trust_dir) if trust_dir is not None else None
-    if is_image(bundle):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
+    signed = signed_file(bundle)
+    if isinstance(signed, ImageFile):  # FILE.sqfs from `lockbuild image`
         from lockbuild.image.imagesign import sign_image
 
         done = sign_image(
-            bundle, key, password=take_password(), allow_readable_key=allow_readable_key, expires=expires, store=store
+            signed.image,
+            key,
+            password=take_password(),
+            allow_readable_key=allow_readable_key,
+            expires=expires,
+            store=store,
         )
         verb = "re-signed" if done.replaced else "signed"
         emit(
@@ -75,9 +82,10 @@ def sign(
             f"{verb} the image {bundle.name} and its record with key {done.signer} -> {done.signature}",
         )
         return
-    signer = KeyFileSigner(key, take_password(), allow_readable_key)
-    signer.check()  # a bad key or passphrase stops here, before the bundle is read (in the signing process)
-    res = sign_bundle(bundle, signer, expires=expires, store=store, progress=progress_of(ctx))
+    # the signing process reads the key now (a typed passphrase asked once): a bad key or passphrase stops
+    # here, before the bundle is read; the same process signs once the bundle has been checked
+    with KeyFileSigner(key, take_password(), allow_readable_key).session() as signer:
+        res = sign_bundle(signed.path, signer, expires=expires, store=store, progress=progress_of(ctx))
     verb = "re-signed" if res.replaced else "signed"
     lines = [
         f"{verb} {bundle.name} with key {res.signer} -> {res.signature}",

@@ -18,8 +18,8 @@ from lockbuild.commands.clikit import (
     trust_option,
     wait_option,
 )
+from lockbuild.documents import JSON
 from lockbuild.errors import IntegrityError
-from lockbuild.jsonio import JSON
 from lockbuild.text import for_terminal, one_line
 
 

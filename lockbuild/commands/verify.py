@@ -17,7 +17,7 @@ from lockbuild.commands.clikit import (
     threshold_option,
     trust_option,
 )
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.times import iso
 
 
@@ -57,23 +57,23 @@ def verify(
         return
     if bundle is None:
         raise click.UsageError("expected BUNDLE (or --models DIR).")
-    from lockbuild.image.record import is_image
+    from lockbuild.image.imagefile import ImageFile
     from lockbuild.site.sources import named_source
     from lockbuild.trust import load_trust_store, verify_source
     from lockbuild.trust import trust_dir as resolve_trust_dir
 
-    if store_dir is None and is_image(Path(bundle)):  # FILE.sqfs from `lockbuild image` (its magic, not its name)
-        from lockbuild.image.judge import verify_image
+    with named_source(bundle, store=store_dir, images=True) as source:
+        if isinstance(source, ImageFile):  # FILE.sqfs from `lockbuild image`
+            from lockbuild.image.judge import verify_image
 
-        done = verify_image(Path(bundle), load_trust_store(resolve_trust_dir(trust_dir)), threshold=threshold)
-        emit(
-            ctx,
-            done.to_json(),
-            f"OK {Path(bundle).name}: signed by {', '.join(done.signers)}; the image, its "
-            f"record and its marker hold {done.to_json()['build']} for {done.record.prefix}",
-        )
-        return
-    with named_source(bundle, store=store_dir) as source:
+            done = verify_image(source.image, load_trust_store(resolve_trust_dir(trust_dir)), threshold=threshold)
+            emit(
+                ctx,
+                done.to_json(),
+                f"OK {Path(bundle).name}: signed by {', '.join(done.signers)}; the image, its "
+                f"record and its marker hold {done.to_json()['build']} for {done.record.prefix}",
+            )
+            return
         store = load_trust_store(resolve_trust_dir(trust_dir))
         res = verify_source(source, store, threshold=threshold, progress=progress_of(ctx), members=check_members)
     left = f"; {len(res.absent)} left to a store (pass --store to check them too)" if res.absent else ""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from lockbuild import fsio, jsonio
+from lockbuild import documents, fsio
 from lockbuild.errors import LockbuildError, RemoteError
 from lockbuild.fetch.http import get_json
 from lockbuild.fetch.index import IndexFile
@@ -124,7 +124,7 @@ def report(engine: str, build: str, previous_dir: Path, files: Sequence[LockedFi
             )
     try:
         raw = fsio.read_regular(path, what="provenance record of the previous lock", max_size=MAX_RECORD_BYTES)
-        data = jsonio.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)
+        data = documents.loads_json(raw, what=where, max_bytes=MAX_RECORD_BYTES, error=LockbuildError)
         was_engine, was_build, before = parse_provenance_record(data, where, LockbuildError)
     except (OSError, LockbuildError) as exc:
         message = exc.message if isinstance(exc, LockbuildError) else str(exc)

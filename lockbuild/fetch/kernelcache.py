@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from lockbuild import fsio
 from lockbuild.digest import is_sha256
+from lockbuild.documents import loads_json
 from lockbuild.errors import LockbuildError
 from lockbuild.gpu.sharedobjects import Reading, read_archive
-from lockbuild.jsonio import loads_json
 
 if TYPE_CHECKING:
     from lockbuild.fetch.cache import Cache

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from lockbuild.digest import is_sha256
+from lockbuild.documents import loads_json
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import open_regular, read_regular
 from lockbuild.install.marker import MARKER, Installed
-from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 from lockbuild.proc.child import run_bounded
 from lockbuild.trust.scheme import signature_path

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lockbuild.documents import loads_json
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import read_regular
-from lockbuild.jsonio import loads_json
 from lockbuild.limits import MiB
 
 MARKER = "lockbuild.json"

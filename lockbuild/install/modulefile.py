@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.documents import loads_json
 from lockbuild.errors import InstallError
-from lockbuild.jsonio import loads_json
 from lockbuild.times import iso
 
 Format = Literal["lua", "tcl"]

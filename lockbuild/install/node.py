@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockbuild.documents import loads_json
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import bounded_read, open_regular, read_regular
 from lockbuild.gpu.vocab import Capability, driver_in, is_driver, parse_capability
-from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
 from lockbuild.proc.child import run_bounded
 

@@ -15,7 +15,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from lockbuild.digest import SHA256_HEX
-from lockbuild.recipe.fields import SHOWN, Problems, describe
+from lockbuild.documents import Problems
+from lockbuild.recipe.fields import SHOWN, describe
 from lockbuild.times import parse_time
 from lockbuild.wire.urls import redacted, secret_parameter
 

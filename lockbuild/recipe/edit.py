@@ -15,8 +15,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockbuild.documents import JSON
 from lockbuild.errors import RecipeError
-from lockbuild.jsonio import JSON
 from lockbuild.recipe.model import Build
 
 # Keys of a template that belong to its release and are not carried over (the new build gets its own).

@@ -1,12 +1,13 @@
-"""Reading TOML tables with typed getters that collect every problem, then raise once."""
+"""Reading a recipe's TOML tables with typed getters that collect every problem, then raise once (the
+strict reader and its two modes are ``lockbuild.documents``'s)."""
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lockbuild.documents import Problems, TomlRefusal, loads_toml
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
 from lockbuild.text import closest
@@ -18,25 +19,18 @@ SHOWN = 80
 T = TypeVar("T")
 
 
-class Problems:
-    """Collects every problem with a recipe, then raises once."""
+def recipe_problems(path: str) -> Problems:
+    """A recipe's problems, collected: every one listed in one RecipeError."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.items: list[str] = []
+    def error(items: tuple[str, ...]) -> RecipeError:
+        n = len(items)
+        return RecipeError(
+            f"{path}: {n} problem{'s' if n > 1 else ''} in the recipe:\n{listing(list(items))}",
+            problems=items,
+            tip="Fix each key listed; docs/release-engineers.md describes every recipe key.",
+        )
 
-    def add(self, key: str, message: str) -> None:
-        self.items.append(f"{key}: {message}")
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            n = len(self.items)
-            shown = listing(self.items)
-            raise RecipeError(
-                f"{self.path}: {n} problem{'s' if n > 1 else ''} in the recipe:\n{shown}",
-                problems=tuple(self.items),
-                tip="Fix each key listed; docs/release-engineers.md describes every recipe key.",
-            )
+    return Problems(path, error=error)
 
 
 def listing(items: list[str], most: int = 50) -> str:
@@ -141,12 +135,12 @@ def read_recipe_text(path: Path, max_size: int) -> str:
 
 def load_toml(text: str, path: str, max_bytes: int, what: str = "a recipe") -> dict[str, Any]:
     """``text`` as TOML, at most ``max_bytes`` long; each failure a RecipeError naming ``path``."""
-    size = len(text.encode())
-    if size > max_bytes:
-        raise RecipeError(f"{path}: expected {what} of at most {max_bytes} bytes, found {size}")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{path}: not valid TOML: {exc}", tip="Check the line and column named.") from None
-    except RecursionError:
-        raise RecipeError(f"{path}: not valid TOML: nested too deeply") from None
+
+    def refuse(why: TomlRefusal) -> RecipeError:
+        if why.kind == "size":
+            return RecipeError(f"{path}: expected {what} of at most {max_bytes} bytes, found {why.size}")
+        if why.kind == "depth":
+            return RecipeError(f"{path}: not valid TOML: nested too deeply")
+        return RecipeError(f"{path}: not valid TOML: {why.detail}", tip="Check the line and column named.")
+
+    return loads_toml(text, max_bytes=max_bytes, refuse=refuse)

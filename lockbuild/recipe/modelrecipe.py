@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lockbuild.bundle.modelinfo import COMMIT, repo_id
+from lockbuild.documents import Problems
 from lockbuild.errors import RecipeError
 from lockbuild.fsio import read_regular
 from lockbuild.limits import MiB
 from lockbuild.recipe.checks import plain_name
-from lockbuild.recipe.fields import SHOWN, Problems, Table, describe, load_toml, read_recipe_text
+from lockbuild.recipe.fields import SHOWN, Table, describe, load_toml, read_recipe_text, recipe_problems
 from lockbuild.recipe.selection import DEFAULT_INCLUDE, MAX_PATTERNS, pattern_problem
 
 MAX_MODEL_RECIPE_BYTES = 64 << 10
@@ -52,8 +52,8 @@ class ModelRecipe:
 def is_model_recipe(text: str) -> bool:
     """Whether a recipe's text has a ``[model]`` table (read before the strict parse picks its parser)."""
     try:
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError):
+        data = load_toml(text, "<recipe>", MiB)
+    except RecipeError:
         return False
     return "model" in data
 
@@ -126,7 +126,7 @@ def _model(
 def parse_model_recipe(text: str, path: str = "<recipe>") -> ModelRecipe:
     """Parse and validate a model recipe; raise RecipeError (exit 2) listing every problem found."""
     data = load_toml(text, path, MAX_MODEL_RECIPE_BYTES, "a model recipe")
-    p = Problems(path)
+    p = recipe_problems(path)
     top = Table(data, "", p, ("model",))
     table = top.get("model", dict, "a [model] table")
     parsed = _model(table, p) if table is not None else None

@@ -10,6 +10,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from lockbuild import envtable
+from lockbuild.documents import Problems
 from lockbuild.errors import RecipeError
 from lockbuild.gpu.vocab import is_driver, parse_capability
 from lockbuild.limits import MiB
@@ -27,7 +28,15 @@ from lockbuild.recipe.checks import (
     requirement,
     shown_requirement,
 )
-from lockbuild.recipe.fields import MAX_LIST, SHOWN, Problems, Table, describe, load_toml, read_recipe_text
+from lockbuild.recipe.fields import (
+    MAX_LIST,
+    SHOWN,
+    Table,
+    describe,
+    load_toml,
+    read_recipe_text,
+    recipe_problems,
+)
 from lockbuild.recipe.model import (
     Build,
     Engine,
@@ -337,7 +346,7 @@ def _gpu(data: Mapping[str, Any] | None, where: str, p: Problems) -> GpuRequirem
 def parse_recipe(text: str, path: str = "<recipe>") -> Recipe:
     """Parse and validate a recipe; raise RecipeError listing every problem found."""
     data = load_toml(text, path, MAX_RECIPE_BYTES, "a recipe")
-    p = Problems(path)
+    p = recipe_problems(path)
     top = Table(data, "", p, ("engine", "builds"))
     engine_data = top.get("engine", dict, "an [engine] table")
     engine = _engine(engine_data, p) if engine_data is not None else None

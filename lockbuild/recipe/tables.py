@@ -12,6 +12,7 @@ from packaging.utils import canonicalize_name
 
 from lockbuild import interpreter
 from lockbuild.bundle.paths import claim, collision_key, env_reserved, path_problem
+from lockbuild.documents import Problems
 from lockbuild.recipe.checks import (
     SHA256,
     TAG_EXPECTED,
@@ -26,7 +27,7 @@ from lockbuild.recipe.checks import (
     url_problem,
     wheel_filename,
 )
-from lockbuild.recipe.fields import SHOWN, Problems, Table, describe
+from lockbuild.recipe.fields import SHOWN, Table, describe
 from lockbuild.recipe.model import (
     Assets,
     ExtraFileSpec,

@@ -19,9 +19,9 @@ from typing import Any
 from lockbuild.bundle.extract import TIP
 from lockbuild.bundle.manifest import Member
 from lockbuild.digest import Hasher, pump, reading_chunks
+from lockbuild.documents import loads_json
 from lockbuild.errors import IntegrityError, LockbuildError, SignatureError
 from lockbuild.fsio import open_regular, remove_at
-from lockbuild.jsonio import loads_json
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
 from lockbuild.registry import modelpack

@@ -20,8 +20,8 @@ from urllib.parse import urljoin, urlsplit
 import httpcore
 import httpx
 
+from lockbuild.documents import loads_json
 from lockbuild.errors import LockbuildError
-from lockbuild.jsonio import loads_json
 from lockbuild.registry.auth import TokenRequest, answer_challenge, parse_auth_realm, token_of
 from lockbuild.registry.connection import Clock, ClockedTransport
 from lockbuild.registry.reference import OciRef, RegistryCredentials, RegistryError

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import httpcore
 import httpx
 
+from lockbuild.documents import loads_json
 from lockbuild.errors import LockbuildError
-from lockbuild.jsonio import loads_json
 from lockbuild.limits import MiB
 from lockbuild.registry.reference import RegistryError
 from lockbuild.registry.retry import DEFAULT_RETRY, RETRY_ENV, RetryPolicy

@@ -6,7 +6,6 @@ node's ``--require-hashes`` build by name; it is never fetched."""
 from __future__ import annotations
 
 import tarfile
-import tomllib
 import zipfile
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -14,6 +13,7 @@ from typing import BinaryIO
 from packaging.requirements import InvalidRequirement, Requirement
 
 from lockbuild import wheelfile
+from lockbuild.documents import TomlRefusal, loads_toml
 from lockbuild.errors import ResolveError
 from lockbuild.limits import MiB
 
@@ -49,12 +49,13 @@ def build_system(f: BinaryIO, filename: str) -> BuildSystem:
     raw = top_level_file(f, filename, "pyproject.toml")
     if raw is None:
         return BuildSystem(LEGACY_REQUIRES, LEGACY_BACKEND)
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise _bad(filename, "its pyproject.toml is not UTF-8") from None
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:
-        raise _bad(filename, f"its pyproject.toml is not valid TOML ({exc})") from None
+
+    def refuse(why: TomlRefusal) -> ResolveError:
+        if why.kind == "encoding":
+            return _bad(filename, "its pyproject.toml is not UTF-8")
+        return _bad(filename, f"its pyproject.toml is not valid TOML ({why.detail})")
+
+    data = loads_toml(raw, max_bytes=len(raw), refuse=refuse)  # bounded by top_level_file
     system = data.get("build-system")
     if not isinstance(system, dict) or "requires" not in system:
         return BuildSystem(LEGACY_REQUIRES, LEGACY_BACKEND)

@@ -10,7 +10,6 @@ import io
 import os
 import shutil
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -19,6 +18,7 @@ from lockbuild import fsio
 from lockbuild.bundle.manifest import MANIFEST, toml_string
 from lockbuild.bundle.write import BLOCK, RECORD, compressor, tar_header
 from lockbuild.digest import CHUNK
+from lockbuild.documents import loads_toml
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.progress import Progress
@@ -59,10 +59,9 @@ def _bad(message: str) -> IntegrityError:
 
 
 def parse_head(raw: bytes) -> DeltaHead:
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise _bad(f"the delta's {HEAD} is not valid TOML: {exc}.") from None
+    data = loads_toml(
+        raw, max_bytes=MAX_HEAD, refuse=lambda why: _bad(f"the delta's {HEAD} is not valid TOML: {why.detail}.")
+    )
     bundle, base, omitted = data.get("bundle"), data.get("base"), data.get("omitted")
     if (
         data.get("format") != 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -16,6 +15,7 @@ from typing import BinaryIO
 from lockbuild import fsio
 from lockbuild.bundle.manifest import toml_string
 from lockbuild.digest import pump
+from lockbuild.documents import loads_toml
 from lockbuild.errors import IntegrityError, LockbuildError
 from lockbuild.fsio import open_regular, read_regular
 from lockbuild.limits import DEFAULT_LIMITS, Limits, MiB
@@ -151,10 +151,9 @@ def _bad(message: str) -> IntegrityError:
 
 def parse_part_list(raw: bytes, source: str) -> PartList:
     """Strictly: plain part names (no '/', no '..'), sizes and sha256s, at most MAX_PARTS parts."""
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise _bad(f"{source} is not a valid part list: {exc}.") from None
+    data = loads_toml(
+        raw, max_bytes=MAX_LIST, refuse=lambda why: _bad(f"{source} is not a valid part list: {why.detail}.")
+    )
     if data.get("format") != 1 or set(data) != {"format", "file", "size", "sha256", "parts"}:
         raise _bad(f"{source} is not a format-1 part list (expected format, file, size, sha256, parts).")
     file, size, sha, parts = data["file"], data["size"], data["sha256"], data["parts"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Literal, overload
 
 from lockbuild.bundle.extract import TIP, AbsentPiece, FilePiece, Piece
 from lockbuild.bundle.manifest import MANIFEST, Member
@@ -31,6 +31,9 @@ from lockbuild.site.storage import Store
 from lockbuild.site.storemodel import check_name, parse_build_ref
 from lockbuild.trust.policy import FileDigests
 from lockbuild.trust.source import TIP_AGAIN, BundleFile, SizeCheck, Source, Stream, signature_path
+
+if TYPE_CHECKING:
+    from lockbuild.image.imagefile import ImageFile
 
 
 def _blocks(path: Path, limits: Limits) -> bytes:
@@ -222,17 +225,55 @@ class StoreBuild:
         yield Stream(None, iter([_blob_piece(self.store, m) for m in manifest.members]))
 
 
-@contextlib.contextmanager
-def named_source(arg: str | Path, *, store: Path | None = None, work: Path | None = None) -> Iterator[Source]:
+def _image(path: Path) -> ImageFile | None:
+    """The one test for an image: a regular file that starts as a squashfs image does (its magic, not its
+    name), as ``lockbuild image`` writes it."""
+    from lockbuild.image.imagefile import ImageFile
+    from lockbuild.image.record import is_image
+
+    return ImageFile(path) if is_image(path) else None
+
+
+def signed_file(path: Path) -> BundleFile | ImageFile:
+    """What ``sign`` signs at ``path``: an image (``FILE.sqfs`` with its record beside it) or a bundle file."""
+    return _image(path) or BundleFile(path)
+
+
+@overload
+def named_source(
+    arg: str | Path, *, store: Path | None = None, work: Path | None = None, images: Literal[False] = False
+) -> AbstractContextManager[Source]: ...
+
+
+@overload
+def named_source(
+    arg: str | Path, *, store: Path | None = None, work: Path | None = None, images: Literal[True]
+) -> AbstractContextManager[Source | ImageFile]: ...
+
+
+def named_source(
+    arg: str | Path, *, store: Path | None = None, work: Path | None = None, images: bool = False
+) -> AbstractContextManager[Source | ImageFile]:
     """The one way every command names a bundle: ``ENGINE/VERSION-VARIANT`` with ``--store``, a part
     list (``NAME.lbz.parts.toml``), a delta (``NAME.delta.lbz``, completed by ``--store`` when given),
-    or a ``.lbz``. ``work``: where a part list is joined (default: a private directory in TMPDIR,
-    removed afterwards, whatever happens)."""
+    or a ``.lbz``; with ``images`` (the commands that take one: verify, sign) and no ``--store``, a
+    squashfs image from ``lockbuild image`` too (its magic, not its name), as an ``ImageFile``.
+    ``work``: where a part list is joined (default: a private directory in TMPDIR, removed afterwards,
+    whatever happens)."""
+    return _named(arg, store, work, images)
+
+
+@contextlib.contextmanager
+def _named(arg: str | Path, store: Path | None, work: Path | None, images: bool) -> Iterator[Source | ImageFile]:
     text = str(arg)
     path = Path(text)
     if store is not None and not path.exists() and _is_ref(text):
         with Store(store) as s:
             yield StoreBuild(s, text)
+        return
+    image = _image(path) if images and store is None else None
+    if image is not None:
+        yield image
         return
     if not path.exists():
         hint = "" if store is not None else ", and no --store to look ENGINE/VERSION-VARIANT up in"

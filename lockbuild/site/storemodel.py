@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from lockbuild.bundle.manifest import Manifest
 from lockbuild.digest import SHA256_HEX
+from lockbuild.documents import JSON
 from lockbuild.errors import LockbuildError
 from lockbuild.fsio import list_dir
-from lockbuild.jsonio import JSON
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.trust.scheme import SCHEME, Block
 

@@ -4,12 +4,15 @@ already there before it adds its own. A damaged bundle is refused, never signed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
+import select
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -260,6 +263,17 @@ class KeyFileSigner:
             self.key, items, password=self.password, allow_readable_key=self.allow_readable_key
         )
 
+    @contextlib.contextmanager
+    def session(self) -> Iterator[SigningSession]:
+        """One signing process for a command with no third-party code before it signs (``sign``): the key
+        read and checked at once (a typed passphrase asked once), the signing later in the same process;
+        ended whatever happens, having signed nothing unless asked."""
+        session = SigningSession(self.key, self.password, self.allow_readable_key)
+        try:
+            yield session
+        finally:
+            session.close()
+
     def sign_as_checked(self, items: Sequence[tuple[bytes, str]], checked: SignedBlocks) -> SignedBlocks:
         """:meth:`sign`, refused unless the key is still the one :meth:`check` found when the work began."""
         signed = self.sign(items)
@@ -320,10 +334,9 @@ def sign_in_fresh_process(
         "allow_readable_key": allow_readable_key,
         "items": [{"blake2b": b.hex(), "comment": c} for b, c in items],
     }
-    argv = [sys.executable, "-I", "-S", "-c", BOOT, *_import_dirs()]
     try:
         proc = subprocess.run(
-            argv,
+            _argv(),
             input=json.dumps(request).encode(),
             stdout=subprocess.PIPE,
             stderr=None,
@@ -336,14 +349,22 @@ def sign_in_fresh_process(
         raise SignatureError(f"the signing process did not finish within {SIGN_TIMEOUT} s.") from None
     except OSError as exc:
         raise SignatureError(f"cannot start the signing process ({sys.executable}): {exc.strerror}") from None
+    return _answered(proc.returncode, proc.stdout, len(items))
+
+
+def _argv() -> list[str]:
+    return [sys.executable, "-I", "-S", "-c", BOOT, *_import_dirs()]
+
+
+def _answered(returncode: int | None, stdout: bytes, items: int) -> SignedBlocks:
+    """The signing process's answer (``returncode``: None while it still runs, waiting for a session's items)."""
     try:
-        answer = json.loads(proc.stdout)
+        answer = json.loads(stdout)
     except ValueError:
         answer = None
-    if proc.returncode != 0 or not isinstance(answer, dict):
+    if returncode not in (0, None) or not isinstance(answer, dict):
         raise SignatureError(
-            f"the signing process failed (exit {proc.returncode}); expected a JSON answer, found "
-            f"{len(proc.stdout)} bytes.",
+            f"the signing process failed (exit {returncode}); expected a JSON answer, found {len(stdout)} bytes.",
             tip="Run with --verbose; check that lockbuild's installation is complete (python -I -S -m is used).",
         )
     if "error" in answer:
@@ -356,6 +377,77 @@ def sign_in_fresh_process(
             tip="This is a bug in lockbuild: report it; nothing was signed.",
         )
     blocks = tuple(str(b) for b in answer["blocks"])
-    if len(blocks) != len(items):
-        raise SignatureError(f"the signing process made {len(blocks)} signatures; expected {len(items)}.")
+    if len(blocks) != items:
+        raise SignatureError(f"the signing process made {len(blocks)} signatures; expected {items}.")
     return SignedBlocks(bytes.fromhex(answer["key_id"]), str(answer["key_id_hex"]), str(answer["public_key"]), blocks)
+
+
+class SigningSession:
+    """The signing process of :meth:`KeyFileSigner.session`: started and asked to read the key when made
+    (``checked``: who the key is, no block), asked once to :meth:`sign`, ended by :meth:`close`."""
+
+    def __init__(self, key: Path, password: str | None, allow_readable_key: bool) -> None:
+        request = {"key": str(key.absolute()), "password": password, "allow_readable_key": allow_readable_key}
+        try:
+            self.proc = subprocess.Popen(
+                _argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PATH": os.defpath}, cwd="/"
+            )
+        except OSError as exc:
+            raise SignatureError(f"cannot start the signing process ({sys.executable}): {exc.strerror}") from None
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        if stdin is None or stdout is None:  # never: both are pipes
+            self.proc.kill()
+            self.proc.wait()
+            raise SignatureError("internal: the signing process started without its pipes.")
+        self.stdin, self.stdout = stdin, stdout
+        try:
+            self._send({**request, "items": [], "session": True})
+            line = self._line(time.monotonic() + SIGN_TIMEOUT)
+            self.checked = _answered(None if line.endswith(b"\n") else self.proc.wait(), line, 0)
+        except BaseException:
+            self.close()
+            raise
+
+    def _send(self, request: dict[str, Any]) -> None:
+        try:
+            self.stdin.write(json.dumps(request).encode() + b"\n")
+            self.stdin.flush()
+        except BrokenPipeError:
+            pass  # it has ended: its answer (or its exit status) says why
+
+    def _line(self, deadline: float) -> bytes:
+        """The process's next answer line (up to EOF when it ends without one), within the deadline."""
+        fd, got = self.stdout.fileno(), b""
+        while not got.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise SignatureError(f"the signing process did not finish within {SIGN_TIMEOUT} s.")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+    def sign(self, items: Sequence[tuple[bytes, str]]) -> SignedBlocks:
+        self._send({"items": [{"blake2b": b.hex(), "comment": c} for b, c in items]})
+        line = self._line(time.monotonic() + SIGN_TIMEOUT)
+        try:
+            code = self.proc.wait(timeout=SIGN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise SignatureError(f"the signing process did not finish within {SIGN_TIMEOUT} s.") from None
+        signed = _answered(code, line, len(items))
+        if signed.key_id != self.checked.key_id:
+            raise SignatureError(f"internal: the signing process signed as {signed.key_id_hex}, not as it was checked.")
+        return signed
+
+    def close(self) -> None:
+        """End the process: its input closed (it signs nothing more and exits), killed if it lingers."""
+        if not self.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stdout.close()

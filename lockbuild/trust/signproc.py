@@ -11,11 +11,14 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockbuild.errors import LockbuildError, SignatureError
 from lockbuild.minisign.keyfiles import read_secret_key
 from lockbuild.minisign.sigfile import sign_prehashed
+
+if TYPE_CHECKING:
+    from lockbuild.minisign import SecretKey
 
 MAX_REQUEST = 16 << 20
 PROMPT = "Passphrase for the secret key: "
@@ -36,20 +39,22 @@ def _typed_passphrase(prompt: str = PROMPT) -> str:
         ) from None
 
 
-def answer(request: dict[str, Any]) -> dict[str, Any]:
-    """Read the key, sign every item; the answer, with the modules imported after the key was read."""
+def _key(request: dict[str, Any]) -> SecretKey:
     given = request.get("password")
-    prompt = PROMPT if request["items"] else CHECK_PROMPT  # build's check before its first download
-    before = set(sys.modules)
-    key = read_secret_key(
+    asked_again = not request["items"] and not request.get("session")  # build's check before its first download
+    prompt = CHECK_PROMPT if asked_again else PROMPT
+    return read_secret_key(
         Path(request["key"]),
         (lambda: str(given)) if given is not None else (lambda: _typed_passphrase(prompt)),
         allow_readable=bool(request.get("allow_readable_key")),
     )
+
+
+def _signed(key: SecretKey, items: list[dict[str, str]], before: set[str]) -> dict[str, Any]:
     untrusted = f"lockbuild signature {key.key_id_hex}"
     blocks = [
         sign_prehashed(key, bytes.fromhex(item["blake2b"]), item["comment"], untrusted_comment=untrusted)
-        for item in request["items"]
+        for item in items
     ]
     public = key.public_key().to_text()
     return {
@@ -61,18 +66,39 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """Read the key, sign every item; the answer, with the modules imported after the key was read."""
+    before = set(sys.modules)
+    return _signed(_key(request), request["items"], before)
+
+
+def _write(result: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
 def main() -> int:
-    """One JSON request on stdin (the key's path, the passphrase when it came from LOCKBUILD_KEY_PASSWORD,
-    whether a group/other-readable key is allowed, and per bundle the BLAKE2b-512 prehash and trusted
-    comment); one JSON answer on stdout (the key id, public key and one block per bundle, or the error). A
-    passphrase that must be typed is read from ``/dev/tty`` here, never through the parent."""
+    """One JSON request line on stdin (the key's path, the passphrase when it came from
+    LOCKBUILD_KEY_PASSWORD, whether a group/other-readable key is allowed, and per bundle the BLAKE2b-512
+    prehash and trusted comment); one JSON answer on stdout (the key id, public key and one block per
+    bundle, or the error). A ``session`` request is answered twice: once the key is read (who it is, no
+    block), then for the items of a second line; no second line (the command failed), nothing signed. A
+    passphrase that must be typed is read from ``/dev/tty`` here, once, never through the parent."""
     try:
-        request = json.loads(sys.stdin.buffer.read(MAX_REQUEST))
-        result = answer(request)
+        request = json.loads(sys.stdin.buffer.readline(MAX_REQUEST))
+        if request.get("session"):
+            before = set(sys.modules)
+            key = _key(request)
+            _write(_signed(key, [], before))
+            line = sys.stdin.buffer.readline(MAX_REQUEST)
+            if not line:
+                return 0
+            result = _signed(key, json.loads(line)["items"], before)
+        else:
+            result = answer(request)
     except LockbuildError as exc:
         result = {"error": exc.message, "tip": exc.tip, "exit_code": exc.exit_code}
     except (ValueError, KeyError, TypeError) as exc:
         result = {"error": f"the signing process got a malformed request ({type(exc).__name__})", "exit_code": 1}
-    sys.stdout.write(json.dumps(result))
-    sys.stdout.flush()
+    _write(result)
     return 0

@@ -7,17 +7,18 @@ any id. Pure: the files' contents in, a store out."""
 from __future__ import annotations
 
 import datetime as dt
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from lockbuild.documents import Problems, TomlRefusal, loads_toml
 from lockbuild.errors import PolicyError, SignatureError
+from lockbuild.limits import MiB
 from lockbuild.text import closest
 from lockbuild.times import iso, parse_time
 from lockbuild.trust.scheme import SCHEME, Identity
 
 POLICY_FILE = "policy.toml"
+MAX_POLICY_TEXT = MiB  # a policy given as text; read from a trust directory it is bounded as a key file
 REVOKED_FILE = "revoked.txt"
 POLICY_KEYS = ("threshold", "not-before", "not-after")
 _POLICY_TIP = (
@@ -77,42 +78,41 @@ def describe(value: object) -> str:
     return "a value of another type"
 
 
-def _time(value: object, key: str, source: str) -> dt.datetime:
+def _time(value: object, key: str, p: Problems) -> dt.datetime | None:
     if isinstance(value, str) and "T" in value.upper():  # quoted, as people often write it
         parsed = parse_time(value)
         value = parsed if parsed is not None else value
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC)
-    raise PolicyError(
-        f"{source}: {key} must be a time with a zone (e.g. 2026-01-01T00:00:00Z), found {describe(value)}.",
-        tip=_POLICY_TIP,
-    )
+    p.add(p.path, f"{key} must be a time with a zone (e.g. 2026-01-01T00:00:00Z), found {describe(value)}.")
+    return None
 
 
 def parse_policy(text: str, *, source: str = POLICY_FILE) -> Policy:
-    """The site's policy: threshold, not-before, not-after; anything else is refused."""
-    try:
-        data: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(
-            f"{source} is not valid TOML ({exc}); the trust store fails closed.", tip=_POLICY_TIP
-        ) from None
-    except RecursionError:
-        raise PolicyError(f"{source} is nested too deeply; the trust store fails closed.", tip=_POLICY_TIP) from None
+    """The site's policy: threshold, not-before, not-after; anything else is refused, at the first problem
+    (the trust store fails closed)."""
+
+    def refuse(why: TomlRefusal) -> PolicyError:
+        if why.kind == "size":
+            return PolicyError(f"{source} is {why.detail}; the trust store fails closed.", tip=_POLICY_TIP)
+        if why.kind == "depth":
+            return PolicyError(f"{source} is nested too deeply; the trust store fails closed.", tip=_POLICY_TIP)
+        return PolicyError(f"{source} is not valid TOML ({why.detail}); the trust store fails closed.", tip=_POLICY_TIP)
+
+    data = loads_toml(text, max_bytes=MAX_POLICY_TEXT, refuse=refuse)
+    p = Problems(source, first=True, error=lambda items: PolicyError(items[0], tip=_POLICY_TIP))
     unknown = sorted(set(data) - set(POLICY_KEYS))
     if unknown:
         meant = [(k, closest(k, POLICY_KEYS)) for k in unknown]
         hints = "".join(f" {k!r}: did you mean {m!r}?" for k, m in meant if m is not None)
-        raise PolicyError(
-            f"{source}: unknown keys {unknown}; expected only {', '.join(POLICY_KEYS)}.{hints}", tip=_POLICY_TIP
-        )
+        p.add(source, f"unknown keys {unknown}; expected only {', '.join(POLICY_KEYS)}.{hints}")
     threshold = data.get("threshold", 1)
     if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1:
-        raise PolicyError(
-            f"{source}: threshold must be a whole number of at least 1, found {describe(threshold)}.", tip=_POLICY_TIP
-        )
-    nb = _time(data["not-before"], "not-before", source) if "not-before" in data else None
-    na = _time(data["not-after"], "not-after", source) if "not-after" in data else None
+        p.add(source, f"threshold must be a whole number of at least 1, found {describe(threshold)}.")
+        threshold = 1
+    nb = _time(data["not-before"], "not-before", p) if "not-before" in data else None
+    na = _time(data["not-after"], "not-after", p) if "not-after" in data else None
+    p.raise_if_any()
     return Policy(threshold, nb, na)
 
 

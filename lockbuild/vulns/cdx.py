@@ -17,8 +17,8 @@ from urllib.parse import quote, unquote
 from packaging.utils import canonicalize_name
 
 from lockbuild import __version__
+from lockbuild.documents import JSON, loads_json
 from lockbuild.errors import AdvisoryDataError
-from lockbuild.jsonio import JSON, loads_json
 from lockbuild.limits import MiB
 from lockbuild.times import iso, parse_time
 from lockbuild.vulns.osv import OsvRecord, parse_record, record_json

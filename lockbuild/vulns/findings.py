@@ -19,7 +19,7 @@ from packaging.utils import (
 
 from lockbuild.bundle.lockfiles import KIND as BUILD_KIND
 from lockbuild.bundle.manifest import Manifest
-from lockbuild.jsonio import JSON
+from lockbuild.documents import JSON
 from lockbuild.times import iso
 from lockbuild.vulns.cdx import Finding, VulnReport
 from lockbuild.vulns.osv import OsvRecord, findings_for

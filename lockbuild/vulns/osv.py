@@ -14,8 +14,8 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockbuild.documents import JSON, loads_json
 from lockbuild.errors import AdvisoryDataError
-from lockbuild.jsonio import JSON, loads_json
 from lockbuild.limits import MiB
 from lockbuild.times import parse_time
 

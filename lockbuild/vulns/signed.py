@@ -14,9 +14,9 @@ from pathlib import Path
 
 from lockbuild import fsio
 from lockbuild.bundle.manifest import Manifest
+from lockbuild.documents import JSON
 from lockbuild.errors import AdvisoryDataError, IntegrityError, SignatureError
 from lockbuild.fsio import read_regular
-from lockbuild.jsonio import JSON
 from lockbuild.limits import DEFAULT_LIMITS, Limits
 from lockbuild.times import iso
 from lockbuild.trust.opener import counted_blocks, decide

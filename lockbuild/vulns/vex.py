@@ -15,9 +15,9 @@ from urllib.parse import unquote
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from lockbuild.documents import loads_json
 from lockbuild.errors import AdvisoryDataError
 from lockbuild.fsio import read_regular
-from lockbuild.jsonio import loads_json
 from lockbuild.limits import MiB
 
 MAX_VEX = 16 * MiB

@@ -8,9 +8,9 @@ import io
 
 import pytest
 
+from lockbuild.documents import json_depth_ok
 from lockbuild.errors import IntegrityError
 from lockbuild.fsio import bounded_read
-from lockbuild.jsonio import json_depth_ok
 
 
 def test_bounded_read_returns_up_to_its_limit_and_refuses_more() -> None:

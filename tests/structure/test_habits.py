@@ -39,11 +39,11 @@ def _names_any(tree: ast.AST) -> list[int]:
 
 
 def test_the_commands_hide_no_type_behind_any() -> None:
-    """The commands name the types they handle (JSON output is ``jsonio.JSON``); a str from click that
+    """The commands name the types they handle (JSON output is ``documents.JSON``); a str from click that
     must be a Literal is checked, not silenced with ``type: ignore``."""
     commands = [p for p in sorted((PACKAGE / "commands").glob("*.py")) if p.name != "clikit.py"]
     found = {_rel(p): lines for p in commands if (lines := _names_any(ast.parse(p.read_text())))}
-    assert found == {}, "name the type (lockbuild.jsonio.JSON for JSON data)"
+    assert found == {}, "name the type (lockbuild.documents.JSON for JSON data)"
     ignored = [
         f"{_rel(p)}:{i}"
         for p in commands

@@ -494,7 +494,7 @@ ARROWS: dict[str, set[str]] = {
     "resolution": {"bundle", "fetch", "fsio", "proc", "recipe", "sdist"},
     "sdist": {"bundle", "fetch", "fsio", "proc", "recipe"},
     "selftest": {"bundle", "fsio", "hubcache", "install", "proc", "site", "trust"},
-    "site": {"bundle", "choice", "fsio", "install", "trust", "vulns"},
+    "site": {"bundle", "choice", "fsio", "image", "install", "trust", "vulns"},  # named_source picks ImageFile
     "trust": {"bundle", "frames", "fsio", "minisign"},
     "vulns": {"bundle", "fsio", "trust"},
     "wire": set(),

@@ -85,9 +85,8 @@ def ratios(r: Results) -> list[Ratio]:
     v = med("verify", VERIFY)
     if v:
         add("verify, MB/s of bundle", tuple(v.bytes / s / 1e6 for s in v.seconds), "(none)", lambda x: True)
-    pair(
-        "verify / one sha256 pass (openssl dgst -sha256)", v, med("verify", OPENSSL), 1.0
-    )  # one read: the signature, then every frame against the signed table
+    # one read: the signature, then every frame against the signed table
+    pair("verify / one sha256 pass (openssl dgst -sha256)", v, med("verify", OPENSSL), 1.0)
     inst, floor_i, bare = med("install", INSTALL), med("install", UV_INSTALL), med("install", UV_BARE)
     if inst:
         add("install (offline): seconds", tuple(inst.seconds), "(none)", lambda x: True)

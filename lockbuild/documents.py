@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeAlias
 from lockbuild.errors import LockbuildError
 
 MAX_JSON_DEPTH = 64
+MAX_TOML_DEPTH = 32  # tables and arrays within each other: recipes, manifests and locks use fewer than 8
 
 JSON: TypeAlias = Mapping[str, "JSON"] | Sequence["JSON"] | str | int | float | bool | None
 """A JSON value as lockbuild writes it (``--json`` output, records): read-only containers, so a
@@ -86,11 +87,30 @@ def loads_toml(
     except UnicodeDecodeError as exc:
         raise refuse(TomlRefusal("encoding", str(exc), size)) from None
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # tomllib refuses a key defined twice as a syntax error
         raise refuse(TomlRefusal("syntax", str(exc), size)) from None
+    except ValueError as exc:  # an integer of more digits than Python converts (over 4,300)
+        raise refuse(TomlRefusal("syntax", str(exc).split(";")[0], size)) from None
     except RecursionError as exc:
         raise refuse(TomlRefusal("depth", str(exc), size)) from None
+    if (depth := _toml_depth(doc)) > MAX_TOML_DEPTH:  # dotted keys and [a.b.c] headers nest without recursing
+        raise refuse(TomlRefusal("depth", f"tables or arrays nested {depth} deep, expected {MAX_TOML_DEPTH}", size))
+    return doc
+
+
+def _toml_depth(doc: dict[str, Any]) -> int:
+    """How deeply tables and arrays nest in a parsed document, walked without recursion (stops past the bound)."""
+    deepest = 0
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_TOML_DEPTH:
+            break
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, (dict, list)))
+    return deepest
 
 
 class Problems:

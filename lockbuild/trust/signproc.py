@@ -82,8 +82,9 @@ def main() -> int:
     LOCKBUILD_KEY_PASSWORD, whether a group/other-readable key is allowed, and per bundle the BLAKE2b-512
     prehash and trusted comment); one JSON answer on stdout (the key id, public key and one block per
     bundle, or the error). A ``session`` request is answered twice: once the key is read (who it is, no
-    block), then for the items of a second line; no second line (the command failed), nothing signed. A
-    passphrase that must be typed is read from ``/dev/tty`` here, once, never through the parent."""
+    block), then for the one item of a second line (a batch is refused); no second line (the command
+    failed), nothing signed. A passphrase that must be typed is read from ``/dev/tty`` here, once, never
+    through the parent."""
     try:
         request = json.loads(sys.stdin.buffer.readline(MAX_REQUEST))
         if request.get("session"):
@@ -93,7 +94,13 @@ def main() -> int:
             line = sys.stdin.buffer.readline(MAX_REQUEST)
             if not line:
                 return 0
-            result = _signed(key, json.loads(line)["items"], before)
+            items = json.loads(line)["items"]
+            if not isinstance(items, list) or len(items) != 1:  # one command, one statement: never a batch
+                raise SignatureError(
+                    f"a signing session signs exactly one statement; it was asked for {len(items)}.",
+                    tip="This is a defect in the command that asked: report it.",
+                )
+            result = _signed(key, items, before)
         else:
             result = answer(request)
     except LockbuildError as exc:

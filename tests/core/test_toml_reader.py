@@ -154,3 +154,41 @@ def test_a_policy_is_refused_at_its_first_problem() -> None:
     with pytest.raises(PolicyError) as got:
         parse_policy("threshold = 0\nnot-after = 2026-01-01\n", source="p.toml")
     assert got.value.message == "p.toml: threshold must be a whole number of at least 1, found the number 0."
+
+
+LONG_INTEGER = b"format = " + b"1" * 5000 + b"\n"  # more digits than Python converts to an int
+DOTTED = b"format = 1\n[" + b".".join([b"a"] * 3000) + b"]\nb = 1\n"  # nests without recursing in the parser
+
+
+@pytest.mark.parametrize("doc", [LONG_INTEGER, DOTTED], ids=["long-integer", "dotted-headers"])
+def test_every_reader_refuses_a_long_integer_or_a_deep_dotted_table_with_its_own_error(doc: bytes) -> None:
+    """An integer of 5,000 digits (a ValueError inside tomllib) and tables nested 3,000 deep by dotted
+    headers (no recursion in the parser, a RecursionError in whatever prints them later) are refused by
+    the reader itself, each with its reader's own error, never an internal error."""
+    from lockbuild.bundle.manifestparse import parse_manifest
+    from lockbuild.recipe import parse_recipe
+
+    with pytest.raises(IntegrityError, match=r"^the delta's delta.toml is not valid TOML"):
+        parse_head(doc)
+    with pytest.raises(IntegrityError, match=r"^list is not a valid part list"):
+        parse_part_list(doc, "list")
+    with pytest.raises(ResolveError, match=r"^uv wrote a pylock.toml lockbuild cannot read"):
+        parse_pylock(doc.decode(), Target.of("3.11", "x86_64-manylinux_2_28"))
+    with pytest.raises(PolicyError):
+        parse_policy(doc.decode())
+    with pytest.raises(RecipeError):
+        parse_recipe(doc.decode(), "r.toml")
+    with pytest.raises(IntegrityError):
+        parse_manifest(doc)
+
+
+def test_the_depth_bound_counts_tables_and_arrays_without_recursion() -> None:
+    def refuse(r: TomlRefusal) -> RecipeError:
+        return RecipeError(f"{r.kind}: {r.detail}")
+
+    ok = b"[" + b".".join([b"a"] * 31) + b"]\nb = 1\n"  # 31 tables below the document: 32 levels in all
+    assert loads_toml(ok, max_bytes=1 << 20, refuse=refuse)
+    with pytest.raises(RecipeError, match=r"^depth: tables or arrays nested 33 deep, expected 32"):
+        loads_toml(b"[" + b".".join([b"a"] * 32) + b"]\nb = 1\n", max_bytes=1 << 20, refuse=refuse)
+    with pytest.raises(RecipeError, match=r"^depth: "):
+        loads_toml(b"x = " + b"[" * 40 + b"]" * 40 + b"\n", max_bytes=1 << 20, refuse=refuse)

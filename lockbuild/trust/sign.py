@@ -334,22 +334,25 @@ def sign_in_fresh_process(
         "allow_readable_key": allow_readable_key,
         "items": [{"blake2b": b.hex(), "comment": c} for b, c in items],
     }
+    proc = _start()
     try:
-        proc = subprocess.run(
-            _argv(),
-            input=json.dumps(request).encode(),
-            stdout=subprocess.PIPE,
-            stderr=None,
-            env={"PATH": os.defpath},
-            cwd="/",
-            timeout=SIGN_TIMEOUT,
-            check=False,
-        )
+        out, _ = proc.communicate(json.dumps(request).encode(), timeout=SIGN_TIMEOUT)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
         raise SignatureError(f"the signing process did not finish within {SIGN_TIMEOUT} s.") from None
+    return _answered(proc.returncode, out, len(items))
+
+
+def _start() -> subprocess.Popen[bytes]:
+    """The signing process (one-shot or a session): a fresh ``python -I -S``, its stdin and stdout pipes, no
+    environment but PATH, in ``/``; its stderr is the terminal's (a typed passphrase is asked there)."""
+    try:
+        return subprocess.Popen(
+            _argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PATH": os.defpath}, cwd="/"
+        )
     except OSError as exc:
         raise SignatureError(f"cannot start the signing process ({sys.executable}): {exc.strerror}") from None
-    return _answered(proc.returncode, proc.stdout, len(items))
 
 
 def _argv() -> list[str]:
@@ -388,12 +391,7 @@ class SigningSession:
 
     def __init__(self, key: Path, password: str | None, allow_readable_key: bool) -> None:
         request = {"key": str(key.absolute()), "password": password, "allow_readable_key": allow_readable_key}
-        try:
-            self.proc = subprocess.Popen(
-                _argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PATH": os.defpath}, cwd="/"
-            )
-        except OSError as exc:
-            raise SignatureError(f"cannot start the signing process ({sys.executable}): {exc.strerror}") from None
+        self.proc = _start()
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:  # never: both are pipes
             self.proc.kill()

@@ -839,9 +839,14 @@ def test_a_late_import_in_the_signing_process_is_refused(tmp_path: Path, monkeyp
         "blocks": ["b"],
         "imported_after_key": ["evilmodule"],
     }
-    monkeypatch.setattr(
-        sign_mod.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, json.dumps(answer).encode(), None)
-    )
+
+    class Answered:  # the signing process, as started by sign_mod._start, answering at once
+        returncode = 0
+
+        def communicate(self, _input: bytes, timeout: float) -> tuple[bytes, None]:
+            return json.dumps(answer).encode(), None
+
+    monkeypatch.setattr(sign_mod, "_start", Answered)
     with pytest.raises(SignatureError, match="imported evilmodule after it read the secret key"):
         sign_mod.sign_in_fresh_process(tmp_path / "k.key", [(b"\1" * 64, "t")], password=None)
 

@@ -47,17 +47,21 @@ class Listings:
         return sum(f.size or 0 for f in files if not self._at_hand(f))
 
     def _at_hand(self, f: LockedFile) -> bool:
-        entry = next((x for x in self.listed(f) if x.filename == f.filename and x.sha256 == f.sha256), None)
-        if entry is not None and entry.metadata_sha256 is not None:
-            return True
+        """Whether ``metadata(f)`` downloads no wheel (checked cheapest first: the wheel cached is one stat)."""
         return (
-            self.cache.metadata(f.sha256) is not None or self.cache.lookup(f.sha256, f.size, hashed=False) is not None
+            self._pep658(f) is not None
+            or self.cache.lookup(f.sha256, f.size, hashed=False) is not None
+            or self.cache.metadata(f.sha256) is not None
         )
+
+    def _pep658(self, f: LockedFile) -> IndexFile | None:
+        """The index's entry of ``f`` where it lists a METADATA file (PEP 658/714) for it."""
+        entry = next((x for x in self.listed(f) if x.filename == f.filename and x.sha256 == f.sha256), None)
+        return entry if entry is not None and entry.metadata_sha256 is not None else None
 
     def metadata(self, f: LockedFile) -> bytes:
         """A locked wheel's METADATA: the index's PEP 658 file (by its listed sha256), or the wheel's own."""
-        entry = next((x for x in self.listed(f) if x.filename == f.filename and x.sha256 == f.sha256), None)
-        if entry is not None and entry.metadata_sha256 is not None:
+        if (entry := self._pep658(f)) is not None and entry.metadata_sha256 is not None:
             w = Wanted(entry.metadata_url, entry.metadata_sha256, None, f"the metadata of {f.filename}")
             with open_verified(self.fetcher, w) as fh:
                 return fsio.bounded_read(fh, MAX_METADATA_BYTES, what=w.label, error=IntegrityError)
